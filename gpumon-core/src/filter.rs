@@ -1,0 +1,232 @@
+//! Which GPUs a sampler may see.
+//!
+//! On a shared host, a tenant's agent must not read, let alone export, another tenant's GPUs.
+//! A [`DeviceFilter`] is part of every [`SampleRequest`](crate::SampleRequest): backends skip
+//! hidden devices before touching them, and the runtime drops any that slip through.
+//!
+//! The list syntax is the one CUDA and the NVIDIA container runtime use for
+//! `CUDA_VISIBLE_DEVICES` / `NVIDIA_VISIBLE_DEVICES`: comma-separated indices (`0,2`), UUIDs or
+//! unique UUID prefixes (`GPU-8f1e…`, `MIG-…`), `gpu:mig` pairs (`0:1`), or `all` / `none` / `void`.
+
+use crate::model::DeviceInfo;
+
+/// One entry of an allowlist.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DeviceSelector {
+    /// A physical GPU by NVML index (its MIG instances included).
+    Index(u32),
+    /// A GPU or MIG instance by UUID or UUID prefix (`GPU-…`, `MIG-…`). A GPU UUID includes its MIG
+    /// instances.
+    Uuid(String),
+    /// MIG instance `mig` of GPU `gpu` (`gpu:mig`).
+    Mig {
+        /// Parent GPU index.
+        gpu: u32,
+        /// MIG device index within the parent.
+        mig: u32,
+    },
+}
+
+impl DeviceSelector {
+    fn matches(&self, d: &DeviceInfo) -> bool {
+        match self {
+            DeviceSelector::Index(i) => d.index == *i,
+            DeviceSelector::Uuid(prefix) => {
+                d.uuid.starts_with(prefix.as_str())
+                    || d.mig.as_ref().is_some_and(|m| m.parent_uuid.starts_with(prefix.as_str()))
+            }
+            DeviceSelector::Mig { gpu, mig } => d.index == *gpu && d.mig.as_ref().is_some_and(|m| m.mig_index == *mig),
+        }
+    }
+}
+
+/// Which devices are visible. The default shows every device.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceFilter {
+    /// `None` = every device; `Some(list)` = only those the list matches (empty = none).
+    allow: Option<Vec<DeviceSelector>>,
+}
+
+/// A device list that could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid device list entry `{entry}` in `{list}`: expected an index (0), a UUID or prefix (GPU-…, MIG-…), gpu:mig (0:1), `all` or `none`")]
+pub struct FilterParseError {
+    /// The whole list.
+    pub list: String,
+    /// The entry that is wrong.
+    pub entry: String,
+}
+
+impl DeviceFilter {
+    /// Every device is visible.
+    pub fn all() -> Self {
+        Self { allow: None }
+    }
+
+    /// No device is visible.
+    pub fn none() -> Self {
+        Self { allow: Some(Vec::new()) }
+    }
+
+    /// Only devices matching one of `selectors`.
+    pub fn only(selectors: impl IntoIterator<Item = DeviceSelector>) -> Self {
+        Self { allow: Some(selectors.into_iter().collect()) }
+    }
+
+    /// Parses a `CUDA_VISIBLE_DEVICES`-style list.
+    ///
+    /// ```
+    /// use gpumon_core::DeviceFilter;
+    /// let f = DeviceFilter::parse("0, GPU-8f1e").unwrap();
+    /// assert!(!f.is_all());
+    /// assert!(DeviceFilter::parse("all").unwrap().is_all());
+    /// assert!(DeviceFilter::parse("zero").is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// [`FilterParseError`] naming the first entry that is not an index, UUID (prefix), `gpu:mig`
+    /// pair, `all` or `none`/`void`.
+    pub fn parse(list: &str) -> Result<Self, FilterParseError> {
+        let trimmed = list.trim();
+        match trimmed.to_ascii_lowercase().as_str() {
+            "all" => return Ok(Self::all()),
+            "" | "none" | "void" => return Ok(Self::none()),
+            _ => {}
+        }
+        let err = |entry: &str| FilterParseError { list: list.to_owned(), entry: entry.to_owned() };
+        let mut selectors = Vec::new();
+        for raw in trimmed.split(',') {
+            let entry = raw.trim();
+            let selector = if let Ok(i) = entry.parse::<u32>() {
+                DeviceSelector::Index(i)
+            } else if let Some((g, m)) = entry.split_once(':') {
+                match (g.trim().parse(), m.trim().parse()) {
+                    (Ok(gpu), Ok(mig)) => DeviceSelector::Mig { gpu, mig },
+                    _ => return Err(err(entry)),
+                }
+            } else if (entry.starts_with("GPU-") || entry.starts_with("MIG-")) && entry.len() > 4 {
+                DeviceSelector::Uuid(entry.to_owned())
+            } else {
+                return Err(err(entry));
+            };
+            selectors.push(selector);
+        }
+        Ok(Self::only(selectors))
+    }
+
+    /// The filter the environment asks for: `CUDA_VISIBLE_DEVICES` if set, else
+    /// `NVIDIA_VISIBLE_DEVICES`, else every device.
+    ///
+    /// # Errors
+    /// [`FilterParseError`] if the variable that is set cannot be parsed: a monitoring agent must
+    /// not guess which GPUs a tenant meant.
+    pub fn from_env() -> Result<Self, FilterParseError> {
+        Self::from_vars(std::env::var("CUDA_VISIBLE_DEVICES").ok(), std::env::var("NVIDIA_VISIBLE_DEVICES").ok())
+    }
+
+    /// [`DeviceFilter::from_env`] with the two variables' values given explicitly.
+    ///
+    /// # Errors
+    /// As [`DeviceFilter::from_env`].
+    pub fn from_vars(cuda: Option<String>, nvidia: Option<String>) -> Result<Self, FilterParseError> {
+        match (cuda, nvidia) {
+            (Some(v), _) | (None, Some(v)) => Self::parse(&v),
+            (None, None) => Ok(Self::all()),
+        }
+    }
+
+    /// Whether every device is visible.
+    pub fn is_all(&self) -> bool {
+        self.allow.is_none()
+    }
+
+    /// Whether `device` is visible.
+    pub fn allows(&self, device: &DeviceInfo) -> bool {
+        match &self.allow {
+            None => true,
+            Some(list) => list.iter().any(|s| s.matches(device)),
+        }
+    }
+
+    /// Whether a physical GPU with this index and UUID might be visible, itself or through one of
+    /// its MIG instances — lets a backend skip hidden GPUs before reading anything else.
+    pub fn may_allow_gpu(&self, index: u32, uuid: &str) -> bool {
+        match &self.allow {
+            None => true,
+            Some(list) => list.iter().any(|s| match s {
+                DeviceSelector::Index(i) | DeviceSelector::Mig { gpu: i, .. } => *i == index,
+                DeviceSelector::Uuid(p) => uuid.starts_with(p.as_str()) || p.starts_with("MIG-"),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::MigInfo;
+
+    fn gpu(i: u32) -> DeviceInfo {
+        DeviceInfo::new(i, format!("GPU-{i}aaa-bbb"), "X")
+    }
+    fn mig(parent: u32, m: u32) -> DeviceInfo {
+        let mut d = DeviceInfo::new(parent, format!("MIG-{parent}{m}cc"), "X MIG");
+        d.mig = Some(MigInfo::new(format!("GPU-{parent}aaa-bbb"), m, m + 1, 0));
+        d
+    }
+
+    #[test]
+    fn parses_cuda_conventions() {
+        assert!(DeviceFilter::parse("all").unwrap().is_all());
+        for none in ["", "none", "void", " NONE "] {
+            let f = DeviceFilter::parse(none).unwrap();
+            assert!(!f.allows(&gpu(0)), "{none:?}");
+        }
+        let f = DeviceFilter::parse("1, GPU-3aaa").unwrap();
+        assert!(!f.allows(&gpu(0)));
+        assert!(f.allows(&gpu(1)));
+        assert!(f.allows(&gpu(3)));
+        assert!(f.allows(&mig(1, 0)), "an index includes its MIG instances");
+        assert!(f.allows(&mig(3, 2)), "a GPU UUID includes its MIG instances");
+        assert!(!f.allows(&mig(2, 0)));
+    }
+
+    #[test]
+    fn mig_pair_and_mig_uuid_select_one_instance() {
+        let f = DeviceFilter::parse("0:1").unwrap();
+        assert!(f.allows(&mig(0, 1)));
+        assert!(!f.allows(&mig(0, 0)));
+        assert!(!f.allows(&gpu(0)));
+        let f = DeviceFilter::parse("MIG-01").unwrap();
+        assert!(f.allows(&mig(0, 1)));
+        assert!(!f.allows(&mig(0, 2)));
+        assert!(f.may_allow_gpu(5, "GPU-whatever"), "a MIG UUID can only be resolved after enumeration");
+    }
+
+    #[test]
+    fn rejects_garbage_with_the_entry_named() {
+        let e = DeviceFilter::parse("0,gpu0").unwrap_err();
+        assert_eq!(e.entry, "gpu0");
+        assert!(e.to_string().contains("gpu0"));
+        assert!(DeviceFilter::parse("0:x").is_err());
+        assert!(DeviceFilter::parse("GPU-").is_err());
+        assert!(DeviceFilter::parse("-1").is_err());
+    }
+
+    #[test]
+    fn env_precedence() {
+        let f = DeviceFilter::from_vars(Some("1".into()), Some("all".into())).unwrap();
+        assert!(!f.allows(&gpu(0)));
+        let f = DeviceFilter::from_vars(None, Some("0".into())).unwrap();
+        assert!(f.allows(&gpu(0)) && !f.allows(&gpu(1)));
+        assert!(DeviceFilter::from_vars(None, None).unwrap().is_all());
+    }
+
+    #[test]
+    fn may_allow_gpu_prefilters() {
+        let f = DeviceFilter::parse("2").unwrap();
+        assert!(f.may_allow_gpu(2, "GPU-2"));
+        assert!(!f.may_allow_gpu(1, "GPU-1"));
+    }
+}

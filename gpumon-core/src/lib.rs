@@ -1,0 +1,85 @@
+//! # gpumon-core
+//!
+//! The heart of gpumon: the data model every backend produces and every sink consumes, the two
+//! seams ([`Sampler`] for backends, [`Sink`] for outputs), and — behind the default `runtime`
+//! feature — the [`Agent`] that samples on a schedule and fans snapshots out to sinks without
+//! letting any one of them slow the others down.
+//!
+//! ## Data model
+//! One sampling tick produces one immutable [`Snapshot`], shared as `Arc<Snapshot>`. It holds a
+//! [`DeviceSample`] per visible GPU (MIG instances included) with typed, optional values in base
+//! units. A value the GPU does not support is `None`; a per-metric failure is `None` plus an
+//! entry in [`DeviceSample::errors`]; a lost device is [`DeviceState::Lost`] and the others still
+//! ship.
+//!
+//! ## Naming
+//! [`MetricId::descriptor`] is the single source of metric names, units, kinds and help text —
+//! native, dcgm-exporter and OpenTelemetry alike. Sinks encode from
+//! [`DeviceSample::visit_points`] and never spell a metric name themselves.
+//!
+//! ## Features
+//! - `runtime` (default): [`Agent`], [`AgentHandle`] (tokio).
+//! - `serde` (default): `Serialize`/`Deserialize` for the data model.
+//! - `nvml`: the NVML backend (`NvmlSampler`), loading `libnvidia-ml.so.1` at run time.
+//!
+//! ## Example
+//! ```
+//! use std::sync::Arc;
+//! use gpumon_core::{DeviceInfo, DeviceSample, MetricId, Snapshot, SystemInfo};
+//!
+//! let mut gpu = DeviceSample::new(Arc::new(DeviceInfo::new(0, "GPU-1234", "NVIDIA H100 80GB HBM3")));
+//! gpu.utilization.gpu = Some(0.42);
+//! let snapshot = Snapshot::new(Arc::new(SystemInfo::new("node-1", "example")), vec![gpu]);
+//!
+//! for device in &snapshot.devices {
+//!     device.visit_points(|p| {
+//!         let d = p.id.descriptor();
+//!         println!("{} {} = {}", d.prometheus_name(), device.info.uuid, p.value.as_f64());
+//!     });
+//! }
+//! assert_eq!(snapshot.devices[0].points()[1].id, MetricId::GpuUtilization);
+//! ```
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod filter;
+mod metric;
+mod model;
+mod sampler;
+mod sink;
+mod telemetry;
+
+#[cfg(feature = "runtime")]
+mod runtime;
+
+#[cfg(feature = "nvml")]
+pub mod nvml;
+
+pub use filter::{DeviceFilter, DeviceSelector, FilterParseError};
+pub use metric::{
+    DcgmName, Descriptor, Family, LabelValue, MetricId, MetricKind, MetricSet, OtelName, Point, Unit, Value,
+};
+pub use model::{
+    ClockEventReasons, Clocks, DeviceInfo, DeviceSample, DeviceState, Ecc, FailureReason, Gpm, Memory,
+    MetricFailure, MigInfo, Pcie, Power, ProcessSample, Snapshot, SystemInfo, Temperature, Utilization,
+    WindowStats, Windows, XidCount,
+};
+pub use sampler::{BoxError, SampleError, SampleRequest, Sampler, UnavailableSampler};
+pub use sink::{BuildError, Sink, SinkError};
+pub use telemetry::{AgentStats, SinkState, SinkStatus, Telemetry};
+
+#[cfg(feature = "runtime")]
+pub use runtime::{
+    Agent, AgentBuilder, AgentError, AgentHandle, SinkFailure, SinkOptions, DEFAULT_INTERVAL, MIN_INTERVAL,
+};
+
+/// This host's name: `/proc/sys/kernel/hostname`, else `$HOSTNAME`, else `"localhost"`.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| "localhost".to_owned())
+}

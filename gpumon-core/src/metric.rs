@@ -1,0 +1,886 @@
+//! The metric catalogue: every metric gpumon exports, described once.
+//!
+//! [`MetricId::descriptor`] is the single place metric naming comes from. Each [`Descriptor`]
+//! carries the canonical name (used, with a prefix and unit suffix, by the native Prometheus
+//! names and as InfluxDB field keys), the unit, the kind (gauge or counter), the help text, the
+//! extra label a family needs (`xid`, `pid`, `reason`), the dcgm-exporter equivalent and the
+//! OpenTelemetry name. Sinks walk [`DeviceSample::visit_points`] and look names up here; they
+//! never spell a metric name themselves.
+//!
+//! What to sample is chosen per [`Family`] — the unit a backend pays for with one or a few driver
+//! calls — through a [`MetricSet`]. Expensive or high-cardinality families are opt-in.
+
+use crate::model::{ClockEventReasons, DeviceSample, WindowStats};
+
+/// A group of metrics read together. Selecting a family in a [`MetricSet`] makes the backend
+/// read it; leaving it out costs nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum Family {
+    /// Device up/lost.
+    Status,
+    /// GPU, memory-controller, encoder, decoder utilisation.
+    Utilization,
+    /// Framebuffer used/free/total/reserved.
+    Memory,
+    /// GPU and memory temperature.
+    Temperature,
+    /// Power draw and enforced limit.
+    Power,
+    /// Total energy counter.
+    Energy,
+    /// Graphics, SM, memory, video clocks.
+    Clocks,
+    /// Fan speed.
+    Fan,
+    /// P-state.
+    PerformanceState,
+    /// Clocks-event (throttle) reasons.
+    ClockEvents,
+    /// PCIe link generation, width and replay counter.
+    PcieLink,
+    /// PCIe throughput. **Opt-in**: NVML blocks ~20 ms per direction to measure it.
+    PcieThroughput,
+    /// Aggregate ECC error counters.
+    Ecc,
+    /// Retired pages.
+    RetiredPages,
+    /// Remapped rows.
+    RemappedRows,
+    /// XID error events.
+    Xid,
+    /// Per-process memory and utilisation. **Opt-in**: one series per process.
+    Processes,
+    /// Min/max/mean over the interval from the driver's sample buffer.
+    HighResolution,
+    /// GPM profiling metrics (Hopper+).
+    Gpm,
+}
+
+impl Family {
+    /// Every family, in declaration order.
+    pub const ALL: [Family; 19] = [
+        Family::Status,
+        Family::Utilization,
+        Family::Memory,
+        Family::Temperature,
+        Family::Power,
+        Family::Energy,
+        Family::Clocks,
+        Family::Fan,
+        Family::PerformanceState,
+        Family::ClockEvents,
+        Family::PcieLink,
+        Family::PcieThroughput,
+        Family::Ecc,
+        Family::RetiredPages,
+        Family::RemappedRows,
+        Family::Xid,
+        Family::Processes,
+        Family::HighResolution,
+        Family::Gpm,
+    ];
+
+    /// Families that cost noticeably more than the rest, and so are off in [`MetricSet::default`].
+    pub const OPT_IN: [Family; 2] = [Family::PcieThroughput, Family::Processes];
+
+    /// The stable snake_case name used in config files and flags.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Family::Status => "status",
+            Family::Utilization => "utilization",
+            Family::Memory => "memory",
+            Family::Temperature => "temperature",
+            Family::Power => "power",
+            Family::Energy => "energy",
+            Family::Clocks => "clocks",
+            Family::Fan => "fan",
+            Family::PerformanceState => "performance_state",
+            Family::ClockEvents => "clock_events",
+            Family::PcieLink => "pcie_link",
+            Family::PcieThroughput => "pcie_throughput",
+            Family::Ecc => "ecc",
+            Family::RetiredPages => "retired_pages",
+            Family::RemappedRows => "remapped_rows",
+            Family::Xid => "xid",
+            Family::Processes => "processes",
+            Family::HighResolution => "high_resolution",
+            Family::Gpm => "gpm",
+        }
+    }
+
+    /// Parses a name produced by [`Family::name`].
+    pub fn from_name(name: &str) -> Option<Family> {
+        Family::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    const fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+}
+
+impl std::fmt::Display for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which families to sample — a `Copy` bit set in the style of sysinfo's `RefreshKind`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MetricSet(u32);
+
+impl MetricSet {
+    /// Every family, including the opt-in ones.
+    pub const fn everything() -> Self {
+        let mut bits = 0;
+        let mut i = 0;
+        while i < Family::ALL.len() {
+            bits |= Family::ALL[i].bit();
+            i += 1;
+        }
+        Self(bits)
+    }
+
+    /// No family at all (device status is still reported).
+    pub const fn nothing() -> Self {
+        Self(0)
+    }
+
+    /// This set plus `family`.
+    #[must_use]
+    pub const fn with(self, family: Family) -> Self {
+        Self(self.0 | family.bit())
+    }
+
+    /// This set minus `family`.
+    #[must_use]
+    pub const fn without(self, family: Family) -> Self {
+        Self(self.0 & !family.bit())
+    }
+
+    /// Whether `family` is selected.
+    pub const fn contains(self, family: Family) -> bool {
+        self.0 & family.bit() != 0
+    }
+
+    /// The selected families.
+    pub fn iter(self) -> impl Iterator<Item = Family> {
+        Family::ALL.into_iter().filter(move |f| self.contains(*f))
+    }
+}
+
+impl Default for MetricSet {
+    /// Everything except [`Family::OPT_IN`].
+    fn default() -> Self {
+        Self::everything().without(Family::PcieThroughput).without(Family::Processes)
+    }
+}
+
+impl std::fmt::Debug for MetricSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.iter()).finish()
+    }
+}
+
+impl FromIterator<Family> for MetricSet {
+    fn from_iter<I: IntoIterator<Item = Family>>(iter: I) -> Self {
+        iter.into_iter().fold(Self::nothing(), MetricSet::with)
+    }
+}
+
+/// Whether a metric goes up and down or only up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MetricKind {
+    /// A value that can go up and down.
+    Gauge,
+    /// A monotonically increasing total.
+    Counter,
+}
+
+/// Canonical unit of a metric's value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Unit {
+    /// A fraction in `0.0..=1.0`.
+    Ratio,
+    /// Bytes.
+    Bytes,
+    /// Bytes per second.
+    BytesPerSecond,
+    /// Degrees Celsius.
+    Celsius,
+    /// Watts.
+    Watts,
+    /// Joules.
+    Joules,
+    /// Hertz.
+    Hertz,
+    /// Seconds (also used for Unix timestamps).
+    Seconds,
+    /// A dimensionless count or number (errors, pages, lanes, a P-state, a 0/1 flag).
+    Count,
+}
+
+impl Unit {
+    /// The Prometheus base-unit suffix (`bytes`, `celsius`, …), or `None` for plain numbers.
+    pub const fn prometheus_suffix(self) -> Option<&'static str> {
+        match self {
+            Unit::Ratio => Some("ratio"),
+            Unit::Bytes => Some("bytes"),
+            Unit::BytesPerSecond => Some("bytes_per_second"),
+            Unit::Celsius => Some("celsius"),
+            Unit::Watts => Some("watts"),
+            Unit::Joules => Some("joules"),
+            Unit::Hertz => Some("hertz"),
+            Unit::Seconds => Some("seconds"),
+            Unit::Count => None,
+        }
+    }
+
+    /// The UCUM unit OpenTelemetry uses.
+    pub const fn ucum(self) -> &'static str {
+        match self {
+            Unit::Ratio => "1",
+            Unit::Bytes => "By",
+            Unit::BytesPerSecond => "By/s",
+            Unit::Celsius => "Cel",
+            Unit::Watts => "W",
+            Unit::Joules => "J",
+            Unit::Hertz => "Hz",
+            Unit::Seconds => "s",
+            Unit::Count => "1",
+        }
+    }
+}
+
+/// A dcgm-exporter name for a metric, and the factor from gpumon's canonical unit to DCGM's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DcgmName {
+    /// DCGM field name, e.g. `DCGM_FI_DEV_GPU_UTIL`.
+    pub name: &'static str,
+    /// Multiply the canonical value by this (e.g. 100 for ratio → percent, 2⁻²⁰ for bytes → MiB).
+    pub scale: f64,
+}
+
+/// How a metric appears in OpenTelemetry.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OtelName {
+    /// Instrument name: a semantic-convention name (`hw.…`) or one under the `gpumon.` extension
+    /// namespace for families the conventions lack.
+    pub name: &'static str,
+    /// One extra attribute the convention requires to tell series apart (e.g.
+    /// `hw.gpu.task=encoder`).
+    pub attribute: Option<(&'static str, &'static str)>,
+    /// Whether the instrument is an UpDownCounter in the conventions (memory usage/limit).
+    pub up_down: bool,
+}
+
+/// Everything a sink needs to know to name and describe one metric.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Descriptor {
+    /// The metric.
+    pub id: MetricId,
+    /// Canonical name: lowercase, `_`-separated, without unit suffix (`memory_used`).
+    pub name: &'static str,
+    /// The family that selects it.
+    pub family: Family,
+    /// Unit of the value.
+    pub unit: Unit,
+    /// Gauge or counter.
+    pub kind: MetricKind,
+    /// One-line description.
+    pub help: &'static str,
+    /// Name of the extra label this metric carries per point (`xid`, `pid`, `reason`).
+    pub label: Option<&'static str>,
+    /// The dcgm-exporter equivalent, if dcgm-exporter has one.
+    pub dcgm: Option<DcgmName>,
+    /// The OpenTelemetry instrument.
+    pub otel: OtelName,
+}
+
+impl Descriptor {
+    /// The native Prometheus name: `gpumon_` + name + unit suffix (+ `_total` for counters).
+    /// Allocates; sinks that render often should cache it (see [`MetricId::ALL`]).
+    pub fn prometheus_name(&self) -> String {
+        let mut s = String::with_capacity(48);
+        s.push_str("gpumon_");
+        s.push_str(self.name);
+        if let Some(suffix) = self.unit.prometheus_suffix() {
+            if !self.name.ends_with(suffix) {
+                s.push('_');
+                s.push_str(suffix);
+            }
+        }
+        if self.kind == MetricKind::Counter {
+            s.push_str("_total");
+        }
+        s
+    }
+}
+
+macro_rules! catalogue {
+    ($( $(#[$doc:meta])* $id:ident {
+        $name:literal, $family:ident, $unit:ident, $kind:ident, $help:literal,
+        label: $label:expr, dcgm: $dcgm:expr, otel: $otel:expr $(,)?
+    } )*) => {
+        /// Every metric gpumon knows. See [`MetricId::descriptor`].
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
+        pub enum MetricId { $( $(#[$doc])* $id, )* }
+
+        impl MetricId {
+            /// Every metric, in catalogue order.
+            pub const ALL: &'static [MetricId] = &[ $( MetricId::$id, )* ];
+
+            /// The metric's descriptor: the one place its names, unit and help come from.
+            pub const fn descriptor(self) -> &'static Descriptor {
+                &CATALOGUE[self as usize]
+            }
+        }
+
+        /// The descriptor table, indexed by `MetricId as usize`.
+        static CATALOGUE: &[Descriptor] = &[ $( Descriptor {
+            id: MetricId::$id,
+            name: $name,
+            family: Family::$family,
+            unit: Unit::$unit,
+            kind: MetricKind::$kind,
+            help: $help,
+            label: $label,
+            dcgm: $dcgm,
+            otel: $otel,
+        }, )* ];
+    };
+}
+
+const fn dcgm(name: &'static str, scale: f64) -> Option<DcgmName> {
+    Some(DcgmName { name, scale })
+}
+const fn hw(name: &'static str) -> OtelName {
+    OtelName { name, attribute: None, up_down: false }
+}
+const fn hw_attr(name: &'static str, key: &'static str, value: &'static str) -> OtelName {
+    OtelName { name, attribute: Some((key, value)), up_down: false }
+}
+const fn hw_updown(name: &'static str) -> OtelName {
+    OtelName { name, attribute: None, up_down: true }
+}
+const PCT: f64 = 100.0;
+const MIB: f64 = 1.0 / 1_048_576.0;
+const MHZ: f64 = 1e-6;
+
+catalogue! {
+    /// 1 while the device answers, 0 when it is lost.
+    DeviceUp { "up", Status, Count, Gauge, "Whether the GPU answered this tick (1) or is lost (0).",
+        label: None, dcgm: None, otel: hw("gpumon.gpu.up") }
+
+    /// Fraction of time a kernel was running.
+    GpuUtilization { "utilization", Utilization, Ratio, Gauge, "Fraction of time one or more kernels were running on the GPU.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_GPU_UTIL", PCT), otel: hw_attr("hw.gpu.utilization", "hw.gpu.task", "general") }
+    /// Fraction of time the memory controller was busy.
+    MemoryUtilization { "memory_controller_utilization", Utilization, Ratio, Gauge, "Fraction of time the memory controller was reading or writing device memory.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_MEM_COPY_UTIL", PCT), otel: hw("gpumon.gpu.memory_controller.utilization") }
+    /// Encoder utilisation.
+    EncoderUtilization { "encoder_utilization", Utilization, Ratio, Gauge, "Fraction of time the video encoder was busy.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_ENC_UTIL", PCT), otel: hw_attr("hw.gpu.utilization", "hw.gpu.task", "encoder") }
+    /// Decoder utilisation.
+    DecoderUtilization { "decoder_utilization", Utilization, Ratio, Gauge, "Fraction of time the video decoder was busy.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_DEC_UTIL", PCT), otel: hw_attr("hw.gpu.utilization", "hw.gpu.task", "decoder") }
+
+    /// Memory allocated.
+    MemoryUsed { "memory_used", Memory, Bytes, Gauge, "Device memory allocated by processes.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_FB_USED", MIB), otel: hw_updown("hw.gpu.memory.usage") }
+    /// Memory free.
+    MemoryFree { "memory_free", Memory, Bytes, Gauge, "Device memory available.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_FB_FREE", MIB), otel: hw_updown("gpumon.gpu.memory.free") }
+    /// Memory installed.
+    MemoryTotal { "memory_total", Memory, Bytes, Gauge, "Device memory installed.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_FB_TOTAL", MIB), otel: hw_updown("hw.gpu.memory.limit") }
+    /// Memory reserved by the driver.
+    MemoryReserved { "memory_reserved", Memory, Bytes, Gauge, "Device memory reserved by the driver and firmware.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_FB_RESERVED", MIB), otel: hw_updown("gpumon.gpu.memory.reserved") }
+    /// used / total.
+    MemoryUsedRatio { "memory_used_ratio", Memory, Ratio, Gauge, "Fraction of device memory allocated (used / total).",
+        label: None, dcgm: None, otel: hw("hw.gpu.memory.utilization") }
+
+    /// GPU die temperature.
+    GpuTemperature { "temperature", Temperature, Celsius, Gauge, "GPU die temperature.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_GPU_TEMP", 1.0), otel: hw_attr("hw.temperature", "hw.sensor_location", "gpu") }
+    /// Memory temperature.
+    MemoryTemperature { "memory_temperature", Temperature, Celsius, Gauge, "Device memory (HBM) temperature.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_MEMORY_TEMP", 1.0), otel: hw_attr("hw.temperature", "hw.sensor_location", "memory") }
+
+    /// Power draw.
+    PowerUsage { "power_usage", Power, Watts, Gauge, "Power drawn by the board.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_POWER_USAGE", 1.0), otel: hw("hw.power") }
+    /// Enforced power limit.
+    PowerLimit { "power_limit", Power, Watts, Gauge, "Power limit the driver enforces.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", 1.0), otel: hw("gpumon.gpu.power.limit") }
+    /// Energy since driver load.
+    EnergyConsumed { "energy", Energy, Joules, Counter, "Energy consumed since the driver was loaded.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1000.0), otel: hw("hw.energy") }
+
+    /// Graphics clock.
+    ClockGraphics { "clock_graphics", Clocks, Hertz, Gauge, "Graphics clock.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_GRAPHICS_CLOCK", MHZ), otel: hw_attr("gpumon.gpu.clock", "gpumon.clock", "graphics") }
+    /// SM clock.
+    ClockSm { "clock_sm", Clocks, Hertz, Gauge, "Streaming-multiprocessor clock.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_SM_CLOCK", MHZ), otel: hw_attr("gpumon.gpu.clock", "gpumon.clock", "sm") }
+    /// Memory clock.
+    ClockMemory { "clock_memory", Clocks, Hertz, Gauge, "Memory clock.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_MEM_CLOCK", MHZ), otel: hw_attr("gpumon.gpu.clock", "gpumon.clock", "memory") }
+    /// Video clock.
+    ClockVideo { "clock_video", Clocks, Hertz, Gauge, "Video engine clock.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_VIDEO_CLOCK", MHZ), otel: hw_attr("gpumon.gpu.clock", "gpumon.clock", "video") }
+
+    /// Fan speed.
+    FanSpeed { "fan_speed", Fan, Ratio, Gauge, "Fan speed relative to its maximum.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_FAN_SPEED", PCT), otel: hw("gpumon.gpu.fan.speed_ratio") }
+    /// P-state.
+    PerformanceState { "performance_state", PerformanceState, Count, Gauge, "Performance state (0 = P0, fastest, to 15).",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_PSTATE", 1.0), otel: hw("gpumon.gpu.performance_state") }
+    /// The raw clocks-event reasons bit mask.
+    ClockEventReasonsMask { "clock_event_reasons", ClockEvents, Count, Gauge, "Bit mask of NVML clocks-event (throttle) reasons.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", 1.0), otel: hw("gpumon.gpu.clock_event.reasons") }
+    /// One 0/1 series per reason.
+    ClockEventActive { "clock_event_active", ClockEvents, Count, Gauge, "1 while the named clocks-event (throttle) reason holds clocks down.",
+        label: Some("reason"), dcgm: None, otel: hw("gpumon.gpu.clock_event.active") }
+
+    /// PCIe generation.
+    PcieLinkGeneration { "pcie_link_generation", PcieLink, Count, Gauge, "Current PCIe link generation.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_PCIE_LINK_GEN", 1.0), otel: hw("gpumon.gpu.pcie.link.generation") }
+    /// PCIe width.
+    PcieLinkWidth { "pcie_link_width", PcieLink, Count, Gauge, "Current PCIe link width (lanes).",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_PCIE_LINK_WIDTH", 1.0), otel: hw("gpumon.gpu.pcie.link.width") }
+    /// PCIe replays.
+    PcieReplays { "pcie_replays", PcieLink, Count, Counter, "PCIe replay events.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", 1.0), otel: hw("gpumon.gpu.pcie.replays") }
+    /// PCIe transmit.
+    PcieTxThroughput { "pcie_transmit", PcieThroughput, BytesPerSecond, Gauge, "PCIe transmit throughput.",
+        label: None, dcgm: dcgm("DCGM_FI_PROF_PCIE_TX_BYTES", 1.0), otel: hw_attr("gpumon.gpu.pcie.throughput", "network.io.direction", "transmit") }
+    /// PCIe receive.
+    PcieRxThroughput { "pcie_receive", PcieThroughput, BytesPerSecond, Gauge, "PCIe receive throughput.",
+        label: None, dcgm: dcgm("DCGM_FI_PROF_PCIE_RX_BYTES", 1.0), otel: hw_attr("gpumon.gpu.pcie.throughput", "network.io.direction", "receive") }
+
+    /// Corrected ECC errors.
+    EccCorrected { "ecc_corrected_errors", Ecc, Count, Counter, "Corrected (single-bit) ECC errors over the GPU's life.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", 1.0), otel: hw_attr("hw.errors", "error.type", "corrected") }
+    /// Uncorrected ECC errors.
+    EccUncorrected { "ecc_uncorrected_errors", Ecc, Count, Counter, "Uncorrected (double-bit) ECC errors over the GPU's life.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", 1.0), otel: hw_attr("hw.errors", "error.type", "uncorrected") }
+    /// Pages retired, single-bit.
+    RetiredPagesSingleBit { "retired_pages_single_bit", RetiredPages, Count, Gauge, "Pages retired for single-bit ECC errors.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_RETIRED_SBE", 1.0), otel: hw_attr("gpumon.gpu.retired_pages", "gpumon.cause", "single_bit") }
+    /// Pages retired, double-bit.
+    RetiredPagesDoubleBit { "retired_pages_double_bit", RetiredPages, Count, Gauge, "Pages retired for double-bit ECC errors.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_RETIRED_DBE", 1.0), otel: hw_attr("gpumon.gpu.retired_pages", "gpumon.cause", "double_bit") }
+    /// Pages pending retirement.
+    RetiredPagesPending { "retired_pages_pending", RetiredPages, Count, Gauge, "1 if pages are waiting to be retired.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_RETIRED_PENDING", 1.0), otel: hw("gpumon.gpu.retired_pages.pending") }
+    /// Rows remapped, correctable.
+    RemappedRowsCorrectable { "remapped_rows_correctable", RemappedRows, Count, Gauge, "Rows remapped for correctable errors.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", 1.0), otel: hw_attr("gpumon.gpu.remapped_rows", "error.type", "corrected") }
+    /// Rows remapped, uncorrectable.
+    RemappedRowsUncorrectable { "remapped_rows_uncorrectable", RemappedRows, Count, Gauge, "Rows remapped for uncorrectable errors.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", 1.0), otel: hw_attr("gpumon.gpu.remapped_rows", "error.type", "uncorrected") }
+    /// Remap pending.
+    RemappedRowsPending { "remapped_rows_pending", RemappedRows, Count, Gauge, "1 if a row remapping is pending (GPU reset needed).",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_ROW_REMAP_PENDING", 1.0), otel: hw("gpumon.gpu.remapped_rows.pending") }
+    /// Remap failed.
+    RemappedRowsFailure { "remapped_rows_failure", RemappedRows, Count, Gauge, "1 if a row remapping failed.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_ROW_REMAP_FAILURE", 1.0), otel: hw("gpumon.gpu.remapped_rows.failure") }
+
+    /// XID events per code.
+    XidErrors { "xid_errors", Xid, Count, Counter, "XID error events since the agent started, by XID code.",
+        label: Some("xid"), dcgm: dcgm("DCGM_EXP_XID_ERRORS_COUNT", 1.0), otel: hw("gpumon.gpu.xid.errors") }
+    /// When each XID code was last seen.
+    XidLastSeen { "xid_last_seen_timestamp", Xid, Seconds, Gauge, "Unix time the XID code was last seen.",
+        label: Some("xid"), dcgm: None, otel: hw("gpumon.gpu.xid.last_seen") }
+
+    /// Per-process memory.
+    ProcessMemoryUsed { "process_memory_used", Processes, Bytes, Gauge, "Device memory used by the process.",
+        label: Some("pid"), dcgm: None, otel: hw("gpumon.gpu.process.memory.usage") }
+    /// Per-process SM utilisation.
+    ProcessSmUtilization { "process_sm_utilization", Processes, Ratio, Gauge, "SM utilisation attributed to the process.",
+        label: Some("pid"), dcgm: None, otel: hw_attr("gpumon.gpu.process.utilization", "hw.gpu.task", "general") }
+    /// Per-process memory-controller utilisation.
+    ProcessMemoryUtilization { "process_memory_controller_utilization", Processes, Ratio, Gauge, "Memory-controller utilisation attributed to the process.",
+        label: Some("pid"), dcgm: None, otel: hw_attr("gpumon.gpu.process.utilization", "hw.gpu.task", "memory") }
+    /// Per-process encoder utilisation.
+    ProcessEncoderUtilization { "process_encoder_utilization", Processes, Ratio, Gauge, "Encoder utilisation attributed to the process.",
+        label: Some("pid"), dcgm: None, otel: hw_attr("gpumon.gpu.process.utilization", "hw.gpu.task", "encoder") }
+    /// Per-process decoder utilisation.
+    ProcessDecoderUtilization { "process_decoder_utilization", Processes, Ratio, Gauge, "Decoder utilisation attributed to the process.",
+        label: Some("pid"), dcgm: None, otel: hw_attr("gpumon.gpu.process.utilization", "hw.gpu.task", "decoder") }
+
+    /// GPU utilisation, min over the interval.
+    GpuUtilizationMin { "utilization_min", HighResolution, Ratio, Gauge, "Lowest GPU utilisation the driver sampled during the interval.",
+        label: None, dcgm: None, otel: hw_attr("gpumon.gpu.utilization.window", "gpumon.stat", "min") }
+    /// GPU utilisation, max over the interval.
+    GpuUtilizationMax { "utilization_max", HighResolution, Ratio, Gauge, "Highest GPU utilisation the driver sampled during the interval.",
+        label: None, dcgm: None, otel: hw_attr("gpumon.gpu.utilization.window", "gpumon.stat", "max") }
+    /// GPU utilisation, mean over the interval.
+    GpuUtilizationMean { "utilization_mean", HighResolution, Ratio, Gauge, "Mean GPU utilisation over the driver's samples during the interval.",
+        label: None, dcgm: None, otel: hw_attr("gpumon.gpu.utilization.window", "gpumon.stat", "mean") }
+    /// Memory-controller utilisation, min.
+    MemoryUtilizationMin { "memory_controller_utilization_min", HighResolution, Ratio, Gauge, "Lowest memory-controller utilisation during the interval.",
+        label: None, dcgm: None, otel: hw_attr("gpumon.gpu.memory_controller.utilization.window", "gpumon.stat", "min") }
+    /// Memory-controller utilisation, max.
+    MemoryUtilizationMax { "memory_controller_utilization_max", HighResolution, Ratio, Gauge, "Highest memory-controller utilisation during the interval.",
+        label: None, dcgm: None, otel: hw_attr("gpumon.gpu.memory_controller.utilization.window", "gpumon.stat", "max") }
+    /// Memory-controller utilisation, mean.
+    MemoryUtilizationMean { "memory_controller_utilization_mean", HighResolution, Ratio, Gauge, "Mean memory-controller utilisation during the interval.",
+        label: None, dcgm: None, otel: hw_attr("gpumon.gpu.memory_controller.utilization.window", "gpumon.stat", "mean") }
+    /// Power, min.
+    PowerUsageMin { "power_usage_min", HighResolution, Watts, Gauge, "Lowest power draw during the interval.",
+        label: None, dcgm: None, otel: hw_attr("gpumon.gpu.power.window", "gpumon.stat", "min") }
+    /// Power, max.
+    PowerUsageMax { "power_usage_max", HighResolution, Watts, Gauge, "Highest power draw during the interval.",
+        label: None, dcgm: None, otel: hw_attr("gpumon.gpu.power.window", "gpumon.stat", "max") }
+    /// Power, mean.
+    PowerUsageMean { "power_usage_mean", HighResolution, Watts, Gauge, "Mean power draw during the interval.",
+        label: None, dcgm: None, otel: hw_attr("gpumon.gpu.power.window", "gpumon.stat", "mean") }
+    /// SM clock, min.
+    ClockSmMin { "clock_sm_min", HighResolution, Hertz, Gauge, "Lowest SM clock during the interval.",
+        label: None, dcgm: None, otel: hw_attr("gpumon.gpu.clock.sm.window", "gpumon.stat", "min") }
+    /// SM clock, max.
+    ClockSmMax { "clock_sm_max", HighResolution, Hertz, Gauge, "Highest SM clock during the interval.",
+        label: None, dcgm: None, otel: hw_attr("gpumon.gpu.clock.sm.window", "gpumon.stat", "max") }
+    /// Memory clock, min.
+    ClockMemoryMin { "clock_memory_min", HighResolution, Hertz, Gauge, "Lowest memory clock during the interval.",
+        label: None, dcgm: None, otel: hw_attr("gpumon.gpu.clock.memory.window", "gpumon.stat", "min") }
+    /// Memory clock, max.
+    ClockMemoryMax { "clock_memory_max", HighResolution, Hertz, Gauge, "Highest memory clock during the interval.",
+        label: None, dcgm: None, otel: hw_attr("gpumon.gpu.clock.memory.window", "gpumon.stat", "max") }
+
+    /// GPM graphics activity.
+    GpmGraphicsActivity { "graphics_activity", Gpm, Ratio, Gauge, "Fraction of time the graphics engine was active (GPM).",
+        label: None, dcgm: dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 1.0), otel: hw("gpumon.gpu.graphics.activity") }
+    /// GPM SM activity.
+    GpmSmActivity { "sm_activity", Gpm, Ratio, Gauge, "Fraction of SMs with a warp resident, time-averaged (GPM).",
+        label: None, dcgm: dcgm("DCGM_FI_PROF_SM_ACTIVE", 1.0), otel: hw("gpumon.gpu.sm.activity") }
+    /// GPM SM occupancy.
+    GpmSmOccupancy { "sm_occupancy", Gpm, Ratio, Gauge, "Warps resident relative to the maximum (GPM).",
+        label: None, dcgm: dcgm("DCGM_FI_PROF_SM_OCCUPANCY", 1.0), otel: hw("gpumon.gpu.sm.occupancy") }
+    /// GPM tensor activity.
+    GpmTensorActivity { "tensor_activity", Gpm, Ratio, Gauge, "Fraction of time any tensor pipe was active (GPM).",
+        label: None, dcgm: dcgm("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 1.0), otel: hw("gpumon.gpu.tensor.activity") }
+    /// GPM DRAM bandwidth.
+    GpmDramBandwidth { "dram_bandwidth_utilization", Gpm, Ratio, Gauge, "DRAM bandwidth used relative to peak (GPM).",
+        label: None, dcgm: dcgm("DCGM_FI_PROF_DRAM_ACTIVE", 1.0), otel: hw("gpumon.gpu.dram.bandwidth.utilization") }
+}
+
+impl MetricId {
+    /// Shorthand for `self.descriptor().family`.
+    pub const fn family(self) -> Family {
+        self.descriptor().family
+    }
+}
+
+/// A value in its canonical unit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Value {
+    /// An integer (bytes, counts, flags, P-state).
+    Int(u64),
+    /// A real number (ratios, watts, hertz, …).
+    Float(f64),
+}
+
+impl Value {
+    /// The value as `f64` (integers above 2⁵³ lose precision).
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Value::Int(v) => v as f64,
+            Value::Float(v) => v,
+        }
+    }
+}
+
+/// The extra label value of a point whose descriptor names a label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LabelValue<'a> {
+    /// A number (xid code, pid).
+    Int(u64),
+    /// A string (throttle reason).
+    Str(&'a str),
+}
+
+impl std::fmt::Display for LabelValue<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LabelValue::Int(v) => write!(f, "{v}"),
+            LabelValue::Str(s) => f.write_str(s),
+        }
+    }
+}
+
+/// One value of one metric of one device, as sinks see it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Point<'a> {
+    /// Which metric.
+    pub id: MetricId,
+    /// Its value.
+    pub value: Value,
+    /// The extra label, when [`Descriptor::label`] names one.
+    pub label: Option<LabelValue<'a>>,
+}
+
+impl DeviceSample {
+    /// Calls `f` once for every value present in this sample, in catalogue order within each
+    /// family. Absent values produce no point. A lost device produces only `DeviceUp = 0`.
+    ///
+    /// This is the uniform view every sink encodes from; it allocates nothing.
+    pub fn visit_points<'a>(&'a self, mut f: impl FnMut(Point<'a>)) {
+        use MetricId as M;
+        let float = |id: MetricId, v: Option<f64>, f: &mut dyn FnMut(Point<'a>)| {
+            if let Some(v) = v {
+                f(Point { id, value: Value::Float(v), label: None });
+            }
+        };
+        let int = |id: MetricId, v: Option<u64>, f: &mut dyn FnMut(Point<'a>)| {
+            if let Some(v) = v {
+                f(Point { id, value: Value::Int(v), label: None });
+            }
+        };
+        let flag = |id: MetricId, v: Option<bool>, f: &mut dyn FnMut(Point<'a>)| {
+            if let Some(v) = v {
+                f(Point { id, value: Value::Int(u64::from(v)), label: None });
+            }
+        };
+        let f = &mut f as &mut dyn FnMut(Point<'a>);
+
+        int(M::DeviceUp, Some(u64::from(self.is_up())), f);
+        if !self.is_up() {
+            return;
+        }
+        let u = &self.utilization;
+        float(M::GpuUtilization, u.gpu, f);
+        float(M::MemoryUtilization, u.memory, f);
+        float(M::EncoderUtilization, u.encoder, f);
+        float(M::DecoderUtilization, u.decoder, f);
+
+        let m = &self.memory;
+        int(M::MemoryUsed, m.used, f);
+        int(M::MemoryFree, m.free, f);
+        int(M::MemoryTotal, m.total, f);
+        int(M::MemoryReserved, m.reserved, f);
+        float(M::MemoryUsedRatio, m.used_ratio(), f);
+
+        float(M::GpuTemperature, self.temperature.gpu, f);
+        float(M::MemoryTemperature, self.temperature.memory, f);
+
+        float(M::PowerUsage, self.power.usage_watts, f);
+        float(M::PowerLimit, self.power.limit_watts, f);
+        float(M::EnergyConsumed, self.power.energy_joules, f);
+
+        let c = &self.clocks;
+        float(M::ClockGraphics, c.graphics, f);
+        float(M::ClockSm, c.sm, f);
+        float(M::ClockMemory, c.memory, f);
+        float(M::ClockVideo, c.video, f);
+
+        float(M::FanSpeed, self.fan_speed, f);
+        int(M::PerformanceState, self.performance_state.map(u64::from), f);
+        if let Some(reasons) = self.clock_event_reasons {
+            f(Point { id: M::ClockEventReasonsMask, value: Value::Int(reasons.0), label: None });
+            for (bit, name) in ClockEventReasons::ALL {
+                let active = u64::from(reasons.contains(bit));
+                f(Point { id: M::ClockEventActive, value: Value::Int(active), label: Some(LabelValue::Str(name)) });
+            }
+        }
+
+        let p = &self.pcie;
+        int(M::PcieLinkGeneration, p.link_generation.map(u64::from), f);
+        int(M::PcieLinkWidth, p.link_width.map(u64::from), f);
+        int(M::PcieReplays, p.replays, f);
+        float(M::PcieTxThroughput, p.tx_bytes_per_second, f);
+        float(M::PcieRxThroughput, p.rx_bytes_per_second, f);
+
+        let e = &self.ecc;
+        int(M::EccCorrected, e.corrected, f);
+        int(M::EccUncorrected, e.uncorrected, f);
+        int(M::RetiredPagesSingleBit, e.retired_pages_single_bit, f);
+        int(M::RetiredPagesDoubleBit, e.retired_pages_double_bit, f);
+        flag(M::RetiredPagesPending, e.retired_pages_pending, f);
+        int(M::RemappedRowsCorrectable, e.remapped_rows_correctable, f);
+        int(M::RemappedRowsUncorrectable, e.remapped_rows_uncorrectable, f);
+        flag(M::RemappedRowsPending, e.remapped_rows_pending, f);
+        flag(M::RemappedRowsFailure, e.remapped_rows_failure, f);
+
+        for x in &self.xid_errors {
+            let label = Some(LabelValue::Int(x.code));
+            f(Point { id: M::XidErrors, value: Value::Int(x.count), label });
+            let secs = x.last_seen.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+            f(Point { id: M::XidLastSeen, value: Value::Float(secs), label });
+        }
+
+        for proc in &self.processes {
+            let label = Some(LabelValue::Int(u64::from(proc.pid)));
+            let mut with_pid = |id, v: Option<Value>| {
+                if let Some(value) = v {
+                    f(Point { id, value, label });
+                }
+            };
+            with_pid(M::ProcessMemoryUsed, proc.memory_used.map(Value::Int));
+            with_pid(M::ProcessSmUtilization, proc.sm_utilization.map(Value::Float));
+            with_pid(M::ProcessMemoryUtilization, proc.memory_utilization.map(Value::Float));
+            with_pid(M::ProcessEncoderUtilization, proc.encoder_utilization.map(Value::Float));
+            with_pid(M::ProcessDecoderUtilization, proc.decoder_utilization.map(Value::Float));
+        }
+
+        let w = &self.windows;
+        let mut window = |ids: [Option<MetricId>; 3], s: Option<WindowStats>| {
+            if let Some(s) = s {
+                for (id, v) in ids.into_iter().zip([s.min, s.max, s.mean]) {
+                    if let Some(id) = id {
+                        f(Point { id, value: Value::Float(v), label: None });
+                    }
+                }
+            }
+        };
+        window([Some(M::GpuUtilizationMin), Some(M::GpuUtilizationMax), Some(M::GpuUtilizationMean)], w.gpu_utilization);
+        window(
+            [Some(M::MemoryUtilizationMin), Some(M::MemoryUtilizationMax), Some(M::MemoryUtilizationMean)],
+            w.memory_utilization,
+        );
+        window([Some(M::PowerUsageMin), Some(M::PowerUsageMax), Some(M::PowerUsageMean)], w.power_watts);
+        window([Some(M::ClockSmMin), Some(M::ClockSmMax), None], w.sm_clock);
+        window([Some(M::ClockMemoryMin), Some(M::ClockMemoryMax), None], w.memory_clock);
+
+        let g = &self.gpm;
+        float(M::GpmGraphicsActivity, g.graphics_activity, f);
+        float(M::GpmSmActivity, g.sm_activity, f);
+        float(M::GpmSmOccupancy, g.sm_occupancy, f);
+        float(M::GpmTensorActivity, g.tensor_activity, f);
+        float(M::GpmDramBandwidth, g.dram_bandwidth, f);
+    }
+
+    /// Every point of this sample, collected (convenience over [`DeviceSample::visit_points`]).
+    pub fn points(&self) -> Vec<Point<'_>> {
+        let mut out = Vec::with_capacity(64);
+        self.visit_points(|p| out.push(p));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{DeviceInfo, XidCount};
+    use std::collections::HashSet;
+    use std::sync::Arc;
+
+    #[test]
+    fn catalogue_is_indexed_by_id() {
+        for (i, id) in MetricId::ALL.iter().enumerate() {
+            assert_eq!(*id as usize, i);
+            assert_eq!(id.descriptor().id, *id);
+        }
+    }
+
+    #[test]
+    fn prometheus_names_are_unique_and_follow_conventions() {
+        let mut seen = HashSet::new();
+        for id in MetricId::ALL {
+            let d = id.descriptor();
+            let name = d.prometheus_name();
+            assert!(seen.insert(name.clone()), "duplicate name {name}");
+            assert!(name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'), "{name}");
+            assert_eq!(d.kind == MetricKind::Counter, name.ends_with("_total"), "{name}");
+            if let Some(suffix) = d.unit.prometheus_suffix() {
+                assert!(name.trim_end_matches("_total").ends_with(suffix), "{name}");
+            }
+            assert!(!d.help.is_empty());
+        }
+        assert_eq!(MetricId::EnergyConsumed.descriptor().prometheus_name(), "gpumon_energy_joules_total");
+        assert_eq!(MetricId::MemoryUsedRatio.descriptor().prometheus_name(), "gpumon_memory_used_ratio");
+    }
+
+    #[test]
+    fn canonical_names_are_unique() {
+        let mut seen = HashSet::new();
+        for id in MetricId::ALL {
+            assert!(seen.insert(id.descriptor().name), "duplicate canonical name {}", id.descriptor().name);
+        }
+    }
+
+    #[test]
+    fn dcgm_names_are_unique() {
+        let mut seen = HashSet::new();
+        for id in MetricId::ALL {
+            if let Some(d) = id.descriptor().dcgm {
+                assert!(seen.insert(d.name), "duplicate dcgm name {}", d.name);
+                assert!(d.name.starts_with("DCGM_"));
+            }
+        }
+    }
+
+    #[test]
+    fn otel_name_and_attribute_pairs_are_unique() {
+        let mut seen = HashSet::new();
+        for id in MetricId::ALL {
+            let d = id.descriptor();
+            let key = (d.otel.name, d.otel.attribute);
+            // Labelled families are told apart by their label, not by the attribute.
+            if d.label.is_none() {
+                assert!(seen.insert(key), "duplicate otel mapping {key:?}");
+            }
+            assert!(d.otel.name.starts_with("hw.") || d.otel.name.starts_with("gpumon."));
+        }
+    }
+
+    #[test]
+    fn metric_set_default_excludes_opt_in() {
+        let d = MetricSet::default();
+        for f in Family::OPT_IN {
+            assert!(!d.contains(f));
+            assert!(MetricSet::everything().contains(f));
+        }
+        assert!(d.contains(Family::Utilization));
+        let s: MetricSet = [Family::Memory, Family::Power].into_iter().collect();
+        assert_eq!(s.iter().collect::<Vec<_>>(), [Family::Memory, Family::Power]);
+        for f in Family::ALL {
+            assert_eq!(Family::from_name(f.name()), Some(f));
+        }
+    }
+
+    #[test]
+    fn lost_device_only_reports_down() {
+        let s = DeviceSample::lost(Arc::new(DeviceInfo::new(0, "GPU-x", "X")));
+        let pts = s.points();
+        assert_eq!(pts.len(), 1);
+        assert_eq!(pts[0].id, MetricId::DeviceUp);
+        assert_eq!(pts[0].value, Value::Int(0));
+    }
+
+    #[test]
+    fn points_skip_absent_values_and_carry_labels() {
+        let mut s = DeviceSample::new(Arc::new(DeviceInfo::new(0, "GPU-x", "X")));
+        s.utilization.gpu = Some(0.5);
+        s.memory.used = Some(10);
+        s.memory.total = Some(40);
+        s.xid_errors.push(XidCount::new(79, 2, std::time::UNIX_EPOCH + std::time::Duration::from_secs(5)));
+        let pts = s.points();
+        let ids: Vec<_> = pts.iter().map(|p| p.id).collect();
+        assert_eq!(
+            ids,
+            [
+                MetricId::DeviceUp,
+                MetricId::GpuUtilization,
+                MetricId::MemoryUsed,
+                MetricId::MemoryTotal,
+                MetricId::MemoryUsedRatio,
+                MetricId::XidErrors,
+                MetricId::XidLastSeen
+            ]
+        );
+        let xid = pts.iter().find(|p| p.id == MetricId::XidErrors).unwrap();
+        assert_eq!(xid.label, Some(LabelValue::Int(79)));
+        assert_eq!(xid.value, Value::Int(2));
+        assert_eq!(pts.last().unwrap().value, Value::Float(5.0));
+    }
+}

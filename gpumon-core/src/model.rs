@@ -1,0 +1,650 @@
+//! The data model: what one sampling tick knows about every visible GPU.
+//!
+//! A [`Snapshot`] is immutable and shared as `Arc<Snapshot>` by every sink. Values are stored in
+//! canonical base units (bytes, watts, joules, degrees Celsius, hertz, ratios in `0.0..=1.0`), so a
+//! sink only ever rescales, never guesses. A value the GPU does not support — or that was not
+//! asked for — is `None`; a value that failed for another reason (no permission, say) is `None`
+//! *and* recorded in [`DeviceSample::errors`]. The rest of the snapshot still ships.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::metric::Family;
+
+/// One sampling tick: every visible device's values at one instant.
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// Tick number, increasing by one per snapshot the runtime takes (0 for ad-hoc samples).
+    pub seq: u64,
+    /// When the sample was taken (wall clock).
+    #[cfg_attr(feature = "serde", serde(with = "crate::model::unix_nanos"))]
+    pub taken_at: SystemTime,
+    /// How long the backend took to read every device.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub duration: Duration,
+    /// Host-wide facts: host name, driver, backend.
+    pub system: Arc<SystemInfo>,
+    /// One entry per visible device (MIG instances are devices of their own).
+    pub devices: Vec<DeviceSample>,
+}
+
+impl Snapshot {
+    /// A snapshot taken now, with `seq` 0 (the runtime numbers the ones it takes).
+    pub fn new(system: Arc<SystemInfo>, devices: Vec<DeviceSample>) -> Self {
+        Self { seq: 0, taken_at: SystemTime::now(), duration: Duration::ZERO, system, devices }
+    }
+
+    /// Builder-style setter for the sequence number.
+    #[must_use]
+    pub fn with_seq(mut self, seq: u64) -> Self {
+        self.seq = seq;
+        self
+    }
+
+    /// Builder-style setter for the time the sample was taken.
+    #[must_use]
+    pub fn with_taken_at(mut self, taken_at: SystemTime) -> Self {
+        self.taken_at = taken_at;
+        self
+    }
+
+    /// Builder-style setter for the sampling duration.
+    #[must_use]
+    pub fn with_duration(mut self, duration: Duration) -> Self {
+        self.duration = duration;
+        self
+    }
+
+    /// Nanoseconds since the Unix epoch of [`Snapshot::taken_at`] (0 before 1970).
+    pub fn timestamp_nanos(&self) -> u64 {
+        self.taken_at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+            .unwrap_or(0)
+    }
+
+    /// The device with this UUID, if present.
+    pub fn device(&self, uuid: &str) -> Option<&DeviceSample> {
+        self.devices.iter().find(|d| d.info.uuid == uuid)
+    }
+}
+
+/// Host-wide facts, read once by the backend.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct SystemInfo {
+    /// The host's name (as the agent reports it; used as the `host` label/tag).
+    pub hostname: String,
+    /// Which backend produced the data: `"nvml"` or `"mock"`.
+    pub backend: String,
+    /// NVIDIA driver version, e.g. `"570.86.15"`.
+    pub driver_version: Option<String>,
+    /// CUDA driver API version as NVML reports it, e.g. `12080` for 12.8.
+    pub cuda_driver_version: Option<i32>,
+    /// NVML library version.
+    pub nvml_version: Option<String>,
+}
+
+impl SystemInfo {
+    /// Host-wide facts for `backend` on `hostname`; versions unknown.
+    pub fn new(hostname: impl Into<String>, backend: impl Into<String>) -> Self {
+        Self { hostname: hostname.into(), backend: backend.into(), ..Self::default() }
+    }
+
+    /// CUDA version as `"major.minor"`, if known.
+    pub fn cuda_version(&self) -> Option<String> {
+        self.cuda_driver_version.map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
+    }
+}
+
+/// A GPU's identity and static facts, read once when the device is discovered.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct DeviceInfo {
+    /// NVML index of the physical GPU (for a MIG instance: its parent's index).
+    pub index: u32,
+    /// `GPU-…` UUID, or `MIG-…` for a MIG instance. Stable across reboots; the primary key.
+    pub uuid: String,
+    /// Product name, e.g. `"NVIDIA H100 80GB HBM3"`.
+    pub name: String,
+    /// PCI bus id, e.g. `"00000000:17:00.0"`.
+    pub pci_bus_id: Option<String>,
+    /// Board serial number.
+    pub serial: Option<String>,
+    /// GPU architecture, e.g. `"Hopper"`.
+    pub architecture: Option<String>,
+    /// Set when this device is a MIG instance.
+    pub mig: Option<MigInfo>,
+    /// Total framebuffer memory, bytes.
+    pub memory_total_bytes: Option<u64>,
+    /// Default power limit, watts.
+    pub power_limit_default_watts: Option<f64>,
+    /// Lowest settable power limit, watts.
+    pub power_limit_min_watts: Option<f64>,
+    /// Highest settable power limit, watts.
+    pub power_limit_max_watts: Option<f64>,
+    /// Maximum clocks, hertz.
+    pub max_clocks: Clocks,
+    /// Temperature at which the GPU slows down, °C.
+    pub temperature_slowdown_celsius: Option<f64>,
+    /// Temperature at which the GPU shuts down, °C.
+    pub temperature_shutdown_celsius: Option<f64>,
+    /// Maximum PCIe link generation.
+    pub pcie_max_link_generation: Option<u32>,
+    /// Maximum PCIe link width (lanes).
+    pub pcie_max_link_width: Option<u32>,
+}
+
+impl DeviceInfo {
+    /// A device with the given index, UUID and name; everything else unknown.
+    pub fn new(index: u32, uuid: impl Into<String>, name: impl Into<String>) -> Self {
+        Self { index, uuid: uuid.into(), name: name.into(), ..Self::default() }
+    }
+
+    /// `"nvidiaN"`, the device node name dcgm-exporter uses as its `device` label.
+    pub fn device_node(&self) -> String {
+        format!("nvidia{}", self.index)
+    }
+}
+
+/// Where a MIG instance sits inside its parent GPU.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct MigInfo {
+    /// UUID of the parent GPU.
+    pub parent_uuid: String,
+    /// Index of this instance among the parent's MIG devices.
+    pub mig_index: u32,
+    /// GPU instance id.
+    pub gpu_instance_id: u32,
+    /// Compute instance id.
+    pub compute_instance_id: u32,
+    /// Profile name, e.g. `"1g.10gb"`.
+    pub profile: Option<String>,
+}
+
+impl MigInfo {
+    /// A MIG placement.
+    pub fn new(parent_uuid: impl Into<String>, mig_index: u32, gpu_instance_id: u32, compute_instance_id: u32) -> Self {
+        Self { parent_uuid: parent_uuid.into(), mig_index, gpu_instance_id, compute_instance_id, profile: None }
+    }
+}
+
+/// Whether a device answered this tick.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum DeviceState {
+    /// The device answered.
+    #[default]
+    Ok,
+    /// The device fell off the bus or needs a reset; it carries no values until it returns.
+    Lost,
+}
+
+/// Everything one device reported in one tick.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct DeviceSample {
+    /// Identity and static facts (shared between ticks).
+    pub info: Arc<DeviceInfo>,
+    /// Whether the device answered.
+    pub state: DeviceState,
+    /// Engine utilisation, ratios.
+    pub utilization: Utilization,
+    /// Framebuffer memory, bytes.
+    pub memory: Memory,
+    /// Temperatures, °C.
+    pub temperature: Temperature,
+    /// Power and energy.
+    pub power: Power,
+    /// Current clocks, hertz.
+    pub clocks: Clocks,
+    /// Fan speed as a ratio of its maximum (first fan).
+    pub fan_speed: Option<f64>,
+    /// Performance state: 0 (P0, fastest) to 15 (P15, slowest).
+    pub performance_state: Option<u32>,
+    /// Why clocks are held below their maximum (NVML "clocks event reasons", formerly throttle reasons).
+    pub clock_event_reasons: Option<ClockEventReasons>,
+    /// PCIe link and throughput.
+    pub pcie: Pcie,
+    /// ECC counters, retired pages and remapped rows.
+    pub ecc: Ecc,
+    /// XID errors seen since the agent started, one entry per XID code.
+    pub xid_errors: Vec<XidCount>,
+    /// Processes using the device (opt-in: [`Family::Processes`]).
+    pub processes: Vec<ProcessSample>,
+    /// Min/max/mean over the interval of values the driver buffers at a higher rate.
+    pub windows: Windows,
+    /// GPM profiling metrics (Hopper and newer).
+    pub gpm: Gpm,
+    /// Per-metric failures this tick; the values concerned are `None`.
+    pub errors: Vec<MetricFailure>,
+}
+
+impl DeviceSample {
+    /// An empty sample for `info`: every value absent.
+    pub fn new(info: Arc<DeviceInfo>) -> Self {
+        Self { info, ..Self::default() }
+    }
+
+    /// A sample for a device that is lost: no values, state [`DeviceState::Lost`].
+    pub fn lost(info: Arc<DeviceInfo>) -> Self {
+        Self { info, state: DeviceState::Lost, ..Self::default() }
+    }
+
+    /// Whether the device answered this tick.
+    pub fn is_up(&self) -> bool {
+        self.state == DeviceState::Ok
+    }
+
+    /// Records a per-metric failure.
+    pub fn record_failure(&mut self, family: Family, reason: FailureReason) {
+        self.errors.push(MetricFailure { family, reason });
+    }
+}
+
+/// Engine utilisation over the driver's last sample period, ratios in `0.0..=1.0`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct Utilization {
+    /// Fraction of time one or more kernels ran.
+    pub gpu: Option<f64>,
+    /// Fraction of time the memory controller was busy (reads or writes).
+    pub memory: Option<f64>,
+    /// Video encoder.
+    pub encoder: Option<f64>,
+    /// Video decoder.
+    pub decoder: Option<f64>,
+}
+
+/// Framebuffer memory, bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct Memory {
+    /// Allocated by processes.
+    pub used: Option<u64>,
+    /// Available.
+    pub free: Option<u64>,
+    /// Installed.
+    pub total: Option<u64>,
+    /// Held by the driver and firmware.
+    pub reserved: Option<u64>,
+}
+
+impl Memory {
+    /// `used / total`, when both are known and total is not zero.
+    pub fn used_ratio(&self) -> Option<f64> {
+        match (self.used, self.total) {
+            (Some(u), Some(t)) if t > 0 => Some(u as f64 / t as f64),
+            _ => None,
+        }
+    }
+}
+
+/// Temperatures, °C.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct Temperature {
+    /// GPU die.
+    pub gpu: Option<f64>,
+    /// HBM / memory (datacenter parts only).
+    pub memory: Option<f64>,
+}
+
+/// Power draw, limit and energy.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct Power {
+    /// Current draw, watts.
+    pub usage_watts: Option<f64>,
+    /// Enforced power limit, watts.
+    pub limit_watts: Option<f64>,
+    /// Energy consumed since the driver was loaded, joules (monotonic counter).
+    pub energy_joules: Option<f64>,
+}
+
+/// Clocks, hertz.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct Clocks {
+    /// Graphics clock.
+    pub graphics: Option<f64>,
+    /// Streaming-multiprocessor clock.
+    pub sm: Option<f64>,
+    /// Memory clock.
+    pub memory: Option<f64>,
+    /// Video engine clock.
+    pub video: Option<f64>,
+}
+
+/// NVML clocks-event (throttle) reasons, a bit set with NVML's own bit values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(transparent))]
+pub struct ClockEventReasons(pub u64);
+
+impl ClockEventReasons {
+    /// Nothing running: clocks are low because the GPU is idle.
+    pub const GPU_IDLE: u64 = 0x1;
+    /// Application clocks setting.
+    pub const APPLICATIONS_CLOCKS_SETTING: u64 = 0x2;
+    /// Software power cap (power limit).
+    pub const SW_POWER_CAP: u64 = 0x4;
+    /// Hardware slowdown (temperature or power brake).
+    pub const HW_SLOWDOWN: u64 = 0x8;
+    /// Sync boost.
+    pub const SYNC_BOOST: u64 = 0x10;
+    /// Software thermal slowdown.
+    pub const SW_THERMAL_SLOWDOWN: u64 = 0x20;
+    /// Hardware thermal slowdown.
+    pub const HW_THERMAL_SLOWDOWN: u64 = 0x40;
+    /// Hardware power-brake slowdown.
+    pub const HW_POWER_BRAKE_SLOWDOWN: u64 = 0x80;
+    /// Display clock setting.
+    pub const DISPLAY_CLOCK_SETTING: u64 = 0x100;
+
+    /// Every reason with its stable snake_case name, in bit order. Sinks use these names as the
+    /// `reason` label value.
+    pub const ALL: [(u64, &'static str); 9] = [
+        (Self::GPU_IDLE, "gpu_idle"),
+        (Self::APPLICATIONS_CLOCKS_SETTING, "applications_clocks_setting"),
+        (Self::SW_POWER_CAP, "sw_power_cap"),
+        (Self::HW_SLOWDOWN, "hw_slowdown"),
+        (Self::SYNC_BOOST, "sync_boost"),
+        (Self::SW_THERMAL_SLOWDOWN, "sw_thermal_slowdown"),
+        (Self::HW_THERMAL_SLOWDOWN, "hw_thermal_slowdown"),
+        (Self::HW_POWER_BRAKE_SLOWDOWN, "hw_power_brake_slowdown"),
+        (Self::DISPLAY_CLOCK_SETTING, "display_clock_setting"),
+    ];
+
+    /// Whether `bit` is set.
+    pub fn contains(self, bit: u64) -> bool {
+        self.0 & bit == bit
+    }
+
+    /// Whether any reason other than idle holds the clocks down — i.e. the GPU is throttled.
+    pub fn is_throttled(self) -> bool {
+        self.0 & !(Self::GPU_IDLE | Self::APPLICATIONS_CLOCKS_SETTING) != 0
+    }
+
+    /// Names of the reasons that are set.
+    pub fn active_names(self) -> impl Iterator<Item = &'static str> {
+        Self::ALL.into_iter().filter(move |(bit, _)| self.contains(*bit)).map(|(_, n)| n)
+    }
+}
+
+/// PCIe link state and throughput.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct Pcie {
+    /// Current link generation.
+    pub link_generation: Option<u32>,
+    /// Current link width (lanes).
+    pub link_width: Option<u32>,
+    /// PCIe replay counter (monotonic).
+    pub replays: Option<u64>,
+    /// Transmit throughput, bytes/s (opt-in: [`Family::PcieThroughput`]).
+    pub tx_bytes_per_second: Option<f64>,
+    /// Receive throughput, bytes/s (opt-in: [`Family::PcieThroughput`]).
+    pub rx_bytes_per_second: Option<f64>,
+}
+
+/// Memory-error counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct Ecc {
+    /// Corrected (single-bit) ECC errors, aggregate over the GPU's life.
+    pub corrected: Option<u64>,
+    /// Uncorrected (double-bit) ECC errors, aggregate.
+    pub uncorrected: Option<u64>,
+    /// Pages retired for single-bit errors.
+    pub retired_pages_single_bit: Option<u64>,
+    /// Pages retired for double-bit errors.
+    pub retired_pages_double_bit: Option<u64>,
+    /// Pages waiting to be retired at the next reboot.
+    pub retired_pages_pending: Option<bool>,
+    /// Rows remapped for correctable errors.
+    pub remapped_rows_correctable: Option<u64>,
+    /// Rows remapped for uncorrectable errors.
+    pub remapped_rows_uncorrectable: Option<u64>,
+    /// A remapping is pending (needs a GPU reset).
+    pub remapped_rows_pending: Option<bool>,
+    /// A remapping failed.
+    pub remapped_rows_failure: Option<bool>,
+}
+
+/// How many XID errors of one code were seen, and when the last one was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct XidCount {
+    /// The XID code (e.g. 48 = double-bit ECC error, 79 = fallen off the bus).
+    pub code: u64,
+    /// Events of this code since the agent started (monotonic).
+    pub count: u64,
+    /// When the last one was seen.
+    #[cfg_attr(feature = "serde", serde(with = "crate::model::unix_nanos"))]
+    pub last_seen: SystemTime,
+}
+
+impl XidCount {
+    /// `count` events of `code`, the last at `last_seen`.
+    pub fn new(code: u64, count: u64, last_seen: SystemTime) -> Self {
+        Self { code, count, last_seen }
+    }
+}
+
+/// One process's use of one device.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct ProcessSample {
+    /// Process id (in the host's PID namespace).
+    pub pid: u32,
+    /// Process name, when known.
+    pub name: Option<String>,
+    /// Device memory used, bytes.
+    pub memory_used: Option<u64>,
+    /// SM utilisation attributed to the process, ratio.
+    pub sm_utilization: Option<f64>,
+    /// Memory-controller utilisation attributed to the process, ratio.
+    pub memory_utilization: Option<f64>,
+    /// Encoder utilisation, ratio.
+    pub encoder_utilization: Option<f64>,
+    /// Decoder utilisation, ratio.
+    pub decoder_utilization: Option<f64>,
+}
+
+impl ProcessSample {
+    /// A process with only its pid known.
+    pub fn new(pid: u32) -> Self {
+        Self { pid, ..Self::default() }
+    }
+}
+
+/// Min, max and mean of a value the driver sampled several times during one interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct WindowStats {
+    /// Smallest value.
+    pub min: f64,
+    /// Largest value.
+    pub max: f64,
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// How many driver samples went into it.
+    pub count: u32,
+}
+
+impl WindowStats {
+    /// Statistics of `values`; `None` when there are none.
+    pub fn from_values(values: impl IntoIterator<Item = f64>) -> Option<Self> {
+        let mut it = values.into_iter();
+        let first = it.next()?;
+        let (mut min, mut max, mut sum, mut count) = (first, first, first, 1u32);
+        for v in it {
+            min = min.min(v);
+            max = max.max(v);
+            sum += v;
+            count += 1;
+        }
+        Some(Self { min, max, mean: sum / f64::from(count), count })
+    }
+}
+
+/// High-resolution windows over the sampling interval (from `nvmlDeviceGetSamples`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct Windows {
+    /// GPU utilisation, ratio.
+    pub gpu_utilization: Option<WindowStats>,
+    /// Memory-controller utilisation, ratio.
+    pub memory_utilization: Option<WindowStats>,
+    /// Power draw, watts.
+    pub power_watts: Option<WindowStats>,
+    /// SM clock, hertz.
+    pub sm_clock: Option<WindowStats>,
+    /// Memory clock, hertz.
+    pub memory_clock: Option<WindowStats>,
+}
+
+/// GPM profiling metrics (Hopper and newer), ratios over the interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct Gpm {
+    /// Graphics engine activity.
+    pub graphics_activity: Option<f64>,
+    /// Fraction of SMs with at least one warp resident, time-averaged.
+    pub sm_activity: Option<f64>,
+    /// Warps resident relative to the maximum.
+    pub sm_occupancy: Option<f64>,
+    /// Any tensor pipe active.
+    pub tensor_activity: Option<f64>,
+    /// DRAM bandwidth used relative to peak.
+    pub dram_bandwidth: Option<f64>,
+}
+
+/// A metric family that could not be read for a reason other than "not supported".
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct MetricFailure {
+    /// The family that failed.
+    pub family: Family,
+    /// Why.
+    pub reason: FailureReason,
+}
+
+impl MetricFailure {
+    /// A failure of `family` for `reason`.
+    pub fn new(family: Family, reason: FailureReason) -> Self {
+        Self { family, reason }
+    }
+}
+
+/// Why a metric family failed on a device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum FailureReason {
+    /// The caller lacks the privilege (NVML `NoPermission`).
+    NoPermission,
+    /// The call timed out.
+    Timeout,
+    /// Anything else, with the backend's message.
+    Other(String),
+}
+
+impl std::fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoPermission => f.write_str("no permission"),
+            Self::Timeout => f.write_str("timed out"),
+            Self::Other(msg) => f.write_str(msg),
+        }
+    }
+}
+
+#[cfg(feature = "serde")]
+pub(crate) mod unix_nanos {
+    //! `SystemTime` as integer nanoseconds since the Unix epoch: stable, compact, and what
+    //! line protocol and OTLP use anyway.
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    pub(crate) fn serialize<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+        let nanos = t.duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        s.serialize_u64(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SystemTime, D::Error> {
+        let nanos = <u64 as serde::Deserialize>::deserialize(d)?;
+        Ok(UNIX_EPOCH + Duration::from_nanos(nanos))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_stats_of_values() {
+        let w = WindowStats::from_values([0.2, 0.9, 0.4]).unwrap();
+        assert_eq!((w.min, w.max, w.count), (0.2, 0.9, 3));
+        assert!((w.mean - 0.5).abs() < 1e-12);
+        assert!(WindowStats::from_values(std::iter::empty()).is_none());
+    }
+
+    #[test]
+    fn clock_event_reasons_names_and_throttled() {
+        let r = ClockEventReasons(ClockEventReasons::GPU_IDLE | ClockEventReasons::HW_THERMAL_SLOWDOWN);
+        assert_eq!(r.active_names().collect::<Vec<_>>(), ["gpu_idle", "hw_thermal_slowdown"]);
+        assert!(r.is_throttled());
+        assert!(!ClockEventReasons(ClockEventReasons::GPU_IDLE).is_throttled());
+    }
+
+    #[test]
+    fn memory_used_ratio_needs_nonzero_total() {
+        let m = Memory { used: Some(25), total: Some(100), ..Memory::default() };
+        assert_eq!(m.used_ratio(), Some(0.25));
+        assert_eq!(Memory { used: Some(1), total: Some(0), ..Memory::default() }.used_ratio(), None);
+    }
+
+    #[test]
+    fn cuda_version_formats_major_minor() {
+        let s = SystemInfo { cuda_driver_version: Some(12080), ..SystemInfo::default() };
+        assert_eq!(s.cuda_version().as_deref(), Some("12.8"));
+    }
+}

@@ -1,0 +1,622 @@
+//! The agent: samples on a schedule and fans every snapshot out to its sinks.
+//!
+//! ```text
+//!            tick (interval, MissedTickBehavior::Skip)
+//!               │
+//!   spawn_blocking(sampler.sample) ── under sample_timeout; one in flight at most
+//!               │ Arc<Snapshot>
+//!     ┌─────────┼──────────┬──────────────┐
+//!  queue(cap) queue(cap) queue(cap)   subscribers
+//!     │          │          │
+//!  worker     worker     worker     ← one task per sink: export under export_timeout,
+//!  (sink A)   (sink B)   (sink C)     panics caught, losses counted
+//! ```
+//!
+//! The sampler never waits for a sink: each sink has its own bounded queue that drops its *oldest*
+//! snapshot when full (for monitoring, the freshest data wins) and counts the loss. A sink that
+//! hangs, fails or panics only ever affects itself.
+
+mod worker;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::MissedTickBehavior;
+
+use crate::filter::DeviceFilter;
+use crate::metric::MetricSet;
+use crate::model::Snapshot;
+use crate::sampler::{SampleError, SampleRequest, Sampler};
+use crate::sink::{BuildError, Sink, SinkError};
+use crate::telemetry::{AgentStats, SinkState, SinkStatus, SinkStatusCell, Telemetry};
+
+use worker::{Worker, WorkerCommand};
+
+/// The shortest sampling interval the agent accepts.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// Default sampling interval.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Per-sink settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SinkOptions {
+    /// Snapshots queued for the sink before the oldest is dropped. Default 16.
+    pub capacity: usize,
+    /// Longest one `export`, `flush` or `shutdown` call may take. Default 10 s.
+    pub export_timeout: Duration,
+    /// Longest the start-up healthcheck may take. Default 5 s.
+    pub healthcheck_timeout: Duration,
+}
+
+impl Default for SinkOptions {
+    fn default() -> Self {
+        Self { capacity: 16, export_timeout: Duration::from_secs(10), healthcheck_timeout: Duration::from_secs(5) }
+    }
+}
+
+impl SinkOptions {
+    /// Sets [`SinkOptions::capacity`].
+    #[must_use]
+    pub fn capacity(mut self, capacity: usize) -> Self {
+        self.capacity = capacity;
+        self
+    }
+
+    /// Sets [`SinkOptions::export_timeout`].
+    #[must_use]
+    pub fn export_timeout(mut self, timeout: Duration) -> Self {
+        self.export_timeout = timeout;
+        self
+    }
+
+    /// Sets [`SinkOptions::healthcheck_timeout`].
+    #[must_use]
+    pub fn healthcheck_timeout(mut self, timeout: Duration) -> Self {
+        self.healthcheck_timeout = timeout;
+        self
+    }
+}
+
+/// Errors from [`AgentHandle`] operations.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// The agent is no longer running.
+    #[error("the agent has shut down")]
+    ShutDown,
+    /// Taking the sample failed.
+    #[error(transparent)]
+    Sample(#[from] SampleError),
+    /// One or more sinks failed; the others completed.
+    #[error("{} sink(s) failed: {}", .0.len(), describe(.0))]
+    Sinks(Vec<SinkFailure>),
+    /// The deadline passed before every sink finished.
+    #[error("deadline of {after:?} passed; unfinished sinks: {}", .unfinished.join(", "))]
+    Timeout {
+        /// The deadline.
+        after: Duration,
+        /// Sinks that had not finished.
+        unfinished: Vec<String>,
+        /// Sinks that finished with an error.
+        failed: Vec<SinkFailure>,
+    },
+}
+
+/// One sink's failure within an [`AgentError`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct SinkFailure {
+    /// The sink's name.
+    pub sink: String,
+    /// What went wrong.
+    pub error: SinkError,
+}
+
+fn describe(failures: &[SinkFailure]) -> String {
+    failures.iter().map(|f| format!("{}: {}", f.sink, f.error)).collect::<Vec<_>>().join("; ")
+}
+
+/// Builds an [`Agent`]. Start with [`Agent::builder`].
+#[must_use]
+pub struct AgentBuilder {
+    sampler: Arc<dyn Sampler>,
+    interval: Duration,
+    sample_timeout: Option<Duration>,
+    metrics: MetricSet,
+    devices: DeviceFilter,
+    sinks: Vec<(Box<dyn Sink>, SinkOptions)>,
+    subscriber_capacity: usize,
+    default_shutdown_deadline: Duration,
+}
+
+impl std::fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentBuilder")
+            .field("sampler", &self.sampler.name())
+            .field("interval", &self.interval)
+            .field("sample_timeout", &self.sample_timeout)
+            .field("metrics", &self.metrics)
+            .field("devices", &self.devices)
+            .field("sinks", &self.sinks.iter().map(|(s, _)| s.name().to_owned()).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl AgentBuilder {
+    /// How often to sample. Default 1 s; at least [`MIN_INTERVAL`] (checked by `build`).
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// Longest one sample may take before the tick is abandoned. Default: the interval, capped
+    /// at 5 s.
+    pub fn sample_timeout(mut self, timeout: Duration) -> Self {
+        self.sample_timeout = Some(timeout);
+        self
+    }
+
+    /// Which metric families to sample. Default [`MetricSet::default`].
+    pub fn metrics(mut self, metrics: MetricSet) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Which devices are visible. Default: all.
+    pub fn devices(mut self, devices: DeviceFilter) -> Self {
+        self.devices = devices;
+        self
+    }
+
+    /// Adds a sink with default [`SinkOptions`].
+    pub fn sink(self, sink: impl Sink) -> Self {
+        self.sink_with(sink, SinkOptions::default())
+    }
+
+    /// Adds a sink with explicit options.
+    pub fn sink_with(mut self, sink: impl Sink, options: SinkOptions) -> Self {
+        self.sinks.push((Box::new(sink), options));
+        self
+    }
+
+    /// Adds an already boxed sink (for sinks chosen at run time).
+    pub fn boxed_sink(mut self, sink: Box<dyn Sink>, options: SinkOptions) -> Self {
+        self.sinks.push((sink, options));
+        self
+    }
+
+    /// Capacity of the [`AgentHandle::subscribe`] channel. Default 16.
+    pub fn subscriber_capacity(mut self, capacity: usize) -> Self {
+        self.subscriber_capacity = capacity;
+        self
+    }
+
+    /// Validates the settings and returns the agent (a future to run) and its handle.
+    ///
+    /// Call [`Agent::run`] on a tokio runtime (or use [`AgentBuilder::spawn`]).
+    ///
+    /// # Errors
+    /// [`BuildError::InvalidConfig`] for an interval below [`MIN_INTERVAL`], a zero timeout or
+    /// queue capacity, or two sinks with the same name.
+    pub fn build(self) -> Result<(Agent, AgentHandle), BuildError> {
+        if self.interval < MIN_INTERVAL {
+            return Err(BuildError::invalid(
+                "interval",
+                format!("{:?} is below the minimum of {MIN_INTERVAL:?}", self.interval),
+            ));
+        }
+        let sample_timeout = self.sample_timeout.unwrap_or_else(|| self.interval.min(Duration::from_secs(5)));
+        if sample_timeout.is_zero() {
+            return Err(BuildError::invalid("sample_timeout", "must be greater than zero"));
+        }
+        if self.subscriber_capacity == 0 {
+            return Err(BuildError::invalid("subscriber_capacity", "must be at least 1"));
+        }
+        let mut names = std::collections::HashSet::new();
+        for (sink, options) in &self.sinks {
+            if !names.insert(sink.name().to_owned()) {
+                return Err(BuildError::invalid("sinks", format!("two sinks are named `{}`", sink.name())));
+            }
+            if options.capacity == 0 {
+                return Err(BuildError::invalid(format!("{}.capacity", sink.name()), "must be at least 1"));
+            }
+            if options.export_timeout.is_zero() {
+                return Err(BuildError::invalid(format!("{}.export_timeout", sink.name()), "must be greater than zero"));
+            }
+        }
+
+        let telemetry = Telemetry::default();
+        let mut sinks = Vec::with_capacity(self.sinks.len());
+        for (mut sink, options) in self.sinks {
+            sink.attach_telemetry(telemetry.clone());
+            let name = sink.name().to_owned();
+            let status = telemetry.register_sink(name.clone());
+            let (data_tx, data_rx) = broadcast::channel(options.capacity);
+            let (cmd_tx, cmd_rx) = mpsc::channel(4);
+            let worker = Worker { sink, data: data_rx, commands: cmd_rx, status: status.clone(), options };
+            sinks.push(SinkSlot { name, data: data_tx, commands: cmd_tx, status, worker: std::sync::Mutex::new(Some(worker)), task: None });
+        }
+
+        let (control_tx, control_rx) = mpsc::channel(16);
+        let (subscribers, _) = broadcast::channel(self.subscriber_capacity);
+        let agent = Agent {
+            sampler: self.sampler,
+            request: SampleRequest::new(self.metrics, self.devices),
+            interval: self.interval,
+            sample_timeout,
+            sinks,
+            control: control_rx,
+            subscribers: subscribers.clone(),
+            telemetry: telemetry.clone(),
+            stuck: None,
+            seq: 0,
+            failing: false,
+            default_shutdown_deadline: self.default_shutdown_deadline,
+        };
+        let handle = AgentHandle { control: control_tx, subscribers, telemetry };
+        Ok((agent, handle))
+    }
+
+    /// Builds the agent and spawns it on the current tokio runtime.
+    ///
+    /// # Errors
+    /// As [`AgentBuilder::build`], plus [`BuildError::InvalidConfig`] when called outside a
+    /// tokio runtime.
+    pub fn spawn(self) -> Result<AgentHandle, BuildError> {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| BuildError::invalid("runtime", "AgentBuilder::spawn must be called inside a tokio runtime"))?;
+        let (agent, handle) = self.build()?;
+        runtime.spawn(agent.run());
+        Ok(handle)
+    }
+}
+
+struct SinkSlot {
+    name: String,
+    data: broadcast::Sender<Arc<Snapshot>>,
+    commands: mpsc::Sender<WorkerCommand>,
+    status: SinkStatusCell,
+    /// Taken when the agent starts. In a `Mutex` only so that `SinkSlot` is `Sync` (a
+    /// `Box<dyn Sink>` is `Send` but not `Sync`) and the agent's future stays `Send`.
+    worker: std::sync::Mutex<Option<Worker>>,
+    task: Option<JoinHandle<()>>,
+}
+
+enum Control {
+    SnapshotNow(oneshot::Sender<Result<Arc<Snapshot>, SampleError>>),
+    Flush(Duration, oneshot::Sender<Result<(), AgentError>>),
+    Shutdown(Duration, oneshot::Sender<Result<(), AgentError>>),
+}
+
+/// The sampling loop. Build one with [`Agent::builder`], then `tokio::spawn(agent.run())`.
+#[must_use = "an agent does nothing until `run` is awaited or spawned"]
+pub struct Agent {
+    sampler: Arc<dyn Sampler>,
+    request: SampleRequest,
+    interval: Duration,
+    sample_timeout: Duration,
+    sinks: Vec<SinkSlot>,
+    control: mpsc::Receiver<Control>,
+    subscribers: broadcast::Sender<Arc<Snapshot>>,
+    telemetry: Telemetry,
+    /// A sample that overran its timeout and is still running on the blocking pool.
+    stuck: Option<JoinHandle<std::thread::Result<Result<Snapshot, SampleError>>>>,
+    seq: u64,
+    /// Whether the last sample failed (to log a run of failures once, not every tick).
+    failing: bool,
+    default_shutdown_deadline: Duration,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("sampler", &self.sampler.name())
+            .field("interval", &self.interval)
+            .field("sinks", &self.sinks.iter().map(|s| s.name.as_str()).collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    /// Starts building an agent around `sampler`.
+    ///
+    /// ```no_run
+    /// # async fn demo(sampler: impl gpumon_core::Sampler, sink: impl gpumon_core::Sink) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use gpumon_core::Agent;
+    ///
+    /// let handle = Agent::builder(sampler)
+    ///     .interval(Duration::from_secs(5))
+    ///     .sink(sink)
+    ///     .spawn()?;
+    /// // ... later
+    /// handle.shutdown(Duration::from_secs(3)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(sampler: impl Sampler) -> AgentBuilder {
+        Self::builder_arc(Arc::new(sampler))
+    }
+
+    /// [`Agent::builder`] for a sampler that is already shared.
+    pub fn builder_arc(sampler: Arc<dyn Sampler>) -> AgentBuilder {
+        AgentBuilder {
+            sampler,
+            interval: DEFAULT_INTERVAL,
+            sample_timeout: None,
+            metrics: MetricSet::default(),
+            devices: DeviceFilter::all(),
+            sinks: Vec::new(),
+            subscriber_capacity: 16,
+            default_shutdown_deadline: Duration::from_secs(5),
+        }
+    }
+
+    /// Runs until [`AgentHandle::shutdown`] is called or every handle is dropped.
+    pub async fn run(mut self) {
+        for slot in &mut self.sinks {
+            let worker = slot.worker.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+            if let Some(worker) = worker {
+                slot.task = Some(tokio::spawn(worker.run()));
+            }
+        }
+        let mut ticker = tokio::time::interval(self.interval);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        loop {
+            tokio::select! {
+                biased;
+                control = self.control.recv() => match control {
+                    Some(Control::SnapshotNow(reply)) => {
+                        let result = self.sample().await.map(Arc::new);
+                        let _ = reply.send(result);
+                    }
+                    Some(Control::Flush(deadline, reply)) => {
+                        let result = self.flush(deadline).await;
+                        let _ = reply.send(result);
+                    }
+                    Some(Control::Shutdown(deadline, reply)) => {
+                        let result = self.shutdown(deadline).await;
+                        let _ = reply.send(result);
+                        return;
+                    }
+                    None => {
+                        let deadline = self.default_shutdown_deadline;
+                        if let Err(e) = self.shutdown(deadline).await {
+                            tracing::warn!(error = %e, "agent dropped; shutdown incomplete");
+                        }
+                        return;
+                    }
+                },
+                _ = ticker.tick() => {
+                    if let Ok(snapshot) = self.sample().await {
+                        self.publish(Arc::new(snapshot));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes one sample on the blocking pool, under the timeout, never two at once.
+    async fn sample(&mut self) -> Result<Snapshot, SampleError> {
+        if let Some(stuck) = &self.stuck {
+            if !stuck.is_finished() {
+                self.telemetry.tick_skipped();
+                tracing::debug!("previous sample still running in the backend; tick skipped");
+                return Err(SampleError::Busy);
+            }
+            // It finished late; its result is stale and is discarded.
+            self.stuck = None;
+        }
+        let sampler = self.sampler.clone();
+        let request = self.request.clone();
+        let started = Instant::now();
+        let taken_at = SystemTime::now();
+        let mut task = tokio::task::spawn_blocking(move || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sampler.sample(&request)))
+        });
+        let result = match tokio::time::timeout(self.sample_timeout, &mut task).await {
+            Err(_) => {
+                self.stuck = Some(task);
+                Err(SampleError::Timeout(self.sample_timeout))
+            }
+            Ok(Err(join)) => Err(SampleError::Panicked(join.to_string())),
+            Ok(Ok(Err(payload))) => Err(SampleError::Panicked(
+                payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_default(),
+            )),
+            Ok(Ok(Ok(result))) => result,
+        };
+        let duration = started.elapsed();
+        match result {
+            Ok(mut snapshot) => {
+                // Defence in depth: a backend that ignored the filter still leaks nothing.
+                snapshot.devices.retain(|d| self.request.devices.allows(&d.info));
+                self.seq += 1;
+                snapshot.seq = self.seq;
+                snapshot.taken_at = taken_at;
+                snapshot.duration = duration;
+                self.telemetry.sample_ok(duration, taken_at);
+                if std::mem::take(&mut self.failing) {
+                    tracing::info!("sampling recovered");
+                }
+                Ok(snapshot)
+            }
+            Err(e) => {
+                if std::mem::replace(&mut self.failing, true) {
+                    tracing::debug!(error = %e, "sample failed again");
+                } else {
+                    tracing::warn!(error = %e, "sample failed");
+                }
+                self.telemetry.sample_failed(duration, &e);
+                Err(e)
+            }
+        }
+    }
+
+    fn publish(&self, snapshot: Arc<Snapshot>) {
+        for slot in &self.sinks {
+            // `send` on a broadcast channel never waits: a full queue drops its oldest entry,
+            // which the worker sees as `Lagged` and counts. It fails only when the worker has
+            // exited, which it does only during shutdown.
+            let _ = slot.data.send(snapshot.clone());
+        }
+        let _ = self.subscribers.send(snapshot);
+    }
+
+    async fn flush(&mut self, deadline: Duration) -> Result<(), AgentError> {
+        let sampled = self.sample().await.map(Arc::new);
+        if let Ok(s) = &sampled {
+            let _ = self.subscribers.send(s.clone());
+        }
+        let snapshot = sampled.as_ref().ok().cloned();
+        let outcome = self.ask_all(deadline, |reply| WorkerCommand::Flush { snapshot: snapshot.clone(), reply }).await;
+        match (sampled, outcome) {
+            (_, Err(e)) => Err(e),
+            (Err(e), Ok(())) => Err(AgentError::Sample(e)),
+            (Ok(_), Ok(())) => Ok(()),
+        }
+    }
+
+    async fn shutdown(&mut self, deadline: Duration) -> Result<(), AgentError> {
+        let until = tokio::time::Instant::now() + deadline;
+        let result = self.ask_all(deadline, |reply| WorkerCommand::Shutdown { reply }).await;
+        // A worker exits right after replying; whatever is still running at the deadline is
+        // abandoned, not waited for.
+        for slot in &mut self.sinks {
+            if let Some(mut task) = slot.task.take() {
+                if tokio::time::timeout_at(until, &mut task).await.is_err() {
+                    task.abort();
+                    slot.status.update(|s| s.state = SinkState::Aborted);
+                }
+            }
+        }
+        result
+    }
+
+    /// Sends one command to every worker and collects the replies under one deadline.
+    async fn ask_all(
+        &mut self,
+        deadline: Duration,
+        make: impl Fn(oneshot::Sender<Result<(), SinkError>>) -> WorkerCommand,
+    ) -> Result<(), AgentError> {
+        let mut pending = Vec::with_capacity(self.sinks.len());
+        let mut failed = Vec::new();
+        let until = tokio::time::Instant::now() + deadline;
+        for slot in &self.sinks {
+            let (tx, rx) = oneshot::channel();
+            // A worker stuck in a long call may have a full command queue; waiting for room
+            // counts against the same deadline.
+            match tokio::time::timeout_at(until, slot.commands.send(make(tx))).await {
+                Ok(Ok(())) => pending.push((slot.name.clone(), rx)),
+                Ok(Err(_)) => failed.push(SinkFailure { sink: slot.name.clone(), error: SinkError::AlreadyShutdown }),
+                Err(_) => pending.push((slot.name.clone(), rx)),
+            }
+        }
+        let mut unfinished = Vec::new();
+        for (name, rx) in pending {
+            match tokio::time::timeout_at(until, rx).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(error))) => failed.push(SinkFailure { sink: name, error }),
+                Ok(Err(_)) => failed.push(SinkFailure { sink: name, error: SinkError::AlreadyShutdown }),
+                Err(_) => unfinished.push(name),
+            }
+        }
+        if !unfinished.is_empty() {
+            return Err(AgentError::Timeout { after: deadline, unfinished, failed });
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(AgentError::Sinks(failed))
+        }
+    }
+}
+
+/// Controls a running [`Agent`]. Cheap to clone; when the last clone is dropped the agent shuts
+/// down with a 5 s deadline — call [`AgentHandle::shutdown`] explicitly to choose the deadline and
+/// see the outcome.
+#[derive(Clone, Debug)]
+pub struct AgentHandle {
+    control: mpsc::Sender<Control>,
+    subscribers: broadcast::Sender<Arc<Snapshot>>,
+    telemetry: Telemetry,
+}
+
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Control::SnapshotNow(_) => "SnapshotNow",
+            Control::Flush(..) => "Flush",
+            Control::Shutdown(..) => "Shutdown",
+        })
+    }
+}
+
+impl AgentHandle {
+    /// Takes a sample now and returns it, without sending it to the sinks.
+    ///
+    /// # Errors
+    /// [`AgentError::Sample`] if sampling failed (or a sample is stuck in the backend);
+    /// [`AgentError::ShutDown`] if the agent is gone.
+    pub async fn snapshot_now(&self) -> Result<Arc<Snapshot>, AgentError> {
+        let (tx, rx) = oneshot::channel();
+        self.control.send(Control::SnapshotNow(tx)).await.map_err(|_| AgentError::ShutDown)?;
+        Ok(rx.await.map_err(|_| AgentError::ShutDown)??)
+    }
+
+    /// A stream of every snapshot the agent takes. A slow receiver sees `Lagged` and skips ahead.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Snapshot>> {
+        self.subscribers.subscribe()
+    }
+
+    /// Every sink's status.
+    pub fn sink_status(&self) -> Vec<SinkStatus> {
+        self.telemetry.stats().sinks
+    }
+
+    /// The agent's own counters, with every sink's status.
+    pub fn stats(&self) -> AgentStats {
+        self.telemetry.stats()
+    }
+
+    /// The shared telemetry view (what sinks receive through `attach_telemetry`).
+    pub fn telemetry(&self) -> Telemetry {
+        self.telemetry.clone()
+    }
+
+    /// Takes a sample now, sends it to every sink, and waits — up to `deadline` — for each sink
+    /// to export everything queued and flush. Sinks that finish are not held up by the rest.
+    ///
+    /// # Errors
+    /// [`AgentError::Sample`] if the sample failed (sinks are still flushed);
+    /// [`AgentError::Sinks`] listing sinks that failed; [`AgentError::Timeout`] listing sinks
+    /// that did not finish in time (they are abandoned); [`AgentError::ShutDown`].
+    pub async fn flush(&self, deadline: Duration) -> Result<(), AgentError> {
+        let (tx, rx) = oneshot::channel();
+        self.control.send(Control::Flush(deadline, tx)).await.map_err(|_| AgentError::ShutDown)?;
+        rx.await.map_err(|_| AgentError::ShutDown)?
+    }
+
+    /// Stops sampling, lets every sink export what is queued, flush and shut down, all within
+    /// one `deadline`. Sinks still busy at the deadline are abandoned and named in the error.
+    ///
+    /// # Errors
+    /// [`AgentError::Timeout`], [`AgentError::Sinks`], or [`AgentError::ShutDown`] when the agent
+    /// was already shut down.
+    pub async fn shutdown(&self, deadline: Duration) -> Result<(), AgentError> {
+        let (tx, rx) = oneshot::channel();
+        self.control.send(Control::Shutdown(deadline, tx)).await.map_err(|_| AgentError::ShutDown)?;
+        rx.await.map_err(|_| AgentError::ShutDown)?
+    }
+
+    /// Whether the agent is still running.
+    pub fn is_running(&self) -> bool {
+        !self.control.is_closed()
+    }
+}
+

@@ -1,0 +1,160 @@
+//! The output seam: anything that takes snapshots implements [`Sink`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::model::Snapshot;
+use crate::sampler::BoxError;
+
+/// One destination for snapshots: a scrape endpoint, a time-series database, a terminal.
+///
+/// The runtime gives every sink its own task and bounded queue, so a sink may take its time —
+/// retrying, batching, waiting on a slow server — without delaying sampling or other sinks. Each
+/// call runs under a timeout; a sink that overruns it loses that call, not the agent.
+///
+/// Object-safe (through `async-trait`), so an agent holds `Vec<Box<dyn Sink>>`.
+///
+/// # Contract
+/// - `export` is called with snapshots in order; a sink that falls behind its queue loses the
+///   *oldest* ones, and the runtime counts them.
+/// - Retry, if any, happens inside `export`, bounded by the export timeout.
+/// - `flush` returns once everything accepted so far has been written (or failed).
+/// - `shutdown` flushes what it can and releases resources. It is idempotent; after it, `export`
+///   returns [`SinkError::AlreadyShutdown`].
+#[async_trait::async_trait]
+pub trait Sink: Send + 'static {
+    /// A short, unique name for status and logs, e.g. `"prometheus"`.
+    fn name(&self) -> &str;
+
+    /// Called once when the sink is added to an agent, with a view of the agent's own health
+    /// (sampling counters, every sink's status), for sinks that export self-metrics.
+    fn attach_telemetry(&mut self, telemetry: crate::Telemetry) {
+        let _ = telemetry;
+    }
+
+    /// Takes one snapshot.
+    ///
+    /// # Errors
+    /// A [`SinkError`]; the runtime records it in the sink's status and carries on.
+    async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError>;
+
+    /// Checks the destination can be reached. Run once at start-up; failure is reported, not fatal.
+    ///
+    /// # Errors
+    /// Why the destination cannot be reached.
+    async fn healthcheck(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+
+    /// Writes out anything buffered.
+    ///
+    /// # Errors
+    /// Why buffered data could not be written.
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+
+    /// Flushes and releases resources. Idempotent.
+    ///
+    /// # Errors
+    /// Why the final flush failed.
+    async fn shutdown(&mut self) -> Result<(), SinkError>;
+}
+
+#[async_trait::async_trait]
+impl<S: Sink + ?Sized> Sink for Box<S> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn attach_telemetry(&mut self, telemetry: crate::Telemetry) {
+        (**self).attach_telemetry(telemetry);
+    }
+    async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
+        (**self).export(snapshot).await
+    }
+    async fn healthcheck(&mut self) -> Result<(), SinkError> {
+        (**self).healthcheck().await
+    }
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        (**self).flush().await
+    }
+    async fn shutdown(&mut self) -> Result<(), SinkError> {
+        (**self).shutdown().await
+    }
+}
+
+/// Why a sink call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SinkError {
+    /// The sink was shut down.
+    #[error("sink already shut down")]
+    AlreadyShutdown,
+    /// The call did not finish in time.
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// A failure that may go away (network error, 5xx, 429).
+    #[error("transient failure: {0}")]
+    Transient(#[source] BoxError),
+    /// A failure that will not go away by retrying (bad credentials, rejected data).
+    #[error("permanent failure: {0}")]
+    Permanent(#[source] BoxError),
+    /// The sink panicked; the message is the panic payload.
+    #[error("sink panicked: {0}")]
+    Panicked(String),
+}
+
+impl SinkError {
+    /// Whether retrying the same call might succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, SinkError::Timeout(_) | SinkError::Transient(_))
+    }
+
+    /// A transient failure with a message.
+    pub fn transient(msg: impl Into<String>) -> Self {
+        SinkError::Transient(msg.into().into())
+    }
+
+    /// A permanent failure with a message.
+    pub fn permanent(msg: impl Into<String>) -> Self {
+        SinkError::Permanent(msg.into().into())
+    }
+}
+
+/// Errors from building a sink or an agent from configuration.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// A setting has a value that cannot work.
+    #[error("invalid setting `{name}`: {reason}")]
+    InvalidConfig {
+        /// The setting (config key or builder method).
+        name: String,
+        /// Why the value is wrong.
+        reason: String,
+    },
+    /// A URL or address could not be used.
+    #[error("invalid endpoint `{endpoint}`: {reason}")]
+    InvalidEndpoint {
+        /// The value given.
+        endpoint: String,
+        /// Why it is wrong.
+        reason: String,
+    },
+    /// A listener could not bind, a client could not be built, and the like.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being set up.
+        what: String,
+        /// The underlying error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl BuildError {
+    /// An [`BuildError::InvalidConfig`].
+    pub fn invalid(name: impl Into<String>, reason: impl Into<String>) -> Self {
+        BuildError::InvalidConfig { name: name.into(), reason: reason.into() }
+    }
+}

@@ -1,0 +1,1 @@
+//! gpumon-mock

@@ -1,0 +1,1 @@
+//! InfluxDB sink (placeholder).

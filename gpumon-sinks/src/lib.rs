@@ -1,0 +1,38 @@
+//! # gpumon-sinks
+//!
+//! Where gpumon's snapshots go. Every sink implements [`gpumon_core::Sink`] and is behind its own
+//! cargo feature, so an embedder compiles only what it uses:
+//!
+//! | feature | sink | pulls in |
+//! |---|---|---|
+//! | `stdout` (default) | [`stdout::StdoutSink`]: human lines or JSON lines | serde_json |
+//! | `prometheus` | exposition rendering + render handle | prometheus-client |
+//! | `prometheus-http` | `/metrics` scrape endpoint | hyper |
+//! | `prometheus-tls` | TLS for the endpoint | rustls |
+//! | `pushgateway` | Pushgateway pusher | reqwest |
+//! | `influxdb` | line-protocol encoder | — |
+//! | `influxdb-http` | InfluxDB v1/v2 writer | reqwest, flate2 |
+//! | `otlp` | OTLP/HTTP via the OpenTelemetry SDK | opentelemetry, prost |
+//! | `otlp-grpc` | OTLP/gRPC | tonic |
+#![deny(missing_docs)]
+#![warn(missing_debug_implementations, rust_2018_idioms)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(feature = "_http-client")]
+pub(crate) mod retry;
+
+#[cfg(feature = "stdout")]
+#[cfg_attr(docsrs, doc(cfg(feature = "stdout")))]
+pub mod stdout;
+
+#[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
+pub mod prometheus;
+
+#[cfg(feature = "influxdb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "influxdb")))]
+pub mod influxdb;
+
+#[cfg(feature = "otlp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
+pub mod otlp;

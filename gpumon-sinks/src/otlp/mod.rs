@@ -1,0 +1,1 @@
+//! OTLP sink (placeholder).

@@ -1,0 +1,1 @@
+//! Prometheus sink (placeholder).

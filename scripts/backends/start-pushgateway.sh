@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Start the Prometheus Pushgateway (Debian package "prometheus-pushgateway",
+# 1.5.1) on 127.0.0.1 with its persistence file in a temporary directory.
+#
+#   PUSHGW_PORT        listen port                     (default 19191)
+#   PUSHGW_EXTRA_ARGS  extra command-line flags, word-split
+#   BACKEND_INSTANCE, KEEP_DATA: see lib.sh (KEEP_DATA=1 stop + KEEP_DATA=1
+#                      start keeps the pushed groups: the gateway writes its
+#                      persistence file on SIGTERM and reloads it on start)
+#
+# Ready when GET /-/ready answers 200.
+# Push:  curl -X PUT --data-binary @file http://127.0.0.1:19191/metrics/job/<job>/instance/<inst>
+# Read:  /metrics (exposition text), /api/v1/metrics (JSON); admin API on
+#        (PUT /api/v1/admin/wipe removes every group).
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$HERE/lib.sh"
+NAME="$(instance_name pushgateway)"
+PORT="${PUSHGW_PORT:-19191}"
+need_cmd prometheus-pushgateway prometheus-pushgateway
+check_not_running "$NAME"
+wait_port_free "$NAME" "$PORT"
+make_datadir_into "$NAME" DATA
+
+args=(--web.listen-address="$BACKENDS_BIND:$PORT"
+      --persistence.file="$DATA/pushgateway.data"
+      --persistence.interval=1s
+      --web.enable-admin-api
+      --log.level=info)
+# shellcheck disable=SC2206
+[ -n "${PUSHGW_EXTRA_ARGS:-}" ] && args+=($PUSHGW_EXTRA_ARGS)
+
+t0=$(now_ms)
+spawn "$NAME" /usr/bin/prometheus-pushgateway /usr/bin/prometheus-pushgateway "${args[@]}"
+wait_http "$NAME" "http://127.0.0.1:$PORT/-/ready" || { "$HERE/stop-pushgateway.sh"; exit 1; }
+log "$NAME ready on http://127.0.0.1:$PORT (pid $SPAWNED_PID, $(( $(now_ms) - t0 )) ms, data $DATA)"

@@ -1,0 +1,1 @@
+pub use gpumon_core as core;
