@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Start InfluxDB 1.x (Debian package "influxdb", 1.6.7~rc0) on 127.0.0.1 with
+# all data (meta, data, wal) in a temporary directory.
+#
+#   INFLUX_AUTH       1 = enable HTTP auth and create an admin user; the
+#                     instance is then named "influxdb-auth" and its ports
+#                     default to 18087 / 18089, so it runs beside the plain
+#                     one (start-influxdb-auth.sh sets this)   (default 0)
+#   INFLUX_PORT       HTTP API port                   (default 18086, auth 18087)
+#   INFLUX_RPC_PORT   backup/restore RPC port (always bound)
+#                                                     (default 18088, auth 18089)
+#   INFLUX_DB         database to create once ready ("" = none)  (default gpumon)
+#   INFLUX_USER / INFLUX_PASSWORD   the admin user (auth only)
+#                                             (default gpumon / gpumon-test-pw)
+#   BACKEND_INSTANCE, KEEP_DATA: see lib.sh (KEEP_DATA=1 stop + KEEP_DATA=1
+#                     start keeps the databases, points and users)
+#
+# Ready when GET /ping answers 204 (no credentials needed even with auth on).
+# Write: POST /write?db=gpumon&precision=ns  (line protocol; 404 for a missing db)
+# Query: GET  /query?db=gpumon&q=SELECT ...   (JSON)
+# Auth: HTTP Basic (curl -u user:pw) or ?u=user&p=pw; 401 without.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$HERE/lib.sh"
+AUTH="${INFLUX_AUTH:-0}"
+if [ "$AUTH" = 1 ]; then
+    NAME="$(instance_name influxdb-auth)"; def_port=18087; def_rpc=18089
+else
+    NAME="$(instance_name influxdb)";      def_port=18086; def_rpc=18088
+fi
+PORT="${INFLUX_PORT:-$def_port}"
+RPC_PORT="${INFLUX_RPC_PORT:-$def_rpc}"
+DB="${INFLUX_DB-gpumon}"
+USER_="${INFLUX_USER:-gpumon}"
+PASS_="${INFLUX_PASSWORD:-gpumon-test-pw}"
+need_cmd influxd influxdb
+check_not_running "$NAME"
+wait_port_free "$NAME" "$PORT"
+wait_port_free "$NAME" "$RPC_PORT"
+make_datadir_into "$NAME" DATA
+[ "$AUTH" = 1 ] && auth_enabled=true || auth_enabled=false
+
+cat > "$DATA/influxdb.conf" <<C
+reporting-disabled = true
+bind-address = "$BACKENDS_BIND:$RPC_PORT"
+[meta]
+  dir = "$DATA/meta"
+[data]
+  dir = "$DATA/data"
+  wal-dir = "$DATA/wal"
+  query-log-enabled = false
+[monitor]
+  store-enabled = false
+[subscriber]
+  enabled = false
+[continuous_queries]
+  enabled = false
+[http]
+  enabled = true
+  bind-address = "$BACKENDS_BIND:$PORT"
+  auth-enabled = $auth_enabled
+  log-enabled = true
+  pprof-enabled = false
+  unix-socket-enabled = false
+[ifql]
+  enabled = false
+[logging]
+  suppress-logo = true
+C
+
+t0=$(now_ms)
+spawn "$NAME" /usr/bin/influxd /usr/bin/influxd run -config "$DATA/influxdb.conf"
+wait_http "$NAME" "http://127.0.0.1:$PORT/ping" || { "$HERE/stop-influxdb.sh"; exit 1; }
+ready_ms=$(( $(now_ms) - t0 ))
+
+q() { curl -fsS --noproxy '*' -XPOST "http://127.0.0.1:$PORT/query" "$@" >/dev/null; }
+if [ "$AUTH" = 1 ]; then
+    # With auth on and no users yet, InfluxDB allows exactly this statement
+    # unauthenticated. A reused (KEEP_DATA=1) data dir already has the user.
+    if ! { [ "$DATADIR_REUSED" = 1 ] && q -u "$USER_:$PASS_" --data-urlencode "q=SHOW DATABASES" 2>/dev/null; }; then
+        q --data-urlencode "q=CREATE USER \"$USER_\" WITH PASSWORD '$PASS_' WITH ALL PRIVILEGES" \
+            || { "$HERE/stop-influxdb.sh"; die "could not create admin user"; }
+    fi
+    if [ -n "$DB" ]; then q -u "$USER_:$PASS_" --data-urlencode "q=CREATE DATABASE \"$DB\""; fi
+elif [ -n "$DB" ]; then
+    q --data-urlencode "q=CREATE DATABASE \"$DB\""
+fi
+log "$NAME ready on http://127.0.0.1:$PORT (pid $SPAWNED_PID, ${ready_ms} ms to /ping, db '${DB}', auth $auth_enabled, data $DATA)"

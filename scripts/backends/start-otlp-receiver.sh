@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Start the OTLP metrics receiver (otlp_receiver.py: official opentelemetry-proto
+# classes + grpcio) on 127.0.0.1, appending every received data point as one
+# JSON line to a file in a temporary directory.
+#
+#   OTLP_GRPC_PORT   OTLP/gRPC port                    (default 14317)
+#   OTLP_HTTP_PORT   OTLP/HTTP port (POST /v1/metrics)  (default 14318)
+#   OTLP_OUT         JSON-lines output file             (default <datadir>/otlp-metrics.jsonl)
+#   GPUMON_VENV      virtualenv made by install.sh      (default /opt/gpumon-venv)
+#   BACKEND_INSTANCE, KEEP_DATA: see lib.sh (KEEP_DATA=1 keeps the JSON lines
+#                    across a restart)
+#
+# Ready when GET http://127.0.0.1:$OTLP_HTTP_PORT/health answers OK (sent only
+# after both the gRPC and the HTTP listener are up).
+# Read back: GET /received on the HTTP port (JSON lines, one per data point),
+# or the file printed as OTLP_OUT=... on stdout. POST /reset empties it.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$HERE/lib.sh"
+NAME="$(instance_name otlp-receiver)"
+GPORT="${OTLP_GRPC_PORT:-14317}"
+HPORT="${OTLP_HTTP_PORT:-14318}"
+PY="$GPUMON_VENV/bin/python"
+[ -x "$PY" ] || die "$PY not found: run scripts/backends/install.sh (creates $GPUMON_VENV)"
+"$PY" -c 'import grpc, opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc' 2>/dev/null \
+    || die "$GPUMON_VENV lacks grpcio/opentelemetry-proto: run scripts/backends/install.sh"
+check_not_running "$NAME"
+wait_port_free "$NAME" "$GPORT"
+wait_port_free "$NAME" "$HPORT"
+make_datadir_into "$NAME" DATA
+OUT="${OTLP_OUT:-$DATA/otlp-metrics.jsonl}"
+
+t0=$(now_ms)
+spawn "$NAME" otlp_receiver.py "$PY" -u "$HERE/otlp_receiver.py" --grpc-port "$GPORT" --http-port "$HPORT" --out "$OUT"
+wait_http "$NAME" "http://127.0.0.1:$HPORT/health" OK || { "$HERE/stop-otlp-receiver.sh"; exit 1; }
+log "$NAME ready: grpc 127.0.0.1:$GPORT, http 127.0.0.1:$HPORT (pid $SPAWNED_PID, $(( $(now_ms) - t0 )) ms, out $OUT)"
+echo "OTLP_OUT=$OUT"

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Stop the receiver started by start-otlp-receiver.sh (by its saved PID) and
+# remove its temporary directory, JSON-lines file included (KEEP_DATA=1 keeps
+# it). A no-op when it is not running. BACKEND_INSTANCE: see lib.sh.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$HERE/lib.sh"
+stop_backend "$(instance_name otlp-receiver)"
