@@ -68,8 +68,8 @@ port_free() {
 # wait_port_free NAME PORT: a restarted server may find its port still held for
 # a moment by the old process's sockets; wait up to 5 s, then fail.
 wait_port_free() {
-    local i
-    for i in $(seq 1 50); do
+    local _
+    for _ in $(seq 1 50); do
         port_free "$2" && return 0
         sleep 0.1
     done
@@ -133,6 +133,7 @@ spawn() {
     local pid=$!
     printf '%s\n' "$pid" > "$BACKENDS_STATE_DIR/$name.pid"
     printf '%s\n' "$match" > "$BACKENDS_STATE_DIR/$name.exe"
+    # shellcheck disable=SC2034  # read by the start scripts
     SPAWNED_PID=$pid
 }
 
@@ -182,15 +183,15 @@ stop_backend() {
                    die "$name: pid $pid is now '$cmd', not '$want'; not killing it" ;;
             esac
             kill -TERM "$pid" 2>/dev/null || true
-            local i
-            for i in $(seq 1 100); do
+            local _
+            for _ in $(seq 1 100); do
                 alive "$pid" || break
                 sleep 0.1
             done
             if alive "$pid"; then
                 log "$name: pid $pid ignored SIGTERM for 10s; sending SIGKILL"
                 kill -KILL "$pid" 2>/dev/null || true
-                for i in $(seq 1 20); do alive "$pid" || break; sleep 0.1; done
+                for _ in $(seq 1 20); do alive "$pid" || break; sleep 0.1; done
             fi
             log "$name: stopped pid $pid"
         else

@@ -33,6 +33,16 @@ SCHEME="${PROM_SCRAPE_SCHEME:-http}"
 JOB="${PROM_JOB_NAME:-gpumon}"
 need_cmd prometheus prometheus
 need_cmd promtool prometheus
+tlist=""
+IFS=',' read -r -a tarr <<< "$TARGETS"
+for t in "${tarr[@]}"; do
+    t="${t// /}"
+    case "$t" in
+        "") ;;
+        127.*|localhost:*|\[::1\]:*) tlist="$tlist\"$t\", " ;;
+        *) die "scrape target '$t' is not on loopback (127.0.0.0/8, localhost, [::1])" ;;
+    esac
+done
 check_not_running "$NAME"
 wait_port_free "$NAME" "$PORT"
 make_datadir_into "$NAME" DATA
@@ -40,16 +50,6 @@ make_datadir_into "$NAME" DATA
 if [ -n "${PROM_CONFIG:-}" ]; then
     cp "$PROM_CONFIG" "$DATA/prometheus.yml"
 else
-    tlist=""
-    IFS=',' read -r -a tarr <<< "$TARGETS"
-    for t in "${tarr[@]}"; do
-        t="${t// /}"
-        case "$t" in
-            "") ;;
-            127.*|localhost:*|\[::1\]:*) tlist="$tlist\"$t\", " ;;
-            *) die "scrape target '$t' is not on loopback (127.0.0.0/8, localhost, [::1])" ;;
-        esac
-    done
     {
         printf 'global:\n  scrape_interval: %s\n  scrape_timeout: %s\n  evaluation_interval: %s\n' \
             "$INTERVAL" "$INTERVAL" "$INTERVAL"
@@ -58,8 +58,8 @@ else
             printf '  - job_name: "%s"\n    scheme: %s\n    metrics_path: "%s"\n' "$JOB" "$SCHEME" "$SPATH"
             if [ "$SCHEME" = https ]; then
                 printf '    tls_config:\n'
-                [ -n "${PROM_SCRAPE_CA_FILE:-}" ] && printf '      ca_file: "%s"\n' "$PROM_SCRAPE_CA_FILE"
-                [ "${PROM_SCRAPE_INSECURE:-0}" = 1 ] && printf '      insecure_skip_verify: true\n'
+                if [ -n "${PROM_SCRAPE_CA_FILE:-}" ]; then printf '      ca_file: "%s"\n' "$PROM_SCRAPE_CA_FILE"; fi
+                if [ "${PROM_SCRAPE_INSECURE:-0}" = 1 ]; then printf '      insecure_skip_verify: true\n'; fi
             fi
             printf '    static_configs:\n      - targets: [%s]\n' "${tlist%, }"
         fi

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# The project's test command:
+#
+#   ./scripts/test.sh [extra cargo test args...]     e.g. ./scripts/test.sh -- --nocapture
+#
+# 1. installs the real backends (scripts/backends/install.sh; idempotent, fast
+#    when already installed; needs root only the first time),
+# 2. starts Pushgateway, InfluxDB 1.x (plain, and a second auth-enabled one),
+#    VictoriaMetrics and the OTLP receiver, each on 127.0.0.1 only, and stops
+#    them all on exit, also on failure or Ctrl-C,
+# 3. exports GPUMON_TEST_* variables that the Rust integration tests read
+#    (see scripts/backends/README.md),
+# 4. runs `cargo test --workspace --all-features "$@"` and exits with its status.
+#
+# Prometheus is not started here: a test starts it itself, after its gpumon
+# agent is listening, with PROM_SCRAPE_TARGETS=127.0.0.1:<port>
+# $GPUMON_TEST_BACKENDS_DIR/start-prometheus.sh (or restart-prometheus.sh),
+# and stops it with stop-prometheus.sh. The first scrape comes 5-6 s after it
+# is ready. Anything a test leaves running in $BACKENDS_STATE_DIR is stopped
+# here on exit.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+B="$REPO/scripts/backends"
+# A state dir of test.sh's own (not lib.sh's default, which people use when
+# they run the start/stop scripts by hand), so cleaning up never touches
+# backends that test.sh did not start.
+export BACKENDS_STATE_DIR="${GPUMON_TEST_STATE_DIR:-${TMPDIR:-/tmp}/gpumon-test-run}"
+export GPUMON_VENV="${GPUMON_VENV:-/opt/gpumon-venv}"
+cd "$REPO"
+
+log() { printf '[%s] test.sh: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+command -v cargo >/dev/null || { log "ERROR: cargo not found in PATH"; exit 1; }
+
+# ------------------------------------------------------------------ install
+"$B/install.sh"
+
+# ------------------------------------------------------------------ one run at a time
+# The ports are fixed, so two runs cannot share a machine. An owner file (not a
+# *.pid, which stop-all.sh would take for a backend) tells a live run apart
+# from the leftovers of one that was killed before its exit trap ran.
+mkdir -p "$BACKENDS_STATE_DIR"
+owner="$BACKENDS_STATE_DIR/test-run.owner"
+if [ -f "$owner" ]; then
+    opid="$(cat "$owner" 2>/dev/null || true)"
+    if [ -n "$opid" ] && [ "$opid" != $$ ] && kill -0 "$opid" 2>/dev/null \
+            && tr '\0' ' ' < "/proc/$opid/cmdline" 2>/dev/null | grep -q 'test\.sh'; then
+        log "ERROR: another scripts/test.sh (pid $opid) is running with state dir $BACKENDS_STATE_DIR"
+        exit 1
+    fi
+    log "cleaning up after an earlier run (pid ${opid:-?}) that was killed before its exit trap"
+    "$B/stop-all.sh"    # only the PIDs that run recorded, each checked against its program
+else
+    for f in "$BACKENDS_STATE_DIR"/*.pid; do
+        [ -e "$f" ] || continue
+        if kill -0 "$(cat "$f")" 2>/dev/null; then
+            log "ERROR: $(basename "$f" .pid) (pid $(cat "$f")) runs under $BACKENDS_STATE_DIR but was not started by test.sh;"
+            log "       stop it with: BACKENDS_STATE_DIR=$BACKENDS_STATE_DIR $B/stop-all.sh"
+            exit 1
+        fi
+    done
+    "$B/stop-all.sh" 2>/dev/null   # tidy stale records and data dirs
+fi
+echo $$ > "$owner"
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    log "stopping backends"
+    "$B/stop-all.sh" || true
+    rm -f "$owner"
+    exit "$rc"
+}
+# cargo runs in its own process group (setsid) in the background, so that a
+# signal to this script alone (e.g. from `timeout`) is acted on at once: it is
+# passed on to cargo and the test binaries, then the backends are stopped.
+cargo_pid=""
+on_signal() {
+    if [ -n "$cargo_pid" ]; then
+        kill -"$1" -- "-$cargo_pid" 2>/dev/null || kill -"$1" "$cargo_pid" 2>/dev/null || true
+        wait "$cargo_pid" 2>/dev/null || true
+    fi
+    exit "$2"
+}
+trap cleanup EXIT
+trap 'on_signal INT 130' INT
+trap 'on_signal TERM 143' TERM
+
+# ------------------------------------------------------------------ start
+export INFLUX_DB=gpumon INFLUX_USER=gpumon INFLUX_PASSWORD=gpumon-test-pw
+t0=$(date +%s%3N)
+"$B/start-pushgateway.sh"
+"$B/start-influxdb.sh"                     # 127.0.0.1:18086 (RPC 18088), no auth
+"$B/start-influxdb-auth.sh"                # 127.0.0.1:18087 (RPC 18089), auth on
+"$B/start-victoria-metrics.sh"
+"$B/start-otlp-receiver.sh" >/dev/null     # prints OTLP_OUT=<file>; tests use /received
+log "backends ready in $(( $(date +%s%3N) - t0 )) ms"
+
+# ------------------------------------------------------------------ environment for the tests
+export GPUMON_TEST_BACKENDS=1
+export GPUMON_TEST_BACKENDS_DIR="$B"
+export GPUMON_TEST_PUSHGATEWAY_URL=http://127.0.0.1:19191
+export GPUMON_TEST_INFLUXDB_URL=http://127.0.0.1:18086
+export GPUMON_TEST_INFLUXDB_DB="$INFLUX_DB"
+export GPUMON_TEST_INFLUXDB_AUTH_URL=http://127.0.0.1:18087
+export GPUMON_TEST_INFLUXDB_AUTH_USER="$INFLUX_USER"
+export GPUMON_TEST_INFLUXDB_AUTH_PASSWORD="$INFLUX_PASSWORD"
+export GPUMON_TEST_VM_URL=http://127.0.0.1:18428
+export GPUMON_TEST_OTLP_GRPC=http://127.0.0.1:14317
+export GPUMON_TEST_OTLP_HTTP=http://127.0.0.1:14318
+export GPUMON_TEST_OTLP_RECEIVED=http://127.0.0.1:14318/received
+export GPUMON_TEST_PROMETHEUS_BIN=/usr/bin/prometheus
+export GPUMON_TEST_PROMTOOL=/usr/bin/promtool
+export GPUMON_TEST_PYTHON="$GPUMON_VENV/bin/python"
+nvml_inc="$(ls -d "$GPUMON_VENV"/lib/python3*/site-packages/nvidia/cu*/include 2>/dev/null | head -n1 || true)"
+export GPUMON_TEST_NVML_INCLUDE_DIR="$nvml_inc"   # holds nvml.h (PyPI nvidia-nvml-dev)
+env | grep -E '^GPUMON_TEST_' | sort >&2
+
+# ------------------------------------------------------------------ test
+log "cargo test --workspace --all-features $*"
+setsid cargo test --workspace --all-features "$@" &
+cargo_pid=$!
+set +e
+wait "$cargo_pid"
+rc=$?
+set -e
+cargo_pid=""
+log "cargo test exited with $rc"
+exit "$rc"
