@@ -130,6 +130,7 @@ pub struct AgentBuilder {
     sinks: Vec<(Box<dyn Sink>, SinkOptions)>,
     subscriber_capacity: usize,
     default_shutdown_deadline: Duration,
+    scheduled: bool,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -188,6 +189,14 @@ impl AgentBuilder {
         self
     }
 
+    /// Whether the agent samples on its own schedule (default `true`). When `false` it samples
+    /// only when asked, through [`AgentHandle::flush`] or [`AgentHandle::snapshot_now`] — for
+    /// one-shot runs (`--once`) and for embedders that drive sampling themselves.
+    pub fn scheduled(mut self, scheduled: bool) -> Self {
+        self.scheduled = scheduled;
+        self
+    }
+
     /// Capacity of the [`AgentHandle::subscribe`] channel. Default 16.
     pub fn subscriber_capacity(mut self, capacity: usize) -> Self {
         self.subscriber_capacity = capacity;
@@ -237,7 +246,7 @@ impl AgentBuilder {
             let (data_tx, data_rx) = broadcast::channel(options.capacity);
             let (cmd_tx, cmd_rx) = mpsc::channel(4);
             let worker = Worker { sink, data: data_rx, commands: cmd_rx, status: status.clone(), options };
-            sinks.push(SinkSlot { name, data: data_tx, commands: cmd_tx, status, worker: std::sync::Mutex::new(Some(worker)), task: None });
+            sinks.push(SinkSlot { name, data: data_tx, commands: cmd_tx, status, capacity: options.capacity, worker: std::sync::Mutex::new(Some(worker)), task: None });
         }
 
         let (control_tx, control_rx) = mpsc::channel(16);
@@ -255,6 +264,7 @@ impl AgentBuilder {
             seq: 0,
             failing: false,
             default_shutdown_deadline: self.default_shutdown_deadline,
+            scheduled: self.scheduled,
         };
         let handle = AgentHandle { control: control_tx, subscribers, telemetry };
         Ok((agent, handle))
@@ -279,6 +289,7 @@ struct SinkSlot {
     data: broadcast::Sender<Arc<Snapshot>>,
     commands: mpsc::Sender<WorkerCommand>,
     status: SinkStatusCell,
+    capacity: usize,
     /// Taken when the agent starts. In a `Mutex` only so that `SinkSlot` is `Sync` (a
     /// `Box<dyn Sink>` is `Send` but not `Sync`) and the agent's future stays `Send`.
     worker: std::sync::Mutex<Option<Worker>>,
@@ -308,6 +319,7 @@ pub struct Agent {
     /// Whether the last sample failed (to log a run of failures once, not every tick).
     failing: bool,
     default_shutdown_deadline: Duration,
+    scheduled: bool,
 }
 
 impl std::fmt::Debug for Agent {
@@ -351,6 +363,7 @@ impl Agent {
             sinks: Vec::new(),
             subscriber_capacity: 16,
             default_shutdown_deadline: Duration::from_secs(5),
+            scheduled: true,
         }
     }
 
@@ -389,7 +402,7 @@ impl Agent {
                         return;
                     }
                 },
-                _ = ticker.tick() => {
+                _ = ticker.tick(), if self.scheduled => {
                     if let Ok(snapshot) = self.sample().await {
                         self.publish(Arc::new(snapshot));
                     }
@@ -460,9 +473,12 @@ impl Agent {
 
     fn publish(&self, snapshot: Arc<Snapshot>) {
         for slot in &self.sinks {
-            // `send` on a broadcast channel never waits: a full queue drops its oldest entry,
-            // which the worker sees as `Lagged` and counts. It fails only when the worker has
-            // exited, which it does only during shutdown.
+            // `send` on a broadcast channel never waits: a full queue drops its oldest entry.
+            // The loss is counted here, when it happens — a sink stuck in a call would only
+            // notice it (as `Lagged`) once it recovers.
+            if slot.data.len() >= slot.capacity {
+                slot.status.update(|s| s.dropped += 1);
+            }
             let _ = slot.data.send(snapshot.clone());
         }
         let _ = self.subscribers.send(snapshot);

@@ -100,9 +100,9 @@ impl Worker {
         }
     }
 
+    /// The agent already counted these drops when it published (see `Agent::publish`).
     fn dropped(&self, n: u64) {
         tracing::warn!(sink = %self.sink.name(), dropped = n, "sink fell behind; oldest snapshots dropped");
-        self.status.update(|s| s.dropped += n);
     }
 
     /// Exports whatever is already queued.

@@ -1,0 +1,399 @@
+//! Configuration of the InfluxDB writer.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use gpumon_core::BuildError;
+
+use super::encode::DEFAULT_MEASUREMENT;
+
+/// Which write API to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApiVersion {
+    /// `POST /write?db=&rp=&precision=ns`, HTTP Basic auth from `username`/`password`.
+    /// InfluxDB 1.x, and VictoriaMetrics.
+    V1,
+    /// `POST /api/v2/write?org=&bucket=&precision=ns`, `Authorization: Token <token>`.
+    /// InfluxDB 2.x/3.x, InfluxDB 1.8+ (with `bucket = "db/rp"`), VictoriaMetrics.
+    V2,
+}
+
+/// Settings of [`InfluxSink`](super::InfluxSink), as read from a config file (`[influxdb]` table)
+/// or built in code. Every key except `url` (and the database/bucket) has a default.
+///
+/// Durations are either a number of seconds (`5`, `0.5`) or a string with a unit: `"250ms"`,
+/// `"5s"`, `"2m"`, `"1h"` (a bare number in a string means seconds).
+///
+/// ```toml
+/// [influxdb]
+/// url = "http://127.0.0.1:8086"
+/// db = "gpumon"            # v1 (implies api = "v1")
+/// # org = "acme"; bucket = "gpumon"; token = "…"   # v2 (implies api = "v2")
+/// gzip = true
+/// batch_points = 5000
+/// batch_interval = "1s"
+/// spill_dir = "/var/lib/gpumon/influx-spill"
+/// ```
+#[derive(Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct InfluxConfig {
+    /// Base URL of the server, `http://host:port` (a path prefix is kept: `http://proxy/influx`).
+    pub url: String,
+    /// The write API; inferred when absent: `db` ⇒ v1, `org`/`bucket`/`token` ⇒ v2.
+    pub api: Option<ApiVersion>,
+    /// v1: database (required for v1).
+    pub db: Option<String>,
+    /// v1: retention policy (default: the database's default policy).
+    pub rp: Option<String>,
+    /// v1: user for HTTP Basic auth.
+    pub username: Option<String>,
+    /// v1: password for HTTP Basic auth.
+    pub password: Option<String>,
+    /// v2: organisation (required by InfluxDB 2.x; ignored by VictoriaMetrics).
+    pub org: Option<String>,
+    /// v2: bucket (required for v2).
+    pub bucket: Option<String>,
+    /// v2: API token, sent as `Authorization: Token <token>`.
+    pub token: Option<String>,
+    /// Compress request bodies with gzip (`Content-Encoding: gzip`). Default false.
+    pub gzip: bool,
+    /// A batch is sent once it holds this many lines (points). Default 5000.
+    pub batch_points: usize,
+    /// …or once its first line is this old, whichever comes first. Default 1 s.
+    #[serde(deserialize_with = "de_duration")]
+    pub batch_interval: Duration,
+    /// Timeout of one HTTP request (connect + send + response). Default 5 s.
+    #[serde(deserialize_with = "de_duration")]
+    pub timeout: Duration,
+    /// Most lines held while the server is unreachable; beyond it the oldest batches are dropped
+    /// and counted. Default 1 000 000.
+    pub buffer_max_points: usize,
+    /// Most bytes of line protocol held (same policy). Default 128 MiB.
+    pub buffer_max_bytes: usize,
+    /// Directory where unsent batches are kept as files, so that a restart of the agent during an
+    /// outage loses nothing. One agent per directory. Default: none (memory only).
+    pub spill_dir: Option<PathBuf>,
+    /// Main measurement; labelled families go to `<measurement>_<family>`. Default `gpu`.
+    pub measurement: String,
+    /// Extra tags on every line, e.g. `{ cluster = "eu-1" }`. Must not reuse a built-in tag key.
+    pub tags: BTreeMap<String, String>,
+    /// First retry delay (doubled per attempt, full jitter). Default 200 ms.
+    #[serde(deserialize_with = "de_duration")]
+    pub retry_initial: Duration,
+    /// Longest retry delay; also the pause after an authentication/authorization or
+    /// "database not found" error. Default 30 s.
+    #[serde(deserialize_with = "de_duration")]
+    pub retry_max: Duration,
+}
+
+impl std::fmt::Debug for InfluxConfig {
+    /// Credentials are not printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redact = |o: &Option<String>| o.as_ref().map(|_| "<redacted>");
+        f.debug_struct("InfluxConfig")
+            .field("url", &self.url)
+            .field("api", &self.api)
+            .field("db", &self.db)
+            .field("rp", &self.rp)
+            .field("username", &self.username)
+            .field("password", &redact(&self.password))
+            .field("org", &self.org)
+            .field("bucket", &self.bucket)
+            .field("token", &redact(&self.token))
+            .field("gzip", &self.gzip)
+            .field("batch_points", &self.batch_points)
+            .field("batch_interval", &self.batch_interval)
+            .field("timeout", &self.timeout)
+            .field("buffer_max_points", &self.buffer_max_points)
+            .field("buffer_max_bytes", &self.buffer_max_bytes)
+            .field("spill_dir", &self.spill_dir)
+            .field("measurement", &self.measurement)
+            .field("tags", &self.tags)
+            .field("retry_initial", &self.retry_initial)
+            .field("retry_max", &self.retry_max)
+            .finish()
+    }
+}
+
+impl Default for InfluxConfig {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            api: None,
+            db: None,
+            rp: None,
+            username: None,
+            password: None,
+            org: None,
+            bucket: None,
+            token: None,
+            gzip: false,
+            batch_points: 5000,
+            batch_interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(5),
+            buffer_max_points: 1_000_000,
+            buffer_max_bytes: 128 << 20,
+            spill_dir: None,
+            measurement: DEFAULT_MEASUREMENT.to_owned(),
+            tags: BTreeMap::new(),
+            retry_initial: Duration::from_millis(200),
+            retry_max: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Tag keys the encoder writes itself.
+pub(crate) const BUILT_IN_TAGS: [&str; 11] =
+    ["gpu", "host", "mig", "mig_ci", "mig_gi", "mig_profile", "name", "uuid", "xid", "pid", "reason"];
+
+impl InfluxConfig {
+    /// A v1 configuration: `url` and database `db`, everything else default.
+    pub fn v1(url: impl Into<String>, db: impl Into<String>) -> Self {
+        Self { url: url.into(), api: Some(ApiVersion::V1), db: Some(db.into()), ..Self::default() }
+    }
+
+    /// A v2 configuration: `url`, `org`, `bucket` and `token`.
+    pub fn v2(
+        url: impl Into<String>,
+        org: impl Into<String>,
+        bucket: impl Into<String>,
+        token: impl Into<String>,
+    ) -> Self {
+        Self {
+            url: url.into(),
+            api: Some(ApiVersion::V2),
+            org: Some(org.into()),
+            bucket: Some(bucket.into()),
+            token: Some(token.into()),
+            ..Self::default()
+        }
+    }
+
+    /// The API version in effect: `api`, or inferred from the keys present.
+    ///
+    /// # Errors
+    /// [`BuildError::InvalidConfig`] naming `api` when neither `db` nor a v2 key is given, or
+    /// both are.
+    pub fn effective_api(&self) -> Result<ApiVersion, BuildError> {
+        if let Some(api) = self.api {
+            return Ok(api);
+        }
+        let v1 = self.db.is_some();
+        let v2 = self.org.is_some() || self.bucket.is_some() || self.token.is_some();
+        match (v1, v2) {
+            (true, false) => Ok(ApiVersion::V1),
+            (false, true) => Ok(ApiVersion::V2),
+            (true, true) => Err(BuildError::invalid(
+                "influxdb.api",
+                "both `db` (v1) and `org`/`bucket`/`token` (v2) are set; set `api = \"v1\"` or `\"v2\"`",
+            )),
+            (false, false) => Err(BuildError::invalid(
+                "influxdb.db",
+                "missing: set `db` for the v1 API, or `bucket` (and `org`, `token`) for the v2 API",
+            )),
+        }
+    }
+
+    /// Checks every setting; returns the API version in effect.
+    ///
+    /// # Errors
+    /// The first problem found, naming its key.
+    pub fn validate(&self) -> Result<ApiVersion, BuildError> {
+        if self.url.trim().is_empty() {
+            return Err(BuildError::invalid("influxdb.url", "missing: e.g. `http://127.0.0.1:8086`"));
+        }
+        let parsed = reqwest::Url::parse(&self.url).map_err(|e| BuildError::InvalidEndpoint {
+            endpoint: self.url.clone(),
+            reason: format!("influxdb.url: {e}"),
+        })?;
+        match parsed.scheme() {
+            "http" => {}
+            "https" => {
+                return Err(BuildError::InvalidEndpoint {
+                    endpoint: self.url.clone(),
+                    reason: "influxdb.url: https is not supported by this build (no TLS stack compiled in); \
+                             use http on a trusted network or a local TLS-terminating proxy"
+                        .into(),
+                })
+            }
+            other => {
+                return Err(BuildError::InvalidEndpoint {
+                    endpoint: self.url.clone(),
+                    reason: format!("influxdb.url: scheme `{other}` is not supported; use http://"),
+                })
+            }
+        }
+        if parsed.host_str().is_none_or(str::is_empty) {
+            return Err(BuildError::InvalidEndpoint {
+                endpoint: self.url.clone(),
+                reason: "influxdb.url: no host".into(),
+            });
+        }
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            return Err(BuildError::invalid(
+                "influxdb.url",
+                "credentials in the URL are not used; set `username`/`password` (v1) or `token` (v2)",
+            ));
+        }
+        if parsed.query().is_some() {
+            return Err(BuildError::invalid(
+                "influxdb.url",
+                "must not have a query string; use `db`, `rp`, `org`, `bucket`",
+            ));
+        }
+        let api = self.effective_api()?;
+        let nonempty = |key: &str, v: &Option<String>| -> Result<(), BuildError> {
+            match v {
+                Some(s) if s.is_empty() => Err(BuildError::invalid(format!("influxdb.{key}"), "must not be empty")),
+                _ => Ok(()),
+            }
+        };
+        for (key, v) in [("db", &self.db), ("rp", &self.rp), ("org", &self.org), ("bucket", &self.bucket)] {
+            nonempty(key, v)?;
+        }
+        match api {
+            ApiVersion::V1 => {
+                if self.db.is_none() {
+                    return Err(BuildError::invalid("influxdb.db", "required for the v1 API"));
+                }
+                for (key, v) in [("org", &self.org), ("bucket", &self.bucket), ("token", &self.token)] {
+                    if v.is_some() {
+                        return Err(BuildError::invalid(format!("influxdb.{key}"), "is a v2 setting but `api` is v1"));
+                    }
+                }
+                if self.password.is_some() && self.username.is_none() {
+                    return Err(BuildError::invalid("influxdb.username", "required when `password` is set"));
+                }
+            }
+            ApiVersion::V2 => {
+                if self.bucket.is_none() {
+                    return Err(BuildError::invalid("influxdb.bucket", "required for the v2 API"));
+                }
+                for (key, v) in
+                    [("db", &self.db), ("rp", &self.rp), ("username", &self.username), ("password", &self.password)]
+                {
+                    if v.is_some() {
+                        return Err(BuildError::invalid(format!("influxdb.{key}"), "is a v1 setting but `api` is v2"));
+                    }
+                }
+            }
+        }
+        if self.batch_points == 0 {
+            return Err(BuildError::invalid("influxdb.batch_points", "must be at least 1"));
+        }
+        if self.batch_interval < Duration::from_millis(10) {
+            return Err(BuildError::invalid("influxdb.batch_interval", "must be at least 10ms"));
+        }
+        if self.timeout.is_zero() {
+            return Err(BuildError::invalid("influxdb.timeout", "must be greater than zero"));
+        }
+        if self.buffer_max_points < self.batch_points {
+            return Err(BuildError::invalid(
+                "influxdb.buffer_max_points",
+                format!("must be at least `batch_points` ({})", self.batch_points),
+            ));
+        }
+        if self.buffer_max_bytes < 4096 {
+            return Err(BuildError::invalid("influxdb.buffer_max_bytes", "must be at least 4096"));
+        }
+        if self.measurement.is_empty() || self.measurement.starts_with('#') {
+            return Err(BuildError::invalid("influxdb.measurement", "must be non-empty and not start with `#`"));
+        }
+        for (k, v) in &self.tags {
+            if k.is_empty() || v.is_empty() {
+                return Err(BuildError::invalid("influxdb.tags", "tag keys and values must not be empty"));
+            }
+            if BUILT_IN_TAGS.contains(&k.as_str()) || k == "time" {
+                return Err(BuildError::invalid("influxdb.tags", format!("`{k}` is a tag the sink writes itself")));
+            }
+        }
+        if self.retry_initial.is_zero() || self.retry_max < self.retry_initial {
+            return Err(BuildError::invalid("influxdb.retry_max", "need 0 < retry_initial <= retry_max"));
+        }
+        Ok(api)
+    }
+}
+
+/// Parses `"250ms"`, `"5s"`, `"1.5s"`, `"2m"`, `"1h"`, `"10"` (seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 =
+        num.parse().map_err(|_| format!("invalid duration `{s}`: expected e.g. \"500ms\", \"5s\", \"2m\""))?;
+    let scale = match unit.trim() {
+        "ms" => 1e-3,
+        "" | "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => return Err(format!("invalid duration unit `{other}` in `{s}`: use ms, s, m or h")),
+    };
+    Duration::try_from_secs_f64(value * scale).map_err(|e| format!("invalid duration `{s}`: {e}"))
+}
+
+fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Secs(f64),
+        Text(String),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Secs(v) => Duration::try_from_secs_f64(v).map_err(serde::de::Error::custom),
+        Raw::Text(s) => parse_duration(&s).map_err(serde::de::Error::custom),
+    }
+}
+
+use serde::Deserialize as _;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn api_is_inferred() {
+        assert_eq!(InfluxConfig::v1("http://h:8086", "d").validate().unwrap(), ApiVersion::V1);
+        let mut c = InfluxConfig { url: "http://h:8086".into(), bucket: Some("b".into()), ..InfluxConfig::default() };
+        assert_eq!(c.validate().unwrap(), ApiVersion::V2);
+        c.db = Some("d".into());
+        assert!(c.validate().unwrap_err().to_string().contains("influxdb.api"));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let err = |c: InfluxConfig| c.validate().unwrap_err().to_string();
+        assert!(err(InfluxConfig::default()).contains("influxdb.url"));
+        assert!(err(InfluxConfig::v1("ftp://h", "d")).contains("scheme `ftp`"));
+        assert!(err(InfluxConfig::v1("https://h", "d")).contains("https"));
+        assert!(err(InfluxConfig { url: "http://h".into(), ..InfluxConfig::default() }).contains("influxdb.db"));
+        let mut c = InfluxConfig::v1("http://h", "d");
+        c.batch_points = 10;
+        c.buffer_max_points = 5;
+        assert!(err(c).contains("influxdb.buffer_max_points"));
+        let mut c = InfluxConfig::v1("http://h", "d");
+        c.tags.insert("host".into(), "x".into());
+        assert!(err(c).contains("influxdb.tags"));
+        let mut c = InfluxConfig::v1("http://h", "d");
+        c.token = Some("t".into());
+        assert!(err(c).contains("influxdb.token"));
+    }
+
+    #[test]
+    fn debug_redacts_secrets() {
+        let c = InfluxConfig::v2("http://h", "o", "b", "s3cret");
+        assert!(!format!("{c:?}").contains("s3cret"));
+    }
+}
