@@ -1,1 +1,38 @@
+//! # gpumon
+//!
+//! Watch NVIDIA GPUs: sample every GPU through NVML and hand the samples to pluggable sinks —
+//! Prometheus (scrape or Pushgateway), InfluxDB, an OpenTelemetry pipeline, or a terminal.
+//!
+//! This facade re-exports the member crates:
+//! - [`core`] (`gpumon-core`): data model, `Sampler`/`Sink` traits, the `Agent` runtime, the NVML
+//!   backend (feature `nvml`).
+//! - [`mock`] (`gpumon-mock`, feature `mock`): scripted GPU fleets, workloads and faults.
+//! - [`sinks`] (`gpumon-sinks`): stdout, Prometheus, InfluxDB, OTLP — each behind its feature.
+//!
+//! ```no_run
+//! # #[cfg(all(feature = "mock", feature = "stdout"))]
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use gpumon::core::Agent;
+//! use gpumon::mock::MockSampler;
+//! use gpumon::sinks::stdout::{StdoutFormat, StdoutSink};
+//!
+//! let handle = Agent::builder(MockSampler::from_profile_name("h100x8")?)
+//!     .interval(Duration::from_secs(1))
+//!     .sink(StdoutSink::new(StdoutFormat::Human))
+//!     .spawn()?;
+//! tokio::time::sleep(Duration::from_secs(3)).await;
+//! handle.shutdown(Duration::from_secs(2)).await?;
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
 pub use gpumon_core as core;
+#[cfg(feature = "mock")]
+pub use gpumon_mock as mock;
+pub use gpumon_sinks as sinks;
+
+/// The README's examples, compiled as doctests so they cannot rot.
+#[cfg(all(doctest, feature = "mock", feature = "stdout"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,1 +1,266 @@
-//! stdout sink (placeholder).
+//! Snapshots on a terminal or in a pipe: one human line per GPU per tick, or one JSON object per
+//! snapshot.
+//!
+//! Human format (times are UTC):
+//! ```text
+//! [14:03:07] GPU0 | Util: 40% | Mem: 12345/40960 MB | Temp: 45°C | Power: 78.0W | SM: 1980 MHz
+//! [14:03:07] GPU3 | LOST
+//! ```
+//! JSON lines: each line is the [`Snapshot`] serialized with serde — the field names of
+//! `gpumon_core`'s data model, timestamps as Unix nanoseconds, absent values as `null`. Parse it
+//! back with `serde_json::from_str::<Snapshot>`.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use std::sync::Arc;
+//! use gpumon_core::{DeviceInfo, DeviceSample, Sink, Snapshot, SystemInfo};
+//! use gpumon_sinks::stdout::{StdoutFormat, StdoutSink};
+//!
+//! let mut sink = StdoutSink::new(StdoutFormat::Human);
+//! let mut gpu = DeviceSample::new(Arc::new(DeviceInfo::new(0, "GPU-1", "NVIDIA H100 80GB HBM3")));
+//! gpu.utilization.gpu = Some(0.4);
+//! sink.export(Arc::new(Snapshot::new(Arc::new(SystemInfo::default()), vec![gpu]))).await.unwrap();
+//! # }
+//! ```
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use gpumon_core::{DeviceSample, Sink, SinkError, Snapshot};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+/// How the stdout sink prints a snapshot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StdoutFormat {
+    /// One human-readable line per GPU per tick.
+    #[default]
+    Human,
+    /// One JSON object per snapshot, per line.
+    Json,
+}
+
+impl std::str::FromStr for StdoutFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "human" => Ok(Self::Human),
+            "json" => Ok(Self::Json),
+            other => Err(format!("unknown stdout format `{other}` (expected `human` or `json`)")),
+        }
+    }
+}
+
+/// Writes snapshots to stdout (or any async writer).
+pub struct StdoutSink {
+    format: StdoutFormat,
+    writer: Box<dyn AsyncWrite + Send + Unpin>,
+    /// Reused between exports so a steady state allocates nothing for formatting.
+    buffer: String,
+    shut_down: bool,
+}
+
+impl std::fmt::Debug for StdoutSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StdoutSink").field("format", &self.format).field("shut_down", &self.shut_down).finish()
+    }
+}
+
+impl StdoutSink {
+    /// A sink printing to the process's stdout.
+    pub fn new(format: StdoutFormat) -> Self {
+        Self::with_writer(format, tokio::io::stdout())
+    }
+
+    /// A sink printing to `writer`.
+    pub fn with_writer(format: StdoutFormat, writer: impl AsyncWrite + Send + Unpin + 'static) -> Self {
+        Self { format, writer: Box::new(writer), buffer: String::with_capacity(1024), shut_down: false }
+    }
+
+    /// The format in use.
+    pub fn format(&self) -> StdoutFormat {
+        self.format
+    }
+}
+
+/// Formats one device as a human line (without the trailing newline).
+pub fn format_human_line(out: &mut String, snapshot: &Snapshot, device: &DeviceSample) {
+    let secs = snapshot.taken_at.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
+    let _ = write!(out, "[{h:02}:{m:02}:{s:02}] GPU{}", device.info.index);
+    if let Some(mig) = &device.info.mig {
+        let _ = write!(out, "/MIG{}", mig.mig_index);
+    }
+    if !device.is_up() {
+        out.push_str(" | LOST");
+        return;
+    }
+    out.push_str(" | Util: ");
+    match device.utilization.gpu {
+        Some(u) => {
+            let _ = write!(out, "{:.0}%", u * 100.0);
+        }
+        None => out.push_str("n/a"),
+    }
+    const MB: u64 = 1024 * 1024;
+    out.push_str(" | Mem: ");
+    match (device.memory.used, device.memory.total.or(device.info.memory_total_bytes)) {
+        (Some(used), Some(total)) => {
+            let _ = write!(out, "{}/{} MB", used / MB, total / MB);
+        }
+        (Some(used), None) => {
+            let _ = write!(out, "{} MB", used / MB);
+        }
+        _ => out.push_str("n/a"),
+    }
+    out.push_str(" | Temp: ");
+    match device.temperature.gpu {
+        Some(t) => {
+            let _ = write!(out, "{t:.0}°C");
+        }
+        None => out.push_str("n/a"),
+    }
+    out.push_str(" | Power: ");
+    match device.power.usage_watts {
+        Some(p) => {
+            let _ = write!(out, "{p:.1}W");
+        }
+        None => out.push_str("n/a"),
+    }
+    if let Some(sm) = device.clocks.sm {
+        let _ = write!(out, " | SM: {:.0} MHz", sm / 1e6);
+    }
+    if let Some(reasons) = device.clock_event_reasons.filter(|r| r.is_throttled()) {
+        out.push_str(" | Throttled: ");
+        for (i, name) in reasons.active_names().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(name);
+        }
+    }
+    if !device.errors.is_empty() {
+        let _ = write!(out, " | {} metric error(s)", device.errors.len());
+    }
+}
+
+/// Formats a whole snapshot in `format` into `out`, newline-terminated.
+///
+/// # Errors
+/// Only if JSON serialization fails, which the data model cannot cause (non-finite floats are
+/// written as `null`).
+pub fn format_snapshot(out: &mut String, snapshot: &Snapshot, format: StdoutFormat) -> Result<(), serde_json::Error> {
+    match format {
+        StdoutFormat::Human => {
+            for device in &snapshot.devices {
+                format_human_line(out, snapshot, device);
+                out.push('\n');
+            }
+        }
+        StdoutFormat::Json => {
+            out.push_str(&serde_json::to_string(snapshot)?);
+            out.push('\n');
+        }
+    }
+    Ok(())
+}
+
+#[async_trait::async_trait]
+impl Sink for StdoutSink {
+    fn name(&self) -> &str {
+        "stdout"
+    }
+
+    async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
+        if self.shut_down {
+            return Err(SinkError::AlreadyShutdown);
+        }
+        self.buffer.clear();
+        format_snapshot(&mut self.buffer, &snapshot, self.format).map_err(|e| SinkError::Permanent(e.into()))?;
+        self.writer.write_all(self.buffer.as_bytes()).await.map_err(|e| SinkError::Transient(e.into()))
+    }
+
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        self.writer.flush().await.map_err(|e| SinkError::Transient(e.into()))
+    }
+
+    async fn shutdown(&mut self) -> Result<(), SinkError> {
+        if std::mem::replace(&mut self.shut_down, true) {
+            return Ok(());
+        }
+        self.writer.flush().await.map_err(|e| SinkError::Transient(e.into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpumon_core::{ClockEventReasons, DeviceInfo, MigInfo, SystemInfo};
+    use std::time::Duration;
+
+    fn snapshot() -> Snapshot {
+        let mut gpu = DeviceSample::new(Arc::new(DeviceInfo::new(0, "GPU-a", "NVIDIA A100-SXM4-40GB")));
+        gpu.utilization.gpu = Some(0.404);
+        gpu.memory.used = Some(12345 * 1024 * 1024);
+        gpu.memory.total = Some(40960 * 1024 * 1024);
+        gpu.temperature.gpu = Some(45.0);
+        gpu.power.usage_watts = Some(78.04);
+        gpu.clocks.sm = Some(1_410_000_000.0);
+        gpu.clock_event_reasons = Some(ClockEventReasons(ClockEventReasons::HW_THERMAL_SLOWDOWN));
+        let mut info = DeviceInfo::new(1, "MIG-b", "NVIDIA A100-SXM4-40GB MIG 1g.5gb");
+        info.mig = Some(MigInfo::new("GPU-b", 2, 7, 0));
+        let mig = DeviceSample::new(Arc::new(info));
+        let lost = DeviceSample::lost(Arc::new(DeviceInfo::new(3, "GPU-d", "X")));
+        Snapshot::new(Arc::new(SystemInfo::new("h", "mock")), vec![gpu, mig, lost])
+            .with_taken_at(UNIX_EPOCH + Duration::from_secs(14 * 3600 + 3 * 60 + 7))
+    }
+
+    #[test]
+    fn human_lines_match_the_documented_shape() {
+        let mut out = String::new();
+        format_snapshot(&mut out, &snapshot(), StdoutFormat::Human).unwrap();
+        let lines: Vec<_> = out.lines().collect();
+        assert_eq!(
+            lines[0],
+            "[14:03:07] GPU0 | Util: 40% | Mem: 12345/40960 MB | Temp: 45°C | Power: 78.0W | SM: 1410 MHz | Throttled: hw_thermal_slowdown"
+        );
+        assert_eq!(lines[1], "[14:03:07] GPU1/MIG2 | Util: n/a | Mem: n/a | Temp: n/a | Power: n/a");
+        assert_eq!(lines[2], "[14:03:07] GPU3 | LOST");
+    }
+
+    #[test]
+    fn json_round_trips_to_the_same_snapshot() {
+        let snap = snapshot();
+        let mut out = String::new();
+        format_snapshot(&mut out, &snap, StdoutFormat::Json).unwrap();
+        assert_eq!(out.lines().count(), 1);
+        let back: Snapshot = serde_json::from_str(out.trim_end()).unwrap();
+        assert_eq!(back, snap);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["devices"][0]["info"]["uuid"], "GPU-a");
+        assert_eq!(v["devices"][2]["state"], "lost");
+        assert_eq!(v["taken_at"], 50_587_000_000_000u64);
+    }
+
+    #[tokio::test]
+    async fn writes_to_the_writer_and_refuses_after_shutdown() {
+        let (client, mut server) = tokio::io::duplex(64 * 1024);
+        let mut sink = StdoutSink::with_writer(StdoutFormat::Human, client);
+        sink.export(Arc::new(snapshot())).await.unwrap();
+        sink.shutdown().await.unwrap();
+        sink.shutdown().await.unwrap();
+        assert!(matches!(sink.export(Arc::new(snapshot())).await, Err(SinkError::AlreadyShutdown)));
+        drop(sink);
+        let mut text = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut server, &mut text).await.unwrap();
+        assert_eq!(text.lines().count(), 3);
+        assert!(text.starts_with("[14:03:07] GPU0 | Util: 40%"));
+    }
+
+    #[test]
+    fn format_parses() {
+        assert_eq!("json".parse::<StdoutFormat>(), Ok(StdoutFormat::Json));
+        assert!("xml".parse::<StdoutFormat>().unwrap_err().contains("xml"));
+    }
+}

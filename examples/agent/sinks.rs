@@ -1,0 +1,119 @@
+//! Builds the configured sinks from the config file and flags (flags win).
+
+use gpumon::core::Sink;
+use gpumon::sinks::stdout::{StdoutFormat, StdoutSink};
+
+use crate::config::FileConfig;
+use crate::{Cli, ConfigError};
+
+#[allow(unused_macros)]
+macro_rules! feature_missing {
+    ($what:literal, $feature:literal) => {
+        return Err(ConfigError(format!(
+            "{} is configured, but this agent was built without the `{}` feature (cargo run --example agent --features {})",
+            $what, $feature, $feature
+        )))
+    };
+}
+
+/// Every sink the configuration asks for; stdout when nothing else is.
+pub async fn build(cli: &Cli, file: &FileConfig) -> Result<Vec<Box<dyn Sink>>, ConfigError> {
+    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+
+    // --- Prometheus scrape endpoint ------------------------------------------------------------
+    let wants_prometheus = cli.prometheus_listen.is_some() || file.prometheus.is_some();
+    if wants_prometheus {
+        #[cfg(feature = "prometheus")]
+        {
+            use gpumon::sinks::prometheus::{Naming, PrometheusConfig, PrometheusSink};
+            let mut cfg: PrometheusConfig = file.prometheus.clone().unwrap_or_default();
+            if let Some(addr) = &cli.prometheus_listen {
+                cfg.listen = Some(addr.parse().map_err(|e| {
+                    ConfigError(format!("--prometheus-listen: `{addr}` is not an address like 127.0.0.1:9400 ({e})"))
+                })?);
+            }
+            if let Some(n) = &cli.prometheus_naming {
+                cfg.naming = n.parse::<Naming>().map_err(|e| ConfigError(format!("--prometheus-naming: {e}")))?;
+            }
+            let sink = PrometheusSink::from_config(&cfg).map_err(|e| ConfigError(format!("prometheus: {e}")))?;
+            sinks.push(Box::new(sink));
+        }
+        #[cfg(not(feature = "prometheus"))]
+        feature_missing!("a Prometheus endpoint", "prometheus");
+    }
+
+    // --- Pushgateway ---------------------------------------------------------------------------
+    if cli.pushgateway_url.is_some() || file.pushgateway.is_some() {
+        #[cfg(feature = "pushgateway")]
+        {
+            use gpumon::sinks::prometheus::{PushgatewayConfig, PushgatewaySink};
+            let mut cfg: PushgatewayConfig = file.pushgateway.clone().unwrap_or_default();
+            if let Some(url) = &cli.pushgateway_url {
+                cfg.url = url.clone();
+            }
+            if let Some(job) = &cli.pushgateway_job {
+                cfg.job = job.clone();
+            }
+            let sink = PushgatewaySink::from_config(&cfg).map_err(|e| ConfigError(format!("pushgateway: {e}")))?;
+            sinks.push(Box::new(sink));
+        }
+        #[cfg(not(feature = "pushgateway"))]
+        feature_missing!("a Pushgateway", "pushgateway");
+    }
+
+    // --- InfluxDB ------------------------------------------------------------------------------
+    if cli.influx_url.is_some() || file.influxdb.is_some() {
+        #[cfg(feature = "influxdb")]
+        {
+            use gpumon::sinks::influxdb::{InfluxConfig, InfluxSink};
+            let mut cfg: InfluxConfig = file.influxdb.clone().unwrap_or_default();
+            macro_rules! set {
+                ($flag:expr, $field:ident) => {
+                    if let Some(v) = &$flag {
+                        cfg.$field = Some(v.clone());
+                    }
+                };
+            }
+            if let Some(url) = &cli.influx_url {
+                cfg.url = url.clone();
+            }
+            set!(cli.influx_db, db);
+            set!(cli.influx_user, username);
+            set!(cli.influx_password, password);
+            set!(cli.influx_org, org);
+            set!(cli.influx_bucket, bucket);
+            set!(cli.influx_token, token);
+            let sink = InfluxSink::from_config(&cfg).map_err(|e| ConfigError(format!("influxdb: {e}")))?;
+            sinks.push(Box::new(sink));
+        }
+        #[cfg(not(feature = "influxdb"))]
+        feature_missing!("InfluxDB", "influxdb");
+    }
+
+    // --- OTLP ----------------------------------------------------------------------------------
+    if cli.otlp_endpoint.is_some() || cli.otlp_protocol.is_some() || file.otlp.is_some() {
+        #[cfg(feature = "otlp")]
+        {
+            use gpumon::sinks::otlp::{OtlpConfig, OtlpSink, Protocol};
+            let mut cfg: OtlpConfig = file.otlp.clone().unwrap_or_default();
+            if let Some(e) = &cli.otlp_endpoint {
+                cfg.endpoint = Some(e.clone());
+            }
+            if let Some(p) = &cli.otlp_protocol {
+                cfg.protocol = Some(p.parse::<Protocol>().map_err(|e| ConfigError(format!("--otlp-protocol: {e}")))?);
+            }
+            let sink = OtlpSink::from_config(&cfg).map_err(|e| ConfigError(format!("otlp: {e}")))?;
+            sinks.push(Box::new(sink));
+        }
+        #[cfg(not(feature = "otlp"))]
+        feature_missing!("OTLP export", "otlp");
+    }
+
+    // --- stdout --------------------------------------------------------------------------------
+    let format = cli.stdout_format.or(file.stdout.format).unwrap_or(StdoutFormat::Human);
+    let stdout_wanted = cli.stdout || cli.stdout_format.is_some() || file.stdout.enabled.unwrap_or(sinks.is_empty());
+    if stdout_wanted {
+        sinks.push(Box::new(StdoutSink::new(format)));
+    }
+    Ok(sinks)
+}

@@ -1,0 +1,308 @@
+//! The runtime's scheduling and isolation guarantees, driven with the mock backend and the mock
+//! crate's recording/faulty sinks. Timing tests run on paused tokio time, so they are exact and
+//! fast; the one that hangs inside the (blocking) sampler steps time by hand, because tokio does
+//! not auto-advance time while a `spawn_blocking` task runs.
+#![cfg(all(feature = "mock", feature = "stdout"))]
+
+use std::time::Duration;
+
+use gpumon::core::{
+    Agent, AgentError, DeviceFilter, DeviceState, Family, MetricSet, SampleError, SampleRequest, Sampler, SinkOptions,
+    SinkState, Snapshot,
+};
+use gpumon::mock::{Behavior, FailKind, Fault, FaultySink, Gate, MockSampler, RecordingSink, Scenario};
+use tokio::time::Instant;
+
+fn h100x8() -> MockSampler {
+    MockSampler::from_profile_name("h100x8").expect("built-in profile")
+}
+
+/// Lets every task that is ready run (the agent, its workers), on the current-thread runtime.
+async fn settle() {
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn samples_on_the_interval_and_numbers_snapshots() {
+    let rec = RecordingSink::new("rec");
+    let handle = Agent::builder(h100x8()).interval(Duration::from_secs(1)).sink(rec.clone()).spawn().unwrap();
+    let mut stream = handle.subscribe();
+    let start = Instant::now();
+    let mut arrivals = Vec::new();
+    for _ in 0..6 {
+        let s = stream.recv().await.unwrap();
+        arrivals.push((s.seq, start.elapsed()));
+    }
+    let expected: Vec<_> = (1..=6).map(|i| (i, Duration::from_secs(i - 1))).collect();
+    assert_eq!(arrivals, expected, "one snapshot per second, numbered from 1, the first at once");
+    handle.shutdown(Duration::from_secs(1)).await.unwrap();
+    assert_eq!(rec.snapshots().iter().map(|s| s.seq).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6]);
+    assert_eq!(rec.shutdown_count(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_sink_delays_neither_the_sampler_nor_the_other_sinks() {
+    let rec = RecordingSink::new("rec");
+    let hung = FaultySink::new("hung").export_behavior(Behavior::Stall);
+    let hung_calls = hung.calls();
+    let handle = Agent::builder(h100x8())
+        .interval(Duration::from_secs(1))
+        .sink(rec.clone())
+        .sink_with(hung, SinkOptions::default().capacity(2).export_timeout(Duration::from_secs(3600)))
+        .spawn()
+        .unwrap();
+    let mut stream = handle.subscribe();
+    let start = Instant::now();
+    for i in 0..11u64 {
+        stream.recv().await.unwrap();
+        assert_eq!(start.elapsed(), Duration::from_secs(i), "tick {i} on time despite the hung sink");
+    }
+    settle().await;
+    assert_eq!(rec.len(), 11, "the healthy sink got every snapshot");
+    assert_eq!(hung_calls.exports(), 1, "the hung sink is still stuck in its first export");
+    let status = handle.sink_status();
+    let hung_status = status.iter().find(|s| s.name == "hung").unwrap();
+    // 11 published: 1 taken into the stuck export, 2 queued, 8 dropped (oldest first) and counted.
+    assert_eq!(hung_status.dropped, 8);
+    assert_eq!(status.iter().find(|s| s.name == "rec").unwrap().dropped, 0);
+    assert_eq!(handle.stats().samples_taken, 11);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_respects_its_deadline_with_a_hung_sink() {
+    let rec = RecordingSink::new("rec");
+    let hung =
+        FaultySink::new("hung").export_behavior(Behavior::Stall).shutdown_behavior(Behavior::Stall);
+    let handle = Agent::builder(h100x8())
+        .sink(rec.clone())
+        .sink_with(hung, SinkOptions::default().export_timeout(Duration::from_secs(3600)))
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let start = Instant::now();
+    let result = handle.shutdown(Duration::from_secs(2)).await;
+    assert_eq!(start.elapsed(), Duration::from_secs(2), "shutdown returns at its deadline, not later");
+    match result {
+        Err(AgentError::Timeout { after, unfinished, failed }) => {
+            assert_eq!(after, Duration::from_secs(2));
+            assert_eq!(unfinished, ["hung"]);
+            assert!(failed.is_empty());
+        }
+        other => panic!("expected a timeout naming the hung sink, got {other:?}"),
+    }
+    assert_eq!(rec.shutdown_count(), 1, "the healthy sink was drained and shut down");
+    assert_eq!(rec.len(), 3);
+    let status = handle.sink_status();
+    assert_eq!(status.iter().find(|s| s.name == "hung").unwrap().state, SinkState::Aborted);
+    assert_eq!(status.iter().find(|s| s.name == "rec").unwrap().state, SinkState::ShutDown);
+    assert!(matches!(handle.shutdown(Duration::from_secs(1)).await, Err(AgentError::ShutDown)), "idempotent");
+}
+
+#[tokio::test(start_paused = true)]
+async fn flush_exports_a_fresh_sample_then_flushes_every_sink() {
+    let rec = RecordingSink::new("rec");
+    let bad_flush = FaultySink::new("bad-flush").flush_behavior(Behavior::Fail(FailKind::Permanent));
+    let bad_calls = bad_flush.calls();
+    let handle = Agent::builder(h100x8()).scheduled(false).sink(rec.clone()).sink(bad_flush).spawn().unwrap();
+    settle().await;
+    assert_eq!(rec.len(), 0, "an unscheduled agent samples only when asked");
+
+    match handle.flush(Duration::from_secs(5)).await {
+        Err(AgentError::Sinks(failures)) => {
+            assert_eq!(failures.len(), 1);
+            assert_eq!(failures[0].sink, "bad-flush");
+        }
+        other => panic!("expected the failing flush to be reported, got {other:?}"),
+    }
+    assert_eq!(rec.len(), 1, "flush took and exported a sample");
+    assert_eq!(rec.flush_count(), 1);
+    assert_eq!((bad_calls.exports(), bad_calls.flushes()), (1, 1));
+    assert_eq!(rec.snapshots()[0].devices.len(), 8);
+
+    let now = handle.snapshot_now().await.unwrap();
+    assert_eq!(now.seq, 2);
+    settle().await;
+    assert_eq!(rec.len(), 1, "snapshot_now does not export");
+    // Shutdown flushes too, so the failing flush is reported again; the healthy sink is closed.
+    match handle.shutdown(Duration::from_secs(1)).await {
+        Err(AgentError::Sinks(failures)) => assert_eq!(failures[0].sink, "bad-flush"),
+        other => panic!("expected the failing flush on shutdown, got {other:?}"),
+    }
+    assert_eq!(rec.shutdown_count(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn flush_drains_what_is_queued_before_the_flush_sample() {
+    let slow = FaultySink::new("slow").export_behavior(Behavior::Delay(Duration::from_millis(2500)));
+    let slow_rec = slow.recorder();
+    let handle = Agent::builder(h100x8())
+        .sink_with(slow, SinkOptions::default().capacity(8))
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(3500)).await; // 4 ticks; the slow sink is behind
+    handle.flush(Duration::from_secs(60)).await.unwrap();
+    let seqs: Vec<_> = slow_rec.snapshots().iter().map(|s| s.seq).collect();
+    assert_eq!(seqs, [1, 2, 3, 4, 5], "queued snapshots first, in order, then the flush's own");
+    handle.shutdown(Duration::from_secs(30)).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn panicking_and_failing_sinks_are_isolated_and_counted() {
+    let rec = RecordingSink::new("rec");
+    let panics = FaultySink::new("panics").export_behavior(Behavior::Panic);
+    let flaky = FaultySink::new("flaky").on_export(|i| if i < 3 { Behavior::Fail(FailKind::Transient) } else { Behavior::Ok });
+    let handle = Agent::builder(h100x8()).sink(rec.clone()).sink(panics).sink(flaky).spawn().unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    settle().await;
+    let status = handle.sink_status();
+    let get = |n: &str| status.iter().find(|s| s.name == n).unwrap().clone();
+    let p = get("panics");
+    assert_eq!((p.panics, p.failures, p.consecutive_failures, p.exported), (3, 3, 3, 0));
+    assert!(p.last_error.unwrap().contains("panicked"));
+    let f = get("flaky");
+    assert_eq!((f.failures, f.consecutive_failures, f.exported), (3, 3, 0));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    settle().await;
+    let f = handle.sink_status().into_iter().find(|s| s.name == "flaky").unwrap();
+    assert_eq!((f.failures, f.consecutive_failures, f.exported), (3, 0, 1), "a success resets the run");
+    assert_eq!(rec.len(), 4);
+    assert!(handle.is_running());
+    handle.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+/// A backend that ignores the device filter: the runtime must still drop hidden devices.
+struct LeakySampler(MockSampler);
+
+impl Sampler for LeakySampler {
+    fn name(&self) -> &str {
+        "leaky"
+    }
+    fn sample(&self, request: &SampleRequest) -> Result<Snapshot, SampleError> {
+        self.0.sample(&SampleRequest::new(request.metrics, DeviceFilter::all()))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn hidden_devices_never_reach_a_sink() {
+    for sampler in [Box::new(LeakySampler(h100x8())) as Box<dyn Sampler>, Box::new(h100x8())] {
+        let rec = RecordingSink::new("rec");
+        let filter = DeviceFilter::parse("1,3").unwrap();
+        let handle = Agent::builder(sampler).devices(filter).sink(rec.clone()).spawn().unwrap();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        handle.shutdown(Duration::from_secs(1)).await.unwrap();
+        for s in rec.snapshots() {
+            let idx: Vec<_> = s.devices.iter().map(|d| d.info.index).collect();
+            assert_eq!(idx, [1, 3]);
+        }
+        assert_eq!(rec.len(), 2);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_gpu_is_marked_and_the_others_keep_reporting() {
+    let sampler = MockSampler::builder()
+        .profile(gpumon::mock::FleetProfile::load("h100x8").unwrap())
+        .scenario(Scenario::load("training").unwrap())
+        .fault(Fault::DeviceLost { device: 3, at_tick: 2 })
+        .build()
+        .unwrap();
+    let rec = RecordingSink::new("rec");
+    let handle = Agent::builder(sampler).sink(rec.clone()).spawn().unwrap();
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    handle.shutdown(Duration::from_secs(1)).await.unwrap();
+    let snaps = rec.snapshots();
+    assert_eq!(snaps.len(), 5);
+    for (tick, s) in snaps.iter().enumerate() {
+        assert_eq!(s.devices.len(), 8, "the lost GPU stays listed");
+        let lost = &s.devices[3];
+        assert_eq!(lost.state == DeviceState::Lost, tick >= 2, "tick {tick}");
+        for d in s.devices.iter().filter(|d| d.info.index != 3) {
+            assert!(d.is_up());
+            assert!(d.utilization.gpu.is_some() && d.memory.used.is_some() && d.power.usage_watts.is_some());
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_sample_is_abandoned_and_ticks_are_skipped_until_it_returns() {
+    let gate = Gate::new();
+    let sampler = MockSampler::builder()
+        .profile(gpumon::mock::FleetProfile::load("h100x8").unwrap())
+        .fault(Fault::HangUntilReleased { at_tick: 2, gate: gate.clone() })
+        .build()
+        .unwrap();
+    let rec = RecordingSink::new("rec");
+    let handle = Agent::builder(sampler)
+        .interval(Duration::from_secs(1))
+        .sample_timeout(Duration::from_millis(500))
+        .sink(rec.clone())
+        .spawn()
+        .unwrap();
+    // Ticks at t=0 and t=1 (samples 0 and 1); auto-advance works while nothing blocks.
+    tokio::time::sleep(Duration::from_millis(1900)).await;
+    assert_eq!(rec.len(), 2);
+    // t=2: sample 2 hangs in the backend. Time no longer auto-advances; step it by hand.
+    tokio::time::advance(Duration::from_millis(100)).await;
+    settle().await;
+    tokio::time::advance(Duration::from_millis(500)).await; // t=2.5: the sample timeout fires
+    settle().await;
+    let stats = handle.stats();
+    assert_eq!((stats.samples_taken, stats.sample_failures, stats.skipped_ticks), (2, 1, 0));
+    assert!(stats.last_sample_error.unwrap().contains("timed out"));
+    for _ in 0..2 {
+        tokio::time::advance(Duration::from_millis(500)).await; // t=3, then t=4: skipped
+        settle().await;
+        tokio::time::advance(Duration::from_millis(500)).await;
+        settle().await;
+    }
+    assert_eq!(handle.stats().skipped_ticks, 2, "no second sample while the first is stuck");
+    gate.release();
+    // The stuck call now returns on its blocking thread, in real time (microseconds after the
+    // release); give it ample real time before the next tick.
+    std::thread::sleep(Duration::from_millis(100));
+    tokio::time::advance(Duration::from_millis(500)).await; // t=5: the next tick samples again
+    settle().await;
+    for _ in 0..200 {
+        if handle.stats().samples_taken == 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        settle().await;
+    }
+    let stats = handle.stats();
+    assert!(stats.last_sample_ok, "sampling resumed after the hung call returned: {stats:?}");
+    assert_eq!((stats.samples_taken, stats.sample_failures, stats.skipped_ticks), (3, 1, 2));
+    let seqs: Vec<_> = rec.snapshots().iter().map(|s| s.seq).collect();
+    assert_eq!(seqs, [1, 2, 3], "the late result of the hung call is discarded, not exported");
+    handle.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+#[tokio::test]
+async fn build_rejects_bad_settings_with_the_setting_named() {
+    let e = Agent::builder(h100x8()).interval(Duration::from_millis(50)).build().unwrap_err();
+    assert!(e.to_string().contains("interval"), "{e}");
+    let e = Agent::builder(h100x8()).sink(RecordingSink::new("x")).sink(RecordingSink::new("x")).build().unwrap_err();
+    assert!(e.to_string().contains("two sinks are named `x`"), "{e}");
+    let e = Agent::builder(h100x8())
+        .sink_with(RecordingSink::new("x"), SinkOptions::default().capacity(0))
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("x.capacity"), "{e}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn opt_in_families_are_sampled_only_when_asked() {
+    let rec = RecordingSink::new("rec");
+    let handle = Agent::builder(h100x8())
+        .metrics(MetricSet::default().with(Family::Processes).without(Family::Power))
+        .sink(rec.clone())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    handle.shutdown(Duration::from_secs(1)).await.unwrap();
+    let s = rec.last().unwrap();
+    assert!(s.devices.iter().all(|d| d.power.usage_watts.is_none()));
+    assert!(s.devices.iter().any(|d| !d.processes.is_empty()));
+}
