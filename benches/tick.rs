@@ -1,1 +1,74 @@
-fn main() {}
+//! One sampling tick through the runtime into a no-op sink, for 8 and 64 mock devices, measured
+//! side by side with the bare sampler call and the point walk every sink does, so the runtime's
+//! own share can be read as a ratio.
+//!
+//! `cargo bench --bench tick`
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use gpumon::core::{Agent, DeviceFilter, MetricSet, SampleRequest, Sampler, Sink, SinkError, Snapshot};
+use gpumon::mock::MockSampler;
+
+/// Takes every snapshot and does nothing with it.
+struct NoopSink;
+
+#[async_trait::async_trait]
+impl Sink for NoopSink {
+    fn name(&self) -> &str {
+        "noop"
+    }
+    async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
+        criterion::black_box(snapshot);
+        Ok(())
+    }
+    async fn shutdown(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+fn tick(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let mut group = c.benchmark_group("tick");
+    group.measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
+    for devices in [8usize, 64] {
+        let profile = format!("h100x{devices}");
+
+        let sampler = MockSampler::from_profile_name(&profile).unwrap();
+        let request = SampleRequest::new(MetricSet::default(), DeviceFilter::all());
+        group.bench_with_input(BenchmarkId::new("sampler_only", devices), &devices, |b, _| {
+            b.iter(|| criterion::black_box(sampler.sample(&request).unwrap()))
+        });
+
+        let snapshot = sampler.sample(&request).unwrap();
+        group.bench_with_input(BenchmarkId::new("visit_points", devices), &devices, |b, _| {
+            b.iter(|| {
+                let mut n = 0usize;
+                for d in &snapshot.devices {
+                    d.visit_points(|p| {
+                        criterion::black_box(p);
+                        n += 1;
+                    });
+                }
+                n
+            })
+        });
+
+        let handle = rt.block_on(async {
+            Agent::builder(MockSampler::from_profile_name(&profile).unwrap())
+                .scheduled(false)
+                .sink(NoopSink)
+                .spawn()
+                .unwrap()
+        });
+        group.bench_with_input(BenchmarkId::new("runtime_flush_to_noop_sink", devices), &devices, |b, _| {
+            b.iter(|| rt.block_on(handle.flush(Duration::from_secs(10))).unwrap())
+        });
+        rt.block_on(handle.shutdown(Duration::from_secs(5))).unwrap();
+    }
+    group.finish();
+}
+
+criterion_group!(benches, tick);
+criterion_main!(benches);
