@@ -376,7 +376,10 @@ const MHZ: f64 = 1e-6;
 catalogue! {
     /// 1 while the device answers, 0 when it is lost.
     DeviceUp { "up", Status, Count, Gauge, "Whether the GPU answered this tick (1) or is lost (0).",
-        label: None, dcgm: None, otel: hw("gpumon.gpu.up") }
+        label: None, dcgm: None,
+        // semconv `hw.status` (UpDownCounter, 1 for the current state): this is the `hw.state=ok`
+        // series; the OTLP sink adds its complement `hw.state=failed`.
+        otel: OtelName { name: "hw.status", attribute: Some(("hw.state", "ok")), up_down: true } }
 
     /// Fraction of time a kernel was running.
     GpuUtilization { "utilization", Utilization, Ratio, Gauge, "Fraction of time one or more kernels were running on the GPU.",

@@ -1,0 +1,124 @@
+//! Cost of one OTLP export of 8 GPUs with every metric family (≈ 600 data points), in process.
+//!
+//! - `sdk_only`: record + SDK collection + an exporter that drops the batch (what the sink and
+//!   the OpenTelemetry SDK cost, without the wire).
+//! - `http_loopback`: the real OTLP/HTTP exporter (protobuf encoding, reqwest, one request) to a
+//!   minimal HTTP server on 127.0.0.1 that answers 200 at once.
+//!
+//! `cargo bench -p gpumon-sinks --features otlp --bench otlp_export`
+
+#[path = "../tests/otlp_support/mod.rs"]
+mod otlp_support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use gpumon_core::Sink;
+use gpumon_sinks::otlp::{OtlpConfig, OtlpSink, Protocol};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
+
+/// Drops every batch (after touching it, so nothing is optimised away).
+#[derive(Debug)]
+struct Discard;
+
+impl PushMetricExporter for Discard {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        std::hint::black_box(metrics.scope_metrics().count());
+        Ok(())
+    }
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+    fn shutdown_with_timeout(&self, _: Duration) -> OTelSdkResult {
+        Ok(())
+    }
+    fn temporality(&self) -> Temporality {
+        Temporality::Cumulative
+    }
+}
+
+/// A loopback HTTP/1.1 server answering every request with an empty 200.
+fn sink_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            std::thread::spawn(move || {
+                let mut writer = conn.try_clone().unwrap();
+                let mut reader = BufReader::new(conn);
+                loop {
+                    let mut len = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let reply = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+                    if writer.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let snapshots: Vec<_> = (0..16).map(|n| Arc::new(otlp_support::fleet(8, n, false))).collect();
+    let points: usize = snapshots[0].devices.iter().map(|d| d.points().len()).sum();
+
+    let mut group = c.benchmark_group("otlp_export_8gpu");
+    group.throughput(Throughput::Elements(points as u64));
+
+    let provider = SdkMeterProvider::builder()
+        .with_reader(PeriodicReader::builder(Discard).with_interval(Duration::from_secs(86_400)).build())
+        .build();
+    let mut sink = OtlpSink::with_meter_provider(provider.clone());
+    let mut i = 0;
+    group.bench_function("sdk_only", |b| {
+        b.iter(|| {
+            i += 1;
+            rt.block_on(sink.export(snapshots[i % snapshots.len()].clone())).unwrap();
+        })
+    });
+    rt.block_on(sink.shutdown()).unwrap();
+    drop(sink);
+    provider.shutdown().unwrap();
+
+    let port = sink_server();
+    let mut sink = rt.block_on(async {
+        OtlpSink::from_config(&OtlpConfig::new(format!("http://127.0.0.1:{port}"), Protocol::HttpProtobuf)).unwrap()
+    });
+    group.bench_function("http_loopback", |b| {
+        b.iter(|| {
+            i += 1;
+            rt.block_on(sink.export(snapshots[i % snapshots.len()].clone())).unwrap();
+        })
+    });
+    rt.block_on(sink.shutdown()).unwrap();
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,466 @@
+//! From the metric catalogue to OpenTelemetry instruments, and from a snapshot to observations.
+//!
+//! Every name, unit and extra attribute comes from [`MetricId::descriptor`]'s `otel` mapping.
+//! Metrics that share an OTel name (the engines of `hw.gpu.utilization`, the sensors of
+//! `hw.temperature`, …) become one instrument whose series differ by the mapping's attribute.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use gpumon_core::{DeviceInfo, LabelValue, MetricId, MetricKind, Snapshot, SystemInfo, Unit, Value};
+use opentelemetry::metrics::Meter;
+use opentelemetry::{KeyValue, StringValue};
+
+/// `hw.type` of every data point.
+pub(crate) const HW_TYPE: &str = "gpu";
+/// `hw.vendor` of every data point.
+pub(crate) const HW_VENDOR: &str = "nvidia";
+/// The `hw.state` value of the complement series added next to `hw.status{hw.state=ok}`.
+const FAILED_STATE: &str = "failed";
+
+/// The instrument kind and value type an OTel metric is exported with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// Observable Gauge, double.
+    GaugeF64,
+    /// Observable Gauge, int.
+    GaugeI64,
+    /// Observable (monotonic, cumulative) Counter, double.
+    CounterF64,
+    /// Observable (monotonic, cumulative) Counter, int.
+    CounterU64,
+    /// Observable UpDownCounter (non-monotonic cumulative Sum), int.
+    UpDownI64,
+}
+
+impl Shape {
+    fn of(id: MetricId) -> Shape {
+        let d = id.descriptor();
+        // Counts and bytes are integers; ratios, watts, joules, hertz, °C, seconds are doubles.
+        let integral = matches!(d.unit, Unit::Count | Unit::Bytes);
+        match (d.otel.up_down, d.kind, integral) {
+            (true, _, _) => Shape::UpDownI64,
+            (false, MetricKind::Counter, true) => Shape::CounterU64,
+            (false, MetricKind::Counter, false) => Shape::CounterF64,
+            (false, _, true) => Shape::GaugeI64,
+            (false, _, false) => Shape::GaugeF64,
+        }
+    }
+
+    /// The OTLP data type and properties, as the mapping table shows them.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Shape::GaugeF64 => "Gauge (double)",
+            Shape::GaugeI64 => "Gauge (int)",
+            Shape::CounterF64 => "Counter: Sum, monotonic, cumulative (double)",
+            Shape::CounterU64 => "Counter: Sum, monotonic, cumulative (int)",
+            Shape::UpDownI64 => "UpDownCounter: Sum, non-monotonic, cumulative (int)",
+        }
+    }
+}
+
+/// One OpenTelemetry instrument and the catalogue metrics that feed it.
+#[derive(Clone, Debug)]
+pub(crate) struct InstrumentSpec {
+    pub(crate) name: &'static str,
+    pub(crate) unit: &'static str,
+    pub(crate) shape: Shape,
+    pub(crate) description: String,
+    pub(crate) members: Vec<MetricId>,
+}
+
+/// The catalogue grouped into instruments.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub(crate) instruments: Vec<InstrumentSpec>,
+    /// `MetricId as usize` → index into `instruments`.
+    slot: Vec<usize>,
+}
+
+impl Plan {
+    pub(crate) fn new() -> Plan {
+        let mut instruments: Vec<InstrumentSpec> = Vec::new();
+        let mut slot = vec![usize::MAX; MetricId::ALL.len()];
+        for &id in MetricId::ALL {
+            let d = id.descriptor();
+            let index = match instruments.iter().position(|i| i.name == d.otel.name) {
+                Some(i) => i,
+                None => {
+                    instruments.push(InstrumentSpec {
+                        name: d.otel.name,
+                        unit: d.unit.ucum(),
+                        shape: Shape::of(id),
+                        description: String::new(),
+                        members: Vec::new(),
+                    });
+                    instruments.len() - 1
+                }
+            };
+            instruments[index].members.push(id);
+            slot[id as usize] = index;
+        }
+        for spec in &mut instruments {
+            spec.description = describe_members(&spec.members);
+        }
+        Plan { instruments, slot }
+    }
+
+    fn slot(&self, id: MetricId) -> usize {
+        self.slot[id as usize]
+    }
+}
+
+/// One help text when the members share an instrument through an attribute:
+/// `"hw.gpu.task=general: Fraction …; hw.gpu.task=encoder: …"`.
+fn describe_members(members: &[MetricId]) -> String {
+    let first = members[0].descriptor();
+    if members.len() == 1 || members.iter().all(|m| m.descriptor().help == first.help) {
+        return first.help.to_owned();
+    }
+    let mut s = String::new();
+    for m in members {
+        let d = m.descriptor();
+        if !s.is_empty() {
+            s.push(' ');
+        }
+        match d.otel.attribute {
+            Some((k, v)) => {
+                let _ = write!(s, "{k}={v}: {}", d.help);
+            }
+            None => s.push_str(d.help),
+        }
+    }
+    s
+}
+
+/// The OTel attribute key of a catalogue label (`pid` → `process.pid`, `xid` → `gpumon.xid`).
+pub(crate) fn label_key(label: &'static str) -> Cow<'static, str> {
+    match label {
+        "pid" => Cow::Borrowed("process.pid"),
+        "xid" => Cow::Borrowed("gpumon.xid"),
+        "reason" => Cow::Borrowed("gpumon.reason"),
+        // A label added to the catalogue later lands in the extension namespace as well; the
+        // generated docs table lists it, so the mapping stays visible.
+        other => Cow::Owned(format!("gpumon.{other}")),
+    }
+}
+
+/// One observation: a value and its complete attribute set.
+#[derive(Debug, Clone)]
+pub(crate) struct Observation {
+    pub(crate) value: Value,
+    pub(crate) attributes: Vec<KeyValue>,
+}
+
+/// What each instrument reports at the next collection: `by_instrument[i]` for instrument `i`.
+#[derive(Debug, Default)]
+pub(crate) struct Encoded {
+    pub(crate) by_instrument: Vec<Vec<Observation>>,
+    /// Data points in total.
+    pub(crate) points: usize,
+}
+
+/// The latest snapshot's observations, read by every instrument's callback.
+pub(crate) type Shared = Arc<ArcSwap<Encoded>>;
+
+/// Per-device attribute sets, rebuilt only when the device's identity changes.
+#[derive(Debug, Default)]
+pub(crate) struct AttributeCache {
+    devices: HashMap<String, CachedDevice>,
+}
+
+/// A device's identity, the driver version, and the attributes built from them.
+type CachedDevice = (Arc<DeviceInfo>, Option<String>, Arc<[KeyValue]>);
+
+impl AttributeCache {
+    fn device(&mut self, system: &SystemInfo, info: &Arc<DeviceInfo>) -> Arc<[KeyValue]> {
+        if let Some((cached, driver, attrs)) = self.devices.get(&info.uuid) {
+            if (Arc::ptr_eq(cached, info) || **cached == **info) && *driver == system.driver_version {
+                return attrs.clone();
+            }
+        }
+        let attrs: Arc<[KeyValue]> = device_attributes(system, info).into();
+        self.devices.insert(info.uuid.clone(), (info.clone(), system.driver_version.clone(), attrs.clone()));
+        attrs
+    }
+}
+
+fn s(v: &str) -> opentelemetry::Value {
+    opentelemetry::Value::String(StringValue::from(Arc::<str>::from(v)))
+}
+
+/// The semantic-convention GPU attribute set (`metric_attributes.hw.gpu`) plus `hw.type`, and
+/// the device index under the extension namespace.
+pub(crate) fn device_attributes(system: &SystemInfo, info: &DeviceInfo) -> Vec<KeyValue> {
+    let mut attrs = Vec::with_capacity(10);
+    attrs.push(KeyValue::new("hw.id", s(&info.uuid)));
+    let name = match &info.mig {
+        Some(mig) => format!("{}/mig{}", info.device_node(), mig.mig_index),
+        None => info.device_node(),
+    };
+    attrs.push(KeyValue::new("hw.name", s(&name)));
+    attrs.push(KeyValue::new("hw.type", HW_TYPE));
+    attrs.push(KeyValue::new("hw.vendor", HW_VENDOR));
+    if !info.name.is_empty() {
+        attrs.push(KeyValue::new("hw.model", s(&info.name)));
+    }
+    if let Some(v) = &system.driver_version {
+        attrs.push(KeyValue::new("hw.driver_version", s(v)));
+    }
+    if let Some(serial) = info.serial.as_deref().filter(|s| !s.is_empty()) {
+        attrs.push(KeyValue::new("hw.serial_number", s(serial)));
+    }
+    if let Some(mig) = &info.mig {
+        attrs.push(KeyValue::new("hw.parent", s(&mig.parent_uuid)));
+    }
+    attrs.push(KeyValue::new("gpumon.gpu.index", i64::from(info.index)));
+    attrs
+}
+
+impl Plan {
+    /// Turns a snapshot into per-instrument observations.
+    pub(crate) fn encode(&self, snapshot: &Snapshot, cache: &mut AttributeCache) -> Encoded {
+        let mut by_instrument: Vec<Vec<Observation>> = self.instruments.iter().map(|_| Vec::new()).collect();
+        let mut points = 0;
+        for device in &snapshot.devices {
+            let base = cache.device(&snapshot.system, &device.info);
+            device.visit_points(|p| {
+                let d = p.id.descriptor();
+                let mut attributes = Vec::with_capacity(base.len() + 2);
+                attributes.extend(base.iter().cloned());
+                if let Some((k, v)) = d.otel.attribute {
+                    attributes.push(KeyValue::new(k, v));
+                }
+                if let (Some(label), Some(value)) = (d.label, p.label) {
+                    let key = label_key(label);
+                    attributes.push(match value {
+                        LabelValue::Int(v) => KeyValue::new(key, i64::try_from(v).unwrap_or(i64::MAX)),
+                        LabelValue::Str(v) => KeyValue::new(key, s(v)),
+                    });
+                }
+                let list = &mut by_instrument[self.slot(p.id)];
+                if p.id == MetricId::DeviceUp {
+                    // hw.status: one series per state, 1 for the current one.
+                    if let Some((key, _)) = d.otel.attribute {
+                        let mut failed = attributes.clone();
+                        if let Some(kv) = failed.iter_mut().rev().find(|kv| kv.key.as_str() == key) {
+                            *kv = KeyValue::new(key, FAILED_STATE);
+                        }
+                        let up = p.value.as_f64() > 0.0;
+                        list.push(Observation { value: Value::Int(u64::from(!up)), attributes: failed });
+                        points += 1;
+                    }
+                }
+                list.push(Observation { value: p.value, attributes });
+                points += 1;
+            });
+        }
+        Encoded { by_instrument, points }
+    }
+
+    /// Registers one observable instrument per spec on `meter`, each reading `shared`.
+    pub(crate) fn register(&self, meter: &Meter, shared: &Shared) -> Vec<Registered> {
+        self.instruments
+            .iter()
+            .enumerate()
+            .map(|(index, spec)| {
+                let name = spec.name;
+                let unit = spec.unit;
+                let description = spec.description.clone();
+                macro_rules! observable {
+                    ($builder:ident, $variant:ident, $conv:expr) => {{
+                        let shared = shared.clone();
+                        let conv = $conv;
+                        Registered::$variant(
+                            meter
+                                .$builder(name)
+                                .with_unit(unit)
+                                .with_description(description)
+                                .with_callback(move |observer| {
+                                    let encoded = shared.load();
+                                    if let Some(list) = encoded.by_instrument.get(index) {
+                                        for o in list {
+                                            observer.observe(conv(o.value), &o.attributes);
+                                        }
+                                    }
+                                })
+                                .build(),
+                        )
+                    }};
+                }
+                match spec.shape {
+                    Shape::GaugeF64 => observable!(f64_observable_gauge, GaugeF64, Value::as_f64),
+                    Shape::GaugeI64 => observable!(i64_observable_gauge, GaugeI64, to_i64),
+                    Shape::CounterF64 => observable!(f64_observable_counter, CounterF64, Value::as_f64),
+                    Shape::CounterU64 => observable!(u64_observable_counter, CounterU64, to_u64),
+                    Shape::UpDownI64 => observable!(i64_observable_up_down_counter, UpDownI64, to_i64),
+                }
+            })
+            .collect()
+    }
+}
+
+fn to_i64(v: Value) -> i64 {
+    match v {
+        Value::Int(i) => i64::try_from(i).unwrap_or(i64::MAX),
+        // Saturating float-to-int cast; NaN becomes 0.
+        Value::Float(f) => f.round() as i64,
+    }
+}
+
+fn to_u64(v: Value) -> u64 {
+    match v {
+        Value::Int(i) => i,
+        Value::Float(f) => f.round() as u64,
+    }
+}
+
+/// Keeps an observable instrument (and its callback) alive for as long as the sink lives.
+#[allow(dead_code)] // held only for its lifetime
+#[derive(Debug)]
+pub(crate) enum Registered {
+    GaugeF64(opentelemetry::metrics::ObservableGauge<f64>),
+    GaugeI64(opentelemetry::metrics::ObservableGauge<i64>),
+    CounterF64(opentelemetry::metrics::ObservableCounter<f64>),
+    CounterU64(opentelemetry::metrics::ObservableCounter<u64>),
+    UpDownI64(opentelemetry::metrics::ObservableUpDownCounter<i64>),
+}
+
+/// The complete OTel mapping as a Markdown table (the body of `docs/otlp.md`'s mapping section).
+pub fn mapping_markdown() -> String {
+    let plan = Plan::new();
+    let mut out = String::new();
+    out.push_str("| OTel metric | instrument | unit | attributes (besides the GPU set) | gpumon metric | family | description |\n");
+    out.push_str("|---|---|---|---|---|---|---|\n");
+    for spec in &plan.instruments {
+        for &id in &spec.members {
+            let d = id.descriptor();
+            let mut attrs = Vec::new();
+            if let Some((k, v)) = d.otel.attribute {
+                attrs.push(format!("`{k}={v}`"));
+                if id == MetricId::DeviceUp {
+                    attrs.push(format!("(and `{k}={FAILED_STATE}` = 1 − value)"));
+                }
+            }
+            if let Some(label) = d.label {
+                attrs.push(format!("`{}`", label_key(label)));
+            }
+            let _ = writeln!(
+                out,
+                "| `{}` | {} | `{}` | {} | `{}` | `{}` | {} |",
+                spec.name,
+                spec.shape.describe(),
+                spec.unit,
+                if attrs.is_empty() { "—".to_owned() } else { attrs.join(" ") },
+                d.name,
+                d.family.name(),
+                d.help,
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpumon_core::{DeviceSample, MigInfo, XidCount};
+
+    #[test]
+    fn members_of_one_instrument_agree_on_unit_and_shape() {
+        let plan = Plan::new();
+        for spec in &plan.instruments {
+            for &m in &spec.members {
+                assert_eq!(m.descriptor().unit.ucum(), spec.unit, "{} / {:?}", spec.name, m);
+                assert_eq!(Shape::of(m), spec.shape, "{} / {:?}", spec.name, m);
+            }
+            if spec.members.len() > 1 {
+                // Members must be told apart by the mapping's attribute or by a label.
+                let mut keys = std::collections::HashSet::new();
+                for &m in &spec.members {
+                    let d = m.descriptor();
+                    assert!(d.otel.attribute.is_some() || d.label.is_some(), "{} / {:?}", spec.name, m);
+                    assert!(keys.insert((d.otel.attribute, d.label)), "{} / {:?} is ambiguous", spec.name, m);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn semantic_convention_instruments_have_the_convention_kinds() {
+        let plan = Plan::new();
+        let shape = |name: &str| plan.instruments.iter().find(|i| i.name == name).map(|i| (i.shape, i.unit));
+        assert_eq!(shape("hw.gpu.utilization"), Some((Shape::GaugeF64, "1")));
+        assert_eq!(shape("hw.gpu.memory.usage"), Some((Shape::UpDownI64, "By")));
+        assert_eq!(shape("hw.gpu.memory.limit"), Some((Shape::UpDownI64, "By")));
+        assert_eq!(shape("hw.gpu.memory.utilization"), Some((Shape::GaugeF64, "1")));
+        assert_eq!(shape("hw.power"), Some((Shape::GaugeF64, "W")));
+        assert_eq!(shape("hw.energy"), Some((Shape::CounterF64, "J")));
+        assert_eq!(shape("hw.temperature"), Some((Shape::GaugeF64, "Cel")));
+        assert_eq!(shape("hw.errors"), Some((Shape::CounterU64, "1")));
+        assert_eq!(shape("hw.status"), Some((Shape::UpDownI64, "1")));
+    }
+
+    #[test]
+    fn encode_attaches_gpu_attributes_labels_and_status_complement() {
+        let plan = Plan::new();
+        let mut info = DeviceInfo::new(2, "MIG-abc", "NVIDIA A100-SXM4-40GB");
+        info.serial = Some("1234".into());
+        info.mig = Some(MigInfo::new("GPU-parent", 1, 3, 0));
+        let mut gpu = DeviceSample::new(Arc::new(info));
+        gpu.utilization.gpu = Some(0.5);
+        gpu.utilization.encoder = Some(0.25);
+        gpu.xid_errors.push(XidCount::new(79, 3, std::time::UNIX_EPOCH));
+        let mut system = SystemInfo::new("h", "mock");
+        system.driver_version = Some("570.1".into());
+        let snap = Snapshot::new(Arc::new(system), vec![gpu]);
+        let enc = plan.encode(&snap, &mut AttributeCache::default());
+
+        let find = |name: &str| &enc.by_instrument[plan.instruments.iter().position(|i| i.name == name).unwrap()];
+        let attr = |o: &Observation, k: &str| {
+            o.attributes.iter().find(|kv| kv.key.as_str() == k).map(|kv| kv.value.to_string())
+        };
+
+        let util = find("hw.gpu.utilization");
+        assert_eq!(util.len(), 2);
+        assert_eq!(attr(&util[0], "hw.gpu.task").as_deref(), Some("general"));
+        assert_eq!(attr(&util[1], "hw.gpu.task").as_deref(), Some("encoder"));
+        let o = &util[0];
+        assert_eq!(attr(o, "hw.id").as_deref(), Some("MIG-abc"));
+        assert_eq!(attr(o, "hw.parent").as_deref(), Some("GPU-parent"));
+        assert_eq!(attr(o, "hw.model").as_deref(), Some("NVIDIA A100-SXM4-40GB"));
+        assert_eq!(attr(o, "hw.serial_number").as_deref(), Some("1234"));
+        assert_eq!(attr(o, "hw.driver_version").as_deref(), Some("570.1"));
+        assert_eq!(attr(o, "hw.vendor").as_deref(), Some("nvidia"));
+        assert_eq!(attr(o, "hw.type").as_deref(), Some("gpu"));
+        assert_eq!(attr(o, "hw.name").as_deref(), Some("nvidia2/mig1"));
+
+        let status = find("hw.status");
+        assert_eq!(status.len(), 2);
+        let by_state: HashMap<_, _> = status.iter().map(|o| (attr(o, "hw.state").unwrap(), o.value)).collect();
+        assert_eq!(by_state["ok"], Value::Int(1));
+        assert_eq!(by_state["failed"], Value::Int(0));
+
+        let xid = &find("gpumon.gpu.xid.errors")[0];
+        assert_eq!(attr(xid, "gpumon.xid").as_deref(), Some("79"));
+        assert_eq!(xid.value, Value::Int(3));
+        assert_eq!(enc.points, enc.by_instrument.iter().map(Vec::len).sum::<usize>());
+    }
+
+    #[test]
+    fn lost_device_reports_failed_state_only() {
+        let plan = Plan::new();
+        let snap = Snapshot::new(
+            Arc::new(SystemInfo::default()),
+            vec![DeviceSample::lost(Arc::new(DeviceInfo::new(0, "GPU-x", "X")))],
+        );
+        let enc = plan.encode(&snap, &mut AttributeCache::default());
+        assert_eq!(enc.points, 2);
+        let status = &enc.by_instrument[plan.slot(MetricId::DeviceUp)];
+        let failed = status.iter().find(|o| o.attributes.iter().any(|kv| kv.value.as_str() == "failed")).unwrap();
+        assert_eq!(failed.value, Value::Int(1));
+    }
+}

@@ -1,0 +1,216 @@
+//! Shared by the OTLP integration tests and the OTLP bench: snapshots with every metric family
+//! filled in, a sampler that produces them, and a client for the test OTLP receiver.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use gpumon_core::{
+    ClockEventReasons, DeviceInfo, DeviceSample, MigInfo, ProcessSample, SampleError, SampleRequest, Sampler, Snapshot,
+    SystemInfo, WindowStats, XidCount,
+};
+
+/// `hw.energy` of GPU 0 in tick `n`: how a received export is matched to its snapshot.
+pub fn energy_marker(n: u64) -> f64 {
+    1_000_000.0 + n as f64 * 250.5
+}
+
+fn stats(min: f64, max: f64) -> Option<WindowStats> {
+    WindowStats::from_values([min, max, (min + max) / 2.0])
+}
+
+/// A GPU with every family present; values depend on the index and the tick `n`.
+pub fn full_gpu(index: u32, n: u64) -> DeviceSample {
+    let i = u64::from(index);
+    let f = f64::from(index);
+    let mut info =
+        DeviceInfo::new(index, format!("GPU-{index:08x}-1111-2222-3333-444455556666"), "NVIDIA H100 80GB HBM3");
+    info.serial = Some(format!("16523220{index:05}"));
+    info.pci_bus_id = Some(format!("00000000:{:02X}:00.0", 0x18 + index));
+    info.architecture = Some("Hopper".into());
+    info.memory_total_bytes = Some(85_520_809_984);
+    let mut s = DeviceSample::new(Arc::new(info));
+    let load = ((i * 7 + n) % 100) as f64 / 100.0;
+    s.utilization.gpu = Some(load);
+    s.utilization.memory = Some(load / 2.0);
+    s.utilization.encoder = Some(0.0);
+    s.utilization.decoder = Some(0.125);
+    s.memory.total = Some(85_520_809_984);
+    s.memory.used = Some(40_000_000_000 + i * 1_000_000 + n);
+    s.memory.reserved = Some(566_231_040);
+    s.memory.free = Some(85_520_809_984 - 566_231_040 - 40_000_000_000 - i * 1_000_000 - n);
+    s.temperature.gpu = Some(40.0 + f + (n % 5) as f64);
+    s.temperature.memory = Some(50.0 + f);
+    s.power.usage_watts = Some(300.25 + f * 10.0);
+    s.power.limit_watts = Some(700.0);
+    s.power.energy_joules = Some(energy_marker(n) + f * 1000.0);
+    s.clocks.graphics = Some(1_980_000_000.0);
+    s.clocks.sm = Some(1_980_000_000.0);
+    s.clocks.memory = Some(2_619_000_000.0);
+    s.clocks.video = Some(1_755_000_000.0);
+    s.fan_speed = Some(0.3);
+    s.performance_state = Some(0);
+    s.clock_event_reasons = Some(ClockEventReasons(ClockEventReasons::SW_POWER_CAP | ClockEventReasons::GPU_IDLE));
+    s.pcie.link_generation = Some(5);
+    s.pcie.link_width = Some(16);
+    s.pcie.replays = Some(i + n);
+    s.pcie.tx_bytes_per_second = Some(1.5e9 + f);
+    s.pcie.rx_bytes_per_second = Some(2.5e9 + f);
+    s.ecc.corrected = Some(10 + i + n);
+    s.ecc.uncorrected = Some(i);
+    s.ecc.retired_pages_single_bit = Some(1);
+    s.ecc.retired_pages_double_bit = Some(0);
+    s.ecc.retired_pages_pending = Some(false);
+    s.ecc.remapped_rows_correctable = Some(2);
+    s.ecc.remapped_rows_uncorrectable = Some(0);
+    s.ecc.remapped_rows_pending = Some(false);
+    s.ecc.remapped_rows_failure = Some(false);
+    let seen = SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000 + i);
+    s.xid_errors.push(XidCount::new(13, 1 + n, seen));
+    s.xid_errors.push(XidCount::new(79, 1, seen));
+    for (k, pid) in [(0u64, 1000 + index * 10), (1, 1001 + index * 10)] {
+        let mut p = ProcessSample::new(pid);
+        p.name = Some("python3".into());
+        p.memory_used = Some((k + 1) * 4_294_967_296);
+        p.sm_utilization = Some(load / 2.0);
+        p.memory_utilization = Some(0.1);
+        p.encoder_utilization = Some(0.0);
+        p.decoder_utilization = Some(0.0);
+        s.processes.push(p);
+    }
+    s.windows.gpu_utilization = stats(load / 2.0, load);
+    s.windows.memory_utilization = stats(0.1, 0.3);
+    s.windows.power_watts = stats(290.0, 310.5);
+    s.windows.sm_clock = stats(1.7e9, 1.98e9);
+    s.windows.memory_clock = stats(2.6e9, 2.619e9);
+    s.gpm.graphics_activity = Some(load);
+    s.gpm.sm_activity = Some(load * 0.9);
+    s.gpm.sm_occupancy = Some(0.4);
+    s.gpm.tensor_activity = Some(0.33);
+    s.gpm.dram_bandwidth = Some(0.5);
+    s
+}
+
+/// A MIG instance of GPU 0.
+pub fn mig_device(n: u64) -> DeviceSample {
+    let parent = full_gpu(0, 0).info.uuid.clone();
+    let mut info = DeviceInfo::new(0, "MIG-aaaabbbb-cccc-dddd-eeee-ffff00001111", "NVIDIA H100 80GB HBM3 MIG 1g.10gb");
+    let mut mig = MigInfo::new(parent, 0, 7, 0);
+    mig.profile = Some("1g.10gb".into());
+    info.mig = Some(mig);
+    let mut s = DeviceSample::new(Arc::new(info));
+    s.utilization.gpu = Some(0.5);
+    s.memory.used = Some(1_000_000 + n);
+    s.memory.total = Some(10_200_547_328);
+    s
+}
+
+/// `gpus` full GPUs, plus (with `extras`) a MIG instance and a lost GPU.
+pub fn fleet(gpus: u32, n: u64, extras: bool) -> Snapshot {
+    let mut devices: Vec<DeviceSample> = (0..gpus).map(|i| full_gpu(i, n)).collect();
+    if extras {
+        devices.push(mig_device(n));
+        devices.push(DeviceSample::lost(Arc::new(DeviceInfo::new(
+            gpus,
+            "GPU-dead0000-0000-0000-0000-000000000000",
+            "NVIDIA H100 80GB HBM3",
+        ))));
+    }
+    let mut system = SystemInfo::new(gpumon_core::hostname(), "test");
+    system.driver_version = Some("570.86.15".into());
+    system.cuda_driver_version = Some(12080);
+    Snapshot::new(Arc::new(system), devices).with_seq(n)
+}
+
+/// A sampler producing [`fleet`] snapshots, tick after tick.
+#[derive(Debug)]
+pub struct FleetSampler {
+    pub gpus: u32,
+    pub extras: bool,
+    pub ticks: AtomicU64,
+}
+
+impl FleetSampler {
+    pub fn new(gpus: u32, extras: bool) -> Self {
+        Self { gpus, extras, ticks: AtomicU64::new(0) }
+    }
+}
+
+impl Sampler for FleetSampler {
+    fn name(&self) -> &str {
+        "test-fleet"
+    }
+    fn sample(&self, _request: &SampleRequest) -> Result<Snapshot, SampleError> {
+        let n = self.ticks.fetch_add(1, Ordering::SeqCst);
+        Ok(fleet(self.gpus, n, self.extras))
+    }
+}
+
+/// Where the test OTLP receiver listens, from the environment `scripts/test.sh` sets.
+#[derive(Clone, Debug)]
+pub struct Backends {
+    pub grpc: String,
+    pub http: String,
+    pub received: String,
+    pub dir: String,
+}
+
+/// `None` (after saying so) when the integration backends are not running; a panic when they
+/// are supposed to be but a variable is missing.
+pub fn backends() -> Option<Backends> {
+    if std::env::var("GPUMON_TEST_BACKENDS").map_or(true, |v| v.is_empty() || v == "0") {
+        eprintln!("skipped: set GPUMON_TEST_BACKENDS=1 (scripts/test.sh does)");
+        return None;
+    }
+    let var =
+        |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("GPUMON_TEST_BACKENDS=1 but {name} is not set"));
+    Some(Backends {
+        grpc: var("GPUMON_TEST_OTLP_GRPC"),
+        http: var("GPUMON_TEST_OTLP_HTTP"),
+        received: var("GPUMON_TEST_OTLP_RECEIVED"),
+        dir: var("GPUMON_TEST_BACKENDS_DIR"),
+    })
+}
+
+/// `http://host:port/received` → `http://host:port/reset`.
+pub fn reset_url(received: &str) -> String {
+    format!("{}/reset", received.trim_end_matches("/received"))
+}
+
+pub async fn reset(received: &str) {
+    let resp = reqwest::Client::new().post(reset_url(received)).send().await.expect("POST /reset to the OTLP receiver");
+    assert!(resp.status().is_success(), "POST /reset: {}", resp.status());
+}
+
+/// Every data point the receiver holds, one JSON object each.
+pub async fn received(received: &str) -> Vec<serde_json::Value> {
+    let resp = reqwest::Client::new().get(received).send().await.expect("GET /received from the OTLP receiver");
+    assert!(resp.status().is_success(), "GET /received: {}", resp.status());
+    let text = resp.text().await.unwrap();
+    text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
+}
+
+/// The data points of one test run (resource attribute `gpumon.test.run`), grouped per request.
+pub fn requests_of_run(points: &[serde_json::Value], run: &str) -> BTreeMap<(String, u64), Vec<serde_json::Value>> {
+    let mut out: BTreeMap<(String, u64), Vec<serde_json::Value>> = BTreeMap::new();
+    for p in points {
+        if p["resource"]["gpumon.test.run"].as_str() == Some(run) {
+            let key = (p["transport"].as_str().unwrap_or("").to_owned(), p["received_unix_nano"].as_u64().unwrap_or(0));
+            out.entry(key).or_default().push(p.clone());
+        }
+    }
+    out
+}
+
+/// A run id unique across processes and tests.
+pub fn run_id(test: &str) -> String {
+    let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_nanos();
+    format!("{test}-{}-{nanos}", std::process::id())
+}
+
+/// A port nothing listens on (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
