@@ -276,6 +276,9 @@ pub struct OtelName {
     pub attribute: Option<(&'static str, &'static str)>,
     /// Whether the instrument is an UpDownCounter in the conventions (memory usage/limit).
     pub up_down: bool,
+    /// A UCUM unit that differs from [`Unit::ucum`] of the canonical unit, where the conventions
+    /// ask for an annotation (`{error}`). Use [`Descriptor::otel_unit`].
+    pub unit: Option<&'static str>,
 }
 
 /// Everything a sink needs to know to name and describe one metric.
@@ -303,6 +306,15 @@ pub struct Descriptor {
 }
 
 impl Descriptor {
+    /// The OpenTelemetry (UCUM) unit: the convention's annotation where it has one, else the
+    /// canonical unit's.
+    pub fn otel_unit(&self) -> &'static str {
+        match self.otel.unit {
+            Some(u) => u,
+            None => self.unit.ucum(),
+        }
+    }
+
     /// The native Prometheus name: `gpumon_` + name + unit suffix (+ `_total` for counters).
     /// Allocates; sinks that render often should cache it (see [`MetricId::ALL`]).
     pub fn prometheus_name(&self) -> String {
@@ -361,13 +373,16 @@ const fn dcgm(name: &'static str, scale: f64) -> Option<DcgmName> {
     Some(DcgmName { name, scale })
 }
 const fn hw(name: &'static str) -> OtelName {
-    OtelName { name, attribute: None, up_down: false }
+    OtelName { name, attribute: None, up_down: false, unit: None }
 }
 const fn hw_attr(name: &'static str, key: &'static str, value: &'static str) -> OtelName {
-    OtelName { name, attribute: Some((key, value)), up_down: false }
+    OtelName { name, attribute: Some((key, value)), up_down: false, unit: None }
+}
+const fn errors(name: &'static str, attribute: Option<(&'static str, &'static str)>) -> OtelName {
+    OtelName { name, attribute, up_down: false, unit: Some("{error}") }
 }
 const fn hw_updown(name: &'static str) -> OtelName {
-    OtelName { name, attribute: None, up_down: true }
+    OtelName { name, attribute: None, up_down: true, unit: None }
 }
 const PCT: f64 = 100.0;
 const MIB: f64 = 1.0 / 1_048_576.0;
@@ -379,7 +394,7 @@ catalogue! {
         label: None, dcgm: None,
         // semconv `hw.status` (UpDownCounter, 1 for the current state): this is the `hw.state=ok`
         // series; the OTLP sink adds its complement `hw.state=failed`.
-        otel: OtelName { name: "hw.status", attribute: Some(("hw.state", "ok")), up_down: true } }
+        otel: OtelName { name: "hw.status", attribute: Some(("hw.state", "ok")), up_down: true, unit: None } }
 
     /// Fraction of time a kernel was running.
     GpuUtilization { "utilization", Utilization, Ratio, Gauge, "Fraction of time one or more kernels were running on the GPU.",
@@ -471,10 +486,10 @@ catalogue! {
 
     /// Corrected ECC errors.
     EccCorrected { "ecc_corrected_errors", Ecc, Count, Counter, "Corrected (single-bit) ECC errors over the GPU's life.",
-        label: None, dcgm: dcgm("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", 1.0), otel: hw_attr("hw.errors", "error.type", "corrected") }
+        label: None, dcgm: dcgm("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", 1.0), otel: errors("hw.errors", Some(("error.type", "corrected"))) }
     /// Uncorrected ECC errors.
     EccUncorrected { "ecc_uncorrected_errors", Ecc, Count, Counter, "Uncorrected (double-bit) ECC errors over the GPU's life.",
-        label: None, dcgm: dcgm("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", 1.0), otel: hw_attr("hw.errors", "error.type", "uncorrected") }
+        label: None, dcgm: dcgm("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", 1.0), otel: errors("hw.errors", Some(("error.type", "uncorrected"))) }
     /// Pages retired, single-bit.
     RetiredPagesSingleBit { "retired_pages_single_bit", RetiredPages, Count, Gauge, "Pages retired for single-bit ECC errors.",
         label: None, dcgm: dcgm("DCGM_FI_DEV_RETIRED_SBE", 1.0), otel: hw_attr("gpumon.gpu.retired_pages", "gpumon.cause", "single_bit") }
@@ -499,7 +514,7 @@ catalogue! {
 
     /// XID events per code.
     XidErrors { "xid_errors", Xid, Count, Counter, "XID error events since the agent started, by XID code.",
-        label: Some("xid"), dcgm: dcgm("DCGM_EXP_XID_ERRORS_COUNT", 1.0), otel: hw("gpumon.gpu.xid.errors") }
+        label: Some("xid"), dcgm: dcgm("DCGM_EXP_XID_ERRORS_COUNT", 1.0), otel: errors("gpumon.gpu.xid.errors", None) }
     /// When each XID code was last seen.
     XidLastSeen { "xid_last_seen_timestamp", Xid, Seconds, Gauge, "Unix time the XID code was last seen.",
         label: Some("xid"), dcgm: None, otel: hw("gpumon.gpu.xid.last_seen") }

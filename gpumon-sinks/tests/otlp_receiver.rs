@@ -61,7 +61,7 @@ fn assert_request_is_snapshot(request: &[Json], snapshot: &Snapshot, transport: 
                 .collect();
             assert_eq!(hits.len(), 1, "[{transport}] {:?} {want:?}: {hits:?}", p.id);
             let j = hits[0];
-            assert_eq!(j["unit"], d.unit.ucum(), "[{transport}] unit of {}", d.otel.name);
+            assert_eq!(j["unit"], d.otel_unit(), "[{transport}] unit of {}", d.otel.name);
             assert!(!j["description"].as_str().unwrap_or("").is_empty());
             let (kind, monotonic) = match (d.otel.up_down, d.kind) {
                 (true, _) => ("sum", Some(false)),

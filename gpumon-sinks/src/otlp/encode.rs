@@ -91,7 +91,7 @@ impl Plan {
                 None => {
                     instruments.push(InstrumentSpec {
                         name: d.otel.name,
-                        unit: d.unit.ucum(),
+                        unit: d.otel_unit(),
                         shape: Shape::of(id),
                         description: String::new(),
                         members: Vec::new(),
@@ -374,7 +374,7 @@ mod tests {
         let plan = Plan::new();
         for spec in &plan.instruments {
             for &m in &spec.members {
-                assert_eq!(m.descriptor().unit.ucum(), spec.unit, "{} / {:?}", spec.name, m);
+                assert_eq!(m.descriptor().otel_unit(), spec.unit, "{} / {:?}", spec.name, m);
                 assert_eq!(Shape::of(m), spec.shape, "{} / {:?}", spec.name, m);
             }
             if spec.members.len() > 1 {
@@ -400,7 +400,7 @@ mod tests {
         assert_eq!(shape("hw.power"), Some((Shape::GaugeF64, "W")));
         assert_eq!(shape("hw.energy"), Some((Shape::CounterF64, "J")));
         assert_eq!(shape("hw.temperature"), Some((Shape::GaugeF64, "Cel")));
-        assert_eq!(shape("hw.errors"), Some((Shape::CounterU64, "1")));
+        assert_eq!(shape("hw.errors"), Some((Shape::CounterU64, "{error}")));
         assert_eq!(shape("hw.status"), Some((Shape::UpDownI64, "1")));
     }
 

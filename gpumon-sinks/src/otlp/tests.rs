@@ -163,7 +163,7 @@ async fn each_snapshot_is_exported_once_with_catalogue_names_kinds_and_values() 
                 .collect();
             assert_eq!(matches.len(), 1, "{:?} on {}: {matches:?}", p.id, device.info.uuid);
             let dp = matches[0];
-            assert_eq!(dp.unit, d.unit.ucum(), "{}", dp.name);
+            assert_eq!(dp.unit, d.otel_unit(), "{}", dp.name);
             let want = match p.value {
                 Value::Int(i) => i as f64,
                 Value::Float(f) => f,
