@@ -1,0 +1,237 @@
+//! Configuration types shared by the scrape endpoint and the Pushgateway sink.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The scrape address used when [`PrometheusConfig::listen`] is not set: `127.0.0.1:9400`
+/// (dcgm-exporter's port, on loopback only; set `listen = "0.0.0.0:9400"` to expose it).
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9400));
+
+/// Which metric and label names to emit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Naming {
+    /// Prometheus conventions: `gpumon_<name>_<unit>[_total]`, labels `gpu`, `uuid`, `host`,
+    /// everything else in `gpumon_gpu_info`.
+    #[default]
+    Native,
+    /// dcgm-exporter's names (`DCGM_FI_DEV_GPU_UTIL`, …), units (percent, MiB, MHz, mJ) and
+    /// labels (`gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, `Hostname`,
+    /// `DCGM_FI_DRIVER_VERSION`, `GPU_I_PROFILE`/`GPU_I_ID`), so dashboards built for
+    /// dcgm-exporter work unchanged. Metrics dcgm-exporter has no field for keep their native
+    /// names (with the dcgm label set).
+    Dcgm,
+}
+
+/// Credentials a scrape must present.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum Auth {
+    /// `Authorization: Bearer <token>`. TOML: `auth = { bearer = { token = "…" } }`.
+    Bearer {
+        /// The token.
+        token: String,
+    },
+    /// HTTP Basic. TOML: `auth = { basic = { username = "…", password = "…" } }`.
+    Basic {
+        /// User name (must not contain `:`).
+        username: String,
+        /// Password.
+        password: String,
+    },
+}
+
+impl Auth {
+    /// Bearer-token auth.
+    pub fn bearer(token: impl Into<String>) -> Self {
+        Auth::Bearer { token: token.into() }
+    }
+
+    /// Basic auth.
+    pub fn basic(username: impl Into<String>, password: impl Into<String>) -> Self {
+        Auth::Basic { username: username.into(), password: password.into() }
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), gpumon_core::BuildError> {
+        use gpumon_core::BuildError;
+        match self {
+            Auth::Bearer { token } if token.is_empty() => {
+                Err(BuildError::invalid("auth.bearer.token", "must not be empty"))
+            }
+            Auth::Bearer { token } if token.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) => {
+                Err(BuildError::invalid("auth.bearer.token", "must not contain whitespace or control characters"))
+            }
+            Auth::Basic { username, .. } if username.is_empty() || username.contains(':') => {
+                Err(BuildError::invalid("auth.basic.username", "must be non-empty and must not contain `:`"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl fmt::Debug for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Auth::Bearer { .. } => f.debug_struct("Bearer").field("token", &"<redacted>").finish(),
+            Auth::Basic { username, .. } => {
+                f.debug_struct("Basic").field("username", username).field("password", &"<redacted>").finish()
+            }
+        }
+    }
+}
+
+/// TLS for the scrape endpoint: PEM files.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Certificate chain, PEM (leaf first).
+    pub cert: PathBuf,
+    /// Private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+}
+
+/// Settings of the Prometheus scrape sink (`[prometheus]` in the agent's config file).
+///
+/// Every field has a default; `PrometheusConfig::default()` serves `127.0.0.1:9400` with native
+/// names, no auth and no TLS.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PrometheusConfig {
+    /// Address of the scrape endpoint. `None` means [`DEFAULT_LISTEN`] (`127.0.0.1:9400`). Port
+    /// 0 picks a free port ([`PrometheusSink::local_addr`](super::PrometheusSink::local_addr)).
+    pub listen: Option<SocketAddr>,
+    /// Metric and label names: `"native"` (default) or `"dcgm"`.
+    pub naming: Naming,
+    /// Require credentials on `/metrics` (`/health` stays open for probes).
+    pub auth: Option<Auth>,
+    /// Serve HTTPS (feature `prometheus-tls`).
+    pub tls: Option<TlsConfig>,
+    /// Most connections served at once (default 64). When all are taken, the oldest idle
+    /// connection (those that never completed a request first) is closed and its slot handed to
+    /// the newcomer; only when every connection is busy answering does a newcomer wait (≤ 1 s).
+    pub max_connections: usize,
+    /// Time a client has to send a complete request head (and, on a kept-alive connection,
+    /// the next one; also bounds the TLS handshake). Default 10 s.
+    #[serde(with = "duration")]
+    pub header_read_timeout: Duration,
+    /// Longest a connection may stay open, whatever it does. Default 60 s.
+    #[serde(with = "duration")]
+    pub connection_timeout: Duration,
+    /// Largest request head accepted, bytes (default 16384, at least 8192); larger heads get
+    /// `431`.
+    pub max_header_bytes: usize,
+    /// Most header fields in a request (default 64).
+    pub max_headers: usize,
+    /// Put the host name on every series (`host`, or `Hostname` in dcgm naming). Default true:
+    /// fleet dashboards can filter by host without joins. When false, the host name is only in
+    /// `gpumon_gpu_info`.
+    pub host_label: bool,
+    /// dcgm naming: `hostname` (dcgm-exporter since 2026-05) instead of `Hostname`.
+    pub dcgm_lowercase_hostname: bool,
+    /// Offer OpenMetrics to scrapers that ask for it (default true). When false, always serve
+    /// the 0.0.4 text format.
+    pub openmetrics: bool,
+    /// Stop exporting device series when the latest snapshot is older than this (sampling has
+    /// stalled); self-metrics stay. Default: never.
+    #[serde(with = "opt_duration")]
+    pub stale_after: Option<Duration>,
+}
+
+impl Default for PrometheusConfig {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            naming: Naming::Native,
+            auth: None,
+            tls: None,
+            max_connections: 64,
+            header_read_timeout: Duration::from_secs(10),
+            connection_timeout: Duration::from_secs(60),
+            max_header_bytes: 16 * 1024,
+            max_headers: 64,
+            host_label: true,
+            dcgm_lowercase_hostname: false,
+            openmetrics: true,
+            stale_after: None,
+        }
+    }
+}
+
+/// Parses `"250ms"`, `"10s"`, `"2m"`, `"1h"` or a bare number of seconds (`"1.5"`).
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration (e.g. \"500ms\", \"10s\", \"2m\")"))?;
+    let secs = match unit.trim() {
+        "" | "s" => n,
+        "ms" => n / 1e3,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        other => return Err(format!("unknown unit `{other}` in `{s}` (use ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("`{s}`: {e}"))
+}
+
+struct DurationVisitor;
+
+impl serde::de::Visitor<'_> for DurationVisitor {
+    type Value = Duration;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a duration: seconds as a number, or a string like \"500ms\", \"10s\", \"2m\"")
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Duration, E> {
+        Ok(Duration::from_secs(v))
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Duration, E> {
+        u64::try_from(v).map(Duration::from_secs).map_err(|_| E::custom("a duration cannot be negative"))
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Duration, E> {
+        Duration::try_from_secs_f64(v).map_err(E::custom)
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Duration, E> {
+        parse_duration(v).map_err(E::custom)
+    }
+}
+
+pub(crate) mod duration {
+    //! `Duration` as seconds or `"10s"`-style strings.
+    pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<std::time::Duration, D::Error> {
+        d.deserialize_any(super::DurationVisitor)
+    }
+}
+
+pub(crate) mod opt_duration {
+    //! `Option<Duration>`; absent means `None`.
+    pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<std::time::Duration>, D::Error> {
+        d.deserialize_any(super::DurationVisitor).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert!(parse_duration("10 parsecs").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn auth_debug_redacts_secrets() {
+        let s = format!("{:?} {:?}", Auth::bearer("s3cret"), Auth::basic("u", "pw-s3cret"));
+        assert!(!s.contains("s3cret"), "{s}");
+        assert!(s.contains("\"u\""));
+    }
+}

@@ -1,0 +1,497 @@
+//! Pushgateway pusher: `PUT` the 0.0.4 rendering of every snapshot, replacing the group.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use gpumon_core::{BuildError, Sink, SinkError, Snapshot, Telemetry};
+use serde::Deserialize;
+
+use super::config::duration;
+use super::render::RenderOptions;
+use super::{Format, Naming, PrometheusHandle};
+use crate::retry::{parse_retry_after, Backoff};
+
+/// Settings of the Pushgateway sink (`[pushgateway]` in the agent's config file).
+#[derive(Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PushgatewayConfig {
+    /// Base URL of the Pushgateway, e.g. `http://127.0.0.1:9091` (a path prefix is kept).
+    pub url: String,
+    /// The `job` grouping label. Default `"gpumon"`.
+    pub job: String,
+    /// Further grouping labels, in the URL path. `instance` defaults to this host's name.
+    pub grouping: BTreeMap<String, String>,
+    /// HTTP basic-auth user.
+    pub username: Option<String>,
+    /// HTTP basic-auth password (needs `username`).
+    pub password: Option<String>,
+    /// Metric and label names, as for the scrape endpoint.
+    pub naming: Naming,
+    /// Time budget of one export, retries included (default 8 s, below the agent's default
+    /// export timeout of 10 s so the sink reports its own error rather than being cut off).
+    #[serde(with = "duration")]
+    pub timeout: Duration,
+    /// Put the host name on every series (default false: the group's `instance` label already
+    /// says which host pushed).
+    pub host_label: bool,
+    /// `DELETE` the group when the sink shuts down, so a stopped agent leaves no frozen values
+    /// behind (default false).
+    pub delete_on_shutdown: bool,
+}
+
+impl Default for PushgatewayConfig {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            job: "gpumon".to_owned(),
+            grouping: BTreeMap::new(),
+            username: None,
+            password: None,
+            naming: Naming::Native,
+            timeout: Duration::from_secs(8),
+            host_label: false,
+            delete_on_shutdown: false,
+        }
+    }
+}
+
+impl std::fmt::Debug for PushgatewayConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PushgatewayConfig")
+            .field("url", &self.url)
+            .field("job", &self.job)
+            .field("grouping", &self.grouping)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("naming", &self.naming)
+            .field("timeout", &self.timeout)
+            .field("host_label", &self.host_label)
+            .field("delete_on_shutdown", &self.delete_on_shutdown)
+            .finish()
+    }
+}
+
+/// Builds a [`PushgatewaySink`].
+#[derive(Debug)]
+#[must_use]
+pub struct PushgatewaySinkBuilder {
+    config: PushgatewayConfig,
+    backoff: Backoff,
+}
+
+impl PushgatewaySinkBuilder {
+    /// The job label.
+    pub fn job(mut self, job: impl Into<String>) -> Self {
+        self.config.job = job.into();
+        self
+    }
+
+    /// Adds a grouping label.
+    pub fn grouping(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.config.grouping.insert(name.into(), value.into());
+        self
+    }
+
+    /// HTTP basic auth.
+    pub fn basic_auth(mut self, username: impl Into<String>, password: impl Into<String>) -> Self {
+        self.config.username = Some(username.into());
+        self.config.password = Some(password.into());
+        self
+    }
+
+    /// Metric and label naming.
+    pub fn naming(mut self, naming: Naming) -> Self {
+        self.config.naming = naming;
+        self
+    }
+
+    /// Time budget of one export, retries included.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.config.timeout = timeout;
+        self
+    }
+
+    /// See [`PushgatewayConfig::delete_on_shutdown`].
+    pub fn delete_on_shutdown(mut self, on: bool) -> Self {
+        self.config.delete_on_shutdown = on;
+        self
+    }
+
+    /// Validates the settings and returns the sink.
+    ///
+    /// # Errors
+    /// [`BuildError::InvalidEndpoint`] for a URL that is not `http://` (or `https://`, which
+    /// this build cannot speak yet: it says so); [`BuildError::InvalidConfig`] for an empty job,
+    /// a bad grouping label name, a password without user, or a zero timeout.
+    pub fn build(self) -> Result<PushgatewaySink, BuildError> {
+        let c = self.config;
+        let invalid_url = |reason: String| BuildError::InvalidEndpoint { endpoint: c.url.clone(), reason };
+        let url = reqwest::Url::parse(c.url.trim())
+            .map_err(|e| invalid_url(format!("not a URL ({e}); expected e.g. http://127.0.0.1:9091")))?;
+        match url.scheme() {
+            "http" => {}
+            "https" => {
+                return Err(invalid_url(
+                    "https is not supported by this build's HTTP client (no TLS backend compiled in); \
+                     use http:// or a local TLS-terminating proxy"
+                        .to_owned(),
+                ))
+            }
+            other => return Err(invalid_url(format!("scheme `{other}` is not supported; use http://"))),
+        }
+        if url.host_str().is_none_or(str::is_empty) {
+            return Err(invalid_url("the URL has no host".to_owned()));
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(invalid_url("the URL must not have a query or fragment".to_owned()));
+        }
+        if c.job.is_empty() {
+            return Err(BuildError::invalid("pushgateway.job", "must not be empty"));
+        }
+        for name in c.grouping.keys() {
+            if !is_label_name(name) || name == "job" {
+                return Err(BuildError::invalid(
+                    "pushgateway.grouping",
+                    format!("`{name}` is not a usable label name ([a-zA-Z_][a-zA-Z0-9_]*, not `job`)"),
+                ));
+            }
+        }
+        if c.password.is_some() && c.username.is_none() {
+            return Err(BuildError::invalid("pushgateway.password", "needs `username` too"));
+        }
+        if c.timeout.is_zero() {
+            return Err(BuildError::invalid("pushgateway.timeout", "must be greater than zero"));
+        }
+        let mut grouping = c.grouping.clone();
+        grouping.entry("instance".to_owned()).or_insert_with(gpumon_core::hostname);
+        let group_url = group_url(url.as_str(), &c.job, &grouping);
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(2).min(c.timeout))
+            .user_agent(concat!("gpumon/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| BuildError::Io { what: "cannot build the HTTP client".to_owned(), source: e.into() })?;
+        let handle = PrometheusHandle::new(RenderOptions {
+            naming: c.naming,
+            host_label: c.host_label,
+            ..RenderOptions::default()
+        });
+        Ok(PushgatewaySink {
+            client,
+            group_url,
+            auth: c.username.clone().map(|u| (u, c.password.clone())),
+            timeout: c.timeout,
+            delete_on_shutdown: c.delete_on_shutdown,
+            backoff: self.backoff,
+            handle,
+            last_logged: None,
+            failing_since: None,
+            shut_down: false,
+        })
+    }
+}
+
+fn is_label_name(s: &str) -> bool {
+    let mut b = s.bytes();
+    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// One path segment pair `/<name>/<value>`, using the `@base64` form (URL-safe base64) for
+/// values that are empty or contain anything but unreserved characters — `/` in particular,
+/// which the Pushgateway could not tell from a separator.
+fn push_segment(url: &mut String, name: &str, value: &str) {
+    url.push('/');
+    url.push_str(name);
+    let plain =
+        !value.is_empty() && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'));
+    if plain {
+        url.push('/');
+        url.push_str(value);
+    } else {
+        url.push_str("@base64/");
+        if value.is_empty() {
+            url.push('=');
+        } else {
+            url.push_str(&base64::engine::general_purpose::URL_SAFE.encode(value));
+        }
+    }
+}
+
+/// `<base>/metrics/job/<job>[/<label>/<value>]…`.
+pub(crate) fn group_url(base: &str, job: &str, grouping: &BTreeMap<String, String>) -> String {
+    let mut url = base.trim_end_matches('/').to_owned();
+    url.push_str("/metrics");
+    push_segment(&mut url, "job", job);
+    for (k, v) in grouping {
+        push_segment(&mut url, k, v);
+    }
+    url
+}
+
+/// Pushes every snapshot to a Prometheus Pushgateway. See the [module docs](super).
+pub struct PushgatewaySink {
+    client: reqwest::Client,
+    group_url: String,
+    auth: Option<(String, Option<String>)>,
+    timeout: Duration,
+    delete_on_shutdown: bool,
+    backoff: Backoff,
+    handle: PrometheusHandle,
+    /// The failure last logged, so a run of identical failures is logged once.
+    last_logged: Option<String>,
+    failing_since: Option<std::time::Instant>,
+    shut_down: bool,
+}
+
+impl std::fmt::Debug for PushgatewaySink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PushgatewaySink")
+            .field("group_url", &self.group_url)
+            .field("timeout", &self.timeout)
+            .field("shut_down", &self.shut_down)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why one attempt failed.
+struct Failure {
+    /// What to log and report (`HTTP 503 …`, `connection refused …`).
+    message: String,
+    /// The kind of failure, for "log once per distinct failure".
+    kind: String,
+    retryable: bool,
+    retry_after: Option<Duration>,
+}
+
+impl PushgatewaySink {
+    /// A builder for a Pushgateway at `url`.
+    pub fn builder(url: impl Into<String>) -> PushgatewaySinkBuilder {
+        PushgatewaySinkBuilder {
+            config: PushgatewayConfig { url: url.into(), ..PushgatewayConfig::default() },
+            backoff: Backoff { initial: Duration::from_millis(100), max: Duration::from_secs(2) },
+        }
+    }
+
+    /// The sink described by `config`.
+    ///
+    /// # Errors
+    /// As [`PushgatewaySinkBuilder::build`].
+    pub fn from_config(config: &PushgatewayConfig) -> Result<PushgatewaySink, BuildError> {
+        PushgatewaySinkBuilder { config: config.clone(), ..Self::builder("") }.build()
+    }
+
+    /// The URL pushes go to (`…/metrics/job/<job>/instance/<host>…`).
+    pub fn group_url(&self) -> &str {
+        &self.group_url
+    }
+
+    /// A handle rendering what was pushed last (e.g. to check what the gateway should hold).
+    pub fn handle(&self) -> PrometheusHandle {
+        self.handle.clone()
+    }
+
+    fn request(&self, method: reqwest::Method, timeout: Duration) -> reqwest::RequestBuilder {
+        let mut req = self.client.request(method, &self.group_url).timeout(timeout);
+        if let Some((user, pass)) = &self.auth {
+            req = req.basic_auth(user, pass.as_ref());
+        }
+        req
+    }
+
+    async fn attempt(&self, body: Bytes, timeout: Duration) -> Result<(), Failure> {
+        let response = self
+            .request(reqwest::Method::PUT, timeout)
+            .header(reqwest::header::CONTENT_TYPE, Format::Text.content_type())
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| {
+                let kind = if e.is_timeout() {
+                    "timeout"
+                } else if e.is_connect() {
+                    "connect"
+                } else {
+                    "request"
+                };
+                Failure {
+                    message: format!("{kind} error pushing to {}: {}", self.group_url, error_chain(&e)),
+                    kind: kind.to_owned(),
+                    retryable: true,
+                    retry_after: None,
+                }
+            })?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let text = response.text().await.unwrap_or_default();
+        let text: String = text.trim().chars().take(300).collect();
+        Err(Failure {
+            message: format!("HTTP {} from {}: {text}", status.as_u16(), self.group_url),
+            kind: format!("HTTP {}", status.as_u16()),
+            retryable: status.is_server_error()
+                || status == reqwest::StatusCode::TOO_MANY_REQUESTS
+                || status == reqwest::StatusCode::REQUEST_TIMEOUT,
+            retry_after,
+        })
+    }
+
+    fn log_failure(&mut self, f: &Failure) {
+        if self.failing_since.is_none() {
+            self.failing_since = Some(std::time::Instant::now());
+        }
+        if self.last_logged.as_deref() != Some(f.kind.as_str()) {
+            tracing::warn!(url = %self.group_url, error = %f.message, "pushgateway push failed (logged once until it changes or recovers)");
+            self.last_logged = Some(f.kind.clone());
+        }
+    }
+
+    fn log_success(&mut self) {
+        if let Some(since) = self.failing_since.take() {
+            tracing::info!(url = %self.group_url, after = ?since.elapsed(), "pushgateway push recovered");
+        }
+        self.last_logged = None;
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        let text = inner.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        source = inner.source();
+    }
+    s
+}
+
+#[async_trait::async_trait]
+impl Sink for PushgatewaySink {
+    fn name(&self) -> &str {
+        "pushgateway"
+    }
+
+    fn attach_telemetry(&mut self, telemetry: Telemetry) {
+        self.handle.set_telemetry(telemetry);
+    }
+
+    async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
+        if self.shut_down {
+            return Err(SinkError::AlreadyShutdown);
+        }
+        self.handle.store(snapshot);
+        let body = Bytes::from(self.handle.render(Format::Text));
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut attempt = 0u32;
+        loop {
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if remaining.is_zero() {
+                return Err(SinkError::Timeout(self.timeout));
+            }
+            match self.attempt(body.clone(), remaining).await {
+                Ok(()) => {
+                    self.log_success();
+                    return Ok(());
+                }
+                Err(f) => {
+                    let delay = f.retry_after.unwrap_or_else(|| self.backoff.delay(attempt));
+                    attempt += 1;
+                    let give_up = !f.retryable || tokio::time::Instant::now() + delay >= deadline;
+                    if give_up {
+                        self.log_failure(&f);
+                        let message =
+                            if attempt > 1 { format!("{} (after {attempt} attempts)", f.message) } else { f.message };
+                        return Err(if f.retryable {
+                            SinkError::transient(message)
+                        } else {
+                            SinkError::permanent(message)
+                        });
+                    }
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    async fn healthcheck(&mut self) -> Result<(), SinkError> {
+        // The gateway's readiness endpoint, next to /metrics.
+        let base = self.group_url.split("/metrics/job/").next().unwrap_or(&self.group_url);
+        let url = format!("{base}/-/ready");
+        match self.client.get(&url).timeout(self.timeout).send().await {
+            Ok(r) if r.status().is_success() => Ok(()),
+            Ok(r) => Err(SinkError::transient(format!("{url} answered HTTP {}", r.status().as_u16()))),
+            Err(e) => Err(SinkError::transient(format!("{url}: {}", error_chain(&e)))),
+        }
+    }
+
+    async fn shutdown(&mut self) -> Result<(), SinkError> {
+        if std::mem::replace(&mut self.shut_down, true) || !self.delete_on_shutdown {
+            return Ok(());
+        }
+        match self.request(reqwest::Method::DELETE, self.timeout).send().await {
+            Ok(r) if r.status().is_success() => Ok(()),
+            Ok(r) => {
+                Err(SinkError::transient(format!("DELETE {} answered HTTP {}", self.group_url, r.status().as_u16())))
+            }
+            Err(e) => Err(SinkError::transient(format!("DELETE {}: {}", self.group_url, error_chain(&e)))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grouping_path_uses_base64_for_slashes_and_empty_values() {
+        let mut g = BTreeMap::new();
+        g.insert("instance".to_owned(), "node-1".to_owned());
+        g.insert("path".to_owned(), "/var/tmp".to_owned());
+        g.insert("empty".to_owned(), String::new());
+        let url = group_url("http://gw:9091/", "gpu mon", &g);
+        assert_eq!(
+            url,
+            "http://gw:9091/metrics/job@base64/Z3B1IG1vbg==/empty@base64/=/instance/node-1/path@base64/L3Zhci90bXA="
+        );
+    }
+
+    #[test]
+    fn url_validation_is_clear() {
+        let err = |url: &str| PushgatewaySink::builder(url).build().unwrap_err().to_string();
+        assert!(err("ftp://gw:9091").contains("scheme `ftp`"), "{}", err("ftp://gw:9091"));
+        assert!(err("gw:9091").contains("scheme"), "{}", err("gw:9091"));
+        assert!(err("not a url").contains("not a URL"));
+        assert!(err("https://gw:9091").contains("https is not supported"));
+        assert!(err("http://gw:9091/?x=1").contains("query"));
+        let e = PushgatewaySink::builder("http://gw:9091").grouping("job", "x").build().unwrap_err().to_string();
+        assert!(e.contains("not `job`"), "{e}");
+        let e = PushgatewaySink::builder("http://gw:9091").job("").build().unwrap_err().to_string();
+        assert!(e.contains("job"), "{e}");
+        let ok = PushgatewaySink::builder("http://gw:9091/prefix").grouping("instance", "h1").build().unwrap();
+        assert_eq!(ok.group_url(), "http://gw:9091/prefix/metrics/job/gpumon/instance/h1");
+    }
+
+    #[test]
+    fn config_deserializes_with_defaults_and_rejects_unknown_keys() {
+        let c: PushgatewayConfig =
+            serde_json::from_str(r#"{"url":"http://127.0.0.1:9091","grouping":{"rack":"r1"},"timeout":"3s"}"#).unwrap();
+        assert_eq!(c.job, "gpumon");
+        assert_eq!(c.timeout, Duration::from_secs(3));
+        let sink = PushgatewaySink::from_config(&c).unwrap();
+        assert!(sink.group_url().contains("/instance/") || sink.group_url().contains("/instance@base64/"));
+        assert!(sink.group_url().contains("/rack/r1"));
+        assert!(serde_json::from_str::<PushgatewayConfig>(r#"{"url":"x","jbo":"typo"}"#).is_err());
+        assert!(!format!("{:?}", PushgatewayConfig { password: Some("s3cret".into()), ..c }).contains("s3cret"));
+    }
+}

@@ -1,0 +1,543 @@
+//! Unit tests: golden renderings, escaping, negotiation, staleness, config.
+
+use std::collections::HashSet;
+use std::time::UNIX_EPOCH;
+
+use gpumon_core::{
+    ClockEventReasons, DeviceInfo, DeviceSample, MetricId, MigInfo, ProcessSample, SystemInfo, WindowStats, XidCount,
+};
+use proptest::prelude::*;
+
+use super::render::{push_f64, unescape_label_value};
+use super::*;
+
+fn system() -> SystemInfo {
+    let mut system = SystemInfo::new("node-1", "mock");
+    system.driver_version = Some("570.86.15".into());
+    system.cuda_driver_version = Some(12080);
+    system
+}
+
+/// One GPU with a few values (a name that needs escaping, an xid), one MIG instance, one lost GPU.
+fn fixture() -> Snapshot {
+    let mut info = DeviceInfo::new(0, "GPU-aaaa", "NVIDIA \"H100\"");
+    info.pci_bus_id = Some("00000000:17:00.0".into());
+    info.serial = Some("1650".into());
+    let mut gpu = DeviceSample::new(Arc::new(info));
+    gpu.utilization.gpu = Some(0.5);
+    gpu.memory.used = Some(1 << 30);
+    gpu.memory.total = Some(80 << 30);
+    gpu.temperature.gpu = Some(41.0);
+    gpu.power.energy_joules = Some(1234.5);
+    gpu.xid_errors.push(XidCount::new(79, 2, UNIX_EPOCH + Duration::from_secs(1_700_000_000)));
+
+    let mut mig_info = DeviceInfo::new(0, "MIG-bbbb", "NVIDIA \"H100\"");
+    let mut mig = MigInfo::new("GPU-aaaa", 0, 1, 0);
+    mig.profile = Some("1g.10gb".into());
+    mig_info.mig = Some(mig);
+    let mut mig = DeviceSample::new(Arc::new(mig_info));
+    mig.utilization.gpu = Some(0.25);
+
+    let lost = DeviceSample::lost(Arc::new(DeviceInfo::new(1, "GPU-cccc", "NVIDIA H100")));
+
+    Snapshot::new(Arc::new(system()), vec![gpu, mig, lost])
+        .with_taken_at(UNIX_EPOCH + Duration::from_secs(1_700_000_100))
+        .with_duration(Duration::from_millis(2))
+}
+
+/// A device with every value present.
+pub(crate) fn full_device(index: u32, name: &str) -> DeviceSample {
+    let mut info = DeviceInfo::new(index, format!("GPU-{index:08x}-1111-2222-3333-444444444444"), name);
+    info.pci_bus_id = Some(format!("00000000:{:02X}:00.0", 0x17 + index));
+    info.serial = Some(format!("16500{index}"));
+    info.architecture = Some("Hopper".into());
+    let mut d = DeviceSample::new(Arc::new(info));
+    d.utilization.gpu = Some(0.87);
+    d.utilization.memory = Some(0.41);
+    d.utilization.encoder = Some(0.0);
+    d.utilization.decoder = Some(0.0);
+    d.memory.used = Some(61_234_567_168);
+    d.memory.free = Some(20_000_000_000);
+    d.memory.total = Some(85_520_809_984);
+    d.memory.reserved = Some(566_231_040);
+    d.temperature.gpu = Some(64.0);
+    d.temperature.memory = Some(71.0);
+    d.power.usage_watts = Some(512.25);
+    d.power.limit_watts = Some(700.0);
+    d.power.energy_joules = Some(98_765_432.125);
+    d.clocks.graphics = Some(1.98e9);
+    d.clocks.sm = Some(1.98e9);
+    d.clocks.memory = Some(2.619e9);
+    d.clocks.video = Some(1.545e9);
+    d.fan_speed = Some(0.3);
+    d.performance_state = Some(0);
+    d.clock_event_reasons = Some(ClockEventReasons(ClockEventReasons::SW_POWER_CAP));
+    d.pcie.link_generation = Some(5);
+    d.pcie.link_width = Some(16);
+    d.pcie.replays = Some(3);
+    d.pcie.tx_bytes_per_second = Some(1.2e9);
+    d.pcie.rx_bytes_per_second = Some(3.4e9);
+    d.ecc.corrected = Some(12);
+    d.ecc.uncorrected = Some(0);
+    d.ecc.retired_pages_single_bit = Some(1);
+    d.ecc.retired_pages_double_bit = Some(0);
+    d.ecc.retired_pages_pending = Some(false);
+    d.ecc.remapped_rows_correctable = Some(2);
+    d.ecc.remapped_rows_uncorrectable = Some(0);
+    d.ecc.remapped_rows_pending = Some(false);
+    d.ecc.remapped_rows_failure = Some(false);
+    d.xid_errors.push(XidCount::new(13, 1, UNIX_EPOCH + Duration::from_secs(1_700_000_000)));
+    d.xid_errors.push(XidCount::new(79, 1, UNIX_EPOCH + Duration::from_secs(1_700_000_500)));
+    for pid in [4242, 4343] {
+        let mut p = ProcessSample::new(pid);
+        p.name = Some("python3 train.py".into());
+        p.memory_used = Some(30_000_000_000);
+        p.sm_utilization = Some(0.4);
+        p.memory_utilization = Some(0.2);
+        p.encoder_utilization = Some(0.0);
+        p.decoder_utilization = Some(0.0);
+        d.processes.push(p);
+    }
+    let w = WindowStats::from_values([0.8, 0.9, 0.91]);
+    d.windows.gpu_utilization = w;
+    d.windows.memory_utilization = w;
+    d.windows.power_watts = WindowStats::from_values([500.0, 520.0]);
+    d.windows.sm_clock = WindowStats::from_values([1.9e9, 1.98e9]);
+    d.windows.memory_clock = WindowStats::from_values([2.619e9]);
+    d.gpm.graphics_activity = Some(0.8);
+    d.gpm.sm_activity = Some(0.7);
+    d.gpm.sm_occupancy = Some(0.5);
+    d.gpm.tensor_activity = Some(0.6);
+    d.gpm.dram_bandwidth = Some(0.45);
+    d
+}
+
+fn render_with(naming: Naming, format: Format, snapshot: Snapshot) -> String {
+    let sink = PrometheusSink::builder().naming(naming).build().unwrap();
+    sink.handle().store(Arc::new(snapshot));
+    sink.handle().render(format)
+}
+
+fn check_golden(file: &str, actual: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/prometheus/testdata").join(file);
+    if std::env::var_os("GPUMON_BLESS").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with GPUMON_BLESS=1 to create it)", path.display()));
+    if expected != actual {
+        panic!(
+            "{file} differs from the golden file (GPUMON_BLESS=1 rewrites it after review)\n--- actual ---\n{actual}"
+        );
+    }
+}
+
+#[test]
+fn golden_native_text() {
+    check_golden("native.prom", &render_with(Naming::Native, Format::Text, fixture()));
+}
+
+#[test]
+fn golden_native_openmetrics() {
+    check_golden("native.om", &render_with(Naming::Native, Format::OpenMetrics, fixture()));
+}
+
+#[test]
+fn golden_dcgm_text() {
+    check_golden("dcgm.prom", &render_with(Naming::Dcgm, Format::Text, fixture()));
+}
+
+#[test]
+fn golden_dcgm_openmetrics() {
+    check_golden("dcgm.om", &render_with(Naming::Dcgm, Format::OpenMetrics, fixture()));
+}
+
+/// Structural checks of a rendering: every sample's family was declared with HELP and TYPE
+/// right before its series, no family is declared twice, no series is repeated.
+fn check_structure(text: &str, format: Format) {
+    let mut declared = HashSet::new();
+    let mut series = HashSet::new();
+    let (mut family, mut kind) = (String::new(), String::new());
+    let mut saw_help = false;
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            family = rest.split(' ').next().unwrap().to_owned();
+            assert!(declared.insert(family.clone()), "family {family} declared twice");
+            saw_help = true;
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut it = rest.split(' ');
+            assert_eq!(it.next().unwrap(), family, "TYPE without HELP: {line}");
+            kind = it.next().unwrap().to_owned();
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# UNIT ") {
+            assert_eq!(format, Format::OpenMetrics);
+            let (fam, unit) = rest.split_once(' ').unwrap();
+            assert_eq!(fam, family);
+            assert!(fam.ends_with(&format!("_{unit}")), "{line}");
+            continue;
+        }
+        if line == "# EOF" {
+            assert_eq!(format, Format::OpenMetrics);
+            assert!(lines.peek().is_none(), "# EOF must be last");
+            continue;
+        }
+        assert!(!line.starts_with('#'), "unexpected comment {line}");
+        assert!(saw_help, "sample before any HELP: {line}");
+        let name = line.split(['{', ' ']).next().unwrap();
+        let expected = match (format, kind.as_str()) {
+            (Format::OpenMetrics, "counter") => format!("{family}_total"),
+            (Format::OpenMetrics, "info") => format!("{family}_info"),
+            _ => family.clone(),
+        };
+        assert_eq!(name, expected, "sample of another family: {line}");
+        let key = line.rsplit_once(' ').unwrap().0.to_owned();
+        assert!(series.insert(key), "series repeated: {line}");
+    }
+    if format == Format::OpenMetrics {
+        assert!(text.ends_with("# EOF\n"));
+    }
+}
+
+#[test]
+fn every_family_has_help_and_type_in_every_format() {
+    let devices = (0..8).map(|i| full_device(i, "NVIDIA H100 80GB HBM3")).collect();
+    let snap = Snapshot::new(Arc::new(system()), devices);
+    for naming in [Naming::Native, Naming::Dcgm] {
+        for format in [Format::Text, Format::OpenMetrics] {
+            let text = render_with(naming, format, snap.clone());
+            check_structure(&text, format);
+            check_structure(&render_with(naming, format, fixture()), format);
+        }
+    }
+    // Every catalogue metric appears (the full device has every value).
+    let text = render_with(Naming::Native, Format::Text, snap.clone());
+    for id in MetricId::ALL {
+        let name = id.descriptor().prometheus_name();
+        assert!(text.contains(&format!("\n{name}{{")), "{name} missing");
+    }
+    // dcgm naming: every mapped metric under its DCGM name, scaled.
+    let text = render_with(Naming::Dcgm, Format::Text, snap);
+    for id in MetricId::ALL {
+        if let Some(d) = id.descriptor().dcgm {
+            assert!(text.contains(&format!("\n{}{{", d.name)), "{} missing", d.name);
+        }
+    }
+    assert!(text.contains("DCGM_FI_DEV_SM_CLOCK{gpu=\"0\",UUID=\"GPU-00000000-1111-2222-3333-444444444444\""));
+    assert!(text.contains("DCGM_FI_DEV_FB_USED{gpu=\"7\","));
+    let sm = text.lines().find(|l| l.starts_with("DCGM_FI_DEV_SM_CLOCK{")).unwrap();
+    assert!(sm.ends_with(" 1980"), "{sm}");
+}
+
+#[test]
+fn absent_device_is_not_exported_and_lost_device_only_reports_down() {
+    let sink = PrometheusSink::builder().build().unwrap();
+    let h = sink.handle();
+    let devices = vec![full_device(0, "A"), full_device(1, "B")];
+    h.store(Arc::new(Snapshot::new(Arc::new(system()), devices)));
+    let before = h.render(Format::Text);
+    let gone = "GPU-00000001-1111-2222-3333-444444444444";
+    assert!(before.contains(gone));
+
+    let mut lost = full_device(0, "A");
+    lost.state = gpumon_core::DeviceState::Lost;
+    h.store(Arc::new(Snapshot::new(Arc::new(system()), vec![lost])));
+    let after = h.render(Format::Text);
+    assert!(!after.contains(gone), "a device missing from the snapshot must not be exported");
+    let device_lines: Vec<_> = after.lines().filter(|l| !l.starts_with('#') && l.contains("uuid=")).collect();
+    assert_eq!(
+        device_lines,
+        ["gpumon_up{gpu=\"0\",uuid=\"GPU-00000000-1111-2222-3333-444444444444\",host=\"node-1\"} 0"]
+    );
+}
+
+#[test]
+fn stale_snapshot_exports_no_device_series() {
+    let sink = PrometheusSink::builder().stale_after(Duration::from_secs(60)).build().unwrap();
+    let h = sink.handle();
+    h.store(Arc::new(fixture())); // taken in 2023
+    let text = h.render(Format::Text);
+    assert!(!text.contains("uuid="), "{text}");
+    assert!(text.contains("gpumon_last_sample_timestamp_seconds"));
+    assert!(h.health().unwrap_err().contains("old"));
+    h.store(Arc::new(fixture().with_taken_at(SystemTime::now())));
+    assert!(h.render(Format::Text).contains("gpumon_utilization_ratio{"));
+    assert_eq!(h.health(), Ok(()));
+}
+
+#[test]
+fn self_metrics_from_telemetry() {
+    let sink = PrometheusSink::builder().build().unwrap();
+    let h = sink.handle();
+    assert_eq!(h.health(), Err("no snapshot yet".into()));
+    h.set_telemetry(Telemetry::default());
+    let text = h.render(Format::Text);
+    for name in ["gpumon_last_sample_success 0", "gpumon_samples_total 0", "gpumon_sample_failures_total 0"] {
+        assert!(text.contains(&format!("{name}\n")), "{name} in {text}");
+    }
+    assert_eq!(h.health(), Err("no sample taken yet".into()));
+    let om = h.render(Format::OpenMetrics);
+    assert!(om.contains("# TYPE gpumon_samples counter\ngpumon_samples_total 0\n"), "{om}");
+    check_structure(&om, Format::OpenMetrics);
+}
+
+#[test]
+fn host_label_can_move_to_info() {
+    let sink = PrometheusSink::builder().host_label(false).build().unwrap();
+    sink.handle().store(Arc::new(fixture()));
+    let text = sink.handle().render(Format::Text);
+    assert!(text.contains("gpumon_up{gpu=\"1\",uuid=\"GPU-cccc\"} 0\n"), "{text}");
+    let info = text.lines().find(|l| l.starts_with("gpumon_gpu_info{")).unwrap();
+    assert!(info.ends_with(",host=\"node-1\"} 1"), "{info}");
+}
+
+#[test]
+fn accept_negotiation() {
+    // What Prometheus 2.42 sends.
+    let prom = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    assert_eq!(Format::from_accept(Some(prom)), Format::OpenMetrics);
+    assert_eq!(Format::from_accept(None), Format::Text);
+    assert_eq!(Format::from_accept(Some("text/plain")), Format::Text);
+    assert_eq!(Format::from_accept(Some("*/*")), Format::Text);
+    assert_eq!(Format::from_accept(Some("application/openmetrics-text")), Format::OpenMetrics);
+    assert_eq!(Format::from_accept(Some("application/openmetrics-text; version=2.0.0")), Format::Text);
+    assert_eq!(Format::from_accept(Some("application/openmetrics-text;q=0.2,text/plain;q=0.5")), Format::Text);
+    assert_eq!(Format::from_accept(Some("application/openmetrics-text;q=0")), Format::Text);
+    assert_eq!(Format::from_accept(Some("garbage;;;=,,")), Format::Text);
+    let sink = PrometheusSink::builder().openmetrics(false).build().unwrap();
+    assert_eq!(sink.handle().negotiate(Some(prom)), Format::Text);
+}
+
+#[test]
+fn numbers_are_valid_in_both_formats() {
+    let cases = [
+        (0.0, "0"),
+        (-0.0, "0"),
+        (1.0, "1"),
+        (-3.0, "-3"),
+        (0.5, "0.5"),
+        (1234.5, "1234.5"),
+        (1e-7, "1e-7"),
+        (2.5e20, "2.5e20"),
+        (f64::NAN, "NaN"),
+        (f64::INFINITY, "+Inf"),
+        (f64::NEG_INFINITY, "-Inf"),
+        (1_700_000_000.25, "1700000000.25"),
+    ];
+    for (v, want) in cases {
+        let mut s = String::new();
+        push_f64(&mut s, v);
+        assert_eq!(s, want, "{v}");
+    }
+}
+
+#[test]
+fn escaping_known_cases() {
+    let mut s = String::new();
+    escape_label_value(&mut s, "a\\b\"c\nd\té€");
+    assert_eq!(s, "a\\\\b\\\"c\\nd\té€");
+}
+
+/// Pulls the value of label `key` out of a rendered series line, undoing the escaping the way
+/// a Prometheus parser does.
+fn parse_label(line: &str, key: &str) -> Option<String> {
+    let body = line.split_once('{')?.1;
+    let mut rest = body;
+    loop {
+        let (k, after) = rest.split_once("=\"")?;
+        // Find the closing quote: the first `"` not preceded by an odd number of backslashes.
+        let bytes = after.as_bytes();
+        let mut i = 0;
+        let end = loop {
+            match bytes.get(i)? {
+                b'\\' => i += 2,
+                b'"' => break i,
+                _ => i += 1,
+            }
+        };
+        if k == key {
+            return unescape_label_value(&after[..end]);
+        }
+        rest = after[end + 1..].trim_start_matches(',');
+        if rest.starts_with('}') {
+            return None;
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn any_label_value_round_trips(value in any::<String>()) {
+        let mut escaped = String::new();
+        escape_label_value(&mut escaped, &value);
+        prop_assert!(!escaped.contains('\n'));
+        prop_assert_eq!(unescape_label_value(&escaped), Some(value));
+    }
+
+    #[test]
+    fn any_gpu_and_process_name_round_trips_through_a_rendering(
+        name in any::<String>(),
+        host in "\\PC*",
+        profile in any::<String>(),
+    ) {
+        let mut system = system();
+        system.hostname = host.clone();
+        let mut info = DeviceInfo::new(3, "GPU-x", name.clone());
+        let mut mig = MigInfo::new("GPU-y", 0, 2, 0);
+        mig.profile = Some(profile.clone());
+        info.mig = Some(mig);
+        let mut d = DeviceSample::new(Arc::new(info));
+        d.utilization.gpu = Some(0.5);
+        let snap = Snapshot::new(Arc::new(system), vec![d]);
+        for naming in [Naming::Native, Naming::Dcgm] {
+            for format in [Format::Text, Format::OpenMetrics] {
+                let text = render_with(naming, format, snap.clone());
+                let info = text.lines().find(|l| l.starts_with("gpumon_gpu_info{")).unwrap();
+                let (name_key, host_key, profile_key) = match naming {
+                    Naming::Native => ("name", "host", "mig_profile"),
+                    _ => ("modelName", "Hostname", "GPU_I_PROFILE"),
+                };
+                prop_assert_eq!(parse_label(info, name_key), Some(name.clone()));
+                prop_assert_eq!(parse_label(info, host_key), Some(host.clone()));
+                prop_assert_eq!(parse_label(info, profile_key), Some(profile.clone()));
+                // Nothing leaked out of the label: every line is still a comment or a sample.
+                for line in text.lines() {
+                    prop_assert!(line.starts_with('#') || line.starts_with("gpumon_") || line.starts_with("DCGM_"), "{}", line);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn config_defaults_and_unknown_keys() {
+    let c: PrometheusConfig = serde_json::from_str("{}").unwrap();
+    assert_eq!(c, PrometheusConfig::default());
+    assert_eq!(c.max_connections, 64);
+    let c: PrometheusConfig = serde_json::from_str(
+        r#"{"listen":"0.0.0.0:9400","naming":"dcgm","auth":{"bearer":{"token":"t"}},
+            "header_read_timeout":"2s","stale_after":30,"tls":{"cert":"/c.pem","key":"/k.pem"}}"#,
+    )
+    .unwrap();
+    assert_eq!(c.naming, Naming::Dcgm);
+    assert_eq!(c.auth, Some(Auth::bearer("t")));
+    assert_eq!(c.header_read_timeout, Duration::from_secs(2));
+    assert_eq!(c.stale_after, Some(Duration::from_secs(30)));
+    let c: PrometheusConfig = serde_json::from_str(r#"{"auth":{"basic":{"username":"u","password":"p"}}}"#).unwrap();
+    assert_eq!(c.auth, Some(Auth::basic("u", "p")));
+    let err = serde_json::from_str::<PrometheusConfig>(r#"{"max_conections":3}"#).unwrap_err().to_string();
+    assert!(err.contains("unknown field"), "{err}");
+    assert!(serde_json::from_str::<PrometheusConfig>(r#"{"naming":"dcgm-exporter"}"#).is_err());
+    assert!(serde_json::from_str::<PrometheusConfig>(r#"{"auth":{"bearer":{"token":"t","x":1}}}"#).is_err());
+}
+
+#[test]
+fn builder_rejects_unworkable_settings() {
+    let e = |b: PrometheusSinkBuilder| b.build().unwrap_err().to_string();
+    assert!(e(PrometheusSink::builder().max_connections(0)).contains("max_connections"));
+    assert!(e(PrometheusSink::builder().max_header_bytes(100)).contains("8192"));
+    assert!(e(PrometheusSink::builder().with_auth(Auth::bearer(""))).contains("empty"));
+    assert!(e(PrometheusSink::builder().with_auth(Auth::bearer("t"))).contains("with_http_listener"));
+    assert!(e(PrometheusSink::builder().with_auth(Auth::basic("a:b", "p"))).contains("`:`"));
+}
+
+#[cfg(feature = "prometheus-http")]
+#[test]
+fn port_in_use_is_a_build_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let cfg = PrometheusConfig { listen: Some(addr), ..PrometheusConfig::default() };
+    let err = PrometheusSink::from_config(&cfg).unwrap_err().to_string();
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+}
+
+#[cfg(all(feature = "prometheus-http", not(feature = "prometheus-tls")))]
+#[test]
+fn tls_without_feature_names_it() {
+    let cfg = PrometheusConfig {
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        tls: Some(TlsConfig { cert: "c".into(), key: "k".into() }),
+        ..PrometheusConfig::default()
+    };
+    assert!(PrometheusSink::from_config(&cfg).unwrap_err().to_string().contains("prometheus-tls"));
+}
+
+#[cfg(feature = "prometheus-tls")]
+#[test]
+fn tls_files_are_checked_at_build() {
+    let cfg = PrometheusConfig {
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        tls: Some(TlsConfig { cert: "/nonexistent/cert.pem".into(), key: "/nonexistent/key.pem".into() }),
+        ..PrometheusConfig::default()
+    };
+    let err = PrometheusSink::from_config(&cfg).unwrap_err().to_string();
+    assert!(err.contains("cannot read TLS certificate /nonexistent/cert.pem"), "{err}");
+}
+
+#[tokio::test]
+async fn export_after_shutdown_fails() {
+    let mut sink = PrometheusSink::builder().build().unwrap();
+    sink.export(Arc::new(fixture())).await.unwrap();
+    sink.shutdown().await.unwrap();
+    sink.shutdown().await.unwrap();
+    assert!(matches!(sink.export(Arc::new(fixture())).await, Err(SinkError::AlreadyShutdown)));
+}
+
+/// The dcgm mapping table in docs/prometheus.md, generated from the catalogue.
+fn dcgm_table() -> String {
+    let mut t = String::from(
+        "| native name | type | DCGM name | DCGM value = native × | extra label |\n|---|---|---|---|---|\n",
+    );
+    for id in MetricId::ALL {
+        let d = id.descriptor();
+        let kind = match d.kind {
+            gpumon_core::MetricKind::Counter => "counter",
+            _ => "gauge",
+        };
+        let (dcgm, scale) = match d.dcgm {
+            Some(x) => {
+                let s = x.scale;
+                let scale = if s == 1.0 {
+                    "1".to_owned()
+                } else if s == 100.0 {
+                    "100 (ratio → %)".to_owned()
+                } else if s == 1.0 / 1_048_576.0 {
+                    "2⁻²⁰ (bytes → MiB)".to_owned()
+                } else if s == 1e-6 {
+                    "10⁻⁶ (Hz → MHz)".to_owned()
+                } else if s == 1000.0 {
+                    "1000 (J → mJ)".to_owned()
+                } else {
+                    format!("{s}")
+                };
+                (format!("`{}`", x.name), scale)
+            }
+            None => ("— (native name kept)".to_owned(), String::new()),
+        };
+        let label = d.label.map(|l| format!("`{l}`")).unwrap_or_default();
+        t.push_str(&format!("| `{}` | {kind} | {dcgm} | {scale} | {label} |\n", d.prometheus_name()));
+    }
+    t
+}
+
+#[test]
+fn docs_dcgm_table_is_current() {
+    const BEGIN: &str = "<!-- BEGIN dcgm-mapping (generated by gpumon-sinks prometheus::tests::docs_dcgm_table_is_current; GPUMON_BLESS=1 regenerates) -->\n";
+    const END: &str = "<!-- END dcgm-mapping -->";
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/prometheus.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let start = doc.find(BEGIN).expect("BEGIN marker in docs/prometheus.md") + BEGIN.len();
+    let end = doc.find(END).expect("END marker in docs/prometheus.md");
+    let table = dcgm_table();
+    if doc[start..end] != table {
+        if std::env::var_os("GPUMON_BLESS").is_some() {
+            std::fs::write(&path, format!("{}{table}{}", &doc[..start], &doc[end..])).unwrap();
+        } else {
+            panic!("docs/prometheus.md's dcgm table is stale; rerun with GPUMON_BLESS=1. Expected:\n{table}");
+        }
+    }
+}

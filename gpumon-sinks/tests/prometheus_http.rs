@@ -1,0 +1,354 @@
+//! The scrape endpoint over real loopback sockets: endpoints, auth, TLS and hostile clients.
+//! Needs no external server.
+#![cfg(feature = "prometheus-http")]
+
+#[path = "prometheus_support/mod.rs"]
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpumon_core::{Agent, Sink};
+use gpumon_sinks::prometheus::{Auth, Format, PrometheusSink, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
+use support::{eventually, test_snapshot, TestSampler};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap()
+}
+
+/// Writes `request` and reads until the server closes or `timeout` passes; returns what came back.
+async fn raw(addr: SocketAddr, request: &[u8], timeout: Duration) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let _ = s.write_all(request).await;
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(timeout, s.read_to_end(&mut buf)).await;
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_serves_metrics_health_and_errors() {
+    let sink = PrometheusSink::builder().with_http_listener(([127, 0, 0, 1], 0)).build().unwrap();
+    let addr = sink.local_addr().unwrap();
+    let sampler = Arc::new(TestSampler::default());
+    let agent = Agent::builder_arc(sampler.clone()).interval(Duration::from_millis(100)).sink(sink).spawn().unwrap();
+    let http = client();
+    let url = format!("http://{addr}");
+
+    eventually(Duration::from_secs(5), "/health 200", || async {
+        let r = http.get(format!("{url}/health")).send().await.ok()?;
+        (r.status() == 200).then_some(())
+    })
+    .await;
+
+    // Text format by default.
+    let r = http.get(format!("{url}/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], TEXT_CONTENT_TYPE);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("\ngpumon_utilization_ratio{gpu=\"0\",uuid=\"GPU-00000000-aaaa-bbbb-cccc-000000000000\",host=\"gpumon-test-host\"} 0.25\n"), "{text}");
+    assert!(text.contains("gpumon_sink_exported_total{host=\"gpumon-test-host\",sink=\"prometheus\"}"), "{text}");
+    assert!(text.contains("gpumon_last_sample_success{host=\"gpumon-test-host\"} 1\n"));
+    assert!(!text.contains("# EOF"));
+
+    // OpenMetrics when the scraper prefers it (as Prometheus does).
+    let r = http.get(format!("{url}/metrics")).header("accept", PROMETHEUS_ACCEPT).send().await.unwrap();
+    assert_eq!(r.headers()["content-type"], OPENMETRICS_CONTENT_TYPE);
+    assert!(r.text().await.unwrap().ends_with("# EOF\n"));
+
+    // HEAD: headers only.
+    let r = http.head(format!("{url}/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.bytes().await.unwrap().is_empty());
+
+    // 404, 405.
+    assert_eq!(http.get(format!("{url}/")).send().await.unwrap().status(), 404);
+    assert_eq!(http.get(format!("{url}/metrics/x")).send().await.unwrap().status(), 404);
+    let r = http.post(format!("{url}/metrics")).body("x").send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(r.headers()["allow"], "GET, HEAD");
+    assert_eq!(http.delete(format!("{url}/health")).send().await.unwrap().status(), 405);
+
+    // Failing samples: /health 503 with the reason; the success gauge drops to 0.
+    sampler.fail.store(true, Ordering::Relaxed);
+    let body = eventually(Duration::from_secs(5), "/health 503", || async {
+        let r = http.get(format!("{url}/health")).send().await.ok()?;
+        if r.status() == 503 {
+            r.text().await.ok()
+        } else {
+            None
+        }
+    })
+    .await;
+    assert!(body.contains("injected failure"), "{body}");
+    let text = http.get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(text.contains("gpumon_last_sample_success{host=\"gpumon-test-host\"} 0\n"), "{text}");
+    assert!(!text.contains("gpumon_sample_failures_total{host=\"gpumon-test-host\"} 0\n"));
+    sampler.fail.store(false, Ordering::Relaxed);
+    eventually(Duration::from_secs(5), "/health 200 again", || async {
+        let r = http.get(format!("{url}/health")).send().await.ok()?;
+        (r.status() == 200).then_some(())
+    })
+    .await;
+
+    // Shutting the agent down shuts the listener.
+    agent.shutdown(Duration::from_secs(5)).await.unwrap();
+    eventually(Duration::from_secs(5), "listener closed", || async {
+        TcpStream::connect(addr).await.is_err().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bearer_and_basic_auth() {
+    let http = client();
+    for (auth, good, bad) in [
+        (Auth::bearer("s3cret-token"), "Bearer s3cret-token", "Bearer s3cret-tokeN"),
+        (Auth::basic("prom", "pa:ss"), "Basic cHJvbTpwYTpzcw==", "Basic cHJvbTpwYTpzeA=="),
+    ] {
+        let mut sink =
+            PrometheusSink::builder().with_http_listener(([127, 0, 0, 1], 0)).with_auth(auth.clone()).build().unwrap();
+        sink.export(Arc::new(test_snapshot(1))).await.unwrap();
+        let url = format!("http://{}/metrics", sink.local_addr().unwrap());
+
+        let r = http.get(&url).send().await.unwrap();
+        assert_eq!(r.status(), 401);
+        let challenge = r.headers()["www-authenticate"].to_str().unwrap().to_owned();
+        assert!(
+            challenge.starts_with(if matches!(auth, Auth::Bearer { .. }) { "Bearer " } else { "Basic " }),
+            "{challenge}"
+        );
+        assert_eq!(http.get(&url).header("authorization", bad).send().await.unwrap().status(), 401);
+        let r = http.get(&url).header("authorization", good).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(r.text().await.unwrap().contains("gpumon_up{"));
+        // Probes need no credentials.
+        let health = url.replace("/metrics", "/health");
+        assert_eq!(http.get(&health).send().await.unwrap().status(), 200);
+        sink.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_clients_do_not_starve_scrapers() {
+    // A long header timeout: the scraper must get through because idle connections are evicted,
+    // not because they time out.
+    let mut sink = PrometheusSink::builder()
+        .with_http_listener(([127, 0, 0, 1], 0))
+        .max_connections(8)
+        .header_read_timeout(Duration::from_secs(30))
+        .max_header_bytes(8192)
+        .build()
+        .unwrap();
+    sink.export(Arc::new(test_snapshot(1))).await.unwrap();
+    let addr = sink.local_addr().unwrap();
+    let http = client();
+    let url = format!("http://{addr}/metrics");
+    let scrape_ok = |http: reqwest::Client, url: String, stage: &'static str| async move {
+        let r = http.get(&url).send().await.unwrap_or_else(|e| panic!("{stage}: {e:?}"));
+        assert_eq!(r.status(), 200);
+        assert!(r.text().await.unwrap().contains("gpumon_up{"));
+    };
+
+    // 1. Oversized request head: 431, and the next client is served.
+    let mut big = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: ".to_vec();
+    big.extend(std::iter::repeat_n(b'a', 64 * 1024));
+    big.extend_from_slice(b"\r\n\r\n");
+    let reply = raw(addr, &big, Duration::from_secs(5)).await;
+    assert!(reply.starts_with("HTTP/1.1 431"), "{reply:.200}");
+    let mut many = b"GET /metrics HTTP/1.1\r\nHost: x\r\n".to_vec();
+    for i in 0..500 {
+        many.extend_from_slice(format!("X-H{i}: v\r\n").as_bytes());
+    }
+    many.extend_from_slice(b"\r\n");
+    let reply = raw(addr, &many, Duration::from_secs(5)).await;
+    assert!(reply.starts_with("HTTP/1.1 431"), "{reply:.200}");
+    scrape_ok(http.clone(), url.clone(), "after oversized heads").await;
+
+    // 2. Garbage: 400 or a closed connection, never a dead server.
+    for garbage in [
+        &b"\x00\xff\xfe GARBAGE \x01\x02\r\n\r\n"[..],
+        b"GET\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+        b"GET /metrics HTTP/9.9\r\n\r\n",
+    ] {
+        let reply = raw(addr, garbage, Duration::from_secs(5)).await;
+        assert!(
+            reply.is_empty() || reply.starts_with("HTTP/1.1 4") || reply.starts_with("HTTP/1.1 505"),
+            "{reply:.200}"
+        );
+    }
+    scrape_ok(http.clone(), url.clone(), "after garbage").await;
+
+    // 3. A crowd of idle connections and slow-loris clients (far more than max_connections).
+    let mut idle = Vec::new();
+    for i in 0..120 {
+        if let Ok(mut s) = TcpStream::connect(addr).await {
+            if i % 2 == 0 {
+                let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: slow").await;
+            }
+            idle.push(s);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for _ in 0..5 {
+        let started = Instant::now();
+        scrape_ok(http.clone(), url.clone(), "kept-alive scraper among idle crowd").await;
+        assert!(started.elapsed() < Duration::from_secs(3), "scrape took {:?}", started.elapsed());
+    }
+    // And a fresh client (new connection each time) too.
+    for _ in 0..3 {
+        let fresh =
+            reqwest::Client::builder().timeout(Duration::from_secs(5)).pool_max_idle_per_host(0).build().unwrap();
+        scrape_ok(fresh, url.clone(), "new connection among idle crowd").await;
+    }
+    drop(idle);
+    sink.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_are_closed_after_the_header_timeout() {
+    let mut sink = PrometheusSink::builder()
+        .with_http_listener(([127, 0, 0, 1], 0))
+        .header_read_timeout(Duration::from_millis(300))
+        .connection_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    sink.export(Arc::new(test_snapshot(1))).await.unwrap();
+    let addr = sink.local_addr().unwrap();
+
+    // Silent connection: closed (hyper answers 408 or just closes) well before our 5 s patience.
+    let started = Instant::now();
+    let reply = raw(addr, b"", Duration::from_secs(5)).await;
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(reply.is_empty() || reply.starts_with("HTTP/1.1 408"), "{reply}");
+
+    // Slow loris: a partial head is cut off too.
+    let started = Instant::now();
+    let _ = raw(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n", Duration::from_secs(5)).await;
+    assert!(started.elapsed() < Duration::from_secs(3));
+
+    // A kept-alive connection is served, then closed once idle.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let mut buf = Vec::new();
+    let started = Instant::now();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await;
+    assert!(String::from_utf8_lossy(&buf).starts_with("HTTP/1.1 200"));
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    sink.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn handle_renders_without_a_listener() {
+    let mut sink = PrometheusSink::builder().build().unwrap();
+    assert_eq!(sink.local_addr(), None);
+    let handle = sink.handle();
+    sink.export(Arc::new(test_snapshot(1))).await.unwrap();
+    let mut buf = String::new();
+    handle.render_to(&mut buf, handle.negotiate(Some(PROMETHEUS_ACCEPT)));
+    assert!(buf.ends_with("# EOF\n"));
+    assert!(handle.render(Format::Text).contains("gpumon_gpu_info{"));
+}
+
+#[cfg(feature = "prometheus-tls")]
+mod tls {
+    use super::*;
+    use gpumon_sinks::prometheus::TlsConfig;
+    use tokio_rustls::rustls;
+
+    // A throw-away CA and a leaf for localhost/127.0.0.1 (P-256, valid until 2126), made with
+    // openssl for this test only.
+    const CA: &str = "-----BEGIN CERTIFICATE-----
+MIIBmjCCAT+gAwIBAgIUFajPCMhq9yoExsyQ+iNHTixZLSgwCgYIKoZIzj0EAwIw
+GTEXMBUGA1UEAwwOZ3B1bW9uIHRlc3QgQ0EwIBcNMjYxMjAyMDkzNzI4WhgPMjEy
+NjExMDgwOTM3MjhaMBkxFzAVBgNVBAMMDmdwdW1vbiB0ZXN0IENBMFkwEwYHKoZI
+zj0CAQYIKoZIzj0DAQcDQgAE/S60R2+yzDm0XV7Mn69oHAVJep9GE1spOqmac4SP
+zRO5FBs2v3bCCR54yvoX1VRpIfh1DmNIXFc2tIP42YT6n6NjMGEwHQYDVR0OBBYE
+FBsZL4GqBVnQF6Fu3SOdjtIhD86fMB8GA1UdIwQYMBaAFBsZL4GqBVnQF6Fu3SOd
+jtIhD86fMA8GA1UdEwEB/wQFMAMBAf8wDgYDVR0PAQH/BAQDAgEGMAoGCCqGSM49
+BAMCA0kAMEYCIQCd2/CWQYIuitYuDSjfBx5OmF6yYVaXQXISjLS5+Eo3bQIhAILJ
+px1VAGaWAEZCkGPrmj4Xkz0dNvm1Jv9uGrVsnDme
+-----END CERTIFICATE-----
+";
+    const LEAF: &str = "-----BEGIN CERTIFICATE-----
+MIIBwzCCAWqgAwIBAgIUFCmOnNyGfuY2lRYff0gaixQg0sYwCgYIKoZIzj0EAwIw
+GTEXMBUGA1UEAwwOZ3B1bW9uIHRlc3QgQ0EwIBcNMjYxMjAyMDkzNzI4WhgPMjEy
+NjExMDgwOTM3MjhaMBQxEjAQBgNVBAMMCWxvY2FsaG9zdDBZMBMGByqGSM49AgEG
+CCqGSM49AwEHA0IABNs/cuGhInu4YFBbPMZS8dlI8jhk8w7dYsIqgRNeQ7uWV0DQ
+G9e/kNG0M03wQ9Zn84xmji5LAv6bZ0sCeidHedWjgZIwgY8wDAYDVR0TAQH/BAIw
+ADAOBgNVHQ8BAf8EBAMCB4AwEwYDVR0lBAwwCgYIKwYBBQUHAwEwGgYDVR0RBBMw
+EYIJbG9jYWxob3N0hwR/AAABMB0GA1UdDgQWBBSaXQtGyFWmJlXlEQGMrUyNz9Yb
+3jAfBgNVHSMEGDAWgBQbGS+BqgVZ0Behbt0jnY7SIQ/OnzAKBggqhkjOPQQDAgNH
+ADBEAiB4I2gWk0HI3PmoBIIj4ooXT8XdlZbzKih8MLpTIQN79AIgSqFH2EOypqdr
+k2mb6trvDK8SqzjHOtZn+c77wXYlHNw=
+-----END CERTIFICATE-----
+";
+    const KEY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgvD5Bqnc5gbP9p/Zc
+VjDNRdGOWIZ1gyZiSh7aW7mym16hRANCAATbP3LhoSJ7uGBQWzzGUvHZSPI4ZPMO
+3WLCKoETXkO7lldA0BvXv5DRtDNN8EPWZ/OMZo4uSwL+m2dLAnonR3nV
+-----END PRIVATE KEY-----
+";
+
+    fn connector() -> tokio_rustls::TlsConnector {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls_pemfile::certs(&mut CA.as_bytes()) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tokio_rustls::TlsConnector::from(Arc::new(config))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn https_scrape_with_auth() {
+        let dir = std::env::temp_dir().join(format!("gpumon-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&cert, LEAF).unwrap();
+        std::fs::write(&key, KEY).unwrap();
+        let mut sink = PrometheusSink::builder()
+            .with_http_listener(([127, 0, 0, 1], 0))
+            .with_tls(TlsConfig { cert, key })
+            .with_auth(Auth::bearer("tok"))
+            .header_read_timeout(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        sink.export(Arc::new(test_snapshot(1))).await.unwrap();
+        let addr = sink.local_addr().unwrap();
+
+        let get = |auth: &'static str| async move {
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            let mut tls = connector().connect(name, tcp).await.unwrap();
+            let req = format!("GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}\r\n");
+            tls.write_all(req.as_bytes()).await.unwrap();
+            let mut buf = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut buf)).await;
+            String::from_utf8_lossy(&buf).into_owned()
+        };
+        let ok = get("Authorization: Bearer tok\r\n").await;
+        assert!(ok.starts_with("HTTP/1.1 200"), "{ok:.300}");
+        assert!(ok.contains("gpumon_utilization_ratio{"));
+        let denied = get("").await;
+        assert!(denied.starts_with("HTTP/1.1 401"), "{denied:.300}");
+
+        // Plain HTTP and a client that never finishes the handshake do no harm.
+        let plain = raw(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", Duration::from_secs(3)).await;
+        assert!(!plain.contains("gpumon_"), "{plain:.200}");
+        let _stalled = TcpStream::connect(addr).await.unwrap();
+        assert!(get("Authorization: Bearer tok\r\n").await.starts_with("HTTP/1.1 200"));
+        sink.shutdown().await.unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
