@@ -231,7 +231,13 @@ fn init_logging(filter: &str) {
         tracing_subscriber::EnvFilter::new("info")
     });
     // Logs go to stderr so that stdout carries only data (JSON lines stay parseable).
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
 }
 
 async fn run(cli: Cli, file: FileConfig, settings: Settings) -> ExitCode {

@@ -28,6 +28,17 @@ pub enum Naming {
     Dcgm,
 }
 
+impl std::str::FromStr for Naming {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "native" => Ok(Naming::Native),
+            "dcgm" => Ok(Naming::Dcgm),
+            other => Err(format!("unknown naming `{other}` (expected `native` or `dcgm`)")),
+        }
+    }
+}
+
 /// Credentials a scrape must present.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]

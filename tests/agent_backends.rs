@@ -1,0 +1,243 @@
+//! The example agent, as a user runs it, against the real servers `scripts/test.sh` starts on
+//! 127.0.0.1: every value must arrive equal to what the mock profile produced.
+//!
+//! Skipped (with a message) unless `GPUMON_TEST_BACKENDS=1`; scripts/test.sh sets it.
+#![cfg(all(feature = "mock", feature = "prometheus", feature = "pushgateway", feature = "influxdb", feature = "otlp"))]
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpumon::core::{DeviceFilter, MetricSet, SampleRequest, Sampler, Snapshot};
+use gpumon::mock::{FleetProfile, MockSampler};
+
+fn backends() -> bool {
+    if std::env::var("GPUMON_TEST_BACKENDS").as_deref() == Ok("1") {
+        return true;
+    }
+    eprintln!("skipped: set GPUMON_TEST_BACKENDS=1 (scripts/test.sh does)");
+    false
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} must be set when GPUMON_TEST_BACKENDS=1"))
+}
+
+fn agent() -> Command {
+    let exe = std::env::current_exe().unwrap();
+    let bin: PathBuf = exe.parent().and_then(|d| d.parent()).unwrap().join("examples").join("agent");
+    let mut cmd = Command::new(bin);
+    cmd.env_remove("CUDA_VISIBLE_DEVICES").env_remove("NVIDIA_VISIBLE_DEVICES").env("GPUMON_LOG", "warn");
+    cmd
+}
+
+/// A seed no other test uses, so the fleet's UUIDs are this run's own on shared servers.
+fn unique_seed() -> u64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    (u64::from(std::process::id()) << 32) | u64::from(nanos)
+}
+
+fn sampler(seed: u64) -> MockSampler {
+    MockSampler::builder().profile(FleetProfile::load("a100x4").unwrap()).seed(seed).build().unwrap()
+}
+
+fn sample(s: &MockSampler) -> Snapshot {
+    s.sample(&SampleRequest::new(MetricSet::default(), DeviceFilter::all())).unwrap()
+}
+
+fn http() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).build().unwrap()
+}
+
+fn get_text(url: &str, query: &[(&str, &str)]) -> String {
+    let resp = http().get(url).query(query).send().unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    assert!(resp.status().is_success(), "GET {url}: {}", resp.status());
+    resp.text().unwrap()
+}
+
+#[test]
+fn once_delivers_tick_zero_to_pushgateway_influxdb_and_otlp_exactly() {
+    if !backends() {
+        return;
+    }
+    let seed = unique_seed();
+    let expected = sample(&sampler(seed));
+    let job = format!("e2e-{seed}");
+    let service = format!("gpumon-e2e-{seed}");
+    let out = agent()
+        .args(["--backend", "mock", "--mock-profile", "a100x4", "--mock-seed", &seed.to_string(), "--once"])
+        .args(["--pushgateway-url", &env("GPUMON_TEST_PUSHGATEWAY_URL"), "--pushgateway-job", &job])
+        .args(["--influx-url", &env("GPUMON_TEST_INFLUXDB_URL"), "--influx-db", &env("GPUMON_TEST_INFLUXDB_DB")])
+        .args(["--otlp-endpoint", &env("GPUMON_TEST_OTLP_HTTP"), "--otlp-protocol", "http"])
+        .env("OTEL_SERVICE_NAME", &service)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "agent failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stdout.is_empty(), "stdout is off when other sinks are configured");
+
+    // Pushgateway: the group of this job, read back as exposition text.
+    let pushed = get_text(&format!("{}/metrics", env("GPUMON_TEST_PUSHGATEWAY_URL")), &[]);
+    let job_label = format!("job=\"{job}\"");
+    for d in &expected.devices {
+        let uuid = format!("uuid=\"{}\"", d.info.uuid);
+        let pick = |metric: &str| {
+            pushed
+                .lines()
+                .filter(|l| l.starts_with(&format!("{metric}{{")) && l.contains(&uuid) && l.contains(&job_label))
+                .find_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        };
+        assert_eq!(pick("gpumon_utilization_ratio"), d.utilization.gpu, "pushgateway utilization of {uuid}");
+        assert_eq!(pick("gpumon_memory_used_bytes"), d.memory.used.map(|v| v as f64), "pushgateway memory of {uuid}");
+        assert_eq!(pick("gpumon_power_usage_watts"), d.power.usage_watts, "pushgateway power of {uuid}");
+    }
+
+    // InfluxDB: one `gpu` point per GPU, with this tick's values.
+    let db = env("GPUMON_TEST_INFLUXDB_DB");
+    for d in &expected.devices {
+        let q = format!(
+            "SELECT \"utilization\", \"memory_used\", \"temperature\" FROM \"gpu\" WHERE \"uuid\" = '{}'",
+            d.info.uuid
+        );
+        let body = get_text(&format!("{}/query", env("GPUMON_TEST_INFLUXDB_URL")), &[("db", &db), ("q", &q)]);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let rows = &v["results"][0]["series"][0]["values"];
+        assert_eq!(rows.as_array().map(Vec::len), Some(1), "one point for {}: {body}", d.info.uuid);
+        assert_eq!(rows[0][1].as_f64(), d.utilization.gpu, "{body}");
+        assert_eq!(rows[0][2].as_u64(), d.memory.used, "{body}");
+        assert_eq!(rows[0][3].as_f64(), d.temperature.gpu, "{body}");
+    }
+
+    // OTLP: the receiver decoded the export with the official protobuf classes.
+    let received = get_text(&env("GPUMON_TEST_OTLP_RECEIVED"), &[]);
+    let points: Vec<serde_json::Value> = received
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|p| p["resource"]["service.name"] == service.as_str())
+        .collect();
+    assert!(!points.is_empty(), "no OTLP data points for service {service}");
+    for d in &expected.devices {
+        let util: Vec<_> = points
+            .iter()
+            .filter(|p| {
+                p["name"] == "hw.gpu.utilization"
+                    && p["attributes"]["hw.id"] == d.info.uuid.as_str()
+                    && p["attributes"]["hw.gpu.task"] == "general"
+            })
+            .collect();
+        assert_eq!(util.len(), 1, "one utilization point for {}", d.info.uuid);
+        assert_eq!(util[0]["value"].as_f64(), d.utilization.gpu);
+        assert_eq!(util[0]["unit"], "1");
+        let mem: Vec<_> = points
+            .iter()
+            .filter(|p| p["name"] == "hw.gpu.memory.usage" && p["attributes"]["hw.id"] == d.info.uuid.as_str())
+            .collect();
+        assert_eq!(mem.len(), 1);
+        assert_eq!(mem[0]["value"].as_u64(), d.memory.used);
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Killed(Vec<Child>, Option<(String, String)>);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some((instance, dir)) = &self.1 {
+            let _ = Command::new(format!("{dir}/stop-prometheus.sh")).env("BACKEND_INSTANCE", instance).status();
+        }
+    }
+}
+
+fn prom_query(port: u16, q: &str) -> Vec<(String, f64)> {
+    let body = get_text(&format!("http://127.0.0.1:{port}/api/v1/query"), &[("query", q)]);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["data"]["result"]
+        .as_array()
+        .map(|rs| {
+            rs.iter()
+                .map(|r| (r["metric"].to_string(), r["value"][1].as_str().unwrap().parse::<f64>().unwrap()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn prometheus_scrapes_the_running_agent_in_both_namings() {
+    if !backends() {
+        return;
+    }
+    let seed = unique_seed();
+    // Every value the mock can produce in the first few hundred ticks, per GPU.
+    let s = sampler(seed);
+    let snaps: Vec<_> = (0..400).map(|_| sample(&s)).collect();
+    let first = &snaps[0];
+    let seen = |uuid: &str, f: &dyn Fn(&gpumon::core::DeviceSample) -> Option<f64>| -> BTreeSet<u64> {
+        snaps.iter().filter_map(|s| s.device(uuid).and_then(f)).map(f64::to_bits).collect()
+    };
+
+    let (native_port, dcgm_port, prom_port) = (free_port(), free_port(), free_port());
+    let spawn = |port: u16, naming: &str| {
+        agent()
+            .args(["--backend", "mock", "--mock-profile", "a100x4", "--mock-seed", &seed.to_string()])
+            .args(["--interval", "500ms", "--prometheus-naming", naming])
+            .args(["--prometheus-listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let dir = env("GPUMON_TEST_BACKENDS_DIR");
+    let instance = format!("e2e{seed}");
+    let mut guard = Killed(vec![spawn(native_port, "native"), spawn(dcgm_port, "dcgm")], None);
+    std::thread::sleep(Duration::from_millis(300));
+    let status = Command::new(format!("{dir}/start-prometheus.sh"))
+        .env("BACKEND_INSTANCE", &instance)
+        .env("PROM_PORT", prom_port.to_string())
+        .env("PROM_SCRAPE_TARGETS", format!("127.0.0.1:{native_port},127.0.0.1:{dcgm_port}"))
+        .status()
+        .unwrap();
+    assert!(status.success(), "start-prometheus.sh failed");
+    guard.1 = Some((instance, dir));
+
+    let uuid = first.devices[1].info.uuid.clone();
+    let wait_for = |q: &str| {
+        let started = Instant::now();
+        loop {
+            let r = prom_query(prom_port, q);
+            if !r.is_empty() {
+                return r;
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "no data for {q} after 30 s");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    // Static values: exact.
+    let total = wait_for(&format!("gpumon_memory_total_bytes{{uuid=\"{uuid}\"}}"));
+    assert_eq!(total[0].1, first.devices[1].memory.total.unwrap() as f64);
+    let total_mib = wait_for(&format!("DCGM_FI_DEV_FB_TOTAL{{UUID=\"{uuid}\"}}"));
+    assert_eq!(total_mib[0].1, (first.devices[1].memory.total.unwrap() / 1_048_576) as f64);
+    let info = wait_for(&format!("gpumon_gpu_info{{uuid=\"{uuid}\"}}"));
+    assert!(info[0].0.contains("NVIDIA A100-SXM4-40GB"), "{info:?}");
+    // Changing values: each must be one the mock produced for that GPU.
+    let util = wait_for(&format!("gpumon_utilization_ratio{{uuid=\"{uuid}\"}}"));
+    assert!(seen(&uuid, &|d| d.utilization.gpu).contains(&util[0].1.to_bits()), "{util:?}");
+    let util_pct = wait_for(&format!("DCGM_FI_DEV_GPU_UTIL{{UUID=\"{uuid}\"}}"));
+    let pct: BTreeSet<u64> = seen(&uuid, &|d| d.utilization.gpu.map(|u| u * 100.0)).into_iter().collect();
+    assert!(pct.contains(&util_pct[0].1.to_bits()), "{util_pct:?}");
+    let temp = wait_for(&format!("gpumon_temperature_celsius{{uuid=\"{uuid}\"}}"));
+    assert!(seen(&uuid, &|d| d.temperature.gpu).contains(&temp[0].1.to_bits()), "{temp:?}");
+    let power = wait_for(&format!("DCGM_FI_DEV_POWER_USAGE{{UUID=\"{uuid}\"}}"));
+    assert!(seen(&uuid, &|d| d.power.usage_watts).contains(&power[0].1.to_bits()), "{power:?}");
+    // All four GPUs up, from each agent (the dcgm naming keeps native names, like `gpumon_up`,
+    // for what dcgm-exporter has no field for).
+    for port in [native_port, dcgm_port] {
+        assert_eq!(wait_for(&format!("count(gpumon_up{{instance=\"127.0.0.1:{port}\"}} == 1)"))[0].1, 4.0);
+    }
+    assert_eq!(wait_for("count(DCGM_FI_DEV_GPU_TEMP)")[0].1, 4.0);
+}
