@@ -170,3 +170,49 @@ fn example_config_file_is_valid() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout.lines().count(), 8);
 }
+
+#[cfg(feature = "prometheus")]
+#[test]
+fn prometheus_endpoint_from_the_config_file_enforces_its_auth() {
+    use std::io::{Read, Write};
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = std::env::temp_dir().join(format!("gpumon-agent-auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("auth.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nbackend = \"mock\"\ninterval = \"200ms\"\n\n[prometheus]\nlisten = \"127.0.0.1:{port}\"\nauth = {{ bearer = {{ token = \"s3cret\" }} }}\n"
+        ),
+    )
+    .unwrap();
+    let mut child = agent().arg("--config").arg(&cfg).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let get = |auth: Option<&str>| -> String {
+        let started = Instant::now();
+        loop {
+            match std::net::TcpStream::connect(("127.0.0.1", port)) {
+                Ok(mut s) => {
+                    let header = auth.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+                    write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n{header}Connection: close\r\n\r\n").unwrap();
+                    let mut out = String::new();
+                    s.read_to_string(&mut out).unwrap();
+                    return out;
+                }
+                Err(_) if started.elapsed() < Duration::from_secs(10) => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) => panic!("agent never listened on {port}: {e}"),
+            }
+        }
+    };
+    let denied = get(None);
+    let wrong = get(Some("guess"));
+    std::thread::sleep(Duration::from_millis(500));
+    let allowed = get(Some("s3cret"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(dir);
+    assert!(denied.starts_with("HTTP/1.1 401"), "{denied}");
+    assert!(denied.to_ascii_lowercase().contains("www-authenticate: bearer"), "{denied}");
+    assert!(wrong.starts_with("HTTP/1.1 401"), "{wrong}");
+    assert!(allowed.starts_with("HTTP/1.1 200"), "{allowed}");
+    assert!(allowed.contains("gpumon_utilization_ratio{"), "{allowed}");
+}
