@@ -10,7 +10,9 @@
 #    them all on exit, also on failure or Ctrl-C,
 # 3. exports GPUMON_TEST_* variables that the Rust integration tests read
 #    (see scripts/backends/README.md),
-# 4. runs `cargo test --workspace --all-features "$@"` and exits with its status.
+# 4. runs the Python client tests (tests-python/run.sh: nvidia-ml-py and gpustat on the fake
+#    libnvidia-ml), then `cargo test --workspace --all-features "$@"`, and exits non-zero if
+#    either failed.
 #
 # Prometheus is not started here: a test starts it itself, after its gpumon
 # agent is listening, with PROM_SCRAPE_TARGETS=127.0.0.1:<port>
@@ -115,6 +117,15 @@ nvml_inc="$(ls -d "$GPUMON_VENV"/lib/python3*/site-packages/nvidia/cu*/include 2
 export GPUMON_TEST_NVML_INCLUDE_DIR="$nvml_inc"   # holds nvml.h (PyPI nvidia-nvml-dev)
 env | grep -E '^GPUMON_TEST_' | sort >&2
 
+# ------------------------------------------------------------------ python clients on the fake NVML
+# NVIDIA's nvidia-ml-py and gpustat, unmodified, against the fake libnvidia-ml (tests-python/).
+log "tests-python/run.sh (nvidia-ml-py, gpustat on the fake libnvidia-ml)"
+set +e
+tests-python/run.sh
+py_rc=$?
+set -e
+log "python client tests exited with $py_rc"
+
 # ------------------------------------------------------------------ test
 log "cargo test --workspace --all-features $*"
 setsid cargo test --workspace --all-features "$@" &
@@ -125,4 +136,8 @@ rc=$?
 set -e
 cargo_pid=""
 log "cargo test exited with $rc"
+if [ "$rc" -eq 0 ] && [ "$py_rc" -ne 0 ]; then
+    log "FAILED: python client tests (exit $py_rc)"
+    rc=$py_rc
+fi
 exit "$rc"

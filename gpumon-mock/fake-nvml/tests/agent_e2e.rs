@@ -1,0 +1,128 @@
+//! End to end: the example agent with `--backend nvml` on the fake (through `LD_LIBRARY_PATH`,
+//! unmodified loading of `libnvidia-ml.so.1`) prints the same snapshot as `--backend mock` with
+//! the same profile — modulo timestamps, the backend name, XID arrival times, float rounding in
+//! the window statistics (1e-9) and GPM, which NVML can only report from the second tick on.
+//!
+//! Uses `target/<profile>/examples/agent` (built by `cargo test --workspace`; built here with
+//! `cargo build --example agent` when missing).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+fn agent() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.ancestors().nth(2).unwrap().to_path_buf(); // target/<profile>
+    let bin = profile_dir.join("examples/agent");
+    if !bin.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo)
+            .args(["build", "--example", "agent"])
+            .current_dir(workspace())
+            .output()
+            .expect("cargo build --example agent");
+        assert!(out.status.success(), "cargo build --example agent failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert!(bin.is_file(), "{} missing", bin.display());
+    bin
+}
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> Value {
+    let mut cmd = Command::new(agent());
+    cmd.args(args).args(["--once", "--stdout-format", "json", "--log", "warn"]);
+    for k in
+        ["GPUMON_FAKE_NVML_PROFILE", "GPUMON_FAKE_NVML_SCENARIO", "GPUMON_FAKE_NVML_FAULTS", "GPUMON_FAKE_NVML_SEED"]
+    {
+        cmd.env_remove(k);
+    }
+    cmd.env_remove("CUDA_VISIBLE_DEVICES").env_remove("NVIDIA_VISIBLE_DEVICES");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run the agent");
+    assert!(out.status.success(), "agent {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.trim_start().starts_with('{')).unwrap_or_else(|| panic!("no JSON in:\n{text}"));
+    serde_json::from_str(line).expect("JSON snapshot")
+}
+
+fn normalize(mut v: Value) -> Value {
+    let o = v.as_object_mut().unwrap();
+    o.remove("taken_at");
+    o.remove("duration");
+    if let Some(s) = o.get_mut("system").and_then(Value::as_object_mut) {
+        s.remove("backend");
+    }
+    for d in o.get_mut("devices").and_then(Value::as_array_mut).unwrap() {
+        let d = d.as_object_mut().unwrap();
+        d.insert("gpm".into(), Value::Null);
+        if let Some(x) = d.get_mut("xid_errors").and_then(Value::as_array_mut) {
+            for e in x {
+                e.as_object_mut().unwrap().remove("last_seen");
+            }
+        }
+    }
+    v
+}
+
+fn close(a: &Value, b: &Value, path: &str) -> Result<(), String> {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            if (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0) {
+                Ok(())
+            } else {
+                Err(format!("{path}: {x} != {y}"))
+            }
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                close(x.get(k).unwrap_or(&Value::Null), y.get(k).unwrap_or(&Value::Null), &format!("{path}.{k}"))?;
+            }
+            Ok(())
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            if x.len() != y.len() {
+                return Err(format!("{path}: {} vs {} entries", x.len(), y.len()));
+            }
+            x.iter().zip(y).enumerate().try_for_each(|(i, (p, q))| close(p, q, &format!("{path}[{i}]")))
+        }
+        _ if a == b => Ok(()),
+        _ => Err(format!("{path}: {a} != {b}")),
+    }
+}
+
+fn same_snapshot(profile: &str) {
+    let dir = common::Fake::new("clock=manual"); // a private directory holding libnvidia-ml.so.1
+    let ld = dir.dir.to_string_lossy().into_owned();
+    let mock = run(&["--backend", "mock", "--mock-profile", profile], &[]);
+    let nvml = run(
+        &["--backend", "nvml"],
+        &[("LD_LIBRARY_PATH", &ld), ("GPUMON_FAKE_NVML_PROFILE", profile), ("GPUMON_FAKE_NVML_CLOCK", "manual")],
+    );
+    assert_eq!(nvml["system"]["backend"], "nvml");
+    assert_eq!(mock["system"]["backend"], "mock");
+    if let Err(e) = close(&normalize(nvml), &normalize(mock), "snapshot") {
+        panic!("{profile}: --backend nvml on the fake differs from --backend mock: {e}");
+    }
+}
+
+#[test]
+fn agent_nvml_on_the_fake_equals_agent_mock_h100x8() {
+    same_snapshot("h100x8");
+}
+
+#[test]
+fn agent_nvml_on_the_fake_equals_agent_mock_a100x8_mig() {
+    same_snapshot("a100x8-mig");
+}

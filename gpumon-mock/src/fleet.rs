@@ -1,0 +1,899 @@
+//! The pure model: a fleet of mock GPUs whose every value is a function of (seed, device, tick).
+//!
+//! [`MockSampler`](crate::MockSampler) and the fake `libnvidia-ml` both read GPUs through
+//! [`MockFleet`], so the two mocks agree value for value. Values are quantised to the units NVML
+//! reports (integer percent, MiB-aligned bytes, milliwatts, millijoules, MHz, °C, KB/s), so a
+//! reading that goes through the fake NVML and back comes out identical.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use gpumon_core::{
+    ClockEventReasons, DeviceFilter, DeviceInfo, DeviceSample, FailureReason, Family, MetricSet, MigInfo,
+    ProcessSample, SampleError, SampleRequest, Snapshot, SystemInfo, WindowStats, XidCount,
+};
+
+use crate::error::ConfigError;
+use crate::gpus::{mhz, GpuModel, MigProfile};
+use crate::profile::FleetProfile;
+use crate::rng::{hash, Draw};
+use crate::scenario::{Fault, Scenario, Workload};
+
+/// The seed used when neither the sampler, the scenario nor the profile sets one.
+pub const DEFAULT_SEED: u64 = 0x6770_756D_6F6E; // "gpumon"
+
+/// PCI bus numbers of the eight GPUs of a DGX H100 baseboard; larger fleets use more domains.
+const PCI_BUSES: [u32; 8] = [0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB];
+
+const MIB: u64 = 1024 * 1024;
+/// Energy checkpoint spacing, ticks.
+const CHECKPOINT: u64 = 256;
+
+/// Independent random streams.
+mod stream {
+    pub(super) const GPU_UTIL: u64 = 1;
+    pub(super) const MEM_UTIL: u64 = 2;
+    pub(super) const POWER: u64 = 3;
+    pub(super) const TEMP: u64 = 4;
+    pub(super) const CLOCK: u64 = 5;
+    pub(super) const VIDEO: u64 = 6;
+    pub(super) const DECODER: u64 = 7;
+    pub(super) const PCIE_TX: u64 = 8;
+    pub(super) const PCIE_RX: u64 = 9;
+    pub(super) const MEM_FRAC: u64 = 10;
+    pub(super) const GPM: u64 = 11;
+    pub(super) const WINDOW: u64 = 100;
+}
+
+/// What a mock device is within the fleet.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum DeviceKind {
+    /// A physical GPU; `mig` lists its MIG instances' positions in [`MockFleet::devices`].
+    Gpu {
+        /// Positions of its MIG instances (empty with MIG off).
+        mig: Vec<usize>,
+    },
+    /// A MIG instance.
+    Mig {
+        /// Position of the parent GPU in [`MockFleet::devices`].
+        parent: usize,
+        /// Its profile.
+        profile: MigProfile,
+    },
+}
+
+/// One device of the fleet: its static facts, model and workload.
+#[derive(Debug)]
+pub struct MockDevice {
+    info: Arc<DeviceInfo>,
+    model: Arc<GpuModel>,
+    kind: DeviceKind,
+    position: usize,
+    gpu: u32,
+    workload: Workload,
+    /// Energy at tick 0, mJ (physical GPUs).
+    energy_base_mj: u64,
+    energy: Mutex<EnergyCache>,
+}
+
+impl MockDevice {
+    /// Static facts, as every sample carries them.
+    pub fn info(&self) -> &Arc<DeviceInfo> {
+        &self.info
+    }
+    /// The GPU model (for a MIG instance: its parent's).
+    pub fn model(&self) -> &GpuModel {
+        &self.model
+    }
+    /// Physical GPU or MIG instance.
+    pub fn kind(&self) -> &DeviceKind {
+        &self.kind
+    }
+    /// NVML index of the physical GPU (the parent's for a MIG instance).
+    pub fn gpu_index(&self) -> u32 {
+        self.gpu
+    }
+    /// The workload it runs.
+    pub fn workload(&self) -> Workload {
+        self.workload
+    }
+    /// Position in [`MockFleet::devices`].
+    pub fn position(&self) -> usize {
+        self.position
+    }
+    /// Whether this is a MIG instance.
+    pub fn is_mig(&self) -> bool {
+        matches!(self.kind, DeviceKind::Mig { .. })
+    }
+    /// For a physical GPU, whether MIG mode is on (it has instances).
+    pub fn mig_enabled(&self) -> bool {
+        matches!(&self.kind, DeviceKind::Gpu { mig } if !mig.is_empty())
+    }
+}
+
+#[derive(Debug, Default)]
+struct EnergyCache {
+    /// Energy (mJ) at ticks 0, CHECKPOINT, 2·CHECKPOINT, …
+    checkpoints: Vec<u64>,
+    /// The last tick computed and its energy.
+    last: Option<(u64, u64)>,
+}
+
+/// A physical GPU's activity at one tick, in NVML units.
+#[derive(Clone, Copy, Debug)]
+struct Load {
+    gpu_pct: u32,
+    mem_pct: u32,
+    dec_pct: u32,
+    /// Fraction of usable memory allocated.
+    mem_frac: f64,
+    power_mw: u64,
+    limit_mw: u64,
+    temp_c: u32,
+    sm_mhz: u32,
+    mem_mhz: u32,
+    video_mhz: u32,
+    reasons: u64,
+    busy: bool,
+    tx_kbps: u64,
+    rx_kbps: u64,
+    tensor_share: f64,
+}
+
+/// A fleet of mock GPUs: the pure model behind both mocks.
+///
+/// Devices are listed physical GPU first, followed by its MIG instances. Everything a sample
+/// holds is a pure function of the seed, the device's position and the tick; the only state kept
+/// is a cache of the energy integral, which does not change results.
+#[derive(Debug)]
+pub struct MockFleet {
+    seed: u64,
+    system: Arc<SystemInfo>,
+    infos: Vec<Arc<DeviceInfo>>,
+    devices: Vec<MockDevice>,
+    gpu_positions: Vec<usize>,
+    tick_period: Duration,
+    faults: Vec<Fault>,
+    epoch: SystemTime,
+}
+
+impl MockFleet {
+    /// Builds the fleet `profile` describes, running `scenario`, with identities and values
+    /// derived from `seed`. The XID `last_seen` epoch is now (see [`MockFleet::with_epoch`]).
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] if the scenario names a GPU the fleet does not have.
+    pub fn new(profile: &FleetProfile, scenario: &Scenario, seed: u64) -> Result<Self, ConfigError> {
+        let gpu_count = profile.gpus.len();
+        for &i in scenario.device_workloads.keys() {
+            if i as usize >= gpu_count {
+                return Err(ConfigError::invalid(format!("devices.{i}"), format!("the fleet has {gpu_count} GPUs")));
+            }
+        }
+        for (n, f) in scenario.faults.iter().enumerate() {
+            if let Some(d) = f.device() {
+                if d as usize >= gpu_count {
+                    return Err(ConfigError::invalid(
+                        format!("faults[{n}].device"),
+                        format!("GPU {d} does not exist; the fleet has {gpu_count} GPUs"),
+                    ));
+                }
+            }
+        }
+        let mut system = SystemInfo::new(gpumon_core::hostname(), "mock");
+        system.driver_version = Some(profile.driver_version.clone());
+        system.cuda_driver_version = Some(profile.cuda_driver_version);
+        system.nvml_version = Some(profile.nvml_version.clone());
+
+        let mut devices = Vec::new();
+        let mut gpu_positions = Vec::with_capacity(gpu_count);
+        for (g, spec) in profile.gpus.iter().enumerate() {
+            let index = g as u32;
+            let model = Arc::new(spec.model.clone());
+            let uuid = format_uuid("GPU", seed, index, 0);
+            let domain = g / PCI_BUSES.len();
+            let bus = PCI_BUSES[g % PCI_BUSES.len()];
+            let pci = format!("{domain:08X}:{bus:02X}:00.0");
+            let serial = format!("{}", 1_650_000_000_000 + hash(&[seed, 0x5E, u64::from(index)]) % 10_000_000_000);
+            let info = Arc::new(model.device_info(index, uuid.clone(), pci, Some(serial)));
+            let position = devices.len();
+            gpu_positions.push(position);
+            let workload = scenario.workload_of(index);
+            let mig_positions: Vec<usize> = (0..spec.mig.len()).map(|m| position + 1 + m).collect();
+            devices.push(MockDevice {
+                info,
+                model: model.clone(),
+                kind: DeviceKind::Gpu { mig: mig_positions },
+                position,
+                gpu: index,
+                workload,
+                // Energy since the driver loaded: a few days at a few hundred watts.
+                energy_base_mj: 1_000_000_000 + hash(&[seed, 0xE0, u64::from(index)]) % 100_000_000_000,
+                energy: Mutex::new(EnergyCache::default()),
+            });
+            for (m, profile) in spec.mig.iter().enumerate() {
+                let m = m as u32;
+                let mut d = DeviceInfo::new(index, format_uuid("MIG", seed, index, m + 1), {
+                    format!("{} MIG {}", model.name, profile.name)
+                });
+                d.pci_bus_id = devices[position].info.pci_bus_id.clone();
+                d.architecture = Some(model.architecture.clone());
+                d.memory_total_bytes = Some(profile.memory_bytes);
+                let mut mig = MigInfo::new(uuid.clone(), m, m + 1, 0);
+                mig.profile = Some(profile.name.clone());
+                d.mig = Some(mig);
+                devices.push(MockDevice {
+                    info: Arc::new(d),
+                    model: model.clone(),
+                    kind: DeviceKind::Mig { parent: position, profile: profile.clone() },
+                    position: position + 1 + m as usize,
+                    gpu: index,
+                    workload,
+                    energy_base_mj: 0,
+                    energy: Mutex::new(EnergyCache::default()),
+                });
+            }
+        }
+        Ok(Self {
+            seed,
+            system: Arc::new(system),
+            infos: devices.iter().map(|d| d.info.clone()).collect(),
+            devices,
+            gpu_positions,
+            tick_period: scenario.tick_period,
+            faults: scenario.faults.clone(),
+            epoch: SystemTime::now(),
+        })
+    }
+
+    /// Builder-style: the instant tick 0 corresponds to (used for XID `last_seen`). Set it to
+    /// compare samples from two fleets field for field.
+    #[must_use]
+    pub fn with_epoch(mut self, epoch: SystemTime) -> Self {
+        self.epoch = epoch;
+        self
+    }
+
+    /// Every device (physical GPUs, each followed by its MIG instances).
+    pub fn devices(&self) -> &[Arc<DeviceInfo>] {
+        &self.infos
+    }
+
+    /// The device at `position` in [`MockFleet::devices`], with its model and workload.
+    pub fn device(&self, position: usize) -> Option<&MockDevice> {
+        self.devices.get(position)
+    }
+
+    /// Every device with its model and workload.
+    pub fn mock_devices(&self) -> &[MockDevice] {
+        &self.devices
+    }
+
+    /// Number of physical GPUs.
+    pub fn gpu_count(&self) -> usize {
+        self.gpu_positions.len()
+    }
+
+    /// Position in [`MockFleet::devices`] of physical GPU `index`.
+    pub fn gpu_position(&self, index: u32) -> Option<usize> {
+        self.gpu_positions.get(index as usize).copied()
+    }
+
+    /// Host-wide facts: backend `"mock"`, this host's name, the profile's driver versions.
+    pub fn system(&self) -> Arc<SystemInfo> {
+        self.system.clone()
+    }
+
+    /// The seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Simulated time between ticks.
+    pub fn tick_period(&self) -> Duration {
+        self.tick_period
+    }
+
+    /// The scheduled faults.
+    pub fn faults(&self) -> &[Fault] {
+        &self.faults
+    }
+
+    /// The instant tick 0 corresponds to.
+    pub fn epoch(&self) -> SystemTime {
+        self.epoch
+    }
+
+    /// Whether the backend is unavailable at `tick` ([`Fault::Unavailable`]).
+    pub fn is_unavailable(&self, tick: u64) -> bool {
+        self.faults.iter().any(|f| {
+            matches!(f, Fault::Unavailable { from_tick, until_tick }
+                if tick >= *from_tick && until_tick.is_none_or(|u| tick < u))
+        })
+    }
+
+    /// The hang scheduled for `tick`, if any ([`Fault::Hang`] or [`Fault::HangUntilReleased`]).
+    pub fn hang_at(&self, tick: u64) -> Option<&Fault> {
+        self.faults.iter().find(
+            |f| matches!(f, Fault::Hang { at_tick, .. } | Fault::HangUntilReleased { at_tick, .. } if *at_tick == tick),
+        )
+    }
+
+    /// Whether physical GPU `gpu` is lost at `tick` ([`Fault::DeviceLost`], sticky).
+    pub fn is_lost(&self, gpu: u32, tick: u64) -> bool {
+        self.faults
+            .iter()
+            .any(|f| matches!(f, Fault::DeviceLost { device, at_tick } if *device == gpu && tick >= *at_tick))
+    }
+
+    /// Samples every device `request.devices` allows at `tick`. Hidden devices are skipped
+    /// before anything about them is computed.
+    ///
+    /// # Errors
+    /// [`SampleError::Unavailable`] while a [`Fault::Unavailable`] is in force.
+    pub fn snapshot(&self, tick: u64, request: &SampleRequest) -> Result<Snapshot, SampleError> {
+        if self.is_unavailable(tick) {
+            return Err(SampleError::unavailable(format!(
+                "mock backend: driver not loaded (scripted fault at tick {tick})"
+            )));
+        }
+        Ok(Snapshot::new(self.system(), self.sample(tick, request.metrics, &request.devices)))
+    }
+
+    /// Samples the devices `filter` allows at `tick`.
+    pub fn sample(&self, tick: u64, metrics: MetricSet, filter: &DeviceFilter) -> Vec<DeviceSample> {
+        (0..self.devices.len())
+            .filter(|&p| filter.allows(&self.infos[p]))
+            .filter_map(|p| self.sample_device(p, tick, metrics))
+            .collect()
+    }
+
+    /// One device's sample at `tick`: a pure function of seed, position and tick. `None` if
+    /// there is no device at `position`.
+    pub fn sample_device(&self, position: usize, tick: u64, metrics: MetricSet) -> Option<DeviceSample> {
+        let dev = self.devices.get(position)?;
+        if self.is_lost(dev.gpu, tick) {
+            return Some(DeviceSample::lost(dev.info.clone()));
+        }
+        let mut s = match &dev.kind {
+            DeviceKind::Gpu { mig } => self.sample_gpu(dev, mig, tick, metrics),
+            DeviceKind::Mig { parent, profile } => self.sample_mig(dev, *parent, profile, tick, metrics),
+        };
+        self.apply_family_faults(dev.gpu, metrics, &mut s);
+        Some(s)
+    }
+
+    /// Energy counter of physical GPU at `position` at `tick`, mJ: the integral of the reported
+    /// power over the ticks so far.
+    fn energy_mj(&self, position: usize, tick: u64) -> u64 {
+        let dev = &self.devices[position];
+        let period_ms = u64::try_from(self.tick_period.as_millis()).unwrap_or(u64::MAX);
+        let step = |k: u64| {
+            let p = self.load(position, k).power_mw;
+            u64::try_from(u128::from(p) * u128::from(period_ms) / 1000).unwrap_or(u64::MAX)
+        };
+        let mut cache = dev.energy.lock().unwrap_or_else(PoisonError::into_inner);
+        if cache.checkpoints.is_empty() {
+            cache.checkpoints.push(dev.energy_base_mj);
+        }
+        // Start from the latest known point at or before `tick`.
+        let cp = ((tick / CHECKPOINT) as usize).min(cache.checkpoints.len() - 1);
+        let (mut k, mut e) = (cp as u64 * CHECKPOINT, cache.checkpoints[cp]);
+        if let Some((lt, le)) = cache.last {
+            if lt <= tick && lt > k {
+                (k, e) = (lt, le);
+            }
+        }
+        while k < tick {
+            k += 1;
+            e = e.saturating_add(step(k));
+            if k % CHECKPOINT == 0 && cache.checkpoints.len() as u64 == k / CHECKPOINT {
+                cache.checkpoints.push(e);
+            }
+        }
+        cache.last = Some((tick, e));
+        e
+    }
+
+    /// The activity of the physical GPU at `position` at `tick`.
+    fn load(&self, position: usize, tick: u64) -> Load {
+        let dev = &self.devices[position];
+        let m = &*dev.model;
+        let d = Draw::new(self.seed, position, tick);
+        let limit_mw = watts_to_mw(m.power_limit_default_watts);
+        let idle_mw = watts_to_mw(m.power_idle_watts);
+        let idle_t = m.temperature_idle_celsius;
+        let max_sm = m.max_sm_clock_mhz;
+        let pct = |lo: f64, hi: f64, s: u64| d.range(s, lo, hi).floor().clamp(0.0, 100.0) as u32;
+        let frac_mw = |lo: f64, hi: f64| (limit_mw as f64 * d.range(stream::POWER, lo, hi)) as u64;
+        let between_mw =
+            |lo: f64, hi: f64| idle_mw + ((limit_mw - idle_mw) as f64 * d.range(stream::POWER, lo, hi)) as u64;
+        let clock = |lo: f64, hi: f64| ((f64::from(max_sm) * d.range(stream::CLOCK, lo, hi)) as u32).clamp(1, max_sm);
+        let slow_drift = ((tick as f64 / 300.0) + (position as f64)).sin(); // -1..1, slow
+        let idle = Load {
+            gpu_pct: pct(0.0, 2.0, stream::GPU_UTIL),
+            mem_pct: pct(0.0, 1.0, stream::MEM_UTIL),
+            dec_pct: 0,
+            mem_frac: 0.0,
+            power_mw: (idle_mw as f64 * d.range(stream::POWER, 0.95, 1.08)) as u64,
+            limit_mw,
+            temp_c: (idle_t + d.range(stream::TEMP, 0.0, 2.0)) as u32,
+            sm_mhz: m.idle_graphics_clock_mhz.max(1),
+            mem_mhz: if m.hbm { m.max_memory_clock_mhz } else { (m.max_memory_clock_mhz / 25).max(1) },
+            video_mhz: (m.max_video_clock_mhz / 3).max(1),
+            reasons: ClockEventReasons::GPU_IDLE,
+            busy: false,
+            tx_kbps: d.range(stream::PCIE_TX, 0.0, 50.0) as u64,
+            rx_kbps: d.range(stream::PCIE_RX, 0.0, 50.0) as u64,
+            tensor_share: 0.0,
+        };
+        let training = || {
+            let power_mw = frac_mw(0.88, 0.99);
+            let capped = power_mw * 100 >= limit_mw * 97;
+            Load {
+                gpu_pct: pct(90.0, 99.0, stream::GPU_UTIL),
+                mem_pct: pct(45.0, 65.0, stream::MEM_UTIL),
+                mem_frac: 0.86 + 0.03 * slow_drift,
+                power_mw,
+                temp_c: (idle_t + 35.0 + d.range(stream::TEMP, -1.5, 1.5)) as u32,
+                sm_mhz: if capped { clock(0.88, 0.95) } else { clock(0.95, 1.0) },
+                mem_mhz: m.max_memory_clock_mhz,
+                video_mhz: (f64::from(m.max_video_clock_mhz) * d.range(stream::VIDEO, 0.9, 1.0)) as u32,
+                reasons: if capped { ClockEventReasons::SW_POWER_CAP } else { 0 },
+                busy: true,
+                tx_kbps: d.range(stream::PCIE_TX, 0.5e6, 2.0e6) as u64,
+                rx_kbps: d.range(stream::PCIE_RX, 2.0e6, 6.0e6) as u64,
+                tensor_share: d.range(stream::GPM, 0.6, 0.8),
+                ..idle
+            }
+        };
+        let mut load = match dev.workload {
+            Workload::Idle => idle,
+            Workload::Training => training(),
+            Workload::DataloaderStarved => {
+                // Sawtooth: the GPU catches up on each batch, then waits for the next.
+                let phase = ((tick + position as u64 * 3) % 10) as f64;
+                Load {
+                    gpu_pct: (20.0 + phase * 1.4 + d.range(stream::GPU_UTIL, 0.0, 1.5)).floor() as u32,
+                    mem_pct: pct(55.0, 75.0, stream::MEM_UTIL),
+                    dec_pct: pct(15.0, 30.0, stream::DECODER),
+                    mem_frac: 0.58 + 0.03 * slow_drift,
+                    power_mw: between_mw(0.25, 0.40),
+                    temp_c: (idle_t + 18.0 + d.range(stream::TEMP, -1.0, 1.0)) as u32,
+                    sm_mhz: clock(0.93, 1.0),
+                    reasons: 0,
+                    busy: true,
+                    tx_kbps: d.range(stream::PCIE_TX, 0.2e6, 0.8e6) as u64,
+                    rx_kbps: d.range(stream::PCIE_RX, 8.0e6, 20.0e6) as u64,
+                    tensor_share: d.range(stream::GPM, 0.3, 0.5),
+                    ..training()
+                }
+            }
+            Workload::Imbalance => {
+                let has_twin = dev.gpu % 2 == 1 || (dev.gpu as usize + 1) < self.gpu_count();
+                if dev.gpu % 2 == 0 || !has_twin {
+                    training()
+                } else {
+                    // Waiting on its twin in a collective: model loaded, clocks up, SMs idle.
+                    Load {
+                        gpu_pct: pct(3.0, 12.0, stream::GPU_UTIL),
+                        mem_pct: pct(2.0, 6.0, stream::MEM_UTIL),
+                        power_mw: between_mw(0.08, 0.15),
+                        temp_c: (idle_t + 8.0 + d.range(stream::TEMP, -1.0, 1.0)) as u32,
+                        sm_mhz: clock(0.93, 1.0),
+                        reasons: 0,
+                        tx_kbps: d.range(stream::PCIE_TX, 0.05e6, 0.2e6) as u64,
+                        rx_kbps: d.range(stream::PCIE_RX, 0.05e6, 0.2e6) as u64,
+                        tensor_share: 0.1,
+                        ..training()
+                    }
+                }
+            }
+            Workload::ThermalThrottling => {
+                let base = training();
+                let slow = m.temperature_slowdown_celsius;
+                let shut = m.temperature_shutdown_celsius;
+                // Climbs 0.5 °C per tick from its training temperature until it hits slowdown.
+                // The switch is decided on the noise-free ramp, so once hot it stays hot.
+                let climb = tick as f64 * 0.5;
+                if idle_t + 35.0 + climb < slow {
+                    Load { temp_c: (f64::from(base.temp_c) + climb).min(slow - 1.0) as u32, ..base }
+                } else {
+                    let span = (shut - slow).max(1.0);
+                    Load {
+                        temp_c: (slow + (span * d.range(stream::TEMP, 0.0, 0.999)).floor()).min(shut - 1.0) as u32,
+                        power_mw: frac_mw(0.70, 0.78),
+                        sm_mhz: clock(0.55, 0.65),
+                        reasons: ClockEventReasons::HW_SLOWDOWN
+                            | ClockEventReasons::HW_THERMAL_SLOWDOWN
+                            | ClockEventReasons::SW_THERMAL_SLOWDOWN,
+                        ..base
+                    }
+                }
+            }
+        };
+        load.power_mw = load.power_mw.min(limit_mw);
+        load.gpu_pct = load.gpu_pct.min(100);
+        load.mem_pct = load.mem_pct.min(100);
+        load.mem_frac = load.mem_frac.clamp(0.0, 0.98);
+        load.video_mhz = load.video_mhz.clamp(1, m.max_video_clock_mhz);
+        load.mem_mhz = load.mem_mhz.clamp(1, m.max_memory_clock_mhz);
+        load
+    }
+
+    fn sample_gpu(&self, dev: &MockDevice, mig: &[usize], tick: u64, metrics: MetricSet) -> DeviceSample {
+        let position = dev.position;
+        let m = &*dev.model;
+        let caps = m.capabilities;
+        let l = self.load(position, tick);
+        let d = Draw::new(self.seed, position, tick);
+        let mig_mode = !mig.is_empty();
+        let mut s = DeviceSample::new(dev.info.clone());
+        let usable = m.memory_total_bytes - m.memory_reserved_bytes;
+        let used = if mig_mode {
+            mig.iter()
+                .map(|&p| match &self.devices[p].kind {
+                    DeviceKind::Mig { profile, .. } => mig_used(self.seed, p, tick, &l, profile.memory_bytes),
+                    DeviceKind::Gpu { .. } => 0,
+                })
+                .sum::<u64>()
+        } else {
+            align_down(l.mem_frac * usable as f64)
+        };
+        let ratio = |p: u32| f64::from(p) / 100.0;
+
+        // In MIG mode NVML reports no whole-GPU utilisation.
+        if metrics.contains(Family::Utilization) && !mig_mode {
+            s.utilization.gpu = Some(ratio(l.gpu_pct));
+            s.utilization.memory = Some(ratio(l.mem_pct));
+            s.utilization.encoder = caps.encoder.then_some(0.0);
+            s.utilization.decoder = caps.decoder.then(|| ratio(l.dec_pct));
+        }
+        if metrics.contains(Family::Memory) {
+            s.memory.total = Some(m.memory_total_bytes);
+            s.memory.reserved = Some(m.memory_reserved_bytes);
+            s.memory.used = Some(used);
+            s.memory.free = Some(usable - used);
+        }
+        if metrics.contains(Family::Temperature) {
+            s.temperature.gpu = Some(f64::from(l.temp_c));
+            s.temperature.memory =
+                caps.memory_temperature.then(|| f64::from((l.temp_c + 4 + u32::from(l.busy) * 3).min(95)));
+        }
+        if metrics.contains(Family::Power) {
+            s.power.usage_watts = Some(mw_to_watts(l.power_mw));
+            s.power.limit_watts = Some(mw_to_watts(l.limit_mw));
+        }
+        if metrics.contains(Family::Energy) {
+            s.power.energy_joules = Some(self.energy_mj(position, tick) as f64 / 1000.0);
+        }
+        if metrics.contains(Family::Clocks) {
+            s.clocks.graphics = Some(mhz(l.sm_mhz.min(m.max_graphics_clock_mhz)));
+            s.clocks.sm = Some(mhz(l.sm_mhz));
+            s.clocks.memory = Some(mhz(l.mem_mhz));
+            s.clocks.video = Some(mhz(l.video_mhz));
+        }
+        if metrics.contains(Family::Fan) && caps.fan {
+            let heat = f64::from(l.temp_c) - m.temperature_idle_celsius;
+            s.fan_speed = Some((30.0 + heat * 1.4).clamp(30.0, 100.0).floor() / 100.0);
+        }
+        if metrics.contains(Family::PerformanceState) {
+            s.performance_state = Some(if !l.busy && caps.fan { 8 } else { 0 });
+        }
+        if metrics.contains(Family::ClockEvents) {
+            s.clock_event_reasons = Some(ClockEventReasons(l.reasons));
+        }
+        if metrics.contains(Family::PcieLink) {
+            // Idle links train down to gen 1 to save power.
+            s.pcie.link_generation = Some(if l.busy { m.pcie_max_link_generation } else { 1 });
+            s.pcie.link_width = Some(m.pcie_max_link_width);
+            s.pcie.replays = Some(0);
+        }
+        if metrics.contains(Family::PcieThroughput) {
+            s.pcie.tx_bytes_per_second = Some(l.tx_kbps as f64 * 1024.0);
+            s.pcie.rx_bytes_per_second = Some(l.rx_kbps as f64 * 1024.0);
+        }
+        let (burst, xids) = self.ecc_bursts(dev.gpu, tick);
+        if metrics.contains(Family::Ecc) && caps.ecc {
+            s.ecc.corrected = Some(0);
+            s.ecc.uncorrected = Some(burst);
+        }
+        if metrics.contains(Family::RetiredPages) && caps.ecc && caps.page_retirement {
+            s.ecc.retired_pages_single_bit = Some(0);
+            s.ecc.retired_pages_double_bit = Some(burst);
+            s.ecc.retired_pages_pending = Some(burst > 0);
+        }
+        if metrics.contains(Family::RemappedRows) && caps.ecc && caps.row_remapping {
+            s.ecc.remapped_rows_correctable = Some(0);
+            s.ecc.remapped_rows_uncorrectable = Some(burst);
+            s.ecc.remapped_rows_pending = Some(burst > 0);
+            s.ecc.remapped_rows_failure = Some(false);
+        }
+        if metrics.contains(Family::Xid) {
+            s.xid_errors = xids;
+        }
+        if metrics.contains(Family::Processes) && !mig_mode {
+            s.processes = processes(self.seed, position, &l, used);
+        }
+        if metrics.contains(Family::HighResolution) {
+            let n = self.window_len();
+            let w = |v: f64, spread: f64, hi: f64, s: u64, quantum: f64| window(d, s, n, v, spread, hi, quantum);
+            if !mig_mode {
+                s.windows.gpu_utilization = Some(w(ratio(l.gpu_pct), 0.04, 1.0, 1, 0.01));
+                s.windows.memory_utilization = Some(w(ratio(l.mem_pct), 0.04, 1.0, 2, 0.01));
+            }
+            let limit = mw_to_watts(l.limit_mw);
+            s.windows.power_watts = Some(w(mw_to_watts(l.power_mw), 0.05 * limit, limit, 3, 0.001));
+            s.windows.sm_clock =
+                Some(w(mhz(l.sm_mhz), 0.03 * mhz(m.max_sm_clock_mhz), mhz(m.max_sm_clock_mhz), 4, 1e6));
+            let max_mem = mhz(m.max_memory_clock_mhz);
+            s.windows.memory_clock = Some(w(mhz(l.mem_mhz), 0.0, max_mem, 5, 1e6));
+        }
+        if metrics.contains(Family::Gpm) && caps.gpm {
+            gpm(&mut s, d, &l);
+        }
+        s
+    }
+
+    fn sample_mig(
+        &self,
+        dev: &MockDevice,
+        parent: usize,
+        profile: &MigProfile,
+        tick: u64,
+        metrics: MetricSet,
+    ) -> DeviceSample {
+        let l = self.load(parent, tick);
+        let position = dev.position;
+        let mut s = DeviceSample::new(dev.info.clone());
+        let used = mig_used(self.seed, position, tick, &l, profile.memory_bytes);
+        if metrics.contains(Family::Memory) {
+            s.memory.total = Some(profile.memory_bytes);
+            s.memory.reserved = Some(0);
+            s.memory.used = Some(used);
+            s.memory.free = Some(profile.memory_bytes - used);
+        }
+        if metrics.contains(Family::Processes) {
+            s.processes = processes(self.seed, position, &l, used);
+        }
+        if metrics.contains(Family::Gpm) && dev.model.capabilities.gpm {
+            gpm(&mut s, Draw::new(self.seed, position, tick), &l);
+        }
+        s
+    }
+
+    /// Uncorrectable ECC errors so far and the XID counts, for physical GPU `gpu` at `tick`.
+    fn ecc_bursts(&self, gpu: u32, tick: u64) -> (u64, Vec<XidCount>) {
+        let mut total = 0;
+        let mut xids: Vec<XidCount> = Vec::new();
+        for f in &self.faults {
+            if let Fault::EccBurst { device, at_tick, xid, count } = *f {
+                if device != gpu || at_tick > tick {
+                    continue;
+                }
+                total += count;
+                let when = self.epoch + self.tick_period.saturating_mul(u32::try_from(at_tick).unwrap_or(u32::MAX));
+                match xids.iter_mut().find(|x| x.code == xid) {
+                    Some(x) => {
+                        x.count += count;
+                        x.last_seen = x.last_seen.max(when);
+                    }
+                    None => xids.push(XidCount::new(xid, count, when)),
+                }
+            }
+        }
+        xids.sort_by_key(|x| x.code);
+        (total, xids)
+    }
+
+    fn apply_family_faults(&self, gpu: u32, metrics: MetricSet, s: &mut DeviceSample) {
+        for f in &self.faults {
+            let (device, family, denied) = match f {
+                Fault::NotSupported { device, family } => (device, family, false),
+                Fault::NoPermission { device, family } => (device, family, true),
+                _ => continue,
+            };
+            if device.is_some_and(|d| d != gpu) || !metrics.contains(*family) {
+                continue;
+            }
+            clear_family(s, *family);
+            if denied && !s.errors.iter().any(|e| e.family == *family) {
+                s.record_failure(*family, FailureReason::NoPermission);
+            }
+        }
+    }
+
+    /// Driver samples per interval for the high-resolution windows (about one per 100 ms).
+    fn window_len(&self) -> u32 {
+        u32::try_from(self.tick_period.as_millis() / 100).unwrap_or(u32::MAX).clamp(1, 20)
+    }
+}
+
+/// Empties one family's values in a sample.
+fn clear_family(s: &mut DeviceSample, family: Family) {
+    match family {
+        Family::Utilization => s.utilization = Default::default(),
+        Family::Memory => s.memory = Default::default(),
+        Family::Temperature => s.temperature = Default::default(),
+        Family::Power => {
+            s.power.usage_watts = None;
+            s.power.limit_watts = None;
+        }
+        Family::Energy => s.power.energy_joules = None,
+        Family::Clocks => s.clocks = Default::default(),
+        Family::Fan => s.fan_speed = None,
+        Family::PerformanceState => s.performance_state = None,
+        Family::ClockEvents => s.clock_event_reasons = None,
+        Family::PcieLink => {
+            s.pcie.link_generation = None;
+            s.pcie.link_width = None;
+            s.pcie.replays = None;
+        }
+        Family::PcieThroughput => {
+            s.pcie.tx_bytes_per_second = None;
+            s.pcie.rx_bytes_per_second = None;
+        }
+        Family::Ecc => {
+            s.ecc.corrected = None;
+            s.ecc.uncorrected = None;
+        }
+        Family::RetiredPages => {
+            s.ecc.retired_pages_single_bit = None;
+            s.ecc.retired_pages_double_bit = None;
+            s.ecc.retired_pages_pending = None;
+        }
+        Family::RemappedRows => {
+            s.ecc.remapped_rows_correctable = None;
+            s.ecc.remapped_rows_uncorrectable = None;
+            s.ecc.remapped_rows_pending = None;
+            s.ecc.remapped_rows_failure = None;
+        }
+        Family::Xid => s.xid_errors.clear(),
+        Family::Processes => s.processes.clear(),
+        Family::HighResolution => s.windows = Default::default(),
+        Family::Gpm => s.gpm = Default::default(),
+        // Status cannot be withheld; families added later have nothing to clear here yet.
+        _ => {}
+    }
+}
+
+fn gpm(s: &mut DeviceSample, d: Draw, l: &Load) {
+    let gpu = f64::from(l.gpu_pct) / 100.0;
+    let sm = round4(gpu * d.range(stream::GPM + 1, 0.80, 0.92));
+    s.gpm.graphics_activity = Some(gpu);
+    s.gpm.sm_activity = Some(sm);
+    s.gpm.sm_occupancy = Some(round4(sm * d.range(stream::GPM + 2, 0.45, 0.65)));
+    s.gpm.tensor_activity = Some(round4(sm * l.tensor_share));
+    s.gpm.dram_bandwidth = Some(round4((f64::from(l.mem_pct) / 100.0 * d.range(stream::GPM + 3, 0.9, 1.0)).min(1.0)));
+}
+
+/// Memory a MIG instance has allocated.
+fn mig_used(seed: u64, position: usize, tick: u64, l: &Load, total: u64) -> u64 {
+    let jitter = Draw::new(seed, position, tick).range(stream::MEM_FRAC, -0.02, 0.02);
+    let frac = if l.mem_frac > 0.0 { (l.mem_frac + jitter).clamp(0.0, 0.95) } else { 0.0 };
+    align_down(frac * total as f64)
+}
+
+/// A few stable processes sharing the device's memory and utilisation.
+fn processes(seed: u64, position: usize, l: &Load, used: u64) -> Vec<ProcessSample> {
+    if used == 0 {
+        return Vec::new();
+    }
+    let h = hash(&[seed, 0x9D, position as u64]);
+    let pid = |slot: u64| 1000 + (hash(&[seed, 0x9D, position as u64, slot]) % 60_000) as u32;
+    let gpu = f64::from(l.gpu_pct) / 100.0;
+    let mem = f64::from(l.mem_pct) / 100.0;
+    let mk = |slot: u64, name: &str, memory: u64, share: f64| {
+        let mut p = ProcessSample::new(pid(slot));
+        p.name = Some(name.to_owned());
+        p.memory_used = Some(memory);
+        p.sm_utilization = Some((gpu * share * 100.0).floor() / 100.0);
+        p.memory_utilization = Some((mem * share * 100.0).floor() / 100.0);
+        p.encoder_utilization = Some(0.0);
+        p.decoder_utilization = Some(0.0);
+        p
+    };
+    if h % 3 == 0 && used >= 4 * 2 * MIB {
+        // A notebook shares the GPU with the main job.
+        let side = align_down(used as f64 / 16.0);
+        vec![mk(0, "python3", used - side, 0.9), mk(1, "jupyter-kernel", side, 0.1)]
+    } else {
+        vec![mk(0, "python3", used, 1.0)]
+    }
+}
+
+/// `n` driver samples around `value` (which is the latest of them), within `0..=hi`.
+fn window(d: Draw, s: u64, n: u32, value: f64, spread: f64, hi: f64, quantum: f64) -> WindowStats {
+    // Floor to the driver's resolution; dividing by an integer keeps e.g. milliwatts exact.
+    let q = |v: f64| {
+        let stepped = if quantum >= 1.0 {
+            (v / quantum).floor() * quantum
+        } else {
+            let per_unit = (1.0 / quantum).round();
+            (v * per_unit).floor() / per_unit
+        };
+        stepped.clamp(0.0, hi)
+    };
+    let earlier = (1..n).map(|k| q(value + d.range(stream::WINDOW + s * 64 + u64::from(k), -spread, spread)));
+    let mut w = WindowStats::from_values(earlier.chain([value])).unwrap_or_default();
+    // Guard against rounding in the mean: it lies within [min, max] by construction.
+    w.mean = w.mean.clamp(w.min, w.max);
+    w
+}
+
+fn align_down(bytes: f64) -> u64 {
+    let b = bytes.max(0.0) as u64;
+    b / (2 * MIB) * (2 * MIB)
+}
+
+fn round4(v: f64) -> f64 {
+    (v * 10_000.0).round() / 10_000.0
+}
+
+fn watts_to_mw(w: f64) -> u64 {
+    (w * 1000.0).round().max(0.0) as u64
+}
+
+fn mw_to_watts(mw: u64) -> f64 {
+    mw as f64 / 1000.0
+}
+
+/// `PREFIX-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` from (seed, gpu, mig slot).
+fn format_uuid(prefix: &str, seed: u64, gpu: u32, mig: u32) -> String {
+    let a = hash(&[seed, 0x0D, u64::from(gpu), u64::from(mig)]);
+    let b = hash(&[seed, 0x0E, u64::from(gpu), u64::from(mig)]);
+    format!(
+        "{prefix}-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xFFFF,
+        a & 0xFFFF,
+        b >> 48,
+        b & 0xFFFF_FFFF_FFFF
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_format() {
+        let u = format_uuid("GPU", 1, 0, 0);
+        assert_eq!(u.len(), 40, "{u}");
+        let parts: Vec<&str> = u.split('-').collect();
+        assert_eq!(parts.iter().map(|p| p.len()).collect::<Vec<_>>(), [3, 8, 4, 4, 4, 12]);
+        assert!(u[4..].chars().all(|c| c == '-' || c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert_ne!(u, format_uuid("GPU", 1, 1, 0));
+        assert_ne!(u, format_uuid("GPU", 2, 0, 0));
+        assert!(format_uuid("MIG", 1, 0, 1).starts_with("MIG-"));
+    }
+
+    #[test]
+    fn window_contains_value() {
+        let d = Draw::new(3, 0, 9);
+        for n in [1, 10, 20] {
+            let w = window(d, 1, n, 0.5, 0.1, 1.0, 0.01);
+            assert!(w.min <= 0.5 && 0.5 <= w.max && w.min <= w.mean && w.mean <= w.max, "{w:?}");
+            assert_eq!(w.count, n);
+        }
+        let w = window(d, 1, 10, 1.0, 0.1, 1.0, 0.01);
+        assert!(w.max <= 1.0);
+    }
+
+    #[test]
+    fn energy_cache_is_transparent() {
+        let p = FleetProfile::of_model("h100", 1).unwrap();
+        let s = Scenario::new(Workload::Training);
+        let a = MockFleet::new(&p, &s, 5).unwrap();
+        let b = MockFleet::new(&p, &s, 5).unwrap();
+        // `a` computes forward, backward and jumping; `b` computes each tick cold.
+        let ticks = [0u64, 1, 2, 600, 300, 257, 256, 255, 1000, 999];
+        let forward: Vec<u64> = ticks.iter().map(|&t| a.energy_mj(0, t)).collect();
+        for (&t, &e) in ticks.iter().zip(&forward) {
+            let cold = MockFleet::new(&p, &s, 5).unwrap();
+            assert_eq!(cold.energy_mj(0, t), e, "tick {t}");
+        }
+        assert!(b.energy_mj(0, 1000) > b.energy_mj(0, 999));
+    }
+}

@@ -1,0 +1,150 @@
+//! [`MockSampler`]: the mock fleet behind the [`Sampler`] seam, one tick per call.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use gpumon_core::{SampleError, SampleRequest, Sampler, Snapshot};
+
+use crate::error::ConfigError;
+use crate::fleet::{MockFleet, DEFAULT_SEED};
+use crate::profile::FleetProfile;
+use crate::scenario::{Fault, Scenario};
+
+/// A [`Sampler`] over a [`MockFleet`]. Each [`Sampler::sample`] call takes the current tick and
+/// advances it by one, so the n-th call (from 0) samples tick n.
+///
+/// Scheduled faults act per tick: [`Fault::Hang`] blocks the calling thread,
+/// [`Fault::Unavailable`] fails the call, the others shape the devices' values.
+#[derive(Debug)]
+pub struct MockSampler {
+    fleet: Arc<MockFleet>,
+    tick: AtomicU64,
+}
+
+impl MockSampler {
+    /// Starts a builder: default fleet `h100x8`, scenario `training`.
+    pub fn builder() -> MockSamplerBuilder {
+        MockSamplerBuilder::default()
+    }
+
+    /// A sampler over an already built fleet, starting at tick 0.
+    pub fn new(fleet: impl Into<Arc<MockFleet>>) -> Self {
+        Self { fleet: fleet.into(), tick: AtomicU64::new(0) }
+    }
+
+    /// The built-in or file profile `name_or_path` running the `training` scenario.
+    ///
+    /// ```
+    /// let sampler = gpumon_mock::MockSampler::from_profile_name("h100x8").unwrap();
+    /// assert_eq!(sampler.fleet().devices().len(), 8);
+    /// ```
+    ///
+    /// # Errors
+    /// As [`FleetProfile::load`].
+    pub fn from_profile_name(name_or_path: &str) -> Result<Self, ConfigError> {
+        Self::builder().profile(FleetProfile::load(name_or_path)?).build()
+    }
+
+    /// The fleet (shared, e.g. with a fake NVML).
+    pub fn fleet(&self) -> &Arc<MockFleet> {
+        &self.fleet
+    }
+
+    /// The tick the next sample will take.
+    pub fn tick(&self) -> u64 {
+        self.tick.load(Ordering::SeqCst)
+    }
+
+    /// Sets the tick the next sample will take.
+    pub fn set_tick(&self, tick: u64) {
+        self.tick.store(tick, Ordering::SeqCst);
+    }
+}
+
+impl Sampler for MockSampler {
+    fn name(&self) -> &str {
+        "mock"
+    }
+
+    fn sample(&self, request: &SampleRequest) -> Result<Snapshot, SampleError> {
+        let tick = self.tick.fetch_add(1, Ordering::SeqCst);
+        let started = Instant::now();
+        match self.fleet.hang_at(tick) {
+            Some(Fault::Hang { duration, .. }) => std::thread::sleep(*duration),
+            Some(Fault::HangUntilReleased { gate, .. }) => gate.wait(),
+            _ => {}
+        }
+        let snapshot = self.fleet.snapshot(tick, request)?;
+        Ok(snapshot.with_duration(started.elapsed()))
+    }
+}
+
+/// Builds a [`MockSampler`]. Seed precedence: [`seed`](Self::seed), then the scenario's, then
+/// the profile's, then [`DEFAULT_SEED`].
+#[derive(Debug, Default)]
+#[must_use]
+pub struct MockSamplerBuilder {
+    profile: Option<FleetProfile>,
+    scenario: Option<Scenario>,
+    seed: Option<u64>,
+    faults: Vec<Fault>,
+    epoch: Option<SystemTime>,
+    start_tick: u64,
+}
+
+impl MockSamplerBuilder {
+    /// The fleet (default `h100x8`).
+    pub fn profile(mut self, profile: FleetProfile) -> Self {
+        self.profile = Some(profile);
+        self
+    }
+
+    /// The scenario (default `training`).
+    pub fn scenario(mut self, scenario: Scenario) -> Self {
+        self.scenario = Some(scenario);
+        self
+    }
+
+    /// The seed for identities and values.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Adds a fault to the scenario's.
+    pub fn fault(mut self, fault: Fault) -> Self {
+        self.faults.push(fault);
+        self
+    }
+
+    /// The instant tick 0 stands for (XID `last_seen`); default: when `build` runs.
+    pub fn epoch(mut self, epoch: SystemTime) -> Self {
+        self.epoch = Some(epoch);
+        self
+    }
+
+    /// The first tick sampled (default 0).
+    pub fn start_tick(mut self, tick: u64) -> Self {
+        self.start_tick = tick;
+        self
+    }
+
+    /// Builds the fleet and the sampler.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] if the scenario or a fault names a GPU the fleet lacks.
+    pub fn build(self) -> Result<MockSampler, ConfigError> {
+        let profile = self.profile.unwrap_or_default();
+        let mut scenario = self.scenario.unwrap_or_default();
+        scenario.faults.extend(self.faults);
+        let seed = self.seed.or(scenario.seed).or(profile.seed).unwrap_or(DEFAULT_SEED);
+        let mut fleet = MockFleet::new(&profile, &scenario, seed)?;
+        if let Some(epoch) = self.epoch {
+            fleet = fleet.with_epoch(epoch);
+        }
+        let sampler = MockSampler::new(fleet);
+        sampler.set_tick(self.start_tick);
+        Ok(sampler)
+    }
+}

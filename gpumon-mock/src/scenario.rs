@@ -1,0 +1,553 @@
+//! Scenarios: which workload each GPU runs, how long a tick is, and which faults strike when.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+use gpumon_core::Family;
+use serde::Deserialize;
+
+use crate::error::ConfigError;
+
+const BUILTIN: &[(&str, &str)] = &[
+    ("training", include_str!("../profiles/scenarios/training.toml")),
+    ("idle", include_str!("../profiles/scenarios/idle.toml")),
+    ("dataloader-starved", include_str!("../profiles/scenarios/dataloader-starved.toml")),
+    ("imbalance", include_str!("../profiles/scenarios/imbalance.toml")),
+    ("thermal-throttling", include_str!("../profiles/scenarios/thermal-throttling.toml")),
+    ("lost-gpu", include_str!("../profiles/scenarios/lost-gpu.toml")),
+    ("ecc-burst", include_str!("../profiles/scenarios/ecc-burst.toml")),
+];
+
+/// What a GPU is doing over time. Every value is a pure function of (seed, device, tick).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Workload {
+    /// Nothing running: utilisation ~0, idle power and clocks, P8, `GPU_IDLE`.
+    Idle,
+    /// Steady training: utilisation 90–98 %, memory ~88 % used, power 88–99 % of the limit.
+    #[default]
+    Training,
+    /// Starved by the input pipeline: GPU utilisation 20–35 % in a sawtooth, memory controller
+    /// 55–75 % busy, high host-to-device PCIe traffic.
+    #[serde(alias = "dataloader_starved", alias = "starved")]
+    DataloaderStarved,
+    /// GPUs in pairs by index: the even one trains, its odd twin waits (utilisation 3–12 %,
+    /// same memory footprint).
+    Imbalance,
+    /// Training while cooling fails: temperature climbs past the slowdown threshold within
+    /// ~60 ticks and hovers there; clocks drop, thermal slowdown reasons are set, power is capped.
+    #[serde(alias = "thermal_throttling", alias = "throttling")]
+    ThermalThrottling,
+}
+
+impl Workload {
+    /// Every workload.
+    pub const ALL: [Workload; 5] = [
+        Workload::Idle,
+        Workload::Training,
+        Workload::DataloaderStarved,
+        Workload::Imbalance,
+        Workload::ThermalThrottling,
+    ];
+
+    /// The name used in scenario files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Workload::Idle => "idle",
+            Workload::Training => "training",
+            Workload::DataloaderStarved => "dataloader-starved",
+            Workload::Imbalance => "imbalance",
+            Workload::ThermalThrottling => "thermal-throttling",
+        }
+    }
+}
+
+impl std::fmt::Display for Workload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A latch a test opens to let a hung sample return (see [`Fault::HangUntilReleased`]).
+///
+/// Clones share the latch. Once released it stays open.
+#[derive(Clone, Default)]
+pub struct Gate(Arc<(Mutex<bool>, Condvar)>);
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Opens the gate, waking every waiter.
+    pub fn release(&self) {
+        let (lock, cvar) = &*self.0;
+        *lock.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        cvar.notify_all();
+    }
+
+    /// Whether [`Gate::release`] was called.
+    pub fn is_released(&self) -> bool {
+        *self.0 .0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Blocks the calling thread until the gate is released.
+    pub fn wait(&self) {
+        let (lock, cvar) = &*self.0;
+        let mut open = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        while !*open {
+            open = cvar.wait(open).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Blocks until released or `timeout` passes; returns whether it was released.
+    pub fn wait_timeout(&self, timeout: Duration) -> bool {
+        let (lock, cvar) = &*self.0;
+        let open = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        let (open, _) = cvar.wait_timeout_while(open, timeout, |o| !*o).unwrap_or_else(PoisonError::into_inner);
+        *open
+    }
+}
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate").field("released", &self.is_released()).finish()
+    }
+}
+
+impl PartialEq for Gate {
+    /// Two gates are equal when they are the same latch.
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// A scheduled fault. Ticks count samples: the first sample is tick 0.
+///
+/// `device` is a physical GPU's NVML index; a fault on a GPU also hits its MIG instances.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Fault {
+    /// From `at_tick` on, the GPU is lost ([`DeviceSample::lost`](gpumon_core::DeviceSample::lost)). Sticky.
+    DeviceLost {
+        /// Physical GPU index.
+        device: u32,
+        /// First tick it is lost.
+        at_tick: u64,
+    },
+    /// The family's values are absent (as NVML `NotSupported`); no error is recorded.
+    NotSupported {
+        /// Physical GPU index; `None` = every GPU.
+        device: Option<u32>,
+        /// The family.
+        family: Family,
+    },
+    /// The family's values are absent and a
+    /// [`MetricFailure`](gpumon_core::MetricFailure) with
+    /// [`FailureReason::NoPermission`](gpumon_core::FailureReason::NoPermission) is recorded.
+    NoPermission {
+        /// Physical GPU index; `None` = every GPU.
+        device: Option<u32>,
+        /// The family.
+        family: Family,
+    },
+    /// The sample at `at_tick` blocks the calling thread for `duration` (then returns normally).
+    Hang {
+        /// The tick that hangs.
+        at_tick: u64,
+        /// How long it blocks.
+        duration: Duration,
+    },
+    /// The sample at `at_tick` blocks the calling thread until `gate` is released. Not
+    /// expressible in TOML.
+    HangUntilReleased {
+        /// The tick that hangs.
+        at_tick: u64,
+        /// Release it to let the sample return.
+        gate: Gate,
+    },
+    /// Samples in `from_tick..until_tick` fail with
+    /// [`SampleError::Unavailable`](gpumon_core::SampleError::Unavailable) (driver not loaded).
+    Unavailable {
+        /// First failing tick.
+        from_tick: u64,
+        /// First tick that works again; `None` = never.
+        until_tick: Option<u64>,
+    },
+    /// At `at_tick`, `count` uncorrectable ECC errors: ECC uncorrected counters (and retired
+    /// pages or remapped rows, by architecture) rise by `count` and `xid_errors` gets
+    /// `count` events of code `xid`, from that tick on.
+    EccBurst {
+        /// Physical GPU index.
+        device: u32,
+        /// When it happens.
+        at_tick: u64,
+        /// XID code (48 = double-bit ECC error; 94/95 = contained/uncontained ECC error).
+        xid: u64,
+        /// How many errors.
+        count: u64,
+    },
+}
+
+impl Fault {
+    /// The physical GPU the fault is limited to, if any.
+    pub fn device(&self) -> Option<u32> {
+        match self {
+            Fault::DeviceLost { device, .. } | Fault::EccBurst { device, .. } => Some(*device),
+            Fault::NotSupported { device, .. } | Fault::NoPermission { device, .. } => *device,
+            Fault::Hang { .. } | Fault::HangUntilReleased { .. } | Fault::Unavailable { .. } => None,
+        }
+    }
+}
+
+/// Workloads, tick period and faults for a fleet.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Scenario {
+    /// Scenario name.
+    pub name: String,
+    /// One-line description.
+    pub description: Option<String>,
+    /// Workload of every GPU not listed in `device_workloads`.
+    pub workload: Workload,
+    /// Per-GPU workloads by physical index.
+    pub device_workloads: BTreeMap<u32, Workload>,
+    /// Simulated time between ticks (energy integrates power over it). Default 1 s.
+    pub tick_period: Duration,
+    /// Scheduled faults.
+    pub faults: Vec<Fault>,
+    /// Seed for workloads unless the sampler is given one.
+    pub seed: Option<u64>,
+}
+
+impl Default for Scenario {
+    /// `training` on every GPU, 1 s ticks, no faults.
+    fn default() -> Self {
+        Self::new(Workload::Training)
+    }
+}
+
+impl Scenario {
+    /// Every GPU runs `workload`; 1 s ticks; no faults.
+    pub fn new(workload: Workload) -> Self {
+        Self {
+            name: workload.name().to_owned(),
+            description: None,
+            workload,
+            device_workloads: BTreeMap::new(),
+            tick_period: Duration::from_secs(1),
+            faults: Vec::new(),
+            seed: None,
+        }
+    }
+
+    /// Builder-style: GPU `device` runs `workload`.
+    #[must_use]
+    pub fn with_device_workload(mut self, device: u32, workload: Workload) -> Self {
+        self.device_workloads.insert(device, workload);
+        self
+    }
+
+    /// Builder-style: adds a fault.
+    #[must_use]
+    pub fn with_fault(mut self, fault: Fault) -> Self {
+        self.faults.push(fault);
+        self
+    }
+
+    /// Builder-style: sets the tick period.
+    #[must_use]
+    pub fn with_tick_period(mut self, period: Duration) -> Self {
+        self.tick_period = period;
+        self
+    }
+
+    /// The workload of physical GPU `device`.
+    pub fn workload_of(&self, device: u32) -> Workload {
+        self.device_workloads.get(&device).copied().unwrap_or(self.workload)
+    }
+
+    /// Names of the built-in scenarios.
+    pub fn builtin_names() -> Vec<&'static str> {
+        BUILTIN.iter().map(|(n, _)| *n).collect()
+    }
+
+    /// The TOML source of a built-in scenario.
+    pub fn builtin_toml(name: &str) -> Option<&'static str> {
+        BUILTIN.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+    }
+
+    /// A built-in scenario.
+    ///
+    /// # Errors
+    /// [`ConfigError::UnknownName`] listing the built-ins.
+    pub fn builtin(name: &str) -> Result<Self, ConfigError> {
+        match Self::builtin_toml(name) {
+            Some(src) => Self::from_toml_str(src, name),
+            None => Err(ConfigError::UnknownName {
+                what: "scenario",
+                name: name.to_owned(),
+                known: Self::builtin_names().join(", "),
+            }),
+        }
+    }
+
+    /// A built-in name or the path of a TOML file.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the bad key, the unreadable file, or the unknown name.
+    pub fn load(name_or_path: &str) -> Result<Self, ConfigError> {
+        match Self::builtin(name_or_path) {
+            Ok(s) => Ok(s),
+            Err(unknown) => {
+                let path = Path::new(name_or_path);
+                if path.is_file() {
+                    Self::from_file(path)
+                } else {
+                    Err(unknown)
+                }
+            }
+        }
+    }
+
+    /// Reads a TOML scenario file.
+    ///
+    /// # Errors
+    /// [`ConfigError::Io`], or as [`Scenario::from_toml_str`].
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let src = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            what: "scenario",
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml_str(&src, &path.display().to_string())
+    }
+
+    /// Parses a TOML scenario; `origin` is used in errors and as the default name.
+    ///
+    /// # Errors
+    /// [`ConfigError::Toml`] for malformed TOML, unknown keys, workloads or families;
+    /// [`ConfigError::Invalid`] for a fault missing a key, a bad device key or a zero tick period.
+    pub fn from_toml_str(src: &str, origin: &str) -> Result<Self, ConfigError> {
+        let raw: ScenarioToml = toml::from_str(src).map_err(|e| ConfigError::toml("scenario", origin, src, &e))?;
+        let tick_period = Duration::from_millis(raw.tick_period_ms.unwrap_or(1000));
+        if tick_period.is_zero() {
+            return Err(ConfigError::invalid("tick_period_ms", "must be above 0"));
+        }
+        let mut device_workloads = BTreeMap::new();
+        for (k, w) in raw.devices {
+            let i = k.trim().parse::<u32>().map_err(|_| {
+                ConfigError::invalid(format!("devices.{k}"), "keys of [devices] are GPU indices (0, 1, ...)")
+            })?;
+            device_workloads.insert(i, w);
+        }
+        let faults = raw.faults.into_iter().enumerate().map(|(i, f)| f.into_fault(i)).collect::<Result<_, _>>()?;
+        Ok(Self {
+            name: raw.name.unwrap_or_else(|| origin.to_owned()),
+            description: raw.description,
+            workload: raw.workload.unwrap_or_default(),
+            device_workloads,
+            tick_period,
+            faults,
+            seed: raw.seed,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScenarioToml {
+    name: Option<String>,
+    description: Option<String>,
+    workload: Option<Workload>,
+    tick_period_ms: Option<u64>,
+    seed: Option<u64>,
+    #[serde(default)]
+    devices: BTreeMap<String, Workload>,
+    #[serde(default)]
+    faults: Vec<FaultToml>,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum FaultKind {
+    DeviceLost,
+    NotSupported,
+    NoPermission,
+    Hang,
+    Unavailable,
+    EccBurst,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FaultToml {
+    kind: FaultKind,
+    device: Option<u32>,
+    at_tick: Option<u64>,
+    family: Option<Family>,
+    duration_ms: Option<u64>,
+    from_tick: Option<u64>,
+    until_tick: Option<u64>,
+    xid: Option<u64>,
+    count: Option<u64>,
+}
+
+impl FaultToml {
+    fn into_fault(self, i: usize) -> Result<Fault, ConfigError> {
+        let missing = |key: &str, kind: &str| {
+            ConfigError::invalid(format!("faults[{i}].{key}"), format!("required for kind = \"{kind}\""))
+        };
+        let unexpected = |key: &str, kind: &str| {
+            ConfigError::invalid(format!("faults[{i}].{key}"), format!("not used by kind = \"{kind}\""))
+        };
+        // Reject keys that belong to another kind, so a typo'd fault does not silently differ.
+        let used: &[&str] = match self.kind {
+            FaultKind::DeviceLost => &["device", "at_tick"],
+            FaultKind::NotSupported | FaultKind::NoPermission => &["device", "family"],
+            FaultKind::Hang => &["at_tick", "duration_ms"],
+            FaultKind::Unavailable => &["from_tick", "until_tick"],
+            FaultKind::EccBurst => &["device", "at_tick", "xid", "count"],
+        };
+        let kind = match self.kind {
+            FaultKind::DeviceLost => "device_lost",
+            FaultKind::NotSupported => "not_supported",
+            FaultKind::NoPermission => "no_permission",
+            FaultKind::Hang => "hang",
+            FaultKind::Unavailable => "unavailable",
+            FaultKind::EccBurst => "ecc_burst",
+        };
+        for (key, present) in [
+            ("device", self.device.is_some()),
+            ("at_tick", self.at_tick.is_some()),
+            ("family", self.family.is_some()),
+            ("duration_ms", self.duration_ms.is_some()),
+            ("from_tick", self.from_tick.is_some()),
+            ("until_tick", self.until_tick.is_some()),
+            ("xid", self.xid.is_some()),
+            ("count", self.count.is_some()),
+        ] {
+            if present && !used.contains(&key) {
+                return Err(unexpected(key, kind));
+            }
+        }
+        Ok(match self.kind {
+            FaultKind::DeviceLost => Fault::DeviceLost {
+                device: self.device.ok_or_else(|| missing("device", kind))?,
+                at_tick: self.at_tick.ok_or_else(|| missing("at_tick", kind))?,
+            },
+            FaultKind::NotSupported => {
+                Fault::NotSupported { device: self.device, family: self.family.ok_or_else(|| missing("family", kind))? }
+            }
+            FaultKind::NoPermission => {
+                Fault::NoPermission { device: self.device, family: self.family.ok_or_else(|| missing("family", kind))? }
+            }
+            FaultKind::Hang => Fault::Hang {
+                at_tick: self.at_tick.ok_or_else(|| missing("at_tick", kind))?,
+                duration: Duration::from_millis(self.duration_ms.ok_or_else(|| missing("duration_ms", kind))?),
+            },
+            FaultKind::Unavailable => {
+                let from_tick = self.from_tick.unwrap_or(0);
+                if self.until_tick.is_some_and(|u| u <= from_tick) {
+                    return Err(ConfigError::invalid(format!("faults[{i}].until_tick"), "must be after from_tick"));
+                }
+                Fault::Unavailable { from_tick, until_tick: self.until_tick }
+            }
+            FaultKind::EccBurst => Fault::EccBurst {
+                device: self.device.ok_or_else(|| missing("device", kind))?,
+                at_tick: self.at_tick.ok_or_else(|| missing("at_tick", kind))?,
+                xid: self.xid.unwrap_or(48),
+                count: self.count.unwrap_or(1),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_load() {
+        for name in Scenario::builtin_names() {
+            let s = Scenario::load(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(s.name, name);
+            assert_eq!(s.tick_period, Duration::from_secs(1));
+        }
+        let lost = Scenario::load("lost-gpu").unwrap();
+        assert_eq!(lost.workload, Workload::Training);
+        assert_eq!(lost.faults, [Fault::DeviceLost { device: 3, at_tick: 5 }]);
+        assert_eq!(Scenario::load("dataloader-starved").unwrap().workload, Workload::DataloaderStarved);
+        assert!(matches!(Scenario::load("nope"), Err(ConfigError::UnknownName { .. })));
+    }
+
+    #[test]
+    fn full_toml() {
+        let s = Scenario::from_toml_str(
+            r#"
+            workload = "idle"
+            tick_period_ms = 250
+            [devices]
+            0 = "training"
+            3 = "thermal-throttling"
+            [[faults]]
+            kind = "no_permission"
+            family = "processes"
+            [[faults]]
+            kind = "hang"
+            at_tick = 4
+            duration_ms = 1500
+            [[faults]]
+            kind = "unavailable"
+            from_tick = 2
+            "#,
+            "inline",
+        )
+        .unwrap();
+        assert_eq!(s.name, "inline");
+        assert_eq!(s.workload_of(0), Workload::Training);
+        assert_eq!(s.workload_of(1), Workload::Idle);
+        assert_eq!(s.workload_of(3), Workload::ThermalThrottling);
+        assert_eq!(s.tick_period, Duration::from_millis(250));
+        assert_eq!(
+            s.faults,
+            [
+                Fault::NoPermission { device: None, family: Family::Processes },
+                Fault::Hang { at_tick: 4, duration: Duration::from_millis(1500) },
+                Fault::Unavailable { from_tick: 2, until_tick: None },
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = Scenario::from_toml_str("workload = \"training\"\nwrokload = 1", "x").unwrap_err();
+        assert_eq!(e.key(), Some("wrokload"), "{e}");
+        let e = Scenario::from_toml_str("workload = \"mining\"", "x").unwrap_err();
+        assert!(e.to_string().contains("mining") && e.to_string().contains("dataloader-starved"), "{e}");
+        let e = Scenario::from_toml_str("[[faults]]\nkind = \"device_lost\"\ndevice = 1", "x").unwrap_err();
+        assert_eq!(e.key(), Some("faults[0].at_tick"), "{e}");
+        let e = Scenario::from_toml_str("[[faults]]\nkind = \"hang\"\nat_tick = 1\nduration_ms = 5\ndevice = 2", "x")
+            .unwrap_err();
+        assert_eq!(e.key(), Some("faults[0].device"), "{e}");
+        let e = Scenario::from_toml_str("[devices]\ngpu0 = \"idle\"", "x").unwrap_err();
+        assert_eq!(e.key(), Some("devices.gpu0"), "{e}");
+        let e = Scenario::from_toml_str("[[faults]]\nkind = \"not_supported\"\nfamily = \"fans\"", "x").unwrap_err();
+        assert!(e.to_string().contains("fans"), "{e}");
+    }
+
+    #[test]
+    fn gate_releases_waiters() {
+        let g = Gate::new();
+        assert!(!g.wait_timeout(Duration::from_millis(1)));
+        let g2 = g.clone();
+        let t = std::thread::spawn(move || g2.wait());
+        g.release();
+        t.join().unwrap();
+        assert!(g.is_released() && g.wait_timeout(Duration::ZERO));
+    }
+}
