@@ -20,7 +20,7 @@ impl Sink for NoopSink {
         "noop"
     }
     async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
-        criterion::black_box(snapshot);
+        std::hint::black_box(snapshot);
         Ok(())
     }
     async fn shutdown(&mut self) -> Result<(), SinkError> {
@@ -38,7 +38,7 @@ fn tick(c: &mut Criterion) {
         let sampler = MockSampler::from_profile_name(&profile).unwrap();
         let request = SampleRequest::new(MetricSet::default(), DeviceFilter::all());
         group.bench_with_input(BenchmarkId::new("sampler_only", devices), &devices, |b, _| {
-            b.iter(|| criterion::black_box(sampler.sample(&request).unwrap()))
+            b.iter(|| std::hint::black_box(sampler.sample(&request).unwrap()))
         });
 
         let snapshot = sampler.sample(&request).unwrap();
@@ -47,7 +47,7 @@ fn tick(c: &mut Criterion) {
                 let mut n = 0usize;
                 for d in &snapshot.devices {
                     d.visit_points(|p| {
-                        criterion::black_box(p);
+                        std::hint::black_box(p);
                         n += 1;
                     });
                 }

@@ -54,10 +54,9 @@ fn a_lost_gpu_keeps_the_others_reporting() {
     let scenario = dir.join("lost.toml");
     std::fs::write(&scenario, "workload = \"training\"\n[[faults]]\nkind = \"device_lost\"\ndevice = 2\nat_tick = 0\n")
         .unwrap();
-    let (code, stdout, stderr) = run(agent().args(["--backend", "mock", "--once", "--stdout-format", "json"]).args([
-        "--mock-scenario".as_ref(),
-        scenario.as_os_str(),
-    ]));
+    let (code, stdout, stderr) = run(agent()
+        .args(["--backend", "mock", "--once", "--stdout-format", "json"])
+        .args(["--mock-scenario".as_ref(), scenario.as_os_str()]));
     assert_eq!(code, 0, "stderr: {stderr}");
     let got: Snapshot = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
     assert_eq!(got.devices.len(), 8);
@@ -99,9 +98,8 @@ fn devices_flag_hides_other_gpus() {
     let got: Snapshot = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(got.devices.iter().map(|d| d.info.index).collect::<Vec<_>>(), [1, 3]);
     // The same through the CUDA convention.
-    let (code, stdout, _) = run(agent()
-        .args(["--backend", "mock", "--once", "--stdout-format", "json"])
-        .env("CUDA_VISIBLE_DEVICES", "0"));
+    let (code, stdout, _) =
+        run(agent().args(["--backend", "mock", "--once", "--stdout-format", "json"]).env("CUDA_VISIBLE_DEVICES", "0"));
     assert_eq!(code, 0);
     let got: Snapshot = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(got.devices.iter().map(|d| d.info.index).collect::<Vec<_>>(), [0]);

@@ -73,8 +73,7 @@ async fn a_hung_sink_delays_neither_the_sampler_nor_the_other_sinks() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_respects_its_deadline_with_a_hung_sink() {
     let rec = RecordingSink::new("rec");
-    let hung =
-        FaultySink::new("hung").export_behavior(Behavior::Stall).shutdown_behavior(Behavior::Stall);
+    let hung = FaultySink::new("hung").export_behavior(Behavior::Stall).shutdown_behavior(Behavior::Stall);
     let handle = Agent::builder(h100x8())
         .sink(rec.clone())
         .sink_with(hung, SinkOptions::default().export_timeout(Duration::from_secs(3600)))
@@ -137,10 +136,7 @@ async fn flush_exports_a_fresh_sample_then_flushes_every_sink() {
 async fn flush_drains_what_is_queued_before_the_flush_sample() {
     let slow = FaultySink::new("slow").export_behavior(Behavior::Delay(Duration::from_millis(2500)));
     let slow_rec = slow.recorder();
-    let handle = Agent::builder(h100x8())
-        .sink_with(slow, SinkOptions::default().capacity(8))
-        .spawn()
-        .unwrap();
+    let handle = Agent::builder(h100x8()).sink_with(slow, SinkOptions::default().capacity(8)).spawn().unwrap();
     tokio::time::sleep(Duration::from_millis(3500)).await; // 4 ticks; the slow sink is behind
     handle.flush(Duration::from_secs(60)).await.unwrap();
     let seqs: Vec<_> = slow_rec.snapshots().iter().map(|s| s.seq).collect();
@@ -152,7 +148,8 @@ async fn flush_drains_what_is_queued_before_the_flush_sample() {
 async fn panicking_and_failing_sinks_are_isolated_and_counted() {
     let rec = RecordingSink::new("rec");
     let panics = FaultySink::new("panics").export_behavior(Behavior::Panic);
-    let flaky = FaultySink::new("flaky").on_export(|i| if i < 3 { Behavior::Fail(FailKind::Transient) } else { Behavior::Ok });
+    let flaky =
+        FaultySink::new("flaky").on_export(|i| if i < 3 { Behavior::Fail(FailKind::Transient) } else { Behavior::Ok });
     let handle = Agent::builder(h100x8()).sink(rec.clone()).sink(panics).sink(flaky).spawn().unwrap();
     tokio::time::sleep(Duration::from_millis(2500)).await;
     settle().await;

@@ -44,8 +44,8 @@ fn mock(cli: &Cli, file: &FileConfig) -> Result<Arc<dyn Sampler>, BackendError> 
         .map_err(|e| BackendError::Config(format!("mock.profile / --mock-profile `{profile_arg}`: {e}")))?;
     let mut builder = MockSampler::builder().profile(profile);
     if let Some(s) = cli.mock_scenario.clone().or_else(|| file.mock.scenario.clone()) {
-        let scenario =
-            Scenario::load(&s).map_err(|e| BackendError::Config(format!("mock.scenario / --mock-scenario `{s}`: {e}")))?;
+        let scenario = Scenario::load(&s)
+            .map_err(|e| BackendError::Config(format!("mock.scenario / --mock-scenario `{s}`: {e}")))?;
         builder = builder.scenario(scenario);
     }
     if let Some(seed) = cli.mock_seed.or(file.mock.seed) {

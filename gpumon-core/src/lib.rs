@@ -61,9 +61,9 @@ pub use metric::{
     DcgmName, Descriptor, Family, LabelValue, MetricId, MetricKind, MetricSet, OtelName, Point, Unit, Value,
 };
 pub use model::{
-    ClockEventReasons, Clocks, DeviceInfo, DeviceSample, DeviceState, Ecc, FailureReason, Gpm, Memory,
-    MetricFailure, MigInfo, Pcie, Power, ProcessSample, Snapshot, SystemInfo, Temperature, Utilization,
-    WindowStats, Windows, XidCount,
+    ClockEventReasons, Clocks, DeviceInfo, DeviceSample, DeviceState, Ecc, FailureReason, Gpm, Memory, MetricFailure,
+    MigInfo, Pcie, Power, ProcessSample, Snapshot, SystemInfo, Temperature, Utilization, WindowStats, Windows,
+    XidCount,
 };
 pub use sampler::{BoxError, SampleError, SampleRequest, Sampler, UnavailableSampler};
 pub use sink::{BuildError, Sink, SinkError};

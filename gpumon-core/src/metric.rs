@@ -760,7 +760,10 @@ impl DeviceSample {
                 }
             }
         };
-        window([Some(M::GpuUtilizationMin), Some(M::GpuUtilizationMax), Some(M::GpuUtilizationMean)], w.gpu_utilization);
+        window(
+            [Some(M::GpuUtilizationMin), Some(M::GpuUtilizationMax), Some(M::GpuUtilizationMean)],
+            w.gpu_utilization,
+        );
         window(
             [Some(M::MemoryUtilizationMin), Some(M::MemoryUtilizationMax), Some(M::MemoryUtilizationMean)],
             w.memory_utilization,

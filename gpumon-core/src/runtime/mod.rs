@@ -233,7 +233,10 @@ impl AgentBuilder {
                 return Err(BuildError::invalid(format!("{}.capacity", sink.name()), "must be at least 1"));
             }
             if options.export_timeout.is_zero() {
-                return Err(BuildError::invalid(format!("{}.export_timeout", sink.name()), "must be greater than zero"));
+                return Err(BuildError::invalid(
+                    format!("{}.export_timeout", sink.name()),
+                    "must be greater than zero",
+                ));
             }
         }
 
@@ -246,7 +249,15 @@ impl AgentBuilder {
             let (data_tx, data_rx) = broadcast::channel(options.capacity);
             let (cmd_tx, cmd_rx) = mpsc::channel(4);
             let worker = Worker { sink, data: data_rx, commands: cmd_rx, status: status.clone(), options };
-            sinks.push(SinkSlot { name, data: data_tx, commands: cmd_tx, status, capacity: options.capacity, worker: std::sync::Mutex::new(Some(worker)), task: None });
+            sinks.push(SinkSlot {
+                name,
+                data: data_tx,
+                commands: cmd_tx,
+                status,
+                capacity: options.capacity,
+                worker: std::sync::Mutex::new(Some(worker)),
+                task: None,
+            });
         }
 
         let (control_tx, control_rx) = mpsc::channel(16);
@@ -635,4 +646,3 @@ impl AgentHandle {
         !self.control.is_closed()
     }
 }
-

@@ -40,10 +40,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Runs one sink call under a timeout, turning a panic into [`SinkError::Panicked`].
-async fn guarded(
-    timeout: Duration,
-    call: impl Future<Output = Result<(), SinkError>>,
-) -> Result<(), SinkError> {
+async fn guarded(timeout: Duration, call: impl Future<Output = Result<(), SinkError>>) -> Result<(), SinkError> {
     match tokio::time::timeout(timeout, AssertUnwindSafe(call).catch_unwind()).await {
         Err(_) => Err(SinkError::Timeout(timeout)),
         Ok(Err(payload)) => Err(SinkError::Panicked(panic_message(&*payload))),
