@@ -214,3 +214,61 @@ fn prometheus_endpoint_from_the_config_file_enforces_its_auth() {
     assert!(allowed.starts_with("HTTP/1.1 200"), "{allowed}");
     assert!(allowed.contains("gpumon_utilization_ratio{"), "{allowed}");
 }
+
+#[test]
+fn sigterm_exits_within_the_deadline_even_with_a_sample_stuck_in_the_backend() {
+    let dir = std::env::temp_dir().join(format!("gpumon-agent-hang-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let scenario = dir.join("hang.toml");
+    std::fs::write(&scenario, "[[faults]]\nkind = \"hang\"\nat_tick = 2\nduration_ms = 120000\n").unwrap();
+    let cfg = dir.join("agent.toml");
+    std::fs::write(&cfg, "[agent]\ninterval = \"100ms\"\nsample_timeout = \"200ms\"\nshutdown_timeout = \"1s\"\n")
+        .unwrap();
+    let mut child = agent()
+        .args(["--backend", "mock", "--stdout-format", "json"])
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--mock-scenario")
+        .arg(&scenario)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for _ in 0..2 {
+        lines.next().unwrap().unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(500)); // tick 2 is now stuck for two minutes
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(5) {
+            let _ = child.kill();
+            panic!("agent still running 5 s after SIGTERM with a 1 s shutdown deadline");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[cfg(feature = "pushgateway")]
+#[test]
+fn once_fails_when_its_only_sample_cannot_be_delivered() {
+    // Port 1 on loopback: nothing listens, the connection is refused at once.
+    let (code, _, stderr) = run(agent().args([
+        "--backend",
+        "mock",
+        "--once",
+        "--pushgateway-url",
+        "http://127.0.0.1:1",
+        "--config",
+        "/dev/null",
+    ]));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("pushgateway"), "names the failing sink: {stderr}");
+}

@@ -303,3 +303,66 @@ async fn opt_in_families_are_sampled_only_when_asked() {
     assert!(s.devices.iter().all(|d| d.power.usage_watts.is_none()));
     assert!(s.devices.iter().any(|d| !d.processes.is_empty()));
 }
+
+#[tokio::test(start_paused = true)]
+async fn queue_capacity_is_exact_and_every_loss_is_counted() {
+    let hung = FaultySink::new("hung").export_behavior(Behavior::Stall);
+    let handle = Agent::builder(h100x8())
+        .sink_with(hung, SinkOptions::default().capacity(3).export_timeout(Duration::from_secs(3600)))
+        .spawn()
+        .unwrap();
+    let mut stream = handle.subscribe();
+    for _ in 0..10 {
+        stream.recv().await.unwrap();
+    }
+    settle().await;
+    // 10 published: 1 stuck in export, 3 queued (not 4: the capacity is exact), 6 dropped.
+    assert_eq!(handle.sink_status()[0].dropped, 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn flush_reports_a_failed_export_of_its_own_sample() {
+    let failing = FaultySink::new("down").export_behavior(Behavior::Fail(FailKind::Transient));
+    let handle = Agent::builder(h100x8()).scheduled(false).sink(failing).spawn().unwrap();
+    match handle.flush(Duration::from_secs(5)).await {
+        Err(AgentError::Sinks(f)) => {
+            assert_eq!(f[0].sink, "down");
+            assert!(f[0].error.is_retryable());
+        }
+        other => panic!("a flush whose export failed must say so, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_deadline_counts_from_the_call_even_when_the_agent_is_busy() {
+    let gate = Gate::new();
+    let sampler = MockSampler::builder()
+        .profile(gpumon::mock::FleetProfile::load("h100x8").unwrap())
+        .fault(Fault::HangUntilReleased { at_tick: 1, gate: gate.clone() })
+        .build()
+        .unwrap();
+    let rec = RecordingSink::new("rec");
+    let handle = Agent::builder(sampler).sample_timeout(Duration::from_secs(30)).sink(rec.clone()).spawn().unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await; // tick 0 done
+    tokio::time::advance(Duration::from_millis(100)).await; // t=1: tick 1 hangs for up to 30 s
+    settle().await;
+    let shutdown = {
+        let handle = handle.clone();
+        tokio::spawn(async move { handle.shutdown(Duration::from_secs(2)).await })
+    };
+    settle().await;
+    tokio::time::advance(Duration::from_millis(2100)).await;
+    settle().await;
+    assert!(
+        shutdown.is_finished(),
+        "shutdown returned at its deadline (+ grace) although the agent was stuck sampling"
+    );
+    match shutdown.await.unwrap() {
+        Err(AgentError::Timeout { after, unfinished, .. }) => {
+            assert_eq!(after, Duration::from_secs(2));
+            assert_eq!(unfinished, ["rec"]);
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    gate.release();
+}

@@ -217,7 +217,13 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    runtime.block_on(run(cli, file, settings))
+    let code = runtime.block_on(run(cli, file, settings));
+    // Dropping a runtime waits, without limit, for blocking tasks — such as a sample stuck in
+    // the driver, the very fault the sample timeout exists for. The agent has already flushed
+    // and shut down its sinks within its deadline; don't let a stuck thread keep the process
+    // alive after that.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    code
 }
 
 fn config_failure(message: &str) -> ExitCode {

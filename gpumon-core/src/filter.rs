@@ -149,6 +149,40 @@ impl DeviceFilter {
         }
     }
 
+    /// Keeps only the visible devices of `devices`, enforcing what [`DeviceFilter::allows`] alone
+    /// cannot: a UUID prefix must be *unique*. A prefix that matches more than one physical GPU
+    /// (or, for a `MIG-` prefix, more than one MIG instance) is ambiguous and matches nothing —
+    /// on a shared host, `GPU-8` must not expose every GPU whose UUID starts with 8. Returns the
+    /// ambiguous prefixes (empty when there are none), which the caller should report.
+    pub fn apply(&self, devices: &mut Vec<crate::model::DeviceSample>) -> Vec<String> {
+        let Some(list) = &self.allow else { return Vec::new() };
+        let ambiguous: Vec<&str> = list
+            .iter()
+            .filter_map(|s| match s {
+                DeviceSelector::Uuid(p) => Some(p.as_str()),
+                _ => None,
+            })
+            .filter(|p| {
+                let mut owners =
+                    devices.iter().filter(|d| DeviceSelector::Uuid((*p).to_owned()).matches(&d.info)).map(|d| {
+                        match (&d.info.mig, p.starts_with("MIG-")) {
+                            (Some(m), false) => m.parent_uuid.as_str(),
+                            _ => d.info.uuid.as_str(),
+                        }
+                    });
+                let first = owners.next();
+                owners.any(|o| Some(o) != first)
+            })
+            .collect();
+        devices.retain(|d| {
+            list.iter().any(|s| match s {
+                DeviceSelector::Uuid(p) if ambiguous.contains(&p.as_str()) => false,
+                s => s.matches(&d.info),
+            })
+        });
+        ambiguous.into_iter().map(str::to_owned).collect()
+    }
+
     /// Whether a physical GPU with this index and UUID might be visible, itself or through one of
     /// its MIG instances — lets a backend skip hidden GPUs before reading anything else.
     pub fn may_allow_gpu(&self, index: u32, uuid: &str) -> bool {
@@ -221,6 +255,41 @@ mod tests {
         let f = DeviceFilter::from_vars(None, Some("0".into())).unwrap();
         assert!(f.allows(&gpu(0)) && !f.allows(&gpu(1)));
         assert!(DeviceFilter::from_vars(None, None).unwrap().is_all());
+    }
+
+    #[test]
+    fn ambiguous_uuid_prefixes_match_nothing() {
+        use crate::model::DeviceSample;
+        use std::sync::Arc;
+        let fleet = || {
+            vec![
+                DeviceSample::new(Arc::new(DeviceInfo::new(0, "GPU-8aa", "X"))),
+                DeviceSample::new(Arc::new(DeviceInfo::new(1, "GPU-8bb", "X"))),
+                DeviceSample::new(Arc::new(DeviceInfo::new(2, "GPU-9cc", "X"))),
+                DeviceSample::new(Arc::new(mig(2, 0))),
+            ]
+        };
+        let indices =
+            |d: &Vec<DeviceSample>| d.iter().map(|d| (d.info.index, d.info.mig.is_some())).collect::<Vec<_>>();
+
+        let mut d = fleet();
+        let ambiguous = DeviceFilter::parse("GPU-8,2").unwrap().apply(&mut d);
+        assert_eq!(ambiguous, ["GPU-8"]);
+        assert_eq!(indices(&d), [(2, false), (2, true)], "the ambiguous prefix shows nothing; the index still works");
+
+        let mut d = fleet();
+        assert!(DeviceFilter::parse("GPU-8a").unwrap().apply(&mut d).is_empty());
+        assert_eq!(indices(&d), [(0, false)]);
+
+        // A GPU's own UUID prefix also matches its MIG instances: one owner, not ambiguous.
+        let mut d = fleet();
+        d[2] = DeviceSample::new(Arc::new(DeviceInfo::new(2, "GPU-2aaa-bbb", "X")));
+        assert!(DeviceFilter::parse("GPU-2").unwrap().apply(&mut d).is_empty());
+        assert_eq!(indices(&d), [(2, false), (2, true)]);
+
+        let mut d = fleet();
+        assert!(DeviceFilter::all().apply(&mut d).is_empty());
+        assert_eq!(d.len(), 4);
     }
 
     #[test]

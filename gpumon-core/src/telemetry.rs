@@ -30,7 +30,8 @@ pub struct SinkStatus {
     pub state: SinkState,
     /// Snapshots exported successfully.
     pub exported: u64,
-    /// Snapshots lost because the sink's queue was full (the oldest are dropped).
+    /// Snapshots lost because the sink's queue was full (the oldest are dropped), plus data the
+    /// sink itself reported dropping (see [`Telemetry::record_dropped`]).
     pub dropped: u64,
     /// Calls (export, flush, shutdown) that failed, timed out or panicked.
     pub failures: u64,
@@ -91,6 +92,8 @@ struct Inner {
     sample_failures: AtomicU64,
     skipped_ticks: AtomicU64,
     last_sample_ok: AtomicBool,
+    /// The agent's sampling interval in nanoseconds (0 = not attached to an agent).
+    interval_nanos: AtomicU64,
     last: Mutex<LastSample>,
     sinks: Mutex<Vec<Arc<Mutex<SinkStatus>>>>,
 }
@@ -128,6 +131,37 @@ impl Telemetry {
             last_sample_time: last.time,
             last_sample_error: last.error.clone(),
             sinks: lock(&i.sinks).iter().map(|s| lock(s).clone()).collect(),
+        }
+    }
+
+    /// The sampling interval of the agent this telemetry belongs to (`None` outside an agent).
+    /// Sinks use it to tell fresh data from stale data.
+    pub fn interval(&self) -> Option<Duration> {
+        match self.inner.interval_nanos.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(Duration::from_nanos(n)),
+        }
+    }
+
+    pub(crate) fn set_interval(&self, interval: Duration) {
+        let nanos = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.inner.interval_nanos.store(nanos, Ordering::Relaxed);
+    }
+
+    /// Adds `n` to the `dropped` count of the sink named `sink`: for sinks that buffer
+    /// internally (an outage buffer, say) and must drop data of their own, so that every loss
+    /// shows in [`SinkStatus::dropped`] and in the agent's self-metrics. Unknown names are
+    /// ignored.
+    pub fn record_dropped(&self, sink: &str, n: u64) {
+        if n == 0 {
+            return;
+        }
+        for cell in lock(&self.inner.sinks).iter() {
+            let mut status = lock(cell);
+            if status.name == sink {
+                status.dropped += n;
+                return;
+            }
         }
     }
 
@@ -187,5 +221,25 @@ impl SinkStatusCell {
             }
             s.last_error = Some(error.to_string());
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sinks_can_report_their_own_drops() {
+        let t = Telemetry::default();
+        let _a = t.register_sink("a".into());
+        let _b = t.register_sink("b".into());
+        t.record_dropped("b", 3);
+        t.record_dropped("b", 0);
+        t.record_dropped("nope", 9);
+        let stats = t.stats();
+        assert_eq!(stats.sinks.iter().map(|s| (s.name.as_str(), s.dropped)).collect::<Vec<_>>(), [("a", 0), ("b", 3)]);
+        assert_eq!(t.interval(), None);
+        t.set_interval(Duration::from_millis(250));
+        assert_eq!(t.interval(), Some(Duration::from_millis(250)));
     }
 }

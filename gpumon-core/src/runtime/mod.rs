@@ -16,6 +16,7 @@
 //! snapshot when full (for monitoring, the freshest data wins) and counts the loss. A sink that
 //! hangs, fails or panics only ever affects itself.
 
+mod queue;
 mod worker;
 
 use std::sync::Arc;
@@ -32,12 +33,17 @@ use crate::sampler::{SampleError, SampleRequest, Sampler};
 use crate::sink::{BuildError, Sink, SinkError};
 use crate::telemetry::{AgentStats, SinkState, SinkStatus, SinkStatusCell, Telemetry};
 
+use queue::SinkQueue;
 use worker::{Worker, WorkerCommand};
 
 /// The shortest sampling interval the agent accepts.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
 /// Default sampling interval.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long past its deadline a handle waits for the agent's own answer (see
+/// [`AgentHandle::shutdown`]).
+const REPLY_GRACE: Duration = Duration::from_millis(100);
 
 /// Per-sink settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -241,20 +247,20 @@ impl AgentBuilder {
         }
 
         let telemetry = Telemetry::default();
+        telemetry.set_interval(self.interval);
         let mut sinks = Vec::with_capacity(self.sinks.len());
         for (mut sink, options) in self.sinks {
             sink.attach_telemetry(telemetry.clone());
             let name = sink.name().to_owned();
             let status = telemetry.register_sink(name.clone());
-            let (data_tx, data_rx) = broadcast::channel(options.capacity);
+            let queue = Arc::new(SinkQueue::new(options.capacity));
             let (cmd_tx, cmd_rx) = mpsc::channel(4);
-            let worker = Worker { sink, data: data_rx, commands: cmd_rx, status: status.clone(), options };
+            let worker = Worker { sink, queue: queue.clone(), commands: cmd_rx, status: status.clone(), options };
             sinks.push(SinkSlot {
                 name,
-                data: data_tx,
+                queue,
                 commands: cmd_tx,
                 status,
-                capacity: options.capacity,
                 worker: std::sync::Mutex::new(Some(worker)),
                 task: None,
             });
@@ -274,6 +280,7 @@ impl AgentBuilder {
             stuck: None,
             seq: 0,
             failing: false,
+            warned_ambiguous: false,
             default_shutdown_deadline: self.default_shutdown_deadline,
             scheduled: self.scheduled,
         };
@@ -297,20 +304,34 @@ impl AgentBuilder {
 
 struct SinkSlot {
     name: String,
-    data: broadcast::Sender<Arc<Snapshot>>,
+    queue: Arc<SinkQueue>,
     commands: mpsc::Sender<WorkerCommand>,
     status: SinkStatusCell,
-    capacity: usize,
     /// Taken when the agent starts. In a `Mutex` only so that `SinkSlot` is `Sync` (a
     /// `Box<dyn Sink>` is `Send` but not `Sync`) and the agent's future stays `Send`.
     worker: std::sync::Mutex<Option<Worker>>,
     task: Option<JoinHandle<()>>,
 }
 
+/// Requests from handles. Deadlines travel as instants, so time spent waiting for the agent
+/// (behind a sample in progress, say) counts against them: a deadline is end to end.
 enum Control {
     SnapshotNow(oneshot::Sender<Result<Arc<Snapshot>, SampleError>>),
-    Flush(Duration, oneshot::Sender<Result<(), AgentError>>),
-    Shutdown(Duration, oneshot::Sender<Result<(), AgentError>>),
+    Flush(Deadline, oneshot::Sender<Result<(), AgentError>>),
+    Shutdown(Deadline, oneshot::Sender<Result<(), AgentError>>),
+}
+
+/// A caller's deadline: when it ends, and how long it was (for error messages).
+#[derive(Clone, Copy, Debug)]
+struct Deadline {
+    until: tokio::time::Instant,
+    after: Duration,
+}
+
+impl Deadline {
+    fn from_now(after: Duration) -> Self {
+        Self { until: tokio::time::Instant::now() + after, after }
+    }
 }
 
 /// The sampling loop. Build one with [`Agent::builder`], then `tokio::spawn(agent.run())`.
@@ -329,6 +350,8 @@ pub struct Agent {
     seq: u64,
     /// Whether the last sample failed (to log a run of failures once, not every tick).
     failing: bool,
+    /// Whether ambiguous device-filter prefixes were already reported.
+    warned_ambiguous: bool,
     default_shutdown_deadline: Duration,
     scheduled: bool,
 }
@@ -406,7 +429,7 @@ impl Agent {
                         return;
                     }
                     None => {
-                        let deadline = self.default_shutdown_deadline;
+                        let deadline = Deadline::from_now(self.default_shutdown_deadline);
                         if let Err(e) = self.shutdown(deadline).await {
                             tracing::warn!(error = %e, "agent dropped; shutdown incomplete");
                         }
@@ -458,8 +481,15 @@ impl Agent {
         let duration = started.elapsed();
         match result {
             Ok(mut snapshot) => {
-                // Defence in depth: a backend that ignored the filter still leaks nothing.
-                snapshot.devices.retain(|d| self.request.devices.allows(&d.info));
+                // Defence in depth: a backend that ignored the filter still leaks nothing, and a
+                // UUID prefix that turns out to match several GPUs shows none of them.
+                let ambiguous = self.request.devices.apply(&mut snapshot.devices);
+                if !ambiguous.is_empty() && !std::mem::replace(&mut self.warned_ambiguous, true) {
+                    tracing::error!(
+                        prefixes = ?ambiguous,
+                        "device UUID prefixes match more than one GPU; they select nothing (use a longer prefix)"
+                    );
+                }
                 self.seq += 1;
                 snapshot.seq = self.seq;
                 snapshot.taken_at = taken_at;
@@ -484,18 +514,16 @@ impl Agent {
 
     fn publish(&self, snapshot: Arc<Snapshot>) {
         for slot in &self.sinks {
-            // `send` on a broadcast channel never waits: a full queue drops its oldest entry.
-            // The loss is counted here, when it happens — a sink stuck in a call would only
-            // notice it (as `Lagged`) once it recovers.
-            if slot.data.len() >= slot.capacity {
+            // Never waits: a full queue drops its oldest entry, and the loss is counted here,
+            // when it happens, not when a stuck sink eventually gets round to noticing.
+            if slot.queue.push(snapshot.clone()) {
                 slot.status.update(|s| s.dropped += 1);
             }
-            let _ = slot.data.send(snapshot.clone());
         }
         let _ = self.subscribers.send(snapshot);
     }
 
-    async fn flush(&mut self, deadline: Duration) -> Result<(), AgentError> {
+    async fn flush(&mut self, deadline: Deadline) -> Result<(), AgentError> {
         let sampled = self.sample().await.map(Arc::new);
         if let Ok(s) = &sampled {
             let _ = self.subscribers.send(s.clone());
@@ -509,8 +537,8 @@ impl Agent {
         }
     }
 
-    async fn shutdown(&mut self, deadline: Duration) -> Result<(), AgentError> {
-        let until = tokio::time::Instant::now() + deadline;
+    async fn shutdown(&mut self, deadline: Deadline) -> Result<(), AgentError> {
+        let until = deadline.until;
         let result = self.ask_all(deadline, |reply| WorkerCommand::Shutdown { reply }).await;
         // A worker exits right after replying; whatever is still running at the deadline is
         // abandoned, not waited for.
@@ -528,12 +556,12 @@ impl Agent {
     /// Sends one command to every worker and collects the replies under one deadline.
     async fn ask_all(
         &mut self,
-        deadline: Duration,
+        deadline: Deadline,
         make: impl Fn(oneshot::Sender<Result<(), SinkError>>) -> WorkerCommand,
     ) -> Result<(), AgentError> {
         let mut pending = Vec::with_capacity(self.sinks.len());
         let mut failed = Vec::new();
-        let until = tokio::time::Instant::now() + deadline;
+        let until = deadline.until;
         for slot in &self.sinks {
             let (tx, rx) = oneshot::channel();
             // A worker stuck in a long call may have a full command queue; waiting for room
@@ -554,7 +582,7 @@ impl Agent {
             }
         }
         if !unfinished.is_empty() {
-            return Err(AgentError::Timeout { after: deadline, unfinished, failed });
+            return Err(AgentError::Timeout { after: deadline.after, unfinished, failed });
         }
         if failed.is_empty() {
             Ok(())
@@ -624,21 +652,55 @@ impl AgentHandle {
     /// [`AgentError::Sinks`] listing sinks that failed; [`AgentError::Timeout`] listing sinks
     /// that did not finish in time (they are abandoned); [`AgentError::ShutDown`].
     pub async fn flush(&self, deadline: Duration) -> Result<(), AgentError> {
-        let (tx, rx) = oneshot::channel();
-        self.control.send(Control::Flush(deadline, tx)).await.map_err(|_| AgentError::ShutDown)?;
-        rx.await.map_err(|_| AgentError::ShutDown)?
+        let deadline = Deadline::from_now(deadline);
+        self.request(deadline, |reply| Control::Flush(deadline, reply)).await
     }
 
     /// Stops sampling, lets every sink export what is queued, flush and shut down, all within
-    /// one `deadline`. Sinks still busy at the deadline are abandoned and named in the error.
+    /// one `deadline`, counted from this call (time the agent needs to finish a sample in
+    /// progress counts too). Sinks still busy at the deadline are abandoned and named in the
+    /// error. Returns at the deadline, or at most 100 ms after it when the agent itself is stuck.
     ///
     /// # Errors
     /// [`AgentError::Timeout`], [`AgentError::Sinks`], or [`AgentError::ShutDown`] when the agent
     /// was already shut down.
     pub async fn shutdown(&self, deadline: Duration) -> Result<(), AgentError> {
+        let deadline = Deadline::from_now(deadline);
+        self.request(deadline, |reply| Control::Shutdown(deadline, reply)).await
+    }
+
+    /// Sends a request and waits for its reply, both within `deadline`.
+    async fn request(
+        &self,
+        deadline: Deadline,
+        make: impl FnOnce(oneshot::Sender<Result<(), AgentError>>) -> Control,
+    ) -> Result<(), AgentError> {
         let (tx, rx) = oneshot::channel();
-        self.control.send(Control::Shutdown(deadline, tx)).await.map_err(|_| AgentError::ShutDown)?;
-        rx.await.map_err(|_| AgentError::ShutDown)?
+        let timed_out = || AgentError::Timeout {
+            after: deadline.after,
+            unfinished: self
+                .telemetry
+                .stats()
+                .sinks
+                .into_iter()
+                .filter(|s| s.state == SinkState::Running)
+                .map(|s| s.name)
+                .collect(),
+            failed: Vec::new(),
+        };
+        match tokio::time::timeout_at(deadline.until, self.control.send(make(tx))).await {
+            Err(_) => return Err(timed_out()),
+            Ok(Err(_)) => return Err(AgentError::ShutDown),
+            Ok(Ok(())) => {}
+        }
+        // The agent enforces the same deadline itself and answers the moment it passes, with
+        // the authoritative outcome (which sinks were abandoned). Allow it a short grace to do
+        // so; only an agent stuck elsewhere (in a sample, say) is given up on here.
+        match tokio::time::timeout_at(deadline.until + REPLY_GRACE, rx).await {
+            Err(_) => Err(timed_out()),
+            Ok(Err(_)) => Err(AgentError::ShutDown),
+            Ok(Ok(result)) => result,
+        }
     }
 
     /// Whether the agent is still running.

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::model::Snapshot;
 use crate::sink::{Sink, SinkError};
 use crate::telemetry::{SinkState, SinkStatusCell};
 
+use super::queue::SinkQueue;
 use super::SinkOptions;
 
 /// What the agent asks of a worker, outside the data queue (so it is never dropped when the queue
@@ -25,7 +26,7 @@ pub(crate) enum WorkerCommand {
 
 pub(crate) struct Worker {
     pub(crate) sink: Box<dyn Sink>,
-    pub(crate) data: broadcast::Receiver<Arc<Snapshot>>,
+    pub(crate) queue: Arc<SinkQueue>,
     pub(crate) commands: mpsc::Receiver<WorkerCommand>,
     pub(crate) status: SinkStatusCell,
     pub(crate) options: SinkOptions,
@@ -51,7 +52,8 @@ async fn guarded(timeout: Duration, call: impl Future<Output = Result<(), SinkEr
 impl Worker {
     pub(crate) async fn run(mut self) {
         let name = self.sink.name().to_owned();
-        let health = guarded(self.options.healthcheck_timeout, self.sink.healthcheck()).await;
+        let sink = &mut self.sink;
+        let health = guarded(self.options.healthcheck_timeout, async { sink.healthcheck().await }).await;
         match &health {
             Ok(()) => self.status.update(|s| s.healthy = Some(true)),
             Err(e) => {
@@ -63,18 +65,22 @@ impl Worker {
             }
         }
 
-        let mut data_open = true;
+        let queue = self.queue.clone();
         loop {
             tokio::select! {
                 biased;
                 command = self.commands.recv() => match command {
                     Some(WorkerCommand::Flush { snapshot, reply }) => {
-                        self.drain().await;
-                        if let Some(s) = snapshot {
-                            self.export(s).await;
-                        }
-                        let result = self.call_flush().await;
-                        let _ = reply.send(result);
+                        let drained = self.drain().await;
+                        let exported = match snapshot {
+                            Some(s) => self.export(s).await,
+                            None => Ok(()),
+                        };
+                        let flushed = self.call_flush().await;
+                        // The caller learns about every failure of this flush, the export of the
+                        // flush's own snapshot included: `--once` must not exit 0 when the only
+                        // sample it took never arrived.
+                        let _ = reply.send(drained.and(exported).and(flushed));
                     }
                     Some(WorkerCommand::Shutdown { reply }) => {
                         let result = self.finish().await;
@@ -88,56 +94,56 @@ impl Worker {
                         return;
                     }
                 },
-                received = self.data.recv(), if data_open => match received {
-                    Ok(snapshot) => self.export(snapshot).await,
-                    Err(broadcast::error::RecvError::Lagged(n)) => self.dropped(n),
-                    Err(broadcast::error::RecvError::Closed) => data_open = false,
-                },
+                Some(snapshot) = queue.pop() => {
+                    let _ = self.export(snapshot).await;
+                }
             }
         }
     }
 
-    /// The agent already counted these drops when it published (see `Agent::publish`).
-    fn dropped(&self, n: u64) {
-        tracing::warn!(sink = %self.sink.name(), dropped = n, "sink fell behind; oldest snapshots dropped");
-    }
-
-    /// Exports whatever is already queued.
-    async fn drain(&mut self) {
-        loop {
-            match self.data.try_recv() {
-                Ok(snapshot) => self.export(snapshot).await,
-                Err(broadcast::error::TryRecvError::Lagged(n)) => self.dropped(n),
-                Err(_) => return,
+    /// Exports whatever is already queued; the first failure, if any, is returned.
+    async fn drain(&mut self) -> Result<(), SinkError> {
+        let mut first_error = Ok(());
+        while let Some(snapshot) = self.queue.try_pop() {
+            let result = self.export(snapshot).await;
+            if first_error.is_ok() {
+                first_error = result;
             }
         }
+        first_error
     }
 
-    async fn export(&mut self, snapshot: Arc<Snapshot>) {
-        let result = guarded(self.options.export_timeout, self.sink.export(snapshot)).await;
-        self.record(result, true);
+    async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
+        let sink = &mut self.sink;
+        let result = guarded(self.options.export_timeout, async { sink.export(snapshot).await }).await;
+        self.record(clone_result(&result), true);
+        result
     }
 
     async fn call_flush(&mut self) -> Result<(), SinkError> {
-        let result = guarded(self.options.export_timeout, self.sink.flush()).await;
+        let sink = &mut self.sink;
+        let result = guarded(self.options.export_timeout, async { sink.flush().await }).await;
         self.record(clone_result(&result), false);
         result
     }
 
     async fn finish(&mut self) -> Result<(), SinkError> {
-        self.drain().await;
+        self.queue.close();
+        let drained = self.drain().await;
         let flushed = self.call_flush().await;
-        let shut = guarded(self.options.export_timeout, self.sink.shutdown()).await;
+        let sink = &mut self.sink;
+        let shut = guarded(self.options.export_timeout, async { sink.shutdown().await }).await;
         self.record(clone_result(&shut), false);
         self.status.update(|s| s.state = SinkState::ShutDown);
-        flushed.and(shut)
+        drained.and(flushed).and(shut)
     }
 
     fn record(&self, result: Result<(), SinkError>, exported: bool) {
         match result {
             Ok(()) => self.status.succeeded(exported),
             Err(e) => {
-                let first = self.status_consecutive() == 0;
+                let mut first = false;
+                self.status.update(|s| first = s.consecutive_failures == 0);
                 // Log the first failure of a run at warn, repeats at debug: a sink that is down
                 // for an hour must not write 3 600 identical warnings.
                 if first {
@@ -148,12 +154,6 @@ impl Worker {
                 self.status.failed(&e);
             }
         }
-    }
-
-    fn status_consecutive(&self) -> u64 {
-        let mut n = 0;
-        self.status.update(|s| n = s.consecutive_failures);
-        n
     }
 }
 
@@ -179,6 +179,13 @@ mod tests {
         assert!(matches!(r, Err(SinkError::Timeout(d)) if d == Duration::from_secs(1)));
         let r = guarded(Duration::from_secs(1), async { panic!("boom") }).await;
         assert!(matches!(r, Err(SinkError::Panicked(m)) if m == "boom"));
+        // A panic before the future exists (a synchronous `fn` returning a future) is caught
+        // as long as the call is wrapped in an `async` block, as the worker does.
+        fn sync_part_panics() -> std::future::Ready<Result<(), SinkError>> {
+            panic!("sync part")
+        }
+        let r = guarded(Duration::from_secs(1), async { sync_part_panics().await }).await;
+        assert!(matches!(r, Err(SinkError::Panicked(m)) if m == "sync part"));
         assert!(guarded(Duration::from_secs(1), async { Ok(()) }).await.is_ok());
     }
 }

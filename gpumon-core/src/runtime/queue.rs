@@ -1,0 +1,128 @@
+//! A sink's bounded queue: exactly `capacity` snapshots, the oldest dropped when full.
+//!
+//! tokio's broadcast channel would give drop-oldest for free, but it rounds its capacity up to a
+//! power of two, so a configured queue of 3 would hold 4 and every loss count would be off by
+//! one. This is the small, exact version.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::Notify;
+
+use crate::model::Snapshot;
+
+#[derive(Debug)]
+pub(crate) struct SinkQueue {
+    state: Mutex<State>,
+    ready: Notify,
+    capacity: usize,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    items: VecDeque<Arc<Snapshot>>,
+    closed: bool,
+}
+
+impl SinkQueue {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            state: Mutex::new(State { items: VecDeque::with_capacity(capacity), closed: false }),
+            ready: Notify::new(),
+            capacity,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Enqueues `snapshot`; returns `true` when the queue was full and its oldest entry was
+    /// dropped to make room. Never waits.
+    pub(crate) fn push(&self, snapshot: Arc<Snapshot>) -> bool {
+        let dropped = {
+            let mut st = self.lock();
+            if st.closed {
+                return false;
+            }
+            let dropped = st.items.len() >= self.capacity && st.items.pop_front().is_some();
+            st.items.push_back(snapshot);
+            dropped
+        };
+        self.ready.notify_one();
+        dropped
+    }
+
+    /// The oldest queued snapshot, if any, without waiting.
+    pub(crate) fn try_pop(&self) -> Option<Arc<Snapshot>> {
+        self.lock().items.pop_front()
+    }
+
+    /// Waits for the oldest snapshot; `None` once the queue is closed and empty. Cancel-safe:
+    /// entries stay in the queue until returned.
+    pub(crate) async fn pop(&self) -> Option<Arc<Snapshot>> {
+        loop {
+            let notified = self.ready.notified();
+            {
+                let mut st = self.lock();
+                if let Some(s) = st.items.pop_front() {
+                    return Some(s);
+                }
+                if st.closed {
+                    return None;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Refuses further snapshots and wakes the consumer.
+    pub(crate) fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::SystemInfo;
+
+    fn snap(seq: u64) -> Arc<Snapshot> {
+        Arc::new(Snapshot::new(Arc::new(SystemInfo::default()), Vec::new()).with_seq(seq))
+    }
+
+    #[tokio::test]
+    async fn holds_exactly_capacity_and_drops_the_oldest() {
+        let q = SinkQueue::new(3);
+        let dropped: Vec<bool> = (1..=5).map(|i| q.push(snap(i))).collect();
+        assert_eq!(dropped, [false, false, false, true, true]);
+        let mut seqs = Vec::new();
+        while let Some(s) = q.try_pop() {
+            seqs.push(s.seq);
+        }
+        assert_eq!(seqs, [3, 4, 5]);
+    }
+
+    #[tokio::test]
+    async fn pop_waits_for_a_push_and_ends_when_closed() {
+        let q = Arc::new(SinkQueue::new(2));
+        let consumer = {
+            let q = q.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                while let Some(s) = q.pop().await {
+                    got.push(s.seq);
+                }
+                got
+            })
+        };
+        tokio::task::yield_now().await;
+        q.push(snap(1));
+        tokio::task::yield_now().await;
+        q.push(snap(2));
+        q.close();
+        assert!(!q.push(snap(3)), "a closed queue takes nothing");
+        assert_eq!(consumer.await.unwrap(), [1, 2]);
+    }
+}
