@@ -690,16 +690,21 @@ impl MockFleet {
     fn apply_family_faults(&self, gpu: u32, metrics: MetricSet, s: &mut DeviceSample) {
         for f in &self.faults {
             let (device, family, denied) = match f {
-                Fault::NotSupported { device, family } => (device, family, false),
-                Fault::NoPermission { device, family } => (device, family, true),
+                Fault::NotSupported { device, family } => (device, family, None),
+                Fault::NoPermission { device, family } => (device, family, Some(FailureReason::NoPermission)),
+                Fault::UnknownError { device, family } => {
+                    (device, family, Some(FailureReason::Other(crate::scenario::UNKNOWN_ERROR.to_owned())))
+                }
                 _ => continue,
             };
             if device.is_some_and(|d| d != gpu) || !metrics.contains(*family) {
                 continue;
             }
             clear_family(s, *family);
-            if denied && !s.errors.iter().any(|e| e.family == *family) {
-                s.record_failure(*family, FailureReason::NoPermission);
+            if let Some(reason) = denied {
+                if !s.errors.iter().any(|e| e.family == *family) {
+                    s.record_failure(*family, reason);
+                }
             }
         }
     }

@@ -97,6 +97,11 @@
 //! family = "processes"
 //!
 //! [[faults]]
+//! kind = "unknown_error"     # values absent + MetricFailure { family, Other("NVML unknown error") }
+//! family = "ecc"             # (NVML_ERROR_UNKNOWN for single fields; the GPU stays up)
+//! device = 1
+//!
+//! [[faults]]
 //! kind = "hang"              # the sample call at at_tick blocks for duration_ms
 //! at_tick = 10
 //! duration_ms = 5000
@@ -195,6 +200,6 @@ pub use fleet::{DeviceKind, MockDevice, MockFleet, DEFAULT_SEED};
 pub use gpus::{Capabilities, GpuModel, MigProfile};
 pub use profile::{FleetProfile, GpuSpec, DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION, MAX_GPUS};
 pub use sampler::{MockSampler, MockSamplerBuilder};
-pub use scenario::{Fault, Gate, Scenario, Workload};
+pub use scenario::{Fault, Gate, Scenario, Workload, UNKNOWN_ERROR};
 pub use seam::MockSamplerSeam;
 pub use sinks::{Behavior, FailKind, FaultyCalls, FaultySink, RecordingSink};

@@ -10,6 +10,10 @@ use serde::Deserialize;
 
 use crate::error::ConfigError;
 
+/// The message of the failure a [`Fault::UnknownError`] records — the same text gpumon's NVML
+/// backend records for `NVML_ERROR_UNKNOWN` (`gpumon_core::nvml::UNKNOWN_ERROR`).
+pub const UNKNOWN_ERROR: &str = "NVML unknown error";
+
 const BUILTIN: &[(&str, &str)] = &[
     ("training", include_str!("../profiles/scenarios/training.toml")),
     ("idle", include_str!("../profiles/scenarios/idle.toml")),
@@ -155,6 +159,16 @@ pub enum Fault {
         /// The family.
         family: Family,
     },
+    /// The family's values are absent and a [`MetricFailure`](gpumon_core::MetricFailure) with
+    /// [`FailureReason::Other`](gpumon_core::FailureReason::Other) carrying [`UNKNOWN_ERROR`] is
+    /// recorded — what the NVML backend reports when a driver answers `NVML_ERROR_UNKNOWN` for
+    /// the family's calls ("[Unknown Error]") while the GPU itself is fine.
+    UnknownError {
+        /// Physical GPU index; `None` = every GPU.
+        device: Option<u32>,
+        /// The family.
+        family: Family,
+    },
     /// The sample at `at_tick` blocks the calling thread for `duration` (then returns normally).
     Hang {
         /// The tick that hangs.
@@ -198,7 +212,9 @@ impl Fault {
     pub fn device(&self) -> Option<u32> {
         match self {
             Fault::DeviceLost { device, .. } | Fault::EccBurst { device, .. } => Some(*device),
-            Fault::NotSupported { device, .. } | Fault::NoPermission { device, .. } => *device,
+            Fault::NotSupported { device, .. }
+            | Fault::NoPermission { device, .. }
+            | Fault::UnknownError { device, .. } => *device,
             Fault::Hang { .. } | Fault::HangUntilReleased { .. } | Fault::Unavailable { .. } => None,
         }
     }
@@ -378,6 +394,7 @@ enum FaultKind {
     DeviceLost,
     NotSupported,
     NoPermission,
+    UnknownError,
     Hang,
     Unavailable,
     EccBurst,
@@ -408,7 +425,7 @@ impl FaultToml {
         // Reject keys that belong to another kind, so a typo'd fault does not silently differ.
         let used: &[&str] = match self.kind {
             FaultKind::DeviceLost => &["device", "at_tick"],
-            FaultKind::NotSupported | FaultKind::NoPermission => &["device", "family"],
+            FaultKind::NotSupported | FaultKind::NoPermission | FaultKind::UnknownError => &["device", "family"],
             FaultKind::Hang => &["at_tick", "duration_ms"],
             FaultKind::Unavailable => &["from_tick", "until_tick"],
             FaultKind::EccBurst => &["device", "at_tick", "xid", "count"],
@@ -417,6 +434,7 @@ impl FaultToml {
             FaultKind::DeviceLost => "device_lost",
             FaultKind::NotSupported => "not_supported",
             FaultKind::NoPermission => "no_permission",
+            FaultKind::UnknownError => "unknown_error",
             FaultKind::Hang => "hang",
             FaultKind::Unavailable => "unavailable",
             FaultKind::EccBurst => "ecc_burst",
@@ -445,6 +463,9 @@ impl FaultToml {
             }
             FaultKind::NoPermission => {
                 Fault::NoPermission { device: self.device, family: self.family.ok_or_else(|| missing("family", kind))? }
+            }
+            FaultKind::UnknownError => {
+                Fault::UnknownError { device: self.device, family: self.family.ok_or_else(|| missing("family", kind))? }
             }
             FaultKind::Hang => Fault::Hang {
                 at_tick: self.at_tick.ok_or_else(|| missing("at_tick", kind))?,

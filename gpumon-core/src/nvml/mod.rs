@@ -23,14 +23,26 @@
 //! | ECC, retired pages, remapped rows | `…TotalEccErrors` (aggregate), raw `…RetiredPages` counts + pending, raw `…RemappedRows` |
 //! | processes | `…Compute/GraphicsRunningProcesses_v3` + `…ProcessUtilization` with `lastSeenTimeStamp` carried between ticks; names from `/proc/<pid>/comm`, else `nvmlSystemGetProcessName` |
 //! | high resolution | `nvmlDeviceGetSamples` (GPU/memory utilisation, power, SM/memory clock) since the last tick → min/max/mean |
-//! | GPM | raw `nvmlGpmSampleGet` each tick, `nvmlGpmMetricsGet` between consecutive ticks (none on the first) |
+//! | GPM | a baseline `nvmlGpmSampleGet` per GPU when the sampler is built, then one each tick and `nvmlGpmMetricsGet` between consecutive samples (so the first tick already has values; after a GPU is re-discovered, from its second tick) |
 //! | XID | an event set on a dedicated thread; counted per code with the last-seen time |
 //!
 //! ## Errors
-//! `NotSupported` (or a symbol an old driver lacks) → the value is `None`. `NoPermission` →
-//! `None` plus a [`MetricFailure`](crate::MetricFailure). `GpuLost` / `ResetRequired` /
-//! `Unknown` → that device is [`DeviceSample::lost`] this tick, the others are still read, and it
-//! is re-discovered on a later tick. Nothing here panics on an NVML result.
+//! `NotSupported` (or a symbol an old driver lacks) → the value is `None`. `NoPermission`,
+//! `Timeout`, `Unknown` (drivers answer "[Unknown Error]" for single fields of a healthy GPU)
+//! and anything else → `None` plus a [`MetricFailure`](crate::MetricFailure) (`Unknown` as
+//! `FailureReason::Other("NVML unknown error")`). `GpuLost` / `ResetRequired` — or any failure
+//! of the device's handle, UUID or name — → that device is [`DeviceSample::lost`] this tick, the
+//! others are still read, and it is re-discovered on a later tick, identity (UUID) and static
+//! facts re-read, so a board swapped at the same index shows its new UUID. A GPU that cannot be
+//! identified at all (lost before its first sample, or its UUID unreadable) is reported lost by
+//! index, with an empty UUID and name. Nothing here panics on an NVML result.
+//!
+//! ## MIG layout
+//! Read with the static facts, and re-checked every [`DEFAULT_MIG_RECHECK_TICKS`] ticks
+//! ([`NvmlSamplerBuilder::mig_recheck_interval`]): MIG mode and the instances' handles and
+//! UUIDs are compared with the known layout, and instances created or destroyed at run time are
+//! picked up (carried state kept for the instances that stay). An instance destroyed between
+//! two checks reports per-metric failures until the next one.
 
 mod errors;
 mod read;
@@ -49,12 +61,17 @@ use crate::metric::Family;
 use crate::model::{DeviceInfo, DeviceSample, Snapshot, SystemInfo};
 use crate::sampler::{SampleError, SampleRequest, Sampler};
 
-use errors::{classify, Outcome};
+use errors::identity_lost;
 use read::{Carry, Reader};
 use xid::XidWatcher;
 
 /// The library name NVML is loaded by when no path is given.
 pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
+
+/// How many ticks apart the MIG layout is re-checked by default.
+pub const DEFAULT_MIG_RECHECK_TICKS: u32 = 30;
+
+pub use errors::UNKNOWN_ERROR;
 
 /// Samples GPUs through NVML.
 ///
@@ -76,6 +93,7 @@ pub struct NvmlSampler {
     system: Arc<SystemInfo>,
     library: String,
     nvml: Arc<Nvml>,
+    mig_recheck: u32,
 }
 
 impl std::fmt::Debug for NvmlSampler {
@@ -87,6 +105,8 @@ impl std::fmt::Debug for NvmlSampler {
 #[derive(Debug, Default)]
 struct State {
     gpus: Vec<Gpu>,
+    /// Ticks since the MIG layout was last re-checked.
+    since_mig_check: u32,
 }
 
 /// One physical GPU's cached handle, identity and carried state.
@@ -117,6 +137,7 @@ pub struct NvmlSamplerBuilder {
     xid_poll: Duration,
     backoff_initial: Duration,
     backoff_max: Duration,
+    mig_recheck: u32,
 }
 
 impl Default for NvmlSamplerBuilder {
@@ -127,6 +148,7 @@ impl Default for NvmlSamplerBuilder {
             xid_poll: Duration::from_millis(250),
             backoff_initial: Duration::from_secs(1),
             backoff_max: Duration::from_secs(300),
+            mig_recheck: DEFAULT_MIG_RECHECK_TICKS,
         }
     }
 }
@@ -159,6 +181,14 @@ impl NvmlSamplerBuilder {
         self
     }
 
+    /// Re-check every GPU's MIG layout (mode, instances) every `ticks` ticks, so instances
+    /// created or destroyed at run time are picked up; `0` = only when a GPU is (re-)discovered
+    /// (default [`DEFAULT_MIG_RECHECK_TICKS`]).
+    pub fn mig_recheck_interval(mut self, ticks: u32) -> Self {
+        self.mig_recheck = ticks;
+        self
+    }
+
     fn library_name(&self) -> String {
         self.library_path.as_deref().map_or_else(|| DEFAULT_LIBRARY.to_owned(), |p| p.display().to_string())
     }
@@ -183,7 +213,16 @@ impl NvmlSamplerBuilder {
         system.cuda_driver_version = nvml.sys_cuda_driver_version().ok();
         system.nvml_version = nvml.sys_nvml_version().ok();
         let xid = if self.xid_events { XidWatcher::start(nvml.clone(), self.xid_poll) } else { None };
-        Ok(NvmlSampler { xid, state: Mutex::new(State::default()), system: Arc::new(system), library, nvml })
+        let sampler = NvmlSampler {
+            xid,
+            state: Mutex::new(State::default()),
+            system: Arc::new(system),
+            library,
+            nvml,
+            mig_recheck: self.mig_recheck,
+        };
+        sampler.prime();
+        Ok(sampler)
     }
 
     /// A sampler that loads NVML on first use and, while it cannot, returns
@@ -254,13 +293,38 @@ impl NvmlSampler {
         unsafe { Device::new(handle as nvml_wrapper_sys::bindings::nvmlDevice_t, &self.nvml) }
     }
 
-    fn read_gpu(&self, index: u32, gpu: &mut Gpu, req: &SampleRequest, out: &mut Vec<DeviceSample>) {
+    /// Discovery at construction: caches each GPU's handle and takes a GPM baseline sample, so
+    /// the first tick already reports GPM over the interval since the sampler was built.
+    fn prime(&self) {
+        let Ok(count) = self.nvml.device_count() else { return };
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.gpus.resize_with(count as usize, Gpu::default);
+        for (i, gpu) in state.gpus.iter_mut().enumerate() {
+            let Ok(d) = self.nvml.device_by_index(i as u32) else { continue };
+            // SAFETY: only stored; turned back into a Device by `self.device`.
+            gpu.handle = Some((unsafe { d.handle() }) as usize);
+            read::gpm_baseline(&self.nvml, &d, &mut gpu.carry);
+        }
+    }
+
+    /// The `up = 0` sample of a GPU: its last known identity, else just its index (empty UUID
+    /// and name) when it was never identified.
+    fn lost_sample(index: u32, gpu: &Gpu) -> DeviceSample {
+        let info = gpu
+            .info
+            .clone()
+            .unwrap_or_else(|| Arc::new(DeviceInfo::new(index, gpu.uuid.clone().unwrap_or_default(), String::new())));
+        DeviceSample::lost(info)
+    }
+
+    fn read_gpu(&self, index: u32, gpu: &mut Gpu, req: &SampleRequest, recheck_mig: bool, out: &mut Vec<DeviceSample>) {
         let filter: &DeviceFilter = &req.devices;
-        let lost_sample = |gpu: &Gpu| {
-            let info = gpu.info.clone().unwrap_or_else(|| {
-                Arc::new(DeviceInfo::new(index, gpu.uuid.clone().unwrap_or_default(), String::new()))
-            });
-            DeviceSample::lost(info)
+        // Reports the GPU lost (if the filter may show it) and drops its handle and state.
+        let give_up = |this: &Self, gpu: &mut Gpu, out: &mut Vec<DeviceSample>| {
+            this.forget(gpu);
+            if filter.may_allow_gpu(index, gpu.uuid.as_deref().unwrap_or_default()) {
+                out.push(Self::lost_sample(index, gpu));
+            }
         };
         // Handle: cached, or (re-)fetched.
         let handle = match gpu.handle {
@@ -269,31 +333,29 @@ impl NvmlSampler {
                 // SAFETY: only stored; turned back into a Device by `self.device`.
                 Ok(d) => (unsafe { d.handle() }) as usize,
                 Err(e) => {
-                    if classify(&e) == Outcome::Lost
-                        && gpu.uuid.as_deref().is_some_and(|u| filter.may_allow_gpu(index, u))
-                    {
-                        gpu.lost = true;
-                        out.push(lost_sample(gpu));
+                    if identity_lost(&e) {
+                        give_up(self, gpu, out);
                     }
                     return;
                 }
             },
         };
         let d = self.device(handle);
+        // Identity: cached while the GPU answers; re-read after it was lost (it may be another
+        // board now).
         let uuid = match &gpu.uuid {
-            Some(u) => u.clone(),
-            None => match d.uuid() {
+            Some(u) if !gpu.lost => u.clone(),
+            _ => match d.uuid() {
                 Ok(u) => u,
-                Err(_) => return,
+                Err(_) => {
+                    // A GPU without a readable UUID cannot be reported; show it lost by index.
+                    give_up(self, gpu, out);
+                    return;
+                }
             },
         };
-        if !filter.may_allow_gpu(index, &uuid) {
-            gpu.handle = Some(handle);
-            gpu.uuid = Some(uuid);
-            return;
-        }
         if gpu.lost {
-            // Re-discovered: refresh handle, static info and MIG layout, re-arm XID.
+            // Re-discovered: fresh static info and MIG layout, re-armed XID watch.
             gpu.lost = false;
             gpu.info = None;
             gpu.migs.clear();
@@ -301,9 +363,20 @@ impl NvmlSampler {
                 x.register(index);
             }
         }
+        gpu.handle = Some(handle);
+        gpu.uuid = Some(uuid.clone());
+        if !filter.may_allow_gpu(index, &uuid) {
+            return;
+        }
         let info = match &gpu.info {
-            Some(i) if i.uuid == uuid => i.clone(),
-            _ => match read::static_info(&self.nvml, &d, index, uuid.clone()) {
+            Some(i) => {
+                let i = i.clone();
+                if recheck_mig {
+                    self.recheck_migs(&d, &i, gpu);
+                }
+                i
+            }
+            None => match read::static_info(&self.nvml, &d, index, uuid) {
                 Ok(i) => {
                     let i = Arc::new(i);
                     gpu.migs = self.discover_migs(&d, &i);
@@ -311,17 +384,13 @@ impl NvmlSampler {
                     i
                 }
                 Err(e) => {
-                    gpu.uuid = Some(uuid);
-                    if classify(&e) == Outcome::Lost {
-                        self.forget(gpu);
-                        out.push(lost_sample(gpu));
+                    if identity_lost(&e) {
+                        give_up(self, gpu, out);
                     }
                     return;
                 }
             },
         };
-        gpu.handle = Some(handle);
-        gpu.uuid = Some(uuid);
 
         let mut lost = false;
         if filter.allows(&info) {
@@ -358,6 +427,54 @@ impl NvmlSampler {
             out.retain(|s| s.info.mig.as_ref().is_none_or(|m| m.parent_uuid != info.uuid));
             out.push(DeviceSample::lost(info));
         }
+    }
+
+    /// The MIG instances of a GPU as NVML lists them now: `(handle, uuid)` in NVML's order, or
+    /// `None` when the GPU did not answer (lost) — then nothing is changed.
+    fn mig_layout(&self, d: &Device<'_>) -> Option<Vec<(usize, String)>> {
+        let enabled = match d.mig_mode() {
+            Ok(m) => m.current == 1,
+            Err(e) if identity_lost(&e) => return None,
+            Err(_) => false,
+        };
+        if !enabled {
+            return Some(Vec::new());
+        }
+        let count = match d.mig_device_count() {
+            Ok(n) => n,
+            Err(e) if identity_lost(&e) => return None,
+            Err(_) => 0,
+        };
+        let mut layout = Vec::new();
+        for i in 0..count {
+            let Ok(md) = d.mig_device_by_index(i) else { continue };
+            let Ok(uuid) = md.uuid() else { continue };
+            // SAFETY: only compared / stored; see `device`.
+            layout.push((unsafe { md.handle() } as usize, uuid));
+        }
+        Some(layout)
+    }
+
+    /// Picks up MIG instances created or destroyed since the last look; instances that stay
+    /// keep their carried state.
+    fn recheck_migs(&self, d: &Device<'_>, parent: &Arc<DeviceInfo>, gpu: &mut Gpu) {
+        let Some(layout) = self.mig_layout(d) else { return };
+        let known: Vec<(usize, &str)> = gpu.migs.iter().map(|m| (m.handle, m.info.uuid.as_str())).collect();
+        if layout.len() == known.len() && layout.iter().zip(&known).all(|((h, u), (kh, ku))| h == kh && u == ku) {
+            return;
+        }
+        let mut fresh = self.discover_migs(d, parent);
+        for m in &mut fresh {
+            if let Some(old) = gpu.migs.iter_mut().find(|o| o.info.uuid == m.info.uuid && o.handle == m.handle) {
+                m.carry = std::mem::take(&mut old.carry);
+            }
+        }
+        for old in &mut gpu.migs {
+            if let Some(s) = old.carry.gpm_prev.take() {
+                read::free_gpm_sample(&self.nvml, s);
+            }
+        }
+        gpu.migs = fresh;
     }
 
     fn discover_migs(&self, d: &Device<'_>, parent: &Arc<DeviceInfo>) -> Vec<Mig> {
@@ -409,9 +526,14 @@ impl Sampler for NvmlSampler {
         if state.gpus.len() < n {
             state.gpus.resize_with(n, Gpu::default);
         }
+        state.since_mig_check = state.since_mig_check.saturating_add(1);
+        let recheck_mig = self.mig_recheck > 0 && state.since_mig_check >= self.mig_recheck;
+        if recheck_mig {
+            state.since_mig_check = 0;
+        }
         let mut devices = Vec::with_capacity(n);
         for (i, gpu) in state.gpus.iter_mut().enumerate().take(n) {
-            self.read_gpu(i as u32, gpu, request, &mut devices);
+            self.read_gpu(i as u32, gpu, request, recheck_mig, &mut devices);
         }
         Ok(Snapshot::new(self.system.clone(), devices).with_taken_at(taken_at).with_duration(started.elapsed()))
     }
@@ -451,13 +573,31 @@ struct Lazy {
     last_error: String,
 }
 
+impl Lazy {
+    /// Records a failed attempt (NVML not loadable, or gone from under a loaded sampler): the
+    /// attempt is counted, the next one scheduled after the current backoff, which doubles.
+    fn fail(&mut self, builder: &NvmlSamplerBuilder, reason: String, source: SampleError) -> SampleError {
+        self.sampler = None;
+        self.attempts += 1;
+        self.last_error = reason;
+        let wait = self.backoff;
+        self.next_try = Some(Instant::now() + wait);
+        self.backoff = (self.backoff * 2).min(builder.backoff_max);
+        SampleError::Unavailable {
+            reason: format!("{} (attempt {}; next retry in {:.1?})", self.last_error, self.attempts, wait),
+            source: Some(Box::new(source)),
+        }
+    }
+}
+
 impl LazyNvmlSampler {
     /// Whether NVML is loaded now.
     pub fn is_loaded(&self) -> bool {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).sampler.is_some()
     }
 
-    /// Failed load attempts since the last success.
+    /// Failed attempts since the last successful sample: loads that failed, and loaded samplers
+    /// dropped because NVML stopped answering.
     pub fn failed_attempts(&self) -> u32 {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).attempts
     }
@@ -472,33 +612,27 @@ impl Sampler for LazyNvmlSampler {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if s.sampler.is_none() {
             let now = Instant::now();
-            if s.next_try.is_some_and(|t| now < t) {
-                let wait = s.next_try.map(|t| t - now).unwrap_or_default();
+            if let Some(t) = s.next_try.filter(|t| now < *t) {
                 return Err(SampleError::unavailable(format!(
                     "{} (attempt {}; next retry in {:.1?})",
-                    s.last_error, s.attempts, wait
+                    s.last_error,
+                    s.attempts,
+                    t - now
                 )));
             }
             match self.builder.clone().build() {
+                // Attempts and backoff are reset by a successful sample, not by the load: a
+                // driver that loads but does not answer must not be retried at full rate.
                 Ok(sampler) => {
                     s.sampler = Some(sampler);
-                    s.attempts = 0;
-                    s.backoff = self.builder.backoff_initial;
                     s.next_try = None;
                 }
                 Err(e) => {
-                    s.attempts += 1;
-                    s.last_error = match &e {
+                    let reason = match &e {
                         SampleError::Unavailable { reason, .. } => reason.clone(),
                         other => other.to_string(),
                     };
-                    let wait = s.backoff;
-                    s.next_try = Some(now + wait);
-                    s.backoff = (s.backoff * 2).min(self.builder.backoff_max);
-                    return Err(SampleError::Unavailable {
-                        reason: format!("{} (attempt {}; next retry in {:.1?})", s.last_error, s.attempts, wait),
-                        source: Some(Box::new(e)),
-                    });
+                    return Err(s.fail(&self.builder, reason, e));
                 }
             }
         }
@@ -506,12 +640,15 @@ impl Sampler for LazyNvmlSampler {
         match result {
             Some(Err(SampleError::Unavailable { reason, source })) => {
                 // NVML went away under us: start over with backoff.
-                s.sampler = None;
-                s.last_error = reason.clone();
-                s.next_try = Some(Instant::now() + s.backoff);
-                Err(SampleError::Unavailable { reason, source })
+                let e = SampleError::Unavailable { reason: reason.clone(), source };
+                Err(s.fail(&self.builder, reason, e))
             }
-            Some(r) => r,
+            Some(Ok(snapshot)) => {
+                s.attempts = 0;
+                s.backoff = self.builder.backoff_initial;
+                Ok(snapshot)
+            }
+            Some(Err(e)) => Err(e),
             None => Err(SampleError::unavailable("NVML is not loaded")),
         }
     }

@@ -15,7 +15,7 @@ use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings as sys;
 
-use super::errors::{classify, Outcome};
+use super::errors::{classify, identity_lost, Outcome};
 use crate::metric::{Family, MetricSet};
 use crate::model::{ClockEventReasons, Clocks, DeviceInfo, DeviceSample, MigInfo, ProcessSample, WindowStats};
 
@@ -95,10 +95,14 @@ fn mhz(v: u32) -> f64 {
     f64::from(v) * 1e6
 }
 
-/// The static facts of a physical GPU. Identity errors propagate (a GPU without a UUID cannot be
-/// reported); the rest are optional.
+/// The static facts of a physical GPU. A lost GPU (or `Unknown` from the name) is an error; the
+/// rest are optional (an unreadable name is empty).
 pub(crate) fn static_info(nvml: &Nvml, d: &Device<'_>, index: u32, uuid: String) -> Result<DeviceInfo, NvmlError> {
-    let name = d.name()?;
+    let name = match d.name() {
+        Ok(n) => n,
+        Err(e) if identity_lost(&e) => return Err(e),
+        Err(_) => String::new(),
+    };
     let mut info = DeviceInfo::new(index, uuid, name);
     info.pci_bus_id = d.pci_info().ok().map(|p| p.bus_id);
     info.serial = d.serial().ok().filter(|s| !s.is_empty());
@@ -380,9 +384,44 @@ const GPM_METRICS: [u32; 5] = [
     sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_DRAM_BW_UTIL,
 ];
 
+/// Takes a GPM sample without reporting anything: the baseline the first tick's metrics are
+/// computed against (taken when the sampler is built). Failures are left to the tick's read.
+pub(crate) fn gpm_baseline(nvml: &Nvml, d: &Device<'_>, carry: &mut Carry) {
+    if carry.gpm_prev.is_some() {
+        return;
+    }
+    match d.gpm_support() {
+        Ok(true) => carry.gpm_supported = Some(true),
+        Ok(false) => {
+            carry.gpm_supported = Some(false);
+            return;
+        }
+        Err(_) => return,
+    }
+    if let Ok(s) = take_gpm_sample(nvml, d) {
+        carry.gpm_prev = Some(s);
+    }
+}
+
+/// Allocates a GPM sample and fills it from `d` (freed again on failure).
+fn take_gpm_sample(nvml: &Nvml, d: &Device<'_>) -> Result<usize, NvmlError> {
+    let lib = nvml.lib();
+    let alloc = nvml_sym(lib.nvmlGpmSampleAlloc.as_ref())?;
+    let get = nvml_sym(lib.nvmlGpmSampleGet.as_ref())?;
+    let mut s: sys::nvmlGpmSample_t = ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    nvml_try(unsafe { alloc(&mut s) })?;
+    // SAFETY: a live handle and a freshly allocated sample.
+    if let Err(e) = nvml_try(unsafe { get(d.handle(), s) }) {
+        free_gpm_sample(nvml, s as usize);
+        return Err(e);
+    }
+    Ok(s as usize)
+}
+
 /// GPM needs two samples: each tick takes one and reports the metrics between it and the
-/// previous tick's. Raw calls, because nvml-wrapper's `GpmSample` borrows `Nvml` and cannot be
-/// kept across ticks.
+/// previous one (the previous tick's, or the baseline taken when the sampler was built). Raw
+/// calls, because nvml-wrapper's `GpmSample` borrows `Nvml` and cannot be kept across ticks.
 fn gpm(nvml: &Nvml, d: &Device<'_>, carry: &mut Carry, r: &mut Reader<'_>) {
     if carry.gpm_supported.is_none() {
         carry.gpm_supported = r.get(Family::Gpm, || d.gpm_support()).or(Some(false));
@@ -390,28 +429,14 @@ fn gpm(nvml: &Nvml, d: &Device<'_>, carry: &mut Carry, r: &mut Reader<'_>) {
     if carry.gpm_supported != Some(true) || r.lost {
         return;
     }
-    let lib = nvml.lib();
-    let syms = (|| {
-        Ok::<_, NvmlError>((
-            nvml_sym(lib.nvmlGpmSampleAlloc.as_ref())?,
-            nvml_sym(lib.nvmlGpmSampleGet.as_ref())?,
-            nvml_sym(lib.nvmlGpmMetricsGet.as_ref())?,
-        ))
-    })();
-    let (alloc, get, metrics_get) = match syms {
-        Ok(s) => s,
+    let metrics_get = match nvml_sym(nvml.lib().nvmlGpmMetricsGet.as_ref()) {
+        Ok(f) => f,
         Err(e) => return r.note(Family::Gpm, &e),
     };
-    let mut s: sys::nvmlGpmSample_t = ptr::null_mut();
-    // SAFETY: valid out-pointer.
-    if let Err(e) = nvml_try(unsafe { alloc(&mut s) }) {
-        return r.note(Family::Gpm, &e);
-    }
-    // SAFETY: a live handle and a freshly allocated sample.
-    if let Err(e) = nvml_try(unsafe { get(d.handle(), s) }) {
-        free_gpm_sample(nvml, s as usize);
-        return r.note(Family::Gpm, &e);
-    }
+    let s = match take_gpm_sample(nvml, d) {
+        Ok(s) => s as sys::nvmlGpmSample_t,
+        Err(e) => return r.note(Family::Gpm, &e),
+    };
     if let Some(prev) = carry.gpm_prev.replace(s as usize) {
         // SAFETY: plain C struct; all-zero is a valid starting value.
         let mut mg: Box<sys::nvmlGpmMetricsGet_t> = Box::new(unsafe { mem::zeroed() });

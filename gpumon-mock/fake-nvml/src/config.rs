@@ -25,6 +25,15 @@
 //! - `lost:<gpu>@<n>calls`: lost (sticky) after `<n>` calls that took its handle.
 //! - `notsupported:<function>[@<gpu>]`: that NVML function returns `NVML_ERROR_NOT_SUPPORTED`.
 //! - `nopermission:<function>[@<gpu>]`: that NVML function returns `NVML_ERROR_NO_PERMISSION`.
+//! - `unknown:<function>[@<gpu>]`: that NVML function returns `NVML_ERROR_UNKNOWN` (what real
+//!   drivers answer for single fields: "[Unknown Error]").
+//! - `replaced:<gpu>@<tick>`: from `<tick>` on the board at that index is another one: a new
+//!   UUID and serial (its MIG instances' too). Combine with `lost:<gpu>@<from>-<until>` to model
+//!   a hot swap.
+//! - `mig-absent:<gpu>:<mig>@<tick>` / `mig-absent:<gpu>:<mig>@<from>-<until>`: MIG instance
+//!   `<mig>` (its `mig_index` in the profile) of GPU `<gpu>` is destroyed from `<tick>` on, or
+//!   absent for ticks `from..until` (created at `until`): it is not enumerated and its handle
+//!   answers `NVML_ERROR_INVALID_ARGUMENT`.
 //! - `ecc-burst:<gpu>@<tick>[:<xid>]`: from `<tick>` on, the GPU's ECC counters jump
 //!   (+16 corrected, +2 uncorrected) and one XID `<xid>` (default 48, double-bit ECC) is
 //!   delivered through the event set.
@@ -111,6 +120,32 @@ pub enum Fault {
         function: String,
         /// Only for this GPU (`None` = all).
         gpu: Option<u32>,
+    },
+    /// The function returns `NVML_ERROR_UNKNOWN`.
+    Unknown {
+        /// NVML function name.
+        function: String,
+        /// Only for this GPU (`None` = all).
+        gpu: Option<u32>,
+    },
+    /// From `tick` on, another board sits at this index: new UUID and serial.
+    Replaced {
+        /// NVML index of the physical GPU.
+        gpu: u32,
+        /// First tick with the new board.
+        tick: u64,
+    },
+    /// MIG instance `mig` of GPU `gpu` does not exist from `from` (inclusive) until `until`
+    /// (exclusive; `None` = forever).
+    MigAbsent {
+        /// NVML index of the physical GPU.
+        gpu: u32,
+        /// The instance's `mig_index` in the profile.
+        mig: u32,
+        /// First tick it is absent.
+        from: u64,
+        /// First tick it exists again.
+        until: Option<u64>,
     },
     /// ECC counters jump and one XID is delivered, from `tick` on.
     EccBurst {
@@ -250,7 +285,8 @@ fn parse_fault(entry: &str) -> Result<Fault, ConfigError> {
     let bad = |why: &str| {
         ConfigError(format!(
             "fault `{entry}`: {why}; expected driver-not-loaded, lost:<gpu>@<tick>[-<until>], lost:<gpu>@<n>calls, \
-             notsupported:<fn>[@<gpu>], nopermission:<fn>[@<gpu>] or ecc-burst:<gpu>@<tick>[:<xid>]"
+             notsupported:<fn>[@<gpu>], nopermission:<fn>[@<gpu>], unknown:<fn>[@<gpu>], \
+             replaced:<gpu>@<tick>, mig-absent:<gpu>:<mig>@<tick>[-<until>] or ecc-burst:<gpu>@<tick>[:<xid>]"
         ))
     };
     let num = |s: &str| s.trim().parse::<u64>().map_err(|_| bad(&format!("`{s}` is not a number")));
@@ -271,7 +307,7 @@ fn parse_fault(entry: &str) -> Result<Fault, ConfigError> {
                 None => Ok(Fault::Lost { gpu, from: num(when)?, until: None }),
             }
         }
-        "notsupported" | "nopermission" => {
+        "notsupported" | "nopermission" | "unknown" => {
             let (function, g) = match rest.split_once('@') {
                 Some((f, g)) => (f.to_owned(), Some(gpu(g)?)),
                 None => (rest.to_owned(), None),
@@ -279,11 +315,25 @@ fn parse_fault(entry: &str) -> Result<Fault, ConfigError> {
             if !function.starts_with("nvml") {
                 return Err(bad("the function name must start with `nvml`"));
             }
-            Ok(if kind == "notsupported" {
-                Fault::NotSupported { function, gpu: g }
-            } else {
-                Fault::NoPermission { function, gpu: g }
+            Ok(match kind {
+                "notsupported" => Fault::NotSupported { function, gpu: g },
+                "nopermission" => Fault::NoPermission { function, gpu: g },
+                _ => Fault::Unknown { function, gpu: g },
             })
+        }
+        "replaced" => {
+            let (g, when) = rest.split_once('@').ok_or_else(|| bad("missing `@`"))?;
+            Ok(Fault::Replaced { gpu: gpu(g)?, tick: num(when)? })
+        }
+        "mig-absent" => {
+            let (which, when) = rest.split_once('@').ok_or_else(|| bad("missing `@`"))?;
+            let (g, m) = which.split_once(':').ok_or_else(|| bad("expected <gpu>:<mig>"))?;
+            let mig = m.trim().parse::<u32>().map_err(|_| bad(&format!("`{m}` is not a MIG index")))?;
+            let (from, until) = match when.split_once('-') {
+                Some((a, b)) => (num(a)?, Some(num(b)?)),
+                None => (num(when)?, None),
+            };
+            Ok(Fault::MigAbsent { gpu: gpu(g)?, mig, from, until })
         }
         "ecc-burst" => {
             let (g, when) = rest.split_once('@').ok_or_else(|| bad("missing `@`"))?;
@@ -305,7 +355,8 @@ mod tests {
     fn parses_every_fault_form() {
         let f = parse_faults(
             "lost:3@5, lost:2@1-4, lost:1@40calls, notsupported:nvmlDeviceGetFanSpeed_v2, \
-             nopermission:nvmlDeviceGetPowerUsage@2, ecc-burst:1@3, ecc-burst:0@2:63, driver-not-loaded",
+             nopermission:nvmlDeviceGetPowerUsage@2, ecc-burst:1@3, ecc-burst:0@2:63, driver-not-loaded, \
+             unknown:nvmlDeviceGetUUID@4, replaced:3@2, mig-absent:0:3@0-5, mig-absent:1:0@7",
         )
         .unwrap();
         assert_eq!(
@@ -319,13 +370,19 @@ mod tests {
                 Fault::EccBurst { gpu: 1, tick: 3, xid: 48 },
                 Fault::EccBurst { gpu: 0, tick: 2, xid: 63 },
                 Fault::DriverNotLoaded,
+                Fault::Unknown { function: "nvmlDeviceGetUUID".into(), gpu: Some(4) },
+                Fault::Replaced { gpu: 3, tick: 2 },
+                Fault::MigAbsent { gpu: 0, mig: 3, from: 0, until: Some(5) },
+                Fault::MigAbsent { gpu: 1, mig: 0, from: 7, until: None },
             ]
         );
     }
 
     #[test]
     fn rejects_bad_entries_naming_them() {
-        for bad in ["lost:x@1", "lost:1", "boom:1", "notsupported:GetFan", "ecc-burst:1@x"] {
+        for bad in
+            ["lost:x@1", "lost:1", "boom:1", "notsupported:GetFan", "ecc-burst:1@x", "mig-absent:0@1", "replaced:1"]
+        {
             let e = parse_faults(bad).unwrap_err();
             assert!(e.0.contains(bad), "{e}");
         }

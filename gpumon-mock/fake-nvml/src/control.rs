@@ -11,6 +11,7 @@
 //! | [`inject`] | `gpumon_fake_nvml_inject(const char *faults)` | add faults at run time |
 //! | [`clear_faults`] | `gpumon_fake_nvml_clear_faults()` | remove every fault, lost GPUs return |
 //! | [`call_count`] | `gpumon_fake_nvml_call_count(const char *fn) -> u64` | calls of one NVML function so far |
+//! | [`event_registrations`] | `gpumon_fake_nvml_event_registrations(u32 gpu) -> u64` | event sets GPU `gpu` is registered in now (a lost GPU loses its registrations) |
 //! | [`reset`] | `gpumon_fake_nvml_reset()` | forget everything (next `nvmlInit` reads the environment) |
 //! | [`set_timing`] | `gpumon_fake_nvml_set_timing(int on)` | measure time spent inside NVML calls (benchmarks) |
 //! | [`time_spent`] | `gpumon_fake_nvml_time_ns(u64 *calls) -> u64` | nanoseconds inside calls (and how many) since timing was switched on |
@@ -95,6 +96,12 @@ pub fn clear_faults() {
 /// How many times the named NVML function was called.
 pub fn call_count(function: &str) -> u64 {
     lock().calls.get(function).copied().unwrap_or(0)
+}
+
+/// In how many event sets physical GPU `gpu` is registered now. Registrations are dropped
+/// when the GPU is lost, so after it returns this is 0 until a client registers it again.
+pub fn event_registrations(gpu: u32) -> u64 {
+    lock().fake.as_ref().map_or(0, |f| f.registrations(gpu))
 }
 
 /// Forgets everything, including an in-process configuration.
@@ -183,6 +190,12 @@ pub extern "C" fn gpumon_fake_nvml_clear_faults() -> nvmlReturn_t {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gpumon_fake_nvml_call_count(function: *const c_char) -> u64 {
     catch_unwind(|| c_str(function).map(call_count).unwrap_or(0)).unwrap_or(0)
+}
+
+/// C: see [`event_registrations`].
+#[unsafe(no_mangle)]
+pub extern "C" fn gpumon_fake_nvml_event_registrations(gpu: u32) -> u64 {
+    catch_unwind(|| event_registrations(gpu)).unwrap_or(0)
 }
 
 /// C: see [`reset`].

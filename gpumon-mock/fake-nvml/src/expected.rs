@@ -15,6 +15,9 @@ use crate::units;
 pub fn faulted_sample(fleet: &Fleet, faults: &[Fault], index: usize, tick: u64) -> DeviceSample {
     let mut s = fleet.sample(index, tick);
     let gpu = fleet.devices[index].index;
+    if is_replaced(fleet, faults, index, tick) {
+        s.info = Arc::new(replaced(&s.info));
+    }
     for f in faults {
         match *f {
             Fault::Lost { gpu: g, from, until } if g == gpu && tick >= from && until.is_none_or(|u| tick < u) => {
@@ -38,6 +41,47 @@ pub fn faulted_sample(fleet: &Fleet, faults: &[Fault], index: usize, tick: u64) 
         }
     }
     s
+}
+
+fn is_replaced(fleet: &Fleet, faults: &[Fault], index: usize, tick: u64) -> bool {
+    let gpu = fleet.devices[index].index;
+    faults.iter().any(|f| matches!(*f, Fault::Replaced { gpu: g, tick: at } if g == gpu && tick >= at))
+}
+
+/// The identity device `index` presents at `tick`: the profile's, or — after a
+/// `replaced:<gpu>@<tick>` fault — the replacement board's ([`replaced`]).
+pub fn identity(fleet: &Fleet, faults: &[Fault], index: usize, tick: u64) -> Arc<DeviceInfo> {
+    if is_replaced(fleet, faults, index, tick) {
+        Arc::new(replaced(&fleet.devices[index]))
+    } else {
+        fleet.devices[index].clone()
+    }
+}
+
+/// The replacement board's identity: every hex digit of the UUID (and of a MIG instance's
+/// parent UUID) moved by 8, every serial digit by 5 — deterministic, and never the original.
+pub fn replaced(info: &DeviceInfo) -> DeviceInfo {
+    fn uuid(u: &str) -> String {
+        let (prefix, rest) = u.split_once('-').unwrap_or(("", u));
+        let moved: String = rest
+            .chars()
+            .map(|c| c.to_digit(16).and_then(|d| char::from_digit((d + 8) % 16, 16)).unwrap_or(c))
+            .collect();
+        if prefix.is_empty() {
+            moved
+        } else {
+            format!("{prefix}-{moved}")
+        }
+    }
+    let mut d = info.clone();
+    d.uuid = uuid(&info.uuid);
+    d.serial = info.serial.as_ref().map(|s| {
+        s.chars().map(|c| c.to_digit(10).and_then(|d| char::from_digit((d + 5) % 10, 10)).unwrap_or(c)).collect()
+    });
+    if let Some(m) = d.mig.as_mut() {
+        m.parent_uuid = uuid(&m.parent_uuid);
+    }
+    d
 }
 
 /// The static facts an NVML client reads for `info` (limits and clocks in NVML's integer units).

@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use gpumon_core::{DeviceInfo, DeviceSample, DeviceState, FailureReason, Family};
 
 use crate::config::{Clock, Config, Fault};
-use crate::expected::faulted_sample;
+use crate::expected::{faulted_sample, identity};
 use crate::ffi::*;
 use crate::model::{DeviceExtras, Fleet};
 
@@ -63,8 +63,21 @@ pub(crate) struct Slot {
 }
 
 pub(crate) struct EventSetState {
+    /// (slot, event mask) per registered device; registering again adds to the mask. A GPU's
+    /// registrations (its MIG instances' too) are dropped when it is lost, as a driver drops
+    /// them when the GPU falls off the bus: a client must register it again once it is back.
     pub registered: Vec<(usize, u64)>,
     pub delivered: HashMap<(usize, u64), u64>,
+}
+
+impl EventSetState {
+    /// Registers `slot` for `mask` (added to what it is registered for already).
+    pub fn register(&mut self, slot: usize, mask: u64) {
+        match self.registered.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, m)) => *m |= mask,
+            None => self.registered.push((slot, mask)),
+        }
+    }
 }
 
 pub(crate) struct GpmSampleState {
@@ -291,6 +304,7 @@ impl Fake {
             let (function, only, code) = match f {
                 Fault::NotSupported { function, gpu } => (function, gpu, NVML_ERROR_NOT_SUPPORTED),
                 Fault::NoPermission { function, gpu } => (function, gpu, NVML_ERROR_NO_PERMISSION),
+                Fault::Unknown { function, gpu } => (function, gpu, NVML_ERROR_UNKNOWN),
                 _ => continue,
             };
             let applies = match (only, gpu) {
@@ -305,16 +319,40 @@ impl Fake {
         Ok(())
     }
 
-    /// Whether physical GPU `gpu` is lost at `tick` (faults and the model's own state).
+    /// Whether physical GPU `gpu` is lost at `tick` (faults and the model's own state). A lost
+    /// GPU loses its event registrations.
     pub fn gpu_lost(&mut self, gpu: u32, tick: u64) -> bool {
         let g = gpu as usize;
-        if self.sticky_lost.get(g).copied().unwrap_or(false) {
-            return true;
+        let lost = self.sticky_lost.get(g).copied().unwrap_or(false)
+            || self.physical.get(g).copied().is_some_and(|slot| self.sample(slot, tick).state == DeviceState::Lost);
+        if lost {
+            self.drop_registrations(gpu);
         }
-        if let Some(&slot) = self.physical.get(g) {
-            return self.sample(slot, tick).state == DeviceState::Lost;
+        lost
+    }
+
+    /// Removes every event registration of physical GPU `gpu` and its MIG instances.
+    pub fn drop_registrations(&mut self, gpu: u32) {
+        let slots = &self.slots;
+        for set in self.event_sets.values_mut() {
+            set.registered.retain(|(slot, _)| slots.get(*slot).is_none_or(|s| s.gpu != gpu));
         }
-        false
+    }
+
+    /// In how many event sets physical GPU `gpu` (the device itself) is registered.
+    pub fn registrations(&self, gpu: u32) -> u64 {
+        let Some(&slot) = self.physical.get(gpu as usize) else { return 0 };
+        self.event_sets.values().filter(|s| s.registered.iter().any(|(r, _)| *r == slot)).count() as u64
+    }
+
+    /// Whether MIG slot `slot` is absent (destroyed, or not yet created) at `tick`.
+    pub fn mig_absent(&self, slot: usize, tick: u64) -> bool {
+        let Some(s) = self.slots.get(slot) else { return false };
+        let Some(mig) = s.mig_index else { return false };
+        self.faults.iter().any(|f| {
+            matches!(*f, Fault::MigAbsent { gpu, mig: m, from, until }
+                if gpu == s.gpu && m == mig && tick >= from && until.is_none_or(|u| tick < u))
+        })
     }
 
     /// Resolves and checks a device handle for a device-taking export.
@@ -336,9 +374,14 @@ impl Fake {
         if self.gpu_lost(gpu, tick) {
             return Err(NVML_ERROR_GPU_IS_LOST);
         }
+        if self.mig_absent(slot, tick) {
+            // A destroyed MIG instance's handle is no longer valid.
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
         self.function_fault(name, Some(gpu))?;
         let sample = self.sample(slot, tick);
         if sample.state == DeviceState::Lost {
+            self.drop_registrations(gpu);
             return Err(NVML_ERROR_GPU_IS_LOST);
         }
         if let Some(family) = family {
@@ -353,7 +396,7 @@ impl Fake {
         Ok(Dev {
             slot,
             tick,
-            info: self.fleet.devices[slot].clone(),
+            info: identity(&self.fleet, &self.faults, slot, tick),
             extras: self.fleet.extras.get(slot).cloned().unwrap_or_default(),
             sample,
         })

@@ -1,15 +1,18 @@
 //! End to end: the example agent with `--backend nvml` on the fake (through `LD_LIBRARY_PATH`,
 //! unmodified loading of `libnvidia-ml.so.1`) prints the same snapshot as `--backend mock` with
-//! the same profile — modulo timestamps, the backend name, XID arrival times, float rounding in
-//! the window statistics (1e-9) and GPM, which NVML can only report from the second tick on.
+//! the same profile — modulo timestamps, the backend name, XID arrival times and float rounding
+//! in the window statistics and GPM ratios (1e-9). GPM is compared too: the sampler takes a GPM
+//! baseline when it is built, so even a `--once` run reports it.
 //!
-//! Uses `target/<profile>/examples/agent` (built by `cargo test --workspace`; built here with
-//! `cargo build --example agent` when missing).
+//! Uses `target/<profile>/examples/agent`, brought up to date here with `cargo build --example
+//! agent` (a no-op when `cargo test --workspace` just built it; without it a stale binary from an
+//! earlier build would be tested).
 
 mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::OnceLock;
 
 use serde_json::Value;
 
@@ -18,20 +21,29 @@ fn workspace() -> PathBuf {
 }
 
 fn agent() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.ancestors().nth(2).unwrap().to_path_buf(); // target/<profile>
-    let bin = profile_dir.join("examples/agent");
-    if !bin.is_file() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let out = Command::new(cargo)
-            .args(["build", "--example", "agent"])
-            .current_dir(workspace())
-            .output()
-            .expect("cargo build --example agent");
-        assert!(out.status.success(), "cargo build --example agent failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    }
-    assert!(bin.is_file(), "{} missing", bin.display());
-    bin
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().unwrap();
+            let profile_dir = exe.ancestors().nth(2).unwrap().to_path_buf(); // target/<profile>
+            let release = profile_dir.file_name().is_some_and(|n| n == "release");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let out = Command::new(cargo)
+                .args(["build", "--example", "agent"])
+                .args(release.then_some("--release"))
+                .current_dir(workspace())
+                .output()
+                .expect("cargo build --example agent");
+            assert!(
+                out.status.success(),
+                "cargo build --example agent failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let bin = profile_dir.join("examples/agent");
+            assert!(bin.is_file(), "{} missing", bin.display());
+            bin
+        })
+        .clone()
 }
 
 fn run(args: &[&str], env: &[(&str, &str)]) -> Value {
@@ -62,7 +74,6 @@ fn normalize(mut v: Value) -> Value {
     }
     for d in o.get_mut("devices").and_then(Value::as_array_mut).unwrap() {
         let d = d.as_object_mut().unwrap();
-        d.insert("gpm".into(), Value::Null);
         if let Some(x) = d.get_mut("xid_errors").and_then(Value::as_array_mut) {
             for e in x {
                 e.as_object_mut().unwrap().remove("last_seen");
@@ -102,7 +113,7 @@ fn close(a: &Value, b: &Value, path: &str) -> Result<(), String> {
     }
 }
 
-fn same_snapshot(profile: &str) {
+fn same_snapshot(profile: &str) -> Value {
     let dir = common::Fake::new("clock=manual"); // a private directory holding libnvidia-ml.so.1
     let ld = dir.dir.to_string_lossy().into_owned();
     let mock = run(&["--backend", "mock", "--mock-profile", profile], &[]);
@@ -112,14 +123,19 @@ fn same_snapshot(profile: &str) {
     );
     assert_eq!(nvml["system"]["backend"], "nvml");
     assert_eq!(mock["system"]["backend"], "mock");
-    if let Err(e) = close(&normalize(nvml), &normalize(mock), "snapshot") {
+    let nvml = normalize(nvml);
+    if let Err(e) = close(&nvml, &normalize(mock), "snapshot") {
         panic!("{profile}: --backend nvml on the fake differs from --backend mock: {e}");
     }
+    nvml
 }
 
 #[test]
 fn agent_nvml_on_the_fake_equals_agent_mock_h100x8() {
-    same_snapshot("h100x8");
+    let snap = same_snapshot("h100x8");
+    // GPM is part of the comparison, not vacuously equal.
+    let gpm = &snap["devices"][0]["gpm"];
+    assert!(gpm["sm_activity"].is_number(), "no GPM on the first tick: {gpm}");
 }
 
 #[test]

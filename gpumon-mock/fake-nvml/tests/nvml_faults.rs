@@ -259,3 +259,232 @@ fn lazy_sampler_retries_with_backoff_until_nvml_loads() {
     assert_eq!(snap.devices.len(), 8);
     assert!(lazy.is_loaded());
 }
+
+#[test]
+fn unknown_error_is_a_metric_failure_not_a_lost_gpu() {
+    // Real drivers answer NVML_ERROR_UNKNOWN ("[Unknown Error]") for single fields of a GPU that
+    // is otherwise fine: that value fails, the GPU stays up with everything else.
+    let fake = Fake::new("clock=manual;faults=unknown:nvmlDeviceGetTotalEnergyConsumption@2");
+    let s = sampler(&fake);
+    for tick in 0..3 {
+        fake.set_tick(tick);
+        let snap = s.sample(&all()).unwrap();
+        assert_eq!(states(&snap), vec![DeviceState::Ok; 8], "tick {tick}");
+        let d = &snap.devices[2];
+        assert_eq!(d.power.energy_joules, None);
+        assert!(d.power.usage_watts.is_some() && d.utilization.gpu.is_some(), "the rest is still read");
+        assert_eq!(
+            d.errors,
+            vec![MetricFailure::new(Family::Energy, FailureReason::Other(gpumon_core::nvml::UNKNOWN_ERROR.into()))]
+        );
+    }
+    // Not re-discovered: handles and static info were read once.
+    assert_eq!(fake.calls("nvmlDeviceGetHandleByIndex_v2"), 8 + 8, "sampler + XID watcher, once each");
+    assert_eq!(fake.calls("nvmlDeviceGetName"), 8);
+}
+
+fn scenario_file(name: &str, body: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("gpumon-fake-nvml-scn-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(format!("{name}.toml"));
+    std::fs::write(&file, body).unwrap();
+    (dir, file)
+}
+
+#[test]
+fn scenario_unknown_error_is_the_same_metric_failure_on_mock_and_nvml() {
+    let (dir, file) = scenario_file(
+        "unknown",
+        "name = \"unknown\"\nworkload = \"training\"\n\
+         [[faults]]\nkind = \"unknown_error\"\nfamily = \"ecc\"\ndevice = 1\n\
+         [[faults]]\nkind = \"unknown_error\"\nfamily = \"fan\"\n",
+    );
+    let scenario = gpumon_mock::Scenario::load(file.to_str().unwrap()).unwrap();
+    let mock = gpumon_mock::MockSampler::builder().scenario(scenario).build().unwrap().sample(&all()).unwrap();
+    let fake = Fake::new(&format!("clock=manual;scenario={}", file.display()));
+    let nvml = sampler(&fake).sample(&all()).unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+    assert_eq!(mock.devices.len(), nvml.devices.len());
+    let other = || FailureReason::Other(gpumon_core::nvml::UNKNOWN_ERROR.into());
+    for (m, n) in mock.devices.iter().zip(&nvml.devices) {
+        let i = m.info.index;
+        assert!(m.is_up() && n.is_up(), "GPU {i}: an unknown error is not a lost GPU");
+        // The same failures (the mock lists them in fault order, NVML in read order).
+        let sorted = |v: &[MetricFailure]| {
+            let mut v = v.to_vec();
+            v.sort_by_key(|f| f.family != Family::Ecc);
+            v
+        };
+        let mut want = vec![MetricFailure::new(Family::Fan, other())];
+        if i == 1 {
+            want.insert(0, MetricFailure::new(Family::Ecc, other()));
+        }
+        assert_eq!(sorted(&m.errors), want, "GPU {i}: mock");
+        assert_eq!(sorted(&n.errors), want, "GPU {i}: nvml");
+        assert_eq!((m.fan_speed, n.fan_speed), (None, None));
+        assert_eq!(m.ecc.uncorrected.is_some(), i != 1);
+        assert_eq!(n.ecc.uncorrected, m.ecc.uncorrected, "GPU {i}");
+        assert_eq!(n.power.usage_watts, m.power.usage_watts, "GPU {i}: other families unaffected");
+    }
+}
+
+#[test]
+fn gpu_lost_before_its_first_sample_is_reported_by_index() {
+    let fake = Fake::new("clock=manual;faults=lost:3@0-2");
+    let s = sampler(&fake);
+    let snap = s.sample(&all()).unwrap();
+    assert_eq!(snap.devices.len(), 8, "the lost GPU does not vanish");
+    let d = &snap.devices[3];
+    assert_eq!((d.state, d.info.index, d.info.uuid.as_str()), (DeviceState::Lost, 3, ""));
+    assert_eq!(d.points().len(), 1, "only up=0");
+    // The filter is honoured by index; a UUID filter cannot match a GPU whose UUID is unknown.
+    let by_index = s.sample(&SampleRequest::new(MetricSet::default(), DeviceFilter::parse("3").unwrap())).unwrap();
+    assert_eq!(states(&by_index), [DeviceState::Lost]);
+    let other = snap.devices[1].info.uuid.clone();
+    let by_uuid = s.sample(&SampleRequest::new(MetricSet::default(), DeviceFilter::parse(&other).unwrap())).unwrap();
+    assert_eq!(by_uuid.devices.iter().map(|d| d.info.index).collect::<Vec<_>>(), [1]);
+    // Back: identified and read.
+    fake.set_tick(2);
+    let back = s.sample(&all()).unwrap();
+    assert!(back.devices[3].is_up() && back.devices[3].info.uuid.starts_with("GPU-"));
+}
+
+#[test]
+fn gpu_whose_uuid_cannot_be_read_is_reported_lost_by_index() {
+    for fault in ["unknown:nvmlDeviceGetUUID@4", "notsupported:nvmlDeviceGetUUID@4"] {
+        let fake = Fake::new(&format!("clock=manual;faults={fault}"));
+        let s = NvmlSampler::builder().library_path(fake.library()).xid_events(false).build().unwrap();
+        let snap = s.sample(&all()).unwrap();
+        assert_eq!(snap.devices.len(), 8, "{fault}");
+        let d = &snap.devices[4];
+        assert_eq!((d.state, d.info.index, d.info.uuid.as_str()), (DeviceState::Lost, 4, ""), "{fault}");
+        assert!(snap.devices.iter().filter(|d| d.info.index != 4).all(|d| d.is_up()));
+        fake.clear_faults();
+        assert!(s.sample(&all()).unwrap().devices[4].is_up(), "{fault}: identified once the UUID reads");
+    }
+}
+
+#[test]
+fn gpu_swapped_at_the_same_index_shows_its_new_identity() {
+    let spec = "clock=manual;faults=lost:3@1-3,replaced:3@2";
+    let fake = Fake::new(spec);
+    let config = gpumon_fake_nvml::Config::parse(spec).unwrap();
+    let fleet = gpumon_fake_nvml::Fleet::load(&config).unwrap();
+    let s = sampler(&fake);
+    let before = s.sample(&all()).unwrap().devices[3].info.clone();
+    fake.set_tick(1);
+    assert_eq!(s.sample(&all()).unwrap().devices[3].info.uuid, before.uuid, "lost: last known identity");
+    fake.set_tick(3);
+    let after = s.sample(&all()).unwrap();
+    let d = &after.devices[3];
+    let new = gpumon_fake_nvml::expected::identity(&fleet, &config.faults, 3, 3);
+    assert!(d.is_up());
+    assert_ne!(new.uuid, before.uuid);
+    assert_eq!(d.info.uuid, new.uuid, "the new board's UUID");
+    assert_eq!(d.info.serial, new.serial, "static info re-read");
+    assert_eq!(after.devices[2].info.uuid, fleet.devices[2].uuid, "others unchanged");
+}
+
+#[test]
+fn mig_instances_created_and_destroyed_at_run_time_are_picked_up() {
+    // GPU 0 of a100x8-mig has MIG instances 0..=3: instance 3 is created at tick 2, instance 1
+    // destroyed at tick 4. The layout is re-checked every 3 ticks.
+    let spec = "profile=a100x8-mig;clock=manual;faults=mig-absent:0:3@0-2,mig-absent:0:1@4";
+    let fake = Fake::new(spec);
+    let fleet = gpumon_fake_nvml::Fleet::load(&gpumon_fake_nvml::Config::parse(spec).unwrap()).unwrap();
+    let mig_uuid = |m: u32| {
+        fleet
+            .devices
+            .iter()
+            .find(|d| d.index == 0 && d.mig.as_ref().is_some_and(|x| x.mig_index == m))
+            .map(|d| d.uuid.clone())
+            .unwrap()
+    };
+    let s =
+        NvmlSampler::builder().library_path(fake.library()).xid_events(false).mig_recheck_interval(3).build().unwrap();
+    let migs_of_0 = |snap: &Snapshot| {
+        let parent = snap.devices.iter().find(|d| d.info.index == 0 && d.info.mig.is_none()).unwrap().info.uuid.clone();
+        snap.devices
+            .iter()
+            .filter(|d| d.info.mig.as_ref().is_some_and(|m| m.parent_uuid == parent))
+            .map(|d| d.info.uuid.clone())
+            .collect::<Vec<_>>()
+    };
+    let t0 = s.sample(&all()).unwrap(); // tick 1 of the sampler
+    assert_eq!(migs_of_0(&t0), [mig_uuid(0), mig_uuid(1), mig_uuid(2)]);
+    fake.set_tick(2);
+    assert_eq!(migs_of_0(&s.sample(&all()).unwrap()).len(), 3, "not re-checked every tick");
+    assert_eq!(migs_of_0(&s.sample(&all()).unwrap()), [mig_uuid(0), mig_uuid(1), mig_uuid(2), mig_uuid(3)]);
+    fake.set_tick(4);
+    s.sample(&all()).unwrap();
+    s.sample(&all()).unwrap();
+    let after = s.sample(&all()).unwrap();
+    assert_eq!(migs_of_0(&after), [mig_uuid(0), mig_uuid(2), mig_uuid(3)], "destroyed instance dropped");
+    assert!(after.devices.iter().all(|d| d.is_up() && d.errors.is_empty()));
+}
+
+#[test]
+fn lazy_sampler_counts_attempts_and_backs_off_when_nvml_goes_away() {
+    let (dir, file) = scenario_file(
+        "away",
+        "name = \"away\"\nworkload = \"idle\"\n[[faults]]\nkind = \"unavailable\"\nfrom_tick = 1\nuntil_tick = 100\n",
+    );
+    let fake = Fake::new(&format!("clock=manual;scenario={}", file.display()));
+    let lazy = NvmlSampler::builder()
+        .library_path(fake.library())
+        .xid_events(false)
+        .retry_backoff(Duration::from_millis(50), Duration::from_secs(5))
+        .build_lazy();
+    assert!(lazy.sample(&all()).is_ok());
+    fake.set_tick(1);
+    let e = lazy.sample(&all()).unwrap_err().to_string();
+    assert!(e.contains("NVML stopped answering") && e.contains("attempt 1; next retry in 50"), "{e}");
+    assert_eq!(lazy.failed_attempts(), 1);
+    assert!(!lazy.is_loaded());
+    // Within the backoff: no new attempt.
+    let e = lazy.sample(&all()).unwrap_err().to_string();
+    assert!(e.contains("attempt 1;"), "{e}");
+    // Loads again, but NVML still does not answer: attempt 2, and the backoff doubled.
+    std::thread::sleep(Duration::from_millis(60));
+    let e = lazy.sample(&all()).unwrap_err().to_string();
+    assert!(e.contains("attempt 2; next retry in 100"), "{e}");
+    assert_eq!(lazy.failed_attempts(), 2);
+    std::thread::sleep(Duration::from_millis(60));
+    assert!(lazy.sample(&all()).unwrap_err().to_string().contains("attempt 2;"), "still within 100 ms");
+    std::thread::sleep(Duration::from_millis(60));
+    let e = lazy.sample(&all()).unwrap_err().to_string();
+    assert!(e.contains("attempt 3; next retry in 200"), "{e}");
+    // NVML answers again: the count resets with the first good sample.
+    fake.set_tick(100);
+    std::thread::sleep(Duration::from_millis(210));
+    assert!(lazy.sample(&all()).is_ok());
+    assert_eq!(lazy.failed_attempts(), 0);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn lost_and_rediscovered_gpu_gets_its_xid_registration_back() {
+    let fake = Fake::new("scenario=idle;clock=manual;faults=lost:2@1-3");
+    let s = sampler(&fake);
+    let wait_for = |what: &str, cond: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    wait_for("the watcher to register GPU 2", &|| fake.event_registrations(2) == 1);
+    fake.set_tick(1);
+    assert_eq!(s.sample(&all()).unwrap().devices[2].state, DeviceState::Lost);
+    assert_eq!(fake.event_registrations(2), 0, "a lost GPU loses its registration");
+    fake.set_tick(3);
+    assert!(s.sample(&all()).unwrap().devices[2].is_up());
+    wait_for("GPU 2 to be registered again", &|| fake.event_registrations(2) == 1);
+    // And an XID after the return is counted.
+    fake.inject("ecc-burst:2@4:79");
+    fake.set_tick(4);
+    wait_for("the XID of GPU 2", &|| {
+        let snap = s.sample(&all()).unwrap();
+        snap.devices[2].xid_errors.iter().any(|x| (x.code, x.count) == (79, 1))
+    });
+}

@@ -24,16 +24,14 @@ fn everything() -> SampleRequest {
     SampleRequest::new(MetricSet::everything(), DeviceFilter::all())
 }
 
-/// What the sampler should report for the fleet at `tick`, in snapshot order.
-fn expected(config: &Config, tick: u64, first_tick: bool) -> Vec<DeviceSample> {
+/// What the sampler should report for the fleet at `tick`, in snapshot order — GPM included
+/// from the first tick on (the sampler takes a GPM baseline when it is built).
+fn expected(config: &Config, tick: u64) -> Vec<DeviceSample> {
     let fleet = Fleet::load(config).expect("fleet");
     (0..fleet.devices.len())
         .map(|i| {
             let info = Arc::new(device_info(&fleet.devices[i]));
             let mut s = nvml_view(&faulted_sample(&fleet, &config.faults, i, tick), info);
-            if first_tick {
-                s.gpm = Default::default();
-            }
             normalize(&mut s);
             s
         })
@@ -81,7 +79,7 @@ fn every_family_round_trips_h100x8() {
         fake.set_tick(tick);
         let snap = s.sample(&everything()).unwrap();
         // XIDs arrive on the watcher thread: give it a moment when the model has some.
-        let want = expected(&config, tick, tick == 0);
+        let want = expected(&config, tick);
         let deadline = Instant::now() + Duration::from_secs(3);
         let mut got = normalized(&snap);
         while got.iter().zip(&want).any(|(g, w)| g.xid_errors != w.xid_errors) && Instant::now() < deadline {
@@ -103,7 +101,7 @@ fn every_family_round_trips_h100x8() {
 }
 
 /// One source of truth: NVML's view through the fake equals the mock's own samples — the mock
-/// already quantises to NVML's units — except GPM on the first tick (NVML needs two samples).
+/// already quantises to NVML's units — GPM included on the first tick (baseline taken at build).
 #[test]
 fn nvml_through_the_fake_equals_the_mock_model() {
     for profile in ["h100x8", "a100x8-mig", "rtx4090x2", "h200x8", "mixed"] {
@@ -119,9 +117,6 @@ fn nvml_through_the_fake_equals_the_mock_model() {
                 .map(|i| {
                     let mut m = fleet.sample(i, tick);
                     normalize(&mut m);
-                    if tick == 0 {
-                        m.gpm = Default::default();
-                    }
                     m
                 })
                 .collect();
@@ -190,13 +185,15 @@ fn assert_windows_close(a: &gpumon_core::Windows, b: &gpumon_core::Windows, what
 
 #[test]
 fn step_and_wall_clocks_advance() {
-    // step: each nvmlDeviceGetCount_v2 (one per NvmlSampler tick) starts a new model tick.
+    // step: each nvmlDeviceGetCount_v2 (one per NvmlSampler tick, and one when it is built to
+    // take the GPM baselines) starts a new model tick.
     let spec = "clock=step:nvmlDeviceGetCount_v2";
     let fake = Fake::new(spec);
     let config = Config::parse(spec).unwrap();
     let fleet = Fleet::load(&config).unwrap();
     let s = NvmlSampler::builder().library_path(fake.library()).xid_events(false).build().unwrap();
-    for tick in 0..3 {
+    assert_eq!(fake.tick(), 0, "built at tick 0");
+    for tick in 1..4 {
         let snap = s.sample(&everything()).unwrap();
         assert_eq!(fake.tick(), tick);
         assert_eq!(snap.devices[0].power.usage_watts, fleet.sample(0, tick).power.usage_watts, "tick {tick}");

@@ -18,12 +18,18 @@ fn next_id(base: usize, used: impl Iterator<Item = usize>) -> usize {
     base + 16 * (used.map(|k| (k - base) / 16 + 1).max().unwrap_or(0) + 1)
 }
 
-fn mig_children(name: &'static str, device: nvmlDevice_t) -> Result<Vec<usize>, Ret> {
+/// A GPU's MIG instances that exist now (in profile order, destroyed ones left out), or `None`
+/// when MIG mode is off (the profile gives the GPU no instances).
+fn mig_children(name: &'static str, device: nvmlDevice_t) -> Result<Option<Vec<usize>>, Ret> {
     with_device(name, device, None, |fake, d| {
         if fake.slots[d.slot].mig_index.is_some() {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
-        Ok(fake.slots[d.slot].children.clone())
+        let children = &fake.slots[d.slot].children;
+        if children.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(children.iter().copied().filter(|&c| !fake.mig_absent(c, d.tick)).collect()))
     })
 }
 
@@ -97,7 +103,7 @@ fn event_wait(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeout_ms: c_uin
 
 nvml_export! {
     fn nvmlDeviceGetMigMode(device: nvmlDevice_t, current_mode: *mut c_uint, pending_mode: *mut c_uint) {
-        let on = c_uint::from(!mig_children(NAME, device)?.is_empty());
+        let on = c_uint::from(mig_children(NAME, device)?.is_some());
         if on == 0 {
             return Err(NVML_ERROR_NOT_SUPPORTED);
         }
@@ -107,11 +113,11 @@ nvml_export! {
         }
     }
     fn nvmlDeviceGetMaxMigDeviceCount(device: nvmlDevice_t, count: *mut c_uint) {
-        let n = if mig_children(NAME, device)?.is_empty() { 0 } else { 7 };
+        let n = if mig_children(NAME, device)?.is_none() { 0 } else { 7 };
         unsafe { out(count, n) }
     }
     fn nvmlDeviceGetMigDeviceHandleByIndex(device: nvmlDevice_t, index: c_uint, mig_device: *mut nvmlDevice_t) {
-        let children = mig_children(NAME, device)?;
+        let children = mig_children(NAME, device)?.unwrap_or_default();
         let slot = *children.get(index as usize).ok_or(NVML_ERROR_NOT_FOUND)?;
         unsafe { out(mig_device, handle_of(slot)) }
     }
@@ -145,8 +151,7 @@ nvml_export! {
     fn nvmlDeviceRegisterEvents(device: nvmlDevice_t, event_types: c_ulonglong, set: nvmlEventSet_t) {
         with_device(NAME, device, Some(Family::Xid), |fake, d| {
             let s = fake.event_sets.get_mut(&(set as usize)).ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
-            s.registered.retain(|(slot, _)| *slot != d.slot);
-            s.registered.push((d.slot, event_types));
+            s.register(d.slot, event_types);
             Ok(())
         })
     }

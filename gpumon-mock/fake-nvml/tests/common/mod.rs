@@ -93,6 +93,12 @@ impl Fake {
         unsafe { f(s.as_ptr()) }
     }
 
+    /// In how many event sets physical GPU `gpu` is registered now.
+    pub fn event_registrations(&self, gpu: u32) -> u64 {
+        let f: extern "C" fn(u32) -> u64 = self.sym("gpumon_fake_nvml_event_registrations");
+        f(gpu)
+    }
+
     pub fn library(&self) -> &Path {
         &self.path
     }
