@@ -21,6 +21,9 @@
 #[cfg(feature = "_http-client")]
 pub(crate) mod retry;
 
+#[cfg(feature = "_http-client")]
+pub(crate) mod http_util;
+
 #[cfg(feature = "stdout")]
 #[cfg_attr(docsrs, doc(cfg(feature = "stdout")))]
 pub mod stdout;

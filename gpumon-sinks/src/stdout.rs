@@ -33,6 +33,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 /// How the stdout sink prints a snapshot.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum StdoutFormat {
     /// One human-readable line per GPU per tick.
     #[default]
@@ -159,7 +160,21 @@ pub fn format_snapshot(out: &mut String, snapshot: &Snapshot, format: StdoutForm
             }
         }
         StdoutFormat::Json => {
-            out.push_str(&serde_json::to_string(snapshot)?);
+            // Serialize straight into `out` (no intermediate String per snapshot): take its bytes,
+            // append, and hand them back. serde_json writes only valid UTF-8, so the check below
+            // never fails; on a serialization error `out` is restored to what it held before.
+            let start = out.len();
+            let mut bytes = std::mem::take(out).into_bytes();
+            let result = serde_json::to_writer(&mut bytes, snapshot);
+            if result.is_err() {
+                bytes.truncate(start);
+            }
+            *out = String::from_utf8(bytes).unwrap_or_else(|e| {
+                let mut bytes = e.into_bytes();
+                bytes.truncate(start);
+                String::from_utf8(bytes).unwrap_or_default()
+            });
+            result?;
             out.push('\n');
         }
     }

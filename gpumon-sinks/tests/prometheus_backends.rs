@@ -31,12 +31,10 @@ struct Target {
 }
 
 fn start_target(job: &'static str, naming: Naming, openmetrics: bool) -> Target {
-    let config = PrometheusConfig {
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        naming,
-        openmetrics,
-        ..PrometheusConfig::default()
-    };
+    let mut config = PrometheusConfig::default();
+    config.listen = Some("127.0.0.1:0".parse().unwrap());
+    config.naming = naming;
+    config.openmetrics = openmetrics;
     let sink = PrometheusSink::from_config(&config).unwrap();
     let addr = sink.local_addr().unwrap();
     let handle = sink.handle();

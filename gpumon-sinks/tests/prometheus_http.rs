@@ -319,7 +319,7 @@ VjDNRdGOWIZ1gyZiSh7aW7mym16hRANCAATbP3LhoSJ7uGBQWzzGUvHZSPI4ZPMO
         std::fs::write(&key, KEY).unwrap();
         let mut sink = PrometheusSink::builder()
             .with_http_listener(([127, 0, 0, 1], 0))
-            .with_tls(TlsConfig { cert, key })
+            .with_tls(TlsConfig::new(cert, key))
             .with_auth(Auth::bearer("tok"))
             .header_read_timeout(Duration::from_secs(1))
             .build()

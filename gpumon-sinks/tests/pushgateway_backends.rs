@@ -79,14 +79,12 @@ async fn pushes_are_read_back_in_both_namings() {
         grouping.insert("instance".to_owned(), instance.clone());
         // A value with '/' goes in the path as `@base64`.
         grouping.insert("rack".to_owned(), "row-3/rack-7".to_owned());
-        let config = PushgatewayConfig {
-            url: base.clone(),
-            job: job.to_owned(),
-            grouping,
-            naming,
-            delete_on_shutdown: true,
-            ..PushgatewayConfig::default()
-        };
+        let mut config = PushgatewayConfig::default();
+        config.url = base.clone();
+        config.job = job.to_owned();
+        config.grouping = grouping;
+        config.naming = naming;
+        config.delete_on_shutdown = true;
         let sink = PushgatewaySink::from_config(&config).unwrap();
         assert!(sink.group_url().contains("/rack@base64/"), "{}", sink.group_url());
         let agent = agent_with(sink, Duration::from_millis(200));

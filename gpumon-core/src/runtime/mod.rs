@@ -250,9 +250,10 @@ impl AgentBuilder {
         telemetry.set_interval(self.interval);
         let mut sinks = Vec::with_capacity(self.sinks.len());
         for (mut sink, options) in self.sinks {
-            sink.attach_telemetry(telemetry.clone());
             let name = sink.name().to_owned();
+            // Registered before the sink sees the telemetry, so it can report drops at once.
             let status = telemetry.register_sink(name.clone());
+            sink.attach_telemetry(telemetry.clone());
             let queue = Arc::new(SinkQueue::new(options.capacity));
             let (cmd_tx, cmd_rx) = mpsc::channel(4);
             let worker = Worker { sink, queue: queue.clone(), commands: cmd_rx, status: status.clone(), options };

@@ -1,15 +1,22 @@
 //! The outage buffer: sealed batches in order, bounded by lines and bytes, oldest dropped first,
-//! optionally mirrored to a spill directory.
+//! optionally spilled to a directory.
+//!
+//! Nothing here does file I/O while the sink's lock is held, except at start-up
+//! ([`Buffer::load_spill`]) and in the sink's `Drop`: the writer and `shutdown` collect the work
+//! under the lock ([`Buffer::spill_io`]), run it with `spawn_blocking` ([`SpillIo::run`]) and
+//! record the outcome under the lock again ([`Buffer::apply`]).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// One request's worth of line protocol.
 #[derive(Debug)]
 pub(crate) struct Batch {
     pub(crate) seq: u64,
-    pub(crate) body: String,
+    /// Shared, so that a spill or a send can use it outside the lock without copying.
+    pub(crate) body: Arc<str>,
     pub(crate) lines: usize,
     /// The spill file holding this batch, once written.
     pub(crate) file: Option<PathBuf>,
@@ -25,7 +32,7 @@ pub(crate) struct Buffer {
     /// Sealed batches, oldest first.
     pub(crate) queue: VecDeque<Batch>,
     /// The batch being sent (out of `queue`, never dropped).
-    pub(crate) inflight: Option<(usize, usize)>,
+    pub(crate) inflight: Option<Batch>,
     pub(crate) next_seq: u64,
     pub(crate) max_lines: usize,
     pub(crate) max_bytes: usize,
@@ -35,6 +42,58 @@ pub(crate) struct Buffer {
     /// Spill I/O problems (reported, not fatal).
     pub(crate) spill_errors: u64,
     pub(crate) last_spill_error: Option<String>,
+    /// Spill files written.
+    pub(crate) batches_spilled: u64,
+    /// Unreadable or corrupt spill files found at start-up and renamed to `*.bad`.
+    pub(crate) quarantined: u64,
+    /// Spill files of batches that left the buffer (written, refused or dropped), to be deleted
+    /// off the async runtime.
+    pub(crate) obsolete: Vec<PathBuf>,
+}
+
+/// File work collected under the lock, to run without it (see [`SpillIo::run`]).
+#[derive(Debug, Default)]
+pub(crate) struct SpillIo {
+    dir: Option<PathBuf>,
+    write: Vec<(u64, usize, Arc<str>)>,
+    delete: Vec<PathBuf>,
+}
+
+/// What [`SpillIo::run`] did.
+#[derive(Debug, Default)]
+pub(crate) struct SpillDone {
+    written: Vec<(u64, PathBuf)>,
+    errors: Vec<String>,
+}
+
+impl SpillDone {
+    /// The I/O could not run at all (its blocking task failed).
+    pub(crate) fn failed(message: String) -> Self {
+        SpillDone { written: Vec::new(), errors: vec![message] }
+    }
+}
+
+impl SpillIo {
+    /// Writes and deletes the files (blocking).
+    pub(crate) fn run(self) -> SpillDone {
+        let mut done = SpillDone::default();
+        for path in self.delete {
+            if let Err(e) = std::fs::remove_file(&path) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    done.errors.push(format!("cannot remove {}: {e}", path.display()));
+                }
+            }
+        }
+        if let Some(dir) = &self.dir {
+            for (seq, lines, body) in self.write {
+                match write_spill(dir, seq, lines, &body) {
+                    Ok(path) => done.written.push((seq, path)),
+                    Err(e) => done.errors.push(format!("cannot write spill file in {}: {e}", dir.display())),
+                }
+            }
+        }
+        done
+    }
 }
 
 impl Buffer {
@@ -52,32 +111,39 @@ impl Buffer {
             dropped_lines: 0,
             spill_errors: 0,
             last_spill_error: None,
+            batches_spilled: 0,
+            quarantined: 0,
+            obsolete: Vec::new(),
         }
     }
 
     /// Lines held: open + queued + in flight.
     pub(crate) fn lines(&self) -> usize {
-        self.open_lines + self.queue.iter().map(|b| b.lines).sum::<usize>() + self.inflight.map_or(0, |(l, _)| l)
+        self.open_lines
+            + self.queue.iter().map(|b| b.lines).sum::<usize>()
+            + self.inflight.as_ref().map_or(0, |b| b.lines)
     }
 
     /// Bytes held: open + queued + in flight.
     pub(crate) fn bytes(&self) -> usize {
-        self.open.len() + self.queue.iter().map(|b| b.body.len()).sum::<usize>() + self.inflight.map_or(0, |(_, b)| b)
+        self.open.len()
+            + self.queue.iter().map(|b| b.body.len()).sum::<usize>()
+            + self.inflight.as_ref().map_or(0, |b| b.body.len())
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         self.open_lines == 0 && self.queue.is_empty() && self.inflight.is_none()
     }
 
-    /// Moves the open batch to the queue.
+    /// Moves the open batch to the queue (the open buffer keeps its capacity).
     pub(crate) fn seal(&mut self) {
         if self.open_lines == 0 {
             self.open.clear();
             self.open_since = None;
             return;
         }
-        let capacity = self.open.capacity();
-        let body = std::mem::replace(&mut self.open, String::with_capacity(capacity));
+        let body: Arc<str> = Arc::from(self.open.as_str());
+        self.open.clear();
         let seq = self.next_seq;
         self.next_seq += 1;
         self.queue.push_back(Batch { seq, body, lines: self.open_lines, file: None });
@@ -94,7 +160,7 @@ impl Buffer {
                 lines -= batch.lines;
                 bytes -= batch.body.len();
                 dropped += batch.lines;
-                self.remove_file(&batch);
+                self.done_with(batch);
             } else if self.open_lines > 0 {
                 lines -= self.open_lines;
                 bytes -= self.open.len();
@@ -110,29 +176,43 @@ impl Buffer {
         dropped
     }
 
-    /// Writes every queued batch that has no spill file yet (no-op without a spill directory).
-    pub(crate) fn persist(&mut self) {
-        let Some(dir) = self.spill_dir.clone() else { return };
-        let mut error = None;
-        for batch in self.queue.iter_mut().filter(|b| b.file.is_none()) {
-            match write_spill(&dir, batch) {
-                Ok(path) => batch.file = Some(path),
-                Err(e) => error = Some(e),
-            }
-        }
-        if let Some(e) = error {
-            self.spill_error(format!("cannot write spill file in {}: {e}", dir.display()));
+    /// A batch left the buffer for good: its spill file, if any, is to be deleted.
+    pub(crate) fn done_with(&mut self, batch: Batch) {
+        if let Some(path) = batch.file {
+            self.obsolete.push(path);
         }
     }
 
-    pub(crate) fn remove_file(&mut self, batch: &Batch) {
-        if let Some(path) = &batch.file {
-            if let Err(e) = std::fs::remove_file(path) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    self.spill_error(format!("cannot remove {}: {e}", path.display()));
-                }
+    /// The file work due now: deleting obsolete spill files and, with `spill` (and a spill
+    /// directory), writing every queued batch — and with `include_inflight` the one being sent —
+    /// that has no spill file yet. `None` when there is nothing to do.
+    pub(crate) fn spill_io(&mut self, spill: bool, include_inflight: bool) -> Option<SpillIo> {
+        let mut io = SpillIo { delete: std::mem::take(&mut self.obsolete), ..SpillIo::default() };
+        if let (true, Some(dir)) = (spill, &self.spill_dir) {
+            io.dir = Some(dir.clone());
+            let inflight = self.inflight.iter().filter(|_| include_inflight);
+            for b in self.queue.iter().chain(inflight).filter(|b| b.file.is_none()) {
+                io.write.push((b.seq, b.lines, b.body.clone()));
             }
         }
+        (!io.write.is_empty() || !io.delete.is_empty()).then_some(io)
+    }
+
+    /// Records what [`SpillIo::run`] did. A file written for a batch that has left the buffer
+    /// meanwhile (sent, or dropped) becomes obsolete; returns whether any file is obsolete now.
+    pub(crate) fn apply(&mut self, done: SpillDone) -> bool {
+        for (seq, path) in done.written {
+            self.batches_spilled += 1;
+            let batch = self.queue.iter_mut().chain(self.inflight.as_mut()).find(|b| b.seq == seq);
+            match batch {
+                Some(b) => b.file = Some(path),
+                None => self.obsolete.push(path),
+            }
+        }
+        for e in done.errors {
+            self.spill_error(e);
+        }
+        !self.obsolete.is_empty()
     }
 
     fn spill_error(&mut self, message: String) {
@@ -143,13 +223,24 @@ impl Buffer {
         self.last_spill_error = Some(message);
     }
 
-    /// Loads the batches a previous run left in the spill directory, oldest first.
+    /// Loads the batches a previous run left in the spill directory, oldest first. A file that
+    /// cannot be read or does not hold what its name says (a different number of lines, not
+    /// UTF-8) is renamed to `<name>.bad`, counted in `quarantined`, logged, and skipped.
+    ///
+    /// # Errors
+    /// Only when the directory itself cannot be created or listed.
     pub(crate) fn load_spill(&mut self) -> std::io::Result<usize> {
         let Some(dir) = self.spill_dir.clone() else { return Ok(0) };
         std::fs::create_dir_all(&dir)?;
         let mut found = Vec::new();
         for entry in std::fs::read_dir(&dir)? {
-            let path = entry?.path();
+            let path = match entry {
+                Ok(entry) => entry.path(),
+                Err(e) => {
+                    self.spill_error(format!("cannot list {}: {e}", dir.display()));
+                    continue;
+                }
+            };
             let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
             if name.ends_with(".tmp") {
                 let _ = std::fs::remove_file(&path);
@@ -162,22 +253,40 @@ impl Buffer {
         found.sort_by_key(|(seq, _, _)| *seq);
         let mut loaded = 0;
         for (seq, lines, path) in found {
-            let body = std::fs::read_to_string(&path)?;
-            loaded += lines;
+            // New batches sort after every file found (even one set aside).
             self.next_seq = self.next_seq.max(seq + 1);
-            self.queue.push_back(Batch { seq, body, lines, file: Some(path) });
-        }
-        // New batches must sort after the replayed ones.
-        if let Some(last) = self.queue.back() {
-            self.next_seq = self.next_seq.max(last.seq + 1);
+            match read_spill(&path, lines) {
+                Ok(body) => {
+                    loaded += lines;
+                    self.queue.push_back(Batch { seq, body: Arc::from(body), lines, file: Some(path) });
+                }
+                Err(why) => self.quarantine(&path, &why),
+            }
         }
         self.enforce_bounds();
         Ok(loaded)
     }
+
+    fn quarantine(&mut self, path: &Path, why: &str) {
+        self.quarantined += 1;
+        let mut bad = path.as_os_str().to_owned();
+        bad.push(".bad");
+        let bad = PathBuf::from(bad);
+        match std::fs::rename(path, &bad) {
+            Ok(()) => tracing::warn!(
+                sink = "influxdb", file = %path.display(), moved_to = %bad.display(), reason = why,
+                "corrupt spill file set aside; its data is not replayed"
+            ),
+            Err(e) => tracing::warn!(
+                sink = "influxdb", file = %path.display(), reason = why, error = %e,
+                "corrupt spill file skipped (and could not be renamed to *.bad)"
+            ),
+        }
+    }
 }
 
-fn spill_name(batch: &Batch) -> String {
-    format!("{:020}-{}.lp", batch.seq, batch.lines)
+fn spill_name(seq: u64, lines: usize) -> String {
+    format!("{seq:020}-{lines}.lp")
 }
 
 fn parse_spill_name(name: &str) -> Option<(u64, usize)> {
@@ -186,12 +295,24 @@ fn parse_spill_name(name: &str) -> Option<(u64, usize)> {
     Some((seq.parse().ok()?, lines.parse().ok()?))
 }
 
-/// Writes `batch` to `<dir>/<seq>-<lines>.lp` through a temporary file and a rename, so a crash
+/// A spill file's body, checked against the line count in its name.
+fn read_spill(path: &Path, lines: usize) -> Result<String, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+    let body = String::from_utf8(bytes).map_err(|e| format!("not line protocol (invalid UTF-8: {e})"))?;
+    let found = body.bytes().filter(|&b| b == b'\n').count();
+    if found != lines || lines == 0 || !body.ends_with('\n') {
+        return Err(format!("holds {found} complete lines where its name says {lines}"));
+    }
+    Ok(body)
+}
+
+/// Writes a batch to `<dir>/<seq>-<lines>.lp` through a temporary file and a rename, so a crash
 /// never leaves a half-written batch under a name that would be replayed.
-fn write_spill(dir: &Path, batch: &Batch) -> std::io::Result<PathBuf> {
-    let path = dir.join(spill_name(batch));
-    let tmp = dir.join(format!("{}.tmp", spill_name(batch)));
-    std::fs::write(&tmp, batch.body.as_bytes())?;
+fn write_spill(dir: &Path, seq: u64, lines: usize, body: &str) -> std::io::Result<PathBuf> {
+    let name = spill_name(seq, lines);
+    let path = dir.join(&name);
+    let tmp = dir.join(format!("{name}.tmp"));
+    std::fs::write(&tmp, body.as_bytes())?;
     std::fs::rename(&tmp, &path)?;
     Ok(path)
 }
@@ -227,31 +348,94 @@ mod tests {
         add(&mut b, 4); // 32 bytes
         b.seal();
         let batch = b.queue.pop_front().unwrap();
-        b.inflight = Some((batch.lines, batch.body.len()));
+        b.inflight = Some(batch);
         add(&mut b, 2);
         assert_eq!(b.enforce_bounds(), 2);
         assert_eq!(b.lines(), 4);
     }
 
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("gpumon-spill-unit-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    /// Persists what `spill_io` asks for, as the writer does.
+    fn persist(b: &mut Buffer) {
+        if let Some(io) = b.spill_io(true, true) {
+            b.apply(io.run());
+        }
+    }
+
     #[test]
     fn spill_round_trip() {
-        let dir = std::env::temp_dir().join(format!("gpumon-spill-unit-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = temp_dir("round-trip");
         let mut b = Buffer::new(100, 1 << 20, Some(dir.clone()));
         b.load_spill().unwrap();
         add(&mut b, 2);
         b.seal();
         add(&mut b, 3);
         b.seal();
-        b.persist();
+        assert!(b.spill_io(false, true).is_none(), "no file work unless asked to spill");
+        persist(&mut b);
+        assert_eq!(b.batches_spilled, 2);
         let mut again = Buffer::new(100, 1 << 20, Some(dir.clone()));
         assert_eq!(again.load_spill().unwrap(), 5);
         assert_eq!(again.queue.len(), 2);
         assert_eq!(again.queue[0].lines, 2);
         assert_eq!(again.next_seq, 2);
         let first = again.queue.pop_front().unwrap();
-        again.remove_file(&first);
+        again.done_with(first);
+        let io = again.spill_io(false, false).expect("the written batch's file is deleted");
+        assert!(!again.apply(io.run()));
         assert_eq!(Buffer::new(100, 1 << 20, Some(dir.clone())).load_spill().unwrap(), 3);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_written_for_a_batch_that_left_meanwhile_is_deleted() {
+        let dir = temp_dir("orphan");
+        let mut b = Buffer::new(100, 1 << 20, Some(dir.clone()));
+        b.load_spill().unwrap();
+        add(&mut b, 2);
+        b.seal();
+        let io = b.spill_io(true, false).unwrap();
+        let batch = b.queue.pop_front().unwrap(); // sent (or dropped) while the file was written
+        b.done_with(batch);
+        assert!(b.apply(io.run()), "the new file is obsolete");
+        persist(&mut b);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn corrupt_spill_files_are_quarantined_not_fatal() {
+        let dir = temp_dir("corrupt");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(spill_name(1, 2)), "m f=1 1\nm f=2 2\n").unwrap();
+        std::fs::write(dir.join(spill_name(2, 2)), b"m f=1 1\n\xff\xfe\n").unwrap(); // not UTF-8
+        std::fs::write(dir.join(spill_name(3, 5)), "m f=1 1\nm f=").unwrap(); // truncated
+        std::fs::create_dir(dir.join(spill_name(4, 1))).unwrap(); // unreadable
+        let mut b = Buffer::new(100, 1 << 20, Some(dir.clone()));
+        assert_eq!(b.load_spill().unwrap(), 2);
+        assert_eq!(b.quarantined, 3);
+        assert_eq!(b.queue.len(), 1);
+        assert_eq!(b.next_seq, 5);
+        let mut names: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                spill_name(1, 2),
+                format!("{}.bad", spill_name(2, 2)),
+                format!("{}.bad", spill_name(3, 5)),
+                format!("{}.bad", spill_name(4, 1)),
+            ]
+        );
+        // The next start finds only the good file.
+        let mut again = Buffer::new(100, 1 << 20, Some(dir.clone()));
+        assert_eq!((again.load_spill().unwrap(), again.quarantined), (2, 0));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -11,6 +11,7 @@ use super::encode::DEFAULT_MEASUREMENT;
 /// Which write API to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum ApiVersion {
     /// `POST /write?db=&rp=&precision=ns`, HTTP Basic auth from `username`/`password`.
     /// InfluxDB 1.x, and VictoriaMetrics.

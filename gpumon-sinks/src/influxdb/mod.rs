@@ -82,15 +82,29 @@
 //!   *distinct* failure once at `warn` (repeats at `debug`) and the recovery once at `info`.
 //! - The buffer (open + queued + in-flight batches) is bounded by `buffer_max_points` lines and
 //!   `buffer_max_bytes`; when a new snapshot would exceed either, whole batches are dropped,
-//!   **oldest first**, and counted in [`InfluxStats::lines_dropped`].
-//! - With `spill_dir`, every sealed batch is also written to `<seq>-<lines>.lp` in that directory
-//!   (temp file + rename; no fsync: it survives a process restart, not a power cut) and deleted
-//!   once acknowledged (or dropped). [`InfluxSink::from_config`] queues the files a previous run
-//!   left, oldest first, ahead of new data; `shutdown` seals and spills what it could not send. The
-//!   spill holds the same data as the memory buffer, so the same bounds apply.
+//!   **oldest first**, and counted in [`InfluxStats::lines_dropped`] and, through the agent's
+//!   telemetry, in the sink's [`SinkStatus::dropped`](gpumon_core::SinkStatus::dropped) (in lines).
+//! - With `spill_dir`, batches that **could not be written** go to `<seq>-<lines>.lp` files in that
+//!   directory (temp file + rename; no fsync: it survives a process restart, not a power cut):
+//!   while writes fail, every queued batch is spilled (so a crash mid-outage loses little); while
+//!   they succeed nothing touches the disk. `shutdown` — or dropping the sink without it — spills
+//!   everything still buffered. A spill file is deleted once its batch is acknowledged (or
+//!   dropped). File I/O runs on tokio's blocking pool, never under the lock `export` takes (only
+//!   `Drop` and [`InfluxSink::from_config`] do plain blocking I/O). `from_config` queues the files
+//!   a previous run left, oldest first, ahead of new data; a file that cannot be read or does not
+//!   hold the lines its name says is renamed to `*.bad`, logged and counted in
+//!   [`InfluxStats::spill_quarantined`], and the sink starts anyway. The spill holds the same data
+//!   as the memory buffer, so the same bounds apply.
 //! - `flush` and `shutdown` seal the open batch and wait until everything is acknowledged, or
 //!   return the failure of the first attempt that fails meanwhile (the data stays buffered and, with
-//!   a spill directory, on disk). The agent bounds both calls with its export timeout.
+//!   a spill directory, on disk). The agent bounds both calls with its export timeout. A flush
+//!   tries at once even while the writer is in its own backoff, **but not while a wait the server
+//!   asked for is running** (a `Retry-After`, or the `retry_max` pause after 401/403/404): then it
+//!   sends nothing and returns at once with the last failure and when the next attempt is due
+//!   (`… not retried before the next attempt in 27.4s: the server asked to wait (Retry-After) (120
+//!   lines buffered)`), so repeated flushes — or a shutdown — cannot hammer a server that said to
+//!   back off.
+//! - The server's error text is read from at most the first 4 KiB of the response body.
 //! - Delivery is at-least-once: a batch whose response was lost is sent again. That is harmless
 //!   with InfluxDB, where a point is identified by measurement, tag set and timestamp, so a
 //!   repeated point overwrites itself.

@@ -73,13 +73,16 @@ impl Auth {
         use gpumon_core::BuildError;
         match self {
             Auth::Bearer { token } if token.is_empty() => {
-                Err(BuildError::invalid("auth.bearer.token", "must not be empty"))
+                Err(BuildError::invalid("prometheus.auth.bearer.token", "must not be empty"))
             }
             Auth::Bearer { token } if token.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) => {
-                Err(BuildError::invalid("auth.bearer.token", "must not contain whitespace or control characters"))
+                Err(BuildError::invalid(
+                    "prometheus.auth.bearer.token",
+                    "must not contain whitespace or control characters",
+                ))
             }
             Auth::Basic { username, .. } if username.is_empty() || username.contains(':') => {
-                Err(BuildError::invalid("auth.basic.username", "must be non-empty and must not contain `:`"))
+                Err(BuildError::invalid("prometheus.auth.basic.username", "must be non-empty and must not contain `:`"))
             }
             _ => Ok(()),
         }
@@ -97,9 +100,11 @@ impl fmt::Debug for Auth {
     }
 }
 
-/// TLS for the scrape endpoint: PEM files.
+/// TLS for the scrape endpoint: PEM files. Build one with [`TlsConfig::new`] (the struct is
+/// `#[non_exhaustive]`).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct TlsConfig {
     /// Certificate chain, PEM (leaf first).
     pub cert: PathBuf,
@@ -107,12 +112,21 @@ pub struct TlsConfig {
     pub key: PathBuf,
 }
 
+impl TlsConfig {
+    /// TLS with this certificate chain and private key (PEM files).
+    pub fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        Self { cert: cert.into(), key: key.into() }
+    }
+}
+
 /// Settings of the Prometheus scrape sink (`[prometheus]` in the agent's config file).
 ///
 /// Every field has a default; `PrometheusConfig::default()` serves `127.0.0.1:9400` with native
-/// names, no auth and no TLS.
+/// names, no auth and no TLS. The struct is `#[non_exhaustive]`: outside this crate, start from
+/// `PrometheusConfig::default()` and assign the fields you need.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct PrometheusConfig {
     /// Address of the scrape endpoint. `None` means [`DEFAULT_LISTEN`] (`127.0.0.1:9400`). Port
     /// 0 picks a free port ([`PrometheusSink::local_addr`](super::PrometheusSink::local_addr)).
@@ -148,8 +162,17 @@ pub struct PrometheusConfig {
     /// Offer OpenMetrics to scrapers that ask for it (default true). When false, always serve
     /// the 0.0.4 text format.
     pub openmetrics: bool,
-    /// Stop exporting device series when the latest snapshot is older than this (sampling has
-    /// stalled); self-metrics stay. Default: never.
+    /// Stop exporting device series (and answer `/health` with `503`) when the latest snapshot
+    /// is older than this: sampling has stalled or keeps failing, and serving the last values
+    /// forever would hide it. Self-metrics (`gpumon_last_sample_success`, sample counters, sink
+    /// status) are still exported, so alerts on them keep working.
+    ///
+    /// Default (`None`): derived from the agent the sink is attached to —
+    /// [`default_stale_after`](super::default_stale_after)`(interval)` = three sampling intervals,
+    /// but at least 5 s (1 s interval: 5 s; 10 s interval: 30 s). Without an agent (an embedder
+    /// calling [`PrometheusHandle::store`](super::PrometheusHandle::store) itself) nothing is ever
+    /// hidden unless this is set. Set it to override the derived value (e.g. `"2m"` for a
+    /// sampler that is slow by nature).
     #[serde(with = "opt_duration")]
     pub stale_after: Option<Duration>,
 }

@@ -121,7 +121,10 @@ impl Server {
         };
         #[cfg(not(feature = "prometheus-tls"))]
         if config.tls.is_some() {
-            return Err(BuildError::invalid("tls", "TLS needs the `prometheus-tls` cargo feature of gpumon-sinks"));
+            return Err(BuildError::invalid(
+                "prometheus.tls",
+                "TLS needs the `prometheus-tls` cargo feature of gpumon-sinks",
+            ));
         }
         let listener = std::net::TcpListener::bind(addr)
             .map_err(|e| BuildError::Io { what: format!("cannot listen on {addr}"), source: e.into() })?;
@@ -406,12 +409,15 @@ mod tls {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| io(format!("bad PEM in {}", config.cert.display()), e))?;
         if certs.is_empty() {
-            return Err(BuildError::invalid("tls.cert", format!("no certificate found in {}", config.cert.display())));
+            return Err(BuildError::invalid(
+                "prometheus.tls.cert",
+                format!("no certificate found in {}", config.cert.display()),
+            ));
         }
         let key = rustls_pemfile::private_key(&mut key_pem.as_slice())
             .map_err(|e| io(format!("bad PEM in {}", config.key.display()), e))?
             .ok_or_else(|| {
-                BuildError::invalid("tls.key", format!("no private key found in {}", config.key.display()))
+                BuildError::invalid("prometheus.tls.key", format!("no private key found in {}", config.key.display()))
             })?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut server = rustls::ServerConfig::builder_with_provider(provider)
@@ -419,7 +425,9 @@ mod tls {
             .map_err(|e| io("TLS setup".to_owned(), e))?
             .with_no_client_auth()
             .with_single_cert(certs, key)
-            .map_err(|e| BuildError::invalid("tls", format!("certificate and key do not make a usable pair: {e}")))?;
+            .map_err(|e| {
+                BuildError::invalid("prometheus.tls", format!("certificate and key do not make a usable pair: {e}"))
+            })?;
         server.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(tokio_rustls::TlsAcceptor::from(Arc::new(server)))
     }

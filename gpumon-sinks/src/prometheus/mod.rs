@@ -53,8 +53,13 @@
 //! counter samples) are typed `unknown` so their names stay exactly the ones dashboards query.
 //!
 //! **Stale data.** Only devices in the latest snapshot are rendered, so a device that
-//! disappears stops being exported at once; a lost device renders only `gpumon_up 0`.
-//! [`PrometheusConfig::stale_after`] also hides every device series when sampling has stalled.
+//! disappears stops being exported at once; a lost device renders only `gpumon_up 0`. And no
+//! frozen values: when the latest snapshot is older than three sampling intervals of the agent
+//! (at least 5 s; see [`default_stale_after`], or set [`PrometheusConfig::stale_after`]) —
+//! sampling hangs, or NVML became unavailable and every sample fails — no device series is
+//! rendered and `/health` answers `503` saying how old the data is; the self-metrics
+//! (`gpumon_last_sample_success`, `gpumon_last_sample_timestamp_seconds`, sample and sink
+//! counters) are still served, so alerts on them fire.
 //!
 //! ## Why not prometheus-client
 //! gpumon's data is an immutable snapshot of values the driver already aggregated; there is
@@ -101,10 +106,31 @@ pub use pushgateway::{PushgatewayConfig, PushgatewaySink, PushgatewaySinkBuilder
 
 use render::RenderOptions;
 
+/// The `stale_after` used when [`PrometheusConfig::stale_after`] is not set and the sink is
+/// attached to an agent sampling every `interval`: three intervals (two missed ticks and one late
+/// one are tolerated), but at least 5 s, so that short intervals do not flap on a slow sample or
+/// a busy host. 1 s → 5 s, 2 s → 6 s, 10 s → 30 s.
+pub fn default_stale_after(interval: Duration) -> Duration {
+    interval.saturating_mul(3).max(Duration::from_secs(5))
+}
+
+/// When device series count as stale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Staleness {
+    /// Never (the Pushgateway sink renders each snapshot as it arrives).
+    Never,
+    /// An explicit [`PrometheusConfig::stale_after`].
+    After(Duration),
+    /// [`default_stale_after`] of the attached agent's interval; never without an agent.
+    FromAgent,
+}
+
 struct Shared {
     snapshot: ArcSwapOption<Snapshot>,
     telemetry: ArcSwapOption<Telemetry>,
+    /// Render options; `opts.stale_after` is `staleness` when that is fixed.
     opts: RenderOptions,
+    staleness: Staleness,
     /// Length of the last rendering, to size the next buffer in one allocation.
     size_hint: AtomicUsize,
 }
@@ -125,13 +151,31 @@ impl std::fmt::Debug for PrometheusHandle {
 }
 
 impl PrometheusHandle {
-    fn new(opts: RenderOptions) -> Self {
+    fn new(mut opts: RenderOptions, staleness: Staleness) -> Self {
+        opts.stale_after = match staleness {
+            Staleness::After(max) => Some(max),
+            Staleness::Never | Staleness::FromAgent => None,
+        };
         Self {
             shared: Arc::new(Shared {
                 snapshot: ArcSwapOption::empty(),
                 telemetry: ArcSwapOption::empty(),
                 opts,
+                staleness,
                 size_hint: AtomicUsize::new(4096),
+            }),
+        }
+    }
+
+    /// The age beyond which device series are hidden, and how that limit came about (for
+    /// `/health`).
+    fn stale_after(&self, telemetry: Option<&Telemetry>) -> Option<(Duration, String)> {
+        match self.shared.staleness {
+            Staleness::Never => None,
+            Staleness::After(max) => Some((max, format!("stale_after {max:?}"))),
+            Staleness::FromAgent => telemetry.and_then(Telemetry::interval).map(|interval| {
+                let max = default_stale_after(interval);
+                (max, format!("stale after {max:?}: 3 × the {interval:?} sampling interval, at least 5s"))
             }),
         }
     }
@@ -148,7 +192,14 @@ impl PrometheusHandle {
         let start = out.len();
         let snapshot = self.shared.snapshot.load();
         let telemetry = self.shared.telemetry.load();
-        render::render(out, snapshot.as_deref(), telemetry.as_deref(), &self.shared.opts, format);
+        let opts = &self.shared.opts;
+        if self.shared.staleness == Staleness::FromAgent {
+            let stale_after = self.stale_after(telemetry.as_deref()).map(|(max, _)| max);
+            let opts = RenderOptions { stale_after, ..opts.clone() };
+            render::render(out, snapshot.as_deref(), telemetry.as_deref(), &opts, format);
+        } else {
+            render::render(out, snapshot.as_deref(), telemetry.as_deref(), opts, format);
+        }
         self.shared.size_hint.store(out.len() - start, Ordering::Relaxed);
     }
 
@@ -179,13 +230,14 @@ impl PrometheusHandle {
         self.shared.telemetry.store(Some(Arc::new(telemetry)));
     }
 
-    /// What `/health` answers: `Ok` while the last sample succeeded (and, with
-    /// [`PrometheusConfig::stale_after`], is recent), otherwise why not.
+    /// What `/health` answers: `Ok` while the last sample succeeded and the latest snapshot is
+    /// not stale (see [`PrometheusConfig::stale_after`]), otherwise why not.
     ///
     /// # Errors
     /// The reason the endpoint is unhealthy, as text.
     pub fn health(&self) -> Result<(), String> {
-        if let Some(t) = self.shared.telemetry.load().as_deref() {
+        let telemetry = self.shared.telemetry.load();
+        if let Some(t) = telemetry.as_deref() {
             let stats = t.stats();
             if !stats.last_sample_ok {
                 return Err(match stats.last_sample_error {
@@ -197,10 +249,13 @@ impl PrometheusHandle {
         let Some(snapshot) = self.shared.snapshot.load_full() else {
             return Err("no snapshot yet".to_owned());
         };
-        if let Some(max) = self.shared.opts.stale_after {
+        if let Some((max, why)) = self.stale_after(telemetry.as_deref()) {
             let age = SystemTime::now().duration_since(snapshot.taken_at).unwrap_or(Duration::ZERO);
             if age > max {
-                return Err(format!("latest snapshot is {:.1}s old (stale_after {max:?})", age.as_secs_f64()));
+                return Err(format!(
+                    "latest snapshot is {:.1}s old ({why}): sampling has stalled; device series are not exported",
+                    age.as_secs_f64()
+                ));
             }
         }
         Ok(())
@@ -279,7 +334,8 @@ impl PrometheusSinkBuilder {
         self
     }
 
-    /// See [`PrometheusConfig::stale_after`].
+    /// See [`PrometheusConfig::stale_after`] (this overrides the default derived from the
+    /// agent's interval).
     pub fn stale_after(mut self, max_age: Duration) -> Self {
         self.config.stale_after = Some(max_age);
         self
@@ -297,20 +353,26 @@ impl PrometheusSinkBuilder {
             auth.validate()?;
         }
         if c.max_connections == 0 {
-            return Err(BuildError::invalid("max_connections", "must be at least 1"));
+            return Err(BuildError::invalid("prometheus.max_connections", "must be at least 1"));
         }
-        if c.header_read_timeout.is_zero() || c.connection_timeout.is_zero() {
-            return Err(BuildError::invalid("header_read_timeout/connection_timeout", "must be greater than zero"));
+        if c.header_read_timeout.is_zero() {
+            return Err(BuildError::invalid("prometheus.header_read_timeout", "must be greater than zero"));
+        }
+        if c.connection_timeout.is_zero() {
+            return Err(BuildError::invalid("prometheus.connection_timeout", "must be greater than zero"));
         }
         if c.max_header_bytes < 8192 {
-            return Err(BuildError::invalid("max_header_bytes", "must be at least 8192"));
+            return Err(BuildError::invalid("prometheus.max_header_bytes", "must be at least 8192"));
         }
         if c.max_headers == 0 {
-            return Err(BuildError::invalid("max_headers", "must be at least 1"));
+            return Err(BuildError::invalid("prometheus.max_headers", "must be at least 1"));
+        }
+        if c.stale_after.is_some_and(|d| d.is_zero()) {
+            return Err(BuildError::invalid("prometheus.stale_after", "must be greater than zero"));
         }
         if self.listen.is_none() && (c.auth.is_some() || c.tls.is_some()) {
             return Err(BuildError::invalid(
-                "auth/tls",
+                "prometheus.auth/prometheus.tls",
                 "only apply to the HTTP listener; add one with `with_http_listener` (feature `prometheus-http`)",
             ));
         }
@@ -318,10 +380,11 @@ impl PrometheusSinkBuilder {
             naming: c.naming,
             host_label: c.host_label,
             dcgm_lowercase_hostname: c.dcgm_lowercase_hostname,
-            stale_after: c.stale_after,
+            stale_after: None,
             openmetrics: c.openmetrics,
         };
-        let handle = PrometheusHandle::new(opts);
+        let staleness = c.stale_after.map_or(Staleness::FromAgent, Staleness::After);
+        let handle = PrometheusHandle::new(opts, staleness);
 
         #[cfg(feature = "prometheus-http")]
         let server = match self.listen {

@@ -12,11 +12,16 @@ use serde::Deserialize;
 use super::config::duration;
 use super::render::RenderOptions;
 use super::{Format, Naming, PrometheusHandle};
-use crate::retry::{parse_retry_after, Backoff};
+use crate::http_util::{error_chain, read_body_capped, retry_after, MAX_ERROR_BODY};
+use crate::retry::Backoff;
 
 /// Settings of the Pushgateway sink (`[pushgateway]` in the agent's config file).
+///
+/// `#[non_exhaustive]`: outside this crate, start from `PushgatewayConfig::default()` (or
+/// [`PushgatewaySink::builder`]) and assign the fields you need.
 #[derive(Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct PushgatewayConfig {
     /// Base URL of the Pushgateway, e.g. `http://127.0.0.1:9091` (a path prefix is kept).
     pub url: String,
@@ -173,11 +178,12 @@ impl PushgatewaySinkBuilder {
             .user_agent(concat!("gpumon/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| BuildError::Io { what: "cannot build the HTTP client".to_owned(), source: e.into() })?;
-        let handle = PrometheusHandle::new(RenderOptions {
-            naming: c.naming,
-            host_label: c.host_label,
-            ..RenderOptions::default()
-        });
+        // Each push renders the snapshot it was just given: nothing to hide as stale (the group
+        // is replaced every push, and `delete_on_shutdown` removes it when the agent stops).
+        let handle = PrometheusHandle::new(
+            RenderOptions { naming: c.naming, host_label: c.host_label, ..RenderOptions::default() },
+            super::Staleness::Never,
+        );
         Ok(PushgatewaySink {
             client,
             group_url,
@@ -327,12 +333,8 @@ impl PushgatewaySink {
         if status.is_success() {
             return Ok(());
         }
-        let retry_after = response
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_retry_after);
-        let text = response.text().await.unwrap_or_default();
+        let retry_after = retry_after(&response);
+        let text = read_body_capped(response, MAX_ERROR_BODY).await;
         let text: String = text.trim().chars().take(300).collect();
         Err(Failure {
             message: format!("HTTP {} from {}: {text}", status.as_u16(), self.group_url),
@@ -360,20 +362,6 @@ impl PushgatewaySink {
         }
         self.last_logged = None;
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        let text = inner.to_string();
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        source = inner.source();
-    }
-    s
 }
 
 #[async_trait::async_trait]
@@ -493,5 +481,20 @@ mod tests {
         assert!(sink.group_url().contains("/rack/r1"));
         assert!(serde_json::from_str::<PushgatewayConfig>(r#"{"url":"x","jbo":"typo"}"#).is_err());
         assert!(!format!("{:?}", PushgatewayConfig { password: Some("s3cret".into()), ..c }).contains("s3cret"));
+    }
+
+    #[tokio::test]
+    async fn an_endless_error_body_is_cut_short() {
+        use crate::http_util::test_server::{Reply, TestServer};
+        let server = TestServer::start(Reply::Endless { status: 400, prefix: "bad metric name".to_owned() }).await;
+        let mut sink = PushgatewaySink::builder(&server.url).timeout(Duration::from_secs(20)).build().unwrap();
+        let snapshot = Snapshot::new(Arc::new(gpumon_core::SystemInfo::new("h", "t")), Vec::new());
+        let started = std::time::Instant::now();
+        let err = sink.export(Arc::new(snapshot)).await.unwrap_err().to_string();
+        // Reading the whole body would take until the 20 s timeout and lose the server's text.
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        assert!(err.contains("HTTP 400") && err.contains("bad metric namexxx"), "{err}");
+        assert!(err.starts_with("permanent"), "{err}");
+        assert_eq!(server.requests(), 1);
     }
 }

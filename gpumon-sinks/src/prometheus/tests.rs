@@ -270,6 +270,61 @@ fn stale_snapshot_exports_no_device_series() {
 }
 
 #[test]
+fn default_stale_after_rule() {
+    assert_eq!(default_stale_after(Duration::from_millis(100)), Duration::from_secs(5));
+    assert_eq!(default_stale_after(Duration::from_secs(1)), Duration::from_secs(5));
+    assert_eq!(default_stale_after(Duration::from_secs(2)), Duration::from_secs(6));
+    assert_eq!(default_stale_after(Duration::from_secs(10)), Duration::from_secs(30));
+}
+
+/// Without `stale_after`, the agent's interval decides: an old snapshot (sampling stalled) is
+/// not served, `/health` says why, and the self-metrics stay.
+#[tokio::test]
+async fn stale_after_defaults_to_the_agents_interval() {
+    let sink = PrometheusSink::builder().build().unwrap();
+    let h = sink.handle();
+    let explicit = PrometheusSink::builder().stale_after(Duration::from_secs(120)).build().unwrap();
+    let h_explicit = explicit.handle();
+    let sampler = gpumon_mock::MockSampler::from_profile_name("h100x8").unwrap();
+    let agent = gpumon_core::Agent::builder(sampler)
+        .interval(Duration::from_secs(2)) // stale after 6 s
+        .scheduled(false)
+        .sink(sink)
+        .spawn()
+        .unwrap();
+    h_explicit.set_telemetry(agent.telemetry());
+    agent.flush(Duration::from_secs(5)).await.unwrap(); // one successful sample, exported
+    assert!(h.render(Format::Text).contains("gpumon_utilization_ratio{"));
+    assert_eq!(h.health(), Ok(()));
+
+    // The last sample succeeded, but nothing new arrived for a minute.
+    for (age, stale) in [(60, true), (7, true), (4, false)] {
+        let old = fixture().with_taken_at(SystemTime::now() - Duration::from_secs(age));
+        h.store(Arc::new(old.clone()));
+        h_explicit.store(Arc::new(old));
+        let text = h.render(Format::Text);
+        assert_eq!(!text.contains("uuid="), stale, "age {age}s: {text}");
+        assert_eq!(h.health().is_err(), stale, "age {age}s: {:?}", h.health());
+        for self_metric in ["gpumon_last_sample_success{host=\"node-1\"} 1\n", "gpumon_samples_total{"] {
+            assert!(text.contains(self_metric), "{self_metric} in {text}");
+        }
+        let om = h.render(Format::OpenMetrics);
+        check_structure(&om, Format::OpenMetrics);
+        // An explicit stale_after wins over the derived one.
+        assert!(h_explicit.render(Format::Text).contains("uuid="), "age {age}s");
+        assert_eq!(h_explicit.health(), Ok(()));
+    }
+    h.store(Arc::new(fixture().with_taken_at(SystemTime::now() - Duration::from_secs(60))));
+    let reason = h.health().unwrap_err();
+    assert!(reason.contains("60.") && reason.contains("old") && reason.contains("2s sampling interval"), "{reason}");
+    // Fresh data is served again at once.
+    h.store(Arc::new(fixture().with_taken_at(SystemTime::now())));
+    assert!(h.render(Format::Text).contains("gpumon_utilization_ratio{"));
+    assert_eq!(h.health(), Ok(()));
+    agent.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+#[test]
 fn self_metrics_from_telemetry() {
     let sink = PrometheusSink::builder().build().unwrap();
     let h = sink.handle();
@@ -438,8 +493,14 @@ fn config_defaults_and_unknown_keys() {
 #[test]
 fn builder_rejects_unworkable_settings() {
     let e = |b: PrometheusSinkBuilder| b.build().unwrap_err().to_string();
-    assert!(e(PrometheusSink::builder().max_connections(0)).contains("max_connections"));
+    assert!(e(PrometheusSink::builder().max_connections(0)).contains("`prometheus.max_connections`"));
     assert!(e(PrometheusSink::builder().max_header_bytes(100)).contains("8192"));
+    assert!(e(PrometheusSink::builder().max_header_bytes(100)).contains("`prometheus.max_header_bytes`"));
+    assert!(
+        e(PrometheusSink::builder().header_read_timeout(Duration::ZERO)).contains("`prometheus.header_read_timeout`")
+    );
+    assert!(e(PrometheusSink::builder().stale_after(Duration::ZERO)).contains("`prometheus.stale_after`"));
+    assert!(e(PrometheusSink::builder().with_auth(Auth::bearer(""))).contains("`prometheus.auth.bearer.token`"));
     assert!(e(PrometheusSink::builder().with_auth(Auth::bearer(""))).contains("empty"));
     assert!(e(PrometheusSink::builder().with_auth(Auth::bearer("t"))).contains("with_http_listener"));
     assert!(e(PrometheusSink::builder().with_auth(Auth::basic("a:b", "p"))).contains("`:`"));
