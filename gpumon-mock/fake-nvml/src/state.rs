@@ -68,11 +68,17 @@ pub(crate) struct EventSetState {
     /// them when the GPU falls off the bus: a client must register it again once it is back.
     pub registered: Vec<(usize, u64)>,
     pub delivered: HashMap<(usize, u64), u64>,
+    /// The tick at which a full scan found nothing left to deliver. Events only change with the
+    /// tick (or a registration), so waiting at the same tick need not recompute every GPU's
+    /// model sample again — the difference between a wait that costs nothing, as the real
+    /// driver's does, and one that burns CPU in whichever process watches XIDs.
+    pub quiet_tick: Option<u64>,
 }
 
 impl EventSetState {
     /// Registers `slot` for `mask` (added to what it is registered for already).
     pub fn register(&mut self, slot: usize, mask: u64) {
+        self.quiet_tick = None;
         match self.registered.iter_mut().find(|(s, _)| *s == slot) {
             Some((_, m)) => *m |= mask,
             None => self.registered.push((slot, mask)),

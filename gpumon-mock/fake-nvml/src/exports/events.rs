@@ -68,6 +68,7 @@ fn event_wait(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeout_ms: c_uin
             let tick = g.tick();
             let fake = g.fake_mut()?;
             let registered = match fake.event_sets.get(&key) {
+                Some(s) if s.quiet_tick == Some(tick) => Vec::new(),
                 Some(s) => s.registered.clone(),
                 None => return Err(NVML_ERROR_INVALID_ARGUMENT),
             };
@@ -92,12 +93,17 @@ fn event_wait(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeout_ms: c_uin
                     }
                 }
             }
+            if let Some(state) = fake.event_sets.get_mut(&key) {
+                state.quiet_tick = Some(tick);
+            }
         }
         let now = Instant::now();
         if now >= deadline {
             return Err(NVML_ERROR_TIMEOUT);
         }
-        std::thread::sleep((deadline - now).min(Duration::from_millis(5)));
+        // Ticks change at most every few hundred ms in wall-clock mode; 20 ms keeps event
+        // delivery prompt for tests that step the clock, at ~50 cheap wake-ups a second.
+        std::thread::sleep((deadline - now).min(Duration::from_millis(20)));
     }
 }
 
@@ -145,7 +151,10 @@ nvml_export! {
         let mut g = lock();
         let fake = g.fake_mut()?;
         let key = next_id(EVENT_SET_BASE, fake.event_sets.keys().copied());
-        fake.event_sets.insert(key, EventSetState { registered: Vec::new(), delivered: Default::default() });
+        fake.event_sets.insert(
+            key,
+            EventSetState { registered: Vec::new(), delivered: Default::default(), quiet_tick: None },
+        );
         unsafe { out(set, key as nvmlEventSet_t) }
     }
     fn nvmlDeviceRegisterEvents(device: nvmlDevice_t, event_types: c_ulonglong, set: nvmlEventSet_t) {
