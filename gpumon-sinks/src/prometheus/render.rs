@@ -141,6 +141,20 @@ fn escape_help(value: &str, format: Format) -> String {
     out
 }
 
+/// `v` in decimal, written into `buf` (no allocation).
+fn u64_str(buf: &mut [u8; 20], mut v: u64) -> &str {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&buf[i..]).unwrap_or("0")
+}
+
 fn push_u64(out: &mut String, mut v: u64) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
@@ -526,9 +540,8 @@ fn render_info(
         opt(out, "backend", Some(system.backend.as_str()).filter(|b| !b.is_empty()));
         if let Some(mig) = &info.mig {
             opt(out, "parent_uuid", Some(&mig.parent_uuid));
-            let mut n = String::new();
-            push_u64(&mut n, u64::from(mig.compute_instance_id));
-            opt(out, "compute_instance_id", Some(&n));
+            let mut digits = [0u8; 20];
+            opt(out, "compute_instance_id", Some(u64_str(&mut digits, u64::from(mig.compute_instance_id))));
         }
         if !opts.host_label {
             opt(out, "host", Some(&system.hostname));
@@ -697,4 +710,36 @@ pub(crate) fn unescape_label_value(s: &str) -> Option<String> {
         }
     }
     Some(out)
+}
+
+#[cfg(test)]
+mod number_tests {
+    use std::sync::Arc;
+
+    use gpumon_core::{DeviceInfo, DeviceSample, MigInfo, Snapshot, SystemInfo};
+
+    use super::u64_str;
+    use crate::prometheus::{Format, PrometheusSink};
+
+    #[test]
+    fn u64_str_writes_decimal_without_allocating() {
+        let mut b = [0u8; 20];
+        assert_eq!(u64_str(&mut b, 0), "0");
+        assert_eq!(u64_str(&mut b, 7), "7");
+        assert_eq!(u64_str(&mut b, 1_234_567_890), "1234567890");
+        assert_eq!(u64_str(&mut b, u64::MAX), "18446744073709551615");
+    }
+
+    #[test]
+    fn mig_info_series_has_the_compute_instance_id() {
+        let mut info = DeviceInfo::new(1, "MIG-b", "NVIDIA A100-SXM4-40GB MIG 1g.5gb");
+        info.mig = Some(MigInfo::new("GPU-b", 2, 7, 13));
+        let snap = Snapshot::new(Arc::new(SystemInfo::new("h", "mock")), vec![DeviceSample::new(Arc::new(info))]);
+        let sink = PrometheusSink::builder().build().unwrap();
+        let h = sink.handle();
+        h.store(Arc::new(snap));
+        let text = h.render(Format::Text);
+        let line = text.lines().find(|l| l.contains("parent_uuid=\"GPU-b\"")).expect("MIG info series");
+        assert!(line.contains(",compute_instance_id=\"13\""), "{line}");
+    }
 }
