@@ -118,6 +118,7 @@ pub fn default_stale_after(interval: Duration) -> Duration {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Staleness {
     /// Never (the Pushgateway sink renders each snapshot as it arrives).
+    #[cfg_attr(not(feature = "pushgateway"), allow(dead_code))]
     Never,
     /// An explicit [`PrometheusConfig::stale_after`].
     After(Duration),
