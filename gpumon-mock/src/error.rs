@@ -88,3 +88,20 @@ fn toml_key(src: &str, e: &toml::de::Error) -> Option<String> {
     let key = lhs[key_start..].trim_matches('"');
     (!key.is_empty()).then(|| key.to_owned())
 }
+
+/// The rule profiles and scenarios share: `name_or_path` is a built-in name, else the path of a
+/// TOML file; when it is neither, the built-in lookup's error (which lists the known names) wins.
+pub(crate) fn load_builtin_or_file<T>(
+    name_or_path: &str,
+    builtin: impl FnOnce(&str) -> Result<T, ConfigError>,
+    from_file: impl FnOnce(&std::path::Path) -> Result<T, ConfigError>,
+) -> Result<T, ConfigError> {
+    builtin(name_or_path).or_else(|unknown| {
+        let path = std::path::Path::new(name_or_path);
+        if path.is_file() {
+            from_file(path)
+        } else {
+            Err(unknown)
+        }
+    })
+}

@@ -183,17 +183,7 @@ impl FleetProfile {
     /// # Errors
     /// [`ConfigError`] naming the bad key, the unreadable file, or the unknown name.
     pub fn load(name_or_path: &str) -> Result<Self, ConfigError> {
-        match Self::builtin(name_or_path) {
-            Ok(p) => Ok(p),
-            Err(unknown) => {
-                let path = Path::new(name_or_path);
-                if path.is_file() {
-                    Self::from_file(path)
-                } else {
-                    Err(unknown)
-                }
-            }
-        }
+        crate::error::load_builtin_or_file(name_or_path, Self::builtin, Self::from_file)
     }
 
     /// Reads a TOML profile file.

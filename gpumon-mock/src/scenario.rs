@@ -317,17 +317,7 @@ impl Scenario {
     /// # Errors
     /// [`ConfigError`] naming the bad key, the unreadable file, or the unknown name.
     pub fn load(name_or_path: &str) -> Result<Self, ConfigError> {
-        match Self::builtin(name_or_path) {
-            Ok(s) => Ok(s),
-            Err(unknown) => {
-                let path = Path::new(name_or_path);
-                if path.is_file() {
-                    Self::from_file(path)
-                } else {
-                    Err(unknown)
-                }
-            }
-        }
+        crate::error::load_builtin_or_file(name_or_path, Self::builtin, Self::from_file)
     }
 
     /// Reads a TOML scenario file.
