@@ -7,6 +7,11 @@
 //! The list syntax is the one CUDA and the NVIDIA container runtime use for
 //! `CUDA_VISIBLE_DEVICES` / `NVIDIA_VISIBLE_DEVICES`: comma-separated indices (`0,2`), UUIDs or
 //! unique UUID prefixes (`GPU-8f1e…`, `MIG-…`), `gpu:mig` pairs (`0:1`), or `all` / `none` / `void`.
+//!
+//! Indices are NVML's, as the agent's own process sees them. Inside a container that the NVIDIA
+//! runtime limited to some GPUs, NVML already numbers the visible ones from 0, so the host's
+//! `NVIDIA_VISIBLE_DEVICES=3` means nothing there: select by UUID on shared hosts. A UUID prefix
+//! that matches several GPUs selects none of them (see [`DeviceFilter::apply`]).
 
 use crate::model::DeviceInfo;
 
