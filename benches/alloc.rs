@@ -13,8 +13,14 @@
 //! - `prometheus.render_to`: text exposition into a reused `String` (one scrape).
 //! - `influx.encode_snapshot`: line protocol into a reused `String`.
 //! - `stdout.json` / `stdout.human`: `format_snapshot` into a reused `String`.
-//! - `otlp.export`: `OtlpSink::export` with an SDK provider whose exporter drops the batch
-//!   (record + SDK collection; no protobuf, no HTTP).
+//! - `otlp.export (SDK, no wire)`: `OtlpSink::export` with an SDK provider whose exporter drops
+//!   the batch (record + SDK collection; no protobuf, no HTTP).
+//! - `otlp.export (direct, no wire)`: the direct pipeline's `ExportMetricsServiceRequest` built
+//!   from the snapshot and protobuf-encoded into its reused buffer (`OtlpSink::encode_request`;
+//!   everything an export does except the HTTP request).
+//! - `otlp.export (SDK|direct, HTTP loopback)`: a whole `OtlpSink::export` through each pipeline,
+//!   one OTLP/HTTP request to a minimal server on 127.0.0.1 answering 200 (the server's own
+//!   few allocations per request are counted too, the same for both rows).
 //! - `runtime.tick`: one unscheduled agent tick (sample on the blocking pool, fan-out to a no-op
 //!   sink, wait for it) — `AgentHandle::flush`.
 
@@ -27,7 +33,7 @@ use std::time::{Duration, Instant};
 use gpumon::core::{Agent, DeviceFilter, MetricSet, SampleRequest, Sampler, Sink, SinkError, Snapshot};
 use gpumon::mock::{FleetProfile, MockSampler};
 use gpumon::sinks::influxdb::LineProtocolEncoder;
-use gpumon::sinks::otlp::OtlpSink;
+use gpumon::sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};
 use gpumon::sinks::prometheus::{Format, PrometheusSink};
 use gpumon::sinks::stdout::{format_snapshot, StdoutFormat};
 use opentelemetry_sdk::error::OTelSdkResult;
@@ -217,6 +223,32 @@ fn main() {
         drop(sink);
         provider.shutdown().unwrap();
 
+        let mut cfg = OtlpConfig::new("http://127.0.0.1:9", Protocol::HttpProtobuf);
+        cfg.pipeline = Some(Pipeline::Direct);
+        let mut sink = OtlpSink::from_config(&cfg).unwrap();
+        push(
+            "otlp.export (direct, no wire)",
+            measure(warmup, (iters / 4).max(50), |i| {
+                black_box(sink.encode_request(&snapshots[i % 16]).map(<[u8]>::len));
+            }),
+        );
+        drop(sink);
+
+        let port = loopback_server();
+        for (what, pipeline) in [
+            ("otlp.export (SDK, HTTP loopback)", Pipeline::Sdk),
+            ("otlp.export (direct, HTTP loopback)", Pipeline::Direct),
+        ] {
+            let mut cfg = OtlpConfig::new(format!("http://127.0.0.1:{port}"), Protocol::HttpProtobuf);
+            cfg.pipeline = Some(pipeline);
+            let mut sink = rt.block_on(async { OtlpSink::from_config(&cfg).unwrap() });
+            push(
+                what,
+                measure(warmup, (iters / 4).max(50), |i| rt.block_on(sink.export(snapshots[i % 16].clone())).unwrap()),
+            );
+            rt.block_on(sink.shutdown()).unwrap();
+        }
+
         let agent = rt.block_on(async {
             Agent::builder(MockSampler::builder().profile(fleet(fleet_name)).build().unwrap())
                 .scheduled(false)
@@ -260,4 +292,46 @@ fn main() {
             println!("  {what:38} time {t:.2}  allocations {al}");
         }
     }
+}
+
+/// A loopback HTTP/1.1 server answering every request with an empty 200.
+fn loopback_server() -> u16 {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            std::thread::spawn(move || {
+                let mut writer = conn.try_clone().unwrap();
+                let mut reader = BufReader::new(conn);
+                let mut line = String::new();
+                let mut body = Vec::new();
+                loop {
+                    let mut len = 0usize;
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if line.len() > 15 && line[..15].eq_ignore_ascii_case("content-length:") {
+                            len = line[15..].trim().parse().unwrap_or(0);
+                        }
+                    }
+                    body.resize(len, 0);
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let reply = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+                    if writer.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
 }

@@ -2,8 +2,12 @@
 //!
 //! - `sdk_only`: record + SDK collection + an exporter that drops the batch (what the sink and
 //!   the OpenTelemetry SDK cost, without the wire).
-//! - `http_loopback`: the real OTLP/HTTP exporter (protobuf encoding, reqwest, one request) to a
-//!   minimal HTTP server on 127.0.0.1 that answers 200 at once.
+//! - `direct_only`: the direct pipeline's request built from the snapshot and protobuf-encoded
+//!   into its reused buffer (`OtlpSink::encode_request`), without the wire.
+//! - `http_loopback_sdk` / `http_loopback_direct`: a whole `export` through each pipeline
+//!   (`pipeline = "sdk"`: SDK + opentelemetry-otlp's exporter; `pipeline = "direct"`: the sink's
+//!   own encoder and async reqwest client), one OTLP/HTTP request to a minimal HTTP server on
+//!   127.0.0.1 that answers 200 at once.
 //!
 //! `cargo bench -p gpumon-sinks --features otlp --bench otlp_export`
 
@@ -17,7 +21,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use gpumon_core::Sink;
-use gpumon_sinks::otlp::{OtlpConfig, OtlpSink, Protocol};
+use gpumon_sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
@@ -106,17 +110,34 @@ fn bench(c: &mut Criterion) {
     drop(sink);
     provider.shutdown().unwrap();
 
-    let port = sink_server();
     let mut sink = rt.block_on(async {
-        OtlpSink::from_config(&OtlpConfig::new(format!("http://127.0.0.1:{port}"), Protocol::HttpProtobuf)).unwrap()
+        let mut cfg = OtlpConfig::new("http://127.0.0.1:9", Protocol::HttpProtobuf);
+        cfg.pipeline = Some(Pipeline::Direct);
+        OtlpSink::from_config(&cfg).unwrap()
     });
-    group.bench_function("http_loopback", |b| {
+    group.bench_function("direct_only", |b| {
         b.iter(|| {
             i += 1;
-            rt.block_on(sink.export(snapshots[i % snapshots.len()].clone())).unwrap();
+            std::hint::black_box(sink.encode_request(&snapshots[i % snapshots.len()]).map(<[u8]>::len));
         })
     });
-    rt.block_on(sink.shutdown()).unwrap();
+    drop(sink);
+
+    let port = sink_server();
+    for (name, pipeline) in [("http_loopback_sdk", Pipeline::Sdk), ("http_loopback_direct", Pipeline::Direct)] {
+        let mut sink = rt.block_on(async {
+            let mut cfg = OtlpConfig::new(format!("http://127.0.0.1:{port}"), Protocol::HttpProtobuf);
+            cfg.pipeline = Some(pipeline);
+            OtlpSink::from_config(&cfg).unwrap()
+        });
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                i += 1;
+                rt.block_on(sink.export(snapshots[i % snapshots.len()].clone())).unwrap();
+            })
+        });
+        rt.block_on(sink.shutdown()).unwrap();
+    }
     group.finish();
 }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpumon_core::{Agent, DeviceSample, MetricId, MetricKind, MetricSet, Snapshot, Unit, Value};
-use gpumon_sinks::otlp::{OtlpConfig, OtlpSink, Protocol};
+use gpumon_sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};
 use otlp_support::{backends, fleet, free_port, received, requests_of_run, reset, run_id, FleetSampler};
 use serde_json::Value as Json;
 
@@ -198,14 +198,24 @@ fn assert_semantic_conventions(request: &[Json]) {
 
 /// A real agent exports to the receiver; every snapshot it published arrives intact. The sampler
 /// is the hand-built fleet (every family, a MIG instance, a lost GPU) or the mock `h100x8`.
+/// Both pipelines, one after the other.
 async fn end_to_end(protocol: Protocol, transport: &str, with_fleet: bool) {
+    for pipeline in [Pipeline::Direct, Pipeline::Sdk] {
+        end_to_end_with(protocol, transport, with_fleet, pipeline).await;
+    }
+}
+
+async fn end_to_end_with(protocol: Protocol, transport: &str, with_fleet: bool, pipeline: Pipeline) {
     let Some(b) = backends() else { return };
     let _serial = SERIAL.lock().await;
     let endpoint = if protocol == Protocol::Grpc { &b.grpc } else { &b.http };
     let run = run_id(transport);
     reset(&b.received).await;
 
-    let sink = OtlpSink::from_config(&config(endpoint, protocol, &run)).expect("sink");
+    let mut cfg = config(endpoint, protocol, &run);
+    cfg.pipeline = Some(pipeline);
+    let sink = OtlpSink::from_config(&cfg).expect("sink");
+    assert_eq!(sink.pipeline(), pipeline);
     let builder = if with_fleet {
         Agent::builder(FleetSampler::new(8, true))
     } else {
@@ -231,21 +241,28 @@ async fn end_to_end(protocol: Protocol, transport: &str, with_fleet: bool) {
         let request = requests
             .values()
             .find(|r| is_export_of(r, snapshot))
-            .unwrap_or_else(|| panic!("[{transport}] no request carries snapshot {}", snapshot.seq));
+            .unwrap_or_else(|| panic!("[{transport}, {pipeline:?}] no request carries snapshot {}", snapshot.seq));
         assert_request_is_snapshot(request, snapshot, transport);
         if with_fleet {
             assert_semantic_conventions(request);
         }
-        // Gauges are stamped at collection, right after the snapshot.
+        // The direct pipeline stamps every point with the sample's time; the SDK stamps it at
+        // collection, right after the snapshot.
         let taken = snapshot.timestamp_nanos();
         for j in request {
             let t = j["time_unix_nano"].as_u64().unwrap();
             assert!(t >= taken, "[{transport}] point stamped before its sample");
+            if pipeline == Pipeline::Direct {
+                assert_eq!(t, taken, "[{transport}, direct] {}", j["name"]);
+            }
             max_lag = max_lag.max(Duration::from_nanos(t - taken));
         }
     }
     let sampler = if with_fleet { "fleet" } else { "mock h100x8" };
-    eprintln!("[{transport}, {sampler}] {} requests; data point time - sample time: max {max_lag:?}", requests.len());
+    eprintln!(
+        "[{transport}, {sampler}, {pipeline:?}] {} requests; data point time - sample time: max {max_lag:?}",
+        requests.len()
+    );
     assert!(max_lag < Duration::from_secs(2), "{max_lag:?}");
 }
 
@@ -366,17 +383,23 @@ impl Drop for PrivateReceiver {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn receiver_down_at_start_then_up_data_arrives_without_restart() {
+    for pipeline in [Pipeline::Direct, Pipeline::Sdk] {
+        receiver_down_then_up(pipeline).await;
+    }
+}
+
+async fn receiver_down_then_up(pipeline: Pipeline) {
     let Some(b) = backends() else { return };
     let (grpc_port, http_port) = (free_port(), free_port());
-    let instance = format!("otlp-outage-{}", std::process::id());
+    let instance = format!("otlp-outage-{}-{}", std::process::id(), pipeline.as_str());
     let run = run_id("outage");
 
-    let mut sinks =
-        vec![OtlpSink::from_config(&config(&format!("http://127.0.0.1:{http_port}"), Protocol::HttpProtobuf, &run))
-            .unwrap()
-            .with_name("otlp-http")];
+    let mut http = config(&format!("http://127.0.0.1:{http_port}"), Protocol::HttpProtobuf, &run);
+    http.pipeline = Some(pipeline);
+    let mut sinks = vec![OtlpSink::from_config(&http).unwrap().with_name("otlp-http")];
     if cfg!(feature = "otlp-grpc") {
-        let grpc = config(&format!("http://127.0.0.1:{grpc_port}"), Protocol::Grpc, &run);
+        let mut grpc = config(&format!("http://127.0.0.1:{grpc_port}"), Protocol::Grpc, &run);
+        grpc.pipeline = Some(pipeline);
         sinks.push(OtlpSink::from_config(&grpc).unwrap().with_name("otlp-grpc"));
     }
     let names: Vec<String> = sinks.iter().map(|s| gpumon_core::Sink::name(s).to_owned()).collect();
@@ -392,7 +415,7 @@ async fn receiver_down_at_start_then_up_data_arrives_without_restart() {
         let status = handle.sink_status();
         if status.iter().all(|s| s.failures >= 2 && s.last_error.is_some()) {
             for s in &status {
-                eprintln!("while down, {}: {}", s.name, s.last_error.as_deref().unwrap_or(""));
+                eprintln!("while down, {} ({pipeline:?}): {}", s.name, s.last_error.as_deref().unwrap_or(""));
             }
             break;
         }
@@ -468,13 +491,14 @@ fn process_rss_kib() -> u64 {
 async fn footprint_of_an_agent_with_the_otlp_sink_at_1hz() {
     let Some(b) = backends() else { return };
     let secs: u64 = std::env::var("GPUMON_FOOTPRINT_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
-    for with_sink in [false, true] {
+    for with_sink in [None, Some(Pipeline::Direct), Some(Pipeline::Sdk)] {
         let mut builder = Agent::builder(FleetSampler::new(8, false))
             .interval(Duration::from_secs(1))
             .metrics(MetricSet::everything());
-        if with_sink {
-            builder = builder
-                .sink(OtlpSink::from_config(&config(&b.http, Protocol::HttpProtobuf, &run_id("footprint"))).unwrap());
+        if let Some(pipeline) = with_sink {
+            let mut cfg = config(&b.http, Protocol::HttpProtobuf, &run_id("footprint"));
+            cfg.pipeline = Some(pipeline);
+            builder = builder.sink(OtlpSink::from_config(&cfg).unwrap());
         }
         let handle = builder.spawn().unwrap();
         tokio::time::sleep(Duration::from_secs(3)).await; // warm-up
@@ -485,7 +509,10 @@ async fn footprint_of_an_agent_with_the_otlp_sink_at_1hz() {
         handle.shutdown(Duration::from_secs(10)).await.unwrap();
         eprintln!(
             "{}: CPU {:.3}% of one core ({cpu:?} over {wall:?}), RSS {} KiB, samples {}, sink status {:?}",
-            if with_sink { "agent + OTLP/HTTP sink" } else { "agent, no sink" },
+            match with_sink {
+                Some(p) => format!("agent + OTLP/HTTP sink ({} pipeline)", p.as_str()),
+                None => "agent, no sink".to_owned(),
+            },
             cpu.as_secs_f64() / wall.as_secs_f64() * 100.0,
             process_rss_kib(),
             stats.samples_taken,

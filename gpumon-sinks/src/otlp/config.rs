@@ -83,6 +83,32 @@ impl Compression {
     }
 }
 
+/// How the sink turns snapshots into OTLP requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Pipeline {
+    /// The default: the sink builds the `ExportMetricsServiceRequest` itself from each snapshot
+    /// (the generated `opentelemetry-proto` types), stamps every data point with the sample's
+    /// time, and sends it with its own HTTP (reqwest) or gRPC (tonic) client. A fraction of the
+    /// SDK pipeline's CPU time and allocations.
+    #[default]
+    Direct,
+    /// Observable instruments on an OpenTelemetry SDK `SdkMeterProvider` with the
+    /// `opentelemetry-otlp` exporter (data points stamped at collection time).
+    Sdk,
+}
+
+impl Pipeline {
+    /// `direct` or `sdk`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Pipeline::Direct => "direct",
+            Pipeline::Sdk => "sdk",
+        }
+    }
+}
+
 /// Settings of the OTLP sink, as they appear under `[otlp]` in the agent's config file.
 ///
 /// Every field is optional; unset fields fall back to the standard environment variables, then
@@ -97,6 +123,7 @@ impl Compression {
 /// | `compression` | `OTEL_EXPORTER_OTLP_METRICS_COMPRESSION`, `OTEL_EXPORTER_OTLP_COMPRESSION` | none |
 /// | `service_name` | `OTEL_SERVICE_NAME`, `service.name` in `OTEL_RESOURCE_ATTRIBUTES` | `gpumon` |
 /// | `resource_attributes` | `OTEL_RESOURCE_ATTRIBUTES` (merged key by key; config wins) | `host.name` = this host |
+/// | `pipeline` | — | `direct` |
 ///
 /// An explicit HTTP `endpoint` whose path is empty or `/` gets `/v1/metrics` appended
 /// (`http://collector:4318` works); any other path is used as is.
@@ -125,15 +152,19 @@ pub struct OtlpConfig {
     pub timeout: Option<Duration>,
     /// `gzip` or `none`.
     pub compression: Option<Compression>,
-    /// Export on the OpenTelemetry SDK's own schedule, every this long, instead of once per
-    /// snapshot. Unset (the default): every snapshot is exported as soon as it is taken, so the
-    /// export interval is the sampling interval.
+    /// Export at most every this long instead of once per snapshot (SDK pipeline: on the SDK's
+    /// own schedule, from the latest snapshot; direct pipeline: a snapshot arriving within the
+    /// interval is held and the latest held one goes out with the next export, `flush` or
+    /// `shutdown`). Unset (the default): every snapshot is exported as soon as it is taken, so
+    /// the export interval is the sampling interval.
     #[serde(deserialize_with = "opt_duration")]
     pub export_interval: Option<Duration>,
     /// `service.name` of the resource.
     pub service_name: Option<String>,
     /// Extra resource attributes (win over `OTEL_RESOURCE_ATTRIBUTES`).
     pub resource_attributes: BTreeMap<String, String>,
+    /// `direct` (the default) or `sdk`: see [`Pipeline`].
+    pub pipeline: Option<Pipeline>,
 }
 
 impl OtlpConfig {
@@ -154,6 +185,7 @@ pub(crate) struct Resolved {
     pub(crate) export_interval: Option<Duration>,
     /// Resource attributes in the order they are applied (later wins), service.name included.
     pub(crate) resource: BTreeMap<String, String>,
+    pub(crate) pipeline: Pipeline,
 }
 
 /// Reads an environment variable; empty counts as unset (as the OTel spec says).
@@ -260,7 +292,16 @@ pub(crate) fn resolve(cfg: &OtlpConfig, env: Env<'_>) -> Result<Resolved, BuildE
         resource.insert("service.name".to_owned(), name.to_owned());
     }
 
-    Ok(Resolved { endpoint, protocol, headers, timeout, compression, export_interval: cfg.export_interval, resource })
+    Ok(Resolved {
+        endpoint,
+        protocol,
+        headers,
+        timeout,
+        compression,
+        export_interval: cfg.export_interval,
+        resource,
+        pipeline: cfg.pipeline.unwrap_or_default(),
+    })
 }
 
 /// `base` + `/v1/metrics`, with exactly one slash between them.

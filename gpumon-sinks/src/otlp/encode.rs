@@ -37,7 +37,7 @@ pub(crate) enum Shape {
 }
 
 impl Shape {
-    fn of(id: MetricId) -> Shape {
+    pub(crate) fn of(id: MetricId) -> Shape {
         let d = id.descriptor();
         // Counts and bytes are integers; ratios, watts, joules, hertz, °C, seconds are doubles.
         let integral = matches!(d.unit, Unit::Count | Unit::Bytes);
@@ -176,7 +176,7 @@ pub(crate) struct AttributeCache {
 type CachedDevice = (Arc<DeviceInfo>, Option<String>, Arc<[KeyValue]>);
 
 impl AttributeCache {
-    fn device(&mut self, system: &SystemInfo, info: &Arc<DeviceInfo>) -> Arc<[KeyValue]> {
+    pub(crate) fn device(&mut self, system: &SystemInfo, info: &Arc<DeviceInfo>) -> Arc<[KeyValue]> {
         if let Some((cached, driver, attrs)) = self.devices.get(&info.uuid) {
             if (Arc::ptr_eq(cached, info) || **cached == **info) && *driver == system.driver_version {
                 return attrs.clone();
@@ -220,47 +220,83 @@ pub(crate) fn device_attributes(system: &SystemInfo, info: &DeviceInfo) -> Vec<K
     attrs
 }
 
+/// One data point of a snapshot, as the catalogue mapping places it: which instrument, which
+/// device (and its cached attribute set), the mapping's attribute, the label, and the value.
+/// Both pipelines build their data points from these (`Plan::walk`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Series<'a> {
+    /// Index into [`Plan::instruments`].
+    pub(crate) instrument: usize,
+    /// Position of the device in the snapshot.
+    pub(crate) device: usize,
+    /// The device's attribute set (from [`AttributeCache`]: the same `Arc` while the device's
+    /// identity is unchanged).
+    pub(crate) base: &'a Arc<[KeyValue]>,
+    pub(crate) id: MetricId,
+    /// The mapping's extra attribute (`hw.gpu.task=general`, `hw.state=failed`, …).
+    pub(crate) attribute: Option<(&'static str, &'static str)>,
+    /// The catalogue label and its value (the key is the catalogue's, see [`label_key`]).
+    pub(crate) label: Option<(&'static str, LabelValue<'a>)>,
+    pub(crate) value: Value,
+}
+
 impl Plan {
-    /// Turns a snapshot into per-instrument observations.
-    pub(crate) fn encode(&self, snapshot: &Snapshot, cache: &mut AttributeCache) -> Encoded {
-        let mut by_instrument: Vec<Vec<Observation>> = self.instruments.iter().map(|_| Vec::new()).collect();
-        let mut points = 0;
-        for device in &snapshot.devices {
+    /// Visits every data point `snapshot` produces, in order, `hw.status`'s `failed`
+    /// complement included (right before the `ok` series).
+    pub(crate) fn walk(&self, snapshot: &Snapshot, cache: &mut AttributeCache, mut f: impl FnMut(Series<'_>)) {
+        for (index, device) in snapshot.devices.iter().enumerate() {
             let base = cache.device(&snapshot.system, &device.info);
             device.visit_points(|p| {
                 let d = p.id.descriptor();
-                let mut attributes = Vec::with_capacity(base.len() + 2);
-                attributes.extend(base.iter().cloned());
-                if let Some((k, v)) = d.otel.attribute {
-                    attributes.push(KeyValue::new(k, v));
-                }
-                if let (Some(label), Some(value)) = (d.label, p.label) {
-                    let key = label_key(label);
-                    attributes.push(match value {
-                        LabelValue::Int(v) => KeyValue::new(key, i64::try_from(v).unwrap_or(i64::MAX)),
-                        LabelValue::Str(v) => KeyValue::new(key, s(v)),
-                    });
-                }
-                let list = &mut by_instrument[self.slot(p.id)];
+                let series = Series {
+                    instrument: self.slot(p.id),
+                    device: index,
+                    base: &base,
+                    id: p.id,
+                    attribute: d.otel.attribute,
+                    label: match (d.label, p.label) {
+                        (Some(label), Some(value)) => Some((label, value)),
+                        _ => None,
+                    },
+                    value: p.value,
+                };
                 if p.id == MetricId::DeviceUp {
                     // hw.status: one series per state, 1 for the current one.
                     if let Some((key, _)) = d.otel.attribute {
-                        let mut failed = attributes.clone();
-                        if let Some(kv) = failed.iter_mut().rev().find(|kv| kv.key.as_str() == key) {
-                            *kv = KeyValue::new(key, FAILED_STATE);
-                        }
                         let up = p.value.as_f64() > 0.0;
-                        list.push(Observation { value: Value::Int(u64::from(!up)), attributes: failed });
-                        points += 1;
+                        f(Series { attribute: Some((key, FAILED_STATE)), value: Value::Int(u64::from(!up)), ..series });
                     }
                 }
-                list.push(Observation { value: p.value, attributes });
-                points += 1;
+                f(series);
             });
         }
-        Encoded { by_instrument, points }
     }
 
+    /// Turns a snapshot into per-instrument observations (the SDK pipeline).
+    pub(crate) fn encode(&self, snapshot: &Snapshot, cache: &mut AttributeCache) -> Encoded {
+        let mut by_instrument: Vec<Vec<Observation>> = self.instruments.iter().map(|_| Vec::new()).collect();
+        let mut points = 0;
+        self.walk(snapshot, cache, |series| {
+            let mut attributes = Vec::with_capacity(series.base.len() + 2);
+            attributes.extend(series.base.iter().cloned());
+            if let Some((k, v)) = series.attribute {
+                attributes.push(KeyValue::new(k, v));
+            }
+            if let Some((label, value)) = series.label {
+                let key = label_key(label);
+                attributes.push(match value {
+                    LabelValue::Int(v) => KeyValue::new(key, i64::try_from(v).unwrap_or(i64::MAX)),
+                    LabelValue::Str(v) => KeyValue::new(key, s(v)),
+                });
+            }
+            by_instrument[series.instrument].push(Observation { value: series.value, attributes });
+            points += 1;
+        });
+        Encoded { by_instrument, points }
+    }
+}
+
+impl Plan {
     /// Registers one observable instrument per spec on `meter`, each reading `shared`.
     pub(crate) fn register(&self, meter: &Meter, shared: &Shared) -> Vec<Registered> {
         self.instruments
@@ -303,7 +339,7 @@ impl Plan {
     }
 }
 
-fn to_i64(v: Value) -> i64 {
+pub(crate) fn to_i64(v: Value) -> i64 {
     match v {
         Value::Int(i) => i64::try_from(i).unwrap_or(i64::MAX),
         // Saturating float-to-int cast; NaN becomes 0.
@@ -311,7 +347,7 @@ fn to_i64(v: Value) -> i64 {
     }
 }
 
-fn to_u64(v: Value) -> u64 {
+pub(crate) fn to_u64(v: Value) -> u64 {
     match v {
         Value::Int(i) => i,
         Value::Float(f) => f.round() as u64,

@@ -1,8 +1,21 @@
 //! OTLP sink: GPU metrics into any OpenTelemetry pipeline, named by the OpenTelemetry hardware
 //! semantic conventions.
 //!
-//! Built on `opentelemetry` / `opentelemetry_sdk` / `opentelemetry-otlp` 0.33. OTLP/HTTP with
-//! protobuf bodies is always available with the `otlp` feature; OTLP/gRPC needs `otlp-grpc`.
+//! OTLP/HTTP with protobuf bodies is always available with the `otlp` feature; OTLP/gRPC needs
+//! `otlp-grpc`.
+//!
+//! # Pipelines
+//! - **Direct** ([`Pipeline::Direct`], the default of [`OtlpSink::from_config`]): the sink builds
+//!   the `ExportMetricsServiceRequest` from each snapshot with the generated types of
+//!   `opentelemetry-proto`, encodes it with prost into a reused buffer and sends it with its own
+//!   async client (reqwest for HTTP, tonic's `MetricsServiceClient` for gRPC). Data points carry
+//!   the snapshot's time; cumulative Sums carry the sink's creation time as start time.
+//! - **SDK** ([`Pipeline::Sdk`], and every sink built from an embedder's provider or meter):
+//!   observable instruments on an `opentelemetry_sdk` 0.33 `SdkMeterProvider` exported by
+//!   `opentelemetry-otlp`.
+//!
+//! Both produce the same names, units, descriptions, kinds and attributes: they share the
+//! catalogue plan and the attribute logic.
 //!
 //! # Names
 //! Every metric's OpenTelemetry name, unit, kind and extra attribute come from the metric
@@ -20,7 +33,7 @@
 //! The resource has `service.name` (default `gpumon`), `host.name` and whatever
 //! `OTEL_RESOURCE_ATTRIBUTES` and [`OtlpConfig::resource_attributes`] add.
 //!
-//! # Instruments and timing
+//! # Instruments and timing (SDK pipeline)
 //! Every metric is an *observable* instrument whose callback reads the latest snapshot, so a
 //! series that disappears (a process exits, a GPU is lost) stops being reported. Counters
 //! (energy, ECC, XID, PCIe replays) are observable Counters reporting NVML's absolute values:
@@ -32,7 +45,8 @@
 //! interval only as the export thread. With [`OtlpConfig::export_interval`] the SDK exports on
 //! its own schedule instead, from the latest snapshot.
 //!
-//! **Timestamps.** The OpenTelemetry metrics API has no way to attach an explicit timestamp to
+//! **Timestamps.** (The direct pipeline stamps every point with the snapshot's `taken_at`.) The
+//! OpenTelemetry metrics API has no way to attach an explicit timestamp to
 //! a measurement: the SDK stamps each data point with the time of collection. Because the
 //! collection runs right after the snapshot arrives, a gauge's `time_unix_nano` is the sample's
 //! time plus the sampling duration and a few hundred microseconds (measured in the integration
@@ -60,6 +74,7 @@
 //! ```
 
 mod config;
+mod direct;
 mod encode;
 
 use std::sync::{Arc, Mutex};
@@ -76,7 +91,7 @@ use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 use opentelemetry_sdk::Resource;
 use tokio::task::JoinHandle;
 
-pub use config::{Compression, OtlpConfig, Protocol, DEFAULT_SERVICE_NAME, DEFAULT_TIMEOUT};
+pub use config::{Compression, OtlpConfig, Pipeline, Protocol, DEFAULT_SERVICE_NAME, DEFAULT_TIMEOUT};
 pub use encode::mapping_markdown;
 
 use encode::{AttributeCache, Encoded, Plan, Registered, Shared};
@@ -106,6 +121,13 @@ pub struct OtlpSink {
     shutdown_timeout: Duration,
     endpoint: Option<(String, Protocol)>,
     shut_down: bool,
+    /// The direct pipeline (no SDK provider): set by `from_config` unless `pipeline = "sdk"`.
+    direct: Option<Box<direct::Direct>>,
+    /// With the direct pipeline and [`OtlpConfig::export_interval`]: export at most this often.
+    direct_interval: Option<Duration>,
+    last_direct: Option<tokio::time::Instant>,
+    /// The latest snapshot not exported yet (direct pipeline with an export interval).
+    pending: Option<Arc<Snapshot>>,
 }
 
 impl std::fmt::Debug for OtlpSink {
@@ -116,6 +138,7 @@ impl std::fmt::Debug for OtlpSink {
             .field("instruments", &self.plan.instruments.len())
             .field("owns_provider", &self.owns_provider)
             .field("flush_on_export", &self.flush_on_export)
+            .field("pipeline", &self.pipeline())
             .field("shut_down", &self.shut_down)
             .finish_non_exhaustive()
     }
@@ -134,8 +157,26 @@ impl OtlpSink {
     /// exporter cannot be created.
     pub fn from_config(config: &OtlpConfig) -> Result<OtlpSink, BuildError> {
         let resolved = config::resolve(config, &config::process_env)?;
+        let mut sink = match resolved.pipeline {
+            Pipeline::Sdk => OtlpSink::sdk_from_resolved(&resolved)?,
+            Pipeline::Direct => {
+                let plan = Plan::new();
+                let direct = direct::Direct::new(&plan, &resolved)?;
+                let mut sink = OtlpSink::with_plan(plan, Vec::new());
+                sink.direct = Some(Box::new(direct));
+                sink.direct_interval = resolved.export_interval;
+                sink
+            }
+        };
+        // One export: the exporter's own timeout plus time to collect and hand over.
+        sink.export_timeout = resolved.timeout + Duration::from_secs(1);
+        sink.endpoint = Some((resolved.endpoint, resolved.protocol));
+        Ok(sink)
+    }
+
+    fn sdk_from_resolved(resolved: &config::Resolved) -> Result<OtlpSink, BuildError> {
         let status = Arc::new(ExportStatus::default());
-        let exporter = build_exporter(&resolved)?;
+        let exporter = build_exporter(resolved)?;
         let interval = resolved.export_interval.unwrap_or(DRIVEN_READER_INTERVAL);
         let reader = PeriodicReader::builder(Recording { inner: exporter, status: status.clone() })
             .with_interval(interval)
@@ -148,9 +189,6 @@ impl OtlpSink {
         sink.owns_provider = true;
         sink.flush_on_export = resolved.export_interval.is_none();
         sink.export_status = Some(status);
-        // One export: the exporter's own timeout plus time to collect and hand over.
-        sink.export_timeout = resolved.timeout + Duration::from_secs(1);
-        sink.endpoint = Some((resolved.endpoint, resolved.protocol));
         Ok(sink)
     }
 
@@ -171,10 +209,16 @@ impl OtlpSink {
         let plan = Plan::new();
         let shared: Shared = Arc::new(ArcSwap::from_pointee(Encoded::default()));
         let instruments = plan.register(&meter, &shared);
+        let mut sink = OtlpSink::with_plan(plan, instruments);
+        sink.shared = shared;
+        sink
+    }
+
+    fn with_plan(plan: Plan, instruments: Vec<Registered>) -> OtlpSink {
         OtlpSink {
             name: "otlp".to_owned(),
             plan,
-            shared,
+            shared: Arc::new(ArcSwap::from_pointee(Encoded::default())),
             cache: AttributeCache::default(),
             _instruments: instruments,
             provider: None,
@@ -186,6 +230,20 @@ impl OtlpSink {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             endpoint: None,
             shut_down: false,
+            direct: None,
+            direct_interval: None,
+            last_direct: None,
+            pending: None,
+        }
+    }
+
+    /// The pipeline this sink exports through: [`Pipeline::Direct`] for a sink built by
+    /// [`OtlpSink::from_config`] (unless the config says `sdk`), [`Pipeline::Sdk`] otherwise.
+    pub fn pipeline(&self) -> Pipeline {
+        if self.direct.is_some() {
+            Pipeline::Direct
+        } else {
+            Pipeline::Sdk
         }
     }
 
@@ -233,7 +291,35 @@ impl OtlpSink {
 
     /// Data points the latest snapshot produced.
     pub fn points(&self) -> usize {
-        self.shared.load().points
+        match &self.direct {
+            Some(d) => d.points(),
+            None => self.shared.load().points,
+        }
+    }
+
+    /// The protobuf `ExportMetricsServiceRequest` the direct pipeline sends for `snapshot`,
+    /// built and encoded without sending it (benchmarks, debugging); `None` for an SDK sink.
+    /// The series state is updated as by an export.
+    #[doc(hidden)]
+    pub fn encode_request(&mut self, snapshot: &Snapshot) -> Option<&[u8]> {
+        let OtlpSink { direct, plan, cache, .. } = self;
+        direct.as_mut().map(|d| d.encode(plan, cache, snapshot))
+    }
+
+    /// One export through the direct pipeline, under `limit`.
+    async fn export_direct(&mut self, snapshot: &Snapshot, limit: Duration) -> Result<(), SinkError> {
+        let OtlpSink { direct, plan, cache, endpoint, last_direct, .. } = self;
+        let Some(direct) = direct else { return Ok(()) };
+        *last_direct = Some(tokio::time::Instant::now());
+        let endpoint: &Option<(String, Protocol)> = endpoint;
+        let what = || match endpoint {
+            Some((e, p)) => format!("OTLP {p} export to {e}"),
+            None => "OTLP export".to_owned(),
+        };
+        match tokio::time::timeout(limit, direct.export(plan, cache, snapshot, &what)).await {
+            Ok(result) => result,
+            Err(_) => Err(SinkError::Timeout(limit)),
+        }
     }
 
     fn describe_endpoint(&self) -> String {
@@ -294,6 +380,16 @@ impl Sink for OtlpSink {
         if self.shut_down {
             return Err(SinkError::AlreadyShutdown);
         }
+        if self.direct.is_some() {
+            if let (Some(interval), Some(last)) = (self.direct_interval, self.last_direct) {
+                if last.elapsed() < interval {
+                    self.pending = Some(snapshot);
+                    return Ok(());
+                }
+            }
+            self.pending = None;
+            return self.export_direct(&snapshot, self.export_timeout).await;
+        }
         let encoded = self.plan.encode(&snapshot, &mut self.cache);
         self.shared.store(Arc::new(encoded));
         if self.flush_on_export {
@@ -323,6 +419,13 @@ impl Sink for OtlpSink {
         if self.shut_down {
             return Err(SinkError::AlreadyShutdown);
         }
+        if self.direct.is_some() {
+            // Every snapshot was exported when it arrived, unless an export interval held it.
+            return match self.pending.take() {
+                Some(snapshot) => self.export_direct(&snapshot, self.export_timeout).await,
+                None => Ok(()),
+            };
+        }
         if self.flush_on_export {
             // Every snapshot was exported when it arrived; wait for a straggler.
             let limit = self.export_timeout;
@@ -338,6 +441,13 @@ impl Sink for OtlpSink {
             return Ok(());
         }
         self.shut_down = true;
+        if self.direct.is_some() {
+            // Nothing runs in the background; only a held snapshot is left to send.
+            return match self.pending.take() {
+                Some(snapshot) => self.export_direct(&snapshot, self.shutdown_timeout).await,
+                None => Ok(()),
+            };
+        }
         let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
         self.wait_in_flight(self.shutdown_timeout).await;
         let driven = self.flush_on_export;

@@ -270,9 +270,17 @@ fn closed_port() -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_collector_is_reported_and_shutdown_respects_its_deadline() {
+    for pipeline in [Pipeline::Direct, Pipeline::Sdk] {
+        unreachable_collector(pipeline).await;
+    }
+}
+
+async fn unreachable_collector(pipeline: Pipeline) {
     let port = closed_port();
-    let cfg = OtlpConfig::new(format!("http://127.0.0.1:{port}"), Protocol::HttpProtobuf);
+    let mut cfg = OtlpConfig::new(format!("http://127.0.0.1:{port}"), Protocol::HttpProtobuf);
+    cfg.pipeline = Some(pipeline);
     let mut sink = OtlpSink::from_config(&cfg).unwrap().shutdown_timeout(Duration::from_secs(1));
+    assert_eq!(sink.pipeline(), pipeline);
     assert_eq!(sink.endpoint().unwrap().0, format!("http://127.0.0.1:{port}/v1/metrics"));
     assert!(sink.healthcheck().await.is_err());
     let err = sink.export(snapshot(vec![gpu(0)])).await.unwrap_err();
@@ -286,11 +294,18 @@ async fn unreachable_collector_is_reported_and_shutdown_respects_its_deadline() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn black_hole_collector_times_out_and_shutdown_respects_its_deadline() {
+    for pipeline in [Pipeline::Direct, Pipeline::Sdk] {
+        black_hole_collector(pipeline).await;
+    }
+}
+
+async fn black_hole_collector(pipeline: Pipeline) {
     // Accepts connections (the kernel's backlog does) but never answers.
     let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = hole.local_addr().unwrap().port();
     let cfg = OtlpConfig {
         timeout: Some(Duration::from_secs(30)),
+        pipeline: Some(pipeline),
         ..OtlpConfig::new(format!("http://127.0.0.1:{port}"), Protocol::HttpProtobuf)
     };
     let mut sink = OtlpSink::from_config(&cfg)
@@ -300,9 +315,13 @@ async fn black_hole_collector_times_out_and_shutdown_respects_its_deadline() {
     let start = Instant::now();
     assert!(matches!(sink.export(snapshot(vec![gpu(0)])).await, Err(SinkError::Timeout(_))));
     assert!(start.elapsed() < Duration::from_secs(1));
-    // The hung export is still in flight: the next snapshot only updates values.
     let err = sink.export(snapshot(vec![gpu(0)])).await.unwrap_err();
-    assert!(err.to_string().contains("still in progress"), "{err}");
+    match pipeline {
+        // The hung SDK export is still in flight: the next snapshot only updates values.
+        Pipeline::Sdk => assert!(err.to_string().contains("still in progress"), "{err}"),
+        // The direct pipeline dropped the hung request; the next one times out as well.
+        _ => assert!(matches!(err, SinkError::Timeout(_)), "{err}"),
+    }
     let start = Instant::now();
     let _ = sink.shutdown().await;
     assert!(start.elapsed() < Duration::from_millis(1000), "shutdown took {:?}", start.elapsed());
@@ -335,4 +354,79 @@ fn metric_ids_all_map_to_an_instrument() {
     let plan = encode::Plan::new();
     let total: usize = plan.instruments.iter().map(|i| i.members.len()).sum();
     assert_eq!(total, MetricId::ALL.len());
+}
+
+/// A loopback HTTP/1.1 server answering every request with an empty 200; counts the requests
+/// and keeps the last body.
+fn counting_server() -> (u16, Arc<Mutex<Vec<Vec<u8>>>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let seen = bodies.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut writer = conn.try_clone().unwrap();
+                let mut reader = BufReader::new(conn);
+                loop {
+                    let mut len = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    seen.lock().unwrap().push(body);
+                    let reply = "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+                    if writer.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, bodies)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_pipeline_exports_each_snapshot_and_holds_within_an_export_interval() {
+    let (port, bodies) = counting_server();
+    let cfg = OtlpConfig::new(format!("http://127.0.0.1:{port}"), Protocol::HttpProtobuf);
+    let mut sink = OtlpSink::from_config(&cfg).unwrap();
+    assert_eq!(sink.pipeline(), Pipeline::Direct);
+    assert!(sink.meter_provider().is_none());
+    sink.export(snapshot(vec![gpu(0)])).await.unwrap();
+    sink.export(snapshot(vec![gpu(0), gpu(1)])).await.unwrap();
+    assert!(sink.points() > 0);
+    sink.flush().await.unwrap();
+    sink.shutdown().await.unwrap();
+    assert_eq!(bodies.lock().unwrap().len(), 2);
+
+    let (port, bodies) = counting_server();
+    let mut cfg = OtlpConfig::new(format!("http://127.0.0.1:{port}"), Protocol::HttpProtobuf);
+    cfg.export_interval = Some(Duration::from_secs(3600));
+    let mut sink = OtlpSink::from_config(&cfg).unwrap();
+    sink.export(snapshot(vec![gpu(0)])).await.unwrap();
+    sink.export(snapshot(vec![gpu(0)])).await.unwrap();
+    sink.export(snapshot(vec![gpu(0)])).await.unwrap();
+    assert_eq!(bodies.lock().unwrap().len(), 1, "held within the interval");
+    sink.flush().await.unwrap();
+    assert_eq!(bodies.lock().unwrap().len(), 2, "flush sends the held snapshot");
+    sink.flush().await.unwrap();
+    sink.shutdown().await.unwrap();
+    assert_eq!(bodies.lock().unwrap().len(), 2, "nothing left to send");
 }
