@@ -450,8 +450,15 @@ async fn outage_loses_nothing_and_counts_drops() {
     let s = stats_b.stats();
     assert!(s.lines_dropped > 0, "the outage must overflow B's buffer: {s:?}");
     assert!(got_b.keys().all(|k| want_b.contains_key(k)), "only sampled points are stored");
-    assert_eq!(want_b.len() - got_b.len(), s.lines_dropped as usize, "shortfall == drops: {s:?}");
-    assert_eq!(s.lines_written as usize, got_b.len());
+    // Every missing point was counted as dropped. The converse holds up to one in-flight batch:
+    // a write the server persisted while it was being stopped (the client saw the connection
+    // close, not a response) is counted as unsent, and may later be dropped from the full
+    // buffer although it is stored — HTTP gives at-least-once, never a certain "not written".
+    let shortfall = want_b.len() - got_b.len();
+    let dropped = s.lines_dropped as usize;
+    assert!(shortfall <= dropped, "every missing point is a counted drop: shortfall {shortfall}, {s:?}");
+    assert!(dropped - shortfall <= cfg_b.batch_points, "shortfall {shortfall} vs drops {dropped}: {s:?}");
+    assert!(s.lines_written as usize <= got_b.len());
     let missing: Vec<i64> = want_b.keys().filter(|k| !got_b.contains_key(*k)).map(|k| k.2).collect();
     let stored_after_gap: Vec<i64> = got_b.keys().map(|k| k.2).filter(|t| *t > missing[0]).collect();
     let last_missing = *missing.last().unwrap();
