@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpumon::core::{Agent, DeviceFilter, MetricSet, SampleRequest, Sampler, Sink, SinkError, Snapshot};
+use gpumon::core::{Agent, DeviceFilter, MetricSet, SampleRequest, Sampler, Sink, Snapshot};
 use gpumon::mock::{FleetProfile, MockSampler};
 use gpumon::sinks::influxdb::LineProtocolEncoder;
 use gpumon::sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};
@@ -70,23 +70,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-/// Takes every snapshot and does nothing with it.
-struct NoopSink;
-
-#[async_trait::async_trait]
-impl Sink for NoopSink {
-    fn name(&self) -> &str {
-        "noop"
-    }
-    async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
-        black_box(snapshot);
-        Ok(())
-    }
-    async fn shutdown(&mut self) -> Result<(), SinkError> {
-        Ok(())
-    }
-}
 
 /// Drops every OTLP batch (after touching it).
 #[derive(Debug)]
@@ -252,7 +235,7 @@ fn main() {
         let agent = rt.block_on(async {
             Agent::builder(MockSampler::builder().profile(fleet(fleet_name)).build().unwrap())
                 .scheduled(false)
-                .sink(NoopSink)
+                .sink(gpumon::mock::NullSink)
                 .spawn()
                 .unwrap()
         });

@@ -4,29 +4,11 @@
 //!
 //! `cargo bench --bench tick`
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use gpumon::core::{Agent, DeviceFilter, MetricSet, SampleRequest, Sampler, Sink, SinkError, Snapshot};
+use gpumon::core::{Agent, DeviceFilter, MetricSet, SampleRequest, Sampler};
 use gpumon::mock::MockSampler;
-
-/// Takes every snapshot and does nothing with it.
-struct NoopSink;
-
-#[async_trait::async_trait]
-impl Sink for NoopSink {
-    fn name(&self) -> &str {
-        "noop"
-    }
-    async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
-        std::hint::black_box(snapshot);
-        Ok(())
-    }
-    async fn shutdown(&mut self) -> Result<(), SinkError> {
-        Ok(())
-    }
-}
 
 fn tick(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -58,7 +40,7 @@ fn tick(c: &mut Criterion) {
         let handle = rt.block_on(async {
             Agent::builder(MockSampler::from_profile_name(&profile).unwrap())
                 .scheduled(false)
-                .sink(NoopSink)
+                .sink(gpumon::mock::NullSink)
                 .spawn()
                 .unwrap()
         });

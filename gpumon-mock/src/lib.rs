@@ -202,4 +202,4 @@ pub use profile::{FleetProfile, GpuSpec, DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DR
 pub use sampler::{MockSampler, MockSamplerBuilder};
 pub use scenario::{Fault, Gate, Scenario, Workload, UNKNOWN_ERROR};
 pub use seam::MockSamplerSeam;
-pub use sinks::{Behavior, FailKind, FaultyCalls, FaultySink, RecordingSink};
+pub use sinks::{Behavior, FailKind, FaultyCalls, FaultySink, NullSink, RecordingSink};

@@ -442,3 +442,22 @@ mod tests {
         assert!(panicked.unwrap_err().is_panic());
     }
 }
+
+/// A sink that takes every snapshot and keeps nothing: the baseline for benchmarks of the
+/// runtime, and a placeholder where an agent needs a sink but the output does not matter.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NullSink;
+
+#[async_trait::async_trait]
+impl Sink for NullSink {
+    fn name(&self) -> &str {
+        "null"
+    }
+    async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
+        std::hint::black_box(snapshot);
+        Ok(())
+    }
+    async fn shutdown(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
