@@ -141,33 +141,9 @@ fn escape_help(value: &str, format: Format) -> String {
     out
 }
 
-/// `v` in decimal, written into `buf` (no allocation).
-fn u64_str(buf: &mut [u8; 20], mut v: u64) -> &str {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    std::str::from_utf8(&buf[i..]).unwrap_or("0")
-}
-
-fn push_u64(out: &mut String, mut v: u64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    // The buffer holds only ASCII digits.
-    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or("0"));
+/// Appends `v` in decimal, without allocating.
+fn push_u64(out: &mut String, v: u64) {
+    out.push_str(itoa::Buffer::new().format(v));
 }
 
 /// Appends a sample value: integers without a fraction, `NaN`, `+Inf`, `-Inf`, and exponent
@@ -540,8 +516,8 @@ fn render_info(
         opt(out, "backend", Some(system.backend.as_str()).filter(|b| !b.is_empty()));
         if let Some(mig) = &info.mig {
             opt(out, "parent_uuid", Some(&mig.parent_uuid));
-            let mut digits = [0u8; 20];
-            opt(out, "compute_instance_id", Some(u64_str(&mut digits, u64::from(mig.compute_instance_id))));
+            let mut digits = itoa::Buffer::new();
+            opt(out, "compute_instance_id", Some(digits.format(mig.compute_instance_id)));
         }
         if !opts.host_label {
             opt(out, "host", Some(&system.hostname));
@@ -718,17 +694,7 @@ mod number_tests {
 
     use gpumon_core::{DeviceInfo, DeviceSample, MigInfo, Snapshot, SystemInfo};
 
-    use super::u64_str;
     use crate::prometheus::{Format, PrometheusSink};
-
-    #[test]
-    fn u64_str_writes_decimal_without_allocating() {
-        let mut b = [0u8; 20];
-        assert_eq!(u64_str(&mut b, 0), "0");
-        assert_eq!(u64_str(&mut b, 7), "7");
-        assert_eq!(u64_str(&mut b, 1_234_567_890), "1234567890");
-        assert_eq!(u64_str(&mut b, u64::MAX), "18446744073709551615");
-    }
 
     #[test]
     fn mig_info_series_has_the_compute_instance_id() {
