@@ -43,9 +43,12 @@
 #![warn(missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod diagnose;
 mod filter;
+mod finding;
 mod metric;
 mod model;
+mod processor;
 mod sampler;
 mod sink;
 mod telemetry;
@@ -57,14 +60,17 @@ mod runtime;
 pub mod nvml;
 
 pub use filter::{DeviceFilter, DeviceSelector, FilterParseError};
+pub use finding::{Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Severity, Transition};
 pub use metric::{
-    DcgmName, Descriptor, Family, LabelValue, MetricId, MetricKind, MetricSet, OtelName, Point, Unit, Value,
+    DcgmName, DerivedPoint, Descriptor, Family, LabelValue, MetricId, MetricKind, MetricSet, OtelName, Point, Scope,
+    Unit, Value, MAX_DERIVED_LABELS,
 };
 pub use model::{
     ClockEventReasons, Clocks, DeviceInfo, DeviceSample, DeviceState, Ecc, FailureReason, Gpm, Memory, MetricFailure,
     MigInfo, Pcie, Power, ProcessSample, Snapshot, SystemInfo, Temperature, Utilization, WindowStats, Windows,
     XidCount,
 };
+pub use processor::{Processor, ProcessorContext};
 pub use sampler::{BoxError, SampleError, SampleRequest, Sampler, UnavailableSampler};
 pub use sink::{BuildError, Sink, SinkError};
 pub use telemetry::{AgentStats, SinkState, SinkStatus, Telemetry};

@@ -10,7 +10,7 @@
 //! What to sample is chosen per [`Family`] — the unit a backend pays for with one or a few driver
 //! calls — through a [`MetricSet`]. Expensive or high-cardinality families are opt-in.
 
-use crate::model::{ClockEventReasons, DeviceSample, WindowStats};
+use crate::model::{ClockEventReasons, DeviceSample, Snapshot, WindowStats};
 
 /// A group of metrics read together. Selecting a family in a [`MetricSet`] makes the backend
 /// read it; leaving it out costs nothing.
@@ -57,11 +57,14 @@ pub enum Family {
     HighResolution,
     /// GPM profiling metrics (Hopper+).
     Gpm,
+    /// Findings of the diagnosis stage ([`crate::diagnose`]). Derived from the other families,
+    /// not read from the GPU: selecting it costs the backend nothing.
+    Diagnosis,
 }
 
 impl Family {
     /// Every family, in declaration order.
-    pub const ALL: [Family; 19] = [
+    pub const ALL: [Family; 20] = [
         Family::Status,
         Family::Utilization,
         Family::Memory,
@@ -81,6 +84,7 @@ impl Family {
         Family::Processes,
         Family::HighResolution,
         Family::Gpm,
+        Family::Diagnosis,
     ];
 
     /// Families that cost noticeably more than the rest, and so are off in [`MetricSet::default`].
@@ -108,6 +112,7 @@ impl Family {
             Family::Processes => "processes",
             Family::HighResolution => "high_resolution",
             Family::Gpm => "gpm",
+            Family::Diagnosis => "diagnosis",
         }
     }
 
@@ -281,6 +286,26 @@ pub struct OtelName {
     pub unit: Option<&'static str>,
 }
 
+/// What a series describes: one device, the whole host, or a job running on it.
+///
+/// Device-scoped series carry the device's labels (`gpu`, `uuid`, …); host-scoped ones only the
+/// host label; job-scoped ones the host label plus the job's own labels (named in
+/// [`Descriptor::labels`]). A derived point of a device-scoped metric may still concern the whole
+/// host (a host-level finding): it then carries no device labels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Scope {
+    /// One GPU (or MIG instance).
+    Device,
+    /// The whole host.
+    Host,
+    /// A job (a training run) on the host.
+    Job,
+}
+
+/// Most labels a derived series carries besides the device and host labels.
+pub const MAX_DERIVED_LABELS: usize = 4;
+
 /// Everything a sink needs to know to name and describe one metric.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
@@ -303,6 +328,11 @@ pub struct Descriptor {
     pub dcgm: Option<DcgmName>,
     /// The OpenTelemetry instrument.
     pub otel: OtelName,
+    /// What a series of this metric describes.
+    pub scope: Scope,
+    /// Names of the labels a *derived* point carries in [`DerivedPoint::labels`], in order (at
+    /// most [`MAX_DERIVED_LABELS`]). Empty for sampled metrics, which use [`Descriptor::label`].
+    pub labels: &'static [&'static str],
 }
 
 impl Descriptor {
@@ -337,7 +367,8 @@ impl Descriptor {
 macro_rules! catalogue {
     ($( $(#[$doc:meta])* $id:ident {
         $name:literal, $family:ident, $unit:ident, $kind:ident, $help:literal,
-        label: $label:expr, dcgm: $dcgm:expr, otel: $otel:expr $(,)?
+        label: $label:expr, dcgm: $dcgm:expr, otel: $otel:expr
+        $(, scope: $scope:ident, labels: $labels:expr)? $(,)?
     } )*) => {
         /// Every metric gpumon knows. See [`MetricId::descriptor`].
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -365,8 +396,14 @@ macro_rules! catalogue {
             label: $label,
             dcgm: $dcgm,
             otel: $otel,
+            scope: catalogue!(@scope $($scope)?),
+            labels: catalogue!(@labels $($labels)?),
         }, )* ];
     };
+    (@scope) => { Scope::Device };
+    (@scope $scope:ident) => { Scope::$scope };
+    (@labels) => { &[] };
+    (@labels $labels:expr) => { $labels };
 }
 
 const fn dcgm(name: &'static str, scale: f64) -> Option<DcgmName> {
@@ -590,6 +627,18 @@ catalogue! {
     /// GPM DRAM bandwidth.
     GpmDramBandwidth { "dram_bandwidth_utilization", Gpm, Ratio, Gauge, "DRAM bandwidth used relative to peak (GPM).",
         label: None, dcgm: dcgm("DCGM_FI_PROF_DRAM_ACTIVE", 1.0), otel: hw("gpumon.gpu.dram.bandwidth.utilization") }
+
+    // Derived series (see `Snapshot::visit_derived`). They have no dcgm-exporter name, so they
+    // keep their native names in dcgm naming mode.
+
+    /// 1 while a finding of the diagnosis stage holds (absent otherwise).
+    FindingActive { "finding_active", Diagnosis, Count, Gauge, "1 while gpumon's diagnosis finds this condition on the GPU (or, without gpu/uuid labels, on the host).",
+        label: None, dcgm: None, otel: hw("gpumon.finding.active"),
+        scope: Device, labels: &["kind", "severity"] }
+    /// Findings raised since the agent started, per kind.
+    FindingsRaised { "findings_raised", Diagnosis, Count, Counter, "Findings raised by gpumon's diagnosis since the agent started.",
+        label: None, dcgm: None, otel: hw("gpumon.findings.raised"),
+        scope: Host, labels: &["kind"] }
 }
 
 impl MetricId {
@@ -645,6 +694,86 @@ pub struct Point<'a> {
     pub value: Value,
     /// The extra label, when [`Descriptor::label`] names one.
     pub label: Option<LabelValue<'a>>,
+}
+
+/// One value of one derived series (a finding, later a training step), as sinks see it.
+///
+/// Where a [`Point`] belongs to the device whose [`DeviceSample::visit_points`] produced it, a
+/// derived point says itself what it describes: `device` (an index into
+/// [`Snapshot::devices`]) for a device-scoped series, `None` for a host- or job-level one. Its
+/// extra labels are named by [`Descriptor::labels`] and their values are in
+/// [`DerivedPoint::labels`], in the same order. A sink therefore exports derived data from the
+/// descriptor table exactly as it exports utilisation: device labels (or the host label), then
+/// `descriptor.labels` zipped with `labels`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DerivedPoint<'a> {
+    /// Which metric.
+    pub id: MetricId,
+    /// Its value.
+    pub value: Value,
+    /// The device it describes, as an index into [`Snapshot::devices`]; `None` for the host.
+    pub device: Option<usize>,
+    /// Values of the labels [`Descriptor::labels`] names; only the first
+    /// `descriptor.labels.len()` are meaningful.
+    pub labels: [&'a str; MAX_DERIVED_LABELS],
+}
+
+impl<'a> DerivedPoint<'a> {
+    /// The `(name, value)` pairs of this point's extra labels.
+    pub fn label_pairs(&self) -> impl Iterator<Item = (&'static str, &'a str)> + '_ {
+        self.id.descriptor().labels.iter().copied().zip(self.labels.iter().copied())
+    }
+}
+
+impl Snapshot {
+    /// Calls `f` once for every derived value this snapshot carries: each active finding
+    /// ([`MetricId::FindingActive`], value 1) and each kind's count of findings raised
+    /// ([`MetricId::FindingsRaised`]). Nothing when no processing stage attached data.
+    ///
+    /// A finding about a GPU that is not in [`Snapshot::devices`] (filtered away) is skipped, so
+    /// a device filter hides findings too. Allocates nothing.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use gpumon_core::{MetricId, Snapshot, SystemInfo};
+    ///
+    /// let snapshot = Snapshot::new(Arc::new(SystemInfo::new("node-1", "example")), Vec::new());
+    /// let mut n = 0;
+    /// snapshot.visit_derived(|p| {
+    ///     let d = p.id.descriptor();
+    ///     for (key, value) in p.label_pairs() {
+    ///         println!("{} {key}={value}", d.prometheus_name());
+    ///     }
+    ///     n += 1;
+    /// });
+    /// assert_eq!(n, 0); // no diagnosis attached
+    /// ```
+    pub fn visit_derived<'a>(&'a self, mut f: impl FnMut(DerivedPoint<'a>)) {
+        let Some(diagnosis) = &self.diagnosis else { return };
+        for finding in diagnosis.active.iter() {
+            let device = match &finding.uuid {
+                Some(uuid) => match self.devices.iter().position(|d| d.info.uuid == *uuid) {
+                    Some(i) => Some(i),
+                    None => continue,
+                },
+                None => None,
+            };
+            f(DerivedPoint {
+                id: MetricId::FindingActive,
+                value: Value::Int(1),
+                device,
+                labels: [finding.kind.name(), finding.severity.name(), "", ""],
+            });
+        }
+        for count in diagnosis.raised_total.iter() {
+            f(DerivedPoint {
+                id: MetricId::FindingsRaised,
+                value: Value::Int(count.raised),
+                device: None,
+                labels: [count.kind.name(), "", "", ""],
+            });
+        }
+    }
 }
 
 impl DeviceSample {

@@ -28,12 +28,15 @@ pub struct Snapshot {
     pub system: Arc<SystemInfo>,
     /// One entry per visible device (MIG instances are devices of their own).
     pub devices: Vec<DeviceSample>,
+    /// What the diagnosis stage concluded at this tick; `None` when diagnosis is off.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub diagnosis: Option<crate::finding::Diagnosis>,
 }
 
 impl Snapshot {
     /// A snapshot taken now, with `seq` 0 (the runtime numbers the ones it takes).
     pub fn new(system: Arc<SystemInfo>, devices: Vec<DeviceSample>) -> Self {
-        Self { seq: 0, taken_at: SystemTime::now(), duration: Duration::ZERO, system, devices }
+        Self { seq: 0, taken_at: SystemTime::now(), duration: Duration::ZERO, system, devices, diagnosis: None }
     }
 
     /// Builder-style setter for the sequence number.

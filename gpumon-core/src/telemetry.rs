@@ -82,6 +82,8 @@ pub struct AgentStats {
     pub last_sample_time: Option<SystemTime>,
     /// The last sampling error, as text.
     pub last_sample_error: Option<String>,
+    /// Panics caught in processors (each loses one tick's derived data).
+    pub processor_panics: u64,
     /// Every sink's status, in the order they were added.
     pub sinks: Vec<SinkStatus>,
 }
@@ -91,6 +93,7 @@ struct Inner {
     samples_taken: AtomicU64,
     sample_failures: AtomicU64,
     skipped_ticks: AtomicU64,
+    processor_panics: AtomicU64,
     last_sample_ok: AtomicBool,
     /// The agent's sampling interval in nanoseconds (0 = not attached to an agent).
     interval_nanos: AtomicU64,
@@ -130,6 +133,7 @@ impl Telemetry {
             last_sample_duration: last.duration,
             last_sample_time: last.time,
             last_sample_error: last.error.clone(),
+            processor_panics: i.processor_panics.load(Ordering::Relaxed),
             sinks: lock(&i.sinks).iter().map(|s| lock(s).clone()).collect(),
         }
     }
@@ -190,6 +194,12 @@ impl Telemetry {
 
     pub(crate) fn tick_skipped(&self) {
         self.inner.skipped_ticks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a processor panic; returns the count including this one.
+    #[cfg_attr(not(feature = "runtime"), allow(dead_code))]
+    pub(crate) fn processor_panicked(&self) -> u64 {
+        self.inner.processor_panics.fetch_add(1, Ordering::Relaxed) + 1
     }
 }
 

@@ -29,6 +29,7 @@ use tokio::time::MissedTickBehavior;
 use crate::filter::DeviceFilter;
 use crate::metric::MetricSet;
 use crate::model::Snapshot;
+use crate::processor::{Processor, ProcessorContext};
 use crate::sampler::{SampleError, SampleRequest, Sampler};
 use crate::sink::{BuildError, Sink, SinkError};
 use crate::telemetry::{AgentStats, SinkState, SinkStatus, SinkStatusCell, Telemetry};
@@ -134,6 +135,7 @@ pub struct AgentBuilder {
     metrics: MetricSet,
     devices: DeviceFilter,
     sinks: Vec<(Box<dyn Sink>, SinkOptions)>,
+    processors: Vec<Box<dyn Processor>>,
     subscriber_capacity: usize,
     default_shutdown_deadline: Duration,
     scheduled: bool,
@@ -148,6 +150,7 @@ impl std::fmt::Debug for AgentBuilder {
             .field("metrics", &self.metrics)
             .field("devices", &self.devices)
             .field("sinks", &self.sinks.iter().map(|(s, _)| s.name().to_owned()).collect::<Vec<_>>())
+            .field("processors", &self.processors.iter().map(|p| p.name().to_owned()).collect::<Vec<_>>())
             .finish()
     }
 }
@@ -192,6 +195,19 @@ impl AgentBuilder {
     /// Adds an already boxed sink (for sinks chosen at run time).
     pub fn boxed_sink(mut self, sink: Box<dyn Sink>, options: SinkOptions) -> Self {
         self.sinks.push((sink, options));
+        self
+    }
+
+    /// Adds a processing stage (e.g. [`crate::diagnose::Diagnoser`]). Processors run in the
+    /// order they are added, after sampling and before the sinks; see [`Processor`].
+    pub fn processor(mut self, processor: impl Processor) -> Self {
+        self.processors.push(Box::new(processor));
+        self
+    }
+
+    /// Adds an already boxed processor.
+    pub fn boxed_processor(mut self, processor: Box<dyn Processor>) -> Self {
+        self.processors.push(processor);
         self
     }
 
@@ -246,6 +262,18 @@ impl AgentBuilder {
             }
         }
 
+        let mut processor_names = std::collections::HashSet::new();
+        for p in &self.processors {
+            if !processor_names.insert(p.name().to_owned()) {
+                return Err(BuildError::invalid("processors", format!("two processors are named `{}`", p.name())));
+            }
+        }
+        let mut processors = self.processors;
+        let context = ProcessorContext::new(self.interval);
+        for p in &mut processors {
+            p.attach(&context);
+        }
+
         let telemetry = Telemetry::default();
         telemetry.set_interval(self.interval);
         let mut sinks = Vec::with_capacity(self.sinks.len());
@@ -275,6 +303,7 @@ impl AgentBuilder {
             interval: self.interval,
             sample_timeout,
             sinks,
+            processors: std::sync::Mutex::new(processors),
             control: control_rx,
             subscribers: subscribers.clone(),
             telemetry: telemetry.clone(),
@@ -343,6 +372,9 @@ pub struct Agent {
     interval: Duration,
     sample_timeout: Duration,
     sinks: Vec<SinkSlot>,
+    /// In a `Mutex` only so that `Agent` is `Sync` (see `SinkSlot::worker`); locked briefly,
+    /// never across an `.await`.
+    processors: std::sync::Mutex<Vec<Box<dyn Processor>>>,
     control: mpsc::Receiver<Control>,
     subscribers: broadcast::Sender<Arc<Snapshot>>,
     telemetry: Telemetry,
@@ -396,6 +428,7 @@ impl Agent {
             metrics: MetricSet::default(),
             devices: DeviceFilter::all(),
             sinks: Vec::new(),
+            processors: Vec::new(),
             subscriber_capacity: 16,
             default_shutdown_deadline: Duration::from_secs(5),
             scheduled: true,
@@ -438,7 +471,8 @@ impl Agent {
                     }
                 },
                 _ = ticker.tick(), if self.scheduled => {
-                    if let Ok(snapshot) = self.sample().await {
+                    if let Ok(mut snapshot) = self.sample().await {
+                        self.process(&mut snapshot);
                         self.publish(Arc::new(snapshot));
                     }
                 }
@@ -470,13 +504,7 @@ impl Agent {
                 Err(SampleError::Timeout(self.sample_timeout))
             }
             Ok(Err(join)) => Err(SampleError::Panicked(join.to_string())),
-            Ok(Ok(Err(payload))) => Err(SampleError::Panicked(
-                payload
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_default(),
-            )),
+            Ok(Ok(Err(payload))) => Err(SampleError::Panicked(panic_message(&*payload))),
             Ok(Ok(Ok(result))) => result,
         };
         let duration = started.elapsed();
@@ -513,6 +541,23 @@ impl Agent {
         }
     }
 
+    /// Runs every processor over `snapshot`, in order. A panicking processor loses its derived
+    /// data for this tick (whatever it half-wrote is kept as is), never the tick.
+    fn process(&self, snapshot: &mut Snapshot) {
+        let mut processors = self.processors.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for p in processors.iter_mut() {
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.process(snapshot)));
+            if let Err(payload) = outcome {
+                let message = panic_message(&*payload);
+                if self.telemetry.processor_panicked() == 1 {
+                    tracing::error!(processor = p.name(), panic = %message, "processor panicked; tick shipped without its data");
+                } else {
+                    tracing::debug!(processor = p.name(), panic = %message, "processor panicked again");
+                }
+            }
+        }
+    }
+
     fn publish(&self, snapshot: Arc<Snapshot>) {
         for slot in &self.sinks {
             // Never waits: a full queue drops its oldest entry, and the loss is counted here,
@@ -525,7 +570,10 @@ impl Agent {
     }
 
     async fn flush(&mut self, deadline: Deadline) -> Result<(), AgentError> {
-        let sampled = self.sample().await.map(Arc::new);
+        let sampled = self.sample().await.map(|mut s| {
+            self.process(&mut s);
+            Arc::new(s)
+        });
         if let Ok(s) = &sampled {
             let _ = self.subscribers.send(s.clone());
         }
@@ -591,6 +639,15 @@ impl Agent {
             Err(AgentError::Sinks(failed))
         }
     }
+}
+
+/// The text of a panic payload (`&str` or `String`; empty otherwise).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
 }
 
 /// Controls a running [`Agent`]. Cheap to clone; when the last clone is dropped the agent shuts

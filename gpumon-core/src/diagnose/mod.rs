@@ -1,0 +1,524 @@
+//! Diagnosis: gpumon says *why* a GPU is underused, not only that it is.
+//!
+//! [`Diagnoser`] is a [`Processor`]: after every sample it asks each rule whether its
+//! condition holds on each GPU at this tick ("utilisation collapses to near zero within the
+//! interval while memory is allocated"), keeps the answers over a rolling window, and turns
+//! them into [`Finding`]s with evidence and advice, attached to the snapshot as its
+//! [`Diagnosis`]. Every sink exports them (see [`Snapshot::visit_derived`]).
+//!
+//! # Raising and clearing (the same for every rule)
+//! With a window of `N` ticks (`window / interval`, rounded up), a finding is **raised** once its
+//! condition held on at least `raise_share` (80 %) of the last `N` ticks, and **cleared** once it
+//! held on at most `clear_share` (20 %) of them. A condition that starts to hold is therefore
+//! reported within one window (after `ceil(0.8 N)` ticks), and one that hovers at a threshold —
+//! holding on about half the ticks — neither raises nor clears: no flapping.
+//! `hardware_errors` is raised on the first tick its condition holds (an error is news at once)
+//! and cleared after a whole window without new errors.
+//!
+//! Evidence is formatted when a finding is raised or cleared, never on other ticks; steady-state
+//! diagnosis allocates nothing.
+//!
+//! # Example: feeding snapshots directly
+//! The stage runs on tick time, so hours of simulated sampling take milliseconds:
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use gpumon_core::diagnose::{DiagnoseConfig, Diagnoser};
+//! use gpumon_core::{DeviceInfo, DeviceSample, FindingKind, Processor, ProcessorContext, Snapshot, SystemInfo};
+//!
+//! let mut diagnoser = Diagnoser::new(DiagnoseConfig::default().with_window(Duration::from_secs(10)))?;
+//! diagnoser.attach(&ProcessorContext::new(Duration::from_secs(1)));
+//!
+//! let info = Arc::new(DeviceInfo::new(0, "GPU-0", "NVIDIA H100 80GB HBM3"));
+//! let system = Arc::new(SystemInfo::new("node-1", "example"));
+//! let mut last = None;
+//! for tick in 0..20u64 {
+//!     let mut gpu = DeviceSample::new(info.clone());
+//!     gpu.memory.used = Some(78 << 30);
+//!     gpu.memory.total = Some(80 << 30);
+//!     gpu.utilization.gpu = Some(0.9);
+//!     let mut snapshot = Snapshot::new(system.clone(), vec![gpu])
+//!         .with_seq(tick + 1)
+//!         .with_taken_at(std::time::UNIX_EPOCH + Duration::from_secs(tick));
+//!     diagnoser.process(&mut snapshot);
+//!     last = snapshot.diagnosis;
+//! }
+//! let active = last.unwrap().active;
+//! assert_eq!(active.len(), 1);
+//! assert_eq!(active[0].kind, FindingKind::NearOom); // 97.5 % of memory used
+//! # Ok::<(), gpumon_core::diagnose::DiagnoseConfigError>(())
+//! ```
+
+mod rules;
+mod window;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::finding::{Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Transition};
+use crate::model::Snapshot;
+use crate::processor::{Processor, ProcessorContext};
+
+use rules::{Counters, Holds, HostContext, TickStats, KINDS};
+use window::{Ring, Tally};
+
+/// Default diagnosis window: long enough that a few slow steps or one checkpoint save do not
+/// raise anything, short enough that a starving job is named within half a minute.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(30);
+
+/// A bad diagnosis setting. The message names the configuration key.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DiagnoseConfigError {
+    /// A setting is out of range.
+    #[error("diagnose.{key}: {reason}")]
+    Invalid {
+        /// The key, e.g. `window` or `thresholds.starvation_dip`.
+        key: String,
+        /// Why it is rejected.
+        reason: String,
+    },
+    /// A rule name that does not exist.
+    #[error("diagnose.{key}: unknown rule `{name}` (known: {known})")]
+    UnknownRule {
+        /// The key that named it.
+        key: String,
+        /// The name given.
+        name: String,
+        /// Every rule name.
+        known: String,
+    },
+}
+
+macro_rules! thresholds {
+    ($( $(#[$doc:meta])* $field:ident: $default:expr, )*) => {
+        /// The numbers the rules compare against. Every value is a ratio in `0.0..=1.0`; each
+        /// default comes with its reasoning (docs/diagnosis.md has the whole story).
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        #[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+        #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+        #[non_exhaustive]
+        pub struct Thresholds { $( $(#[$doc])* pub $field: f64, )* }
+
+        impl Default for Thresholds {
+            fn default() -> Self {
+                Self { $( $field: $default, )* }
+            }
+        }
+
+        impl Thresholds {
+            /// Every threshold's name, in declaration order (the config keys).
+            pub const NAMES: &'static [&'static str] = &[ $( stringify!($field), )* ];
+
+            /// Sets the threshold named `name`.
+            ///
+            /// # Errors
+            /// An unknown name or a value outside `0.0..=1.0`.
+            pub fn set(&mut self, name: &str, value: f64) -> Result<(), DiagnoseConfigError> {
+                match name {
+                    $( stringify!($field) => self.$field = value, )*
+                    _ => return Err(DiagnoseConfigError::Invalid {
+                        key: format!("thresholds.{name}"),
+                        reason: format!("unknown threshold (known: {})", Self::NAMES.join(", ")),
+                    }),
+                }
+                self.validate()
+            }
+
+            /// Checks every value is a ratio and the pairs are ordered.
+            ///
+            /// # Errors
+            /// The first bad key.
+            pub fn validate(&self) -> Result<(), DiagnoseConfigError> {
+                $(
+                    if !(0.0..=1.0).contains(&self.$field) {
+                        return Err(DiagnoseConfigError::Invalid {
+                            key: concat!("thresholds.", stringify!($field)).to_owned(),
+                            reason: format!("{} is not a ratio in 0.0..=1.0", self.$field),
+                        });
+                    }
+                )*
+                let ordered = |key: &str, low: f64, high: f64, what: &str| {
+                    if low < high { Ok(()) } else {
+                        Err(DiagnoseConfigError::Invalid { key: format!("thresholds.{key}"), reason: what.to_owned() })
+                    }
+                };
+                ordered("starvation_dip", self.starvation_dip, self.starvation_peak, "must be below starvation_peak")?;
+                ordered("imbalance_idle", self.imbalance_idle, self.imbalance_busy, "must be below imbalance_busy")?;
+                ordered("near_oom_clear", self.near_oom_clear, self.near_oom_raise, "must be below near_oom_raise")?;
+                Ok(())
+            }
+        }
+    };
+}
+
+thresholds! {
+    /// Memory used (ratio of total) from which a GPU counts as "allocated" — holding a job's
+    /// work. 10 %: a CUDA context alone takes a few hundred MiB; a model takes gigabytes.
+    allocated_memory_ratio: 0.10,
+    /// Starvation: the interval's lowest utilisation is at or below this (the GPU fell idle).
+    /// 10 %: a starved GPU drops to ~0 between batches; a busy one never does.
+    starvation_dip: 0.10,
+    /// Starvation: the interval's highest utilisation is at or above this (work does arrive).
+    /// 60 %: tells "starved between bursts" from "barely used".
+    starvation_peak: 0.60,
+    /// Starvation: mean utilisation at or below this. 70 %: above it the loss is small.
+    starvation_max_mean: 0.70,
+    /// Starvation: the memory controller stays below this (busy memory means memory-bound).
+    starvation_max_memory_controller: 0.50,
+    /// Memory-bound: SM activity at or below this. 50 %: healthy training keeps SMs busier.
+    memory_bound_max_sm_activity: 0.50,
+    /// Memory-bound: DRAM bandwidth (or memory controller) at or above this. 70 %: near the
+    /// practical peak of HBM.
+    memory_bound_min_bandwidth: 0.70,
+    /// Imbalance: this GPU's utilisation at or below this. 25 %.
+    imbalance_idle: 0.25,
+    /// Imbalance: another allocated GPU's utilisation at or above this. 60 %.
+    imbalance_busy: 0.60,
+    /// Idle while allocated: utilisation at or below this. 5 %: housekeeping kernels only.
+    idle_level: 0.05,
+    /// Idle while allocated: the interval's highest utilisation at or below this.
+    idle_peak: 0.15,
+    /// Throttling: the SM clock below this share of its maximum. 90 %: boost clocks vary by a
+    /// few percent without any throttling.
+    throttle_clock_ratio: 0.90,
+    /// Power throttling: power draw at or above this share of the limit.
+    power_limit_ratio: 0.95,
+    /// Near-OOM: memory used at or above this share raises. 95 %: allocators need headroom
+    /// for fragmentation and a peak step.
+    near_oom_raise: 0.95,
+    /// Near-OOM: once raised, it holds until memory falls below this share (hysteresis).
+    near_oom_clear: 0.92,
+    /// PCIe-bound: traffic in one direction at or above this share of the link's bandwidth.
+    /// 50 %: sustained, not bursty, copies.
+    pcie_link_share: 0.50,
+    /// PCIe-bound: utilisation at or below this (the GPU waits for the copies).
+    pcie_max_level: 0.50,
+}
+
+/// Settings of the diagnosis stage.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct DiagnoseConfig {
+    /// How long a condition must hold to raise a finding, and stop holding to clear it.
+    /// Default [`DEFAULT_WINDOW`].
+    pub window: Duration,
+    /// Share of the window's ticks a condition must hold on to raise. Default 0.8.
+    pub raise_share: f64,
+    /// Share of the window's ticks at or below which an active finding clears. Default 0.2.
+    pub clear_share: f64,
+    /// Rules switched off.
+    pub disabled: Vec<FindingKind>,
+    /// The rules' thresholds.
+    pub thresholds: Thresholds,
+}
+
+impl Default for DiagnoseConfig {
+    fn default() -> Self {
+        Self {
+            window: DEFAULT_WINDOW,
+            raise_share: 0.8,
+            clear_share: 0.2,
+            disabled: Vec::new(),
+            thresholds: Thresholds::default(),
+        }
+    }
+}
+
+impl DiagnoseConfig {
+    /// Sets [`DiagnoseConfig::window`].
+    #[must_use]
+    pub fn with_window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Sets [`DiagnoseConfig::thresholds`].
+    #[must_use]
+    pub fn with_thresholds(mut self, thresholds: Thresholds) -> Self {
+        self.thresholds = thresholds;
+        self
+    }
+
+    /// Switches off the rules named in `names` (stable snake_case kind names).
+    ///
+    /// # Errors
+    /// [`DiagnoseConfigError::UnknownRule`] naming the first unknown name.
+    pub fn disable_by_name<'a>(
+        mut self,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Self, DiagnoseConfigError> {
+        for name in names {
+            match FindingKind::from_name(name) {
+                Some(kind) => self.disabled.push(kind),
+                None => {
+                    return Err(DiagnoseConfigError::UnknownRule {
+                        key: "disable".to_owned(),
+                        name: name.to_owned(),
+                        known: FindingKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>().join(", "),
+                    })
+                }
+            }
+        }
+        Ok(self)
+    }
+
+    /// Checks the settings, and — when the sampling `interval` is known — that the window
+    /// spans at least one tick.
+    ///
+    /// # Errors
+    /// The first bad key.
+    pub fn validate(&self, interval: Option<Duration>) -> Result<(), DiagnoseConfigError> {
+        let invalid = |key: &str, reason: String| Err(DiagnoseConfigError::Invalid { key: key.to_owned(), reason });
+        if self.window.is_zero() {
+            return invalid("window", "must be greater than zero".to_owned());
+        }
+        if let Some(interval) = interval {
+            if self.window < interval {
+                return invalid(
+                    "window",
+                    format!("{:?} is shorter than the sampling interval {interval:?}", self.window),
+                );
+            }
+        }
+        if !(self.raise_share > 0.0 && self.raise_share <= 1.0) {
+            return invalid("raise_share", format!("{} is not in (0, 1]", self.raise_share));
+        }
+        if !(self.clear_share >= 0.0 && self.clear_share < self.raise_share) {
+            return invalid("clear_share", format!("{} must be in [0, raise_share)", self.clear_share));
+        }
+        self.thresholds.validate()
+    }
+}
+
+/// One raised finding's bookkeeping.
+#[derive(Clone, Debug)]
+struct Raised {
+    finding: Finding,
+    raised_at: SystemTime,
+}
+
+/// Everything diagnosis remembers about one device.
+#[derive(Debug)]
+struct Track {
+    history: Ring<TickStats>,
+    tallies: Vec<Tally>,
+    raised: [Option<Raised>; KINDS],
+    counters: Counters,
+    /// `seq` of the last snapshot the device was in.
+    seen: u64,
+}
+
+/// The diagnosis stage. Add it to an agent with
+/// [`AgentBuilder::processor`](crate::AgentBuilder::processor), or feed it snapshots directly.
+#[derive(Debug)]
+pub struct Diagnoser {
+    config: DiagnoseConfig,
+    ticks: usize,
+    raise_at: usize,
+    clear_at: usize,
+    tracks: HashMap<String, Track>,
+    active: Arc<[Finding]>,
+    raised_total: Arc<[FindingCount]>,
+    /// Tick counter of its own, so snapshots without a `seq` (fed by hand) still work.
+    tick: u64,
+    /// Scratch, reused every tick: per device position, its stats and answers.
+    scratch: Vec<(TickStats, Holds)>,
+}
+
+impl Diagnoser {
+    /// A diagnosis stage with `config`. Until [`Processor::attach`] tells it the interval it
+    /// assumes 1 s ticks.
+    ///
+    /// # Errors
+    /// [`DiagnoseConfigError`] naming the bad key.
+    pub fn new(config: DiagnoseConfig) -> Result<Self, DiagnoseConfigError> {
+        config.validate(None)?;
+        let mut d = Self {
+            config,
+            ticks: 1,
+            raise_at: 1,
+            clear_at: 0,
+            tracks: HashMap::new(),
+            active: Arc::from(Vec::new()),
+            raised_total: Arc::from(Vec::new()),
+            tick: 0,
+            scratch: Vec::new(),
+        };
+        d.set_interval(Duration::from_secs(1));
+        Ok(d)
+    }
+
+    /// The window in ticks, and the tick counts that raise and clear.
+    pub fn window_ticks(&self) -> usize {
+        self.ticks
+    }
+
+    /// How many ticks of a fully holding condition raise a finding (`ceil(raise_share × N)`).
+    pub fn raise_after_ticks(&self) -> usize {
+        self.raise_at
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &DiagnoseConfig {
+        &self.config
+    }
+
+    fn set_interval(&mut self, interval: Duration) {
+        let interval = interval.max(Duration::from_millis(1));
+        let n = (self.config.window.as_secs_f64() / interval.as_secs_f64()).ceil().max(1.0) as usize;
+        self.ticks = n;
+        self.raise_at = ((self.config.raise_share * n as f64).ceil() as usize).clamp(1, n);
+        self.clear_at = ((self.config.clear_share * n as f64).floor() as usize).min(self.raise_at - 1);
+        // Windows are sized from the interval: start afresh.
+        self.tracks.clear();
+    }
+}
+
+impl Processor for Diagnoser {
+    fn name(&self) -> &str {
+        "diagnose"
+    }
+
+    fn attach(&mut self, context: &ProcessorContext) {
+        if self.config.window < context.interval {
+            tracing_warn_window(self.config.window, context.interval);
+        }
+        self.set_interval(context.interval);
+    }
+
+    fn process(&mut self, snapshot: &mut Snapshot) {
+        self.tick += 1;
+        let tick = self.tick;
+        let at = snapshot.taken_at;
+        let t = self.config.thresholds;
+        let (ticks, raise_at, clear_at) = (self.ticks, self.raise_at, self.clear_at);
+
+        // 1. Read every device once; note the busiest allocated GPUs for the comparisons.
+        self.scratch.clear();
+        let mut host = HostContext::default();
+        for (position, d) in snapshot.devices.iter().enumerate() {
+            let track = match self.tracks.get_mut(d.info.uuid.as_str()) {
+                Some(track) => track,
+                None => self.tracks.entry(d.info.uuid.clone()).or_insert_with(|| Track {
+                    history: Ring::new(ticks),
+                    tallies: (0..KINDS).map(|_| Tally::new(ticks)).collect(),
+                    raised: Default::default(),
+                    counters: Counters::default(),
+                    seen: 0,
+                }),
+            };
+            track.seen = tick;
+            let stats = TickStats::read(d, at, &mut track.counters);
+            if stats.allocated(&t) {
+                if let Some(level) = stats.level {
+                    host.offer(level, position);
+                }
+            }
+            self.scratch.push((stats, [false; KINDS]));
+        }
+
+        // 2. Ask every rule, update the windows, raise and clear.
+        let mut events = Vec::new();
+        let mut changed = false;
+        let mut new_counts: Option<Vec<FindingCount>> = None;
+        for (position, d) in snapshot.devices.iter().enumerate() {
+            let Some(track) = self.tracks.get_mut(d.info.uuid.as_str()) else { continue };
+            let stats = self.scratch[position].0;
+            let mut active = [false; KINDS];
+            for (k, r) in track.raised.iter().enumerate() {
+                active[k] = r.is_some();
+            }
+            let holds = rules::evaluate(&stats, &track.history, &host, position, &active, &t);
+            self.scratch[position].1 = holds;
+            track.history.push(stats);
+            for (k, &kind) in FindingKind::ALL.iter().enumerate() {
+                let enabled = !self.config.disabled.contains(&kind);
+                track.tallies[k].push(holds[k] && enabled);
+                let yes = track.tallies[k].yes();
+                let raise = match kind {
+                    FindingKind::HardwareErrors => holds[k],
+                    _ => yes >= raise_at,
+                };
+                if track.raised[k].is_none() && enabled && raise && rules::confirm_raise(kind, &track.history) {
+                    let peer = host
+                        .busiest_other(position)
+                        .map(|(l, p)| (snapshot.devices[p].info.index, snapshot.devices[p].info.uuid.as_str(), l));
+                    let held = track.tallies[k].trailing_yes().max(1);
+                    let since = track.history.iter().rev().nth(held - 1).map_or(at, |s| s.at);
+                    let finding = Finding::new(
+                        kind,
+                        rules::severity(kind),
+                        Some((d.info.index, d.info.uuid.as_str())),
+                        since,
+                        rules::evidence(kind, &track.history, peer),
+                        rules::advice(kind),
+                    );
+                    events.push(FindingEvent {
+                        transition: Transition::Raised,
+                        finding: finding.clone(),
+                        held_for: None,
+                    });
+                    track.raised[k] = Some(Raised { finding, raised_at: at });
+                    changed = true;
+                    let counts = new_counts.get_or_insert_with(|| self.raised_total.to_vec());
+                    match counts.iter_mut().find(|c| c.kind == kind) {
+                        Some(c) => c.raised += 1,
+                        None => counts.push(FindingCount { kind, raised: 1 }),
+                    }
+                } else if track.raised[k].is_some() && (yes <= clear_at || !enabled) {
+                    if let Some(r) = track.raised[k].take() {
+                        let mut finding = r.finding;
+                        finding.evidence =
+                            format!("no longer holds; now: {}", rules::evidence(kind, &track.history, None));
+                        let held_for = at.duration_since(r.raised_at).ok();
+                        events.push(FindingEvent { transition: Transition::Cleared, finding, held_for });
+                        changed = true;
+                    }
+                }
+            }
+        }
+
+        // 3. Devices that left the snapshot (lost from the bus and forgotten by the backend,
+        //    or filtered away) take their findings with them.
+        let before = self.tracks.len();
+        self.tracks.retain(|_, track| {
+            if track.seen == tick {
+                return true;
+            }
+            for r in track.raised.iter_mut().filter_map(Option::take) {
+                let mut finding = r.finding;
+                finding.evidence = "the GPU is no longer in the snapshot".to_owned();
+                let held_for = at.duration_since(r.raised_at).ok();
+                events.push(FindingEvent { transition: Transition::Cleared, finding, held_for });
+            }
+            false
+        });
+        changed |= self.tracks.len() != before;
+
+        if changed {
+            let mut active: Vec<Finding> =
+                self.tracks.values().flat_map(|t| t.raised.iter().flatten().map(|r| r.finding.clone())).collect();
+            active.sort_by(|a, b| (a.gpu, a.kind, &a.uuid).cmp(&(b.gpu, b.kind, &b.uuid)));
+            self.active = Arc::from(active);
+        }
+        if let Some(mut counts) = new_counts {
+            counts.sort_by_key(|c| c.kind);
+            self.raised_total = Arc::from(counts);
+        }
+        snapshot.diagnosis =
+            Some(Diagnosis { active: self.active.clone(), events, raised_total: self.raised_total.clone() });
+    }
+}
+
+#[cfg(feature = "runtime")]
+fn tracing_warn_window(window: Duration, interval: Duration) {
+    tracing::warn!(?window, ?interval, "diagnosis window shorter than the sampling interval; using one tick");
+}
+
+#[cfg(not(feature = "runtime"))]
+fn tracing_warn_window(_: Duration, _: Duration) {}
+
+#[cfg(test)]
+mod tests;

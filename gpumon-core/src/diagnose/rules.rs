@@ -1,0 +1,570 @@
+//! The rules: what each finding looks at on one tick, and how it explains itself.
+//!
+//! Every rule answers one question per device and tick — "does my condition hold now?" — from
+//! [`TickStats`] (the few numbers diagnosis needs, copied out of the sample) and the host
+//! context (the busiest other GPU). Turning those answers into raised and cleared findings
+//! (the window, the hysteresis) is the job of `mod.rs`, the same for every rule.
+
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+use crate::finding::{FindingKind, Severity};
+use crate::model::{ClockEventReasons, DeviceSample};
+
+use super::window::Ring;
+use super::Thresholds;
+
+/// What diagnosis reads from one device at one tick. `Copy`, so a window of them is a flat
+/// array allocated once.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TickStats {
+    pub(crate) at: SystemTime,
+    pub(crate) up: bool,
+    /// Utilisation over the interval: the high-resolution mean when the driver buffered
+    /// samples, else the instantaneous value.
+    pub(crate) level: Option<f64>,
+    /// Instantaneous utilisation.
+    pub(crate) util: Option<f64>,
+    pub(crate) hires_min: Option<f64>,
+    pub(crate) hires_max: Option<f64>,
+    pub(crate) memory_controller: Option<f64>,
+    pub(crate) sm_activity: Option<f64>,
+    pub(crate) dram: Option<f64>,
+    pub(crate) memory_used: Option<u64>,
+    pub(crate) memory_total: Option<u64>,
+    pub(crate) power: Option<f64>,
+    pub(crate) power_limit: Option<f64>,
+    pub(crate) temperature: Option<f64>,
+    pub(crate) temperature_slowdown: Option<f64>,
+    pub(crate) sm_clock: Option<f64>,
+    pub(crate) sm_clock_max: Option<f64>,
+    pub(crate) reasons: Option<u64>,
+    pub(crate) pcie_peak_bytes_per_second: Option<f64>,
+    pub(crate) pcie_link_bytes_per_second: Option<f64>,
+    /// Processes on the device, when processes are sampled.
+    pub(crate) processes: Option<usize>,
+    /// New uncorrected ECC errors since the previous tick.
+    pub(crate) ecc_new: u64,
+    /// New XID events since the previous tick, and the code of the last one.
+    pub(crate) xid_new: u64,
+    pub(crate) xid_code: Option<u64>,
+    /// A row remapping is pending or failed.
+    pub(crate) remap_trouble: bool,
+}
+
+/// Counters kept from one tick to the next to turn totals into "new since last tick".
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Counters {
+    ecc_uncorrected: Option<u64>,
+    xid_total: Option<u64>,
+}
+
+impl TickStats {
+    pub(crate) fn read(d: &DeviceSample, at: SystemTime, counters: &mut Counters) -> Self {
+        let info = &*d.info;
+        let hires = d.windows.gpu_utilization;
+        let util = d.utilization.gpu;
+        let link = match (d.pcie.link_generation, d.pcie.link_width) {
+            (Some(g), Some(w)) => lane_bytes_per_second(g).map(|b| b * f64::from(w)),
+            _ => None,
+        };
+        let pcie_peak = match (d.pcie.tx_bytes_per_second, d.pcie.rx_bytes_per_second) {
+            (Some(t), Some(r)) => Some(t.max(r)),
+            (t, r) => t.or(r),
+        };
+        let ecc = d.ecc.uncorrected;
+        let ecc_new = match (counters.ecc_uncorrected, ecc) {
+            (Some(before), Some(now)) => now.saturating_sub(before),
+            _ => 0,
+        };
+        if ecc.is_some() {
+            counters.ecc_uncorrected = ecc;
+        }
+        let xid_total = d.xid_errors.iter().map(|x| x.count).sum::<u64>();
+        // The first tick has no "before": errors seen before diagnosis started are history, not
+        // news (the ECC and XID totals stay visible in their own series).
+        let xid_new = if d.is_up() {
+            let new = counters.xid_total.map_or(0, |before| xid_total.saturating_sub(before));
+            counters.xid_total = Some(xid_total);
+            new
+        } else {
+            0
+        };
+        let xid_code = d.xid_errors.iter().max_by_key(|x| x.last_seen).map(|x| x.code);
+        Self {
+            at,
+            up: d.is_up(),
+            level: hires.map(|w| w.mean).or(util),
+            util,
+            hires_min: hires.map(|w| w.min),
+            hires_max: hires.map(|w| w.max),
+            memory_controller: d.windows.memory_utilization.map(|w| w.mean).or(d.utilization.memory),
+            sm_activity: d.gpm.sm_activity,
+            dram: d.gpm.dram_bandwidth,
+            memory_used: d.memory.used,
+            memory_total: d.memory.total.or(info.memory_total_bytes),
+            power: d.windows.power_watts.map(|w| w.mean).or(d.power.usage_watts),
+            power_limit: d.power.limit_watts,
+            temperature: d.temperature.gpu,
+            temperature_slowdown: info.temperature_slowdown_celsius,
+            sm_clock: d.clocks.sm,
+            sm_clock_max: info.max_clocks.sm,
+            reasons: d.clock_event_reasons.map(|r| r.0),
+            pcie_peak_bytes_per_second: pcie_peak,
+            pcie_link_bytes_per_second: link,
+            processes: if d.processes.is_empty() { None } else { Some(d.processes.len()) },
+            ecc_new,
+            xid_new,
+            xid_code,
+            remap_trouble: d.ecc.remapped_rows_pending == Some(true) || d.ecc.remapped_rows_failure == Some(true),
+        }
+    }
+
+    pub(crate) fn memory_ratio(&self) -> Option<f64> {
+        match (self.memory_used, self.memory_total) {
+            (Some(u), Some(t)) if t > 0 => Some(u as f64 / t as f64),
+            _ => None,
+        }
+    }
+
+    /// Work is on the GPU: enough memory is held, or a process is attached.
+    pub(crate) fn allocated(&self, t: &Thresholds) -> bool {
+        self.up
+            && (self.memory_ratio().is_some_and(|r| r >= t.allocated_memory_ratio)
+                || self.processes.is_some_and(|n| n > 0))
+    }
+
+    fn sm_clock_reduced(&self, t: &Thresholds) -> bool {
+        match (self.sm_clock, self.sm_clock_max) {
+            (Some(c), Some(max)) if max > 0.0 => c < t.throttle_clock_ratio * max,
+            // Without the maximum, the reason bits alone have to do.
+            _ => true,
+        }
+    }
+
+    fn has_reason(&self, bits: u64) -> bool {
+        self.reasons.is_some_and(|r| r & bits != 0)
+    }
+}
+
+/// Bytes per second one PCIe lane carries at generation `generation` (after encoding).
+fn lane_bytes_per_second(generation: u32) -> Option<f64> {
+    let gbps = match generation {
+        1 => 0.25,
+        2 => 0.5,
+        3 => 0.985,
+        4 => 1.969,
+        5 => 3.938,
+        6 => 7.563,
+        _ => return None,
+    };
+    Some(gbps * 1e9)
+}
+
+/// What the rest of the host is doing, for rules that compare GPUs.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct HostContext {
+    /// The two busiest allocated GPUs: (level, position in the snapshot).
+    pub(crate) busiest: Option<(f64, usize)>,
+    pub(crate) second: Option<(f64, usize)>,
+}
+
+impl HostContext {
+    pub(crate) fn offer(&mut self, level: f64, position: usize) {
+        if self.busiest.is_none_or(|(l, _)| level > l) {
+            self.second = self.busiest;
+            self.busiest = Some((level, position));
+        } else if self.second.is_none_or(|(l, _)| level > l) {
+            self.second = Some((level, position));
+        }
+    }
+
+    /// The busiest allocated GPU other than the one at `position`.
+    pub(crate) fn busiest_other(&self, position: usize) -> Option<(f64, usize)> {
+        match self.busiest {
+            Some((_, p)) if p == position => self.second,
+            other => other,
+        }
+    }
+}
+
+/// Which conditions hold on one device at one tick, in [`FindingKind::ALL`] order.
+pub(crate) type Holds = [bool; KINDS];
+/// How many kinds there are.
+pub(crate) const KINDS: usize = 9;
+
+/// Position of `kind` in [`Holds`].
+pub(crate) fn slot(kind: FindingKind) -> usize {
+    FindingKind::ALL.iter().position(|k| *k == kind).unwrap_or(0)
+}
+
+/// Evaluates every rule for one device. `history` holds this device's earlier ticks (for the
+/// rules that need more than one tick); `active` says which findings are raised now (for the
+/// per-tick hysteresis of threshold rules).
+pub(crate) fn evaluate(
+    s: &TickStats,
+    history: &Ring<TickStats>,
+    host: &HostContext,
+    position: usize,
+    active: &Holds,
+    t: &Thresholds,
+) -> Holds {
+    use FindingKind as K;
+    let mut holds = [false; KINDS];
+    if !s.up {
+        holds[slot(K::HardwareErrors)] = true;
+        return holds;
+    }
+    let level = s.level;
+    let allocated = s.allocated(t);
+
+    let pcie_bound = match (s.pcie_peak_bytes_per_second, s.pcie_link_bytes_per_second, level) {
+        (Some(peak), Some(link), Some(l)) if link > 0.0 => peak >= t.pcie_link_share * link && l <= t.pcie_max_level,
+        _ => false,
+    };
+
+    let memory_bound = match s.sm_activity.or(level) {
+        Some(sm) => {
+            sm <= t.memory_bound_max_sm_activity
+                && (s.dram.is_some_and(|d| d >= t.memory_bound_min_bandwidth)
+                    || s.memory_controller.is_some_and(|m| m >= t.memory_bound_min_bandwidth))
+        }
+        None => false,
+    };
+
+    let starved_pattern = match (s.hires_min, s.hires_max, level) {
+        (Some(min), Some(max), Some(l)) => {
+            min <= t.starvation_dip && max >= t.starvation_peak && l <= t.starvation_max_mean
+        }
+        // Without the driver's sample buffer, the same shape across ticks: dips and peaks both
+        // common within the window, mean low-to-mid.
+        _ => instantaneous_swings(s, history, t),
+    };
+    let starved = allocated
+        && starved_pattern
+        && !memory_bound
+        && !pcie_bound
+        && s.memory_controller.is_none_or(|m| m < t.starvation_max_memory_controller);
+
+    let busy_peer = host.busiest_other(position).filter(|(l, _)| *l >= t.imbalance_busy);
+    let imbalance = allocated && level.is_some_and(|l| l <= t.imbalance_idle) && busy_peer.is_some();
+    let idle_allocated = allocated
+        && !imbalance
+        && busy_peer.is_none()
+        && level.is_some_and(|l| l <= t.idle_level)
+        && s.hires_max.is_none_or(|m| m <= t.idle_peak);
+
+    let thermal_reason = s.has_reason(ClockEventReasons::SW_THERMAL_SLOWDOWN | ClockEventReasons::HW_THERMAL_SLOWDOWN)
+        || (s.has_reason(ClockEventReasons::HW_SLOWDOWN)
+            && matches!((s.temperature, s.temperature_slowdown), (Some(c), Some(slow)) if c >= slow - 5.0));
+    let thermal = thermal_reason && s.sm_clock_reduced(t);
+    let power = !thermal
+        && s.has_reason(ClockEventReasons::SW_POWER_CAP | ClockEventReasons::HW_POWER_BRAKE_SLOWDOWN)
+        && matches!((s.power, s.power_limit), (Some(p), Some(l)) if l > 0.0 && p >= t.power_limit_ratio * l)
+        && s.sm_clock_reduced(t);
+
+    // Hysteresis on the level itself: once raised, near-OOM holds down to the lower mark.
+    let oom_mark = if active[slot(K::NearOom)] { t.near_oom_clear } else { t.near_oom_raise };
+    let near_oom = s.memory_ratio().is_some_and(|r| r >= oom_mark);
+
+    let hardware = s.ecc_new > 0 || s.xid_new > 0 || s.remap_trouble;
+
+    holds[slot(K::DataloaderStarvation)] = starved;
+    holds[slot(K::MemoryBound)] = memory_bound;
+    holds[slot(K::Imbalance)] = imbalance;
+    holds[slot(K::IdleAllocated)] = idle_allocated;
+    holds[slot(K::ThermalThrottling)] = thermal;
+    holds[slot(K::PowerThrottling)] = power;
+    holds[slot(K::NearOom)] = near_oom;
+    holds[slot(K::PcieBound)] = pcie_bound;
+    holds[slot(K::HardwareErrors)] = hardware;
+    holds
+}
+
+/// Starvation without high-resolution windows: over the window (this tick included), at least
+/// a fifth of the ticks near idle and a fifth busy, mean low-to-mid.
+fn instantaneous_swings(s: &TickStats, history: &Ring<TickStats>, t: &Thresholds) -> bool {
+    let (mut n, mut low, mut high, mut sum) = (0usize, 0usize, 0usize, 0.0f64);
+    for u in history.iter().filter_map(|h| h.util).chain(s.util) {
+        n += 1;
+        sum += u;
+        low += usize::from(u <= t.starvation_dip);
+        high += usize::from(u >= t.starvation_peak);
+    }
+    // Too few ticks to see a pattern.
+    if n < 5 {
+        return false;
+    }
+    let share = |k: usize| k as f64 / n as f64;
+    share(low) >= 0.2 && share(high) >= 0.2 && sum / n as f64 <= t.starvation_max_mean
+}
+
+/// Extra rule-specific check at the moment a finding would be raised.
+pub(crate) fn confirm_raise(kind: FindingKind, history: &Ring<TickStats>) -> bool {
+    match kind {
+        // "Almost full *and not shrinking*": a job that is freeing memory is not about to OOM.
+        FindingKind::NearOom => match (history.first(), history.last()) {
+            (Some(first), Some(last)) => match (first.memory_used, last.memory_used) {
+                (Some(a), Some(b)) => b >= a,
+                _ => true,
+            },
+            _ => true,
+        },
+        _ => true,
+    }
+}
+
+/// Each kind's severity.
+pub(crate) fn severity(kind: FindingKind) -> Severity {
+    use FindingKind as K;
+    match kind {
+        K::HardwareErrors => Severity::Critical,
+        K::MemoryBound | K::PowerThrottling => Severity::Info,
+        _ => Severity::Warning,
+    }
+}
+
+/// One sentence of advice per kind (docs/diagnosis.md says more).
+pub(crate) fn advice(kind: FindingKind) -> &'static str {
+    use FindingKind as K;
+    match kind {
+        K::DataloaderStarvation => {
+            "The GPU waits for input: raise the data loader's num_workers, use pinned memory (pin_memory=True) and prefetching, and move decoding/augmentation off the critical path."
+        }
+        K::MemoryBound => {
+            "Kernels wait on memory bandwidth: use fused kernels (e.g. flash attention), mixed precision (bf16/fp16) and larger batches to raise arithmetic intensity."
+        }
+        K::Imbalance => {
+            "Work is not spread evenly: check the data/model sharding and that every rank gets its share (DistributedSampler, balanced pipeline stages)."
+        }
+        K::IdleAllocated => {
+            "Memory is held but nothing runs: a stalled or finished job still owns the GPU — check for deadlocked ranks, a paused notebook, or release the device."
+        }
+        K::ThermalThrottling => {
+            "The GPU slows itself down to cool: check airflow, fans and inlet temperature, and the chassis' cooling capacity."
+        }
+        K::PowerThrottling => {
+            "Clocks are held at the power limit: raise the limit if the board allows (nvidia-smi -pl), or accept it as the cost of a capped node."
+        }
+        K::NearOom => {
+            "Device memory is almost full: reduce the batch size, enable activation checkpointing, or shard the optimizer state (ZeRO/FSDP) before the job fails."
+        }
+        K::PcieBound => {
+            "Host-device copies saturate the PCIe link: keep data on the GPU, use pinned memory with non_blocking copies, and overlap transfers with compute."
+        }
+        K::HardwareErrors => {
+            "The hardware reports errors: drain the GPU, check nvidia-smi -q and the kernel log for XIDs, and reset or replace it."
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Evidence: formatted only when a finding is raised or cleared.
+
+/// Window means and extremes of the numbers evidence quotes.
+#[derive(Default)]
+struct Summary {
+    level: Mean,
+    hires_min: Mean,
+    hires_max: Mean,
+    memory_controller: Mean,
+    sm_activity: Mean,
+    dram: Mean,
+    power: Mean,
+    temperature_max: Option<f64>,
+    sm_clock: Mean,
+    pcie: Mean,
+    reason_ticks: usize,
+    ticks: usize,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Mean {
+    sum: f64,
+    n: usize,
+}
+
+impl Mean {
+    fn add(&mut self, v: Option<f64>) {
+        if let Some(v) = v {
+            self.sum += v;
+            self.n += 1;
+        }
+    }
+    fn get(self) -> Option<f64> {
+        (self.n > 0).then(|| self.sum / self.n as f64)
+    }
+}
+
+fn summarize(history: &Ring<TickStats>, reason_bits: u64) -> Summary {
+    let mut s = Summary::default();
+    for h in history.iter() {
+        s.ticks += 1;
+        s.level.add(h.level);
+        s.hires_min.add(h.hires_min);
+        s.hires_max.add(h.hires_max);
+        s.memory_controller.add(h.memory_controller);
+        s.sm_activity.add(h.sm_activity);
+        s.dram.add(h.dram);
+        s.power.add(h.power);
+        s.sm_clock.add(h.sm_clock);
+        s.pcie.add(h.pcie_peak_bytes_per_second);
+        if let Some(t) = h.temperature {
+            s.temperature_max = Some(s.temperature_max.map_or(t, |m: f64| m.max(t)));
+        }
+        if h.has_reason(reason_bits) {
+            s.reason_ticks += 1;
+        }
+    }
+    s
+}
+
+fn pct(out: &mut String, label: &str, v: Option<f64>) {
+    if let Some(v) = v {
+        if !out.is_empty() {
+            out.push_str(", ");
+        }
+        let _ = write!(out, "{label} {:.0} %", v * 100.0);
+    }
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / 1_073_741_824.0
+}
+
+fn memory_phrase(out: &mut String, s: &TickStats) {
+    if let Some(used) = s.memory_used {
+        if !out.is_empty() {
+            out.push_str(", ");
+        }
+        match s.memory_total {
+            Some(total) => {
+                let _ = write!(out, "{:.1} GiB of {:.1} GiB allocated", gib(used), gib(total));
+            }
+            None => {
+                let _ = write!(out, "{:.1} GiB allocated", gib(used));
+            }
+        }
+    }
+}
+
+/// The evidence sentence for `kind` on a device, from its window `history` (newest last).
+/// `peer` names the busiest other GPU for imbalance: (index, uuid, level).
+pub(crate) fn evidence(kind: FindingKind, history: &Ring<TickStats>, peer: Option<(u32, &str, f64)>) -> String {
+    use FindingKind as K;
+    let Some(now) = history.last() else { return String::new() };
+    let reasons = match kind {
+        K::ThermalThrottling => {
+            ClockEventReasons::SW_THERMAL_SLOWDOWN
+                | ClockEventReasons::HW_THERMAL_SLOWDOWN
+                | ClockEventReasons::HW_SLOWDOWN
+        }
+        K::PowerThrottling => ClockEventReasons::SW_POWER_CAP | ClockEventReasons::HW_POWER_BRAKE_SLOWDOWN,
+        _ => 0,
+    };
+    let s = summarize(history, reasons);
+    let secs = match (history.first(), history.last()) {
+        (Some(a), Some(b)) => b.at.duration_since(a.at).map(|d| d.as_secs_f64()).unwrap_or(0.0),
+        _ => 0.0,
+    };
+    let mut out = String::with_capacity(160);
+    match kind {
+        K::DataloaderStarvation => {
+            pct(&mut out, "utilisation mean", s.level.get());
+            if let (Some(min), Some(max)) = (s.hires_min.get(), s.hires_max.get()) {
+                let _ = write!(out, ", min {:.0} % / max {:.0} % within the interval", min * 100.0, max * 100.0);
+            }
+            memory_phrase(&mut out, now);
+            pct(&mut out, "memory controller", s.memory_controller.get());
+        }
+        K::MemoryBound => {
+            pct(&mut out, "SM activity", s.sm_activity.get().or(s.level.get()));
+            pct(&mut out, "DRAM bandwidth", s.dram.get());
+            pct(&mut out, "memory controller", s.memory_controller.get());
+        }
+        K::Imbalance => {
+            pct(&mut out, "utilisation", s.level.get());
+            if let Some((index, uuid, level)) = peer {
+                let _ = write!(out, " while GPU {index} ({uuid}) runs at {:.0} %", level * 100.0);
+            }
+            memory_phrase(&mut out, now);
+        }
+        K::IdleAllocated => {
+            pct(&mut out, "utilisation", s.level.get());
+            memory_phrase(&mut out, now);
+            if let Some(n) = now.processes {
+                let _ = write!(out, ", {n} process(es) attached");
+            }
+        }
+        K::ThermalThrottling | K::PowerThrottling => {
+            if kind == K::ThermalThrottling {
+                if let Some(t) = s.temperature_max {
+                    let _ = write!(out, "temperature up to {t:.0} °C");
+                    if let Some(slow) = now.temperature_slowdown {
+                        let _ = write!(out, " (slowdown at {slow:.0} °C)");
+                    }
+                }
+            } else if let (Some(p), Some(l)) = (s.power.get(), now.power_limit) {
+                let _ = write!(out, "power {p:.0} W of a {l:.0} W limit");
+            }
+            if let Some(c) = s.sm_clock.get() {
+                let _ = write!(out, ", SM clock {:.0} MHz", c / 1e6);
+                if let Some(max) = now.sm_clock_max {
+                    let _ = write!(out, " of {:.0} MHz max", max / 1e6);
+                }
+            }
+            let _ = write!(out, ", slowdown reasons active on {} of {} ticks", s.reason_ticks, s.ticks);
+        }
+        K::NearOom => {
+            if let (Some(r), Some(used)) = (now.memory_ratio(), now.memory_used) {
+                let _ = write!(out, "memory {:.1} % used ({:.1} GiB)", r * 100.0, gib(used));
+                if let Some(first) = history.first().and_then(|f| f.memory_used) {
+                    let delta = used as f64 - first as f64;
+                    let _ = write!(out, ", {:+.2} GiB over {secs:.0} s", delta / 1_073_741_824.0);
+                }
+            }
+        }
+        K::PcieBound => {
+            if let Some(p) = s.pcie.get() {
+                let _ = write!(out, "PCIe traffic {:.1} GB/s", p / 1e9);
+                if let Some(link) = now.pcie_link_bytes_per_second {
+                    let _ = write!(out, " ({:.0} % of the link)", p / link * 100.0);
+                }
+            }
+            pct(&mut out, "utilisation", s.level.get());
+        }
+        K::HardwareErrors => {
+            if !now.up {
+                out.push_str("the GPU is lost (fell off the bus or needs a reset)");
+            } else {
+                let ecc: u64 = history.iter().map(|h| h.ecc_new).sum();
+                let xid: u64 = history.iter().map(|h| h.xid_new).sum();
+                if ecc > 0 {
+                    let _ = write!(out, "{ecc} new uncorrected ECC error(s)");
+                }
+                if xid > 0 {
+                    if !out.is_empty() {
+                        out.push_str(", ");
+                    }
+                    let _ = write!(out, "{xid} new XID event(s)");
+                    if let Some(code) = history.iter().rev().find(|h| h.xid_new > 0).and_then(|h| h.xid_code) {
+                        let _ = write!(out, " (last XID {code})");
+                    }
+                }
+                if history.iter().any(|h| h.remap_trouble) {
+                    if !out.is_empty() {
+                        out.push_str(", ");
+                    }
+                    out.push_str("row remapping pending or failed");
+                }
+                if out.is_empty() {
+                    out.push_str("no new hardware errors");
+                }
+            }
+        }
+    }
+    if !matches!(kind, K::NearOom | K::HardwareErrors) && secs > 0.0 {
+        let _ = write!(out, " (over the last {secs:.0} s)");
+    }
+    out
+}

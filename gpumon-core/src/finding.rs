@@ -1,0 +1,239 @@
+//! Findings: what the diagnosis stage concluded about a GPU (or the host), as data.
+//!
+//! A [`Finding`] says *why* a GPU is underused or unhealthy — "the data loader starves it",
+//! "it is memory-bound" — with the numbers behind it and one sentence of advice. The diagnosis
+//! stage ([`crate::diagnose::Diagnoser`]) attaches a [`Diagnosis`] to every snapshot: the findings
+//! active at that tick, the ones raised or cleared at that tick, and a running count per kind.
+//! Sinks export them like any other series (see [`crate::Snapshot::visit_derived`]).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+macro_rules! kinds {
+    ($( $(#[$doc:meta])* $kind:ident = $name:literal, )*) => {
+        /// The kind of a finding. Each has a stable snake_case name (the `kind` label).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+        #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+        #[non_exhaustive]
+        pub enum FindingKind { $( $(#[$doc])* $kind, )* }
+
+        impl FindingKind {
+            /// Every kind, in declaration order.
+            pub const ALL: &'static [FindingKind] = &[ $( FindingKind::$kind, )* ];
+
+            /// The stable snake_case name.
+            pub const fn name(self) -> &'static str {
+                match self { $( FindingKind::$kind => $name, )* }
+            }
+        }
+    };
+}
+
+kinds! {
+    /// Work is allocated but utilisation collapses to near zero and recovers within each
+    /// interval: the GPU waits for its input pipeline.
+    DataloaderStarvation = "dataloader_starvation",
+    /// SM activity is low while DRAM bandwidth is near its peak: kernels wait on memory.
+    MemoryBound = "memory_bound",
+    /// This GPU idles while another allocated GPU on the host is busy.
+    Imbalance = "imbalance",
+    /// Memory is held (a process is attached) but nothing runs.
+    IdleAllocated = "idle_allocated",
+    /// Clocks are held down because the GPU is too hot.
+    ThermalThrottling = "thermal_throttling",
+    /// Clocks are held down because the board is at its power limit.
+    PowerThrottling = "power_throttling",
+    /// Device memory is almost full and not shrinking.
+    NearOom = "near_oom",
+    /// Host↔device traffic saturates the PCIe link while the GPU waits.
+    PcieBound = "pcie_bound",
+    /// Uncorrectable ECC errors, XID errors, pending/failed row remapping, or the GPU is lost.
+    HardwareErrors = "hardware_errors",
+}
+
+impl FindingKind {
+    /// Parses a name produced by [`FindingKind::name`].
+    pub fn from_name(name: &str) -> Option<FindingKind> {
+        FindingKind::ALL.iter().copied().find(|k| k.name() == name)
+    }
+}
+
+impl std::fmt::Display for FindingKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How urgent a finding is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum Severity {
+    /// Worth knowing; money is not burning fast.
+    Info,
+    /// Capacity is being wasted or a job is at risk.
+    Warning,
+    /// The hardware is failing or a job is about to fail.
+    Critical,
+}
+
+impl Severity {
+    /// The stable snake_case name (the `severity` label).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
+impl std::fmt::Display for Severity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One diagnosed condition on one GPU (or on the host).
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct Finding {
+    /// What was found.
+    pub kind: FindingKind,
+    /// How urgent it is.
+    pub severity: Severity,
+    /// UUID of the GPU it concerns; `None` for a host-level finding.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub uuid: Option<String>,
+    /// NVML index of that GPU.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub gpu: Option<u32>,
+    /// When the condition started to hold (the first tick of the window that raised it).
+    #[cfg_attr(feature = "serde", serde(with = "crate::model::unix_nanos"))]
+    pub since: SystemTime,
+    /// The numbers that triggered it, in words ("utilisation mean 31 %, min 2 % / max 96 % …").
+    /// Formatted when the finding is raised (for a clear event: when it is cleared).
+    pub evidence: String,
+    /// One sentence on what to do about it.
+    pub advice: String,
+}
+
+impl Finding {
+    /// A finding of `kind` on the GPU `uuid` (index `gpu`), or on the host when `uuid` is `None`.
+    pub fn new(
+        kind: FindingKind,
+        severity: Severity,
+        device: Option<(u32, &str)>,
+        since: SystemTime,
+        evidence: impl Into<String>,
+        advice: impl Into<String>,
+    ) -> Self {
+        Self {
+            kind,
+            severity,
+            uuid: device.map(|(_, u)| u.to_owned()),
+            gpu: device.map(|(i, _)| i),
+            since,
+            evidence: evidence.into(),
+            advice: advice.into(),
+        }
+    }
+}
+
+/// Whether a finding started or ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum Transition {
+    /// The condition has held for the diagnosis window: the finding is now active.
+    Raised,
+    /// The condition has stopped holding for the window: the finding is over.
+    Cleared,
+}
+
+impl Transition {
+    /// `"raised"` or `"cleared"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Transition::Raised => "raised",
+            Transition::Cleared => "cleared",
+        }
+    }
+}
+
+/// A finding raised or cleared at one tick.
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct FindingEvent {
+    /// Raised or cleared.
+    pub transition: Transition,
+    /// The finding. For a clear, its evidence describes the numbers at the time it cleared.
+    pub finding: Finding,
+    /// For a clear: how long the finding was active.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub held_for: Option<Duration>,
+}
+
+/// Findings raised since the diagnosis stage started, for one kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct FindingCount {
+    /// The kind.
+    pub kind: FindingKind,
+    /// How many were raised (monotonic).
+    pub raised: u64,
+}
+
+/// What the diagnosis stage attached to one snapshot.
+///
+/// `active` and `raised_total` are shared between ticks and replaced only when a finding is
+/// raised or cleared, so carrying them on every snapshot costs a reference count, not a copy.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct Diagnosis {
+    /// Findings that hold at this tick.
+    pub active: Arc<[Finding]>,
+    /// Findings raised or cleared at this tick (usually none).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Vec::is_empty"))]
+    pub events: Vec<FindingEvent>,
+    /// Findings raised so far, per kind (kinds never raised are absent).
+    pub raised_total: Arc<[FindingCount]>,
+}
+
+impl Diagnosis {
+    /// The active findings on the GPU `uuid`.
+    pub fn active_on<'a>(&'a self, uuid: &'a str) -> impl Iterator<Item = &'a Finding> + 'a {
+        self.active.iter().filter(move |f| f.uuid.as_deref() == Some(uuid))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_names_round_trip_and_are_snake_case() {
+        for k in FindingKind::ALL {
+            assert_eq!(FindingKind::from_name(k.name()), Some(*k));
+            assert!(k.name().bytes().all(|b| b.is_ascii_lowercase() || b == b'_'), "{k}");
+        }
+        assert_eq!(FindingKind::from_name("dataloader-starvation"), None);
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn serde_uses_the_stable_names() {
+        let json = serde_json::to_string(&FindingKind::NearOom).unwrap();
+        assert_eq!(json, "\"near_oom\"");
+        let s: Severity = serde_json::from_str("\"critical\"").unwrap();
+        assert_eq!(s, Severity::Critical);
+    }
+}

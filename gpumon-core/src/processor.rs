@@ -1,0 +1,86 @@
+//! The processing seam: anything that derives data from a snapshot before the sinks see it.
+//!
+//! ```text
+//! sampler ──▶ processor 1 ──▶ processor 2 ──▶ … ──▶ Arc<Snapshot> ──▶ sinks, subscribers
+//! ```
+//!
+//! Diagnosis ([`crate::diagnose::Diagnoser`]), and later training steps and container
+//! attribution, plug in here the way sinks plug in after it — the shape of vector's transforms,
+//! the OpenTelemetry Collector's processors and tracing's `Layer`. A processor runs on the
+//! sampling side, in the order processors were added, once per tick, and may add derived data
+//! to the snapshot (a first-class field of the data model, such as [`Snapshot::diagnosis`]) so
+//! every sink exports it from the descriptor table without special cases.
+
+use std::time::Duration;
+
+use crate::model::Snapshot;
+
+/// What a processor learns about the agent it is added to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProcessorContext {
+    /// The agent's sampling interval: one tick of the processor's clock.
+    pub interval: Duration,
+}
+
+impl ProcessorContext {
+    /// A context for an agent sampling every `interval`.
+    pub fn new(interval: Duration) -> Self {
+        Self { interval }
+    }
+}
+
+/// A stage between sampler and sinks.
+///
+/// # Contract
+/// - `process` is **synchronous and cheap**: it runs on the sampling path once per tick (a
+///   budget of microseconds, not milliseconds). Slow enrichment — a kubelet call, say —
+///   refreshes a cache on its own schedule; `process` only reads the cache.
+/// - Processors see every scheduled tick and every [`flush`](crate::AgentHandle::flush) sample,
+///   in order, with [`Snapshot::seq`] increasing. Ad-hoc samples from
+///   [`snapshot_now`](crate::AgentHandle::snapshot_now) are not processed (they would distort a
+///   processor's notion of time).
+/// - A processor that panics loses that tick's derived data, not the tick: the runtime catches
+///   the panic, logs it, counts it in [`AgentStats::processor_panics`](crate::AgentStats), and
+///   ships the snapshot.
+///
+/// Object-safe, so an agent holds `Vec<Box<dyn Processor>>`.
+///
+/// ```
+/// use gpumon_core::{Processor, Snapshot};
+///
+/// /// Drops MIG instances from every snapshot.
+/// #[derive(Debug)]
+/// struct NoMig;
+///
+/// impl Processor for NoMig {
+///     fn name(&self) -> &str { "no-mig" }
+///     fn process(&mut self, snapshot: &mut Snapshot) {
+///         snapshot.devices.retain(|d| d.info.mig.is_none());
+///     }
+/// }
+/// ```
+pub trait Processor: Send + 'static {
+    /// A short, unique name for logs, e.g. `"diagnose"`.
+    fn name(&self) -> &str;
+
+    /// Called once when the processor is added to an agent, before the first tick.
+    fn attach(&mut self, context: &ProcessorContext) {
+        let _ = context;
+    }
+
+    /// Looks at one snapshot and adds derived data to it.
+    fn process(&mut self, snapshot: &mut Snapshot);
+}
+
+impl<P: Processor + ?Sized> Processor for Box<P> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn attach(&mut self, context: &ProcessorContext) {
+        (**self).attach(context);
+    }
+    fn process(&mut self, snapshot: &mut Snapshot) {
+        (**self).process(snapshot);
+    }
+}
