@@ -467,7 +467,7 @@ impl Processor for Diagnoser {
                         Some(c) => c.raised += 1,
                         None => counts.push(FindingCount { kind, raised: 1 }),
                     }
-                } else if track.raised[k].is_some() && (yes <= clear_at || !enabled) {
+                } else if track.raised[k].is_some() && (!enabled || clears(kind, yes, clear_at)) {
                     if let Some(r) = track.raised[k].take() {
                         let mut finding = r.finding;
                         finding.evidence =
@@ -509,6 +509,15 @@ impl Processor for Diagnoser {
         }
         snapshot.diagnosis =
             Some(Diagnosis { active: self.active.clone(), events, raised_total: self.raised_total.clone() });
+    }
+}
+
+/// Whether a raised finding with `yes` holding ticks in its window clears.
+fn clears(kind: FindingKind, yes: usize, clear_at: usize) -> bool {
+    match kind {
+        // An error stays news until a whole window has passed without another.
+        FindingKind::HardwareErrors => yes == 0,
+        _ => yes <= clear_at,
     }
 }
 

@@ -1,1 +1,445 @@
+//! Rule and window tests on synthetic snapshots (tick time, no clock). The scenario-level
+//! contract (every mock scenario raises exactly its findings) is tested in gpumon-mock.
 
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::finding::Severity;
+use crate::model::{ClockEventReasons, DeviceInfo, DeviceSample, SystemInfo, WindowStats, XidCount};
+use crate::processor::{Processor, ProcessorContext};
+
+const GIB: u64 = 1 << 30;
+
+fn info(index: u32) -> Arc<DeviceInfo> {
+    let mut i = DeviceInfo::new(index, format!("GPU-{index:04}"), "NVIDIA H100 80GB HBM3");
+    i.memory_total_bytes = Some(80 * GIB);
+    i.max_clocks.sm = Some(1980e6);
+    i.temperature_slowdown_celsius = Some(87.0);
+    Arc::new(i)
+}
+
+/// A healthy, busy GPU: nothing should be found on it.
+fn busy(index: u32) -> DeviceSample {
+    let mut d = DeviceSample::new(info(index));
+    d.utilization.gpu = Some(0.95);
+    d.utilization.memory = Some(0.4);
+    d.windows.gpu_utilization = Some(WindowStats { min: 0.85, max: 0.99, mean: 0.94, count: 6 });
+    d.memory.used = Some(70 * GIB);
+    d.memory.total = Some(80 * GIB);
+    d.gpm.sm_activity = Some(0.8);
+    d.gpm.dram_bandwidth = Some(0.45);
+    d.power.usage_watts = Some(600.0);
+    d.power.limit_watts = Some(700.0);
+    d.clocks.sm = Some(1980e6);
+    d.clock_event_reasons = Some(ClockEventReasons(0));
+    d.temperature.gpu = Some(65.0);
+    d
+}
+
+struct Rig {
+    d: Diagnoser,
+    tick: u64,
+    system: Arc<SystemInfo>,
+}
+
+impl Rig {
+    fn new(window_secs: u64) -> Self {
+        let mut d = Diagnoser::new(DiagnoseConfig::default().with_window(Duration::from_secs(window_secs))).unwrap();
+        d.attach(&ProcessorContext::new(Duration::from_secs(1)));
+        Self { d, tick: 0, system: Arc::new(SystemInfo::new("node-1", "test")) }
+    }
+
+    fn step(&mut self, devices: Vec<DeviceSample>) -> Diagnosis {
+        self.tick += 1;
+        let mut s = Snapshot::new(self.system.clone(), devices)
+            .with_seq(self.tick)
+            .with_taken_at(UNIX_EPOCH + Duration::from_secs(1_700_000_000 + self.tick));
+        self.d.process(&mut s);
+        s.diagnosis.expect("the diagnoser always attaches its diagnosis")
+    }
+}
+
+fn kinds_on(d: &Diagnosis) -> Vec<(Option<u32>, FindingKind)> {
+    d.active.iter().map(|f| (f.gpu, f.kind)).collect()
+}
+
+fn first_raise(d: &Diagnosis, kind: FindingKind) -> Option<&Finding> {
+    d.events.iter().find(|e| e.transition == Transition::Raised && e.finding.kind == kind).map(|e| &e.finding)
+}
+
+#[test]
+fn healthy_busy_gpus_raise_nothing() {
+    let mut rig = Rig::new(10);
+    for _ in 0..100 {
+        let d = rig.step((0..4).map(busy).collect());
+        assert!(d.active.is_empty(), "{:?}", kinds_on(&d));
+        assert!(d.events.is_empty());
+    }
+}
+
+#[test]
+fn near_oom_raises_after_ceil_80_percent_of_the_window_and_clears_with_hysteresis() {
+    let mut rig = Rig::new(10);
+    assert_eq!(rig.d.window_ticks(), 10);
+    assert_eq!(rig.d.raise_after_ticks(), 8);
+    let full = |used: u64| {
+        let mut d = busy(0);
+        d.memory.used = Some(used);
+        d
+    };
+    let mut raised_at = None;
+    for tick in 1..=20u64 {
+        let d = rig.step(vec![full(78 * GIB + tick * 10_000_000)]);
+        if let Some(f) = first_raise(&d, FindingKind::NearOom) {
+            raised_at = Some(tick);
+            assert_eq!(f.gpu, Some(0));
+            assert_eq!(f.uuid.as_deref(), Some("GPU-0000"));
+            assert_eq!(f.severity, Severity::Warning);
+            assert!(f.evidence.starts_with("memory 97."), "{}", f.evidence);
+            assert!(f.advice.contains("batch size"), "{}", f.advice);
+            assert_eq!(f.since, UNIX_EPOCH + Duration::from_secs(1_700_000_001));
+        }
+    }
+    assert_eq!(raised_at, Some(8));
+    // 93 % is between the clear mark (92 %) and the raise mark (95 %): still held.
+    for _ in 0..15 {
+        let d = rig.step(vec![full(745 * GIB / 10)]);
+        assert_eq!(kinds_on(&d), [(Some(0), FindingKind::NearOom)]);
+    }
+    // Below 92 %: cleared once at most 20 % of the window holds, i.e. after 8 ticks.
+    let mut cleared_after = None;
+    for tick in 1..=12 {
+        let d = rig.step(vec![full(60 * GIB)]);
+        if let Some(e) = d.events.iter().find(|e| e.transition == Transition::Cleared) {
+            cleared_after = Some(tick);
+            assert!(e.finding.evidence.starts_with("no longer holds; now: memory 7"), "{}", e.finding.evidence);
+            assert!(e.held_for.unwrap() >= Duration::from_secs(15));
+        }
+    }
+    assert_eq!(cleared_after, Some(8));
+}
+
+#[test]
+fn near_oom_is_not_raised_while_memory_shrinks() {
+    let mut rig = Rig::new(10);
+    for tick in 0..30u64 {
+        let mut d = busy(0);
+        d.memory.used = Some(79 * GIB - tick * 10_000_000);
+        let diag = rig.step(vec![d]);
+        assert!(diag.active.is_empty(), "{:?}", kinds_on(&diag));
+    }
+}
+
+#[test]
+fn active_findings_are_shared_between_ticks_not_rebuilt() {
+    let mut rig = Rig::new(5);
+    let mut previous: Option<Arc<[Finding]>> = None;
+    for tick in 0..30 {
+        let mut d = busy(0);
+        d.memory.used = Some(79 * GIB);
+        let diag = rig.step(vec![d]);
+        if tick > 10 {
+            assert_eq!(diag.active.len(), 1);
+            // The same allocation every tick: evidence is formatted at the raise, never again.
+            assert!(Arc::ptr_eq(previous.as_ref().unwrap(), &diag.active));
+        }
+        previous = Some(diag.active);
+    }
+}
+
+#[test]
+fn imbalance_is_found_on_the_idle_twin_and_names_the_busy_one() {
+    let mut rig = Rig::new(10);
+    let mut last = None;
+    for _ in 0..12 {
+        let mut idle = busy(1);
+        idle.utilization.gpu = Some(0.05);
+        idle.windows.gpu_utilization = Some(WindowStats { min: 0.0, max: 0.12, mean: 0.06, count: 6 });
+        idle.gpm.sm_activity = Some(0.05);
+        last = Some(rig.step(vec![busy(0), idle]));
+    }
+    let d = last.unwrap();
+    assert_eq!(kinds_on(&d), [(Some(1), FindingKind::Imbalance)]);
+    let f = &d.active[0];
+    assert!(f.evidence.contains("while GPU 0 (GPU-0000) runs at 94 %"), "{}", f.evidence);
+}
+
+#[test]
+fn idle_allocated_without_a_busy_peer() {
+    let mut rig = Rig::new(10);
+    let mut last = None;
+    for _ in 0..12 {
+        let gpus = (0..2)
+            .map(|i| {
+                let mut d = busy(i);
+                d.utilization.gpu = Some(0.0);
+                d.windows.gpu_utilization = Some(WindowStats { min: 0.0, max: 0.01, mean: 0.0, count: 6 });
+                d.gpm.sm_activity = Some(0.0);
+                d.memory.used = Some(30 * GIB);
+                d
+            })
+            .collect();
+        last = Some(rig.step(gpus));
+    }
+    let d = last.unwrap();
+    assert_eq!(kinds_on(&d), [(Some(0), FindingKind::IdleAllocated), (Some(1), FindingKind::IdleAllocated)]);
+}
+
+#[test]
+fn starvation_from_high_resolution_dips() {
+    let mut rig = Rig::new(10);
+    let mut last = None;
+    for _ in 0..12 {
+        let mut d = busy(0);
+        d.utilization.gpu = Some(0.4);
+        d.utilization.memory = Some(0.15);
+        d.windows.gpu_utilization = Some(WindowStats { min: 0.02, max: 0.96, mean: 0.31, count: 6 });
+        d.windows.memory_utilization = Some(WindowStats { min: 0.0, max: 0.3, mean: 0.12, count: 6 });
+        d.gpm.sm_activity = Some(0.3);
+        d.gpm.dram_bandwidth = Some(0.1);
+        last = Some(rig.step(vec![d]));
+    }
+    let d = last.unwrap();
+    assert_eq!(kinds_on(&d), [(Some(0), FindingKind::DataloaderStarvation)]);
+    let e = &d.active[0].evidence;
+    assert!(e.starts_with("utilisation mean 31 %, min 2 % / max 96 % within the interval, 70.0 GiB of 80.0 GiB"), "{e}");
+}
+
+#[test]
+fn starvation_without_high_resolution_windows_uses_the_swings_across_ticks() {
+    let mut rig = Rig::new(10);
+    let mut raised = false;
+    for tick in 0..20 {
+        let mut d = busy(0);
+        d.windows = Default::default();
+        d.gpm = Default::default();
+        d.utilization.memory = Some(0.1);
+        d.utilization.gpu = Some(if tick % 3 == 0 { 0.9 } else { 0.02 });
+        raised |= first_raise(&rig.step(vec![d]), FindingKind::DataloaderStarvation).is_some();
+    }
+    assert!(raised);
+}
+
+#[test]
+fn memory_bound_is_not_starvation() {
+    let mut rig = Rig::new(10);
+    let mut last = None;
+    for _ in 0..12 {
+        let mut d = busy(0);
+        d.utilization.gpu = Some(0.35);
+        d.windows.gpu_utilization = Some(WindowStats { min: 0.05, max: 0.7, mean: 0.33, count: 6 });
+        d.gpm.sm_activity = Some(0.3);
+        d.gpm.dram_bandwidth = Some(0.82);
+        d.utilization.memory = Some(0.8);
+        last = Some(rig.step(vec![d]));
+    }
+    assert_eq!(kinds_on(&last.unwrap()), [(Some(0), FindingKind::MemoryBound)]);
+}
+
+#[test]
+fn thermal_throttling_suppresses_power_throttling() {
+    let mut rig = Rig::new(10);
+    let mut last = None;
+    for _ in 0..12 {
+        let mut d = busy(0);
+        d.temperature.gpu = Some(90.0);
+        d.clocks.sm = Some(1400e6);
+        d.power.usage_watts = Some(690.0);
+        d.clock_event_reasons =
+            Some(ClockEventReasons(ClockEventReasons::HW_THERMAL_SLOWDOWN | ClockEventReasons::SW_POWER_CAP));
+        last = Some(rig.step(vec![d]));
+    }
+    let d = last.unwrap();
+    assert_eq!(kinds_on(&d), [(Some(0), FindingKind::ThermalThrottling)]);
+    assert!(d.active[0].evidence.contains("slowdown at 87 °C"), "{}", d.active[0].evidence);
+}
+
+#[test]
+fn power_throttling_needs_the_limit_and_reduced_clocks() {
+    let mut rig = Rig::new(10);
+    let power_capped = |watts: f64, clock: f64| {
+        let mut d = busy(0);
+        d.power.usage_watts = Some(watts);
+        d.clocks.sm = Some(clock);
+        d.clock_event_reasons = Some(ClockEventReasons(ClockEventReasons::SW_POWER_CAP));
+        d
+    };
+    for _ in 0..20 {
+        // Below 95 % of the limit, or clocks at maximum: the reason bit alone is not throttling.
+        assert!(rig.step(vec![power_capped(600.0, 1400e6)]).active.is_empty());
+    }
+    let mut rig = Rig::new(10);
+    for _ in 0..20 {
+        assert!(rig.step(vec![power_capped(699.0, 1980e6)]).active.is_empty());
+    }
+    let mut last = None;
+    for _ in 0..12 {
+        last = Some(rig.step(vec![power_capped(699.0, 1500e6)]));
+    }
+    let d = last.unwrap();
+    assert_eq!(kinds_on(&d), [(Some(0), FindingKind::PowerThrottling)]);
+    assert_eq!(d.active[0].severity, Severity::Info);
+}
+
+#[test]
+fn pcie_bound_compares_traffic_with_the_link() {
+    let mut rig = Rig::new(10);
+    let mut last = None;
+    for _ in 0..12 {
+        let mut d = busy(0);
+        d.utilization.gpu = Some(0.3);
+        d.windows.gpu_utilization = Some(WindowStats { min: 0.2, max: 0.4, mean: 0.3, count: 6 });
+        d.gpm.sm_activity = Some(0.3);
+        d.gpm.dram_bandwidth = Some(0.1);
+        d.utilization.memory = Some(0.1);
+        d.pcie.link_generation = Some(5);
+        d.pcie.link_width = Some(16);
+        d.pcie.rx_bytes_per_second = Some(48e9);
+        d.pcie.tx_bytes_per_second = Some(2e9);
+        last = Some(rig.step(vec![d]));
+    }
+    let d = last.unwrap();
+    assert_eq!(kinds_on(&d), [(Some(0), FindingKind::PcieBound)]);
+    assert!(d.active[0].evidence.starts_with("PCIe traffic 48.0 GB/s (76 % of the link)"), "{}", d.active[0].evidence);
+}
+
+#[test]
+fn hardware_errors_raise_at_once_and_clear_after_a_quiet_window() {
+    let mut rig = Rig::new(10);
+    let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let mut gpu = |xids: u64| {
+        let mut d = busy(1);
+        d.ecc.uncorrected = Some(0);
+        if xids > 0 {
+            d.xid_errors.push(XidCount::new(48, xids, now));
+        }
+        d
+    };
+    for _ in 0..3 {
+        assert!(rig.step(vec![busy(0), gpu(0)]).active.is_empty());
+    }
+    let d = rig.step(vec![busy(0), gpu(2)]);
+    assert_eq!(kinds_on(&d), [(Some(1), FindingKind::HardwareErrors)]);
+    let f = first_raise(&d, FindingKind::HardwareErrors).unwrap();
+    assert_eq!(f.severity, Severity::Critical);
+    assert_eq!(f.evidence, "2 new XID event(s) (last XID 48)");
+    // The count stays at 2: no news. Cleared when the whole window has none.
+    let mut cleared = None;
+    for tick in 1..=12 {
+        if rig.step(vec![busy(0), gpu(2)]).events.iter().any(|e| e.transition == Transition::Cleared) {
+            cleared = Some(tick);
+        }
+    }
+    assert_eq!(cleared, Some(10));
+}
+
+#[test]
+fn a_lost_gpu_is_a_hardware_error_and_one_that_leaves_clears_its_findings() {
+    let mut rig = Rig::new(10);
+    let d = rig.step(vec![busy(0), DeviceSample::lost(info(1))]);
+    assert_eq!(kinds_on(&d), [(Some(1), FindingKind::HardwareErrors)]);
+    assert_eq!(d.active[0].evidence, "the GPU is lost (fell off the bus or needs a reset)");
+    assert_eq!(d.raised_total.iter().map(|c| (c.kind, c.raised)).collect::<Vec<_>>(), [(FindingKind::HardwareErrors, 1)]);
+    let d = rig.step(vec![busy(0)]);
+    assert!(d.active.is_empty());
+    assert_eq!(d.events.len(), 1);
+    assert_eq!(d.events[0].transition, Transition::Cleared);
+    assert_eq!(d.events[0].finding.evidence, "the GPU is no longer in the snapshot");
+    // The count of findings raised is a counter: it does not go down.
+    assert_eq!(d.raised_total.len(), 1);
+}
+
+#[test]
+fn disabled_rules_raise_nothing() {
+    let config = DiagnoseConfig::default().with_window(Duration::from_secs(5)).disable_by_name(["near_oom"]).unwrap();
+    let mut d = Diagnoser::new(config).unwrap();
+    d.attach(&ProcessorContext::new(Duration::from_secs(1)));
+    for tick in 0..20 {
+        let mut gpu = busy(0);
+        gpu.memory.used = Some(79 * GIB);
+        let mut s = Snapshot::new(Arc::new(SystemInfo::default()), vec![gpu]).with_seq(tick);
+        d.process(&mut s);
+        assert!(s.diagnosis.unwrap().active.is_empty());
+    }
+}
+
+#[test]
+fn window_ticks_follow_the_interval() {
+    let mut d = Diagnoser::new(DiagnoseConfig::default()).unwrap();
+    d.attach(&ProcessorContext::new(Duration::from_millis(250)));
+    assert_eq!((d.window_ticks(), d.raise_after_ticks()), (120, 96));
+    d.attach(&ProcessorContext::new(Duration::from_secs(7)));
+    assert_eq!((d.window_ticks(), d.raise_after_ticks()), (5, 4));
+}
+
+#[test]
+fn bad_configuration_names_the_key() {
+    let short = DiagnoseConfig::default().with_window(Duration::from_millis(500));
+    let err = short.validate(Some(Duration::from_secs(1))).unwrap_err();
+    assert_eq!(err.to_string(), "diagnose.window: 500ms is shorter than the sampling interval 1s");
+    let err = DiagnoseConfig::default().with_window(Duration::ZERO).validate(None).unwrap_err();
+    assert!(err.to_string().starts_with("diagnose.window: "), "{err}");
+
+    let mut t = Thresholds::default();
+    let err = t.set("starvation_dip", 1.5).unwrap_err();
+    assert_eq!(err.to_string(), "diagnose.thresholds.starvation_dip: 1.5 is not a ratio in 0.0..=1.0");
+    let mut t = Thresholds::default();
+    let err = t.set("near_oom_clear", 0.97).unwrap_err();
+    assert_eq!(err.to_string(), "diagnose.thresholds.near_oom_clear: must be below near_oom_raise");
+    let err = Thresholds::default().set("no_such", 0.5).unwrap_err();
+    assert!(err.to_string().starts_with("diagnose.thresholds.no_such: unknown threshold (known: allocated_memory_ratio,"));
+
+    let err = DiagnoseConfig::default().disable_by_name(["near-oom"]).unwrap_err();
+    assert!(err.to_string().starts_with("diagnose.disable: unknown rule `near-oom` (known: dataloader_starvation,"));
+    assert!(Diagnoser::new(DiagnoseConfig { raise_share: 0.1, clear_share: 0.2, ..DiagnoseConfig::default() }).is_err());
+}
+
+#[cfg(feature = "serde")]
+#[test]
+fn thresholds_deserialize_with_defaults_and_reject_unknown_keys() {
+    let t: Thresholds = serde_json::from_str(r#"{"near_oom_raise": 0.9, "near_oom_clear": 0.85}"#).unwrap();
+    assert_eq!((t.near_oom_raise, t.near_oom_clear, t.idle_level), (0.9, 0.85, 0.05));
+    let err = serde_json::from_str::<Thresholds>(r#"{"near_oom": 0.9}"#).unwrap_err();
+    assert!(err.to_string().contains("unknown field `near_oom`"), "{err}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// A signal hovering at a threshold never flaps: going from "raised" back to "cleared" needs
+    /// the share of holding ticks to fall from 80 % to 20 % of the window, so two transitions of
+    /// one finding are always at least `raise_at - clear_at` ticks apart, whatever the signal.
+    #[test]
+    fn no_flapping_at_a_threshold(memory in proptest::collection::vec(0.93f64..0.97, 50..400)) {
+        let mut rig = Rig::new(10);
+        let gap = rig.d.raise_after_ticks() - 2; // raise at 8, clear at 2
+        let mut last_transition: Option<usize> = None;
+        for (tick, ratio) in memory.iter().enumerate() {
+            let mut d = busy(0);
+            d.memory.used = Some((ratio * (80 * GIB) as f64) as u64);
+            let diag = rig.step(vec![d]);
+            if !diag.events.is_empty() {
+                if let Some(prev) = last_transition {
+                    prop_assert!(tick - prev >= gap, "transitions at ticks {prev} and {tick}");
+                }
+                last_transition = Some(tick);
+            }
+        }
+    }
+
+    /// An alternating signal — over the raise mark on every other tick — holds on half the
+    /// window and raises nothing.
+    #[test]
+    fn half_holding_never_raises(low in 0.80f64..0.90, high in 0.95f64..0.99, ticks in 30usize..300) {
+        let mut rig = Rig::new(10);
+        for tick in 0..ticks {
+            let mut d = busy(0);
+            let ratio = if tick % 2 == 0 { high } else { low };
+            d.memory.used = Some((ratio * (80 * GIB) as f64) as u64);
+            prop_assert!(rig.step(vec![d]).active.is_empty());
+        }
+    }
+}
