@@ -366,3 +366,73 @@ async fn shutdown_deadline_counts_from_the_call_even_when_the_agent_is_busy() {
     }
     gate.release();
 }
+
+/// Tags each snapshot's first device name with its own name, so the order processors ran in can
+/// be read back; panics on the ticks listed in `panic_on`.
+struct Tagger {
+    name: &'static str,
+    panic_on: Vec<u64>,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+}
+
+impl gpumon::core::Processor for Tagger {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn process(&mut self, snapshot: &mut Snapshot) {
+        self.seen.lock().unwrap().push(snapshot.seq);
+        if self.panic_on.contains(&snapshot.seq) {
+            panic!("{} fails on tick {}", self.name, snapshot.seq);
+        }
+        let dev = &mut snapshot.devices[0];
+        let mut info = (*dev.info).clone();
+        info.name.push_str(&format!("+{}", self.name));
+        dev.info = std::sync::Arc::new(info);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn processors_run_in_order_before_the_sinks_and_a_panic_costs_only_its_data() {
+    let rec = RecordingSink::new("rec");
+    let seen_a = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen_b = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let handle = Agent::builder(h100x8())
+        .interval(Duration::from_secs(1))
+        .processor(Tagger { name: "a", panic_on: vec![2], seen: seen_a.clone() })
+        .processor(Tagger { name: "b", panic_on: vec![], seen: seen_b.clone() })
+        .sink(rec.clone())
+        .spawn()
+        .unwrap();
+    let mut stream = handle.subscribe();
+    let mut names = Vec::new();
+    for _ in 0..3 {
+        let s = stream.recv().await.unwrap();
+        names.push((s.seq, s.devices[0].info.name.clone()));
+    }
+    // snapshot_now is not processed: it would distort a processor's notion of ticks.
+    let adhoc = handle.snapshot_now().await.unwrap();
+    assert!(!adhoc.devices[0].info.name.contains('+'), "{}", adhoc.devices[0].info.name);
+    handle.shutdown(Duration::from_secs(1)).await.unwrap();
+
+    let base = "NVIDIA H100 80GB HBM3";
+    assert_eq!(
+        names,
+        [(1, format!("{base}+a+b")), (2, format!("{base}+b")), (3, format!("{base}+a+b"))],
+        "a then b, every tick; on tick 2 `a` panicked and the tick still shipped"
+    );
+    assert_eq!(*seen_a.lock().unwrap(), [1, 2, 3]);
+    assert_eq!(*seen_b.lock().unwrap(), [1, 2, 3]);
+    assert_eq!(handle.stats().processor_panics, 1);
+    assert_eq!(rec.snapshots().len(), 3);
+}
+
+#[test]
+fn two_processors_with_one_name_are_refused() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let err = Agent::builder(h100x8())
+        .processor(Tagger { name: "a", panic_on: vec![], seen: seen.clone() })
+        .processor(Tagger { name: "a", panic_on: vec![], seen })
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("two processors are named `a`"), "{err}");
+}
