@@ -21,6 +21,8 @@
 //! - `otlp.export (SDK|direct, HTTP loopback)`: a whole `OtlpSink::export` through each pipeline,
 //!   one OTLP/HTTP request to a minimal server on 127.0.0.1 answering 200 (the server's own
 //!   few allocations per request are counted too, the same for both rows).
+//! - `diagnose.process (healthy|findings active)`: the diagnosis stage on one tick, past its
+//!   window — nothing raised, or every GPU with an active finding (memory at 97 %: near_oom).
 //! - `runtime.tick`: one unscheduled agent tick (sample on the blocking pool, fan-out to a no-op
 //!   sink, wait for it) — `AgentHandle::flush`.
 
@@ -30,7 +32,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpumon::core::{Agent, DeviceFilter, MetricSet, SampleRequest, Sampler, Sink, Snapshot};
+use gpumon::core::diagnose::{DiagnoseConfig, Diagnoser};
+use gpumon::core::{Agent, DeviceFilter, MetricSet, Processor, ProcessorContext, SampleRequest, Sampler, Sink, Snapshot};
 use gpumon::mock::{FleetProfile, MockSampler};
 use gpumon::sinks::influxdb::LineProtocolEncoder;
 use gpumon::sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};
@@ -230,6 +233,24 @@ fn main() {
                 measure(warmup, (iters / 4).max(50), |i| rt.block_on(sink.export(snapshots[i % 16].clone())).unwrap()),
             );
             rt.block_on(sink.shutdown()).unwrap();
+        }
+
+        for (what, full) in [("diagnose.process (healthy)", false), ("diagnose.process (findings active)", true)] {
+            let mut ticks: Vec<Snapshot> = snapshots.iter().map(|s| (**s).clone()).collect();
+            if full {
+                for s in &mut ticks {
+                    for d in &mut s.devices {
+                        d.memory.used = d.memory.total.map(|t| t / 100 * 97);
+                    }
+                }
+            }
+            let mut diagnoser = Diagnoser::new(DiagnoseConfig::default()).unwrap();
+            diagnoser.attach(&ProcessorContext::new(Duration::from_secs(1)));
+            // Past the 30-tick window first, so findings are raised and the state is steady.
+            for i in 0..64 {
+                diagnoser.process(&mut ticks[i % 16]);
+            }
+            push(what, measure(warmup, iters, |i| diagnoser.process(&mut ticks[i % 16])));
         }
 
         let agent = rt.block_on(async {
