@@ -11,6 +11,8 @@
 #   PROM_SCRAPE_CA_FILE    CA certificate for https targets              (default: none)
 #   PROM_SCRAPE_INSECURE   1 = skip TLS verification of https targets    (default 0)
 #   PROM_JOB_NAME          job label of the scraped series               (default gpumon)
+#   PROM_RULE_FILES        comma-separated alerting/recording rule files, copied into
+#                          the data dir and loaded (rule_files:)          (default: none)
 #   PROM_CONFIG            use this prometheus.yml instead of the generated one
 #   PROM_REMOTE_WRITE      1 = accept remote_write on /api/v1/write      (default 1)
 #   PROM_EXTRA_ARGS        extra command-line flags, word-split
@@ -67,6 +69,15 @@ else
     if [ -z "$tlist" ]; then
         sed -i 's/^scrape_configs:$/scrape_configs: []/' "$DATA/prometheus.yml"
     fi
+fi
+if [ -n "${PROM_RULE_FILES:-}" ]; then
+    printf 'rule_files:\n' >> "$DATA/prometheus.yml"
+    IFS=',' read -r -a rarr <<< "$PROM_RULE_FILES"
+    for r in "${rarr[@]}"; do
+        [ -f "$r" ] || die "rule file '$r' not found"
+        cp "$r" "$DATA/$(basename "$r")"
+        printf '  - "%s"\n' "$DATA/$(basename "$r")" >> "$DATA/prometheus.yml"
+    done
 fi
 promtool check config "$DATA/prometheus.yml" >/dev/null || { cat "$DATA/prometheus.yml" >&2; die "invalid config $DATA/prometheus.yml"; }
 
