@@ -33,7 +33,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpumon::core::diagnose::{DiagnoseConfig, Diagnoser};
-use gpumon::core::{Agent, DeviceFilter, MetricSet, Processor, ProcessorContext, SampleRequest, Sampler, Sink, Snapshot};
+use gpumon::core::{
+    Agent, DeviceFilter, MetricSet, Processor, ProcessorContext, SampleRequest, Sampler, Sink, Snapshot,
+};
 use gpumon::mock::{FleetProfile, MockSampler};
 use gpumon::sinks::influxdb::LineProtocolEncoder;
 use gpumon::sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};

@@ -205,7 +205,10 @@ fn starvation_from_high_resolution_dips() {
     let d = last.unwrap();
     assert_eq!(kinds_on(&d), [(Some(0), FindingKind::DataloaderStarvation)]);
     let e = &d.active[0].evidence;
-    assert!(e.starts_with("utilisation mean 31 %, min 2 % / max 96 % within the interval, 70.0 GiB of 80.0 GiB"), "{e}");
+    assert!(
+        e.starts_with("utilisation mean 31 %, min 2 % / max 96 % within the interval, 70.0 GiB of 80.0 GiB"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -342,7 +345,10 @@ fn a_lost_gpu_is_a_hardware_error_and_one_that_leaves_clears_its_findings() {
     let d = rig.step(vec![busy(0), DeviceSample::lost(info(1))]);
     assert_eq!(kinds_on(&d), [(Some(1), FindingKind::HardwareErrors)]);
     assert_eq!(d.active[0].evidence, "the GPU is lost (fell off the bus or needs a reset)");
-    assert_eq!(d.raised_total.iter().map(|c| (c.kind, c.raised)).collect::<Vec<_>>(), [(FindingKind::HardwareErrors, 1)]);
+    assert_eq!(
+        d.raised_total.iter().map(|c| (c.kind, c.raised)).collect::<Vec<_>>(),
+        [(FindingKind::HardwareErrors, 1)]
+    );
     let d = rig.step(vec![busy(0)]);
     assert!(d.active.is_empty());
     assert_eq!(d.events.len(), 1);
@@ -390,7 +396,9 @@ fn bad_configuration_names_the_key() {
     let err = t.set("near_oom_clear", 0.97).unwrap_err();
     assert_eq!(err.to_string(), "diagnose.thresholds.near_oom_clear: must be below near_oom_raise");
     let err = Thresholds::default().set("no_such", 0.5).unwrap_err();
-    assert!(err.to_string().starts_with("diagnose.thresholds.no_such: unknown threshold (known: allocated_memory_ratio,"));
+    assert!(err
+        .to_string()
+        .starts_with("diagnose.thresholds.no_such: unknown threshold (known: allocated_memory_ratio,"));
 
     let err = DiagnoseConfig::default().disable_by_name(["near-oom"]).unwrap_err();
     assert!(err.to_string().starts_with("diagnose.disable: unknown rule `near-oom` (known: dataloader_starvation,"));

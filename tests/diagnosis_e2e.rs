@@ -1,0 +1,106 @@
+//! Diagnosis end to end, as a user runs it: the example agent on the `dataloader-starved` mock
+//! scenario is scraped by a real Prometheus that loads `deploy/prometheus/gpumon-alerts.yml`;
+//! the finding series reads 1 for every GPU and the `GpumonFindingActive` alert fires (its
+//! `ALERTS` series appears).
+#![cfg(all(feature = "mock", feature = "prometheus"))]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run this test through scripts/test.sh"))
+}
+
+fn agent() -> Command {
+    let exe = std::env::current_exe().unwrap();
+    let bin: PathBuf = exe.parent().and_then(|d| d.parent()).unwrap().join("examples").join("agent");
+    let mut cmd = Command::new(bin);
+    cmd.env_remove("CUDA_VISIBLE_DEVICES").env_remove("NVIDIA_VISIBLE_DEVICES").env("GPUMON_LOG", "warn");
+    cmd
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Cleanup(Vec<Child>, Option<(String, String)>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some((instance, dir)) = &self.1 {
+            let _ = Command::new(format!("{dir}/stop-prometheus.sh")).env("BACKEND_INSTANCE", instance).status();
+        }
+    }
+}
+
+fn query(port: u16, q: &str) -> Vec<(serde_json::Value, f64)> {
+    let url = format!("http://127.0.0.1:{port}/api/v1/query");
+    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+    let body = client.get(&url).query(&[("query", q)]).send().and_then(|r| r.text()).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["data"]["result"]
+        .as_array()
+        .map(|rs| rs.iter().map(|r| (r["metric"].clone(), r["value"][1].as_str().unwrap().parse().unwrap())).collect())
+        .unwrap_or_default()
+}
+
+fn wait_for(port: u16, q: &str, n: usize) -> Vec<(serde_json::Value, f64)> {
+    let started = Instant::now();
+    loop {
+        let r = query(port, q);
+        if r.len() >= n {
+            return r;
+        }
+        assert!(started.elapsed() < Duration::from_secs(45), "{q}: {} result(s) after 45 s, want {n}: {r:?}", r.len());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+#[ignore = "needs scripts/test.sh (Prometheus)"]
+fn starved_loader_is_diagnosed_scraped_and_alerted() {
+    let dir = env("GPUMON_TEST_BACKENDS_DIR");
+    let rules = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/gpumon-alerts.yml");
+    let (agent_port, prom_port) = (free_port(), free_port());
+    let child = agent()
+        .args(["--backend", "mock", "--mock-profile", "h100x8", "--mock-scenario", "dataloader-starved"])
+        .args(["--interval", "200ms", "--diagnose-window", "2s"])
+        .args(["--prometheus-listen", &format!("127.0.0.1:{agent_port}")])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut guard = Cleanup(vec![child], None);
+    let instance = format!("diag{}", std::process::id());
+    let status = Command::new(format!("{dir}/start-prometheus.sh"))
+        .env("BACKEND_INSTANCE", &instance)
+        .env("PROM_PORT", prom_port.to_string())
+        .env("PROM_SCRAPE_TARGETS", format!("127.0.0.1:{agent_port}"))
+        .env("PROM_RULE_FILES", rules.to_str().unwrap())
+        .status()
+        .unwrap();
+    assert!(status.success(), "start-prometheus.sh failed");
+    guard.1 = Some((instance, dir));
+
+    // The finding, on every GPU, and nothing else.
+    let active = wait_for(prom_port, "gpumon_finding_active", 8);
+    assert_eq!(active.len(), 8, "{active:?}");
+    for (labels, value) in &active {
+        assert_eq!(*value, 1.0);
+        assert_eq!(labels["kind"], "dataloader_starvation", "{labels}");
+        assert_eq!(labels["severity"], "warning", "{labels}");
+        assert_eq!(labels["backend"], "mock", "simulated data is marked: {labels}");
+        assert!(labels["uuid"].as_str().unwrap().starts_with("GPU-"), "{labels}");
+    }
+    let raised = wait_for(prom_port, "gpumon_findings_raised_total{kind=\"dataloader_starvation\"}", 1);
+    assert_eq!(raised[0].1, 8.0);
+    // The alert over the finding series fires, with the finding's labels.
+    let alerts = wait_for(prom_port, "ALERTS{alertname=\"GpumonFindingActive\",alertstate=\"firing\"}", 8);
+    for (labels, _) in &alerts {
+        assert_eq!(labels["kind"], "dataloader_starvation", "{labels}");
+    }
+}
