@@ -1,7 +1,8 @@
 //! The example agent, as a user runs it, against the real servers `scripts/test.sh` starts on
 //! 127.0.0.1: every value must arrive equal to what the mock profile produced.
 //!
-//! Skipped (with a message) unless `GPUMON_TEST_BACKENDS=1`; scripts/test.sh sets it.
+//! `#[ignore]`d: a plain `cargo test` lists these as ignored; `scripts/test.sh` starts the servers
+//! and runs them (`--include-ignored`), and then a missing server is a failure.
 #![cfg(all(feature = "mock", feature = "prometheus", feature = "pushgateway", feature = "influxdb", feature = "otlp"))]
 
 use std::collections::BTreeSet;
@@ -12,17 +13,7 @@ use std::time::{Duration, Instant};
 use gpumon::core::{DeviceFilter, MetricSet, SampleRequest, Sampler, Snapshot};
 use gpumon::mock::{FleetProfile, MockSampler};
 
-fn backends() -> bool {
-    if std::env::var("GPUMON_TEST_BACKENDS").as_deref() == Ok("1") {
-        return true;
-    }
-    eprintln!("skipped: set GPUMON_TEST_BACKENDS=1 (scripts/test.sh does)");
-    false
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} must be set when GPUMON_TEST_BACKENDS=1"))
-}
+use gpumon::mock::test_env::require_env as env;
 
 fn agent() -> Command {
     let exe = std::env::current_exe().unwrap();
@@ -57,10 +48,8 @@ fn get_text(url: &str, query: &[(&str, &str)]) -> String {
 }
 
 #[test]
+#[ignore = "needs scripts/test.sh (Pushgateway, InfluxDB, OTLP receiver)"]
 fn once_delivers_tick_zero_to_pushgateway_influxdb_and_otlp_exactly() {
-    if !backends() {
-        return;
-    }
     let seed = unique_seed();
     let expected = sample(&sampler(seed));
     let job = format!("e2e-{seed}");
@@ -169,10 +158,8 @@ fn prom_query(port: u16, q: &str) -> Vec<(String, f64)> {
 }
 
 #[test]
+#[ignore = "needs scripts/test.sh (Prometheus)"]
 fn prometheus_scrapes_the_running_agent_in_both_namings() {
-    if !backends() {
-        return;
-    }
     let seed = unique_seed();
     // Every value the mock can produce in the first few hundred ticks, per GPU.
     let s = sampler(seed);
@@ -195,7 +182,14 @@ fn prometheus_scrapes_the_running_agent_in_both_namings() {
     let dir = env("GPUMON_TEST_BACKENDS_DIR");
     let instance = format!("e2e{seed}");
     let mut guard = Killed(vec![spawn(native_port, "native"), spawn(dcgm_port, "dcgm")], None);
-    std::thread::sleep(Duration::from_millis(300));
+    // Prometheus's first scrape must find both agents listening.
+    let started = Instant::now();
+    for port in [native_port, dcgm_port] {
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(30), "agent on port {port} not listening after 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     let status = Command::new(format!("{dir}/start-prometheus.sh"))
         .env("BACKEND_INSTANCE", &instance)
         .env("PROM_PORT", prom_port.to_string())
