@@ -58,7 +58,7 @@ use nvml_wrapper::{Device, Nvml};
 
 use crate::filter::DeviceFilter;
 use crate::metric::Family;
-use crate::model::{DeviceInfo, DeviceSample, Snapshot, SystemInfo};
+use crate::model::{DeviceInfo, DeviceSample, FailureReason, Snapshot, SystemInfo};
 use crate::sampler::{SampleError, SampleRequest, Sampler};
 
 use errors::identity_lost;
@@ -212,7 +212,7 @@ impl NvmlSamplerBuilder {
         system.driver_version = nvml.sys_driver_version().ok();
         system.cuda_driver_version = nvml.sys_cuda_driver_version().ok();
         system.nvml_version = nvml.sys_nvml_version().ok();
-        let xid = if self.xid_events { XidWatcher::start(nvml.clone(), self.xid_poll) } else { None };
+        let xid = self.xid_events.then(|| XidWatcher::start(nvml.clone(), self.xid_poll));
         let sampler = NvmlSampler {
             xid,
             state: Mutex::new(State::default()),
@@ -400,7 +400,11 @@ impl NvmlSampler {
             lost = r.lost;
             if !lost {
                 if let (true, Some(x)) = (req.metrics.contains(Family::Xid), &self.xid) {
-                    sample.xid_errors = x.counts(&info.uuid);
+                    // Not watched is not "no XID errors": say so in the sample.
+                    match x.not_watched(&info.uuid) {
+                        Some(reason) => sample.record_failure(Family::Xid, FailureReason::Other(reason)),
+                        None => sample.xid_errors = x.counts(&info.uuid),
+                    }
                 }
                 out.push(sample);
             }
