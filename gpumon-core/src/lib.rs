@@ -56,7 +56,7 @@ mod runtime;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 
-pub use filter::{DeviceFilter, DeviceSelector, FilterParseError};
+pub use filter::{DeviceFilter, DeviceOrderError, DeviceSelector, FilterParseError};
 pub use metric::{
     DcgmName, Descriptor, Family, LabelValue, MetricId, MetricKind, MetricSet, OtelName, Point, Unit, Value,
 };

@@ -525,6 +525,17 @@ impl Sampler for NvmlSampler {
             },
             e => SampleError::Backend(Box::new(e)),
         })?;
+        if request.devices.uses_cuda_indices() {
+            // Every GPU's model, hidden ones included: CUDA's index order is only NVML's when
+            // they are all the same.
+            let names: Vec<DeviceInfo> = (0..count)
+                .filter_map(|i| {
+                    let name = self.nvml.device_by_index(i).and_then(|d| d.name()).ok()?;
+                    Some(DeviceInfo::new(i, String::new(), name))
+                })
+                .collect();
+            request.devices.check_device_order(&names).map_err(|e| SampleError::Backend(Box::new(e)))?;
+        }
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let n = count as usize;
         if state.gpus.len() < n {
@@ -539,6 +550,9 @@ impl Sampler for NvmlSampler {
         for (i, gpu) in state.gpus.iter_mut().enumerate().take(n) {
             self.read_gpu(i as u32, gpu, request, recheck_mig, &mut devices);
         }
+        drop(state);
+        // A UUID prefix matching several GPUs selects none of them, here as in the runtime.
+        request.devices.apply(&mut devices);
         Ok(Snapshot::new(self.system.clone(), devices).with_taken_at(taken_at).with_duration(started.elapsed()))
     }
 }
