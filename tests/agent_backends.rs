@@ -76,9 +76,17 @@ fn once_delivers_tick_zero_to_pushgateway_influxdb_and_otlp_exactly() {
                 .filter(|l| l.starts_with(&format!("{metric}{{")) && l.contains(&uuid) && l.contains(&job_label))
                 .find_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         };
-        assert_eq!(pick("gpumon_utilization_ratio"), d.utilization.gpu, "pushgateway utilization of {uuid}");
-        assert_eq!(pick("gpumon_memory_used_bytes"), d.memory.used.map(|v| v as f64), "pushgateway memory of {uuid}");
-        assert_eq!(pick("gpumon_power_usage_watts"), d.power.usage_watts, "pushgateway power of {uuid}");
+        assert_eq!(
+            pick("gpumon_utilization_ratio"),
+            want(d.utilization.gpu, "utilization"),
+            "pushgateway utilization of {uuid}"
+        );
+        assert_eq!(
+            pick("gpumon_memory_used_bytes"),
+            want(d.memory.used.map(|v| v as f64), "memory used"),
+            "pushgateway memory of {uuid}"
+        );
+        assert_eq!(pick("gpumon_power_usage_watts"), want(d.power.usage_watts, "power"), "pushgateway power of {uuid}");
     }
 
     // InfluxDB: one `gpu` point per GPU, with this tick's values.
@@ -92,9 +100,9 @@ fn once_delivers_tick_zero_to_pushgateway_influxdb_and_otlp_exactly() {
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         let rows = &v["results"][0]["series"][0]["values"];
         assert_eq!(rows.as_array().map(Vec::len), Some(1), "one point for {}: {body}", d.info.uuid);
-        assert_eq!(rows[0][1].as_f64(), d.utilization.gpu, "{body}");
-        assert_eq!(rows[0][2].as_u64(), d.memory.used, "{body}");
-        assert_eq!(rows[0][3].as_f64(), d.temperature.gpu, "{body}");
+        assert_eq!(rows[0][1].as_f64(), want(d.utilization.gpu, "utilization"), "{body}");
+        assert_eq!(rows[0][2].as_u64(), want(d.memory.used, "memory used"), "{body}");
+        assert_eq!(rows[0][3].as_f64(), want(d.temperature.gpu, "temperature"), "{body}");
     }
 
     // OTLP: the receiver decoded the export with the official protobuf classes.
@@ -115,15 +123,22 @@ fn once_delivers_tick_zero_to_pushgateway_influxdb_and_otlp_exactly() {
             })
             .collect();
         assert_eq!(util.len(), 1, "one utilization point for {}", d.info.uuid);
-        assert_eq!(util[0]["value"].as_f64(), d.utilization.gpu);
+        assert_eq!(util[0]["value"].as_f64(), want(d.utilization.gpu, "utilization"));
         assert_eq!(util[0]["unit"], "1");
         let mem: Vec<_> = points
             .iter()
             .filter(|p| p["name"] == "hw.gpu.memory.usage" && p["attributes"]["hw.id"] == d.info.uuid.as_str())
             .collect();
         assert_eq!(mem.len(), 1);
-        assert_eq!(mem[0]["value"].as_u64(), d.memory.used);
+        assert_eq!(mem[0]["value"].as_u64(), want(d.memory.used, "memory used"));
     }
+}
+
+/// An expected value the mock always fills in, as `Some`: comparing against it can never pass
+/// as `None == None`.
+fn want<T>(v: Option<T>, what: &str) -> Option<T> {
+    assert!(v.is_some(), "the mock profile has no {what}: the comparison would be vacuous");
+    v
 }
 
 fn free_port() -> u16 {
