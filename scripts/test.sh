@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command:
 #
-#   ./scripts/test.sh [extra cargo test args...]     e.g. ./scripts/test.sh -- --nocapture
+#   ./scripts/test.sh [cargo test args...] [-- test binary args...]
+#       e.g. ./scripts/test.sh -p gpumon-sinks -- --nocapture
 #
 # 1. installs the real backends (scripts/backends/install.sh; idempotent, fast
 #    when already installed; needs root only the first time),
@@ -11,8 +12,15 @@
 # 3. exports GPUMON_TEST_* variables that the Rust integration tests read
 #    (see scripts/backends/README.md),
 # 4. runs the Python client tests (tests-python/run.sh: nvidia-ml-py and gpustat on the fake
-#    libnvidia-ml), then `cargo test --workspace --all-features "$@"`, and exits non-zero if
-#    either failed.
+#    libnvidia-ml), then
+#      cargo test --workspace --all-features [cargo args] -- --include-ignored \
+#          --skip manual_ --skip subprocess_ [test binary args]
+#    and exits non-zero if either failed.
+#
+# Tests that need these servers (or the venv's nvml.h) are #[ignore = "needs scripts/test.sh
+# (...)"]: a plain `cargo test` lists them as ignored, never as passed, and here they run
+# (--include-ignored). Ignored tests whose name starts with `manual_` (measurements) or
+# `subprocess_` (the child half of a test that re-runs its own binary) are not tests to run here.
 #
 # Prometheus is not started here: a test starts it itself, after its gpumon
 # agent is listening, with PROM_SCRAPE_TARGETS=127.0.0.1:<port>
@@ -127,8 +135,23 @@ set -e
 log "python client tests exited with $py_rc"
 
 # ------------------------------------------------------------------ test
-log "cargo test --workspace --all-features $*"
-setsid cargo test --workspace --all-features "$@" &
+# Split "$@" at the first `--`: what comes before goes to cargo, what comes after to the test
+# binaries, after our own test-binary arguments.
+cargo_args=()
+bin_args=()
+seen_sep=0
+for a in "$@"; do
+    if [ "$seen_sep" -eq 0 ] && [ "$a" = "--" ]; then
+        seen_sep=1
+    elif [ "$seen_sep" -eq 0 ]; then
+        cargo_args+=("$a")
+    else
+        bin_args+=("$a")
+    fi
+done
+test_cmd=(cargo test --workspace --all-features "${cargo_args[@]}" -- --include-ignored --skip manual_ --skip subprocess_ "${bin_args[@]}")
+log "${test_cmd[*]}"
+setsid "${test_cmd[@]}" &
 cargo_pid=$!
 set +e
 wait "$cargo_pid"

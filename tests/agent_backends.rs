@@ -1,7 +1,8 @@
 //! The example agent, as a user runs it, against the real servers `scripts/test.sh` starts on
 //! 127.0.0.1: every value must arrive equal to what the mock profile produced.
 //!
-//! Skipped (with a message) unless `GPUMON_TEST_BACKENDS=1`; scripts/test.sh sets it.
+//! `#[ignore]`d: a plain `cargo test` lists these as ignored; `scripts/test.sh` starts the servers
+//! and runs them (`--include-ignored`), and then a missing server is a failure.
 #![cfg(all(feature = "mock", feature = "prometheus", feature = "pushgateway", feature = "influxdb", feature = "otlp"))]
 
 use std::collections::BTreeSet;
@@ -12,17 +13,7 @@ use std::time::{Duration, Instant};
 use gpumon::core::{DeviceFilter, MetricSet, SampleRequest, Sampler, Snapshot};
 use gpumon::mock::{FleetProfile, MockSampler};
 
-fn backends() -> bool {
-    if std::env::var("GPUMON_TEST_BACKENDS").as_deref() == Ok("1") {
-        return true;
-    }
-    eprintln!("skipped: set GPUMON_TEST_BACKENDS=1 (scripts/test.sh does)");
-    false
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} must be set when GPUMON_TEST_BACKENDS=1"))
-}
+use gpumon::mock::test_env::require_env as env;
 
 fn agent() -> Command {
     let exe = std::env::current_exe().unwrap();
@@ -57,10 +48,8 @@ fn get_text(url: &str, query: &[(&str, &str)]) -> String {
 }
 
 #[test]
+#[ignore = "needs scripts/test.sh (Pushgateway, InfluxDB, OTLP receiver)"]
 fn once_delivers_tick_zero_to_pushgateway_influxdb_and_otlp_exactly() {
-    if !backends() {
-        return;
-    }
     let seed = unique_seed();
     let expected = sample(&sampler(seed));
     let job = format!("e2e-{seed}");
@@ -87,9 +76,17 @@ fn once_delivers_tick_zero_to_pushgateway_influxdb_and_otlp_exactly() {
                 .filter(|l| l.starts_with(&format!("{metric}{{")) && l.contains(&uuid) && l.contains(&job_label))
                 .find_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         };
-        assert_eq!(pick("gpumon_utilization_ratio"), d.utilization.gpu, "pushgateway utilization of {uuid}");
-        assert_eq!(pick("gpumon_memory_used_bytes"), d.memory.used.map(|v| v as f64), "pushgateway memory of {uuid}");
-        assert_eq!(pick("gpumon_power_usage_watts"), d.power.usage_watts, "pushgateway power of {uuid}");
+        assert_eq!(
+            pick("gpumon_utilization_ratio"),
+            want(d.utilization.gpu, "utilization"),
+            "pushgateway utilization of {uuid}"
+        );
+        assert_eq!(
+            pick("gpumon_memory_used_bytes"),
+            want(d.memory.used.map(|v| v as f64), "memory used"),
+            "pushgateway memory of {uuid}"
+        );
+        assert_eq!(pick("gpumon_power_usage_watts"), want(d.power.usage_watts, "power"), "pushgateway power of {uuid}");
     }
 
     // InfluxDB: one `gpu` point per GPU, with this tick's values.
@@ -103,9 +100,9 @@ fn once_delivers_tick_zero_to_pushgateway_influxdb_and_otlp_exactly() {
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         let rows = &v["results"][0]["series"][0]["values"];
         assert_eq!(rows.as_array().map(Vec::len), Some(1), "one point for {}: {body}", d.info.uuid);
-        assert_eq!(rows[0][1].as_f64(), d.utilization.gpu, "{body}");
-        assert_eq!(rows[0][2].as_u64(), d.memory.used, "{body}");
-        assert_eq!(rows[0][3].as_f64(), d.temperature.gpu, "{body}");
+        assert_eq!(rows[0][1].as_f64(), want(d.utilization.gpu, "utilization"), "{body}");
+        assert_eq!(rows[0][2].as_u64(), want(d.memory.used, "memory used"), "{body}");
+        assert_eq!(rows[0][3].as_f64(), want(d.temperature.gpu, "temperature"), "{body}");
     }
 
     // OTLP: the receiver decoded the export with the official protobuf classes.
@@ -126,15 +123,22 @@ fn once_delivers_tick_zero_to_pushgateway_influxdb_and_otlp_exactly() {
             })
             .collect();
         assert_eq!(util.len(), 1, "one utilization point for {}", d.info.uuid);
-        assert_eq!(util[0]["value"].as_f64(), d.utilization.gpu);
+        assert_eq!(util[0]["value"].as_f64(), want(d.utilization.gpu, "utilization"));
         assert_eq!(util[0]["unit"], "1");
         let mem: Vec<_> = points
             .iter()
             .filter(|p| p["name"] == "hw.gpu.memory.usage" && p["attributes"]["hw.id"] == d.info.uuid.as_str())
             .collect();
         assert_eq!(mem.len(), 1);
-        assert_eq!(mem[0]["value"].as_u64(), d.memory.used);
+        assert_eq!(mem[0]["value"].as_u64(), want(d.memory.used, "memory used"));
     }
+}
+
+/// An expected value the mock always fills in, as `Some`: comparing against it can never pass
+/// as `None == None`.
+fn want<T>(v: Option<T>, what: &str) -> Option<T> {
+    assert!(v.is_some(), "the mock profile has no {what}: the comparison would be vacuous");
+    v
 }
 
 fn free_port() -> u16 {
@@ -169,10 +173,8 @@ fn prom_query(port: u16, q: &str) -> Vec<(String, f64)> {
 }
 
 #[test]
+#[ignore = "needs scripts/test.sh (Prometheus)"]
 fn prometheus_scrapes_the_running_agent_in_both_namings() {
-    if !backends() {
-        return;
-    }
     let seed = unique_seed();
     // Every value the mock can produce in the first few hundred ticks, per GPU.
     let s = sampler(seed);
@@ -195,7 +197,14 @@ fn prometheus_scrapes_the_running_agent_in_both_namings() {
     let dir = env("GPUMON_TEST_BACKENDS_DIR");
     let instance = format!("e2e{seed}");
     let mut guard = Killed(vec![spawn(native_port, "native"), spawn(dcgm_port, "dcgm")], None);
-    std::thread::sleep(Duration::from_millis(300));
+    // Prometheus's first scrape must find both agents listening.
+    let started = Instant::now();
+    for port in [native_port, dcgm_port] {
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(30), "agent on port {port} not listening after 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     let status = Command::new(format!("{dir}/start-prometheus.sh"))
         .env("BACKEND_INSTANCE", &instance)
         .env("PROM_PORT", prom_port.to_string())

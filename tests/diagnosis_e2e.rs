@@ -69,7 +69,7 @@ fn starved_loader_is_diagnosed_scraped_and_alerted() {
     let (agent_port, prom_port) = (free_port(), free_port());
     let child = agent()
         .args(["--backend", "mock", "--mock-profile", "h100x8", "--mock-scenario", "dataloader-starved"])
-        .args(["--interval", "200ms", "--diagnose-window", "2s"])
+        .args(["--interval", "500ms", "--diagnose-window", "3s"])
         .args(["--prometheus-listen", &format!("127.0.0.1:{agent_port}")])
         .stdout(Stdio::null())
         .spawn()

@@ -11,7 +11,15 @@
 //! Indices are NVML's, as the agent's own process sees them. Inside a container that the NVIDIA
 //! runtime limited to some GPUs, NVML already numbers the visible ones from 0, so the host's
 //! `NVIDIA_VISIBLE_DEVICES=3` means nothing there: select by UUID on shared hosts. A UUID prefix
-//! that matches several GPUs selects none of them (see [`DeviceFilter::apply`]).
+//! that matches several GPUs selects none of them (see [`DeviceFilter::apply`]); every sampler in
+//! gpumon applies that rule itself, and the runtime applies it again.
+//!
+//! **Device order.** NVML numbers GPUs in PCI bus order; CUDA numbers them fastest first unless
+//! `CUDA_DEVICE_ORDER=PCI_BUS_ID`. On a host whose GPUs are all the same model the two orders
+//! agree, but on a mixed host `CUDA_VISIBLE_DEVICES=0` may be a different GPU for the job than
+//! for gpumon. So indices taken from `CUDA_VISIBLE_DEVICES` without `CUDA_DEVICE_ORDER=PCI_BUS_ID`
+//! are refused on hosts with different GPU models ([`DeviceFilter::check_device_order`]: the
+//! sample fails with a [`DeviceOrderError`] naming both variables). UUIDs always work.
 
 use crate::model::DeviceInfo;
 
@@ -51,6 +59,23 @@ impl DeviceSelector {
 pub struct DeviceFilter {
     /// `None` = every device; `Some(list)` = only those the list matches (empty = none).
     allow: Option<Vec<DeviceSelector>>,
+    /// The indices are CUDA's fastest-first ones (`CUDA_VISIBLE_DEVICES` without
+    /// `CUDA_DEVICE_ORDER=PCI_BUS_ID`), which match NVML's only when all GPUs are one model.
+    cuda_fastest_first: bool,
+}
+
+/// `CUDA_VISIBLE_DEVICES` selects GPUs by index on a host with different GPU models, where CUDA's
+/// default (fastest first) order and NVML's (PCI bus) order may disagree.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "CUDA_VISIBLE_DEVICES selects GPUs by index, but this host has different GPU models ({}) and \
+     CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA numbers GPUs fastest first, NVML in PCI bus order, so an \
+     index can mean another GPU; use GPU UUIDs in CUDA_VISIBLE_DEVICES or set CUDA_DEVICE_ORDER=PCI_BUS_ID",
+    models.join(", ")
+)]
+pub struct DeviceOrderError {
+    /// The distinct GPU model names found.
+    pub models: Vec<String>,
 }
 
 /// A device list that could not be parsed.
@@ -66,17 +91,17 @@ pub struct FilterParseError {
 impl DeviceFilter {
     /// Every device is visible.
     pub fn all() -> Self {
-        Self { allow: None }
+        Self { allow: None, cuda_fastest_first: false }
     }
 
     /// No device is visible.
     pub fn none() -> Self {
-        Self { allow: Some(Vec::new()) }
+        Self { allow: Some(Vec::new()), cuda_fastest_first: false }
     }
 
     /// Only devices matching one of `selectors`.
     pub fn only(selectors: impl IntoIterator<Item = DeviceSelector>) -> Self {
-        Self { allow: Some(selectors.into_iter().collect()) }
+        Self { allow: Some(selectors.into_iter().collect()), cuda_fastest_first: false }
     }
 
     /// Parses a `CUDA_VISIBLE_DEVICES`-style list.
@@ -121,24 +146,81 @@ impl DeviceFilter {
     }
 
     /// The filter the environment asks for: `CUDA_VISIBLE_DEVICES` if set, else
-    /// `NVIDIA_VISIBLE_DEVICES`, else every device.
+    /// `NVIDIA_VISIBLE_DEVICES`, else every device. Indices from `CUDA_VISIBLE_DEVICES` are in
+    /// CUDA's order, fastest first unless `CUDA_DEVICE_ORDER=PCI_BUS_ID` (see the module docs).
     ///
     /// # Errors
     /// [`FilterParseError`] if the variable that is set cannot be parsed: a monitoring agent must
     /// not guess which GPUs a tenant meant.
     pub fn from_env() -> Result<Self, FilterParseError> {
-        Self::from_vars(std::env::var("CUDA_VISIBLE_DEVICES").ok(), std::env::var("NVIDIA_VISIBLE_DEVICES").ok())
+        Self::from_vars_ordered(
+            std::env::var("CUDA_VISIBLE_DEVICES").ok(),
+            std::env::var("NVIDIA_VISIBLE_DEVICES").ok(),
+            std::env::var("CUDA_DEVICE_ORDER").ok(),
+        )
     }
 
-    /// [`DeviceFilter::from_env`] with the two variables' values given explicitly.
+    /// [`DeviceFilter::from_env`] with `CUDA_VISIBLE_DEVICES` and `NVIDIA_VISIBLE_DEVICES` given
+    /// explicitly and `CUDA_DEVICE_ORDER` unset (CUDA's default, fastest first).
     ///
     /// # Errors
     /// As [`DeviceFilter::from_env`].
     pub fn from_vars(cuda: Option<String>, nvidia: Option<String>) -> Result<Self, FilterParseError> {
+        Self::from_vars_ordered(cuda, nvidia, None)
+    }
+
+    /// [`DeviceFilter::from_env`] with all three variables given explicitly.
+    ///
+    /// # Errors
+    /// As [`DeviceFilter::from_env`].
+    pub fn from_vars_ordered(
+        cuda: Option<String>,
+        nvidia: Option<String>,
+        cuda_device_order: Option<String>,
+    ) -> Result<Self, FilterParseError> {
         match (cuda, nvidia) {
-            (Some(v), _) | (None, Some(v)) => Self::parse(&v),
+            (Some(v), _) => {
+                let mut f = Self::parse(&v)?;
+                f.cuda_fastest_first = cuda_device_order.as_deref().map(str::trim) != Some("PCI_BUS_ID");
+                Ok(f)
+            }
+            // The NVIDIA container runtime numbers GPUs as NVML (and nvidia-smi) do.
+            (None, Some(v)) => Self::parse(&v),
             (None, None) => Ok(Self::all()),
         }
+    }
+
+    /// Refuses index selection that CUDA and NVML may read differently: when the indices came
+    /// from `CUDA_VISIBLE_DEVICES` without `CUDA_DEVICE_ORDER=PCI_BUS_ID` and `host_gpus` (every
+    /// physical GPU on the host, hidden ones included) are of more than one model. UUID
+    /// selectors never depend on order. Samplers call this before returning devices.
+    ///
+    /// # Errors
+    /// [`DeviceOrderError`] naming the models found, `CUDA_VISIBLE_DEVICES` and
+    /// `CUDA_DEVICE_ORDER`.
+    pub fn check_device_order<'a>(
+        &self,
+        host_gpus: impl IntoIterator<Item = &'a DeviceInfo>,
+    ) -> Result<(), DeviceOrderError> {
+        if !self.uses_cuda_indices() {
+            return Ok(());
+        }
+        let models: std::collections::BTreeSet<&str> =
+            host_gpus.into_iter().filter(|d| d.mig.is_none()).map(|d| d.name.as_str()).collect();
+        if models.len() > 1 {
+            return Err(DeviceOrderError { models: models.into_iter().map(str::to_owned).collect() });
+        }
+        Ok(())
+    }
+
+    /// Whether [`DeviceFilter::check_device_order`] has anything to check: GPU indices in CUDA's
+    /// fastest-first order. Lets a sampler skip reading every GPU's name otherwise.
+    pub fn uses_cuda_indices(&self) -> bool {
+        self.cuda_fastest_first
+            && self
+                .allow
+                .as_ref()
+                .is_some_and(|l| l.iter().any(|s| matches!(s, DeviceSelector::Index(_) | DeviceSelector::Mig { .. })))
     }
 
     /// Whether every device is visible.
@@ -260,6 +342,34 @@ mod tests {
         let f = DeviceFilter::from_vars(None, Some("0".into())).unwrap();
         assert!(f.allows(&gpu(0)) && !f.allows(&gpu(1)));
         assert!(DeviceFilter::from_vars(None, None).unwrap().is_all());
+    }
+
+    #[test]
+    fn cuda_indices_are_refused_on_a_mixed_host_unless_pci_bus_order() {
+        let named = |i: u32, name: &str| DeviceInfo::new(i, format!("GPU-{i}aaa"), name);
+        let mixed = [named(0, "NVIDIA H100 80GB HBM3"), named(1, "NVIDIA GeForce RTX 4090")];
+        let same = [named(0, "NVIDIA H100 80GB HBM3"), named(1, "NVIDIA H100 80GB HBM3")];
+        let cuda = |list: &str, order: Option<&str>| {
+            DeviceFilter::from_vars_ordered(Some(list.into()), None, order.map(str::to_owned)).unwrap()
+        };
+        for list in ["1", "0:1"] {
+            let e = cuda(list, None).check_device_order(&mixed).unwrap_err();
+            assert_eq!(e.models, ["NVIDIA GeForce RTX 4090", "NVIDIA H100 80GB HBM3"]);
+            let msg = e.to_string();
+            assert!(msg.contains("CUDA_VISIBLE_DEVICES") && msg.contains("CUDA_DEVICE_ORDER=PCI_BUS_ID"), "{msg}");
+            assert!(cuda(list, Some("FASTEST_FIRST")).check_device_order(&mixed).is_err());
+            assert!(cuda(list, Some("PCI_BUS_ID")).check_device_order(&mixed).is_ok());
+            assert!(cuda(list, None).check_device_order(&same).is_ok(), "one model: both orders agree");
+        }
+        // UUIDs never depend on order; NVIDIA_VISIBLE_DEVICES indices are NVML's; so are parse()'s.
+        assert!(cuda("GPU-1aaa", None).check_device_order(&mixed).is_ok());
+        let nvidia = DeviceFilter::from_vars_ordered(None, Some("1".into()), None).unwrap();
+        assert!(nvidia.check_device_order(&mixed).is_ok());
+        assert!(DeviceFilter::parse("1").unwrap().check_device_order(&mixed).is_ok());
+        // MIG instances are not models of their own.
+        let mut with_mig = same.to_vec();
+        with_mig.push(mig(0, 0));
+        assert!(cuda("0", None).check_device_order(&with_mig).is_ok());
     }
 
     #[test]

@@ -59,7 +59,7 @@ mod runtime;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 
-pub use filter::{DeviceFilter, DeviceSelector, FilterParseError};
+pub use filter::{DeviceFilter, DeviceOrderError, DeviceSelector, FilterParseError};
 pub use finding::{Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Severity, Transition};
 pub use metric::{
     DcgmName, DerivedPoint, Descriptor, Family, LabelValue, MetricId, MetricKind, MetricSet, OtelName, Point, Scope,

@@ -338,15 +338,23 @@ impl MockFleet {
                 "mock backend: driver not loaded (scripted fault at tick {tick})"
             )));
         }
+        // As the NVML backend: CUDA-ordered indices are refused on a mixed fleet.
+        request
+            .devices
+            .check_device_order(self.infos.iter().map(|i| &**i))
+            .map_err(|e| SampleError::Backend(Box::new(e)))?;
         Ok(Snapshot::new(self.system(), self.sample(tick, request.metrics, &request.devices)))
     }
 
-    /// Samples the devices `filter` allows at `tick`.
+    /// Samples the devices `filter` allows at `tick`; an ambiguous UUID prefix selects nothing
+    /// ([`DeviceFilter::apply`]).
     pub fn sample(&self, tick: u64, metrics: MetricSet, filter: &DeviceFilter) -> Vec<DeviceSample> {
-        (0..self.devices.len())
+        let mut out: Vec<DeviceSample> = (0..self.devices.len())
             .filter(|&p| filter.allows(&self.infos[p]))
             .filter_map(|p| self.sample_device(p, tick, metrics))
-            .collect()
+            .collect();
+        filter.apply(&mut out);
+        out
     }
 
     /// One device's sample at `tick`: a pure function of seed, position and tick. `None` if

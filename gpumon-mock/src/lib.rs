@@ -194,6 +194,7 @@ mod sampler;
 mod scenario;
 mod seam;
 mod sinks;
+pub mod test_env;
 
 pub use error::ConfigError;
 pub use fleet::{DeviceKind, MockDevice, MockFleet, DEFAULT_SEED};

@@ -1,8 +1,8 @@
 //! The OTLP sink against a real OTLP receiver (`scripts/backends/otlp_receiver.py`: the official
 //! `opentelemetry-proto` classes over grpcio and HTTP), driven by a real `gpumon_core::Agent`.
 //!
-//! Needs `GPUMON_TEST_BACKENDS=1` and the `GPUMON_TEST_OTLP_*` variables (`scripts/test.sh`
-//! starts the receiver and sets them); without them every test here says it is skipped.
+//! The tests that need the receiver are `#[ignore]`d; `scripts/test.sh` starts it, sets the
+//! `GPUMON_TEST_OTLP_*` variables and runs them (`--include-ignored`).
 #![cfg(feature = "otlp")]
 
 mod otlp_support;
@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpumon_core::{Agent, DeviceSample, MetricId, MetricKind, MetricSet, Snapshot, Unit, Value};
+use gpumon_mock::test_env::require_env;
 use gpumon_sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};
 use otlp_support::{backends, fleet, free_port, received, requests_of_run, reset, run_id, FleetSampler};
 use serde_json::Value as Json;
@@ -206,7 +207,7 @@ async fn end_to_end(protocol: Protocol, transport: &str, with_fleet: bool) {
 }
 
 async fn end_to_end_with(protocol: Protocol, transport: &str, with_fleet: bool, pipeline: Pipeline) {
-    let Some(b) = backends() else { return };
+    let b = backends();
     let _serial = SERIAL.lock().await;
     let endpoint = if protocol == Protocol::Grpc { &b.grpc } else { &b.http };
     let run = run_id(transport);
@@ -267,23 +268,27 @@ async fn end_to_end_with(protocol: Protocol, transport: &str, with_fleet: bool, 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs scripts/test.sh (OTLP receiver)"]
 async fn http_end_to_end_with_an_agent() {
     end_to_end(Protocol::HttpProtobuf, "http", true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs scripts/test.sh (OTLP receiver)"]
 async fn http_end_to_end_with_the_mock_h100x8() {
     end_to_end(Protocol::HttpProtobuf, "http", false).await;
 }
 
 #[cfg(feature = "otlp-grpc")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs scripts/test.sh (OTLP receiver)"]
 async fn grpc_end_to_end_with_an_agent() {
     end_to_end(Protocol::Grpc, "grpc", true).await;
 }
 
 #[cfg(feature = "otlp-grpc")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs scripts/test.sh (OTLP receiver)"]
 async fn grpc_end_to_end_with_the_mock_h100x8() {
     end_to_end(Protocol::Grpc, "grpc", false).await;
 }
@@ -291,8 +296,9 @@ async fn grpc_end_to_end_with_the_mock_h100x8() {
 /// `OTEL_*` variables are process-wide, so this test runs its exports in a child process:
 /// the test binary itself, filtered to `child_exports_with_environment`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs scripts/test.sh (OTLP receiver)"]
 async fn environment_variables_configure_the_sink() {
-    let Some(b) = backends() else { return };
+    let b = backends();
     let _serial = SERIAL.lock().await;
     let run = run_id("env");
     let mut cmd = Command::new(std::env::current_exe().unwrap());
@@ -302,7 +308,7 @@ async fn environment_variables_configure_the_sink() {
         }
     }
     let out = cmd
-        .args(["child_exports_with_environment", "--exact", "--nocapture", "--test-threads=1"])
+        .args(["subprocess_exports_with_environment", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
         .env("GPUMON_OTLP_CHILD_RUN", &run)
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", &b.http)
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
@@ -335,10 +341,12 @@ async fn environment_variables_configure_the_sink() {
     assert_eq!(r["deployment.environment"], "ci");
 }
 
-/// Runs only as the child of `environment_variables_configure_the_sink`.
+/// Not a test of its own: the child process of `environment_variables_configure_the_sink`, which
+/// runs it with `--ignored`. `scripts/test.sh` skips it (`--skip subprocess_`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn child_exports_with_environment() {
-    let Ok(run) = std::env::var("GPUMON_OTLP_CHILD_RUN") else { return };
+#[ignore = "the child process of environment_variables_configure_the_sink"]
+async fn subprocess_exports_with_environment() {
+    let run = require_env("GPUMON_OTLP_CHILD_RUN");
     let snapshot = Arc::new(fleet(1, 0, false));
     // Nothing configured: endpoint, protocol, compression and resource come from OTEL_*.
     let mut sink = OtlpSink::from_config(&OtlpConfig::default()).expect("sink from the environment");
@@ -382,6 +390,7 @@ impl Drop for PrivateReceiver {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs scripts/test.sh (OTLP receiver)"]
 async fn receiver_down_at_start_then_up_data_arrives_without_restart() {
     for pipeline in [Pipeline::Direct, Pipeline::Sdk] {
         receiver_down_then_up(pipeline).await;
@@ -389,7 +398,7 @@ async fn receiver_down_at_start_then_up_data_arrives_without_restart() {
 }
 
 async fn receiver_down_then_up(pipeline: Pipeline) {
-    let Some(b) = backends() else { return };
+    let b = backends();
     let (grpc_port, http_port) = (free_port(), free_port());
     let instance = format!("otlp-outage-{}-{}", std::process::id(), pipeline.as_str());
     let run = run_id("outage");
@@ -487,9 +496,9 @@ fn process_rss_kib() -> u64 {
 /// otlp-grpc --test otlp_receiver -- --ignored footprint --nocapture` (with the receiver up;
 /// `GPUMON_FOOTPRINT_SECS`, default 30, per phase).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "manual measurement"]
-async fn footprint_of_an_agent_with_the_otlp_sink_at_1hz() {
-    let Some(b) = backends() else { return };
+#[ignore = "manual measurement (scripts/test.sh skips it: --skip manual_)"]
+async fn manual_footprint_of_an_agent_with_the_otlp_sink_at_1hz() {
+    let b = backends();
     let secs: u64 = std::env::var("GPUMON_FOOTPRINT_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
     for with_sink in [None, Some(Pipeline::Direct), Some(Pipeline::Sdk)] {
         let mut builder = Agent::builder(FleetSampler::new(8, false))

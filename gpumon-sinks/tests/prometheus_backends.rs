@@ -1,7 +1,7 @@
 //! Against a real Prometheus server (Debian `prometheus` 2.42) and `promtool`: the sink's
 //! endpoint, fed by a real agent, is scraped in both namings and both exposition formats, the
 //! stored values are compared with the snapshot, and every query of the Grafana dashboard is
-//! run. Runs only with GPUMON_TEST_BACKENDS=1 (scripts/test.sh); then it fails loudly.
+//! run. `#[ignore]`d: `scripts/test.sh` runs it (`--include-ignored`); then it fails loudly.
 #![cfg(feature = "prometheus-http")]
 
 #[path = "prometheus_support/mod.rs"]
@@ -15,11 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpumon_core::{Agent, AgentHandle, MetricId, Snapshot};
+use gpumon_mock::test_env::require_env;
 use gpumon_sinks::prometheus::{Format, Naming, PrometheusConfig, PrometheusSink};
 use serde_json::Value as Json;
-use support::{
-    backends_enabled, env_or, eventually, free_port, test_snapshot, ChildGuard, TempDir, TestSampler, HOST, NASTY_NAME,
-};
+use support::{eventually, free_port, test_snapshot, ChildGuard, TempDir, TestSampler, HOST, NASTY_NAME};
 
 struct Target {
     job: &'static str,
@@ -283,7 +282,9 @@ async fn check_dashboard(prom: &Prom, job: &str) {
         }
     }
     walk(&json, &mut exprs);
-    assert!(exprs.len() >= 12, "the dashboard should have panels: {}", exprs.len());
+    // Every panel target of the dashboard (rows included) is an expression checked below: 41,
+    // plus the two of the findings panels.
+    assert_eq!(exprs.len(), 43, "panel queries found in the dashboard");
     for name in FINDINGS_PANELS {
         assert!(exprs.iter().any(|(title, _)| title == name), "FINDINGS_PANELS names `{name}`, not in the dashboard");
     }
@@ -307,29 +308,37 @@ async fn check_dashboard(prom: &Prom, job: &str) {
             annotation_queries += 1;
         }
     }
-    assert!(annotation_queries >= 1, "the findings annotation is missing");
-    // Template variables: label_values(metric, label) → the series API.
+    assert_eq!(annotation_queries, 1, "the findings annotation");
+    // Template variables: label_values(metric, label) → the series API. Every variable but the
+    // data-source picker is one, and each must have values.
+    let mut vars = 0;
     for var in json["templating"]["list"].as_array().unwrap() {
+        if var["type"] == "datasource" {
+            continue;
+        }
+        vars += 1;
         let def =
             var["definition"].as_str().or_else(|| var["query"]["query"].as_str()).or_else(|| var["query"].as_str());
-        let Some(def) = def else { continue };
-        let Some(inner) = def.strip_prefix("label_values(").and_then(|d| d.strip_suffix(')')) else { continue };
+        let def = def.unwrap_or_else(|| panic!("variable {} has no query", var["name"]));
+        let inner = def
+            .strip_prefix("label_values(")
+            .and_then(|d| d.strip_suffix(')'))
+            .unwrap_or_else(|| panic!("variable {} is not label_values(..): {def}", var["name"]));
         let (selector, label) = inner.rsplit_once(',').unwrap();
         let selector = subst(selector.trim());
         let data = prom.api("/api/v1/series", &[("match[]", &selector)]).await.unwrap();
         let values: Vec<_> = data.as_array().unwrap().iter().filter_map(|s| s[label.trim()].as_str()).collect();
         assert!(!values.is_empty(), "template variable {} has no values: {def}", var["name"]);
     }
+    assert_eq!(vars, 2, "template variables host and gpu");
     eprintln!("dashboard: {} panel queries returned data", exprs.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs scripts/test.sh (Prometheus and promtool)"]
 async fn real_prometheus_scrapes_both_namings_and_formats() {
-    if !backends_enabled("real_prometheus_scrapes_both_namings_and_formats") {
-        return;
-    }
-    let prometheus = env_or("GPUMON_TEST_PROMETHEUS_BIN", "/usr/bin/prometheus");
-    let promtool = env_or("GPUMON_TEST_PROMTOOL", "/usr/bin/promtool");
+    let prometheus = require_env("GPUMON_TEST_PROMETHEUS_BIN");
+    let promtool = require_env("GPUMON_TEST_PROMTOOL");
 
     let targets = vec![
         start_target("native-om", Naming::Native, true),

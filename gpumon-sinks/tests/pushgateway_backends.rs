@@ -1,6 +1,6 @@
 //! Against a real Pushgateway (Debian `prometheus-pushgateway` 1.5.1): pushes are read back, and
 //! a gateway that is killed and restarted mid-run gets pushes again without restarting the agent.
-//! Runs only with GPUMON_TEST_BACKENDS=1 (scripts/test.sh); then it fails loudly.
+//! `#[ignore]`d: `scripts/test.sh` runs it (`--include-ignored`); then it fails loudly.
 #![cfg(feature = "pushgateway")]
 
 #[path = "prometheus_support/mod.rs"]
@@ -12,12 +12,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpumon_core::{Agent, AgentHandle, SinkOptions};
+use gpumon_mock::test_env::require_env;
 use gpumon_sinks::prometheus::{Naming, PushgatewayConfig, PushgatewaySink};
 use serde_json::Value as Json;
-use support::{backends_enabled, env_or, eventually, free_port, test_snapshot, TestSampler};
+use support::{eventually, free_port, test_snapshot, TestSampler};
 
 fn backends_dir() -> String {
-    env_or("GPUMON_TEST_BACKENDS_DIR", concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/backends"))
+    require_env("GPUMON_TEST_BACKENDS_DIR")
 }
 
 /// The groups the gateway holds, as `/api/v1/metrics` returns them.
@@ -58,11 +59,9 @@ fn agent_with(sink: PushgatewaySink, interval: Duration) -> AgentHandle {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs scripts/test.sh (Pushgateway)"]
 async fn pushes_are_read_back_in_both_namings() {
-    if !backends_enabled("pushes_are_read_back_in_both_namings") {
-        return;
-    }
-    let base = env_or("GPUMON_TEST_PUSHGATEWAY_URL", "http://127.0.0.1:19191");
+    let base = require_env("GPUMON_TEST_PUSHGATEWAY_URL");
     let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
     assert!(
         http.get(format!("{base}/-/ready")).send().await.is_ok_and(|r| r.status() == 200),
@@ -161,10 +160,8 @@ impl Drop for PrivateGateway {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs scripts/test.sh (Pushgateway binary and scripts/backends)"]
 async fn pushes_resume_after_the_gateway_restarts() {
-    if !backends_enabled("pushes_resume_after_the_gateway_restarts") {
-        return;
-    }
     let gw = PrivateGateway { dir: backends_dir(), port: free_port() };
     // A leftover from an aborted run would make the start script refuse.
     let _ = Command::new(format!("{}/stop-pushgateway.sh", gw.dir)).env("BACKEND_INSTANCE", INSTANCE).output();

@@ -313,7 +313,7 @@ fn pcie_bound_compares_traffic_with_the_link() {
 fn hardware_errors_raise_at_once_and_clear_after_a_quiet_window() {
     let mut rig = Rig::new(10);
     let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-    let mut gpu = |xids: u64| {
+    let gpu = |xids: u64| {
         let mut d = busy(1);
         d.ecc.uncorrected = Some(0);
         if xids > 0 {

@@ -58,7 +58,7 @@ use nvml_wrapper::{Device, Nvml};
 
 use crate::filter::DeviceFilter;
 use crate::metric::Family;
-use crate::model::{DeviceInfo, DeviceSample, Snapshot, SystemInfo};
+use crate::model::{DeviceInfo, DeviceSample, FailureReason, Snapshot, SystemInfo};
 use crate::sampler::{SampleError, SampleRequest, Sampler};
 
 use errors::identity_lost;
@@ -212,7 +212,7 @@ impl NvmlSamplerBuilder {
         system.driver_version = nvml.sys_driver_version().ok();
         system.cuda_driver_version = nvml.sys_cuda_driver_version().ok();
         system.nvml_version = nvml.sys_nvml_version().ok();
-        let xid = if self.xid_events { XidWatcher::start(nvml.clone(), self.xid_poll) } else { None };
+        let xid = self.xid_events.then(|| XidWatcher::start(nvml.clone(), self.xid_poll));
         let sampler = NvmlSampler {
             xid,
             state: Mutex::new(State::default()),
@@ -400,7 +400,11 @@ impl NvmlSampler {
             lost = r.lost;
             if !lost {
                 if let (true, Some(x)) = (req.metrics.contains(Family::Xid), &self.xid) {
-                    sample.xid_errors = x.counts(&info.uuid);
+                    // Not watched is not "no XID errors": say so in the sample.
+                    match x.not_watched(&info.uuid) {
+                        Some(reason) => sample.record_failure(Family::Xid, FailureReason::Other(reason)),
+                        None => sample.xid_errors = x.counts(&info.uuid),
+                    }
                 }
                 out.push(sample);
             }
@@ -521,6 +525,17 @@ impl Sampler for NvmlSampler {
             },
             e => SampleError::Backend(Box::new(e)),
         })?;
+        if request.devices.uses_cuda_indices() {
+            // Every GPU's model, hidden ones included: CUDA's index order is only NVML's when
+            // they are all the same.
+            let names: Vec<DeviceInfo> = (0..count)
+                .filter_map(|i| {
+                    let name = self.nvml.device_by_index(i).and_then(|d| d.name()).ok()?;
+                    Some(DeviceInfo::new(i, String::new(), name))
+                })
+                .collect();
+            request.devices.check_device_order(&names).map_err(|e| SampleError::Backend(Box::new(e)))?;
+        }
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let n = count as usize;
         if state.gpus.len() < n {
@@ -535,6 +550,9 @@ impl Sampler for NvmlSampler {
         for (i, gpu) in state.gpus.iter_mut().enumerate().take(n) {
             self.read_gpu(i as u32, gpu, request, recheck_mig, &mut devices);
         }
+        drop(state);
+        // A UUID prefix matching several GPUs selects none of them, here as in the runtime.
+        request.devices.apply(&mut devices);
         Ok(Snapshot::new(self.system.clone(), devices).with_taken_at(taken_at).with_duration(started.elapsed()))
     }
 }

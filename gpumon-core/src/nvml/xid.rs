@@ -3,6 +3,10 @@
 //! `nvmlEventSetWait` blocks, so it gets its own thread; it waits in short slices so that
 //! dropping the watcher stops it promptly. Each XID is *counted* per device and code, with the
 //! time it was last seen — a counter, not dcgm-exporter's sticky last-value gauge.
+//!
+//! A GPU whose XID events cannot be watched (no event sets, registration refused) must not read
+//! as "no XID errors": the watcher keeps why, warns once, and the sampler reports it as a
+//! [`MetricFailure`](crate::MetricFailure) of [`Family::Xid`](crate::Family::Xid).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,10 +24,18 @@ use crate::model::XidCount;
 
 type Counts = HashMap<String, BTreeMap<u64, (u64, SystemTime)>>;
 
+/// Why XID events are not watched: for every GPU, or per GPU UUID.
+#[derive(Default)]
+struct Unwatched {
+    all: Option<String>,
+    gpus: HashMap<String, String>,
+}
+
 /// Watches XID events for every registered GPU.
 pub(crate) struct XidWatcher {
     stop: Arc<AtomicBool>,
     counts: Arc<Mutex<Counts>>,
+    unwatched: Arc<Mutex<Unwatched>>,
     register: Sender<u32>,
     thread: Option<JoinHandle<()>>,
 }
@@ -36,19 +48,36 @@ impl std::fmt::Debug for XidWatcher {
 
 impl XidWatcher {
     /// Starts the thread; it registers GPUs `0..count` and later ones sent with
-    /// [`XidWatcher::register`]. `None` when the thread cannot be spawned.
-    pub(crate) fn start(nvml: Arc<Nvml>, poll: Duration) -> Option<XidWatcher> {
+    /// [`XidWatcher::register`]. Returns once the first registrations are done (or after a few
+    /// seconds), so that the first sample already knows which GPUs are not watched. A thread
+    /// that cannot be spawned leaves every GPU "not watched".
+    pub(crate) fn start(nvml: Arc<Nvml>, poll: Duration) -> XidWatcher {
         let stop = Arc::new(AtomicBool::new(false));
         let counts = Arc::new(Mutex::new(Counts::new()));
+        let unwatched = Arc::new(Mutex::new(Unwatched::default()));
         let (tx, rx) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("gpumon-nvml-xid".into())
-            .spawn({
-                let (stop, counts) = (stop.clone(), counts.clone());
-                move || watch(&nvml, &stop, &counts, &rx, poll)
-            })
-            .ok()?;
-        Some(XidWatcher { stop, counts, register: tx, thread: Some(thread) })
+        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+        let thread = std::thread::Builder::new().name("gpumon-nvml-xid".into()).spawn({
+            let (stop, counts, unwatched) = (stop.clone(), counts.clone(), unwatched.clone());
+            move || watch(&nvml, &stop, &counts, &unwatched, &rx, &ready_tx, poll)
+        });
+        let thread = match thread {
+            Ok(t) => {
+                let _ = ready_rx.recv_timeout(Duration::from_secs(5));
+                Some(t)
+            }
+            Err(e) => {
+                not_watched_at_all(&unwatched, format!("cannot start the XID watcher thread: {e}"));
+                None
+            }
+        };
+        XidWatcher { stop, counts, unwatched, register: tx, thread }
+    }
+
+    /// Why XID events of the GPU with this UUID are not watched; `None` while they are.
+    pub(crate) fn not_watched(&self, uuid: &str) -> Option<String> {
+        let u = self.unwatched.lock().unwrap_or_else(|e| e.into_inner());
+        u.all.clone().or_else(|| u.gpus.get(uuid).cloned())
     }
 
     /// Asks the thread to (re-)register GPU `index` (after it was re-discovered).
@@ -75,36 +104,73 @@ impl Drop for XidWatcher {
     }
 }
 
+/// Marks every GPU "not watched" and warns (once: this happens at most once per watcher).
+fn not_watched_at_all(unwatched: &Mutex<Unwatched>, reason: String) {
+    tracing::warn!(%reason, "XID errors are not monitored on any GPU");
+    unwatched.lock().unwrap_or_else(|e| e.into_inner()).all = Some(reason);
+}
+
 /// Registers GPU `index` for XID events with a raw call: nvml-wrapper's `register_events` frees
-/// the whole set when one device refuses, which would drop every other registration.
-fn register(nvml: &Nvml, set: &EventSet<'_>, index: u32, handles: &mut HashMap<usize, String>) {
+/// the whole set when one device refuses, which would drop every other registration. A refusal
+/// marks the GPU "not watched" (warned once per GPU); a later successful registration (after
+/// re-discovery) clears it.
+fn register(
+    nvml: &Nvml,
+    set: &EventSet<'_>,
+    index: u32,
+    handles: &mut HashMap<usize, String>,
+    unwatched: &Mutex<Unwatched>,
+) {
+    // A GPU that cannot be opened is reported lost by the sampler; nothing to mark here.
     let Ok(device) = nvml.device_by_index(index) else { return };
-    let uuid = device.uuid().unwrap_or_default();
-    let Ok(sym) = nvml_sym(nvml.lib().nvmlDeviceRegisterEvents.as_ref()) else { return };
-    // SAFETY: both handles are live: the device from this Nvml, the set owned by the caller.
-    let rc = unsafe { sym(device.handle(), EventTypes::CRITICAL_XID_ERROR.bits(), set.handle()) };
-    match nvml_try(rc) {
-        // SAFETY: the handle is only used as a map key, never dereferenced here.
+    let Ok(uuid) = device.uuid() else { return };
+    let rc = match nvml_sym(nvml.lib().nvmlDeviceRegisterEvents.as_ref()) {
+        // SAFETY: both handles are live: the device from this Nvml, the set owned by the caller.
+        Ok(sym) => nvml_try(unsafe { sym(device.handle(), EventTypes::CRITICAL_XID_ERROR.bits(), set.handle()) }),
+        Err(e) => Err(e),
+    };
+    let mut u = unwatched.lock().unwrap_or_else(|e| e.into_inner());
+    match rc {
         Ok(()) => {
-            handles.insert(unsafe { device.handle() } as usize, uuid);
+            // SAFETY: the handle is only used as a map key, never dereferenced here.
+            handles.insert(unsafe { device.handle() } as usize, uuid.clone());
+            u.gpus.remove(&uuid);
         }
-        Err(e) => tracing::debug!(gpu = index, error = %e, "cannot watch XID events"),
+        Err(e) => {
+            let reason = format!("XID events not monitored: nvmlDeviceRegisterEvents failed: {e}");
+            if u.gpus.insert(uuid.clone(), reason.clone()).is_none() {
+                tracing::warn!(gpu = index, %uuid, %reason, "XID errors of this GPU are not monitored");
+            }
+        }
     }
 }
 
-fn watch(nvml: &Nvml, stop: &AtomicBool, counts: &Mutex<Counts>, rx: &Receiver<u32>, poll: Duration) {
-    let Ok(set) = nvml.create_event_set() else {
-        tracing::debug!("NVML event sets unavailable; XID errors will not be counted");
-        return;
+fn watch(
+    nvml: &Nvml,
+    stop: &AtomicBool,
+    counts: &Mutex<Counts>,
+    unwatched: &Mutex<Unwatched>,
+    rx: &Receiver<u32>,
+    ready: &mpsc::SyncSender<()>,
+    poll: Duration,
+) {
+    let set = match nvml.create_event_set() {
+        Ok(set) => set,
+        Err(e) => {
+            not_watched_at_all(unwatched, format!("XID events not monitored: nvmlEventSetCreate failed: {e}"));
+            let _ = ready.try_send(());
+            return;
+        }
     };
     let mut handles = HashMap::new();
     for i in 0..nvml.device_count().unwrap_or(0) {
-        register(nvml, &set, i, &mut handles);
+        register(nvml, &set, i, &mut handles, unwatched);
     }
+    let _ = ready.try_send(());
     let poll_ms = u32::try_from(poll.as_millis()).unwrap_or(u32::MAX).max(1);
     while !stop.load(Ordering::Relaxed) {
         while let Ok(i) = rx.try_recv() {
-            register(nvml, &set, i, &mut handles);
+            register(nvml, &set, i, &mut handles, unwatched);
         }
         match set.wait(poll_ms) {
             Ok(ev) => {

@@ -152,6 +152,38 @@ fn ecc_burst_raises_counters_and_counts_the_xid_from_the_event_set() {
     }
 }
 
+fn xid_failure(d: &gpumon_core::DeviceSample) -> Option<String> {
+    d.errors.iter().find(|f| f.family == Family::Xid).map(|f| f.reason.to_string())
+}
+
+#[test]
+fn gpu_whose_xid_events_cannot_be_registered_reads_as_not_monitored() {
+    let fake = Fake::new("scenario=idle;clock=manual;faults=notsupported:nvmlDeviceRegisterEvents@1");
+    let s = sampler(&fake);
+    let snap = s.sample(&all()).unwrap();
+    let reason = xid_failure(&snap.devices[1]).expect("GPU 1 must carry an XID failure, not read as healthy");
+    assert!(reason.contains("not monitored") && reason.contains("nvmlDeviceRegisterEvents"), "{reason}");
+    assert!(snap.devices[1].xid_errors.is_empty());
+    assert!(snap.devices[1].is_up(), "the GPU itself is fine");
+    for (i, d) in snap.devices.iter().enumerate().filter(|(i, _)| *i != 1) {
+        assert_eq!(xid_failure(d), None, "GPU {i} is watched");
+    }
+    // Not asked for, not reported.
+    let no_xid = SampleRequest::new(MetricSet::default().without(Family::Xid), DeviceFilter::all());
+    assert!(s.sample(&no_xid).unwrap().devices.iter().all(|d| xid_failure(d).is_none()));
+}
+
+#[test]
+fn no_nvml_event_sets_means_no_gpu_is_xid_monitored() {
+    let fake = Fake::new("scenario=idle;clock=manual;faults=unknown:nvmlEventSetCreate");
+    let snap = sampler(&fake).sample(&all()).unwrap();
+    assert!(!snap.devices.is_empty());
+    for d in snap.devices.iter().filter(|d| d.info.mig.is_none()) {
+        let reason = xid_failure(d).unwrap_or_else(|| panic!("{}: no XID failure", d.info.uuid));
+        assert!(reason.contains("nvmlEventSetCreate"), "{reason}");
+    }
+}
+
 #[test]
 fn driver_not_loaded_is_unavailable_with_a_clear_reason() {
     let fake = Fake::new("faults=driver-not-loaded");

@@ -230,20 +230,38 @@ pub(crate) fn resolve(cfg: &OtlpConfig, env: Env<'_>) -> Result<Resolved, BuildE
         }
     };
 
+    // Each header remembers where it came from, so an error names the key the user wrote.
     let mut headers = BTreeMap::new();
+    let mut source: BTreeMap<String, String> = BTreeMap::new();
     if let Some((name, raw)) = first(env, &["OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"]) {
-        let parsed = parse_key_values(&raw).map_err(|reason| BuildError::invalid(name, reason))?;
-        headers.extend(parsed.into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v)));
+        let parsed = parse_key_values(&raw).map_err(|reason| BuildError::invalid(name.clone(), reason))?;
+        for (k, v) in parsed {
+            source.insert(k.to_ascii_lowercase(), name.clone());
+            headers.insert(k.to_ascii_lowercase(), v);
+        }
     }
     for (k, v) in &cfg.headers {
+        source.insert(k.to_ascii_lowercase(), "otlp.headers".to_owned());
         headers.insert(k.to_ascii_lowercase(), v.clone());
     }
     for (k, v) in &headers {
+        let from = source.get(k).map_or("otlp.headers", String::as_str);
         if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
-            return Err(BuildError::invalid("otlp.headers", format!("`{k}` is not a valid header name")));
+            return Err(BuildError::invalid(from, format!("`{k}` is not a valid header name")));
         }
         if v.bytes().any(|b| b < 0x20 && b != b'\t') {
-            return Err(BuildError::invalid("otlp.headers", format!("the value of `{k}` contains control characters")));
+            return Err(BuildError::invalid(from, format!("the value of `{k}` contains control characters")));
+        }
+        // gRPC treats a `-bin` key as base64-encoded binary metadata; tonic panics on such a key
+        // given as ASCII metadata, and OTLP defines no binary header. Refused for both pipelines.
+        if protocol == Protocol::Grpc && k.ends_with("-bin") {
+            return Err(BuildError::invalid(
+                from,
+                format!(
+                    "`{k}`: gRPC metadata keys ending in `-bin` are binary (base64) metadata, which the OTLP \
+                     sink does not send; rename the header"
+                ),
+            ));
         }
     }
 
@@ -508,6 +526,18 @@ mod tests {
         assert!(e.contains("OTEL_EXPORTER_OTLP_TIMEOUT"), "{e}");
         let cfg = OtlpConfig { headers: [("bad header".to_owned(), "v".to_owned())].into(), ..OtlpConfig::default() };
         assert!(resolve(&cfg, &env_of(&[])).unwrap_err().to_string().contains("bad header"));
+    }
+
+    #[test]
+    fn grpc_binary_header_from_the_environment_names_the_variable() {
+        let cfg = OtlpConfig { protocol: Some(Protocol::Grpc), ..OtlpConfig::default() };
+        let env = env_of(&[("OTEL_EXPORTER_OTLP_HEADERS", "a=1,trace-ctx-bin=AAEC")]);
+        let e = resolve(&cfg, &env).unwrap_err().to_string();
+        assert!(e.contains("OTEL_EXPORTER_OTLP_HEADERS") && e.contains("`trace-ctx-bin`"), "{e}");
+        // Over HTTP the same header is an ordinary one.
+        let cfg = OtlpConfig { protocol: Some(Protocol::HttpProtobuf), ..OtlpConfig::default() };
+        let r = resolve(&cfg, &env).unwrap();
+        assert_eq!(r.headers["trace-ctx-bin"], "AAEC");
     }
 
     #[test]

@@ -577,21 +577,13 @@ impl Transport {
 
     #[cfg(feature = "otlp-grpc")]
     fn grpc(r: &Resolved) -> Result<Transport, BuildError> {
-        use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(BuildError::invalid(
                 "otlp.protocol",
                 "an OTLP/gRPC sink must be built inside a tokio runtime (its channel runs on it)",
             ));
         }
-        let mut metadata = MetadataMap::new();
-        for (k, v) in &r.headers {
-            let key = MetadataKey::from_bytes(k.as_bytes())
-                .map_err(|e| BuildError::invalid("otlp.headers", format!("`{k}`: {e}")))?;
-            let value = MetadataValue::try_from(v.as_str())
-                .map_err(|e| BuildError::invalid("otlp.headers", format!("value of `{k}`: {e}")))?;
-            metadata.insert(key, value);
-        }
+        let metadata = super::grpc_metadata(&r.headers)?;
         let endpoint = tonic::transport::Endpoint::from_shared(r.endpoint.clone())
             .map_err(|e| BuildError::InvalidEndpoint { endpoint: r.endpoint.clone(), reason: e.to_string() })?
             .timeout(r.timeout)

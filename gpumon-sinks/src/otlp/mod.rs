@@ -575,15 +575,10 @@ fn build_grpc(
             "an OTLP/gRPC sink must be built inside a tokio runtime (its channel runs on it)",
         ));
     }
-    let mut metadata = opentelemetry_otlp::tonic_types::metadata::MetadataMap::new();
-    for (k, v) in &r.headers {
-        let value = v.parse().map_err(|e| BuildError::invalid("otlp.headers", format!("value of `{k}`: {e}")))?;
-        // `MetadataMap` takes non-static keys only as tonic's `MetadataKey`, which
-        // opentelemetry-otlp does not re-export; a key is a few bytes, leaked once per sink built.
-        // Keys were checked (lowercase ASCII letters, digits, `-_.`) by `config::resolve`.
-        let key: &'static str = Box::leak(k.clone().into_boxed_str());
-        metadata.insert(key, value);
-    }
+    // The same tonic (0.14) as opentelemetry-otlp's, so its `MetadataMap` is the one the
+    // exporter takes; built fallibly, as for the direct pipeline (never `insert(&str, ..)`, which
+    // panics on a `-bin` key).
+    let metadata = grpc_metadata(&r.headers)?;
     let mut b = opentelemetry_otlp::MetricExporter::builder()
         .with_tonic()
         .with_protocol(opentelemetry_otlp::Protocol::Grpc)
@@ -594,6 +589,24 @@ fn build_grpc(
         b = b.with_compression(c);
     }
     b.with_temporality(Temporality::Cumulative).build().map_err(io)
+}
+
+/// The configured headers as gRPC metadata, for both pipelines: an error naming the header for
+/// a key or value gRPC cannot carry as ASCII metadata (`config::resolve` already refuses `-bin`).
+#[cfg(feature = "otlp-grpc")]
+pub(crate) fn grpc_metadata(
+    headers: &std::collections::BTreeMap<String, String>,
+) -> Result<tonic::metadata::MetadataMap, BuildError> {
+    use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
+    let mut metadata = MetadataMap::new();
+    for (k, v) in headers {
+        let key = MetadataKey::from_bytes(k.as_bytes())
+            .map_err(|e| BuildError::invalid("otlp.headers", format!("`{k}`: {e}")))?;
+        let value = MetadataValue::try_from(v.as_str())
+            .map_err(|e| BuildError::invalid("otlp.headers", format!("value of `{k}`: {e}")))?;
+        metadata.insert(key, value);
+    }
+    Ok(metadata)
 }
 
 #[cfg(not(feature = "otlp-grpc"))]

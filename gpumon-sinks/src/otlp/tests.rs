@@ -349,6 +349,25 @@ fn grpc_outside_a_runtime_is_a_clear_error() {
     }
 }
 
+/// A `-bin` key is gRPC binary metadata: tonic panics when it is inserted as ASCII metadata, so
+/// both pipelines refuse it when the sink is built, naming the header and where it came from.
+#[cfg(feature = "otlp-grpc")]
+#[tokio::test]
+async fn grpc_binary_metadata_header_is_a_config_error_not_a_panic() {
+    for pipeline in [Pipeline::Direct, Pipeline::Sdk] {
+        let mut cfg = OtlpConfig::new("http://127.0.0.1:4317", Protocol::Grpc);
+        cfg.pipeline = Some(pipeline);
+        cfg.headers.insert("X-Token-Bin".into(), "AAEC".into());
+        let e = OtlpSink::from_config(&cfg).expect_err("a -bin header must be refused").to_string();
+        assert!(e.contains("otlp.headers") && e.contains("`x-token-bin`") && e.contains("-bin"), "{pipeline:?}: {e}");
+        // The same header over HTTP is an ordinary header.
+        let mut http = cfg.clone();
+        http.protocol = Some(Protocol::HttpProtobuf);
+        http.endpoint = Some("http://127.0.0.1:4318".into());
+        OtlpSink::from_config(&http).unwrap_or_else(|e| panic!("{pipeline:?} over HTTP: {e}"));
+    }
+}
+
 #[test]
 fn metric_ids_all_map_to_an_instrument() {
     let plan = encode::Plan::new();

@@ -2,6 +2,7 @@
 //! filled in, a sampler that produces them, and a client for the test OTLP receiver.
 #![allow(dead_code)]
 
+use gpumon_mock::test_env::require_env;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -157,21 +158,15 @@ pub struct Backends {
     pub dir: String,
 }
 
-/// `None` (after saying so) when the integration backends are not running; a panic when they
-/// are supposed to be but a variable is missing.
-pub fn backends() -> Option<Backends> {
-    if std::env::var("GPUMON_TEST_BACKENDS").map_or(true, |v| v.is_empty() || v == "0") {
-        eprintln!("skipped: set GPUMON_TEST_BACKENDS=1 (scripts/test.sh does)");
-        return None;
+/// The receiver's addresses; the tests that call this are `#[ignore]`d and run by
+/// `scripts/test.sh`, so a missing variable is a failure naming it.
+pub fn backends() -> Backends {
+    Backends {
+        grpc: require_env("GPUMON_TEST_OTLP_GRPC"),
+        http: require_env("GPUMON_TEST_OTLP_HTTP"),
+        received: require_env("GPUMON_TEST_OTLP_RECEIVED"),
+        dir: require_env("GPUMON_TEST_BACKENDS_DIR"),
     }
-    let var =
-        |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("GPUMON_TEST_BACKENDS=1 but {name} is not set"));
-    Some(Backends {
-        grpc: var("GPUMON_TEST_OTLP_GRPC"),
-        http: var("GPUMON_TEST_OTLP_HTTP"),
-        received: var("GPUMON_TEST_OTLP_RECEIVED"),
-        dir: var("GPUMON_TEST_BACKENDS_DIR"),
-    })
 }
 
 /// `http://host:port/received` → `http://host:port/reset`.

@@ -14,21 +14,6 @@ use gpumon_core::{
 pub const NASTY_NAME: &str = "NVIDIA \"H100\" \\ 80GB\nline λ";
 pub const HOST: &str = "gpumon-test-host";
 
-/// `true` when the real backends are available (scripts/test.sh sets GPUMON_TEST_BACKENDS=1);
-/// otherwise prints why the test is skipped.
-pub fn backends_enabled(test: &str) -> bool {
-    if std::env::var("GPUMON_TEST_BACKENDS").is_ok_and(|v| v == "1") {
-        true
-    } else {
-        eprintln!("{test}: skipped: set GPUMON_TEST_BACKENDS=1 (scripts/test.sh does)");
-        false
-    }
-}
-
-pub fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_owned())
-}
-
 /// A free loopback port (bind :0, read it, release it).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()

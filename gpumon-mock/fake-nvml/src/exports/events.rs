@@ -150,6 +150,7 @@ nvml_export! {
         }
         let mut g = lock();
         let fake = g.fake_mut()?;
+        fake.function_fault(NAME, None)?;
         let key = next_id(EVENT_SET_BASE, fake.event_sets.keys().copied());
         fake.event_sets.insert(
             key,
