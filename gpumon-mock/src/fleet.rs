@@ -160,6 +160,8 @@ struct Load {
     util_window: Option<WindowStats>,
     /// Spread of the other driver samples around the latest when `util_window` is `None`.
     util_spread: f64,
+    /// Spread of the power window's samples, share of the limit.
+    power_spread: f64,
 }
 
 /// A fleet of mock GPUs: the pure model behind both mocks.
@@ -457,6 +459,7 @@ impl MockFleet {
             util_window: None,
             // Without kernels there is nothing to vary: the driver's samples stay at 0–2 %.
             util_spread: 0.01,
+            power_spread: 0.05,
         };
         // Healthy training; `capped` = one of its short power-cap events (see `power_cap_blip`).
         let training_at = |capped: bool| {
@@ -589,6 +592,8 @@ impl MockFleet {
                     sm_mhz: if capped { clock(0.70, 0.82) } else { clock(0.88, 0.94) },
                     temp_c: (idle_t + 40.0 + d.range(stream::TEMP, -1.5, 1.5)) as u32,
                     reasons: if capped { ClockEventReasons::SW_POWER_CAP } else { 0 },
+                    // The firmware holds the draw at the limit: its samples barely move.
+                    power_spread: 0.015,
                     ..training_at(false)
                 }
             }
@@ -737,7 +742,7 @@ impl MockFleet {
                 s.windows.memory_utilization = Some(w(ratio(l.mem_pct), 0.04, 1.0, 2, 0.01));
             }
             let limit = mw_to_watts(l.limit_mw);
-            s.windows.power_watts = Some(w(mw_to_watts(l.power_mw), 0.05 * limit, limit, 3, 0.001));
+            s.windows.power_watts = Some(w(mw_to_watts(l.power_mw), l.power_spread * limit, limit, 3, 0.001));
             s.windows.sm_clock =
                 Some(w(mhz(l.sm_mhz), 0.03 * mhz(m.max_sm_clock_mhz), mhz(m.max_sm_clock_mhz), 4, 1e6));
             let max_mem = mhz(m.max_memory_clock_mhz);

@@ -41,7 +41,7 @@ pub enum Workload {
     /// Nothing running: utilisation ~0, no memory allocated, no processes, idle power and
     /// clocks, P8, `GPU_IDLE`.
     Idle,
-    /// Steady training: utilisation 90–98 % (every driver sample above 85 %), memory controller
+    /// Steady training: utilisation 90–98 % (every driver sample at 85 % or more), memory controller
     /// 40–55 %, memory ~86 % ± 3 % used, power 88–95 % of the limit with a short `SW_POWER_CAP`
     /// event (one tick at 97–99 %, clocks 86–92 %) in about 60 % of each 30-tick block.
     #[default]

@@ -131,10 +131,10 @@ fn assert_training(s: &DeviceSample, ctx: &str) {
 /// Share of ticks in each sliding window of [`WINDOW`] ticks for which `f` holds: (min, max).
 fn window_shares(run: &Run, gpu: usize, f: impl Fn(&DeviceSample) -> bool) -> (f64, f64) {
     let holds: Vec<bool> = run.series(gpu).map(|(_, s)| f(s)).collect();
-    holds.windows(WINDOW).map(|w| w.iter().filter(|&&h| h).count() as f64 / WINDOW as f64).fold(
-        (1.0f64, 0.0f64),
-        |(lo, hi), v| (lo.min(v), hi.max(v)),
-    )
+    holds
+        .windows(WINDOW)
+        .map(|w| w.iter().filter(|&&h| h).count() as f64 / WINDOW as f64)
+        .fold((1.0f64, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)))
 }
 
 #[test]
@@ -292,6 +292,8 @@ fn power_capped_sits_at_the_limit_with_clocks_down() {
             assert!(s.temperature.gpu.unwrap() < slowdown - 10.0, "{ctx}");
             if r.contains(ClockEventReasons::SW_POWER_CAP) {
                 assert!(power_share(s) >= 0.97, "{ctx}: power {}", power_share(s));
+                let w = s.windows.power_watts.unwrap();
+                assert!(w.mean >= 0.96 * s.power.limit_watts.unwrap(), "{ctx}: power window {w:?}");
                 assert!(sm_clock_share(s) < 0.85, "{ctx}: SM clock {}", sm_clock_share(s));
             } else {
                 assert!(power_share(s) < 0.97, "{ctx}: at the limit without the reason");
