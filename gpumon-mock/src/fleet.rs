@@ -49,6 +49,8 @@ mod stream {
 
 /// Highest share of usable memory a workload allocates (`near-oom` approaches it).
 const MAX_MEM_FRAC: f64 = 0.995;
+/// From this share of usable memory on, MIG instances show their parent's fill without jitter.
+const NEAR_FULL: f64 = 0.95;
 /// Training's power-cap events: at most one tick per block of this many ticks, so any window
 /// of that length holds at most two (≤ 7 % at 30 ticks).
 const POWER_CAP_BLOCK: u64 = 30;
@@ -896,7 +898,15 @@ fn gpm(s: &mut DeviceSample, d: Draw, l: &Load) {
 /// Memory a MIG instance has allocated.
 fn mig_used(seed: u64, position: usize, tick: u64, l: &Load, total: u64) -> u64 {
     let jitter = Draw::new(seed, position, tick).range(stream::MEM_FRAC, -0.02, 0.02);
-    let frac = if l.mem_frac > 0.0 { (l.mem_frac + jitter).clamp(0.0, 0.95) } else { 0.0 };
+    let frac = if l.mem_frac >= NEAR_FULL {
+        // A nearly full instance (`near-oom`) follows its parent's fill exactly, so it too never
+        // frees memory.
+        l.mem_frac
+    } else if l.mem_frac > 0.0 {
+        (l.mem_frac + jitter).clamp(0.0, 0.95)
+    } else {
+        0.0
+    };
     align_down(frac * total as f64)
 }
 

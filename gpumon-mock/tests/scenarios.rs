@@ -325,6 +325,23 @@ fn near_oom_fills_memory_and_never_frees_it() {
 }
 
 #[test]
+fn near_oom_mig_instances_fill_up_too() {
+    let scenario = Scenario::builtin("near-oom").unwrap();
+    let fleet = MockFleet::new(&FleetProfile::load("a100x8-mig").unwrap(), &scenario, 5).unwrap();
+    let mut prev = vec![0u64; fleet.devices().len()];
+    for t in 0..TICKS {
+        for (i, s) in fleet.sample(t, MetricSet::default(), &DeviceFilter::all()).iter().enumerate() {
+            if s.info.mig.is_some() {
+                let used = s.memory.used.unwrap();
+                assert!(s.memory.used_ratio().unwrap() >= 0.95, "tick {t} device {i}: {:?}", s.memory);
+                assert!(used >= prev[i], "tick {t} device {i}: memory fell {} -> {used}", prev[i]);
+                prev[i] = used;
+            }
+        }
+    }
+}
+
+#[test]
 fn idle_allocated_holds_memory_and_runs_nothing() {
     for run in runs("idle-allocated") {
         run.each(|s, ctx| {
