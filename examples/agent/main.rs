@@ -38,8 +38,9 @@ pub struct Cli {
     /// Mock fleet: a built-in name (h100x8, a100x4, h200x8, rtx4090x2, a100x8-mig, ...) or a TOML file.
     #[arg(long, value_name = "NAME|FILE")]
     pub mock_profile: Option<String>,
-    /// Mock workload scenario: a built-in name (training, idle, dataloader-starved, imbalance,
-    /// thermal-throttling, lost-gpu) or a TOML file.
+    /// Mock workload scenario: a built-in name (training, idle, dataloader-starved, memory-bound,
+    /// imbalance, thermal-throttling, power-capped, near-oom, idle-allocated, pcie-bound, lost-gpu,
+    /// ecc-burst) or a TOML file.
     #[arg(long, value_name = "NAME|FILE")]
     pub mock_scenario: Option<String>,
     /// Seed for the mock backend's deterministic values.

@@ -37,13 +37,27 @@ mod stream {
     pub(super) const TEMP: u64 = 4;
     pub(super) const CLOCK: u64 = 5;
     pub(super) const VIDEO: u64 = 6;
-    pub(super) const DECODER: u64 = 7;
     pub(super) const PCIE_TX: u64 = 8;
     pub(super) const PCIE_RX: u64 = 9;
     pub(super) const MEM_FRAC: u64 = 10;
     pub(super) const GPM: u64 = 11;
+    pub(super) const POWER_CAP: u64 = 12;
     pub(super) const WINDOW: u64 = 100;
+    /// Driver samples of a starved GPU's utilisation window: `STARVED + k` for sample `k`.
+    pub(super) const STARVED: u64 = 1000;
 }
+
+/// Highest share of usable memory a workload allocates (`near-oom` approaches it).
+const MAX_MEM_FRAC: f64 = 0.995;
+/// From this share of usable memory on, MIG instances show their parent's fill without jitter.
+const NEAR_FULL: f64 = 0.95;
+/// Training's power-cap events: at most one tick per block of this many ticks, so any window
+/// of that length holds at most two (≤ 7 % at 30 ticks).
+const POWER_CAP_BLOCK: u64 = 30;
+/// Share of blocks with a power-cap event.
+const POWER_CAP_BLOCK_SHARE: f64 = 0.6;
+/// `power-capped`: one tick in this many the draw dips below the limit and the cap lifts.
+const POWER_CAP_RELIEF: u64 = 25;
 
 /// What a mock device is within the fleet.
 #[derive(Clone, Debug, PartialEq)]
@@ -139,6 +153,17 @@ struct Load {
     tx_kbps: u64,
     rx_kbps: u64,
     tensor_share: f64,
+    /// Share of the interval the GPU was busy (the mean of its driver samples), ratio; what
+    /// GPM activities scale with.
+    activity: f64,
+    /// GPM DRAM bandwidth, ratio of peak.
+    dram: f64,
+    /// The GPU-utilisation window when the workload shapes it itself (dips within the interval).
+    util_window: Option<WindowStats>,
+    /// Spread of the other driver samples around the latest when `util_window` is `None`.
+    util_spread: f64,
+    /// Spread of the power window's samples, share of the limit.
+    power_spread: f64,
 }
 
 /// A fleet of mock GPUs: the pure model behind both mocks.
@@ -418,9 +443,13 @@ impl MockFleet {
         let between_mw =
             |lo: f64, hi: f64| idle_mw + ((limit_mw - idle_mw) as f64 * d.range(stream::POWER, lo, hi)) as u64;
         let clock = |lo: f64, hi: f64| ((f64::from(max_sm) * d.range(stream::CLOCK, lo, hi)) as u32).clamp(1, max_sm);
+        // DRAM bandwidth follows the memory controller (GPM measures it a little lower).
+        let dram_of = |mem_pct: u32| (f64::from(mem_pct) / 100.0 * d.range(stream::GPM + 3, 0.9, 1.0)).min(1.0);
+        let link_kbps = pcie_link_kbps(m.pcie_max_link_generation, m.pcie_max_link_width);
         let slow_drift = ((tick as f64 / 300.0) + (position as f64)).sin(); // -1..1, slow
+        let idle_util = pct(0.0, 2.0, stream::GPU_UTIL);
         let idle = Load {
-            gpu_pct: pct(0.0, 2.0, stream::GPU_UTIL),
+            gpu_pct: idle_util,
             mem_pct: pct(0.0, 1.0, stream::MEM_UTIL),
             dec_pct: 0,
             mem_frac: 0.0,
@@ -435,47 +464,83 @@ impl MockFleet {
             tx_kbps: d.range(stream::PCIE_TX, 0.0, 50.0) as u64,
             rx_kbps: d.range(stream::PCIE_RX, 0.0, 50.0) as u64,
             tensor_share: 0.0,
+            activity: f64::from(idle_util) / 100.0,
+            dram: 0.0,
+            util_window: None,
+            // Without kernels there is nothing to vary: the driver's samples stay at 0–2 %.
+            util_spread: 0.01,
+            power_spread: 0.05,
         };
-        let training = || {
-            let power_mw = frac_mw(0.88, 0.99);
-            let capped = power_mw * 100 >= limit_mw * 97;
+        // Healthy training; `capped` = one of its short power-cap events (see `power_cap_blip`).
+        let training_at = |capped: bool| {
+            let gpu_pct = pct(90.0, 99.0, stream::GPU_UTIL);
+            let mem_pct = pct(40.0, 56.0, stream::MEM_UTIL);
             Load {
-                gpu_pct: pct(90.0, 99.0, stream::GPU_UTIL),
-                mem_pct: pct(45.0, 65.0, stream::MEM_UTIL),
+                gpu_pct,
+                mem_pct,
                 mem_frac: 0.86 + 0.03 * slow_drift,
-                power_mw,
+                // At the limit the firmware trims clocks; otherwise the board runs just below it.
+                power_mw: if capped { frac_mw(0.97, 0.995) } else { frac_mw(0.88, 0.955) },
                 temp_c: (idle_t + 35.0 + d.range(stream::TEMP, -1.5, 1.5)) as u32,
-                sm_mhz: if capped { clock(0.88, 0.95) } else { clock(0.95, 1.0) },
+                sm_mhz: if capped { clock(0.86, 0.92) } else { clock(0.95, 1.0) },
                 mem_mhz: m.max_memory_clock_mhz,
                 video_mhz: (f64::from(m.max_video_clock_mhz) * d.range(stream::VIDEO, 0.9, 1.0)) as u32,
                 reasons: if capped { ClockEventReasons::SW_POWER_CAP } else { 0 },
                 busy: true,
-                tx_kbps: d.range(stream::PCIE_TX, 0.5e6, 2.0e6) as u64,
-                rx_kbps: d.range(stream::PCIE_RX, 2.0e6, 6.0e6) as u64,
+                tx_kbps: d.range(stream::PCIE_TX, 0.3e6, 1.5e6) as u64,
+                rx_kbps: d.range(stream::PCIE_RX, 1.0e6, 4.0e6) as u64,
                 tensor_share: d.range(stream::GPM, 0.6, 0.8),
+                activity: f64::from(gpu_pct) / 100.0,
+                dram: dram_of(mem_pct),
+                util_spread: 0.04,
                 ..idle
             }
         };
+        let training = || training_at(power_cap_blip(self.seed, position, tick));
         let mut load = match dev.workload {
             Workload::Idle => idle,
             Workload::Training => training(),
             Workload::DataloaderStarved => {
-                // Sawtooth: the GPU catches up on each batch, then waits for the next.
-                let phase = ((tick + position as u64 * 3) % 10) as f64;
+                let window = starved_window(self.seed, position, tick, self.window_len());
+                let gpu_pct = (window.latest * 100.0).round() as u32;
+                let mem_pct = pct(8.0, 22.0, stream::MEM_UTIL);
                 Load {
-                    gpu_pct: (20.0 + phase * 1.4 + d.range(stream::GPU_UTIL, 0.0, 1.5)).floor() as u32,
-                    mem_pct: pct(55.0, 75.0, stream::MEM_UTIL),
-                    dec_pct: pct(15.0, 30.0, stream::DECODER),
-                    mem_frac: 0.58 + 0.03 * slow_drift,
+                    gpu_pct,
+                    mem_pct,
+                    dec_pct: 0,
+                    mem_frac: 0.70 + 0.03 * slow_drift,
                     power_mw: between_mw(0.25, 0.40),
                     temp_c: (idle_t + 18.0 + d.range(stream::TEMP, -1.0, 1.0)) as u32,
+                    // Clocks stay up between batches: the GPU is ready, it just has no input.
                     sm_mhz: clock(0.93, 1.0),
                     reasons: 0,
-                    busy: true,
-                    tx_kbps: d.range(stream::PCIE_TX, 0.2e6, 0.8e6) as u64,
-                    rx_kbps: d.range(stream::PCIE_RX, 8.0e6, 20.0e6) as u64,
-                    tensor_share: d.range(stream::GPM, 0.3, 0.5),
-                    ..training()
+                    // Batches arrive in bursts well below the link's bandwidth: the loader is
+                    // slow at producing them (decode, augmentation), not at copying them.
+                    tx_kbps: d.range(stream::PCIE_TX, 0.1e6, 0.5e6) as u64,
+                    rx_kbps: d.range(stream::PCIE_RX, 1.0e6, 4.0e6) as u64,
+                    tensor_share: d.range(stream::GPM, 0.5, 0.7),
+                    activity: window.stats.mean,
+                    dram: dram_of(mem_pct),
+                    util_window: Some(window.stats),
+                    ..training_at(false)
+                }
+            }
+            Workload::MemoryBound => {
+                let gpu_pct = pct(30.0, 36.0, stream::GPU_UTIL);
+                Load {
+                    gpu_pct,
+                    mem_pct: pct(76.0, 87.0, stream::MEM_UTIL),
+                    mem_frac: 0.80 + 0.03 * slow_drift,
+                    power_mw: frac_mw(0.55, 0.70),
+                    temp_c: (idle_t + 28.0 + d.range(stream::TEMP, -1.0, 1.0)) as u32,
+                    sm_mhz: clock(0.95, 1.0),
+                    reasons: 0,
+                    tensor_share: d.range(stream::GPM, 0.1, 0.2),
+                    activity: f64::from(gpu_pct) / 100.0,
+                    // Streaming kernels (unfused element-wise ops, attention without
+                    // flash-attention) saturate HBM while the SMs wait on loads.
+                    dram: d.range(stream::GPM + 3, 0.76, 0.86),
+                    ..training_at(false)
                 }
             }
             Workload::Imbalance => {
@@ -484,9 +549,11 @@ impl MockFleet {
                     training()
                 } else {
                     // Waiting on its twin in a collective: model loaded, clocks up, SMs idle.
+                    let gpu_pct = pct(6.0, 13.0, stream::GPU_UTIL);
+                    let mem_pct = pct(2.0, 6.0, stream::MEM_UTIL);
                     Load {
-                        gpu_pct: pct(3.0, 12.0, stream::GPU_UTIL),
-                        mem_pct: pct(2.0, 6.0, stream::MEM_UTIL),
+                        gpu_pct,
+                        mem_pct,
                         power_mw: between_mw(0.08, 0.15),
                         temp_c: (idle_t + 8.0 + d.range(stream::TEMP, -1.0, 1.0)) as u32,
                         sm_mhz: clock(0.93, 1.0),
@@ -494,12 +561,17 @@ impl MockFleet {
                         tx_kbps: d.range(stream::PCIE_TX, 0.05e6, 0.2e6) as u64,
                         rx_kbps: d.range(stream::PCIE_RX, 0.05e6, 0.2e6) as u64,
                         tensor_share: 0.1,
-                        ..training()
+                        activity: f64::from(gpu_pct) / 100.0,
+                        dram: dram_of(mem_pct),
+                        util_spread: 0.025,
+                        ..training_at(false)
                     }
                 }
             }
             Workload::ThermalThrottling => {
-                let base = training();
+                // No power-cap events here: once hot the board draws well below its limit, and
+                // the clocks are down for thermal reasons alone.
+                let base = training_at(false);
                 let slow = m.temperature_slowdown_celsius;
                 let shut = m.temperature_shutdown_celsius;
                 // Climbs 0.5 °C per tick from its training temperature until it hits slowdown.
@@ -520,11 +592,58 @@ impl MockFleet {
                     }
                 }
             }
+            Workload::PowerCapped => {
+                // Pinned at the power limit: the firmware holds clocks down on all but one tick
+                // in 25, when the draw dips just under the limit and the clocks recover a little.
+                let off = hash(&[self.seed, 0x9C, position as u64]) % POWER_CAP_RELIEF;
+                let capped = (tick + off) % POWER_CAP_RELIEF != 0;
+                Load {
+                    power_mw: if capped { frac_mw(0.975, 0.998) } else { frac_mw(0.92, 0.95) },
+                    sm_mhz: if capped { clock(0.70, 0.82) } else { clock(0.88, 0.94) },
+                    temp_c: (idle_t + 40.0 + d.range(stream::TEMP, -1.5, 1.5)) as u32,
+                    reasons: if capped { ClockEventReasons::SW_POWER_CAP } else { 0 },
+                    // The firmware holds the draw at the limit: its samples barely move.
+                    power_spread: 0.015,
+                    ..training_at(false)
+                }
+            }
+            Workload::NearOom => Load { mem_frac: near_oom_fraction(m, tick), ..training() },
+            Workload::IdleAllocated => {
+                // A process holds its allocation (a notebook kernel, a hung rank) and runs nothing.
+                let held = 0.32 + 0.26 * Draw::new(self.seed, position, 0).unit(stream::MEM_FRAC);
+                Load {
+                    mem_frac: held,
+                    power_mw: (idle_mw as f64 * d.range(stream::POWER, 1.05, 1.2)) as u64,
+                    temp_c: (idle_t + d.range(stream::TEMP, 2.0, 4.0)) as u32,
+                    ..idle
+                }
+            }
+            Workload::PcieBound => {
+                let gpu_pct = pct(27.0, 34.0, stream::GPU_UTIL);
+                let mem_pct = pct(10.0, 20.0, stream::MEM_UTIL);
+                Load {
+                    gpu_pct,
+                    mem_pct,
+                    mem_frac: 0.62 + 0.03 * slow_drift,
+                    power_mw: between_mw(0.30, 0.42),
+                    temp_c: (idle_t + 20.0 + d.range(stream::TEMP, -1.0, 1.0)) as u32,
+                    sm_mhz: clock(0.93, 1.0),
+                    reasons: 0,
+                    // Host-to-device copies near the link's bandwidth every step (offloaded
+                    // optimizer state, pageable batches re-copied): the GPU waits on the bus.
+                    tx_kbps: (link_kbps * d.range(stream::PCIE_TX, 0.04, 0.12)) as u64,
+                    rx_kbps: (link_kbps * d.range(stream::PCIE_RX, 0.74, 0.86)) as u64,
+                    tensor_share: d.range(stream::GPM, 0.3, 0.5),
+                    activity: f64::from(gpu_pct) / 100.0,
+                    dram: dram_of(mem_pct),
+                    ..training_at(false)
+                }
+            }
         };
         load.power_mw = load.power_mw.min(limit_mw);
         load.gpu_pct = load.gpu_pct.min(100);
         load.mem_pct = load.mem_pct.min(100);
-        load.mem_frac = load.mem_frac.clamp(0.0, 0.98);
+        load.mem_frac = load.mem_frac.clamp(0.0, MAX_MEM_FRAC);
         load.video_mhz = load.video_mhz.clamp(1, m.max_video_clock_mhz);
         load.mem_mhz = load.mem_mhz.clamp(1, m.max_memory_clock_mhz);
         load
@@ -628,11 +747,12 @@ impl MockFleet {
             let n = self.window_len();
             let w = |v: f64, spread: f64, hi: f64, s: u64, quantum: f64| window(d, s, n, v, spread, hi, quantum);
             if !mig_mode {
-                s.windows.gpu_utilization = Some(w(ratio(l.gpu_pct), 0.04, 1.0, 1, 0.01));
+                s.windows.gpu_utilization =
+                    Some(l.util_window.unwrap_or_else(|| w(ratio(l.gpu_pct), l.util_spread, 1.0, 1, 0.01)));
                 s.windows.memory_utilization = Some(w(ratio(l.mem_pct), 0.04, 1.0, 2, 0.01));
             }
             let limit = mw_to_watts(l.limit_mw);
-            s.windows.power_watts = Some(w(mw_to_watts(l.power_mw), 0.05 * limit, limit, 3, 0.001));
+            s.windows.power_watts = Some(w(mw_to_watts(l.power_mw), l.power_spread * limit, limit, 3, 0.001));
             s.windows.sm_clock =
                 Some(w(mhz(l.sm_mhz), 0.03 * mhz(m.max_sm_clock_mhz), mhz(m.max_sm_clock_mhz), 4, 1e6));
             let max_mem = mhz(m.max_memory_clock_mhz);
@@ -772,19 +892,29 @@ fn clear_family(s: &mut DeviceSample, family: Family) {
 }
 
 fn gpm(s: &mut DeviceSample, d: Draw, l: &Load) {
-    let gpu = f64::from(l.gpu_pct) / 100.0;
+    // GPM counts over the whole interval, so it follows the interval's mean activity, not the
+    // latest driver sample.
+    let gpu = round4(l.activity.clamp(0.0, 1.0));
     let sm = round4(gpu * d.range(stream::GPM + 1, 0.80, 0.92));
     s.gpm.graphics_activity = Some(gpu);
     s.gpm.sm_activity = Some(sm);
     s.gpm.sm_occupancy = Some(round4(sm * d.range(stream::GPM + 2, 0.45, 0.65)));
     s.gpm.tensor_activity = Some(round4(sm * l.tensor_share));
-    s.gpm.dram_bandwidth = Some(round4((f64::from(l.mem_pct) / 100.0 * d.range(stream::GPM + 3, 0.9, 1.0)).min(1.0)));
+    s.gpm.dram_bandwidth = Some(round4(l.dram.clamp(0.0, 1.0)));
 }
 
 /// Memory a MIG instance has allocated.
 fn mig_used(seed: u64, position: usize, tick: u64, l: &Load, total: u64) -> u64 {
     let jitter = Draw::new(seed, position, tick).range(stream::MEM_FRAC, -0.02, 0.02);
-    let frac = if l.mem_frac > 0.0 { (l.mem_frac + jitter).clamp(0.0, 0.95) } else { 0.0 };
+    let frac = if l.mem_frac >= NEAR_FULL {
+        // A nearly full instance (`near-oom`) follows its parent's fill exactly, so it too never
+        // frees memory.
+        l.mem_frac
+    } else if l.mem_frac > 0.0 {
+        (l.mem_frac + jitter).clamp(0.0, 0.95)
+    } else {
+        0.0
+    };
     align_down(frac * total as f64)
 }
 
@@ -833,6 +963,86 @@ fn window(d: Draw, s: u64, n: u32, value: f64, spread: f64, hi: f64, quantum: f6
     // Guard against rounding in the mean: it lies within [min, max] by construction.
     w.mean = w.mean.clamp(w.min, w.max);
     w
+}
+
+/// Whether a training GPU is at one of its short power-cap events at `tick`: at most one tick in
+/// each block of [`POWER_CAP_BLOCK`] ticks, in [`POWER_CAP_BLOCK_SHARE`] of the blocks — a
+/// brief excursion to the limit (a burst of large GEMMs), never a sustained cap.
+fn power_cap_blip(seed: u64, position: usize, tick: u64) -> bool {
+    let block = tick / POWER_CAP_BLOCK;
+    let d = Draw::new(seed, position, block);
+    let at = (d.unit(stream::POWER_CAP + 1) * POWER_CAP_BLOCK as f64) as u64;
+    d.unit(stream::POWER_CAP) < POWER_CAP_BLOCK_SHARE && tick % POWER_CAP_BLOCK == at
+}
+
+/// A starved GPU's utilisation over one interval.
+struct StarvedWindow {
+    /// The interval's driver samples.
+    stats: WindowStats,
+    /// The latest of them: the instantaneous reading.
+    latest: f64,
+}
+
+/// Most driver samples in a window ([`MockFleet::window_len`] caps there).
+const MAX_WINDOW: usize = 20;
+
+/// `n` driver samples of a GPU starved by its input pipeline: it runs a batch (85–97 %) for
+/// `busy` samples out of every `cycle`, then waits for the next one (0–3 %) — at 100 ms per
+/// sample a step every 300 ms (a third of it busy) or 500 ms (two fifths), by device.
+fn starved_window(seed: u64, position: usize, tick: u64, n: u32) -> StarvedWindow {
+    let h = hash(&[seed, 0x57, position as u64]);
+    let (cycle, busy) = if h % 2 == 0 { (3, 1) } else { (5, 2) };
+    let off = (h >> 8) % cycle;
+    let n = (n as usize).clamp(1, MAX_WINDOW);
+    // Sample k = 0 is the oldest, n - 1 the latest. The phase moves on one sample per tick, so
+    // the instantaneous reading is busy on exactly busy/cycle of the ticks and jumps between
+    // ~0 and ~95 % as `nvidia-smi` shows it for such a job.
+    let mut running = [false; MAX_WINDOW];
+    for (k, r) in running.iter_mut().enumerate().take(n) {
+        *r = (tick + k as u64 + off) % cycle < busy;
+    }
+    // A window shorter than a cycle still shows both a batch and a wait.
+    if n >= 2 {
+        let busy_samples = running[..n].iter().filter(|&&r| r).count();
+        if busy_samples == 0 {
+            running[0] = true;
+        } else if busy_samples == n {
+            running[0] = false;
+        }
+    }
+    let d = Draw::new(seed, position, tick);
+    let mut values = [0.0; MAX_WINDOW];
+    for (k, v) in values.iter_mut().enumerate().take(n) {
+        let s = stream::STARVED + k as u64;
+        let pct = if running[k] { d.range(s, 85.0, 98.0) } else { d.range(s, 0.0, 4.0) };
+        *v = pct.floor() / 100.0;
+    }
+    let mut stats = WindowStats::from_values(values[..n].iter().copied()).unwrap_or_default();
+    stats.mean = stats.mean.clamp(stats.min, stats.max);
+    StarvedWindow { stats, latest: values[n - 1] }
+}
+
+/// `near-oom`'s share of usable memory at `tick`: from 95.5 % of the total, rising ever more
+/// slowly toward 99 % (a cache or a fragmenting allocator that only grows), never falling.
+fn near_oom_fraction(m: &GpuModel, tick: u64) -> f64 {
+    let t = tick as f64;
+    let of_total = 0.955 + 0.035 * t / (t + 900.0);
+    let usable = (m.memory_total_bytes - m.memory_reserved_bytes) as f64;
+    (of_total * m.memory_total_bytes as f64 / usable).min(MAX_MEM_FRAC)
+}
+
+/// One direction of a PCIe link's bandwidth, in the KB/s (1024 bytes) NVML reports throughput
+/// in: per-lane GB/s after encoding overhead (gen 1–2 8b/10b, gen 3–5 128b/130b, gen 6 FLIT).
+fn pcie_link_kbps(generation: u32, width: u32) -> f64 {
+    let per_lane_gbs = match generation {
+        1 => 0.25,
+        2 => 0.5,
+        3 => 0.985,
+        4 => 1.969,
+        5 => 3.938,
+        _ => 7.563,
+    };
+    per_lane_gbs * f64::from(width) * 1e9 / 1024.0
 }
 
 fn align_down(bytes: f64) -> u64 {

@@ -66,14 +66,17 @@
 //!
 //! ## Scenarios
 //!
-//! Built-ins: `training` (the default), `idle`, `dataloader-starved`, `imbalance`,
-//! `thermal-throttling`, `lost-gpu` (training; GPU 3 lost from tick 5) and `ecc-burst` (training;
-//! GPU 1 gets 4 uncorrectable ECC errors, XID 48, at tick 10). [`Scenario::load`] takes a
-//! built-in name or a file path:
+//! Built-ins: `training` (the default), `idle`, `dataloader-starved`, `memory-bound`,
+//! `imbalance`, `thermal-throttling`, `power-capped`, `near-oom`, `idle-allocated`, `pcie-bound`
+//! (each runs the workload of the same name on every GPU), `lost-gpu` (training; GPU 3 lost from
+//! tick 5) and `ecc-burst` (training; GPU 1 gets 4 uncorrectable ECC errors, XID 48, at tick
+//! 10). Each shows one pattern gpumon's diagnosis recognises, with values clearly on one side of
+//! every rule's threshold (`tests/scenarios.rs` checks that contract on the raw data).
+//! [`Scenario::load`] takes a built-in name or a file path:
 //!
 //! ```toml
 //! name = "my-scenario"
-//! workload = "training"      # idle | training | dataloader-starved | imbalance | thermal-throttling
+//! workload = "training"      # a workload name from the table below
 //! tick_period_ms = 1000      # simulated time per tick (energy integrates power over it)
 //! seed = 7                   # optional
 //!
@@ -126,11 +129,16 @@
 //!
 //! | workload | GPU util | memory-controller util | memory used | power | other |
 //! |---|---|---|---|---|---|
-//! | `idle` | 0–1 % | 0 % | 0 | idle draw | P8 on GeForce, `GPU_IDLE`, PCIe gen 1 |
-//! | `training` | 90–98 % | 45–64 % | ~86 % ± 3 % | 88–99 % of limit | `SW_POWER_CAP` when ≥ 97 % |
-//! | `dataloader-starved` | 20–34 % sawtooth | 55–74 % | ~58 % | 25–40 % above idle | decoder busy, high PCIe rx |
-//! | `imbalance` | even GPU: training; odd twin: 3–11 % | twin 2–5 % | same | twin near idle | |
-//! | `thermal-throttling` | as training | | | capped to 70–78 % once hot | +0.5 °C/tick to slowdown, then SM clock 55–65 %, `HW_SLOWDOWN`/`HW_THERMAL_SLOWDOWN`/`SW_THERMAL_SLOWDOWN` |
+//! | `idle` | 0–1 % | 0 % | 0 | idle draw | no processes, P8 on GeForce, `GPU_IDLE`, PCIe gen 1 |
+//! | `training` | 90–98 %, window min ≥ 85 % | 40–55 % | ~86 % ± 3 % | 88–95 % of limit | one-tick `SW_POWER_CAP` event (97–99 %, SM clock 86–92 %) in ~60 % of 30-tick blocks, never two in a block |
+//! | `dataloader-starved` | reading 0–3 % or 85–97 %; window min ≤ 3 %, max ≥ 85 %, mean 25–41 % | 8–21 % | ~70 % | 25–40 % above idle | GPM activity = window mean, PCIe rx 1–4 GB/s |
+//! | `memory-bound` | 30–35 %, steady | 76–86 % | ~80 % | 55–70 % of limit | GPM SM activity 24–32 %, DRAM bandwidth 76–86 % |
+//! | `imbalance` | even GPU: training; odd twin: 6–12 % | twin 2–5 % | same | twin near idle | |
+//! | `thermal-throttling` | as training | | | 70–78 % once hot | +0.5 °C/tick to slowdown, then SM clock 55–65 %, `HW_SLOWDOWN`/`HW_THERMAL_SLOWDOWN`/`SW_THERMAL_SLOWDOWN`; no power-cap reason |
+//! | `power-capped` | as training | as training | as training | 97.5–99.8 % of limit (24 ticks in 25), else 92–95 % | SM clock 70–82 % with `SW_POWER_CAP`, else 88–94 % |
+//! | `near-oom` | as training | as training | 95.5 % of total rising toward 99 %, never falling | as training | |
+//! | `idle-allocated` | 0–1 %, window max ≤ 2 % | 0 % | 32–58 %, constant | just above idle | a compute process, `GPU_IDLE` |
+//! | `pcie-bound` | 27–33 %, steady | 10–19 % | ~62 % | 30–42 % above idle | PCIe rx 74–86 % of the link's bandwidth, tx 4–12 % |
 //!
 //! Invariants hold at every tick: `used + free + reserved = total`, utilisations in `0..=1`,
 //! clocks ≤ their maxima, power ≤ limit, the energy counter (the integral of reported power

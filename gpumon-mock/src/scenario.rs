@@ -18,43 +18,84 @@ const BUILTIN: &[(&str, &str)] = &[
     ("training", include_str!("../profiles/scenarios/training.toml")),
     ("idle", include_str!("../profiles/scenarios/idle.toml")),
     ("dataloader-starved", include_str!("../profiles/scenarios/dataloader-starved.toml")),
+    ("memory-bound", include_str!("../profiles/scenarios/memory-bound.toml")),
     ("imbalance", include_str!("../profiles/scenarios/imbalance.toml")),
     ("thermal-throttling", include_str!("../profiles/scenarios/thermal-throttling.toml")),
+    ("power-capped", include_str!("../profiles/scenarios/power-capped.toml")),
+    ("near-oom", include_str!("../profiles/scenarios/near-oom.toml")),
+    ("idle-allocated", include_str!("../profiles/scenarios/idle-allocated.toml")),
+    ("pcie-bound", include_str!("../profiles/scenarios/pcie-bound.toml")),
     ("lost-gpu", include_str!("../profiles/scenarios/lost-gpu.toml")),
     ("ecc-burst", include_str!("../profiles/scenarios/ecc-burst.toml")),
 ];
 
 /// What a GPU is doing over time. Every value is a pure function of (seed, device, tick).
+///
+/// Each workload shows one pattern gpumon's diagnosis recognises, with its values clearly on one
+/// side of every threshold (see `docs/diagnosis.md`); `training` and `idle` are the healthy
+/// baselines that must raise nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum Workload {
-    /// Nothing running: utilisation ~0, idle power and clocks, P8, `GPU_IDLE`.
+    /// Nothing running: utilisation ~0, no memory allocated, no processes, idle power and
+    /// clocks, P8, `GPU_IDLE`.
     Idle,
-    /// Steady training: utilisation 90–98 %, memory ~88 % used, power 88–99 % of the limit.
+    /// Steady training: utilisation 90–98 % (every driver sample at 85 % or more), memory controller
+    /// 40–55 %, memory ~86 % ± 3 % used, power 88–95 % of the limit with a short `SW_POWER_CAP`
+    /// event (one tick at 97–99 %, clocks 86–92 %) in about 60 % of each 30-tick block.
     #[default]
     Training,
-    /// Starved by the input pipeline: GPU utilisation 20–35 % in a sawtooth, memory controller
-    /// 55–75 % busy, high host-to-device PCIe traffic.
+    /// Starved by the input pipeline: within each interval the GPU runs a batch (85–97 %) and
+    /// then waits for the next (0–3 %), so the high-resolution window spans ~0 to ~0.9 with a
+    /// mean of 25–41 % and the instantaneous reading jumps between the two; memory ~70 % used,
+    /// memory controller 8–21 %, PCIe traffic low.
     #[serde(alias = "dataloader_starved", alias = "starved")]
     DataloaderStarved,
-    /// GPUs in pairs by index: the even one trains, its odd twin waits (utilisation 3–12 %,
+    /// Memory-bandwidth bound: SM utilisation 30–35 % (GPM SM activity 24–32 %) while the memory
+    /// controller is 76–86 % busy and GPM DRAM bandwidth 76–86 %; steady windows.
+    #[serde(alias = "memory_bound")]
+    MemoryBound,
+    /// GPUs in pairs by index: the even one trains, its odd twin waits (utilisation 3–11 %,
     /// same memory footprint).
     Imbalance,
     /// Training while cooling fails: temperature climbs past the slowdown threshold within
-    /// ~60 ticks and hovers there; clocks drop, thermal slowdown reasons are set, power is capped.
+    /// ~60 ticks and hovers there; then SM clocks drop to 55–65 % of maximum with the thermal
+    /// slowdown reasons set, and power falls to 70–78 % of the limit (no power-cap reason).
     #[serde(alias = "thermal_throttling", alias = "throttling")]
     ThermalThrottling,
+    /// Training pinned at the power limit: power 97.5–99.8 % of the limit, SM clocks 70–82 % of
+    /// maximum and `SW_POWER_CAP` on 24 ticks in 25; on the 25th the draw dips to 92–95 % and
+    /// the reason clears.
+    #[serde(alias = "power_capped")]
+    PowerCapped,
+    /// Training with memory nearly full: used memory from 95.5 % of the total, rising ever more
+    /// slowly toward 99 %, never falling.
+    #[serde(alias = "near_oom")]
+    NearOom,
+    /// A process holds 32–58 % of memory and runs nothing: utilisation 0–1 % (no driver sample
+    /// above 2 %), near-idle power, `GPU_IDLE`.
+    #[serde(alias = "idle_allocated")]
+    IdleAllocated,
+    /// Bound by host-device copies: PCIe receive 74–86 % of the link's bandwidth (transmit
+    /// 4–12 %), utilisation a steady 27–33 %, memory controller 10–19 %.
+    #[serde(alias = "pcie_bound")]
+    PcieBound,
 }
 
 impl Workload {
     /// Every workload.
-    pub const ALL: [Workload; 5] = [
+    pub const ALL: [Workload; 10] = [
         Workload::Idle,
         Workload::Training,
         Workload::DataloaderStarved,
+        Workload::MemoryBound,
         Workload::Imbalance,
         Workload::ThermalThrottling,
+        Workload::PowerCapped,
+        Workload::NearOom,
+        Workload::IdleAllocated,
+        Workload::PcieBound,
     ];
 
     /// The name used in scenario files.
@@ -63,8 +104,13 @@ impl Workload {
             Workload::Idle => "idle",
             Workload::Training => "training",
             Workload::DataloaderStarved => "dataloader-starved",
+            Workload::MemoryBound => "memory-bound",
             Workload::Imbalance => "imbalance",
             Workload::ThermalThrottling => "thermal-throttling",
+            Workload::PowerCapped => "power-capped",
+            Workload::NearOom => "near-oom",
+            Workload::IdleAllocated => "idle-allocated",
+            Workload::PcieBound => "pcie-bound",
         }
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use common::Fake;
 use gpumon_core::nvml::NvmlSampler;
-use gpumon_core::{DeviceFilter, DeviceSample, MetricSet, SampleRequest, Sampler, Snapshot};
+use gpumon_core::{ClockEventReasons, DeviceFilter, DeviceSample, MetricSet, SampleRequest, Sampler, Snapshot};
 use gpumon_fake_nvml::expected::{device_info, faulted_sample, nvml_view};
 use gpumon_fake_nvml::{Config, Fleet};
 
@@ -105,59 +105,100 @@ fn every_family_round_trips_h100x8() {
 #[test]
 fn nvml_through_the_fake_equals_the_mock_model() {
     for profile in ["h100x8", "a100x8-mig", "rtx4090x2", "h200x8", "mixed"] {
-        let spec = format!("profile={profile};clock=manual");
-        let fake = Fake::new(&spec);
-        let config = Config::parse(&spec).unwrap();
-        let fleet = Fleet::load(&config).unwrap();
-        let s = sampler(&fake);
-        for tick in [0, 1, 7] {
-            fake.set_tick(tick);
-            let got = normalized(&s.sample(&everything()).unwrap());
-            let want: Vec<DeviceSample> = (0..fleet.devices.len())
-                .map(|i| {
-                    let mut m = fleet.sample(i, tick);
-                    normalize(&mut m);
-                    m
-                })
-                .collect();
-            let got: Vec<DeviceSample> = got
-                .into_iter()
-                .zip(&want)
-                .map(|(mut g, w)| {
-                    // XIDs are counted by the watcher thread; compared in the round-trip test.
-                    g.xid_errors.clear();
-                    // Window statistics pass through floating-point driver samples: equal to
-                    // 1e-9, not bit for bit.
-                    assert_windows_close(&g.windows, &w.windows, &format!("{profile} tick {tick} {}", w.info.uuid));
-                    g.windows = w.windows;
-                    // GPM percent → ratio: also equal to 1e-9.
-                    let (a, b) = (&g.gpm, &w.gpm);
-                    for (x, y) in [
-                        (a.graphics_activity, b.graphics_activity),
-                        (a.sm_activity, b.sm_activity),
-                        (a.sm_occupancy, b.sm_occupancy),
-                        (a.tensor_activity, b.tensor_activity),
-                        (a.dram_bandwidth, b.dram_bandwidth),
-                    ] {
-                        assert!(
-                            x.is_some() == y.is_some() && (x.unwrap_or(0.0) - y.unwrap_or(0.0)).abs() < 1e-9,
-                            "{profile} tick {tick}: gpm {a:?} vs {b:?}"
-                        );
-                    }
-                    g.gpm = w.gpm;
-                    g
-                })
-                .collect();
-            let want: Vec<DeviceSample> = want
-                .into_iter()
-                .map(|mut w| {
-                    w.xid_errors.clear();
-                    w
-                })
-                .collect();
-            assert_same(&got, &want, &format!("{profile} tick {tick}"));
-        }
+        assert_fake_equals_model(&format!("profile={profile};clock=manual"), &[0, 1, 7]);
     }
+}
+
+/// Every built-in scenario reaches an NVML client unchanged: high-resolution windows (the
+/// starved GPU's dips), GPM (memory-bound DRAM), clock-event reasons (power cap, thermal),
+/// PCIe throughput and processes — the data gpumon's diagnosis reads.
+#[test]
+fn every_builtin_scenario_flows_through_the_fake() {
+    for name in gpumon_mock::Scenario::builtin_names() {
+        // Tick 70: thermal-throttling is hot by then, lost-gpu has lost GPU 3, ecc-burst had its burst.
+        let got = assert_fake_equals_model(&format!("scenario={name};clock=manual"), &[0, 1, 2, 70]);
+        let up: Vec<&DeviceSample> = got.iter().filter(|s| s.is_up()).collect();
+        let every = |f: &dyn Fn(&DeviceSample) -> bool| up.iter().all(|s| f(s));
+        let reasons = |s: &DeviceSample| s.clock_event_reasons.unwrap().0;
+        let link = |s: &DeviceSample| 3.938e9 * f64::from(s.pcie.link_width.unwrap());
+        let signature = match name {
+            "dataloader-starved" => every(&|s| {
+                let w = s.windows.gpu_utilization.unwrap();
+                w.min <= 0.05 && w.max >= 0.8 && w.mean <= 0.5 && s.utilization.memory.unwrap() < 0.3
+            }),
+            "memory-bound" => every(&|s| s.gpm.sm_activity.unwrap() <= 0.4 && s.gpm.dram_bandwidth.unwrap() >= 0.75),
+            "power-capped" => up.iter().filter(|s| reasons(s) & ClockEventReasons::SW_POWER_CAP != 0).count() >= 7,
+            "thermal-throttling" => every(&|s| {
+                reasons(s) & ClockEventReasons::HW_THERMAL_SLOWDOWN != 0
+                    && reasons(s) & ClockEventReasons::SW_POWER_CAP == 0
+            }),
+            "near-oom" => every(&|s| s.memory.used_ratio().unwrap() >= 0.95),
+            "idle-allocated" => every(&|s| !s.processes.is_empty() && s.windows.gpu_utilization.unwrap().max <= 0.05),
+            "pcie-bound" => every(&|s| s.pcie.rx_bytes_per_second.unwrap() >= 0.7 * link(s)),
+            "lost-gpu" => up.len() == 7,
+            _ => true,
+        };
+        assert!(signature, "{name}: the scenario's signature did not reach the NVML client at tick 70");
+    }
+}
+
+/// Samples the fake configured by `spec` at each of `ticks` through `NvmlSampler` and asserts the
+/// snapshots equal the mock model's samples; returns the last tick's snapshot.
+fn assert_fake_equals_model(spec: &str, ticks: &[u64]) -> Vec<DeviceSample> {
+    let fake = Fake::new(spec);
+    let config = Config::parse(spec).unwrap();
+    let fleet = Fleet::load(&config).unwrap();
+    let s = sampler(&fake);
+    let mut last = Vec::new();
+    for &tick in ticks {
+        fake.set_tick(tick);
+        let got = normalized(&s.sample(&everything()).unwrap());
+        last = got.clone();
+        let want: Vec<DeviceSample> = (0..fleet.devices.len())
+            .map(|i| {
+                let mut m = fleet.sample(i, tick);
+                normalize(&mut m);
+                m
+            })
+            .collect();
+        let got: Vec<DeviceSample> = got
+            .into_iter()
+            .zip(&want)
+            .map(|(mut g, w)| {
+                // XIDs are counted by the watcher thread; compared in the round-trip test.
+                g.xid_errors.clear();
+                // Window statistics pass through floating-point driver samples: equal to
+                // 1e-9, not bit for bit.
+                assert_windows_close(&g.windows, &w.windows, &format!("{spec} tick {tick} {}", w.info.uuid));
+                g.windows = w.windows;
+                // GPM percent → ratio: also equal to 1e-9.
+                let (a, b) = (&g.gpm, &w.gpm);
+                for (x, y) in [
+                    (a.graphics_activity, b.graphics_activity),
+                    (a.sm_activity, b.sm_activity),
+                    (a.sm_occupancy, b.sm_occupancy),
+                    (a.tensor_activity, b.tensor_activity),
+                    (a.dram_bandwidth, b.dram_bandwidth),
+                ] {
+                    assert!(
+                        x.is_some() == y.is_some() && (x.unwrap_or(0.0) - y.unwrap_or(0.0)).abs() < 1e-9,
+                        "{spec} tick {tick}: gpm {a:?} vs {b:?}"
+                    );
+                }
+                g.gpm = w.gpm;
+                g
+            })
+            .collect();
+        let want: Vec<DeviceSample> = want
+            .into_iter()
+            .map(|mut w| {
+                w.xid_errors.clear();
+                w
+            })
+            .collect();
+        assert_same(&got, &want, &format!("{spec} tick {tick}"));
+    }
+    last
 }
 
 fn assert_windows_close(a: &gpumon_core::Windows, b: &gpumon_core::Windows, what: &str) {
