@@ -46,6 +46,11 @@ async fn endpoint_serves_metrics_health_and_errors() {
     })
     .await;
 
+    // Liveness: the process serves.
+    let r = http.get(format!("{url}/live")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "live\n");
+
     // Text format by default.
     let r = http.get(format!("{url}/metrics")).send().await.unwrap();
     assert_eq!(r.status(), 200);
@@ -86,6 +91,19 @@ async fn endpoint_serves_metrics_health_and_errors() {
     })
     .await;
     assert!(body.contains("injected failure"), "{body}");
+    // Readiness stays 503 as long as sampling fails (several more ticks), while liveness stays
+    // 200: an orchestrator must not restart an agent that waits for its backend.
+    let failures = agent.stats().sample_failures;
+    eventually(Duration::from_secs(5), "three more failed samples", || async {
+        (agent.stats().sample_failures >= failures + 3).then_some(())
+    })
+    .await;
+    assert_eq!(http.get(format!("{url}/health")).send().await.unwrap().status(), 503);
+    let r = http.get(format!("{url}/live")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "live\n");
+    assert_eq!(http.head(format!("{url}/live")).send().await.unwrap().status(), 200);
+    assert_eq!(http.post(format!("{url}/live")).body("x").send().await.unwrap().status(), 405);
     let text = http.get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(text.contains("gpumon_last_sample_success{host=\"gpumon-test-host\"} 0\n"), "{text}");
     assert!(!text.contains("gpumon_sample_failures_total{host=\"gpumon-test-host\"} 0\n"));

@@ -305,8 +305,8 @@ fn text_response(status: StatusCode, body: &'static str) -> Response<Full<Bytes>
 
 fn respond(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     let path = req.uri().path();
-    if path != "/metrics" && path != "/health" {
-        return text_response(StatusCode::NOT_FOUND, "not found: try /metrics or /health\n");
+    if path != "/metrics" && path != "/health" && path != "/live" {
+        return text_response(StatusCode::NOT_FOUND, "not found: try /metrics, /health or /live\n");
     }
     let head = req.method() == Method::HEAD;
     if req.method() != Method::GET && !head {
@@ -315,7 +315,11 @@ fn respond(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         return r;
     }
     let handle = &state.handle;
-    let mut response = if path == "/health" {
+    let mut response = if path == "/live" {
+        // Liveness: the process serves. Unlike `/health` (readiness), it stays 200 while the
+        // backend fails, so an orchestrator does not restart an agent that waits for a driver.
+        text_response(StatusCode::OK, "live\n")
+    } else if path == "/health" {
         match handle.health() {
             Ok(()) => text_response(StatusCode::OK, "ok\n"),
             Err(reason) => {
