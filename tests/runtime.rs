@@ -366,3 +366,30 @@ async fn shutdown_deadline_counts_from_the_call_even_when_the_agent_is_busy() {
     }
     gate.release();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_hostname_override_applies_to_every_snapshot_without_a_copy_per_tick() {
+    let backend_host = h100x8().sample(&SampleRequest::new(MetricSet::default(), DeviceFilter::all())).unwrap();
+    assert_ne!(backend_host.system.hostname, "node-17");
+    let rec = RecordingSink::new("rec");
+    let handle = Agent::builder(h100x8())
+        .interval(Duration::from_secs(1))
+        .hostname("node-17")
+        .sink(rec.clone())
+        .spawn()
+        .unwrap();
+    let mut stream = handle.subscribe();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(stream.recv().await.unwrap());
+    }
+    handle.shutdown(Duration::from_secs(1)).await.unwrap();
+    for s in &seen {
+        assert_eq!(s.system.hostname, "node-17");
+        assert_eq!(s.system.backend, "mock", "everything else is the backend's");
+        assert_eq!(s.system.driver_version, backend_host.system.driver_version);
+    }
+    // One patched SystemInfo, shared by every snapshot (the mock shares its own the same way).
+    assert!(std::sync::Arc::ptr_eq(&seen[0].system, &seen[2].system));
+    assert!(rec.snapshots().iter().all(|s| s.system.hostname == "node-17"));
+}
