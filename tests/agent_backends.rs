@@ -2,7 +2,7 @@
 //! 127.0.0.1: every value must arrive equal to what the mock profile produced.
 //!
 //! Skipped (with a message) unless `GPUMON_TEST_BACKENDS=1`; scripts/test.sh sets it.
-#![cfg(all(feature = "mock", feature = "prometheus", feature = "pushgateway", feature = "influxdb", feature = "otlp"))]
+#![cfg(all(feature = "agent", feature = "prometheus", feature = "pushgateway", feature = "influxdb", feature = "otlp"))]
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpumon::core::{DeviceFilter, MetricSet, SampleRequest, Sampler, Snapshot};
-use gpumon::mock::{FleetProfile, MockSampler};
+use gpumon_mock::{FleetProfile, MockSampler};
 
 fn backends() -> bool {
     if std::env::var("GPUMON_TEST_BACKENDS").as_deref() == Ok("1") {

@@ -1,17 +1,8 @@
-//! gpumon's example agent: samples every visible GPU and sends the snapshots to the configured
-//! sinks. With no GPU (or no NVML), `--backend auto` falls back to the mock backend and says so.
+//! The agent's command line, settings and main loop (shared by the `gpumon-agent` binary and
+//! the example agent).
 //!
-//! ```text
-//! cargo run --release --example agent -- --once --stdout-format json
-//! cargo run --release --example agent -- --backend mock --mock-profile a100x4 --interval 500ms
-//! cargo run --release --example agent -- --config gpumon.toml
-//! ```
-//! Run with `--help` for every flag. Exit codes: 0 success, 1 runtime failure (sampling or a
-//! sink failed in `--once`, shutdown incomplete), 2 bad configuration or flags.
-
-mod backend;
-mod config;
-mod sinks;
+//! Exit codes: 0 success, 1 runtime failure (sampling or a sink failed in `--once`, shutdown
+//! incomplete, the requested backend unavailable), 2 bad configuration or flags.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,7 +11,9 @@ use std::time::Duration;
 use clap::Parser;
 use gpumon::core::{Agent, AgentError, DeviceFilter, Family, MetricSet, SinkOptions};
 
-use config::{Backend, FileConfig};
+use crate::backend;
+use crate::config::{self, Backend, FileConfig};
+use crate::sinks;
 
 /// Watch NVIDIA GPUs: sample every GPU through NVML (or the mock backend) and export the samples to
 /// stdout, Prometheus, a Pushgateway, InfluxDB or an OpenTelemetry collector.
@@ -32,7 +25,8 @@ pub struct Cli {
     /// TOML config file (see examples/agent/gpumon.example.toml).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Backend: NVML, the mock, or NVML when it loads and the mock otherwise.
+    /// Backend: NVML, the mock, or auto: NVML; without NVML, simulated GPUs when stdout is the
+    /// only sink, and otherwise no GPU data (gpumon_up 0) while NVML is retried with backoff.
     #[arg(long, value_enum)]
     pub backend: Option<Backend>,
     /// Mock fleet: a built-in name (h100x8, a100x4, h200x8, rtx4090x2, a100x8-mig, ...) or a TOML file.
@@ -112,6 +106,10 @@ pub struct Cli {
     /// OTLP transport.
     #[arg(long, value_name = "grpc|http")]
     pub otlp_protocol: Option<String>,
+    /// Host name for the `host` label/tag (default: GPUMON_HOST, else NODE_NAME — the Kubernetes
+    /// Downward API convention —, else the system's host name).
+    #[arg(long, env = "GPUMON_HOST", value_name = "NAME")]
+    pub host: Option<String>,
     /// Log filter (RUST_LOG syntax), e.g. info, debug, gpumon_core=debug.
     #[arg(long, default_value = "info", env = "GPUMON_LOG", value_name = "FILTER")]
     pub log: String,
@@ -137,6 +135,14 @@ struct Settings {
     sink_options: SinkOptions,
     shutdown_timeout: Duration,
     once: bool,
+    /// The host name override (`--host`, GPUMON_HOST, NODE_NAME), if any.
+    host: Option<String>,
+}
+
+/// `--host` / GPUMON_HOST, else NODE_NAME; blank values count as unset.
+fn host_override(cli: &Cli) -> Option<String> {
+    let node_name = || std::env::var("NODE_NAME").ok();
+    cli.host.clone().filter(|h| !h.trim().is_empty()).or_else(node_name).map(|h| h.trim().to_owned()).filter(|h| !h.is_empty())
 }
 
 fn parse_families(names: &[String], key: &str) -> Result<Vec<Family>, ConfigError> {
@@ -193,10 +199,12 @@ fn resolve(cli: &Cli, file: &FileConfig) -> Result<Settings, ConfigError> {
         sink_options,
         shutdown_timeout: a.shutdown_timeout.unwrap_or(Duration::from_secs(5)),
         once: cli.once,
+        host: host_override(cli),
     })
 }
 
-fn main() -> ExitCode {
+/// Parses the command line, runs the agent, and returns the exit code.
+pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli.log);
     let file = match &cli.config {
@@ -247,17 +255,21 @@ fn init_logging(filter: &str) {
 }
 
 async fn run(cli: Cli, file: FileConfig, settings: Settings) -> ExitCode {
-    let sampler = match backend::select(settings.backend, &cli, &file) {
+    let marks = sinks::Marks { mock: settings.backend == Backend::Mock, host: settings.host.as_deref() };
+    let sinks = match sinks::build(&cli, &file, marks).await {
+        Ok(s) => s,
+        Err(e) => return config_failure(&e.0),
+    };
+    // Any sink but stdout sends the data out of this process, where simulated values could be
+    // taken for real ones.
+    let exporting = sinks.iter().any(|s| s.name() != sinks::STDOUT);
+    let sampler = match backend::select(settings.backend, exporting, &cli, &file) {
         Ok(s) => s,
         Err(backend::BackendError::Config(e)) => return config_failure(&e),
         Err(backend::BackendError::Unavailable(e)) => {
             eprintln!("gpumon: {e}");
             return ExitCode::from(1);
         }
-    };
-    let sinks = match sinks::build(&cli, &file).await {
-        Ok(s) => s,
-        Err(e) => return config_failure(&e.0),
     };
     let mut builder = Agent::builder_arc(sampler)
         .interval(settings.interval)
@@ -266,6 +278,9 @@ async fn run(cli: Cli, file: FileConfig, settings: Settings) -> ExitCode {
         .scheduled(!settings.once);
     if let Some(t) = settings.sample_timeout {
         builder = builder.sample_timeout(t);
+    }
+    if let Some(host) = &settings.host {
+        builder = builder.hostname(host.clone());
     }
     for sink in sinks {
         builder = builder.boxed_sink(sink, settings.sink_options);

@@ -1,0 +1,29 @@
+//! gpumon's example agent: the `gpumon-agent` binary (src/bin/gpumon-agent/) built as an example,
+//! with the mock backend always available (gpumon-mock is a dev-dependency), so that
+//! `cargo run --release --example agent` works on a machine without a GPU: with stdout as the
+//! only sink, `--backend auto` falls back to simulated GPUs and says so on stderr.
+//!
+//! ```text
+//! cargo run --release --example agent -- --once --stdout-format json
+//! cargo run --release --example agent -- --backend mock --mock-profile a100x4 --interval 500ms
+//! cargo run --release --example agent -- --config gpumon.toml
+//! ```
+//! Run with `--help` for every flag. Exit codes: 0 success, 1 runtime failure (sampling or a
+//! sink failed in `--once`, shutdown incomplete), 2 bad configuration or flags.
+
+#[path = "../../src/bin/gpumon-agent/app.rs"]
+mod app;
+#[path = "../../src/bin/gpumon-agent/backend.rs"]
+mod backend;
+#[path = "../../src/bin/gpumon-agent/config.rs"]
+mod config;
+#[path = "../../src/bin/gpumon-agent/mock.rs"]
+mod mock;
+#[path = "../../src/bin/gpumon-agent/sinks.rs"]
+mod sinks;
+
+use gpumon_mock as mock_crate;
+
+fn main() -> std::process::ExitCode {
+    app::main()
+}
