@@ -2,7 +2,13 @@
 //! 127.0.0.1: every value must arrive equal to what the mock profile produced.
 //!
 //! Skipped (with a message) unless `GPUMON_TEST_BACKENDS=1`; scripts/test.sh sets it.
-#![cfg(all(feature = "agent", feature = "prometheus", feature = "pushgateway", feature = "influxdb", feature = "otlp"))]
+#![cfg(all(
+    feature = "agent",
+    feature = "prometheus",
+    feature = "pushgateway",
+    feature = "influxdb",
+    feature = "otlp"
+))]
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

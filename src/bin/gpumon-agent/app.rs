@@ -142,7 +142,12 @@ struct Settings {
 /// `--host` / GPUMON_HOST, else NODE_NAME; blank values count as unset.
 fn host_override(cli: &Cli) -> Option<String> {
     let node_name = || std::env::var("NODE_NAME").ok();
-    cli.host.clone().filter(|h| !h.trim().is_empty()).or_else(node_name).map(|h| h.trim().to_owned()).filter(|h| !h.is_empty())
+    cli.host
+        .clone()
+        .filter(|h| !h.trim().is_empty())
+        .or_else(node_name)
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
 }
 
 fn parse_families(names: &[String], key: &str) -> Result<Vec<Family>, ConfigError> {

@@ -20,7 +20,12 @@ pub enum BackendError {
 /// The sampler for `backend`. `exporting`: a sink other than stdout is configured, so the data
 /// leaves this process (a scrape endpoint, a database, a collector) and must never be simulated
 /// unless `--backend mock` asked for it.
-pub fn select(backend: Backend, exporting: bool, cli: &Cli, file: &FileConfig) -> Result<Arc<dyn Sampler>, BackendError> {
+pub fn select(
+    backend: Backend,
+    exporting: bool,
+    cli: &Cli,
+    file: &FileConfig,
+) -> Result<Arc<dyn Sampler>, BackendError> {
     match backend {
         Backend::Mock => crate::mock::sampler(cli, file),
         Backend::Nvml => nvml(cli, file).map_err(BackendError::Unavailable),

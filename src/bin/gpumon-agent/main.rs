@@ -27,9 +27,9 @@ mod mock {
 
     use gpumon::core::Sampler;
 
+    use crate::app::Cli;
     use crate::backend::BackendError;
     use crate::config::FileConfig;
-    use crate::app::Cli;
 
     /// Whether this build can simulate GPUs.
     pub const AVAILABLE: bool = false;
