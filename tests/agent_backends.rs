@@ -3,7 +3,13 @@
 //!
 //! `#[ignore]`d: a plain `cargo test` lists these as ignored; `scripts/test.sh` starts the servers
 //! and runs them (`--include-ignored`), and then a missing server is a failure.
-#![cfg(all(feature = "mock", feature = "prometheus", feature = "pushgateway", feature = "influxdb", feature = "otlp"))]
+#![cfg(all(
+    feature = "agent",
+    feature = "prometheus",
+    feature = "pushgateway",
+    feature = "influxdb",
+    feature = "otlp"
+))]
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -11,9 +17,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpumon::core::{DeviceFilter, MetricSet, SampleRequest, Sampler, Snapshot};
-use gpumon::mock::{FleetProfile, MockSampler};
+use gpumon_mock::{FleetProfile, MockSampler};
 
-use gpumon::mock::test_env::require_env as env;
+use gpumon_mock::test_env::require_env as env;
 
 fn agent() -> Command {
     let exe = std::env::current_exe().unwrap();

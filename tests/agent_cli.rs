@@ -1,5 +1,5 @@
 //! The example agent as a user runs it: flags, config errors, output, signals.
-#![cfg(all(feature = "mock", feature = "stdout"))]
+#![cfg(all(feature = "agent", feature = "stdout"))]
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpumon::core::{DeviceFilter, DeviceState, MetricSet, SampleRequest, Sampler, Snapshot};
-use gpumon::mock::MockSampler;
+use gpumon_mock::MockSampler;
 
 /// `target/<profile>/examples/agent`, which `cargo test` builds alongside this test.
 fn agent() -> Command {
@@ -271,4 +271,151 @@ fn once_fails_when_its_only_sample_cannot_be_delivered() {
     ]));
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("pushgateway"), "names the failing sink: {stderr}");
+}
+
+/// A running agent with a Prometheus endpoint on a free port (`--prometheus-listen
+/// 127.0.0.1:0`; the address is read from its log) and its stderr collected.
+#[cfg(feature = "prometheus")]
+struct Served {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+    stderr: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+#[cfg(feature = "prometheus")]
+impl Served {
+    fn start(args: &[&str]) -> Served {
+        let mut child = agent()
+            .env("GPUMON_LOG", "info")
+            .args(["--prometheus-listen", "127.0.0.1:0", "--interval", "100ms", "--config", "/dev/null"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let log = stderr.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                if let Some(addr) = line.split("listening addr=").nth(1) {
+                    let _ = tx.send(addr.trim().parse::<std::net::SocketAddr>().unwrap());
+                }
+                log.lock().unwrap().push(line);
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(addr) => addr,
+            Err(e) => {
+                let _ = child.kill();
+                panic!("no `listening addr=` in the agent's log ({e}): {:?}", stderr.lock().unwrap());
+            }
+        };
+        Served { child, addr, stderr }
+    }
+
+    /// `GET path`: (status code, body).
+    fn get(&self, path: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(self.addr).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        let code = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("not HTTP: {out}"));
+        let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        (code, body)
+    }
+
+    /// Scrapes `/metrics` until `done` holds for the body (10 s at most).
+    fn scrape_until(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
+        let started = Instant::now();
+        loop {
+            let (code, body) = self.get("/metrics");
+            if code == 200 && done(&body) {
+                return body;
+            }
+            assert!(started.elapsed() < Duration::from_secs(10), "never {what}: {body}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log(&self) -> String {
+        self.stderr.lock().unwrap().join("\n")
+    }
+}
+
+#[cfg(feature = "prometheus")]
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Series lines of an exposition (no comments).
+#[cfg(feature = "prometheus")]
+fn series(body: &str) -> Vec<&str> {
+    body.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).collect()
+}
+
+/// A node whose driver did not load: `auto` with an exporting sink never falls back to the mock.
+/// It keeps serving, says `gpumon_up 0` and exports no device series; readiness fails,
+/// liveness holds.
+#[cfg(feature = "prometheus")]
+#[test]
+fn auto_without_nvml_and_an_exporting_sink_serves_gpumon_up_0_and_no_simulated_gpus() {
+    let agent = Served::start(&["--backend", "auto", "--nvml-library", "/nonexistent/libnvidia-ml.so.1"]);
+    // Three failed samples: the agent keeps running and serving.
+    let body = agent.scrape_until("three failed samples", |b| {
+        series(b).iter().any(|l| {
+            l.strip_prefix("gpumon_sample_failures_total ").and_then(|v| v.parse::<u64>().ok()).is_some_and(|n| n >= 3)
+        })
+    });
+    let lines = series(&body);
+    assert!(lines.contains(&"gpumon_up 0"), "{body}");
+    assert!(lines.contains(&"gpumon_samples_total 0"), "{body}");
+    let device_series: Vec<_> = lines.iter().filter(|l| l.contains("gpu=\"") || l.contains("uuid=")).collect();
+    assert!(device_series.is_empty(), "device series without NVML: {device_series:?}");
+    assert!(!body.contains("mock"), "{body}");
+    assert_eq!(agent.get("/health").0, 503);
+    assert_eq!(agent.get("/live"), (200, "live\n".to_owned()));
+    let log = agent.log();
+    assert!(log.contains("NVML unavailable") && log.contains("retrying NVML with backoff"), "{log}");
+    assert!(!log.contains("MOCK backend"), "{log}");
+    // Said once, not once per tick.
+    assert_eq!(log.matches("retrying NVML with backoff").count(), 1, "{log}");
+}
+
+/// `--backend mock` exports simulated GPUs, and every series says so, in both namings.
+#[cfg(feature = "prometheus")]
+#[test]
+fn an_explicit_mock_backend_marks_every_prometheus_series() {
+    for naming in ["native", "dcgm"] {
+        let agent = Served::start(&["--backend", "mock", "--mock-profile", "a100x4", "--prometheus-naming", naming]);
+        let body = agent.scrape_until("device series", |b| b.contains("gpumon_gpu_info{"));
+        let lines = series(&body);
+        let devices = lines.iter().filter(|l| l.starts_with("gpumon_gpu_info{")).count();
+        assert_eq!(devices, 4, "{body}");
+        assert!(lines.len() > 4 * 10, "{body}");
+        for line in lines {
+            assert_eq!(line.matches("backend=\"mock\"").count(), 1, "{naming}: {line}");
+        }
+    }
+}
+
+#[test]
+fn the_host_label_can_be_overridden() {
+    let host_of = |cmd: &mut Command| -> String {
+        let (code, stdout, stderr) = run(cmd.args(["--backend", "mock", "--once", "--stdout-format", "json"]));
+        assert_eq!(code, 0, "{stderr}");
+        let snap: Snapshot = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+        snap.system.hostname.clone()
+    };
+    let system = host_of(agent().env_remove("GPUMON_HOST").env_remove("NODE_NAME"));
+    assert_eq!(system, gpumon::core::hostname());
+    assert_eq!(host_of(agent().args(["--host", "node-17"]).env("NODE_NAME", "pod-x")), "node-17");
+    assert_eq!(host_of(agent().env("GPUMON_HOST", "node-18").env("NODE_NAME", "node-19")), "node-18");
+    assert_eq!(host_of(agent().env_remove("GPUMON_HOST").env("NODE_NAME", "node-19")), "node-19");
+    assert_eq!(host_of(agent().env_remove("GPUMON_HOST").env("NODE_NAME", "")), system);
 }

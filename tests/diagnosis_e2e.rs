@@ -2,7 +2,7 @@
 //! scenario is scraped by a real Prometheus that loads `deploy/prometheus/gpumon-alerts.yml`;
 //! the finding series reads 1 for every GPU and the `GpumonFindingActive` alert fires (its
 //! `ALERTS` series appears).
-#![cfg(all(feature = "mock", feature = "prometheus"))]
+#![cfg(all(feature = "agent", feature = "prometheus"))]
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -2,7 +2,7 @@
 //! crate's recording/faulty sinks. Timing tests run on paused tokio time, so they are exact and
 //! fast; the one that hangs inside the (blocking) sampler steps time by hand, because tokio does
 //! not auto-advance time while a `spawn_blocking` task runs.
-#![cfg(all(feature = "mock", feature = "stdout"))]
+#![cfg(feature = "stdout")]
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use gpumon::core::{
     Agent, AgentError, DeviceFilter, DeviceState, Family, MetricSet, SampleError, SampleRequest, Sampler, SinkOptions,
     SinkState, Snapshot,
 };
-use gpumon::mock::{Behavior, FailKind, Fault, FaultySink, Gate, MockSampler, RecordingSink, Scenario};
+use gpumon_mock::{Behavior, FailKind, Fault, FaultySink, Gate, MockSampler, RecordingSink, Scenario};
 use tokio::time::Instant;
 
 fn h100x8() -> MockSampler {
@@ -200,7 +200,7 @@ async fn hidden_devices_never_reach_a_sink() {
 #[tokio::test(start_paused = true)]
 async fn a_lost_gpu_is_marked_and_the_others_keep_reporting() {
     let sampler = MockSampler::builder()
-        .profile(gpumon::mock::FleetProfile::load("h100x8").unwrap())
+        .profile(gpumon_mock::FleetProfile::load("h100x8").unwrap())
         .scenario(Scenario::load("training").unwrap())
         .fault(Fault::DeviceLost { device: 3, at_tick: 2 })
         .build()
@@ -226,7 +226,7 @@ async fn a_lost_gpu_is_marked_and_the_others_keep_reporting() {
 async fn a_hanging_sample_is_abandoned_and_ticks_are_skipped_until_it_returns() {
     let gate = Gate::new();
     let sampler = MockSampler::builder()
-        .profile(gpumon::mock::FleetProfile::load("h100x8").unwrap())
+        .profile(gpumon_mock::FleetProfile::load("h100x8").unwrap())
         .fault(Fault::HangUntilReleased { at_tick: 2, gate: gate.clone() })
         .build()
         .unwrap();
@@ -337,7 +337,7 @@ async fn flush_reports_a_failed_export_of_its_own_sample() {
 async fn shutdown_deadline_counts_from_the_call_even_when_the_agent_is_busy() {
     let gate = Gate::new();
     let sampler = MockSampler::builder()
-        .profile(gpumon::mock::FleetProfile::load("h100x8").unwrap())
+        .profile(gpumon_mock::FleetProfile::load("h100x8").unwrap())
         .fault(Fault::HangUntilReleased { at_tick: 1, gate: gate.clone() })
         .build()
         .unwrap();
@@ -365,6 +365,33 @@ async fn shutdown_deadline_counts_from_the_call_even_when_the_agent_is_busy() {
         other => panic!("expected a timeout, got {other:?}"),
     }
     gate.release();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hostname_override_applies_to_every_snapshot_without_a_copy_per_tick() {
+    let backend_host = h100x8().sample(&SampleRequest::new(MetricSet::default(), DeviceFilter::all())).unwrap();
+    assert_ne!(backend_host.system.hostname, "node-17");
+    let rec = RecordingSink::new("rec");
+    let handle = Agent::builder(h100x8())
+        .interval(Duration::from_secs(1))
+        .hostname("node-17")
+        .sink(rec.clone())
+        .spawn()
+        .unwrap();
+    let mut stream = handle.subscribe();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(stream.recv().await.unwrap());
+    }
+    handle.shutdown(Duration::from_secs(1)).await.unwrap();
+    for s in &seen {
+        assert_eq!(s.system.hostname, "node-17");
+        assert_eq!(s.system.backend, "mock", "everything else is the backend's");
+        assert_eq!(s.system.driver_version, backend_host.system.driver_version);
+    }
+    // One patched SystemInfo, shared by every snapshot (the mock shares its own the same way).
+    assert!(std::sync::Arc::ptr_eq(&seen[0].system, &seen[2].system));
+    assert!(rec.snapshots().iter().all(|s| s.system.hostname == "node-17"));
 }
 
 /// Tags each snapshot's first device name with its own name, so the order processors ran in can

@@ -98,6 +98,13 @@ impl SystemInfo {
         Self { hostname: hostname.into(), backend: backend.into(), ..Self::default() }
     }
 
+    /// Whether the data is simulated (the `gpumon-mock` backend, [`SystemInfo::backend`] `"mock"`).
+    /// Sinks mark every series, point and resource of simulated data so that it cannot pass for a
+    /// GPU's.
+    pub fn is_mock(&self) -> bool {
+        self.backend == "mock"
+    }
+
     /// CUDA version as `"major.minor"`, if known.
     pub fn cuda_version(&self) -> Option<String> {
         self.cuda_driver_version.map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))

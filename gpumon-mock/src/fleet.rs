@@ -545,7 +545,7 @@ impl MockFleet {
             }
             Workload::Imbalance => {
                 let has_twin = dev.gpu % 2 == 1 || (dev.gpu as usize + 1) < self.gpu_count();
-                if dev.gpu % 2 == 0 || !has_twin {
+                if dev.gpu.is_multiple_of(2) || !has_twin {
                     training()
                 } else {
                     // Waiting on its twin in a collective: model loaded, clocks up, SMs idle.
@@ -937,7 +937,7 @@ fn processes(seed: u64, position: usize, l: &Load, used: u64) -> Vec<ProcessSamp
         p.decoder_utilization = Some(0.0);
         p
     };
-    if h % 3 == 0 && used >= 4 * 2 * MIB {
+    if h.is_multiple_of(3) && used >= 4 * 2 * MIB {
         // A notebook shares the GPU with the main job.
         let side = align_down(used as f64 / 16.0);
         vec![mk(0, "python3", used - side, 0.9), mk(1, "jupyter-kernel", side, 0.1)]

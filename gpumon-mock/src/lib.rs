@@ -10,7 +10,7 @@
 //! - [`MockFleet`] is the pure model. The fake `libnvidia-ml` serves the same fleet through the
 //!   NVML C ABI, so the two mocks agree value for value (values are quantised to NVML's units).
 //! - [`RecordingSink`] keeps every snapshot (clones share storage); [`FaultySink`] fails,
-//!   stalls, sleeps or panics on cue; [`MockSamplerSeam`] is a `mockall` mock of the sampler
+//!   stalls, sleeps or panics on cue; `MockSamplerSeam` (feature `mockall`) is a `mockall` mock of the sampler
 //!   seam for call-order tests.
 //!
 //! ## GPU models
@@ -200,6 +200,7 @@ mod profile;
 mod rng;
 mod sampler;
 mod scenario;
+#[cfg(feature = "mockall")]
 mod seam;
 mod sinks;
 pub mod test_env;
@@ -210,5 +211,7 @@ pub use gpus::{Capabilities, GpuModel, MigProfile};
 pub use profile::{FleetProfile, GpuSpec, DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION, MAX_GPUS};
 pub use sampler::{MockSampler, MockSamplerBuilder};
 pub use scenario::{Fault, Gate, Scenario, Workload, UNKNOWN_ERROR};
+#[cfg(feature = "mockall")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mockall")))]
 pub use seam::MockSamplerSeam;
 pub use sinks::{Behavior, FailKind, FaultyCalls, FaultySink, NullSink, RecordingSink};

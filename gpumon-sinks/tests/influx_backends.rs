@@ -78,7 +78,7 @@ impl Sampler for TestSampler {
                 d.clocks.memory = Some(2.619e9);
                 d.fan_speed = Some(0.3);
                 d.performance_state = Some(0);
-                d.clock_event_reasons = Some(ClockEventReasons(if t % 2 == 0 {
+                d.clock_event_reasons = Some(ClockEventReasons(if t.is_multiple_of(2) {
                     ClockEventReasons::SW_POWER_CAP
                 } else {
                     ClockEventReasons::GPU_IDLE

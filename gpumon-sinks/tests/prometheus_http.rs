@@ -46,6 +46,11 @@ async fn endpoint_serves_metrics_health_and_errors() {
     })
     .await;
 
+    // Liveness: the process serves.
+    let r = http.get(format!("{url}/live")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "live\n");
+
     // Text format by default.
     let r = http.get(format!("{url}/metrics")).send().await.unwrap();
     assert_eq!(r.status(), 200);
@@ -86,6 +91,19 @@ async fn endpoint_serves_metrics_health_and_errors() {
     })
     .await;
     assert!(body.contains("injected failure"), "{body}");
+    // Readiness stays 503 as long as sampling fails (several more ticks), while liveness stays
+    // 200: an orchestrator must not restart an agent that waits for its backend.
+    let failures = agent.stats().sample_failures;
+    eventually(Duration::from_secs(5), "three more failed samples", || async {
+        (agent.stats().sample_failures >= failures + 3).then_some(())
+    })
+    .await;
+    assert_eq!(http.get(format!("{url}/health")).send().await.unwrap().status(), 503);
+    let r = http.get(format!("{url}/live")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "live\n");
+    assert_eq!(http.head(format!("{url}/live")).send().await.unwrap().status(), 200);
+    assert_eq!(http.post(format!("{url}/live")).body("x").send().await.unwrap().status(), 405);
     let text = http.get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(text.contains("gpumon_last_sample_success{host=\"gpumon-test-host\"} 0\n"), "{text}");
     assert!(!text.contains("gpumon_sample_failures_total{host=\"gpumon-test-host\"} 0\n"));
@@ -261,6 +279,8 @@ mod tls {
     use super::*;
     use gpumon_sinks::prometheus::TlsConfig;
     use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::CertificateDer;
 
     // A throw-away CA and a leaf for localhost/127.0.0.1 (P-256, valid until 2126), made with
     // openssl for this test only.
@@ -298,7 +318,7 @@ VjDNRdGOWIZ1gyZiSh7aW7mym16hRANCAATbP3LhoSJ7uGBQWzzGUvHZSPI4ZPMO
 
     fn connector() -> tokio_rustls::TlsConnector {
         let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls_pemfile::certs(&mut CA.as_bytes()) {
+        for cert in CertificateDer::pem_slice_iter(CA.as_bytes()) {
             roots.add(cert.unwrap()).unwrap();
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -308,6 +328,37 @@ VjDNRdGOWIZ1gyZiSh7aW7mym16hRANCAATbP3LhoSJ7uGBQWzzGUvHZSPI4ZPMO
             .with_root_certificates(roots)
             .with_no_client_auth();
         tokio_rustls::TlsConnector::from(Arc::new(config))
+    }
+
+    /// PEM files without what they should hold, or broken, are build errors naming the file.
+    #[test]
+    fn unusable_pem_files_are_named() {
+        let dir = std::env::temp_dir().join(format!("gpumon-tls-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let (leaf, key) = (write("leaf.pem", LEAF), write("key.pem", KEY));
+        let not_pem = write("notes.txt", "just some text\n");
+        let truncated = write("truncated.pem", &KEY[..KEY.len() - 30]);
+        let build = |cert: &std::path::Path, key: &std::path::Path| {
+            PrometheusSink::builder()
+                .with_http_listener(([127, 0, 0, 1], 0))
+                .with_tls(TlsConfig::new(cert, key))
+                .build()
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
+        };
+        let e = build(&not_pem, &key);
+        assert!(e.contains("prometheus.tls.cert") && e.contains("no certificate found in"), "{e}");
+        let e = build(&leaf, &leaf); // a certificate where the key should be
+        assert!(e.contains("prometheus.tls.key") && e.contains("no private key found in"), "{e}");
+        let e = build(&leaf, &truncated);
+        assert!(e.contains(&format!("bad PEM in {}", truncated.display())), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -642,6 +642,9 @@ impl Sampler for LazyNvmlSampler {
                 // Attempts and backoff are reset by a successful sample, not by the load: a
                 // driver that loads but does not answer must not be retried at full rate.
                 Ok(sampler) => {
+                    if s.attempts > 0 {
+                        tracing::info!(failed_attempts = s.attempts, "NVML loaded; reading the GPUs");
+                    }
                     s.sampler = Some(sampler);
                     s.next_try = None;
                 }

@@ -28,7 +28,7 @@ use tokio::time::MissedTickBehavior;
 
 use crate::filter::DeviceFilter;
 use crate::metric::MetricSet;
-use crate::model::Snapshot;
+use crate::model::{Snapshot, SystemInfo};
 use crate::processor::{Processor, ProcessorContext};
 use crate::sampler::{SampleError, SampleRequest, Sampler};
 use crate::sink::{BuildError, Sink, SinkError};
@@ -139,6 +139,7 @@ pub struct AgentBuilder {
     subscriber_capacity: usize,
     default_shutdown_deadline: Duration,
     scheduled: bool,
+    hostname: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -216,6 +217,16 @@ impl AgentBuilder {
     /// one-shot runs (`--once`) and for embedders that drive sampling themselves.
     pub fn scheduled(mut self, scheduled: bool) -> Self {
         self.scheduled = scheduled;
+        self
+    }
+
+    /// The host name every snapshot reports ([`SystemInfo::hostname`](crate::SystemInfo), the
+    /// `host` label and tag of the sinks), instead of the one the backend read from the system.
+    /// For a Kubernetes DaemonSet, where the system's host name is the pod's, pass the node's
+    /// (the Downward API's `NODE_NAME`). An empty name is ignored.
+    pub fn hostname(mut self, hostname: impl Into<String>) -> Self {
+        let name: String = hostname.into();
+        self.hostname = (!name.is_empty()).then(|| Arc::from(name));
         self
     }
 
@@ -313,6 +324,7 @@ impl AgentBuilder {
             warned_ambiguous: false,
             default_shutdown_deadline: self.default_shutdown_deadline,
             scheduled: self.scheduled,
+            hostname: self.hostname.map(|name| HostOverride { name, last: None }),
         };
         let handle = AgentHandle { control: control_tx, subscribers, telemetry };
         Ok((agent, handle))
@@ -387,6 +399,32 @@ pub struct Agent {
     warned_ambiguous: bool,
     default_shutdown_deadline: Duration,
     scheduled: bool,
+    hostname: Option<HostOverride>,
+}
+
+/// [`AgentBuilder::hostname`]: the name, and the last backend `SystemInfo` with its patched copy.
+/// Backends hand out the same `Arc<SystemInfo>` every tick, so the copy is made once, not per
+/// tick, and snapshots keep sharing one `SystemInfo`.
+struct HostOverride {
+    name: Arc<str>,
+    last: Option<(Arc<SystemInfo>, Arc<SystemInfo>)>,
+}
+
+impl HostOverride {
+    fn apply(&mut self, system: &mut Arc<SystemInfo>) {
+        if system.hostname == *self.name {
+            return;
+        }
+        match &self.last {
+            Some((from, to)) if Arc::ptr_eq(from, system) => *system = to.clone(),
+            _ => {
+                let mut patched = SystemInfo::clone(system);
+                patched.hostname = self.name.to_string();
+                let patched = Arc::new(patched);
+                self.last = Some((std::mem::replace(system, patched.clone()), patched));
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Agent {
@@ -432,6 +470,7 @@ impl Agent {
             subscriber_capacity: 16,
             default_shutdown_deadline: Duration::from_secs(5),
             scheduled: true,
+            hostname: None,
         }
     }
 
@@ -518,6 +557,9 @@ impl Agent {
                         prefixes = ?ambiguous,
                         "device UUID prefixes match more than one GPU; they select nothing (use a longer prefix)"
                     );
+                }
+                if let Some(host) = &mut self.hostname {
+                    host.apply(&mut snapshot.system);
                 }
                 self.seq += 1;
                 snapshot.seq = self.seq;

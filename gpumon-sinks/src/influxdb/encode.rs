@@ -107,21 +107,37 @@ impl LineProtocolEncoder {
     pub fn encode_snapshot(&self, snapshot: &Snapshot, out: &mut String) -> Encoded {
         let ts = snapshot.timestamp_nanos();
         let mut total = Encoded::default();
+        // Simulated data carries `backend=mock` on every point so that it cannot pass for a
+        // GPU's; real data has no such tag (series stay as they were).
+        let mock = snapshot.system.is_mock();
         for device in &snapshot.devices {
-            total += self.encode_device(&snapshot.system.hostname, ts, device, out);
+            total += self.encode_device_inner(&snapshot.system.hostname, mock, ts, device, out);
         }
         total
     }
 
-    /// Appends one device's lines at `timestamp_nanos`, tagged with `host`.
+    /// Appends one device's lines at `timestamp_nanos`, tagged with `host`. Unlike
+    /// [`LineProtocolEncoder::encode_snapshot`] it knows nothing of the backend, so it never
+    /// writes the `backend=mock` tag.
     pub fn encode_device(&self, host: &str, timestamp_nanos: u64, device: &DeviceSample, out: &mut String) -> Encoded {
+        self.encode_device_inner(host, false, timestamp_nanos, device, out)
+    }
+
+    fn encode_device_inner(
+        &self,
+        host: &str,
+        mock: bool,
+        timestamp_nanos: u64,
+        device: &DeviceSample,
+        out: &mut String,
+    ) -> Encoded {
         let mut encoded = Encoded::default();
         let ts = i64::try_from(timestamp_nanos).unwrap_or(i64::MAX);
 
         // Pass 1: every unlabelled value on one wide line.
         let start = out.len();
         out.push_str(&self.measurements[MetricId::DeviceUp as usize]);
-        self.write_device_tags(out, host, &device.info);
+        self.write_device_tags(out, host, mock, &device.info);
         out.push(' ');
         let mut fields = 0;
         device.visit_points(|p| {
@@ -147,7 +163,7 @@ impl LineProtocolEncoder {
                 fields = 0;
                 line_start = out.len();
                 out.push_str(&self.measurements[p.id as usize]);
-                self.write_device_tags(out, host, &device.info);
+                self.write_device_tags(out, host, mock, &device.info);
                 out.push(',');
                 out.push_str(&self.label_keys[p.id as usize]);
                 out.push('=');
@@ -170,9 +186,13 @@ impl LineProtocolEncoder {
         encoded
     }
 
-    /// `,gpu=…,host=…,mig=…,mig_ci=…,mig_gi=…,mig_profile=…,name=…,uuid=…` (keys in sorted
-    /// order, which InfluxDB indexes fastest), then the extra tags. Empty values are left out.
-    fn write_device_tags(&self, out: &mut String, host: &str, info: &DeviceInfo) {
+    /// `,backend=mock,gpu=…,host=…,mig=…,mig_ci=…,mig_gi=…,mig_profile=…,name=…,uuid=…` (keys in
+    /// sorted order, which InfluxDB indexes fastest; `backend` only for simulated data), then the
+    /// extra tags. Empty values are left out.
+    fn write_device_tags(&self, out: &mut String, host: &str, mock: bool, info: &DeviceInfo) {
+        if mock {
+            out.push_str(",backend=mock");
+        }
         let _ = write!(out, ",gpu={}", info.index);
         if !host.is_empty() {
             out.push_str(",host=");

@@ -200,6 +200,30 @@ mod tests {
     }
 
     #[test]
+    fn simulated_data_is_tagged_on_every_line_and_real_data_is_not() {
+        let mut mock = snapshot();
+        mock.system = Arc::new(SystemInfo::new("node 1", "mock"));
+        let mut out = String::new();
+        let n = encode_snapshot(&mock, &mut out);
+        assert_eq!(n.lines, 12, "{out}");
+        for line in out.lines() {
+            let (measurement, rest) = line.split_once(',').expect("tags");
+            assert!(rest.starts_with("backend=mock,gpu=3,"), "{measurement}: {line}");
+            // Parsed by an independent line-protocol parser: one `backend` tag, value `mock`.
+            let parsed = influxdb_line_protocol::parse_lines(line).next().unwrap().unwrap();
+            let backend: Vec<_> =
+                parsed.series.tag_set.iter().flatten().filter(|(k, _)| *k == "backend").collect();
+            assert_eq!(backend.len(), 1, "{line}");
+            assert_eq!(backend[0].1.to_string(), "mock");
+        }
+        let mut real = snapshot();
+        real.system = Arc::new(SystemInfo::new("node 1", "nvml"));
+        let mut out = String::new();
+        encode_snapshot(&real, &mut out);
+        assert!(!out.contains("backend"), "{out}");
+    }
+
+    #[test]
     fn lost_device_writes_only_up() {
         let d = DeviceSample::lost(Arc::new(DeviceInfo::new(0, "GPU-x", "X")));
         let s = Snapshot::new(Arc::new(SystemInfo::new("h", "t")), vec![d])

@@ -44,7 +44,12 @@ pub(crate) struct Direct {
     /// gzip the HTTP body.
     gzip: bool,
     transport: Transport,
+    /// Whether the resource already says `gpumon.backend=mock`.
+    marked_mock: bool,
 }
+
+/// The resource attribute that marks simulated data.
+pub(crate) const MOCK_ATTRIBUTE: (&str, &str) = ("gpumon.backend", "mock");
 
 impl std::fmt::Debug for Direct {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -292,6 +297,7 @@ impl Direct {
             points: 0,
             gzip,
             transport,
+            marked_mock: false,
         }
     }
 
@@ -310,8 +316,25 @@ impl Direct {
         self.points
     }
 
+    /// Adds `gpumon.backend=mock` to the resource (once): simulated data must never pass for a
+    /// GPU's, whoever built the sink. The agent also sets it through the config, so the SDK
+    /// pipeline carries it too; here it is not added twice.
+    fn mark_mock(&mut self) {
+        let Some(resource) = self.request.resource_metrics[0].resource.as_mut() else { return };
+        if resource.attributes.iter().any(|kv| kv.key == MOCK_ATTRIBUTE.0) {
+            return;
+        }
+        resource.attributes.push(string_kv(MOCK_ATTRIBUTE.0, MOCK_ATTRIBUTE.1));
+        self.resource_field.clear();
+        field_message(&mut self.resource_field, 1, resource);
+    }
+
     /// Updates the per-instrument data points to `snapshot`.
     fn update(&mut self, plan: &Plan, cache: &mut AttributeCache, snapshot: &Snapshot) {
+        if snapshot.system.is_mock() && !self.marked_mock {
+            self.marked_mock = true;
+            self.mark_mock();
+        }
         let time = unix_nanos(snapshot.taken_at);
         let Direct { instruments, devices, start_time, .. } = self;
         let start_time = *start_time;
@@ -764,6 +787,37 @@ mod tests {
         let r = &r2.resource_metrics[0];
         assert_eq!(r.scope_metrics[0].scope.as_ref().unwrap().name, SCOPE_NAME);
         assert_eq!(r.resource.as_ref().unwrap().attributes[0].key, "service.name");
+    }
+
+    fn resource_values<'a>(r: &'a ExportMetricsServiceRequest, key: &str) -> Vec<&'a AnyValue> {
+        let resource = r.resource_metrics[0].resource.as_ref().expect("a resource");
+        resource.attributes.iter().filter(|kv| kv.key == key).filter_map(|kv| kv.value.as_ref()).collect()
+    }
+
+    #[test]
+    fn simulated_data_is_marked_on_the_resource_once() {
+        let plan = Plan::new();
+        let mut cache = AttributeCache::default();
+        let mut direct = offline(&plan);
+        for n in 0..2 {
+            let r = direct.request_of(&plan, &mut cache, &snapshot(UNIX_EPOCH + Duration::from_secs(n), 1.0));
+            let values = resource_values(&r, "gpumon.backend");
+            assert_eq!(values, [&any(any_value::Value::StringValue("mock".into())).unwrap()], "export {n}");
+            // The gRPC message (the generated type) says the same.
+            assert_eq!(resource_values(&direct.message(), "gpumon.backend").len(), 1);
+        }
+    }
+
+    #[test]
+    fn real_data_carries_no_backend_attribute() {
+        let plan = Plan::new();
+        let mut cache = AttributeCache::default();
+        let mut direct = offline(&plan);
+        let mut snap = snapshot(UNIX_EPOCH, 1.0);
+        snap.system = Arc::new(SystemInfo::new("h", "nvml"));
+        let r = direct.request_of(&plan, &mut cache, &snap);
+        assert!(resource_values(&r, "gpumon.backend").is_empty());
+        assert_eq!(resource_values(&r, "service.name").len(), 1);
     }
 
     #[test]

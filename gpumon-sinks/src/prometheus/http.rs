@@ -305,8 +305,8 @@ fn text_response(status: StatusCode, body: &'static str) -> Response<Full<Bytes>
 
 fn respond(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     let path = req.uri().path();
-    if path != "/metrics" && path != "/health" {
-        return text_response(StatusCode::NOT_FOUND, "not found: try /metrics or /health\n");
+    if path != "/metrics" && path != "/health" && path != "/live" {
+        return text_response(StatusCode::NOT_FOUND, "not found: try /metrics, /health or /live\n");
     }
     let head = req.method() == Method::HEAD;
     if req.method() != Method::GET && !head {
@@ -315,7 +315,11 @@ fn respond(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         return r;
     }
     let handle = &state.handle;
-    let mut response = if path == "/health" {
+    let mut response = if path == "/live" {
+        // Liveness: the process serves. Unlike `/health` (readiness), it stays 200 while the
+        // backend fails, so an orchestrator does not restart an agent that waits for a driver.
+        text_response(StatusCode::OK, "live\n")
+    } else if path == "/health" {
         match handle.health() {
             Ok(()) => text_response(StatusCode::OK, "ok\n"),
             Err(reason) => {
@@ -391,6 +395,8 @@ mod tls {
 
     use gpumon_core::BuildError;
     use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::{self, PemObject};
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
     use crate::prometheus::TlsConfig;
 
@@ -405,7 +411,8 @@ mod tls {
             .map_err(|e| io(format!("cannot read TLS certificate {}", config.cert.display()), e))?;
         let key_pem =
             std::fs::read(&config.key).map_err(|e| io(format!("cannot read TLS key {}", config.key.display()), e))?;
-        let certs = rustls_pemfile::certs(&mut cert_pem.as_slice())
+        // PEM through rustls' own `pki-types` (`rustls-pemfile` is unmaintained).
+        let certs = CertificateDer::pem_slice_iter(&cert_pem)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| io(format!("bad PEM in {}", config.cert.display()), e))?;
         if certs.is_empty() {
@@ -414,11 +421,12 @@ mod tls {
                 format!("no certificate found in {}", config.cert.display()),
             ));
         }
-        let key = rustls_pemfile::private_key(&mut key_pem.as_slice())
-            .map_err(|e| io(format!("bad PEM in {}", config.key.display()), e))?
-            .ok_or_else(|| {
+        let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| match e {
+            pem::Error::NoItemsFound => {
                 BuildError::invalid("prometheus.tls.key", format!("no private key found in {}", config.key.display()))
-            })?;
+            }
+            e => io(format!("bad PEM in {}", config.key.display()), e),
+        })?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut server = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()

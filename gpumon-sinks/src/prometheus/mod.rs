@@ -21,9 +21,10 @@
 //! the first `healthcheck`/`export` (which the agent always runs inside its runtime). It stops
 //! when the sink is shut down or dropped.
 //!
-//! Endpoints: `GET /metrics` (auth applies), `GET /health` (`200 ok` while the last sample
-//! succeeded, `503` with the reason otherwise; never needs auth, for probes), `404` for any
-//! other path, `405` for methods other than GET/HEAD.
+//! Endpoints: `GET /metrics` (auth applies), `GET /health` (readiness: `200 ok` while the last
+//! sample succeeded, `503` with the reason otherwise), `GET /live` (liveness: `200` while the
+//! process serves, also while sampling fails); the probes never need auth. `404` for any other
+//! path, `405` for methods other than GET/HEAD.
 //!
 //! Limits a hostile client cannot get around: request heads larger than
 //! [`PrometheusConfig::max_header_bytes`] get `431`; a head must arrive within
@@ -273,7 +274,7 @@ pub struct PrometheusSinkBuilder {
 }
 
 impl PrometheusSinkBuilder {
-    /// Serves `/metrics` and `/health` on `addr` (port 0 picks a free one).
+    /// Serves `/metrics`, `/health` and `/live` on `addr` (port 0 picks a free one).
     #[cfg(feature = "prometheus-http")]
     #[cfg_attr(docsrs, doc(cfg(feature = "prometheus-http")))]
     pub fn with_http_listener(mut self, addr: impl Into<SocketAddr>) -> Self {

@@ -326,6 +326,7 @@ fn device_labels(out: &mut String, dev: &DeviceSample, system: &SystemInfo, opts
             if opts.host_label {
                 push_label(out, &mut first, "host", &system.hostname);
             }
+            mock_label(out, &mut first, system);
         }
         Naming::Dcgm => {
             // dcgm-exporter's label set and order (rendermetrics/render_metrics.go). For a MIG
@@ -350,7 +351,16 @@ fn device_labels(out: &mut String, dev: &DeviceSample, system: &SystemInfo, opts
             if let Some(driver) = &system.driver_version {
                 push_label(out, &mut first, "DCGM_FI_DRIVER_VERSION", driver);
             }
+            mock_label(out, &mut first, system);
         }
+    }
+}
+
+/// `backend="mock"` on every series of simulated data, so that mock values can never pass for a
+/// GPU's in a query or on a dashboard; real (NVML) series carry no such label.
+fn mock_label(out: &mut String, first: &mut bool, system: &SystemInfo) {
+    if system.is_mock() {
+        push_label(out, first, "backend", &system.backend);
     }
 }
 
@@ -378,17 +388,42 @@ pub(crate) fn render(
         Some(max) => now.duration_since(s.taken_at).map_or(true, |age| age <= max),
         None => true,
     });
-    if let Some(snap) = fresh {
-        render_devices(out, snap, opts, format);
-    }
     let stats = telemetry.map(Telemetry::stats);
+    // The backend itself is down (NVML not loaded, sampling failing): a `gpumon_up 0` without
+    // device labels, in the same family as the devices' `gpumon_up`, so that one alert on
+    // `gpumon_up == 0` covers a lost GPU and a node whose GPUs cannot be read at all.
+    let backend_down = stats.as_ref().is_some_and(|st| !st.last_sample_ok && st.sample_failures > 0);
+    let down_line = backend_down.then(|| {
+        let mut line = String::from(metric_header(MetricId::DeviceUp, format, opts.naming).0.sample);
+        let common = common_labels(snapshot, opts);
+        if !common.is_empty() {
+            line.push('{');
+            line.push_str(&common);
+            line.push('}');
+        }
+        line.push_str(" 0\n");
+        line
+    });
+    let devices_rendered = match fresh {
+        Some(snap) if !snap.devices.is_empty() => {
+            render_devices(out, snap, opts, format, down_line.as_deref());
+            true
+        }
+        _ => false,
+    };
+    if let (Some(line), false) = (&down_line, devices_rendered) {
+        write_header(out, &metric_header(MetricId::DeviceUp, format, opts.naming).0);
+        out.push_str(line);
+    }
     render_self(out, snapshot, stats.as_ref(), opts, format);
     if format == Format::OpenMetrics {
         out.push_str("# EOF\n");
     }
 }
 
-fn render_devices(out: &mut String, snap: &Snapshot, opts: &RenderOptions, format: Format) {
+/// Renders every device family; `down_line` (the backend-down `gpumon_up 0`) goes into the
+/// `gpumon_up` family, which every device has.
+fn render_devices(out: &mut String, snap: &Snapshot, opts: &RenderOptions, format: Format, down_line: Option<&str>) {
     let system = &*snap.system;
 
     // Label prefixes, one per device, in one buffer.
@@ -455,6 +490,9 @@ fn render_devices(out: &mut String, snap: &Snapshot, opts: &RenderOptions, forma
             push_value(out, e.value, scale);
             out.push('\n');
         }
+        if id == MetricId::DeviceUp {
+            out.push_str(down_line.unwrap_or(""));
+        }
         k += n;
     }
 }
@@ -513,7 +551,10 @@ fn render_info(
         opt(out, "architecture", info.architecture.as_deref());
         opt(out, "cuda_version", cuda.as_deref());
         opt(out, "nvml_version", system.nvml_version.as_deref());
-        opt(out, "backend", Some(system.backend.as_str()).filter(|b| !b.is_empty()));
+        // Simulated data already carries `backend` on every series (`mock_label`).
+        if !system.is_mock() {
+            opt(out, "backend", Some(system.backend.as_str()).filter(|b| !b.is_empty()));
+        }
         if let Some(mig) = &info.mig {
             opt(out, "parent_uuid", Some(&mig.parent_uuid));
             let mut digits = itoa::Buffer::new();
@@ -594,6 +635,20 @@ fn self_header(i: usize, format: Format) -> FamilyHeader<'static> {
     }
 }
 
+/// Labels on every series that describes the agent rather than a device: the host, and
+/// `backend="mock"` for simulated data (both from the latest snapshot, if any).
+fn common_labels(snapshot: Option<&Snapshot>, opts: &RenderOptions) -> String {
+    let mut common = String::new();
+    if let Some(s) = snapshot {
+        let mut first = true;
+        if opts.host_label {
+            push_label(&mut common, &mut first, host_key(opts), &s.system.hostname);
+        }
+        mock_label(&mut common, &mut first, &s.system);
+    }
+    common
+}
+
 fn render_self(
     out: &mut String,
     snapshot: Option<&Snapshot>,
@@ -601,19 +656,13 @@ fn render_self(
     opts: &RenderOptions,
     format: Format,
 ) {
-    let mut host = String::new();
-    if opts.host_label {
-        if let Some(s) = snapshot {
-            let mut first = true;
-            push_label(&mut host, &mut first, host_key(opts), &s.system.hostname);
-        }
-    }
+    let common = common_labels(snapshot, opts);
     let line = |out: &mut String, i: usize, extra: Option<(&str, &str)>, v: f64| {
         out.push_str(SELF_METRICS[i].0);
-        if !host.is_empty() || extra.is_some() {
+        if !common.is_empty() || extra.is_some() {
             out.push('{');
-            out.push_str(&host);
-            let mut first = host.is_empty();
+            out.push_str(&common);
+            let mut first = common.is_empty();
             if let Some((k, val)) = extra {
                 push_label(out, &mut first, k, val);
             }

@@ -12,7 +12,7 @@ use super::render::{push_f64, unescape_label_value};
 use super::*;
 
 fn system() -> SystemInfo {
-    let mut system = SystemInfo::new("node-1", "mock");
+    let mut system = SystemInfo::new("node-1", "nvml");
     system.driver_version = Some("570.86.15".into());
     system.cuda_driver_version = Some(12080);
     system
@@ -601,4 +601,89 @@ fn docs_dcgm_table_is_current() {
             panic!("docs/prometheus.md's dcgm table is stale; rerun with GPUMON_BLESS=1. Expected:\n{table}");
         }
     }
+}
+
+/// Every sample line of `text` (no comments).
+fn series(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| !l.starts_with('#')).collect()
+}
+
+#[test]
+fn simulated_data_is_marked_on_every_series_in_both_namings() {
+    let mut mock = fixture();
+    let mut system = system();
+    system.backend = "mock".into();
+    mock.system = Arc::new(system);
+    for naming in [Naming::Native, Naming::Dcgm] {
+        for format in [Format::Text, Format::OpenMetrics] {
+            let sink = PrometheusSink::builder().naming(naming).build().unwrap();
+            sink.handle().set_telemetry(Telemetry::default());
+            sink.handle().store(Arc::new(mock.clone()));
+            let text = sink.handle().render(format);
+            check_structure(&text, format);
+            let lines = series(&text);
+            // The same series as for real data, only marked.
+            let real = PrometheusSink::builder().naming(naming).build().unwrap();
+            real.handle().set_telemetry(Telemetry::default());
+            real.handle().store(Arc::new(fixture()));
+            assert_eq!(lines.len(), series(&real.handle().render(format)).len(), "{text}");
+            for line in lines {
+                let labels = line.split_once('{').map(|(_, rest)| rest).unwrap_or_else(|| panic!("no labels: {line}"));
+                assert_eq!(labels.matches("backend=\"mock\"").count(), 1, "{naming:?} {format:?}: {line}");
+            }
+        }
+    }
+    // Real data is unchanged: `backend` only on the info series.
+    let text = render_with(Naming::Native, Format::Text, fixture());
+    let with_backend: Vec<_> = series(&text).into_iter().filter(|l| l.contains("backend=")).collect();
+    assert_eq!(with_backend.len(), 2, "{text}");
+    assert!(with_backend.iter().all(|l| l.starts_with("gpumon_gpu_info{") && l.contains("backend=\"nvml\"")));
+}
+
+/// A backend that never loads, like NVML on a node whose driver did not load.
+struct NoDriver;
+
+impl gpumon_core::Sampler for NoDriver {
+    fn name(&self) -> &str {
+        "nvml"
+    }
+
+    fn sample(&self, _: &gpumon_core::SampleRequest) -> Result<Snapshot, gpumon_core::SampleError> {
+        Err(gpumon_core::SampleError::unavailable("libnvidia-ml.so.1: cannot open shared object file"))
+    }
+}
+
+#[tokio::test]
+async fn a_failing_backend_exports_gpumon_up_0_and_no_device_series() {
+    let sink = PrometheusSink::builder().build().unwrap();
+    let h = sink.handle();
+    let agent = gpumon_core::Agent::builder(NoDriver).scheduled(false).sink(sink).spawn().unwrap();
+    // Before the first sample nothing is known: no `gpumon_up` at all.
+    assert!(!h.render(Format::Text).contains("gpumon_up"));
+    assert!(agent.flush(Duration::from_secs(5)).await.is_err());
+    for format in [Format::Text, Format::OpenMetrics] {
+        let text = h.render(format);
+        check_structure(&text, format);
+        let lines = series(&text);
+        assert!(lines.contains(&"gpumon_up 0"), "{text}");
+        assert!(lines.contains(&"gpumon_last_sample_success 0"), "{text}");
+        assert!(!text.contains("uuid=") && !text.contains("gpu=\""), "device series: {text}");
+    }
+    assert!(h.health().is_err());
+    agent.shutdown(Duration::from_secs(5)).await.unwrap();
+
+    // With (still fresh) device series from before the failure, the line joins their family.
+    let sink = PrometheusSink::builder().stale_after(Duration::from_secs(3600)).build().unwrap();
+    let h = sink.handle();
+    let agent = gpumon_core::Agent::builder(NoDriver).scheduled(false).sink(sink).spawn().unwrap();
+    assert!(agent.flush(Duration::from_secs(5)).await.is_err());
+    h.store(Arc::new(fixture().with_taken_at(SystemTime::now())));
+    for format in [Format::Text, Format::OpenMetrics] {
+        let text = h.render(format);
+        check_structure(&text, format);
+        let up: Vec<_> = series(&text).into_iter().filter(|l| l.starts_with("gpumon_up")).collect();
+        assert_eq!(up.len(), 4, "{text}"); // GPU, MIG instance, lost GPU, and the backend
+        assert_eq!(up[3], "gpumon_up{host=\"node-1\"} 0", "{text}");
+    }
+    agent.shutdown(Duration::from_secs(5)).await.unwrap();
 }

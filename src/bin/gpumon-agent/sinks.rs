@@ -3,8 +3,21 @@
 use gpumon::core::Sink;
 use gpumon::sinks::stdout::{StdoutFormat, StdoutSink};
 
+use crate::app::{Cli, ConfigError};
 use crate::config::FileConfig;
-use crate::{Cli, ConfigError};
+
+/// The stdout sink's name: the one sink whose data stays on this machine's terminal.
+pub const STDOUT: &str = "stdout";
+
+/// What the sinks must say about the data beyond each snapshot: most sinks read both from the
+/// snapshot itself; OTLP puts them on its resource, which is fixed when the sink is built.
+#[derive(Clone, Copy, Debug)]
+pub struct Marks<'a> {
+    /// `--backend mock`: the data is simulated.
+    pub mock: bool,
+    /// The host name override (`--host`).
+    pub host: Option<&'a str>,
+}
 
 #[allow(unused_macros)]
 macro_rules! feature_missing {
@@ -17,7 +30,9 @@ macro_rules! feature_missing {
 }
 
 /// Every sink the configuration asks for; stdout when nothing else is.
-pub async fn build(cli: &Cli, file: &FileConfig) -> Result<Vec<Box<dyn Sink>>, ConfigError> {
+pub async fn build(cli: &Cli, file: &FileConfig, marks: Marks<'_>) -> Result<Vec<Box<dyn Sink>>, ConfigError> {
+    #[cfg(not(feature = "otlp"))]
+    let _ = marks; // only the OTLP resource needs them
     let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
 
     // --- Prometheus scrape endpoint ------------------------------------------------------------
@@ -101,6 +116,13 @@ pub async fn build(cli: &Cli, file: &FileConfig) -> Result<Vec<Box<dyn Sink>>, C
             }
             if let Some(p) = &cli.otlp_protocol {
                 cfg.protocol = Some(p.parse::<Protocol>().map_err(|e| ConfigError(format!("--otlp-protocol: {e}")))?);
+            }
+            // Both pipelines take the resource from the config (an explicit key there wins).
+            if marks.mock {
+                cfg.resource_attributes.entry("gpumon.backend".to_owned()).or_insert_with(|| "mock".to_owned());
+            }
+            if let Some(host) = marks.host {
+                cfg.resource_attributes.entry("host.name".to_owned()).or_insert_with(|| host.to_owned());
             }
             let sink = OtlpSink::from_config(&cfg).map_err(|e| ConfigError(format!("otlp: {e}")))?;
             sinks.push(Box::new(sink));

@@ -1,0 +1,347 @@
+//! The agent's command line, settings and main loop (shared by the `gpumon-agent` binary and
+//! the example agent).
+//!
+//! Exit codes: 0 success, 1 runtime failure (sampling or a sink failed in `--once`, shutdown
+//! incomplete, the requested backend unavailable), 2 bad configuration or flags.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use gpumon::core::{Agent, AgentError, DeviceFilter, Family, MetricSet, SinkOptions};
+
+use crate::backend;
+use crate::config::{self, Backend, FileConfig};
+use crate::sinks;
+
+/// Watch NVIDIA GPUs: sample every GPU through NVML (or the mock backend) and export the samples to
+/// stdout, Prometheus, a Pushgateway, InfluxDB or an OpenTelemetry collector.
+///
+/// Flags override the config file. Stdout is the sink when no other sink is configured.
+#[derive(Debug, Parser)]
+#[command(name = "gpumon-agent", version, about, long_about = None)]
+pub struct Cli {
+    /// TOML config file (see examples/agent/gpumon.example.toml).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Backend: NVML, the mock, or auto: NVML; without NVML, simulated GPUs when stdout is the
+    /// only sink, and otherwise no GPU data (gpumon_up 0) while NVML is retried with backoff.
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
+    /// Mock fleet: a built-in name (h100x8, a100x4, h200x8, rtx4090x2, a100x8-mig, ...) or a TOML file.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub mock_profile: Option<String>,
+    /// Mock workload scenario: a built-in name (training, idle, dataloader-starved, memory-bound,
+    /// imbalance, thermal-throttling, power-capped, near-oom, idle-allocated, pcie-bound, lost-gpu,
+    /// ecc-burst) or a TOML file.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub mock_scenario: Option<String>,
+    /// Seed for the mock backend's deterministic values.
+    #[arg(long, value_name = "N")]
+    pub mock_seed: Option<u64>,
+    /// Explicit path of libnvidia-ml.so.1.
+    #[arg(long, value_name = "PATH")]
+    pub nvml_library: Option<PathBuf>,
+    /// Sampling interval (e.g. 1s, 500ms; at least 100ms).
+    #[arg(long, value_parser = config::parse_duration, value_name = "DURATION")]
+    pub interval: Option<Duration>,
+    /// Longest one sample may take.
+    #[arg(long, value_parser = config::parse_duration, value_name = "DURATION")]
+    pub sample_timeout: Option<Duration>,
+    /// Visible GPUs, CUDA_VISIBLE_DEVICES syntax (0,1 / GPU-uuid / 0:1 / all / none). Default: the
+    /// CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES environment variable, else all.
+    #[arg(long, value_name = "LIST")]
+    pub devices: Option<String>,
+    /// Turn on metric families, comma-separated (e.g. processes,pcie_throughput).
+    #[arg(long, value_delimiter = ',', value_name = "FAMILIES")]
+    pub enable: Vec<String>,
+    /// Turn off metric families, comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "FAMILIES")]
+    pub disable: Vec<String>,
+    /// Take one sample, export it, flush every sink, exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Stdout format.
+    #[arg(long, value_name = "human|json")]
+    pub stdout_format: Option<gpumon::sinks::stdout::StdoutFormat>,
+    /// Also print to stdout when other sinks are configured.
+    #[arg(long)]
+    pub stdout: bool,
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9400).
+    #[arg(long, value_name = "ADDR")]
+    pub prometheus_listen: Option<String>,
+    /// Prometheus metric names: native (gpumon_*) or dcgm (dcgm-exporter's DCGM_FI_*).
+    #[arg(long, value_name = "native|dcgm")]
+    pub prometheus_naming: Option<String>,
+    /// Push to this Prometheus Pushgateway URL every interval.
+    #[arg(long, value_name = "URL")]
+    pub pushgateway_url: Option<String>,
+    /// Pushgateway job label.
+    #[arg(long, value_name = "JOB")]
+    pub pushgateway_job: Option<String>,
+    /// Write to InfluxDB at this URL (v1 with --influx-db, v2 with --influx-org/--influx-bucket).
+    #[arg(long, value_name = "URL")]
+    pub influx_url: Option<String>,
+    /// InfluxDB 1.x database.
+    #[arg(long, value_name = "DB")]
+    pub influx_db: Option<String>,
+    /// InfluxDB 1.x user.
+    #[arg(long, value_name = "USER")]
+    pub influx_user: Option<String>,
+    /// InfluxDB 1.x password (or GPUMON_INFLUX_PASSWORD).
+    #[arg(long, env = "GPUMON_INFLUX_PASSWORD", hide_env_values = true, value_name = "PASSWORD")]
+    pub influx_password: Option<String>,
+    /// InfluxDB 2.x organisation.
+    #[arg(long, value_name = "ORG")]
+    pub influx_org: Option<String>,
+    /// InfluxDB 2.x bucket.
+    #[arg(long, value_name = "BUCKET")]
+    pub influx_bucket: Option<String>,
+    /// InfluxDB 2.x token (or GPUMON_INFLUX_TOKEN).
+    #[arg(long, env = "GPUMON_INFLUX_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    pub influx_token: Option<String>,
+    /// Export OTLP to this endpoint (e.g. http://127.0.0.1:4318).
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// OTLP transport.
+    #[arg(long, value_name = "grpc|http")]
+    pub otlp_protocol: Option<String>,
+    /// Host name for the `host` label/tag (default: GPUMON_HOST, else NODE_NAME — the Kubernetes
+    /// Downward API convention —, else the system's host name).
+    #[arg(long, env = "GPUMON_HOST", value_name = "NAME")]
+    pub host: Option<String>,
+    /// Log filter (RUST_LOG syntax), e.g. info, debug, gpumon_core=debug.
+    #[arg(long, default_value = "info", env = "GPUMON_LOG", value_name = "FILTER")]
+    pub log: String,
+}
+
+/// A configuration problem: reported with the key and reason, exit code 2.
+#[derive(Debug)]
+pub struct ConfigError(pub String);
+
+impl<T: std::fmt::Display> From<T> for ConfigError {
+    fn from(e: T) -> Self {
+        ConfigError(e.to_string())
+    }
+}
+
+/// Everything the agent needs, resolved from file + flags.
+struct Settings {
+    backend: Backend,
+    interval: Duration,
+    sample_timeout: Option<Duration>,
+    devices: DeviceFilter,
+    metrics: MetricSet,
+    sink_options: SinkOptions,
+    shutdown_timeout: Duration,
+    once: bool,
+    /// The host name override (`--host`, GPUMON_HOST, NODE_NAME), if any.
+    host: Option<String>,
+}
+
+/// `--host` / GPUMON_HOST, else NODE_NAME; blank values count as unset.
+fn host_override(cli: &Cli) -> Option<String> {
+    let node_name = || std::env::var("NODE_NAME").ok();
+    cli.host
+        .clone()
+        .filter(|h| !h.trim().is_empty())
+        .or_else(node_name)
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+}
+
+fn parse_families(names: &[String], key: &str) -> Result<Vec<Family>, ConfigError> {
+    names
+        .iter()
+        .map(|n| n.trim())
+        .filter(|n| !n.is_empty())
+        .map(|n| {
+            Family::from_name(n).ok_or_else(|| {
+                let known: Vec<_> = Family::ALL.iter().map(|f| f.name()).collect();
+                ConfigError(format!("{key}: unknown metric family `{n}` (known: {})", known.join(", ")))
+            })
+        })
+        .collect()
+}
+
+fn resolve(cli: &Cli, file: &FileConfig) -> Result<Settings, ConfigError> {
+    let a = &file.agent;
+    let interval = cli.interval.or(a.interval).unwrap_or(gpumon::core::DEFAULT_INTERVAL);
+    if interval < gpumon::core::MIN_INTERVAL {
+        return Err(ConfigError(format!(
+            "agent.interval / --interval: {interval:?} is below the minimum of {:?}",
+            gpumon::core::MIN_INTERVAL
+        )));
+    }
+    let devices = match cli.devices.as_ref().or(a.devices.as_ref()) {
+        Some(list) => DeviceFilter::parse(list).map_err(|e| ConfigError(format!("agent.devices / --devices: {e}")))?,
+        None => DeviceFilter::from_env().map_err(|e| ConfigError(format!("environment: {e}")))?,
+    };
+    let mut metrics = MetricSet::default();
+    for f in parse_families(&a.enable, "agent.enable")?.into_iter().chain(parse_families(&cli.enable, "--enable")?) {
+        metrics = metrics.with(f);
+    }
+    for f in parse_families(&a.disable, "agent.disable")?.into_iter().chain(parse_families(&cli.disable, "--disable")?)
+    {
+        metrics = metrics.without(f);
+    }
+    let mut sink_options = SinkOptions::default();
+    if let Some(q) = a.sink_queue {
+        if q == 0 {
+            return Err(ConfigError("agent.sink_queue: must be at least 1".into()));
+        }
+        sink_options = sink_options.capacity(q);
+    }
+    if let Some(t) = a.export_timeout {
+        sink_options = sink_options.export_timeout(t);
+    }
+    Ok(Settings {
+        backend: cli.backend.or(a.backend).unwrap_or_default(),
+        interval,
+        sample_timeout: cli.sample_timeout.or(a.sample_timeout),
+        devices,
+        metrics,
+        sink_options,
+        shutdown_timeout: a.shutdown_timeout.unwrap_or(Duration::from_secs(5)),
+        once: cli.once,
+        host: host_override(cli),
+    })
+}
+
+/// Parses the command line, runs the agent, and returns the exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log);
+    let file = match &cli.config {
+        Some(path) => match config::load(path) {
+            Ok(f) => f,
+            Err(e) => return config_failure(&e),
+        },
+        None => FileConfig::default(),
+    };
+    let settings = match resolve(&cli, &file) {
+        Ok(s) => s,
+        Err(e) => return config_failure(&e.0),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gpumon: cannot start the tokio runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(run(cli, file, settings));
+    // Dropping a runtime waits, without limit, for blocking tasks — such as a sample stuck in
+    // the driver, the very fault the sample timeout exists for. The agent has already flushed
+    // and shut down its sinks within its deadline; don't let a stuck thread keep the process
+    // alive after that.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    code
+}
+
+fn config_failure(message: &str) -> ExitCode {
+    eprintln!("gpumon: configuration error: {message}");
+    ExitCode::from(2)
+}
+
+fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
+        eprintln!("gpumon: invalid --log filter `{filter}` ({e}); using `info`");
+        tracing_subscriber::EnvFilter::new("info")
+    });
+    // Logs go to stderr so that stdout carries only data (JSON lines stay parseable).
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
+}
+
+async fn run(cli: Cli, file: FileConfig, settings: Settings) -> ExitCode {
+    let marks = sinks::Marks { mock: settings.backend == Backend::Mock, host: settings.host.as_deref() };
+    let sinks = match sinks::build(&cli, &file, marks).await {
+        Ok(s) => s,
+        Err(e) => return config_failure(&e.0),
+    };
+    // Any sink but stdout sends the data out of this process, where simulated values could be
+    // taken for real ones.
+    let exporting = sinks.iter().any(|s| s.name() != sinks::STDOUT);
+    let sampler = match backend::select(settings.backend, exporting, &cli, &file) {
+        Ok(s) => s,
+        Err(backend::BackendError::Config(e)) => return config_failure(&e),
+        Err(backend::BackendError::Unavailable(e)) => {
+            eprintln!("gpumon: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut builder = Agent::builder_arc(sampler)
+        .interval(settings.interval)
+        .metrics(settings.metrics)
+        .devices(settings.devices)
+        .scheduled(!settings.once);
+    if let Some(t) = settings.sample_timeout {
+        builder = builder.sample_timeout(t);
+    }
+    if let Some(host) = &settings.host {
+        builder = builder.hostname(host.clone());
+    }
+    for sink in sinks {
+        builder = builder.boxed_sink(sink, settings.sink_options);
+    }
+    let handle = match builder.spawn() {
+        Ok(h) => h,
+        Err(e) => return config_failure(&e.to_string()),
+    };
+
+    if settings.once {
+        let flushed = handle.flush(settings.shutdown_timeout.max(Duration::from_secs(10))).await;
+        let shut = handle.shutdown(settings.shutdown_timeout).await;
+        return match (flushed, shut) {
+            (Ok(()), Ok(())) => ExitCode::SUCCESS,
+            (Err(e), _) | (Ok(()), Err(e)) => {
+                eprintln!("gpumon: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
+
+    tracing::info!(interval = ?settings.interval, "agent running; Ctrl-C or SIGTERM to stop");
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    match handle.shutdown(settings.shutdown_timeout).await {
+        Ok(()) | Err(AgentError::ShutDown) => {
+            let stats = handle.stats();
+            tracing::info!(samples = stats.samples_taken, failures = stats.sample_failures, "stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gpumon: shutdown incomplete: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
