@@ -26,8 +26,8 @@
 //! host-level finding, the raised counter), only `host` — then the descriptor's
 //! [`labels`](gpumon_core::Descriptor::labels) as tags. Finding *events* go to
 //! `<measurement>_finding` (tags `gpu`, `host`, `kind`, `severity`, `uuid`; no `gpu`/`uuid` for a
-//! host-level finding), so annotations and "what happened when" queries need no state: `SELECT
-//! * FROM gpu_finding WHERE time > now() - 1d`. Line breaks in evidence and advice are written as
+//! host-level finding), so annotations and "what happened when" queries need no state:
+//! `SELECT * FROM gpu_finding WHERE time > now() - 1d`. Line breaks in evidence and advice are written as
 //! spaces (one point per line).
 //!
 //! Measurement names of labelled families are `<measurement>_<Family::name()>`; the tag key is

@@ -56,7 +56,10 @@ fn fixture() -> Snapshot {
 }
 
 /// A diagnosis with `active` findings and a raised count per kind (1 each, 3 for imbalance).
-pub(crate) fn diagnosis(active: &[(FindingKind, Severity, Option<(u32, &str)>)]) -> Diagnosis {
+/// A finding of `kind` and `severity` on `(index, uuid)`, or on the host.
+type Active<'a> = (FindingKind, Severity, Option<(u32, &'a str)>);
+
+pub(crate) fn diagnosis(active: &[Active<'_>]) -> Diagnosis {
     let since = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
     let mut d = Diagnosis::default();
     d.active = active
