@@ -179,6 +179,13 @@ pub struct FindingEvent {
     pub held_for: Option<Duration>,
 }
 
+impl FindingEvent {
+    /// An event: `finding` was raised, or cleared after being active for `held_for`.
+    pub fn new(transition: Transition, finding: Finding, held_for: Option<Duration>) -> Self {
+        Self { transition, finding, held_for }
+    }
+}
+
 /// Findings raised since the diagnosis stage started, for one kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -188,6 +195,13 @@ pub struct FindingCount {
     pub kind: FindingKind,
     /// How many were raised (monotonic).
     pub raised: u64,
+}
+
+impl FindingCount {
+    /// `raised` findings of `kind` so far.
+    pub const fn new(kind: FindingKind, raised: u64) -> Self {
+        Self { kind, raised }
+    }
 }
 
 /// What the diagnosis stage attached to one snapshot.

@@ -5,7 +5,12 @@
 //! ```text
 //! [14:03:07] GPU0 | Util: 40% | Mem: 12345/40960 MB | Temp: 45°C | Power: 78.0W | SM: 1980 MHz
 //! [14:03:07] GPU3 | LOST
+//! [14:03:07] FINDING raised gpu 0 GPU-8f2… dataloader_starvation (warning): utilisation mean 31 %, min 2 % / max 96 % within the interval. Advice: raise the data loader's num_workers, …
+//! [14:05:17] FINDING cleared gpu 0 GPU-8f2… dataloader_starvation after 2m 10s: utilisation mean 88 %, min 80 % / max 95 % within the interval
 //! ```
+//! A `FINDING` line is printed when the diagnosis stage raises or clears a finding (a host-level
+//! one says `host` instead of `gpu N UUID`), with its evidence (for a clear: the numbers when it
+//! cleared) and, when raised, the advice.
 //! JSON lines: each line is the [`Snapshot`] serialized with serde — the field names of
 //! `gpumon_core`'s data model, timestamps as Unix nanoseconds, absent values as `null`. Parse it
 //! back with `serde_json::from_str::<Snapshot>`.
@@ -25,9 +30,9 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::UNIX_EPOCH;
+use std::time::{Duration, UNIX_EPOCH};
 
-use gpumon_core::{DeviceSample, Sink, SinkError, Snapshot};
+use gpumon_core::{DeviceSample, FindingEvent, Sink, SinkError, Snapshot, Transition};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// How the stdout sink prints a snapshot.
@@ -87,9 +92,8 @@ impl StdoutSink {
 
 /// Formats one device as a human line (without the trailing newline).
 pub fn format_human_line(out: &mut String, snapshot: &Snapshot, device: &DeviceSample) {
-    let secs = snapshot.taken_at.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
-    let _ = write!(out, "[{h:02}:{m:02}:{s:02}] GPU{}", device.info.index);
+    push_clock(out, snapshot);
+    let _ = write!(out, " GPU{}", device.info.index);
     if let Some(mig) = &device.info.mig {
         let _ = write!(out, "/MIG{}", mig.mig_index);
     }
@@ -146,6 +150,76 @@ pub fn format_human_line(out: &mut String, snapshot: &Snapshot, device: &DeviceS
     }
 }
 
+/// Formats one finding event as a human line (without the trailing newline):
+/// `[hh:mm:ss] FINDING raised gpu 0 GPU-… kind (severity): evidence. Advice: advice` or
+/// `[hh:mm:ss] FINDING cleared gpu 0 GPU-… kind after 2m 10s: evidence`.
+pub fn format_finding_line(out: &mut String, snapshot: &Snapshot, event: &FindingEvent) {
+    push_clock(out, snapshot);
+    let f = &event.finding;
+    let _ = write!(out, " FINDING {} ", event.transition.name());
+    match (f.gpu, f.uuid.as_deref()) {
+        (Some(gpu), Some(uuid)) => {
+            let _ = write!(out, "gpu {gpu} {uuid} ");
+        }
+        (None, Some(uuid)) => {
+            let _ = write!(out, "gpu {uuid} ");
+        }
+        _ => out.push_str("host "),
+    }
+    out.push_str(f.kind.name());
+    match event.transition {
+        Transition::Cleared => {
+            if let Some(held) = event.held_for {
+                out.push_str(" after ");
+                push_duration(out, held);
+            }
+            out.push_str(": ");
+            push_one_line(out, sentence(&f.evidence));
+        }
+        _ => {
+            let _ = write!(out, " ({}): ", f.severity);
+            push_one_line(out, sentence(&f.evidence));
+            if !f.advice.is_empty() {
+                out.push_str(". Advice: ");
+                push_one_line(out, f.advice.trim_end());
+            }
+        }
+    }
+}
+
+/// `text` without its closing full stop (the line adds its own punctuation).
+fn sentence(text: &str) -> &str {
+    text.trim_end_matches(|c: char| c == '.' || c.is_whitespace())
+}
+
+/// Appends `text` with line breaks turned into spaces: one event, one line.
+fn push_one_line(out: &mut String, text: &str) {
+    for (i, part) in text.split(['\n', '\r']).enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(part);
+    }
+}
+
+/// `[hh:mm:ss]` of the snapshot, UTC.
+fn push_clock(out: &mut String, snapshot: &Snapshot) {
+    let secs = snapshot.taken_at.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
+    let _ = write!(out, "[{h:02}:{m:02}:{s:02}]");
+}
+
+/// `45s`, `2m 10s`, `1h 0m 5s` (whole seconds; under a second: `0s`).
+fn push_duration(out: &mut String, d: Duration) {
+    let secs = d.as_secs();
+    let (h, m, s) = (secs / 3600, (secs / 60) % 60, secs % 60);
+    let _ = match (h, m) {
+        (0, 0) => write!(out, "{s}s"),
+        (0, _) => write!(out, "{m}m {s}s"),
+        _ => write!(out, "{h}h {m}m {s}s"),
+    };
+}
+
 /// Formats a whole snapshot in `format` into `out`, newline-terminated.
 ///
 /// # Errors
@@ -156,6 +230,10 @@ pub fn format_snapshot(out: &mut String, snapshot: &Snapshot, format: StdoutForm
         StdoutFormat::Human => {
             for device in &snapshot.devices {
                 format_human_line(out, snapshot, device);
+                out.push('\n');
+            }
+            for event in snapshot.diagnosis.iter().flat_map(|d| &d.events) {
+                format_finding_line(out, snapshot, event);
                 out.push('\n');
             }
         }
@@ -256,6 +334,85 @@ mod tests {
         assert_eq!(v["devices"][0]["info"]["uuid"], "GPU-a");
         assert_eq!(v["devices"][2]["state"], "lost");
         assert_eq!(v["taken_at"], 50_587_000_000_000u64);
+    }
+
+    fn with_findings() -> Snapshot {
+        use gpumon_core::{Diagnosis, Finding, FindingCount, FindingKind, Severity};
+        let since = UNIX_EPOCH + Duration::from_secs(14 * 3600);
+        let starving = Finding::new(
+            FindingKind::DataloaderStarvation,
+            Severity::Warning,
+            Some((0, "GPU-a")),
+            since,
+            "utilisation mean 31 %, min 2 % / max 96 % within the interval",
+            "Raise the data loader's num_workers.",
+        );
+        let mut cleared = Finding::new(
+            FindingKind::Imbalance,
+            Severity::Info,
+            None,
+            since,
+            "GPU 0 at 90 %, GPU 1 at 85 %.",
+            "Shard evenly.",
+        );
+        cleared.evidence.push_str(" \"quoted\"\nsecond line\n");
+        let mut d = Diagnosis::default();
+        d.active = Arc::from(vec![starving.clone()]);
+        d.events = vec![
+            FindingEvent::new(Transition::Raised, starving, None),
+            FindingEvent::new(Transition::Cleared, cleared, Some(Duration::from_secs(130))),
+        ];
+        d.raised_total = Arc::from(vec![
+            FindingCount::new(FindingKind::DataloaderStarvation, 1),
+            FindingCount::new(FindingKind::Imbalance, 4),
+        ]);
+        let mut snap = snapshot();
+        snap.diagnosis = Some(d);
+        snap
+    }
+
+    #[test]
+    fn human_prints_one_line_per_raise_and_clear() {
+        let mut out = String::new();
+        format_snapshot(&mut out, &with_findings(), StdoutFormat::Human).unwrap();
+        let lines: Vec<_> = out.lines().collect();
+        assert_eq!(lines.len(), 3 + 2, "{out}");
+        assert_eq!(
+            lines[3],
+            "[14:03:07] FINDING raised gpu 0 GPU-a dataloader_starvation (warning): utilisation mean 31 %, min 2 % / max 96 % within the interval. Advice: Raise the data loader's num_workers."
+        );
+        assert_eq!(lines[4], "[14:03:07] FINDING cleared host imbalance after 2m 10s: GPU 0 at 90 %, GPU 1 at 85 %. \"quoted\" second line");
+        // Active findings without an event print nothing more (only transitions are news).
+        let mut snap = with_findings();
+        snap.diagnosis.as_mut().unwrap().events.clear();
+        out.clear();
+        format_snapshot(&mut out, &snap, StdoutFormat::Human).unwrap();
+        assert_eq!(out.lines().count(), 3);
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        for (secs, want) in [(0, "0s"), (45, "45s"), (130, "2m 10s"), (3605, "1h 0m 5s"), (90_061, "25h 1m 1s")] {
+            let mut s = String::new();
+            push_duration(&mut s, Duration::from_secs(secs));
+            assert_eq!(s, want);
+        }
+    }
+
+    #[test]
+    fn json_round_trips_a_snapshot_with_findings() {
+        let snap = with_findings();
+        let mut out = String::new();
+        format_snapshot(&mut out, &snap, StdoutFormat::Json).unwrap();
+        assert_eq!(out.lines().count(), 1, "one line even with a newline in the evidence");
+        let back: Snapshot = serde_json::from_str(out.trim_end()).unwrap();
+        assert_eq!(back, snap);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let d = &v["diagnosis"];
+        assert_eq!(d["active"][0]["kind"], "dataloader_starvation");
+        assert_eq!(d["active"][0]["uuid"], "GPU-a");
+        assert_eq!(d["events"][1]["transition"], "cleared");
+        assert_eq!(d["raised_total"][1]["raised"], 4);
     }
 
     #[tokio::test]

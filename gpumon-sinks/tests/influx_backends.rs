@@ -687,3 +687,69 @@ async fn every_dashboard_query_returns_data() {
     }
     assert_eq!(annotation_queries, 2, "the findings annotations (raised, cleared)");
 }
+
+/// A finding raised and cleared by the real diagnosis stage is stored in `gpu_finding`, one
+/// point per event, and the active finding in `gpu_diagnosis`, both read back with InfluxQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn findings_are_stored_as_events_and_series() {
+    use gpumon_core::diagnose::{DiagnoseConfig, Diagnoser};
+    use gpumon_core::{FindingKind, Processor, ProcessorContext, Transition};
+    if !enabled() {
+        return;
+    }
+    let run = run_id("findings");
+    let mut sink = InfluxSink::from_config(&config(&run)).unwrap();
+    let mut diagnoser = Diagnoser::new(DiagnoseConfig::default()).unwrap();
+    diagnoser.attach(&ProcessorContext::new(Duration::from_secs(1)));
+    let system = Arc::new(SystemInfo::new("itest-node", "test"));
+    let info = Arc::new(DeviceInfo::new(0, "GPU-findings-0", "NVIDIA H100 80GB HBM3"));
+    let base = SystemTime::now() - Duration::from_secs(3600);
+    let (mut events, mut active_ticks) = (Vec::new(), 0);
+    for tick in 0..120u64 {
+        let mut d = DeviceSample::new(info.clone());
+        d.utilization.gpu = Some(0.9);
+        d.memory.total = Some(80 << 30);
+        // 97 % used for 40 ticks (raises near_oom), then half (clears it).
+        d.memory.used = Some(if tick < 40 { (80 << 30) / 100 * 97 } else { 40 << 30 });
+        let mut snap =
+            Snapshot::new(system.clone(), vec![d]).with_seq(tick + 1).with_taken_at(base + Duration::from_secs(tick));
+        diagnoser.process(&mut snap);
+        let diagnosis = snap.diagnosis.as_ref().expect("diagnosis attached");
+        events.extend(diagnosis.events.iter().map(|e| (snap.timestamp_nanos(), e.clone())));
+        active_ticks += diagnosis.active.iter().filter(|f| f.kind == FindingKind::NearOom).count();
+        sink.export(Arc::new(snap)).await.unwrap();
+    }
+    sink.shutdown().await.expect("every batch written");
+    let kinds: Vec<_> = events.iter().map(|(_, e)| (e.finding.kind, e.transition)).collect();
+    assert_eq!(kinds, [(FindingKind::NearOom, Transition::Raised), (FindingKind::NearOom, Transition::Cleared)]);
+
+    let q = format!("SELECT * FROM gpu_finding WHERE run = '{run}' ORDER BY time");
+    let body = influxql(&influx_url(), &influx_db(), None, &q).await;
+    let series = &body["results"][0]["series"][0];
+    let columns: Vec<&str> = series["columns"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+    let rows = series["values"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{body}");
+    let col = |row: &Json, name: &str| row[columns.iter().position(|c| *c == name).unwrap()].clone();
+    for (row, (ts, event)) in rows.iter().zip(&events) {
+        assert_eq!(col(row, "time").as_i64().unwrap(), *ts as i64);
+        assert_eq!(col(row, "kind"), "near_oom");
+        assert_eq!(col(row, "severity"), event.finding.severity.name());
+        assert_eq!(col(row, "uuid"), "GPU-findings-0");
+        assert_eq!(col(row, "gpu"), "0");
+        assert_eq!(col(row, "host"), "itest-node");
+        assert_eq!(col(row, "evidence"), event.finding.evidence.as_str());
+        assert_eq!(col(row, "advice"), event.finding.advice.as_str());
+        let raised = event.transition == Transition::Raised;
+        assert_eq!(col(row, "active").as_i64().unwrap(), i64::from(raised));
+        match event.held_for {
+            Some(held) if !raised => assert_eq!(col(row, "held_for_seconds").as_f64().unwrap(), held.as_secs_f64()),
+            _ => assert!(col(row, "held_for_seconds").is_null()),
+        }
+    }
+    // The derived series: one finding_active point per tick the finding held.
+    let q =
+        format!("SELECT count(\"finding_active\") FROM gpu_diagnosis WHERE run = '{run}' AND \"kind\" = 'near_oom'");
+    let body = influxql(&influx_url(), &influx_db(), None, &q).await;
+    assert_eq!(body["results"][0]["series"][0]["values"][0][1].as_u64().unwrap() as usize, active_ticks);
+    assert!(active_ticks > 0);
+}

@@ -116,6 +116,37 @@ fn assert_request_is_snapshot(request: &[Json], snapshot: &Snapshot, transport: 
         let up = i64::from(device.is_up());
         assert_eq!(states, BTreeMap::from([("ok".into(), up), ("failed".into(), 1 - up)]), "[{transport}]");
     }
+    // Derived series (findings): the device's attributes or none, plus `gpumon.<label>`.
+    snapshot.visit_derived(|p| {
+        let d = p.id.descriptor();
+        let mut want: Vec<(String, String)> =
+            p.label_pairs().map(|(k, v)| (format!("gpumon.{k}"), v.to_owned())).collect();
+        if let Some(i) = p.device {
+            want.push(("hw.id".into(), snapshot.devices[i].info.uuid.clone()));
+        }
+        let hits: Vec<&Json> = request
+            .iter()
+            .filter(|j| j["name"] == d.otel.name)
+            .filter(|j| want.iter().all(|(k, v)| attr_matches(&j["attributes"][k.as_str()], v)))
+            .filter(|j| p.device.is_some() || j["attributes"].get("hw.id").is_none())
+            .collect();
+        assert_eq!(hits.len(), 1, "[{transport}] {:?} {want:?}: {hits:?}", p.id);
+        let j = hits[0];
+        assert_eq!(
+            j["value"].as_u64(),
+            Some(match p.value {
+                Value::Int(v) => v,
+                Value::Float(v) => v as u64,
+            })
+        );
+        let (kind, monotonic) = if d.kind == MetricKind::Counter { ("sum", Some(true)) } else { ("gauge", None) };
+        assert_eq!(j["type"], kind, "[{transport}] type of {}", d.otel.name);
+        if let Some(m) = monotonic {
+            assert_eq!(j["is_monotonic"], m);
+            assert_eq!(j["aggregation_temporality"], "cumulative");
+        }
+        expected_points += 1;
+    });
     assert_eq!(request.len(), expected_points + snapshot.devices.len(), "[{transport}] data points in the request");
     for j in request {
         assert_eq!(j["transport"], transport);
@@ -461,9 +492,12 @@ async fn receiver_down_then_up(pipeline: Pipeline) {
 /// Sanity check of the helpers (runs without backends).
 #[test]
 fn fleet_has_every_metric() {
-    let snap = fleet(1, 0, false);
+    let snap = fleet(1, 0, true);
     let mut seen = std::collections::BTreeSet::new();
     snap.devices[0].visit_points(|p| {
+        seen.insert(p.id);
+    });
+    snap.visit_derived(|p| {
         seen.insert(p.id);
     });
     let missing: Vec<MetricId> = MetricId::ALL.iter().copied().filter(|id| !seen.contains(id)).collect();

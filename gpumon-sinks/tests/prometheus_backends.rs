@@ -198,6 +198,23 @@ async fn check_values(prom: &Prom, t: &Target, snap: &Snapshot) {
         }
     }
 
+    // Findings: native names in both namings; the device finding with the device's labels, the
+    // host-level one and the counter with only the host label (+ their own).
+    let (l, v) = prom.one(&format!("gpumon_finding_active{{job=\"{job}\",kind=\"near_oom\"}}")).await;
+    assert_eq!(v, 1.0);
+    assert_eq!(
+        (l[uuid].as_str(), l["gpu"].as_str(), l["severity"].as_str()),
+        (gpu0.info.uuid.as_str(), "0", "warning")
+    );
+    assert_eq!(l[host_label], HOST);
+    let (l, v) = prom.one(&format!("gpumon_finding_active{{job=\"{job}\",kind=\"imbalance\"}}")).await;
+    assert_eq!(v, 1.0);
+    assert!(!l.contains_key(uuid) && !l.contains_key("gpu"), "host-level finding has no device labels: {l:?}");
+    assert_eq!((l[host_label].as_str(), l["severity"].as_str()), (HOST, "info"));
+    let (l, v) = prom.one(&format!("gpumon_findings_raised_total{{job=\"{job}\",kind=\"near_oom\"}}")).await;
+    assert_eq!(v, 2.0);
+    assert!(!l.contains_key(uuid), "{l:?}");
+
     // The lost device: up 0 and nothing else.
     let (_, v) = prom.one(&format!("{up}{{job=\"{job}\",{uuid}=\"{}\"}}", lost.info.uuid)).await;
     assert_eq!(v, 0.0);

@@ -3,9 +3,11 @@
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
-use gpumon_core::{DeviceInfo, DeviceSample, Family, LabelValue, MetricId, Snapshot, Value};
+use gpumon_core::{
+    DeviceInfo, DeviceSample, Family, FindingEvent, LabelValue, MetricId, Scope, Snapshot, Transition, Value,
+};
 
-use super::escape::{write_field_key, write_measurement, write_tag};
+use super::escape::{write_field_key, write_measurement, write_string_field, write_tag};
 
 /// The default base measurement.
 pub const DEFAULT_MEASUREMENT: &str = "gpu";
@@ -44,6 +46,8 @@ pub struct LineProtocolEncoder {
     label_keys: Vec<String>,
     /// Pre-escaped `,key=value` pairs added to every line.
     extra_tags: String,
+    /// Escaped `<base>_finding`: one point per finding raised or cleared.
+    finding_measurement: String,
 }
 
 impl Default for LineProtocolEncoder {
@@ -64,11 +68,15 @@ impl LineProtocolEncoder {
             let d = id.descriptor();
             let mut m = String::new();
             let mut l = String::new();
+            // Labelled and derived metrics (several labels, or not one line per device) get
+            // their family's measurement, like the labelled sampled families.
+            let derived = !d.labels.is_empty() || d.scope != Scope::Device;
             match d.label {
                 Some(label) => {
                     write_measurement(&mut m, &Self::family_measurement_name(measurement, d.family));
                     write_tag(&mut l, label);
                 }
+                None if derived => write_measurement(&mut m, &Self::family_measurement_name(measurement, d.family)),
                 None => write_measurement(&mut m, measurement),
             }
             measurements.push(m);
@@ -77,7 +85,21 @@ impl LineProtocolEncoder {
             write_field_key(&mut k, d.name);
             field_keys.push(k);
         }
-        Self { base: measurement.to_owned(), measurements, field_keys, label_keys, extra_tags: String::new() }
+        let mut finding_measurement = String::new();
+        write_measurement(&mut finding_measurement, &Self::finding_measurement_name(measurement));
+        Self {
+            base: measurement.to_owned(),
+            measurements,
+            field_keys,
+            label_keys,
+            extra_tags: String::new(),
+            finding_measurement,
+        }
+    }
+
+    /// The measurement finding events (raise and clear) are written to: `<base>_finding`.
+    pub fn finding_measurement_name(base: &str) -> String {
+        format!("{base}_finding")
     }
 
     /// Adds a tag to every line (e.g. `cluster=eu-1`). Empty values are ignored (line protocol has
@@ -103,7 +125,8 @@ impl LineProtocolEncoder {
         format!("{base}_{}", family.name())
     }
 
-    /// Appends every device of `snapshot`; returns how many lines and fields were written.
+    /// Appends every device of `snapshot`, then its derived series and finding events; returns
+    /// how many lines and fields were written.
     pub fn encode_snapshot(&self, snapshot: &Snapshot, out: &mut String) -> Encoded {
         let ts = snapshot.timestamp_nanos();
         let mut total = Encoded::default();
@@ -113,7 +136,87 @@ impl LineProtocolEncoder {
         for device in &snapshot.devices {
             total += self.encode_device_inner(&snapshot.system.hostname, mock, ts, device, out);
         }
+        total += self.encode_derived(snapshot, out);
+        total += self.encode_finding_events(snapshot, out);
         total
+    }
+
+    /// Appends one line per derived point ([`Snapshot::visit_derived`]), from the catalogue: the
+    /// family's measurement (`<base>_diagnosis`), the device's tags (or, for a point about the
+    /// host, only `host`), the descriptor's labels as tags, and one field named after the metric.
+    pub fn encode_derived(&self, snapshot: &Snapshot, out: &mut String) -> Encoded {
+        let ts = i64::try_from(snapshot.timestamp_nanos()).unwrap_or(i64::MAX);
+        let host = snapshot.system.hostname.as_str();
+        let mock = snapshot.system.is_mock();
+        let mut encoded = Encoded::default();
+        snapshot.visit_derived(|p| {
+            let start = out.len();
+            out.push_str(&self.measurements[p.id as usize]);
+            match p.device.and_then(|i| snapshot.devices.get(i)) {
+                Some(device) => self.write_device_tags(out, host, mock, &device.info),
+                None => {
+                    if mock {
+                        out.push_str(",backend=mock");
+                    }
+                    self.write_host_tags(out, host)
+                }
+            }
+            for (key, value) in p.label_pairs() {
+                if !value.is_empty() {
+                    out.push(',');
+                    write_tag(out, key);
+                    out.push('=');
+                    write_tag(out, value);
+                }
+            }
+            out.push(' ');
+            let fields = usize::from(self.write_field(out, p.id, p.value, true));
+            finish_line(out, start, fields, ts, &mut encoded);
+        });
+        encoded
+    }
+
+    /// Appends one point per finding raised or cleared at this snapshot, to `<base>_finding`:
+    /// tags `gpu`, `host`, `kind`, `severity`, `uuid` (no `gpu`/`uuid` for a host-level finding);
+    /// fields `active` (1i raised, 0i cleared), `advice`, `evidence` and, on a clear,
+    /// `held_for_seconds`. Events about a device the snapshot does not carry (filtered away) are
+    /// skipped, as its series are.
+    pub fn encode_finding_events(&self, snapshot: &Snapshot, out: &mut String) -> Encoded {
+        let ts = i64::try_from(snapshot.timestamp_nanos()).unwrap_or(i64::MAX);
+        let mut encoded = Encoded::default();
+        let Some(diagnosis) = &snapshot.diagnosis else { return encoded };
+        for event in &diagnosis.events {
+            let f = &event.finding;
+            if let Some(uuid) = &f.uuid {
+                if !snapshot.devices.iter().any(|d| d.info.uuid == *uuid) {
+                    continue;
+                }
+            }
+            let start = out.len();
+            out.push_str(&self.finding_measurement);
+            if snapshot.system.is_mock() {
+                out.push_str(",backend=mock");
+            }
+            if let Some(gpu) = f.gpu.filter(|_| f.uuid.is_some()) {
+                let _ = write!(out, ",gpu={gpu}");
+            }
+            if !snapshot.system.hostname.is_empty() {
+                out.push_str(",host=");
+                write_tag(out, &snapshot.system.hostname);
+            }
+            out.push_str(",kind=");
+            out.push_str(f.kind.name());
+            out.push_str(",severity=");
+            out.push_str(f.severity.name());
+            if let Some(uuid) = f.uuid.as_deref().filter(|u| !u.is_empty()) {
+                out.push_str(",uuid=");
+                write_tag(out, uuid);
+            }
+            out.push_str(&self.extra_tags);
+            let fields = write_event_fields(out, event);
+            finish_line(out, start, fields, ts, &mut encoded);
+        }
+        encoded
     }
 
     /// Appends one device's lines at `timestamp_nanos`, tagged with `host`. Unlike
@@ -217,6 +320,15 @@ impl LineProtocolEncoder {
         out.push_str(&self.extra_tags);
     }
 
+    /// `,host=…` (unless empty) and the extra tags: the tag set of a point about the host.
+    fn write_host_tags(&self, out: &mut String, host: &str) {
+        if !host.is_empty() {
+            out.push_str(",host=");
+            write_tag(out, host);
+        }
+        out.push_str(&self.extra_tags);
+    }
+
     /// Writes `key=value`; returns false (writing nothing) for NaN and infinities, which
     /// InfluxDB rejects.
     fn write_field(&self, out: &mut String, id: MetricId, value: Value, first: bool) -> bool {
@@ -240,6 +352,33 @@ impl LineProtocolEncoder {
             }
         }
         true
+    }
+}
+
+/// ` active=…i,advice="…",evidence="…"[,held_for_seconds=…]`; returns the number of fields.
+fn write_event_fields(out: &mut String, event: &FindingEvent) -> usize {
+    let raised = event.transition == Transition::Raised;
+    out.push_str(if raised { " active=1i,advice=" } else { " active=0i,advice=" });
+    write_one_line_string(out, &event.finding.advice);
+    out.push_str(",evidence=");
+    write_one_line_string(out, &event.finding.evidence);
+    match event.held_for.filter(|_| !raised) {
+        Some(held) => {
+            let _ = write!(out, ",held_for_seconds={}", held.as_secs_f64());
+            4
+        }
+        None => 3,
+    }
+}
+
+/// A string field with line breaks turned into spaces. Parsers accept a newline inside quotes,
+/// but the batch buffer and spill files count points by newlines, so every point stays on one
+/// line (evidence is one sentence; nothing is lost).
+fn write_one_line_string(out: &mut String, s: &str) {
+    if s.contains(['\n', '\r']) {
+        write_string_field(out, &s.replace(['\n', '\r'], " "));
+    } else {
+        write_string_field(out, s);
     }
 }
 

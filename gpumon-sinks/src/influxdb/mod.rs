@@ -16,6 +16,19 @@
 //! | `gpu_xid` | `xid` (code) | `xid_errors`, `xid_last_seen_timestamp` | one per XID code seen |
 //! | `gpu_processes` | `pid` | `process_memory_used`, `process_sm_utilization`, … | one per process (opt-in family) |
 //! | `gpu_clock_events` | `reason` | `clock_event_active` (0/1) | one per reason (9) |
+//! | `gpu_diagnosis` | `kind`, `severity` | `finding_active` (1 while a finding holds) | one per active finding |
+//! | `gpu_diagnosis` | `kind` (host tags only) | `findings_raised` (counter) | one per host and kind raised so far |
+//! | `gpu_finding` | `kind`, `severity` | `active` (1i raised / 0i cleared), `evidence`, `advice` (strings), `held_for_seconds` (on clear) | one per finding raised or cleared at this snapshot |
+//!
+//! Derived series (findings; later training steps) come from the catalogue like the rest
+//! ([`Snapshot::visit_derived`](gpumon_core::Snapshot::visit_derived)): measurement
+//! `<measurement>_<Family::name()>`, the device's tags — or, for a point about the host (a
+//! host-level finding, the raised counter), only `host` — then the descriptor's
+//! [`labels`](gpumon_core::Descriptor::labels) as tags. Finding *events* go to
+//! `<measurement>_finding` (tags `gpu`, `host`, `kind`, `severity`, `uuid`; no `gpu`/`uuid` for a
+//! host-level finding), so annotations and "what happened when" queries need no state:
+//! `SELECT * FROM gpu_finding WHERE time > now() - 1d`. Line breaks in evidence and advice are written as
+//! spaces (one point per line).
 //!
 //! Measurement names of labelled families are `<measurement>_<Family::name()>`; the tag key is
 //! the catalogue's [`Descriptor::label`](gpumon_core::Descriptor::label); **field keys are the
@@ -197,6 +210,71 @@ mod tests {
         assert!(out.starts_with(r"nv\ gpu,gpu=3,"), "{out}");
         assert!(out.lines().all(|l| l.contains(r",cluster=eu\,1")), "{out}");
         assert!(out.contains("\nnv\\ gpu_xid,"));
+    }
+
+    fn with_findings() -> Snapshot {
+        use gpumon_core::{Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Severity, Transition};
+        let since = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let oom = Finding::new(
+            FindingKind::NearOom,
+            Severity::Warning,
+            Some((3, "MIG-abc")),
+            since,
+            "memory 97 % used \"rising\"\nC:\\",
+            "Reduce the batch size.",
+        );
+        let imbalance = Finding::new(FindingKind::Imbalance, Severity::Info, None, since, "GPU 0 idle", "Shard.");
+        let filtered =
+            Finding::new(FindingKind::HardwareErrors, Severity::Critical, Some((9, "GPU-gone")), since, "x", "y");
+        let mut d = Diagnosis::default();
+        d.active = Arc::from(vec![oom.clone(), filtered.clone()]);
+        d.events = vec![
+            FindingEvent::new(Transition::Raised, oom, None),
+            FindingEvent::new(Transition::Cleared, imbalance, Some(Duration::from_millis(130_500))),
+            FindingEvent::new(Transition::Raised, filtered, None),
+        ];
+        d.raised_total = Arc::from(vec![FindingCount::new(FindingKind::NearOom, 2)]);
+        let mut snap = snapshot();
+        snap.diagnosis = Some(d);
+        snap
+    }
+
+    #[test]
+    fn findings_are_written_as_derived_series_and_events() {
+        let mut out = String::new();
+        let n = encode_snapshot(&with_findings(), &mut out);
+        let lines: Vec<&str> = out.lines().collect();
+        // 12 device points, 2 derived, 2 events, one per line even though one event's evidence
+        // holds a newline (the buffer counts points by newlines).
+        assert_eq!(n.lines, 12 + 2 + 2);
+        assert_eq!(lines.len(), n.lines, "{out}");
+        let tags = r#"gpu=3,host=node\ 1,mig=1,mig_ci=0,mig_gi=2,mig_profile=1g.10gb,name=NVIDIA\ A100\,\ "80GB",uuid=MIG-abc"#;
+        let ts = "1700000000123456789";
+        // Derived series, from the catalogue: device tags or the host alone, then their labels.
+        assert_eq!(lines[12], format!("gpu_diagnosis,{tags},kind=near_oom,severity=warning finding_active=1i {ts}"));
+        assert_eq!(lines[13], format!(r"gpu_diagnosis,host=node\ 1,kind=near_oom findings_raised=2i {ts}"));
+        // Events: one point per raise and clear; the filtered GPU's is skipped.
+        assert_eq!(
+            lines[14],
+            format!(
+                r#"gpu_finding,gpu=3,host=node\ 1,kind=near_oom,severity=warning,uuid=MIG-abc active=1i,advice="Reduce the batch size.",evidence="memory 97 % used \"rising\" C:\\" {ts}"#
+            )
+        );
+        let clear = out.split('\n').find(|l| l.starts_with("gpu_finding,host=")).unwrap();
+        assert_eq!(
+            clear,
+            format!(
+                r#"gpu_finding,host=node\ 1,kind=imbalance,severity=info active=0i,advice="Shard.",evidence="GPU 0 idle",held_for_seconds=130.5 {ts}"#
+            )
+        );
+        assert_eq!(n.fields, 6 + 9 + 2 + 2 + 2 + 3 + 4);
+        // A configured measurement renames both, extra tags land on both.
+        let enc = LineProtocolEncoder::new("nv").with_tag("cluster", "eu");
+        out.clear();
+        enc.encode_snapshot(&with_findings(), &mut out);
+        assert!(out.contains("\nnv_diagnosis,host=node\\ 1,cluster=eu,kind=near_oom findings_raised=2i "), "{out}");
+        assert!(out.contains("\nnv_finding,host=node\\ 1,kind=imbalance,severity=info,cluster=eu active=0i"), "{out}");
+        assert_eq!(LineProtocolEncoder::finding_measurement_name("nv"), "nv_finding");
     }
 
     #[test]

@@ -92,6 +92,8 @@ struct SeriesKey {
     id: MetricId,
     attribute: Option<(&'static str, &'static str)>,
     label: Option<OwnedLabel>,
+    /// A derived point's label values (empty for sampled points).
+    derived: Vec<String>,
 }
 
 fn base_address(base: &Arc<[opentelemetry::KeyValue]>) -> usize {
@@ -109,6 +111,7 @@ impl SeriesKey {
                 LabelValue::Int(i) => OwnedLabel::Int(i),
                 LabelValue::Str(v) => OwnedLabel::Str(v.to_owned()),
             }),
+            derived: s.derived.pairs().map(|(_, v)| v.to_owned()).collect(),
         }
     }
 
@@ -120,6 +123,8 @@ impl SeriesKey {
             _ => false,
         };
         label
+            && self.derived.len() == s.derived.keys.len()
+            && self.derived.iter().zip(s.derived.pairs()).all(|(a, (_, b))| a == b)
             && self.device == s.device
             && self.base == base_address(s.base)
             && self.id == s.id
@@ -380,6 +385,9 @@ impl Direct {
                     value: any(value),
                     ..KeyValue::default()
                 });
+            }
+            for (label, v) in series.derived.pairs() {
+                attributes.push(string_kv(&label_key(label), v));
             }
             let mut encoded = Vec::new();
             for kv in &attributes {
@@ -837,6 +845,85 @@ mod tests {
             assert_eq!(bytes.len(), generated.encoded_len());
             assert_eq!(ExportMetricsServiceRequest::decode(bytes.as_slice()).unwrap(), generated);
         }
+    }
+
+    fn with_findings(taken_at: SystemTime, active: &[(gpumon_core::FindingKind, Option<(u32, &str)>)]) -> Snapshot {
+        use gpumon_core::{Diagnosis, Finding, FindingCount, Severity};
+        let mut snap = snapshot(taken_at, 1.0);
+        let mut d = Diagnosis::default();
+        d.active = active
+            .iter()
+            .map(|&(kind, device)| Finding::new(kind, Severity::Warning, device, UNIX_EPOCH, "e", "a"))
+            .collect();
+        d.raised_total = active.iter().map(|&(kind, _)| FindingCount::new(kind, 2)).collect();
+        snap.diagnosis = Some(d);
+        snap
+    }
+
+    fn attrs(p: &NumberDataPoint) -> std::collections::BTreeMap<String, String> {
+        p.attributes
+            .iter()
+            .map(|kv| {
+                let v = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                    Some(any_value::Value::StringValue(s)) => s.clone(),
+                    Some(any_value::Value::IntValue(i)) => i.to_string(),
+                    other => format!("{other:?}"),
+                };
+                (kv.key.clone(), v)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn findings_are_exported_from_the_catalogue() {
+        use gpumon_core::FindingKind;
+        let plan = Plan::new();
+        let mut cache = AttributeCache::default();
+        let mut direct = offline(&plan);
+        let snap = with_findings(
+            UNIX_EPOCH + Duration::from_secs(5),
+            &[(FindingKind::NearOom, Some((0, "GPU-0"))), (FindingKind::Imbalance, None)],
+        );
+        let bytes = direct.encode(&plan, &mut cache, &snap).to_vec();
+        let r = ExportMetricsServiceRequest::decode(bytes.as_slice()).unwrap();
+        let points = all_points(&r);
+        let active: Vec<_> = points.iter().filter(|(m, _)| m.name == "gpumon.finding.active").collect();
+        assert_eq!(active.len(), 2);
+        assert!(matches!(active[0].0.data, Some(metric::Data::Gauge(_))));
+        let a0 = attrs(active[0].1);
+        assert_eq!(a0.get("hw.id").map(String::as_str), Some("GPU-0"), "{a0:?}");
+        assert_eq!(a0.get("gpumon.gpu.index").map(String::as_str), Some("0"));
+        assert_eq!((a0["gpumon.kind"].as_str(), a0["gpumon.severity"].as_str()), ("near_oom", "warning"));
+        assert_eq!(active[0].1.value, Some(number_data_point::Value::AsInt(1)));
+        // Host-level: only its own attributes (the resource names the host).
+        let a1 = attrs(active[1].1);
+        assert_eq!(a1.keys().map(String::as_str).collect::<Vec<_>>(), ["gpumon.kind", "gpumon.severity"]);
+        assert_eq!(a1["gpumon.kind"], "imbalance");
+        let raised: Vec<_> = points.iter().filter(|(m, _)| m.name == "gpumon.findings.raised").collect();
+        assert_eq!(raised.len(), 2);
+        match &raised[0].0.data {
+            Some(metric::Data::Sum(s)) => {
+                assert!(s.is_monotonic);
+                assert_eq!(s.aggregation_temporality, AggregationTemporality::Cumulative as i32);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(attrs(raised[0].1).keys().map(String::as_str).collect::<Vec<_>>(), ["gpumon.kind"]);
+        assert_eq!(raised[0].1.value, Some(number_data_point::Value::AsInt(2)));
+        assert!(raised[0].1.start_time_unix_nano > 0);
+
+        // The finding clears: its series goes, the other one's attributes are rebuilt right.
+        let snap = with_findings(UNIX_EPOCH + Duration::from_secs(6), &[(FindingKind::Imbalance, None)]);
+        let r = direct.request_of(&plan, &mut cache, &snap);
+        let points = all_points(&r);
+        let active: Vec<_> = points.iter().filter(|(m, _)| m.name == "gpumon.finding.active").collect();
+        assert_eq!(active.len(), 1);
+        assert_eq!(attrs(active[0].1)["gpumon.kind"], "imbalance");
+        assert!(!attrs(active[0].1).contains_key("hw.id"));
+        assert_eq!(direct.points(), points.len());
+        // No diagnosis: no finding series at all.
+        let r = direct.request_of(&plan, &mut cache, &snapshot(UNIX_EPOCH + Duration::from_secs(7), 1.0));
+        assert!(all_points(&r).iter().all(|(m, _)| !m.name.starts_with("gpumon.finding")));
     }
 
     #[test]

@@ -10,7 +10,9 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use gpumon_core::{DeviceInfo, LabelValue, MetricId, MetricKind, Snapshot, SystemInfo, Unit, Value};
+use gpumon_core::{
+    DeviceInfo, LabelValue, MetricId, MetricKind, Snapshot, SystemInfo, Unit, Value, MAX_DERIVED_LABELS,
+};
 use opentelemetry::metrics::Meter;
 use opentelemetry::{KeyValue, StringValue};
 
@@ -142,6 +144,9 @@ pub(crate) fn label_key(label: &'static str) -> Cow<'static, str> {
         "pid" => Cow::Borrowed("process.pid"),
         "xid" => Cow::Borrowed("gpumon.xid"),
         "reason" => Cow::Borrowed("gpumon.reason"),
+        // Derived series' labels (findings): spelled out only so no point allocates its key.
+        "kind" => Cow::Borrowed("gpumon.kind"),
+        "severity" => Cow::Borrowed("gpumon.severity"),
         // A label added to the catalogue later lands in the extension namespace as well; the
         // generated docs table lists it, so the mapping stays visible.
         other => Cow::Owned(format!("gpumon.{other}")),
@@ -170,6 +175,9 @@ pub(crate) type Shared = Arc<ArcSwap<Encoded>>;
 #[derive(Debug, Default)]
 pub(crate) struct AttributeCache {
     devices: HashMap<String, CachedDevice>,
+    /// The (empty) device attribute set of points about the host: one `Arc`, so its address is
+    /// stable like a device's.
+    host: Arc<[KeyValue]>,
 }
 
 /// A device's identity, the driver version, and the attributes built from them.
@@ -237,7 +245,23 @@ pub(crate) struct Series<'a> {
     pub(crate) attribute: Option<(&'static str, &'static str)>,
     /// The catalogue label and its value (the key is the catalogue's, see [`label_key`]).
     pub(crate) label: Option<(&'static str, LabelValue<'a>)>,
+    /// A derived point's labels: the keys are [`Descriptor::labels`](gpumon_core::Descriptor::labels)
+    /// (through [`label_key`]), the values the first `keys.len()` of `values`.
+    pub(crate) derived: DerivedLabels<'a>,
     pub(crate) value: Value,
+}
+
+/// The labels of a derived point (none for a sampled one).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct DerivedLabels<'a> {
+    pub(crate) keys: &'static [&'static str],
+    pub(crate) values: [&'a str; MAX_DERIVED_LABELS],
+}
+
+impl<'a> DerivedLabels<'a> {
+    pub(crate) fn pairs(&self) -> impl Iterator<Item = (&'static str, &'a str)> + '_ {
+        self.keys.iter().copied().zip(self.values.iter().copied())
+    }
 }
 
 impl Plan {
@@ -258,6 +282,7 @@ impl Plan {
                         (Some(label), Some(value)) => Some((label, value)),
                         _ => None,
                     },
+                    derived: DerivedLabels::default(),
                     value: p.value,
                 };
                 if p.id == MetricId::DeviceUp {
@@ -270,6 +295,27 @@ impl Plan {
                 f(series);
             });
         }
+        // Derived series (findings, …), from the catalogue like the rest: a device-scoped point
+        // gets its device's attributes, a point about the host none (the resource names the
+        // host), then the descriptor's labels. Host points use the slot after the last device.
+        let host_base = cache.host.clone();
+        snapshot.visit_derived(|p| {
+            let d = p.id.descriptor();
+            let (device, base) = match p.device.filter(|&i| i < snapshot.devices.len()) {
+                Some(i) => (i, cache.device(&snapshot.system, &snapshot.devices[i].info)),
+                None => (snapshot.devices.len(), host_base.clone()),
+            };
+            f(Series {
+                instrument: self.slot(p.id),
+                device,
+                base: &base,
+                id: p.id,
+                attribute: d.otel.attribute,
+                label: None,
+                derived: DerivedLabels { keys: d.labels, values: p.labels },
+                value: p.value,
+            });
+        });
     }
 
     /// Turns a snapshot into per-instrument observations (the SDK pipeline).
@@ -288,6 +334,9 @@ impl Plan {
                     LabelValue::Int(v) => KeyValue::new(key, i64::try_from(v).unwrap_or(i64::MAX)),
                     LabelValue::Str(v) => KeyValue::new(key, s(v)),
                 });
+            }
+            for (label, value) in series.derived.pairs() {
+                attributes.push(KeyValue::new(label_key(label), s(value)));
             }
             by_instrument[series.instrument].push(Observation { value: series.value, attributes });
             points += 1;
@@ -381,7 +430,7 @@ pub fn mapping_markdown() -> String {
                     attrs.push(format!("(and `{k}={FAILED_STATE}` = 1 − value)"));
                 }
             }
-            if let Some(label) = d.label {
+            for label in d.label.iter().chain(d.labels) {
                 attrs.push(format!("`{}`", label_key(label)));
             }
             let _ = writeln!(

@@ -204,6 +204,45 @@ async fn each_snapshot_is_exported_once_with_catalogue_names_kinds_and_values() 
     provider.shutdown().unwrap();
 }
 
+/// The SDK pipeline exports findings the same way as the direct one.
+#[tokio::test]
+async fn sdk_pipeline_exports_findings() {
+    use gpumon_core::{Diagnosis, Finding, FindingCount, FindingKind, Severity};
+    let (provider, capture) = provider_with_capture(DRIVEN_READER_INTERVAL);
+    let mut sink = OtlpSink::with_meter_provider(provider.clone());
+    let mut snap = (*snapshot(vec![gpu(0), gpu(1)])).clone();
+    let mut d = Diagnosis::default();
+    d.active = Arc::from(vec![
+        Finding::new(
+            FindingKind::DataloaderStarvation,
+            Severity::Warning,
+            Some((1, "GPU-0001")),
+            SystemTime::UNIX_EPOCH,
+            "e",
+            "a",
+        ),
+        Finding::new(FindingKind::Imbalance, Severity::Info, None, SystemTime::UNIX_EPOCH, "e", "a"),
+    ]);
+    d.raised_total = Arc::from(vec![FindingCount::new(FindingKind::DataloaderStarvation, 3)]);
+    snap.diagnosis = Some(d);
+    sink.export(Arc::new(snap)).await.unwrap();
+    let dps = &capture.batches()[0];
+    let active = find(dps, "gpumon.finding.active", ("gpumon.kind", "dataloader_starvation"));
+    assert_eq!(active.len(), 1);
+    assert_eq!((active[0].kind, active[0].value), ("gauge", 1.0));
+    assert_eq!(active[0].attrs["hw.id"], "GPU-0001");
+    assert_eq!(active[0].attrs["gpumon.severity"], "warning");
+    let host = find(dps, "gpumon.finding.active", ("gpumon.kind", "imbalance"));
+    assert_eq!(host[0].attrs.keys().map(String::as_str).collect::<Vec<_>>(), ["gpumon.kind", "gpumon.severity"]);
+    let raised = find(dps, "gpumon.findings.raised", ("gpumon.kind", "dataloader_starvation"));
+    assert_eq!(
+        (raised[0].kind, raised[0].monotonic, raised[0].temporality, raised[0].value),
+        ("sum", true, Some(Temporality::Cumulative), 3.0)
+    );
+    sink.shutdown().await.unwrap();
+    provider.shutdown().unwrap();
+}
+
 #[tokio::test]
 async fn series_that_vanish_are_no_longer_reported() {
     let (provider, capture) = provider_with_capture(DRIVEN_READER_INTERVAL);

@@ -495,6 +495,72 @@ fn render_devices(out: &mut String, snap: &Snapshot, opts: &RenderOptions, forma
         }
         k += n;
     }
+
+    render_derived(out, snap, &labels, &spans, &mut counts, opts, format);
+}
+
+/// Derived series (findings; later training steps), after the device families, exported from
+/// the catalogue like every other metric: a device-scoped point gets its device's label set, a
+/// point about the host (host scope, or a host-level finding) only the host label; then the
+/// descriptor's own labels. Nothing here knows which metric it writes.
+///
+/// Points are not collected: one pass counts them per metric (reusing `counts`), then one pass
+/// per metric that has any writes that family contiguously. With no diagnosis attached both are
+/// a single `None` check; in either case a scrape allocates nothing more than before.
+fn render_derived(
+    out: &mut String,
+    snap: &Snapshot,
+    labels: &str,
+    spans: &[std::ops::Range<usize>],
+    counts: &mut [u32],
+    opts: &RenderOptions,
+    format: Format,
+) {
+    counts.fill(0);
+    let mut any = false;
+    snap.visit_derived(|p| {
+        counts[p.id as usize] += 1;
+        any = true;
+    });
+    if !any {
+        return;
+    }
+    let host = host_key(opts);
+    for id in MetricId::ALL {
+        if counts[*id as usize] == 0 {
+            continue;
+        }
+        let (header, scale) = metric_header(*id, format, opts.naming);
+        write_header(out, &header);
+        snap.visit_derived(|p| {
+            if p.id != *id {
+                return;
+            }
+            out.push_str(header.sample);
+            out.push('{');
+            let mut first = true;
+            match p.device.and_then(|i| spans.get(i)) {
+                Some(span) => {
+                    out.push_str(&labels[span.clone()]);
+                    first = span.is_empty();
+                }
+                None if opts.host_label => push_label(out, &mut first, host, &snap.system.hostname),
+                None => {}
+            }
+            for (key, value) in p.label_pairs() {
+                push_label(out, &mut first, key, value);
+            }
+            if first {
+                // No label at all: `name{}` is valid but unusual; write the bare name.
+                out.pop();
+            } else {
+                out.push('}');
+            }
+            out.push(' ');
+            push_value(out, p.value, scale);
+            out.push('\n');
+        });
+    }
 }
 
 /// `gpumon_gpu_info{…} 1`: one series per answering device, with the facts that do not belong on

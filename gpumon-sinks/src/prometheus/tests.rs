@@ -4,7 +4,8 @@ use std::collections::HashSet;
 use std::time::UNIX_EPOCH;
 
 use gpumon_core::{
-    ClockEventReasons, DeviceInfo, DeviceSample, MetricId, MigInfo, ProcessSample, SystemInfo, WindowStats, XidCount,
+    ClockEventReasons, DeviceInfo, DeviceSample, Diagnosis, Finding, FindingCount, FindingKind, MetricId, MigInfo,
+    ProcessSample, Severity, SystemInfo, WindowStats, XidCount,
 };
 use proptest::prelude::*;
 
@@ -40,9 +41,36 @@ fn fixture() -> Snapshot {
 
     let lost = DeviceSample::lost(Arc::new(DeviceInfo::new(1, "GPU-cccc", "NVIDIA H100")));
 
-    Snapshot::new(Arc::new(system()), vec![gpu, mig, lost])
+    let mut snap = Snapshot::new(Arc::new(system()), vec![gpu, mig, lost])
         .with_taken_at(UNIX_EPOCH + Duration::from_secs(1_700_000_100))
-        .with_duration(Duration::from_millis(2))
+        .with_duration(Duration::from_millis(2));
+    snap.diagnosis = Some(diagnosis(&[
+        (FindingKind::NearOom, Severity::Warning, Some((0, "GPU-aaaa"))),
+        (FindingKind::DataloaderStarvation, Severity::Warning, Some((0, "MIG-bbbb"))),
+        // Host-level: no device labels.
+        (FindingKind::Imbalance, Severity::Info, None),
+        // About a GPU the snapshot does not carry (filtered away): not exported.
+        (FindingKind::HardwareErrors, Severity::Critical, Some((7, "GPU-filtered"))),
+    ]));
+    snap
+}
+
+/// A diagnosis with `active` findings and a raised count per kind (1 each, 3 for imbalance).
+/// A finding of `kind` and `severity` on `(index, uuid)`, or on the host.
+type Active<'a> = (FindingKind, Severity, Option<(u32, &'a str)>);
+
+pub(crate) fn diagnosis(active: &[Active<'_>]) -> Diagnosis {
+    let since = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let mut d = Diagnosis::default();
+    d.active = active
+        .iter()
+        .map(|&(kind, severity, device)| Finding::new(kind, severity, device, since, "evidence", "advice"))
+        .collect();
+    d.raised_total = active
+        .iter()
+        .map(|&(kind, ..)| FindingCount::new(kind, if kind == FindingKind::Imbalance { 3 } else { 1 }))
+        .collect();
+    d
 }
 
 /// A device with every value present.
@@ -206,7 +234,11 @@ fn check_structure(text: &str, format: Format) {
 #[test]
 fn every_family_has_help_and_type_in_every_format() {
     let devices = (0..8).map(|i| full_device(i, "NVIDIA H100 80GB HBM3")).collect();
-    let snap = Snapshot::new(Arc::new(system()), devices);
+    let mut snap = Snapshot::new(Arc::new(system()), devices);
+    snap.diagnosis = Some(diagnosis(&[
+        (FindingKind::NearOom, Severity::Warning, Some((2, "GPU-00000002-1111-2222-3333-444444444444"))),
+        (FindingKind::Imbalance, Severity::Info, None),
+    ]));
     for naming in [Naming::Native, Naming::Dcgm] {
         for format in [Format::Text, Format::OpenMetrics] {
             let text = render_with(naming, format, snap.clone());
@@ -262,11 +294,78 @@ fn stale_snapshot_exports_no_device_series() {
     h.store(Arc::new(fixture())); // taken in 2023
     let text = h.render(Format::Text);
     assert!(!text.contains("uuid="), "{text}");
+    // Derived series follow the same rule, host-level ones included.
+    assert!(!text.contains("finding"), "{text}");
     assert!(text.contains("gpumon_last_sample_timestamp_seconds"));
     assert!(h.health().unwrap_err().contains("old"));
     h.store(Arc::new(fixture().with_taken_at(SystemTime::now())));
     assert!(h.render(Format::Text).contains("gpumon_utilization_ratio{"));
     assert_eq!(h.health(), Ok(()));
+}
+
+/// Findings are exported from the catalogue: device labels (or only the host label), then the
+/// descriptor's labels, in both namings and formats.
+#[test]
+fn findings_carry_device_or_host_labels_and_their_own() {
+    let text = render_with(Naming::Native, Format::Text, fixture());
+    let lines: Vec<_> = text.lines().filter(|l| l.starts_with("gpumon_finding")).collect();
+    assert_eq!(
+        lines,
+        [
+            "gpumon_finding_active{gpu=\"0\",uuid=\"GPU-aaaa\",host=\"node-1\",kind=\"near_oom\",severity=\"warning\"} 1",
+            "gpumon_finding_active{gpu=\"0\",uuid=\"MIG-bbbb\",gpu_instance_id=\"1\",mig_profile=\"1g.10gb\",host=\"node-1\",kind=\"dataloader_starvation\",severity=\"warning\"} 1",
+            "gpumon_finding_active{host=\"node-1\",kind=\"imbalance\",severity=\"info\"} 1",
+            "gpumon_findings_raised_total{host=\"node-1\",kind=\"near_oom\"} 1",
+            "gpumon_findings_raised_total{host=\"node-1\",kind=\"dataloader_starvation\"} 1",
+            "gpumon_findings_raised_total{host=\"node-1\",kind=\"imbalance\"} 3",
+            "gpumon_findings_raised_total{host=\"node-1\",kind=\"hardware_errors\"} 1",
+        ]
+    );
+    // dcgm naming: the dcgm label set, native names (they have no DCGM equivalent).
+    let text = render_with(Naming::Dcgm, Format::Text, fixture());
+    let active: Vec<_> = text.lines().filter(|l| l.starts_with("gpumon_finding_active{")).collect();
+    assert_eq!(active.len(), 3, "{text}");
+    assert!(active[0].starts_with("gpumon_finding_active{gpu=\"0\",UUID=\"GPU-aaaa\",pci_bus_id="), "{}", active[0]);
+    assert!(active[0].ends_with(",DCGM_FI_DRIVER_VERSION=\"570.86.15\",kind=\"near_oom\",severity=\"warning\"} 1"));
+    assert_eq!(active[2], "gpumon_finding_active{Hostname=\"node-1\",kind=\"imbalance\",severity=\"info\"} 1");
+    // OpenMetrics: the counter family is declared without `_total`, its samples carry it.
+    let om = render_with(Naming::Native, Format::OpenMetrics, fixture());
+    assert!(om.contains("# TYPE gpumon_findings_raised counter\ngpumon_findings_raised_total{host=\"node-1\",kind=\"near_oom\"} 1\n"), "{om}");
+    assert!(om.contains("# TYPE gpumon_finding_active gauge\n"), "{om}");
+    check_structure(&om, Format::OpenMetrics);
+    // Without the host label, a host-level point has no label at all.
+    let sink = PrometheusSink::builder().host_label(false).build().unwrap();
+    sink.handle().store(Arc::new(fixture()));
+    let text = sink.handle().render(Format::Text);
+    assert!(text.contains("\ngpumon_finding_active{kind=\"imbalance\",severity=\"info\"} 1\n"), "{text}");
+    // No diagnosis, no finding families (not even their headers).
+    let mut plain = fixture();
+    plain.diagnosis = None;
+    assert!(!render_with(Naming::Native, Format::Text, plain).contains("finding"));
+}
+
+/// Findings produced by the real diagnosis stage reach the exposition.
+#[test]
+fn findings_from_the_diagnoser_are_rendered() {
+    use gpumon_core::diagnose::{DiagnoseConfig, Diagnoser};
+    use gpumon_core::{Processor, ProcessorContext};
+    let mut diagnoser = Diagnoser::new(DiagnoseConfig::default()).unwrap();
+    diagnoser.attach(&ProcessorContext::new(Duration::from_secs(1)));
+    let mut snap = None;
+    for tick in 0..diagnoser.raise_after_ticks() as u64 {
+        let mut d = full_device(0, "NVIDIA H100 80GB HBM3");
+        d.memory.used = Some(d.memory.total.unwrap() / 100 * 97);
+        let mut s = Snapshot::new(Arc::new(system()), vec![d])
+            .with_seq(tick + 1)
+            .with_taken_at(UNIX_EPOCH + Duration::from_secs(1_700_000_000 + tick));
+        diagnoser.process(&mut s);
+        snap = Some(s);
+    }
+    let text = render_with(Naming::Native, Format::Text, snap.unwrap());
+    let uuid = "GPU-00000000-1111-2222-3333-444444444444";
+    let want = format!("gpumon_finding_active{{gpu=\"0\",uuid=\"{uuid}\",host=\"node-1\",kind=\"near_oom\",severity=");
+    assert!(text.lines().any(|l| l.starts_with(&want) && l.ends_with("} 1")), "{text}");
+    assert!(text.contains("\ngpumon_findings_raised_total{host=\"node-1\",kind=\"near_oom\"} 1\n"), "{text}");
 }
 
 #[test]
@@ -579,7 +678,8 @@ fn dcgm_table() -> String {
             }
             None => ("— (native name kept)".to_owned(), String::new()),
         };
-        let label = d.label.map(|l| format!("`{l}`")).unwrap_or_default();
+        let label = d.label.into_iter().chain(d.labels.iter().copied()).map(|l| format!("`{l}`")).collect::<Vec<_>>();
+        let label = label.join(", ");
         t.push_str(&format!("| `{}` | {kind} | {dcgm} | {scale} | {label} |\n", d.prometheus_name()));
     }
     t

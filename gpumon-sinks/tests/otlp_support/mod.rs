@@ -122,7 +122,25 @@ pub fn fleet(gpus: u32, n: u64, extras: bool) -> Snapshot {
     let mut system = SystemInfo::new(gpumon_core::hostname(), "test");
     system.driver_version = Some("570.86.15".into());
     system.cuda_driver_version = Some(12080);
-    Snapshot::new(Arc::new(system), devices).with_seq(n)
+    let first = devices.first().map(|d| (d.info.index, d.info.uuid.clone()));
+    let mut snap = Snapshot::new(Arc::new(system), devices).with_seq(n);
+    if extras {
+        // What a diagnosis stage attaches: a finding on the first GPU, one about the host.
+        use gpumon_core::{Diagnosis, Finding, FindingCount, FindingKind, Severity};
+        let since = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut d = Diagnosis::default();
+        let mut active = vec![Finding::new(FindingKind::Imbalance, Severity::Info, None, since, "e", "a")];
+        if let Some((index, uuid)) = &first {
+            active.push(Finding::new(FindingKind::NearOom, Severity::Warning, Some((*index, uuid)), since, "e", "a"));
+        }
+        d.raised_total = Arc::from(vec![
+            FindingCount::new(FindingKind::Imbalance, 1),
+            FindingCount::new(FindingKind::NearOom, 2 + n),
+        ]);
+        d.active = Arc::from(active);
+        snap.diagnosis = Some(d);
+    }
+    snap
 }
 
 /// A sampler producing [`fleet`] snapshots, tick after tick.

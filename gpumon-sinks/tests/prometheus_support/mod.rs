@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpumon_core::{
-    ClockEventReasons, DeviceInfo, DeviceSample, MigInfo, SampleError, SampleRequest, Sampler, Snapshot, SystemInfo,
-    XidCount,
+    ClockEventReasons, DeviceInfo, DeviceSample, Diagnosis, Finding, FindingCount, FindingKind, MigInfo, SampleError,
+    SampleRequest, Sampler, Severity, Snapshot, SystemInfo, XidCount,
 };
 
 /// A GPU name with every character the exposition formats must escape, and some Unicode.
@@ -82,10 +82,27 @@ pub fn test_snapshot(seq: u64) -> Snapshot {
     mig.memory.total = Some(10 << 30);
     let lost =
         DeviceSample::lost(Arc::new(DeviceInfo::new(3, "GPU-33333333-aaaa-bbbb-cccc-333333333333", "NVIDIA H100")));
-    Snapshot::new(Arc::new(system), vec![gpu0, gpu1, mig, lost])
+    let gpu0_uuid = gpu0.info.uuid.clone();
+    let mut snap = Snapshot::new(Arc::new(system), vec![gpu0, gpu1, mig, lost])
         .with_seq(seq)
         .with_taken_at(SystemTime::now())
-        .with_duration(Duration::from_millis(3))
+        .with_duration(Duration::from_millis(3));
+    snap.diagnosis = Some(test_diagnosis(&gpu0_uuid));
+    snap
+}
+
+/// What a diagnosis stage would attach: `near_oom` on GPU 0 (raised twice so far) and a
+/// host-level `imbalance` (raised once).
+pub fn test_diagnosis(gpu0_uuid: &str) -> Diagnosis {
+    let since = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let mut d = Diagnosis::default();
+    d.active = Arc::from(vec![
+        Finding::new(FindingKind::NearOom, Severity::Warning, Some((0, gpu0_uuid)), since, "97 % used", "shrink"),
+        Finding::new(FindingKind::Imbalance, Severity::Info, None, since, "GPU 0 busy, GPU 1 idle", "shard"),
+    ]);
+    d.raised_total =
+        Arc::from(vec![FindingCount::new(FindingKind::NearOom, 2), FindingCount::new(FindingKind::Imbalance, 1)]);
+    d
 }
 
 /// A sampler returning [`test_snapshot`] (or failing on request).
