@@ -11,6 +11,7 @@
 
 mod backend;
 mod config;
+mod diagnose;
 mod sinks;
 
 use std::path::PathBuf;
@@ -115,6 +116,9 @@ pub struct Cli {
     /// Log filter (RUST_LOG syntax), e.g. info, debug, gpumon_core=debug.
     #[arg(long, default_value = "info", env = "GPUMON_LOG", value_name = "FILTER")]
     pub log: String,
+    /// Diagnosis, --duration and the run report (diagnose.rs).
+    #[command(flatten)]
+    pub diagnose: diagnose::DiagnoseArgs,
 }
 
 /// A configuration problem: reported with the key and reason, exit code 2.
@@ -137,6 +141,8 @@ struct Settings {
     sink_options: SinkOptions,
     shutdown_timeout: Duration,
     once: bool,
+    /// Diagnosis, --duration and the run report.
+    diagnose: diagnose::Plan,
 }
 
 fn parse_families(names: &[String], key: &str) -> Result<Vec<Family>, ConfigError> {
@@ -193,6 +199,7 @@ fn resolve(cli: &Cli, file: &FileConfig) -> Result<Settings, ConfigError> {
         sink_options,
         shutdown_timeout: a.shutdown_timeout.unwrap_or(Duration::from_secs(5)),
         once: cli.once,
+        diagnose: diagnose::resolve(&cli.diagnose, &file.diagnose, interval)?,
     })
 }
 
@@ -246,7 +253,7 @@ fn init_logging(filter: &str) {
         .init();
 }
 
-async fn run(cli: Cli, file: FileConfig, settings: Settings) -> ExitCode {
+async fn run(cli: Cli, file: FileConfig, mut settings: Settings) -> ExitCode {
     let sampler = match backend::select(settings.backend, &cli, &file) {
         Ok(s) => s,
         Err(backend::BackendError::Config(e)) => return config_failure(&e),
@@ -270,6 +277,7 @@ async fn run(cli: Cli, file: FileConfig, settings: Settings) -> ExitCode {
     for sink in sinks {
         builder = builder.boxed_sink(sink, settings.sink_options);
     }
+    builder = settings.diagnose.install(builder);
     let handle = match builder.spawn() {
         Ok(h) => h,
         Err(e) => return config_failure(&e.to_string()),
@@ -278,6 +286,7 @@ async fn run(cli: Cli, file: FileConfig, settings: Settings) -> ExitCode {
     if settings.once {
         let flushed = handle.flush(settings.shutdown_timeout.max(Duration::from_secs(10))).await;
         let shut = handle.shutdown(settings.shutdown_timeout).await;
+        settings.diagnose.print_report();
         return match (flushed, shut) {
             (Ok(()), Ok(())) => ExitCode::SUCCESS,
             (Err(e), _) | (Ok(()), Err(e)) => {
@@ -288,9 +297,11 @@ async fn run(cli: Cli, file: FileConfig, settings: Settings) -> ExitCode {
     }
 
     tracing::info!(interval = ?settings.interval, "agent running; Ctrl-C or SIGTERM to stop");
-    wait_for_signal().await;
+    settings.diagnose.run_until(wait_for_signal()).await;
     tracing::info!("shutting down");
-    match handle.shutdown(settings.shutdown_timeout).await {
+    let shut = handle.shutdown(settings.shutdown_timeout).await;
+    settings.diagnose.print_report();
+    match shut {
         Ok(()) | Err(AgentError::ShutDown) => {
             let stats = handle.stats();
             tracing::info!(samples = stats.samples_taken, failures = stats.sample_failures, "stopped");
