@@ -212,6 +212,22 @@ mod tests {
     }
 
     #[test]
+    fn the_example_file_lists_every_threshold_with_its_default() {
+        let text = include_str!("gpumon.example.toml");
+        let start = text.find("# [diagnose.thresholds]").expect("a [diagnose.thresholds] block");
+        // Uncomment the block: it must parse, name every threshold, and show the defaults.
+        let block: String = text[start..]
+            .lines()
+            .take_while(|l| l.starts_with('#'))
+            .map(|l| format!("{}\n", l.trim_start_matches('#').trim()))
+            .collect();
+        let file: toml::Table = toml::from_str(&block).unwrap();
+        let table = file["diagnose"]["thresholds"].as_table().unwrap();
+        assert_eq!(table.len(), Thresholds::NAMES.len());
+        assert_eq!(thresholds(table).unwrap(), Thresholds::default());
+    }
+
+    #[test]
     fn bad_settings_name_their_key() {
         let interval = Duration::from_secs(1);
         let cases = [
