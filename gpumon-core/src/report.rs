@@ -270,7 +270,8 @@ impl GpuAcc {
             }
             self.last_counter = Some(e);
         }
-        let allocated = matches!((d.memory.used, total), (Some(u), Some(t)) if t > 0 && u as f64 / t as f64 >= allocated_ratio);
+        let allocated =
+            matches!((d.memory.used, total), (Some(u), Some(t)) if t > 0 && u as f64 / t as f64 >= allocated_ratio);
         if allocated && level.is_some_and(|l| l <= idle_level) {
             self.idle_ticks += 1;
         }
@@ -650,7 +651,8 @@ mod tests {
         let (mut report, handle) = attached(interval);
         let total = 80 * GIB;
         // (utilisation, memory used): idle+allocated, busy+allocated, idle+empty, boundaries.
-        let ticks = [(0.0, 40 * GIB), (0.9, 79 * GIB), (0.01, GIB), (0.05, 8 * GIB), (0.051, 60 * GIB), (0.03, 9 * GIB)];
+        let ticks =
+            [(0.0, 40 * GIB), (0.9, 79 * GIB), (0.01, GIB), (0.05, 8 * GIB), (0.051, 60 * GIB), (0.03, 9 * GIB)];
         for (tick, &(u, used)) in ticks.iter().enumerate() {
             let mut d = DeviceSample::new(info(3));
             d.utilization.gpu = Some(u);
