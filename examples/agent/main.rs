@@ -26,7 +26,8 @@ use config::{Backend, FileConfig};
 /// Watch NVIDIA GPUs: sample every GPU through NVML (or the mock backend) and export the samples to
 /// stdout, Prometheus, a Pushgateway, InfluxDB or an OpenTelemetry collector.
 ///
-/// Flags override the config file. Stdout is the sink when no other sink is configured.
+/// Flags override the config file. Stdout is the sink when no other sink (and no --report) is
+/// configured. Diagnosis is on by default (docs/diagnosis.md).
 #[derive(Debug, Parser)]
 #[command(name = "gpumon-agent", version, about, long_about = None)]
 pub struct Cli {
