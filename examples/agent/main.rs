@@ -17,6 +17,8 @@ mod app;
 mod backend;
 #[path = "../../src/bin/gpumon-agent/config.rs"]
 mod config;
+#[path = "../../src/bin/gpumon-agent/diagnose.rs"]
+mod diagnose;
 #[path = "../../src/bin/gpumon-agent/mock.rs"]
 mod mock;
 #[path = "../../src/bin/gpumon-agent/sinks.rs"]

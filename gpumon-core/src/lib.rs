@@ -49,6 +49,7 @@ mod finding;
 mod metric;
 mod model;
 mod processor;
+pub mod report;
 mod sampler;
 mod sink;
 mod telemetry;

@@ -18,7 +18,8 @@ use crate::sinks;
 /// Watch NVIDIA GPUs: sample every GPU through NVML (or the mock backend) and export the samples to
 /// stdout, Prometheus, a Pushgateway, InfluxDB or an OpenTelemetry collector.
 ///
-/// Flags override the config file. Stdout is the sink when no other sink is configured.
+/// Flags override the config file. Stdout is the sink when no other sink (and no --report) is
+/// configured. Diagnosis is on by default (docs/diagnosis.md).
 #[derive(Debug, Parser)]
 #[command(name = "gpumon-agent", version, about, long_about = None)]
 pub struct Cli {
@@ -114,6 +115,9 @@ pub struct Cli {
     /// Log filter (RUST_LOG syntax), e.g. info, debug, gpumon_core=debug.
     #[arg(long, default_value = "info", env = "GPUMON_LOG", value_name = "FILTER")]
     pub log: String,
+    /// Diagnosis, --duration and the run report (diagnose.rs).
+    #[command(flatten)]
+    pub diagnose: crate::diagnose::DiagnoseArgs,
 }
 
 /// A configuration problem: reported with the key and reason, exit code 2.
@@ -138,6 +142,8 @@ struct Settings {
     once: bool,
     /// The host name override (`--host`, GPUMON_HOST, NODE_NAME), if any.
     host: Option<String>,
+    /// Diagnosis, --duration and the run report.
+    diagnose: crate::diagnose::Plan,
 }
 
 /// `--host` / GPUMON_HOST, else NODE_NAME; blank values count as unset.
@@ -206,6 +212,7 @@ fn resolve(cli: &Cli, file: &FileConfig) -> Result<Settings, ConfigError> {
         shutdown_timeout: a.shutdown_timeout.unwrap_or(Duration::from_secs(5)),
         once: cli.once,
         host: host_override(cli),
+        diagnose: crate::diagnose::resolve(&cli.diagnose, &file.diagnose, interval)?,
     })
 }
 
@@ -260,7 +267,7 @@ fn init_logging(filter: &str) {
         .init();
 }
 
-async fn run(cli: Cli, file: FileConfig, settings: Settings) -> ExitCode {
+async fn run(cli: Cli, file: FileConfig, mut settings: Settings) -> ExitCode {
     let marks = sinks::Marks { mock: settings.backend == Backend::Mock, host: settings.host.as_deref() };
     let sinks = match sinks::build(&cli, &file, marks).await {
         Ok(s) => s,
@@ -291,6 +298,7 @@ async fn run(cli: Cli, file: FileConfig, settings: Settings) -> ExitCode {
     for sink in sinks {
         builder = builder.boxed_sink(sink, settings.sink_options);
     }
+    builder = settings.diagnose.install(builder);
     let handle = match builder.spawn() {
         Ok(h) => h,
         Err(e) => return config_failure(&e.to_string()),
@@ -299,6 +307,7 @@ async fn run(cli: Cli, file: FileConfig, settings: Settings) -> ExitCode {
     if settings.once {
         let flushed = handle.flush(settings.shutdown_timeout.max(Duration::from_secs(10))).await;
         let shut = handle.shutdown(settings.shutdown_timeout).await;
+        settings.diagnose.print_report();
         return match (flushed, shut) {
             (Ok(()), Ok(())) => ExitCode::SUCCESS,
             (Err(e), _) | (Ok(()), Err(e)) => {
@@ -309,9 +318,11 @@ async fn run(cli: Cli, file: FileConfig, settings: Settings) -> ExitCode {
     }
 
     tracing::info!(interval = ?settings.interval, "agent running; Ctrl-C or SIGTERM to stop");
-    wait_for_signal().await;
+    settings.diagnose.run_until(wait_for_signal()).await;
     tracing::info!("shutting down");
-    match handle.shutdown(settings.shutdown_timeout).await {
+    let shut = handle.shutdown(settings.shutdown_timeout).await;
+    settings.diagnose.print_report();
+    match shut {
         Ok(()) | Err(AgentError::ShutDown) => {
             let stats = handle.stats();
             tracing::info!(samples = stats.samples_taken, failures = stats.sample_failures, "stopped");

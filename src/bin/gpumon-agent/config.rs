@@ -28,6 +28,7 @@
 //! [pushgateway]             # gpumon_sinks::prometheus::PushgatewayConfig
 //! [influxdb]                # gpumon_sinks::influxdb::InfluxConfig
 //! [otlp]                    # gpumon_sinks::otlp::OtlpConfig
+//! [diagnose]                # see diagnose.rs
 //! ```
 //! Unknown keys are errors: a typo must not silently turn a setting off.
 
@@ -66,6 +67,8 @@ pub struct FileConfig {
     pub pushgateway: Option<PushgatewaySection>,
     pub influxdb: Option<InfluxSection>,
     pub otlp: Option<OtlpSection>,
+    #[serde(default)]
+    pub diagnose: crate::diagnose::DiagnoseSection,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -141,7 +144,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(t).map_err(|e| format!("invalid duration `{s}`: {e} (examples: 500ms, 1s, 2m)"))
 }
 
-mod opt_duration {
+pub(crate) mod opt_duration {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer};

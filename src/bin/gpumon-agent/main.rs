@@ -12,6 +12,7 @@
 mod app;
 mod backend;
 mod config;
+mod diagnose;
 mod sinks;
 
 // The mock backend, when this build has it (`--features mock`).

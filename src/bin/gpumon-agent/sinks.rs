@@ -133,7 +133,9 @@ pub async fn build(cli: &Cli, file: &FileConfig, marks: Marks<'_>) -> Result<Vec
 
     // --- stdout --------------------------------------------------------------------------------
     let format = cli.stdout_format.or(file.stdout.format).unwrap_or(StdoutFormat::Human);
-    let stdout_wanted = cli.stdout || cli.stdout_format.is_some() || file.stdout.enabled.unwrap_or(sinks.is_empty());
+    // The run report is output of its own: with --report alone, no per-tick lines.
+    let stdout_default = sinks.is_empty() && !cli.diagnose.report_requested();
+    let stdout_wanted = cli.stdout || cli.stdout_format.is_some() || file.stdout.enabled.unwrap_or(stdout_default);
     if stdout_wanted {
         sinks.push(Box::new(StdoutSink::new(format)));
     }

@@ -1,0 +1,207 @@
+//! The agent's diagnosis flags, `--duration` and the run report, as a user runs them.
+#![cfg(all(feature = "mock", feature = "stdout"))]
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpumon::core::report::Report;
+use gpumon::core::{FindingKind, Snapshot};
+
+/// `target/<profile>/examples/agent`, which `cargo test` builds alongside this test.
+fn agent() -> Command {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(|d| d.parent()).unwrap();
+    let bin: PathBuf = dir.join("examples").join("agent");
+    assert!(bin.exists(), "{} not built; run `cargo test` (it builds examples)", bin.display());
+    let mut cmd = Command::new(bin);
+    cmd.env_remove("CUDA_VISIBLE_DEVICES").env_remove("NVIDIA_VISIBLE_DEVICES").env("GPUMON_LOG", "warn");
+    cmd
+}
+
+fn run(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd.output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gpumon-agent-diag-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn imbalance_report_names_the_idle_twins_and_prints_nothing_else() {
+    let started = Instant::now();
+    let (code, stdout, stderr) = run(agent().args([
+        "--backend",
+        "mock",
+        "--mock-scenario",
+        "imbalance",
+        "--interval",
+        "100ms",
+        "--duration",
+        "3s",
+        "--diagnose-window",
+        "1s",
+        "--report",
+        "--report-format",
+        "json",
+    ]));
+    let elapsed = started.elapsed();
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(elapsed >= Duration::from_secs(3), "ran its --duration: {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(15), "then stopped: {elapsed:?}");
+    // --report alone does not switch the stdout sink on: the report is the only line.
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    let report: Report = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(report.gpus.len(), 8);
+    assert!(report.ticks >= 10, "about 30 ticks in 3 s: {}", report.ticks);
+    assert!((report.interval_seconds - 0.1).abs() < 1e-9);
+
+    // Which GPUs idle and which are busy is read from the report's own utilisation figures.
+    let busy: Vec<_> = report.gpus.iter().filter(|g| g.utilization_mean.unwrap() >= 0.6).collect();
+    let idle: Vec<_> = report.gpus.iter().filter(|g| g.utilization_mean.unwrap() <= 0.25).collect();
+    assert!(!busy.is_empty() && !idle.is_empty(), "{report:#?}");
+    assert_eq!(busy.len() + idle.len(), 8);
+    for g in &idle {
+        let f: Vec<_> = g.findings.iter().filter(|f| f.kind == FindingKind::Imbalance).collect();
+        assert_eq!(f.len(), 1, "GPU {}: {:?}", g.index, g.findings);
+        assert!(f[0].held_seconds > 0.0 && f[0].held_seconds <= report.wall_seconds, "{:?}", f[0]);
+        assert!(f[0].active_at_exit);
+        assert!(f[0].evidence.contains("while GPU"), "{}", f[0].evidence);
+        assert!(g.idle_allocated_ticks <= g.samples);
+    }
+    for g in &busy {
+        assert!(g.findings.is_empty(), "busy GPU {}: {:?}", g.index, g.findings);
+        assert_eq!(g.idle_allocated_ticks, 0);
+        let p5 = g.utilization_p5.unwrap();
+        let p95 = g.utilization_p95.unwrap();
+        assert!(p5 <= g.utilization_mean.unwrap() && g.utilization_mean.unwrap() <= p95, "GPU {}", g.index);
+    }
+    for g in &report.gpus {
+        assert_eq!(g.samples, report.ticks);
+        assert!(g.energy_joules.unwrap() > 0.0 && g.power_mean_watts.unwrap() > 0.0);
+        assert!(g.memory_peak_bytes.unwrap() <= g.memory_total_bytes.unwrap());
+    }
+}
+
+#[test]
+fn a_disabled_rule_raises_nothing() {
+    let dir = temp_dir("disable");
+    let path = dir.join("c.toml");
+    std::fs::write(&path, "[diagnose]\nwindow = \"1s\"\ndisable = [\"imbalance\"]\n").unwrap();
+    let (code, stdout, stderr) = run(agent()
+        .args(["--backend", "mock", "--mock-scenario", "imbalance", "--interval", "100ms", "--duration", "2s"])
+        .args(["--report-format", "json", "--config"])
+        .arg(&path));
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let report: Report = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(report.gpus.len(), 8);
+    for g in &report.gpus {
+        assert!(g.findings.iter().all(|f| f.kind != FindingKind::Imbalance), "GPU {}: {:?}", g.index, g.findings);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn snapshots_then_the_report_when_stdout_is_also_asked_for() {
+    let (code, stdout, stderr) = run(agent().args([
+        "--backend",
+        "mock",
+        "--interval",
+        "100ms",
+        "--duration",
+        "1s",
+        "--stdout-format",
+        "json",
+        "--report-format",
+        "json",
+    ]));
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let lines: Vec<_> = stdout.lines().collect();
+    assert!(lines.len() >= 3, "{stdout}");
+    let (last, snapshots) = lines.split_last().unwrap();
+    for line in snapshots {
+        let s: Snapshot = serde_json::from_str(line).unwrap();
+        assert!(s.diagnosis.is_some(), "diagnosis is on by default");
+    }
+    let report: Report = serde_json::from_str(last).unwrap();
+    assert_eq!(report.ticks as usize, snapshots.len(), "the report saw every tick the sink printed");
+}
+
+#[test]
+fn no_diagnose_leaves_snapshots_without_diagnosis() {
+    let (code, stdout, _) = run(agent().args(["--backend", "mock", "--once", "--stdout-format", "json"]));
+    assert_eq!(code, 0);
+    let s: Snapshot = serde_json::from_str(stdout.trim()).unwrap();
+    assert!(s.diagnosis.is_some());
+    let (code, stdout, _) =
+        run(agent().args(["--backend", "mock", "--once", "--stdout-format", "json", "--no-diagnose"]));
+    assert_eq!(code, 0);
+    let s: Snapshot = serde_json::from_str(stdout.trim()).unwrap();
+    assert!(s.diagnosis.is_none());
+}
+
+#[test]
+fn once_with_a_human_report() {
+    let (code, stdout, stderr) =
+        run(agent().args(["--backend", "mock", "--mock-profile", "a100x4", "--once", "--report"]));
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(stdout.starts_with("gpumon run report: host "), "{stdout}");
+    assert!(stdout.contains("1 tick(s)"), "{stdout}");
+    for i in 0..4 {
+        assert!(stdout.contains(&format!("GPU {i} NVIDIA A100")), "GPU {i}: {stdout}");
+    }
+    assert_eq!(stdout.matches("utilisation   mean").count(), 4, "{stdout}");
+}
+
+#[test]
+fn sigterm_prints_the_report() {
+    let mut child = agent()
+        .args(["--backend", "mock", "--interval", "100ms", "--report-format", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let mut stdout = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    assert!(child.wait().unwrap().success());
+    let report: Report = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(report.gpus.len(), 8);
+    assert!(report.ticks >= 1);
+}
+
+#[test]
+fn bad_diagnosis_configuration_exits_2_naming_the_key() {
+    let dir = temp_dir("cfg");
+    let cases: [(&str, &[&str], &str); 9] = [
+        ("", &["--interval", "1s", "--diagnose-window", "500ms"], "--diagnose-window"),
+        ("[diagnose]\nwindow = \"500ms\"\n", &[], "diagnose.window"),
+        ("[diagnose.thresholds]\nstarvation_dip = 1.5\n", &[], "diagnose.thresholds.starvation_dip"),
+        ("[diagnose.thresholds]\nstarvation_dip = 0.7\n", &[], "must be below starvation_peak"),
+        ("[diagnose.thresholds]\nloader_dip = 0.1\n", &[], "diagnose.thresholds.loader_dip"),
+        ("[diagnose]\ndisable = [\"imbalanse\"]\n", &[], "diagnose.disable: unknown rule `imbalanse`"),
+        ("[diagnose]\nenable = true\n", &[], "enable"),
+        ("", &["--duration", "0s"], "--duration"),
+        ("", &["--duration", "soon"], "soon"),
+    ];
+    for (i, (toml, args, needle)) in cases.iter().enumerate() {
+        let path = dir.join(format!("c{i}.toml"));
+        std::fs::write(&path, toml).unwrap();
+        let (code, stdout, stderr) =
+            run(agent().args(["--backend", "mock", "--report"]).arg("--config").arg(&path).args(*args));
+        assert_eq!(code, 2, "case {i}: {stderr}");
+        assert!(stderr.contains(needle), "case {i}: `{needle}` not in: {stderr}");
+        assert!(stdout.is_empty(), "case {i}: no data on a config error: {stdout}");
+    }
+    // --duration makes no sense with --once.
+    let (code, _, stderr) = run(agent().args(["--backend", "mock", "--once", "--duration", "1s"]));
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--duration"), "{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
+}
