@@ -1,12 +1,15 @@
-//! Helpers shared by the HTTP-client sinks (Pushgateway, InfluxDB): error text, `Retry-After`,
+//! Helpers shared by the HTTP-client sinks (Pushgateway, InfluxDB, OTLP): error text, `Retry-After`,
 //! and reading a server's error body without trusting its size.
 
+#[cfg(feature = "_http-client")]
 use std::time::Duration;
 
+#[cfg(feature = "_http-client")]
 use crate::retry::parse_retry_after;
 
 /// Most bytes of an error response body that are read (the rest is never received): enough for
 /// any real server message, and a misbehaving server cannot make the sink buffer megabytes.
+#[cfg(feature = "_http-client")]
 pub(crate) const MAX_ERROR_BODY: usize = 4096;
 
 /// `error: source: source…` — reqwest's own `Display` hides the cause (e.g. "connection refused").
@@ -25,6 +28,7 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// The response's `Retry-After`, when given in seconds.
+#[cfg(feature = "_http-client")]
 pub(crate) fn retry_after(response: &reqwest::Response) -> Option<Duration> {
     response.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(parse_retry_after)
 }
@@ -32,6 +36,7 @@ pub(crate) fn retry_after(response: &reqwest::Response) -> Option<Duration> {
 /// The start of a response body, at most `cap` bytes, read chunk by chunk: once `cap` bytes are
 /// in, the rest is not read (the connection is dropped, not reused). Invalid UTF-8 is replaced; a
 /// character cut by the cap is left out. A body that fails midway yields what arrived.
+#[cfg(feature = "_http-client")]
 pub(crate) async fn read_body_capped(mut response: reqwest::Response, cap: usize) -> String {
     let mut body: Vec<u8> = Vec::new();
     while body.len() < cap {
@@ -54,7 +59,7 @@ pub(crate) async fn read_body_capped(mut response: reqwest::Response, cap: usize
 
 /// A scripted HTTP/1.1 server on 127.0.0.1 for unit tests: every request gets the next response
 /// from `respond` (status line, extra headers, body); requests are counted.
-#[cfg(test)]
+#[cfg(all(test, feature = "_http-client"))]
 pub(crate) mod test_server {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
@@ -177,7 +182,7 @@ pub(crate) mod test_server {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "_http-client"))]
 mod tests {
     use super::test_server::{Reply, TestServer};
     use super::*;

@@ -123,7 +123,8 @@ mod sink;
 
 #[cfg(feature = "influxdb-http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "influxdb-http")))]
-pub use config::{parse_duration, ApiVersion, InfluxConfig};
+pub use crate::duration::parse_duration;
+pub use config::{ApiVersion, InfluxConfig};
 #[cfg(feature = "influxdb-http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "influxdb-http")))]
 pub use sink::{InfluxSink, InfluxStats, InfluxStatsHandle};

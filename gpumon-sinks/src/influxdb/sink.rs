@@ -13,6 +13,7 @@ use super::config::{ApiVersion, InfluxConfig};
 use super::encode::LineProtocolEncoder;
 use crate::http_util::{error_chain, read_body_capped, retry_after, MAX_ERROR_BODY};
 use crate::retry::Backoff;
+use crate::tls::certificate_hint;
 
 /// The sink's name (status, logs, `Telemetry::record_dropped`).
 const NAME: &str = "influxdb";
@@ -262,11 +263,12 @@ impl InfluxSink {
             token: config.token.clone(),
             gzip: config.gzip,
         };
-        let client = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .timeout(config.timeout)
             .connect_timeout(config.timeout)
             .pool_idle_timeout(Duration::from_secs(50))
-            .user_agent(concat!("gpumon/", env!("CARGO_PKG_VERSION")))
+            .user_agent(concat!("gpumon/", env!("CARGO_PKG_VERSION")));
+        let client = crate::tls::reqwest_tls(builder, &config.tls, "influxdb.tls", &base)?
             .build()
             .map_err(|e| BuildError::Io { what: "influxdb: building the HTTP client".into(), source: Box::new(e) })?;
 
@@ -447,7 +449,11 @@ impl Sink for InfluxSink {
             .get(self.endpoint.ping_url.clone())
             .send()
             .await
-            .map_err(|e| SinkError::transient(format!("GET {}: {}", self.endpoint.ping_url, error_chain(&e))))?;
+            .map_err(|e| {
+                let detail = error_chain(&e);
+                let hint = certificate_hint(&detail, "influxdb.tls");
+                SinkError::transient(format!("GET {}: {detail}{hint}", self.endpoint.ping_url))
+            })?;
         if response.status().is_success() {
             Ok(())
         } else {
@@ -740,7 +746,11 @@ impl Writer {
             .body(body)
             .send()
             .await
-            .map_err(|e| Failure::Retry { message: format!("{target}: {}", error_chain(&e)), retry_after: None })?;
+            .map_err(|e| {
+                let detail = error_chain(&e);
+                let hint = certificate_hint(&detail, "influxdb.tls");
+                Failure::Retry { message: format!("{target}: {detail}{hint}"), retry_after: None }
+            })?;
         let status = response.status();
         if status.is_success() {
             return Ok(());
