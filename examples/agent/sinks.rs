@@ -54,6 +54,9 @@ pub async fn build(cli: &Cli, file: &FileConfig) -> Result<Vec<Box<dyn Sink>>, C
             if let Some(job) = &cli.pushgateway_job {
                 cfg.job = job.clone();
             }
+            if let Some(ca) = &cli.pushgateway_ca_file {
+                cfg.tls.ca_file = Some(ca.clone());
+            }
             let sink = PushgatewaySink::from_config(&cfg).map_err(|e| ConfigError(format!("pushgateway: {e}")))?;
             sinks.push(Box::new(sink));
         }
@@ -83,6 +86,9 @@ pub async fn build(cli: &Cli, file: &FileConfig) -> Result<Vec<Box<dyn Sink>>, C
             set!(cli.influx_org, org);
             set!(cli.influx_bucket, bucket);
             set!(cli.influx_token, token);
+            if let Some(ca) = &cli.influx_ca_file {
+                cfg.tls.ca_file = Some(ca.clone());
+            }
             let sink = InfluxSink::from_config(&cfg).map_err(|e| ConfigError(format!("influxdb: {e}")))?;
             sinks.push(Box::new(sink));
         }
@@ -101,6 +107,9 @@ pub async fn build(cli: &Cli, file: &FileConfig) -> Result<Vec<Box<dyn Sink>>, C
             }
             if let Some(p) = &cli.otlp_protocol {
                 cfg.protocol = Some(p.parse::<Protocol>().map_err(|e| ConfigError(format!("--otlp-protocol: {e}")))?);
+            }
+            if let Some(ca) = &cli.otlp_ca_file {
+                cfg.tls.ca_file = Some(ca.clone());
             }
             let sink = OtlpSink::from_config(&cfg).map_err(|e| ConfigError(format!("otlp: {e}")))?;
             sinks.push(Box::new(sink));

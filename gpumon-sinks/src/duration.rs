@@ -84,10 +84,25 @@ pub fn format_duration(d: Duration) -> String {
     humantime::format_duration(d).to_string()
 }
 
-#[cfg(any(feature = "prometheus", feature = "influxdb-http", feature = "otlp"))]
-pub(crate) use serde_impl::{deserialize, opt};
+// Every feature that deserializes a config has serde.
+#[cfg(any(
+    feature = "stdout",
+    feature = "prometheus",
+    feature = "influxdb-http",
+    feature = "otlp",
+    feature = "_http-client",
+    feature = "tls"
+))]
+pub use serde_impl::{deserialize, opt};
 
-#[cfg(any(feature = "prometheus", feature = "influxdb-http", feature = "otlp"))]
+#[cfg(any(
+    feature = "stdout",
+    feature = "prometheus",
+    feature = "influxdb-http",
+    feature = "otlp",
+    feature = "_http-client",
+    feature = "tls"
+))]
 mod serde_impl {
     use std::fmt;
     use std::time::Duration;
@@ -116,16 +131,25 @@ mod serde_impl {
         }
     }
 
-    /// `#[serde(deserialize_with = "crate::duration::deserialize")]` for a `Duration`.
-    pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    /// For `#[serde(deserialize_with = "gpumon_sinks::duration::deserialize")]` on a `Duration`:
+    /// a number of seconds or a string in the grammar of [`parse_duration`](super::parse_duration).
+    ///
+    /// # Errors
+    /// The deserializer's error carrying [`DurationError`](super::DurationError)'s text.
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         d.deserialize_any(Visitor)
     }
 
-    /// `#[serde(with = "crate::duration::opt")]` for an `Option<Duration>` (absent: `None`).
-    pub(crate) mod opt {
+    /// For `#[serde(default, with = "gpumon_sinks::duration::opt")]` on an `Option<Duration>`
+    /// (absent: `None`).
+    pub mod opt {
         use std::time::Duration;
 
-        pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        /// As [`deserialize`](super::deserialize), wrapped in `Some`.
+        ///
+        /// # Errors
+        /// As [`deserialize`](super::deserialize).
+        pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
             d.deserialize_any(super::Visitor).map(Some)
         }
     }

@@ -21,10 +21,10 @@
 #[cfg(feature = "_http-client")]
 pub(crate) mod retry;
 
-#[cfg(any(feature = "_http-client", feature = "otlp"))]
+#[cfg(any(feature = "_http-client", feature = "otlp", feature = "tls"))]
 pub(crate) mod http_util;
 
-#[cfg(any(feature = "_http-client", feature = "otlp"))]
+#[cfg(any(feature = "_http-client", feature = "otlp", feature = "tls"))]
 pub mod tls;
 
 pub mod duration;

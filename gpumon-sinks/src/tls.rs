@@ -364,3 +364,80 @@ mod imp {
         }
     }
 }
+
+#[cfg(all(test, feature = "tls", feature = "_http-client"))]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::http_util::error_chain;
+    use crate::http_util::test_server::{Reply, TestServer};
+
+    fn fixture(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/testdata/tls").join(name)
+    }
+
+    /// GET `url` with a client configured by `tls`: the status, or the build/transport error.
+    async fn get(tls: &TlsConfig, url: &str) -> Result<u16, String> {
+        let url = reqwest::Url::parse(url).unwrap();
+        let builder = reqwest_tls(reqwest::Client::builder(), tls, "test.tls", &url).map_err(|e| e.to_string())?;
+        let client = builder.build().map_err(|e| error_chain(&e))?;
+        client.get(url).send().await.map(|r| r.status().as_u16()).map_err(|e| error_chain(&e))
+    }
+
+    #[tokio::test]
+    async fn a_private_ca_is_trusted_and_a_wrong_one_is_refused_naming_the_url() {
+        let server = TestServer::start_tls(Reply::status(204)).await;
+        assert_eq!(get(&TlsConfig::with_ca_file(fixture("ca.pem")), &server.url).await, Ok(204));
+        assert_eq!(server.requests(), 1);
+        // The leaf itself is no CA: the handshake fails before any request is sent.
+        let e = get(&TlsConfig::with_ca_file(fixture("localhost.pem")), &server.url).await.unwrap_err();
+        assert!(e.contains("invalid peer certificate") && e.contains(&server.url), "{e}");
+        assert!(certificate_hint(&e, "influxdb.tls").contains("influxdb.tls.ca_file"));
+        // The system store does not know the test CA either (or there is no store at all).
+        assert!(get(&TlsConfig::default(), &server.url).await.is_err());
+        assert_eq!(server.requests(), 1);
+    }
+
+    #[tokio::test]
+    async fn insecure_skip_verify_accepts_an_unknown_certificate() {
+        let server = TestServer::start_tls(Reply::status(204)).await;
+        let tls = TlsConfig { insecure_skip_verify: true, ..TlsConfig::default() };
+        assert_eq!(get(&tls, &server.url).await, Ok(204));
+    }
+
+    #[tokio::test]
+    async fn unusable_files_are_named_with_their_key() {
+        let url = "https://localhost:1";
+        let e = get(&TlsConfig::with_ca_file("/nonexistent/ca.pem"), url).await.unwrap_err();
+        assert!(e.contains("test.tls.ca_file") && e.contains("/nonexistent/ca.pem"), "{e}");
+        // A key file is no certificate file.
+        let e = get(&TlsConfig::with_ca_file(fixture("localhost.key")), url).await.unwrap_err();
+        assert!(e.contains("test.tls.ca_file") && e.contains("no PEM certificate"), "{e}");
+        let tls = TlsConfig::with_ca_file(fixture("ca.pem")).client_cert(fixture("localhost.pem"), fixture("ca.pem"));
+        let e = get(&tls, url).await.unwrap_err();
+        assert!(e.contains("test.tls.client_key_file"), "{e}");
+    }
+
+    #[test]
+    fn settings_are_checked_with_the_scheme() {
+        let check = |tls: &TlsConfig, url: &str| tls.check("x.tls", "x.url", &reqwest::Url::parse(url).unwrap());
+        assert!(check(&TlsConfig::default(), "http://h").is_ok());
+        assert!(check(&TlsConfig::default(), "https://h").is_ok());
+        let e = check(&TlsConfig::with_ca_file("/ca"), "http://h").unwrap_err().to_string();
+        assert!(e.contains("x.tls") && e.contains("x.url") && e.contains("http://"), "{e}");
+        let e = check(&TlsConfig::default(), "ftp://h").unwrap_err().to_string();
+        assert!(e.contains("scheme `ftp`"), "{e}");
+        let half = TlsConfig { client_key_file: Some("/k".into()), ..TlsConfig::default() };
+        assert!(check(&half, "https://h").unwrap_err().to_string().contains("x.tls.client_cert_file"));
+    }
+
+    #[test]
+    fn the_table_deserializes_and_rejects_unknown_keys() {
+        let t: TlsConfig = toml::from_str("ca_file = \"/ca.pem\"\ninsecure_skip_verify = true\n").unwrap();
+        assert_eq!(t.ca_file, Some(PathBuf::from("/ca.pem")));
+        assert!(t.insecure_skip_verify && t.is_set());
+        let e = toml::from_str::<TlsConfig>("ca = \"/x\"\n").unwrap_err().to_string();
+        assert!(e.contains("ca"), "{e}");
+    }
+}

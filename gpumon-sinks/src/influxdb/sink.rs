@@ -860,6 +860,26 @@ mod tests {
         names
     }
 
+    #[cfg(feature = "tls")]
+    #[tokio::test]
+    async fn writes_over_https_and_names_the_url_when_the_certificate_is_refused() {
+        let server = TestServer::start_tls(Reply::status(204)).await;
+        let ca = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testdata/tls");
+        let mut c = config(&server.url);
+        c.tls = crate::tls::TlsConfig::with_ca_file(ca.join("ca.pem"));
+        let mut sink = InfluxSink::from_config(&c).unwrap();
+        sink.export(snapshot()).await.unwrap();
+        sink.flush().await.unwrap();
+        assert_eq!((sink.stats().lines_written, server.requests()), (1, 1));
+
+        c.tls = crate::tls::TlsConfig::with_ca_file(ca.join("localhost.pem"));
+        let mut sink = InfluxSink::from_config(&c).unwrap();
+        sink.export(snapshot()).await.unwrap();
+        let e = sink.flush().await.unwrap_err().to_string();
+        assert!(e.contains(&format!("{}/write", server.url)) && e.contains("influxdb.tls.ca_file"), "{e}");
+        assert_eq!(server.requests(), 1, "nothing reaches the server through a refused handshake");
+    }
+
     #[tokio::test]
     async fn flush_does_not_cut_short_a_retry_after() {
         let server = TestServer::start(Reply::with(429, &["Retry-After: 30"], r#"{"error":"slow down"}"#)).await;

@@ -487,7 +487,8 @@ mod tests {
         for (endpoint, protocol, needle) in [
             ("not a url", Protocol::HttpProtobuf, "not a URL"),
             ("ftp://x:1", Protocol::HttpProtobuf, "scheme `ftp`"),
-            ("https://x:4318", Protocol::HttpProtobuf, "https"),
+            #[cfg(not(feature = "tls"))]
+            ("https://x:4318", Protocol::HttpProtobuf, "`tls` cargo feature"),
             ("http://x:4317/v1/metrics", Protocol::Grpc, "no path"),
         ] {
             let e = resolve(&OtlpConfig::new(endpoint, protocol), &env_of(&[])).unwrap_err().to_string();
@@ -502,6 +503,32 @@ mod tests {
         assert!(e.contains("OTEL_EXPORTER_OTLP_TIMEOUT"), "{e}");
         let cfg = OtlpConfig { headers: [("bad header".to_owned(), "v".to_owned())].into(), ..OtlpConfig::default() };
         assert!(resolve(&cfg, &env_of(&[])).unwrap_err().to_string().contains("bad header"));
+        // A CA for an http:// endpoint would do nothing: refused, naming the table.
+        let cfg = OtlpConfig::new("http://x:4318", Protocol::HttpProtobuf);
+        let e = resolve(&cfg, &env_of(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", "/ca.pem")])).unwrap_err().to_string();
+        assert!(e.contains("otlp.tls") && e.contains("http://"), "{e}");
+    }
+
+    #[test]
+    fn tls_files_fall_back_to_the_otel_variables() {
+        static ENV: &[(&str, &str)] = &[
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/env/ca.pem"),
+            ("OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE", "/env/client.pem"),
+            ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/ignored.pem"),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/env/client.key"),
+        ];
+        let mut cfg = OtlpConfig::new("https://x:4318", Protocol::HttpProtobuf);
+        cfg.tls.ca_file = Some("/config/ca.pem".into());
+        let tls = resolve(&cfg, &env_of(ENV)).map(|r| r.tls);
+        #[cfg(feature = "tls")]
+        {
+            let tls = tls.unwrap();
+            assert_eq!(tls.ca_file, Some("/config/ca.pem".into()), "the config wins");
+            assert_eq!(tls.client_cert_file, Some("/env/client.pem".into()), "the signal-specific variable wins");
+            assert_eq!(tls.client_key_file, Some("/env/client.key".into()));
+        }
+        #[cfg(not(feature = "tls"))]
+        assert!(tls.unwrap_err().to_string().contains("`tls` cargo feature"));
     }
 
     #[test]
