@@ -31,7 +31,7 @@ fn var(name: &str) -> String {
     std::env::var(name)
         .ok()
         .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| panic!("{name} is not set: {IGNORE} exports it (see scripts/backends/README.md)"))
+        .unwrap_or_else(|| panic!("{name} is not set: this test {IGNORE}, which exports it (see scripts/backends/README.md)"))
 }
 
 fn cert(name: &str) -> PathBuf {
@@ -92,8 +92,9 @@ async fn influxdb_over_https_stores_the_points() {
     let http = reader();
     let q = format!("SELECT count(*) FROM \"{measurement}\"");
     let body: Json = eventually(Duration::from_secs(10), "points readable", || async {
-        let r = http.get(format!("{base}/query")).query(&[("db", db.as_str()), ("q", q.as_str())]).send().await.ok()?;
-        let j: Json = r.json().await.ok()?;
+        let mut url = reqwest::Url::parse(&format!("{base}/query")).unwrap();
+        url.query_pairs_mut().append_pair("db", &db).append_pair("q", &q);
+        let j: Json = serde_json::from_str(&http.get(url).send().await.ok()?.text().await.ok()?).ok()?;
         j["results"][0]["series"].is_array().then_some(j)
     })
     .await;
@@ -134,7 +135,8 @@ async fn pushgateway_over_mutual_tls_accepts_the_push() {
 
     let base = var("GPUMON_TEST_PUSHGATEWAY_TLS_URL");
     let http = reader();
-    let groups: Json = http.get(format!("{base}/api/v1/metrics")).send().await.unwrap().json().await.unwrap();
+    let body = http.get(format!("{base}/api/v1/metrics")).send().await.unwrap().text().await.unwrap();
+    let groups: Json = serde_json::from_str(&body).unwrap();
     let group = groups["data"].as_array().unwrap().iter().find(|g| g["labels"]["job"] == job.as_str()).cloned();
     let group = group.unwrap_or_else(|| panic!("no group for job {job}: {groups}"));
     assert!(group.get("gpumon_utilization_ratio").is_some(), "{group}");
@@ -153,6 +155,7 @@ async fn pushgateway_refuses_a_client_without_certificate_and_the_wrong_ca_is_na
     // The client does not trust the server: the error names the URL and the setting to check.
     let mut sink = pushgateway(with_client_cert(trusting("other-ca.pem")), &run_id("pushgw_wrong_ca"));
     let e = sink.export(Arc::new(test_snapshot(0))).await.unwrap_err().to_string();
+    eprintln!("{e}");
     assert!(e.contains(&url) && e.contains("pushgateway.tls.ca_file"), "{e}");
 }
 
@@ -220,6 +223,7 @@ async fn otlp_with_the_wrong_ca_fails_naming_the_endpoint() {
         cfg.tls = trusting("other-ca.pem");
         let mut sink = OtlpSink::from_config(&cfg).unwrap();
         let e = sink.export(Arc::new(test_snapshot(0))).await.unwrap_err().to_string();
+        eprintln!("{protocol}: {e}");
         assert!(e.contains(&endpoint) && e.contains("otlp.tls.ca_file"), "{protocol}: {e}");
     }
 }

@@ -673,7 +673,13 @@ impl GrpcTransport {
             Err(status) => {
                 // tonic's Display shows "transport error" only; the cause (refused, a rejected
                 // certificate) is in the source chain.
-                let detail = error_chain(&status);
+                let mut detail = format!("{:?}: {}", status.code(), status.message());
+                if let Some(source) = std::error::Error::source(&status) {
+                    let chain = error_chain(source);
+                    if !status.message().contains(&chain) && !chain.contains(status.message()) {
+                        detail = format!("{detail} ({chain})");
+                    }
+                }
                 let hint = crate::tls::certificate_hint(&detail, "otlp.tls");
                 let message = format!("{} failed: {detail}{hint}", what());
                 match status.code() {
