@@ -75,10 +75,6 @@ fn decimal_seconds(t: &str) -> Option<Result<Duration, DurationError>> {
     Some(Ok(Duration::new(secs, nanos)))
 }
 
-fn from_secs_f64(secs: f64, input: &str) -> Result<Duration, DurationError> {
-    Duration::try_from_secs_f64(secs).map_err(|_| DurationError::OutOfRange { input: input.to_owned() })
-}
-
 /// Formats a duration so that [`parse_duration`] reads it back exactly (`1m 30s`, `500ms`).
 pub fn format_duration(d: Duration) -> String {
     humantime::format_duration(d).to_string()
@@ -124,7 +120,8 @@ mod serde_impl {
                 .map_err(|_| E::custom(super::DurationError::OutOfRange { input: v.to_string() }))
         }
         fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Duration, E> {
-            super::from_secs_f64(v, &v.to_string()).map_err(E::custom)
+            Duration::try_from_secs_f64(v)
+                .map_err(|_| E::custom(super::DurationError::OutOfRange { input: v.to_string() }))
         }
         fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Duration, E> {
             super::parse_duration(v).map_err(E::custom)

@@ -12,6 +12,7 @@ use crate::retry::parse_retry_after;
 #[cfg(feature = "_http-client")]
 pub(crate) const MAX_ERROR_BODY: usize = 4096;
 
+#[cfg_attr(not(any(feature = "_http-client", feature = "otlp")), allow(dead_code))]
 /// `error: source: source…` — reqwest's own `Display` hides the cause (e.g. "connection refused").
 pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();

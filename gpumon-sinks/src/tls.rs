@@ -21,6 +21,10 @@
 //! embedder's choice wins). An embedder that builds its own reqwest clients before any sink can
 //! call [`install_crypto_provider`] first.
 
+// With `tls` but no client sink (only `install_crypto_provider` is of use then), the helpers
+// for the clients have no caller.
+#![cfg_attr(not(any(feature = "_http-client", feature = "otlp")), allow(dead_code, unused_imports))]
+
 use std::path::PathBuf;
 
 use gpumon_core::BuildError;
@@ -95,8 +99,12 @@ impl TlsConfig {
             }
         }
         match (&self.client_cert_file, &self.client_key_file) {
-            (Some(_), None) => Err(BuildError::invalid(format!("{key}.client_key_file"), "required with `client_cert_file`")),
-            (None, Some(_)) => Err(BuildError::invalid(format!("{key}.client_cert_file"), "required with `client_key_file`")),
+            (Some(_), None) => {
+                Err(BuildError::invalid(format!("{key}.client_key_file"), "required with `client_cert_file`"))
+            }
+            (None, Some(_)) => {
+                Err(BuildError::invalid(format!("{key}.client_cert_file"), "required with `client_key_file`"))
+            }
             _ => Ok(()),
         }
     }
@@ -115,10 +123,10 @@ pub(crate) fn certificate_hint(detail: &str, key: &str) -> &'static str {
     }
 }
 
-#[cfg(feature = "tls")]
-pub use imp::install_crypto_provider;
 #[cfg(all(feature = "tls", feature = "otlp"))]
 pub(crate) use imp::client_config;
+#[cfg(feature = "tls")]
+pub use imp::install_crypto_provider;
 #[cfg(feature = "tls")]
 pub(crate) use imp::reqwest_tls;
 
@@ -226,9 +234,10 @@ mod imp {
         alpn: &[&[u8]],
     ) -> Result<ClientConfig, BuildError> {
         let provider = install_crypto_provider();
-        let builder = ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| BuildError::invalid(key, format!("the installed rustls crypto provider cannot do TLS: {e}")))?;
+        let builder =
+            ClientConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions().map_err(
+                |e| BuildError::invalid(key, format!("the installed rustls crypto provider cannot do TLS: {e}")),
+            )?;
         let builder = if tls.insecure_skip_verify {
             tracing::warn!(
                 url,

@@ -28,10 +28,9 @@ const IGNORE: &str = "needs scripts/test.sh (TLS backends)";
 
 /// A variable `scripts/test.sh` exports; its absence fails the test (never a silent pass).
 fn var(name: &str) -> String {
-    std::env::var(name)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| panic!("{name} is not set: this test {IGNORE}, which exports it (see scripts/backends/README.md)"))
+    std::env::var(name).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| {
+        panic!("{name} is not set: this test {IGNORE}, which exports it (see scripts/backends/README.md)")
+    })
 }
 
 fn cert(name: &str) -> PathBuf {
@@ -140,7 +139,8 @@ async fn pushgateway_over_mutual_tls_accepts_the_push() {
     let group = groups["data"].as_array().unwrap().iter().find(|g| g["labels"]["job"] == job.as_str()).cloned();
     let group = group.unwrap_or_else(|| panic!("no group for job {job}: {groups}"));
     assert!(group.get("gpumon_utilization_ratio").is_some(), "{group}");
-    let deleted = http.delete(format!("{base}/metrics/job/{job}/instance/{}", group["labels"]["instance"].as_str().unwrap()));
+    let deleted =
+        http.delete(format!("{base}/metrics/job/{job}/instance/{}", group["labels"]["instance"].as_str().unwrap()));
     assert!(deleted.send().await.unwrap().status().is_success());
 }
 
@@ -193,7 +193,11 @@ async fn otlp_arrives(protocol: Protocol, pipeline: Pipeline) {
     })
     .await;
     assert!(points.iter().all(|p| p["transport"] == want), "{:?}", points[0]);
-    assert!(points.iter().any(|p| p["name"] == "hw.gpu.utilization"), "{} points, none hw.gpu.utilization", points.len());
+    assert!(
+        points.iter().any(|p| p["name"] == "hw.gpu.utilization"),
+        "{} points, none hw.gpu.utilization",
+        points.len()
+    );
     sink.shutdown().await.unwrap();
 }
 
@@ -214,10 +218,9 @@ async fn otlp_grpc_over_tls_direct_and_sdk() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs scripts/test.sh (TLS backends)"]
 async fn otlp_with_the_wrong_ca_fails_naming_the_endpoint() {
-    for (protocol, endpoint) in [
-        (Protocol::HttpProtobuf, var("GPUMON_TEST_OTLP_TLS_HTTP")),
-        (Protocol::Grpc, var("GPUMON_TEST_OTLP_TLS_GRPC")),
-    ] {
+    for (protocol, endpoint) in
+        [(Protocol::HttpProtobuf, var("GPUMON_TEST_OTLP_TLS_HTTP")), (Protocol::Grpc, var("GPUMON_TEST_OTLP_TLS_GRPC"))]
+    {
         let mut cfg = OtlpConfig::new(endpoint.clone(), protocol);
         cfg.timeout = Some(Duration::from_secs(5));
         cfg.tls = trusting("other-ca.pem");

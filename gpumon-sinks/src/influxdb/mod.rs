@@ -124,6 +124,8 @@ mod sink;
 #[cfg(feature = "influxdb-http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "influxdb-http")))]
 pub use crate::duration::parse_duration;
+#[cfg(feature = "influxdb-http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "influxdb-http")))]
 pub use config::{ApiVersion, InfluxConfig};
 #[cfg(feature = "influxdb-http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "influxdb-http")))]

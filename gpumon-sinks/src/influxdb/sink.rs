@@ -444,16 +444,11 @@ impl Sink for InfluxSink {
             return Err(SinkError::AlreadyShutdown);
         }
         self.ensure_writer();
-        let response = self
-            .client
-            .get(self.endpoint.ping_url.clone())
-            .send()
-            .await
-            .map_err(|e| {
-                let detail = error_chain(&e);
-                let hint = certificate_hint(&detail, "influxdb.tls");
-                SinkError::transient(format!("GET {}: {detail}{hint}", self.endpoint.ping_url))
-            })?;
+        let response = self.client.get(self.endpoint.ping_url.clone()).send().await.map_err(|e| {
+            let detail = error_chain(&e);
+            let hint = certificate_hint(&detail, "influxdb.tls");
+            SinkError::transient(format!("GET {}: {detail}{hint}", self.endpoint.ping_url))
+        })?;
         if response.status().is_success() {
             Ok(())
         } else {
@@ -742,15 +737,11 @@ impl Writer {
             request = request.header(reqwest::header::AUTHORIZATION, format!("Token {token}"));
         }
         let target = format!("POST {}", redact_url(&ep.write_url));
-        let response = request
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| {
-                let detail = error_chain(&e);
-                let hint = certificate_hint(&detail, "influxdb.tls");
-                Failure::Retry { message: format!("{target}: {detail}{hint}"), retry_after: None }
-            })?;
+        let response = request.body(body).send().await.map_err(|e| {
+            let detail = error_chain(&e);
+            let hint = certificate_hint(&detail, "influxdb.tls");
+            Failure::Retry { message: format!("{target}: {detail}{hint}"), retry_after: None }
+        })?;
         let status = response.status();
         if status.is_success() {
             return Ok(());

@@ -552,7 +552,10 @@ mod tests {
     #[test]
     fn durations_and_key_values() {
         let cfg: OtlpConfig = toml::from_str("timeout = \"1m 30s\"\nexport_interval = \"500ms\"\n").unwrap();
-        assert_eq!((cfg.timeout, cfg.export_interval), (Some(Duration::from_secs(90)), Some(Duration::from_millis(500))));
+        assert_eq!(
+            (cfg.timeout, cfg.export_interval),
+            (Some(Duration::from_secs(90)), Some(Duration::from_millis(500)))
+        );
         let e = toml::from_str::<OtlpConfig>("export_interval = \"soon\"\n").unwrap_err().to_string();
         assert!(e.contains("export_interval") && e.contains("`soon`"), "{e}");
         let kv = parse_key_values("a=1, b = x%2Cy ,,").unwrap();

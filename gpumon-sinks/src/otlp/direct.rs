@@ -570,9 +570,8 @@ impl Transport {
             headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
         }
         let builder = reqwest::Client::builder().timeout(r.timeout);
-        let client = crate::tls::reqwest_tls(builder, &r.tls, "otlp.tls", &url)?.build().map_err(|e| BuildError::Io {
-            what: format!("building the OTLP HTTP client for {}", r.endpoint),
-            source: Box::new(e),
+        let client = crate::tls::reqwest_tls(builder, &r.tls, "otlp.tls", &url)?.build().map_err(|e| {
+            BuildError::Io { what: format!("building the OTLP HTTP client for {}", r.endpoint), source: Box::new(e) }
         })?;
         Ok(Transport::Http(HttpTransport { client, url, headers, timeout: r.timeout }))
     }

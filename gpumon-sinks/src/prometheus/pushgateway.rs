@@ -480,8 +480,11 @@ mod tests {
             assert!(e.contains("pushgateway.tls.ca_file") && e.contains("/nonexistent/ca.pem"), "{e}");
         }
         // TLS settings on an http:// URL would do nothing: refused, naming the table.
-        let e =
-            PushgatewaySink::builder("http://gw:9091").tls(TlsConfig::with_ca_file("/x")).build().unwrap_err().to_string();
+        let e = PushgatewaySink::builder("http://gw:9091")
+            .tls(TlsConfig::with_ca_file("/x"))
+            .build()
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("pushgateway.tls") && e.contains("http://"), "{e}");
         assert!(err("http://gw:9091/?x=1").contains("query"));
         let e = PushgatewaySink::builder("http://gw:9091").grouping("job", "x").build().unwrap_err().to_string();
