@@ -9,7 +9,6 @@
 #![cfg(all(feature = "tls", feature = "influxdb-http", feature = "pushgateway", feature = "otlp-grpc"))]
 
 #[path = "prometheus_support/mod.rs"]
-#[allow(dead_code)]
 mod support;
 
 use std::path::PathBuf;
