@@ -7,8 +7,10 @@
 # 1. installs the real backends (scripts/backends/install.sh; idempotent, fast
 #    when already installed; needs root only the first time),
 # 2. starts Pushgateway, InfluxDB 1.x (plain, and a second auth-enabled one),
-#    VictoriaMetrics and the OTLP receiver, each on 127.0.0.1 only, and stops
-#    them all on exit, also on failure or Ctrl-C,
+#    VictoriaMetrics and the OTLP receiver, each on 127.0.0.1 only, plus TLS
+#    instances (InfluxDB https, Pushgateway requiring a client certificate, the
+#    OTLP receiver over TLS) with certificates made now by make-test-certs.sh,
+#    and stops them all on exit, also on failure or Ctrl-C,
 # 3. exports GPUMON_TEST_* variables that the Rust integration tests read
 #    (see scripts/backends/README.md),
 # 4. runs the Python client tests (tests-python/run.sh: nvidia-ml-py and gpustat on the fake
@@ -103,6 +105,13 @@ t0=$(date +%s%3N)
 "$B/start-influxdb-auth.sh"                # 127.0.0.1:18087 (RPC 18089), auth on
 "$B/start-victoria-metrics.sh"
 "$B/start-otlp-receiver.sh" >/dev/null     # prints OTLP_OUT=<file>; tests use /received
+# TLS: a CA, a server leaf for 127.0.0.1, a client certificate and an unrelated CA, made now.
+export GPUMON_TEST_CERTS_DIR="$BACKENDS_STATE_DIR/certs"
+rm -rf "$GPUMON_TEST_CERTS_DIR"
+"$B/make-test-certs.sh" >/dev/null
+"$B/start-influxdb-tls.sh"                 # https://127.0.0.1:18090 (RPC 18091)
+"$B/start-pushgateway-tls.sh"              # https://127.0.0.1:19192, client certificate required
+"$B/start-otlp-receiver-tls.sh" >/dev/null # grpc 14319, http 14320, TLS
 log "backends ready in $(( $(date +%s%3N) - t0 )) ms"
 
 # ------------------------------------------------------------------ environment for the tests
@@ -118,6 +127,12 @@ export GPUMON_TEST_VM_URL=http://127.0.0.1:18428
 export GPUMON_TEST_OTLP_GRPC=http://127.0.0.1:14317
 export GPUMON_TEST_OTLP_HTTP=http://127.0.0.1:14318
 export GPUMON_TEST_OTLP_RECEIVED=http://127.0.0.1:14318/received
+export GPUMON_TEST_TLS_CERTS_DIR="$GPUMON_TEST_CERTS_DIR"
+export GPUMON_TEST_INFLUXDB_TLS_URL=https://127.0.0.1:18090
+export GPUMON_TEST_PUSHGATEWAY_TLS_URL=https://127.0.0.1:19192
+export GPUMON_TEST_OTLP_TLS_GRPC=https://127.0.0.1:14319
+export GPUMON_TEST_OTLP_TLS_HTTP=https://127.0.0.1:14320
+export GPUMON_TEST_OTLP_TLS_RECEIVED=https://127.0.0.1:14320/received
 export GPUMON_TEST_PROMETHEUS_BIN=/usr/bin/prometheus
 export GPUMON_TEST_PROMTOOL=/usr/bin/promtool
 export GPUMON_TEST_PYTHON="$GPUMON_VENV/bin/python"
@@ -159,6 +174,7 @@ rc=$?
 set -e
 cargo_pid=""
 log "cargo test exited with $rc"
+
 if [ "$rc" -eq 0 ] && [ "$py_rc" -ne 0 ]; then
     log "FAILED: python client tests (exit $py_rc)"
     rc=$py_rc

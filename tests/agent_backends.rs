@@ -44,6 +44,8 @@ fn sample(s: &MockSampler) -> Snapshot {
 }
 
 fn http() -> reqwest::blocking::Client {
+    #[cfg(feature = "tls")]
+    gpumon::sinks::tls::install_crypto_provider();
     reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).build().unwrap()
 }
 

@@ -1,14 +1,18 @@
-//! Helpers shared by the HTTP-client sinks (Pushgateway, InfluxDB): error text, `Retry-After`,
+//! Helpers shared by the HTTP-client sinks (Pushgateway, InfluxDB, OTLP): error text, `Retry-After`,
 //! and reading a server's error body without trusting its size.
 
+#[cfg(feature = "_http-client")]
 use std::time::Duration;
 
+#[cfg(feature = "_http-client")]
 use crate::retry::parse_retry_after;
 
 /// Most bytes of an error response body that are read (the rest is never received): enough for
 /// any real server message, and a misbehaving server cannot make the sink buffer megabytes.
+#[cfg(feature = "_http-client")]
 pub(crate) const MAX_ERROR_BODY: usize = 4096;
 
+#[cfg_attr(not(any(feature = "_http-client", feature = "otlp")), allow(dead_code))]
 /// `error: source: source…` — reqwest's own `Display` hides the cause (e.g. "connection refused").
 pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -25,6 +29,7 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// The response's `Retry-After`, when given in seconds.
+#[cfg(feature = "_http-client")]
 pub(crate) fn retry_after(response: &reqwest::Response) -> Option<Duration> {
     response.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(parse_retry_after)
 }
@@ -32,6 +37,7 @@ pub(crate) fn retry_after(response: &reqwest::Response) -> Option<Duration> {
 /// The start of a response body, at most `cap` bytes, read chunk by chunk: once `cap` bytes are
 /// in, the rest is not read (the connection is dropped, not reused). Invalid UTF-8 is replaced; a
 /// character cut by the cap is left out. A body that fails midway yields what arrived.
+#[cfg(feature = "_http-client")]
 pub(crate) async fn read_body_capped(mut response: reqwest::Response, cap: usize) -> String {
     let mut body: Vec<u8> = Vec::new();
     while body.len() < cap {
@@ -54,7 +60,7 @@ pub(crate) async fn read_body_capped(mut response: reqwest::Response, cap: usize
 
 /// A scripted HTTP/1.1 server on 127.0.0.1 for unit tests: every request gets the next response
 /// from `respond` (status line, extra headers, body); requests are counted.
-#[cfg(test)]
+#[cfg(all(test, feature = "_http-client"))]
 pub(crate) mod test_server {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
@@ -105,6 +111,45 @@ pub(crate) mod test_server {
             server
         }
 
+        /// The same over TLS (`https://localhost:port`) with the test certificate in
+        /// `src/testdata/tls` (signed by `ca.pem`, for `localhost` and `127.0.0.1`). Requests
+        /// counted are those that arrived through a completed handshake.
+        #[cfg(feature = "tls")]
+        pub(crate) async fn start_tls(reply: Reply) -> Self {
+            use rustls::pki_types::pem::PemObject;
+            use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+            let certs = CertificateDer::pem_slice_iter(include_bytes!("testdata/tls/localhost.pem").as_slice())
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap();
+            let key = PrivateKeyDer::from_pem_slice(include_bytes!("testdata/tls/localhost.key")).unwrap();
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ServerConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(certs, key)
+                .unwrap();
+            let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let server = TestServer {
+                url: format!("https://localhost:{}", listener.local_addr().unwrap().port()),
+                requests: Arc::new(AtomicUsize::new(0)),
+                reply: Arc::new(Mutex::new(reply)),
+            };
+            let s = server.clone();
+            tokio::spawn(async move {
+                while let Ok((stream, _)) = listener.accept().await {
+                    let (acceptor, s) = (acceptor.clone(), s.clone());
+                    tokio::spawn(async move {
+                        if let Ok(tls) = acceptor.accept(stream).await {
+                            serve(tls, s).await;
+                        }
+                    });
+                }
+            });
+            server
+        }
+
         pub(crate) fn set(&self, reply: Reply) {
             *self.reply.lock().unwrap() = reply;
         }
@@ -114,7 +159,7 @@ pub(crate) mod test_server {
         }
     }
 
-    async fn serve(mut stream: tokio::net::TcpStream, server: TestServer) {
+    async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut stream: S, server: TestServer) {
         let mut buf = Vec::new();
         let mut tmp = [0u8; 8192];
         loop {
@@ -177,15 +222,22 @@ pub(crate) mod test_server {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "_http-client"))]
 mod tests {
     use super::test_server::{Reply, TestServer};
     use super::*;
 
+    /// A plain client; with the `tls` feature reqwest needs the process-wide provider first.
+    fn test_client() -> reqwest::Client {
+        #[cfg(feature = "tls")]
+        crate::tls::install_crypto_provider();
+        reqwest::Client::new()
+    }
+
     #[tokio::test]
     async fn error_bodies_are_read_only_up_to_the_cap() {
         let server = TestServer::start(Reply::Endless { status: 500, prefix: "ünïcødé error: ".to_owned() }).await;
-        let response = reqwest::Client::new().post(&server.url).body("x").send().await.unwrap();
+        let response = test_client().post(&server.url).body("x").send().await.unwrap();
         assert_eq!(response.status().as_u16(), 500);
         // Reading the whole body would never finish.
         let text = tokio::time::timeout(Duration::from_secs(10), read_body_capped(response, MAX_ERROR_BODY))
@@ -199,12 +251,12 @@ mod tests {
     #[tokio::test]
     async fn short_bodies_and_retry_after_are_read_whole() {
         let server = TestServer::start(Reply::with(429, &["Retry-After: 7"], "slow down")).await;
-        let response = reqwest::Client::new().get(&server.url).send().await.unwrap();
+        let response = test_client().get(&server.url).send().await.unwrap();
         assert_eq!(retry_after(&response), Some(Duration::from_secs(7)));
         assert_eq!(read_body_capped(response, MAX_ERROR_BODY).await, "slow down");
         // A cut inside a multi-byte character leaves the character out.
         server.set(Reply::with(500, &[], "aé"));
-        let response = reqwest::Client::new().get(&server.url).send().await.unwrap();
+        let response = test_client().get(&server.url).send().await.unwrap();
         assert_eq!(read_body_capped(response, 2).await, "a");
     }
 

@@ -21,8 +21,13 @@
 #[cfg(feature = "_http-client")]
 pub(crate) mod retry;
 
-#[cfg(feature = "_http-client")]
+#[cfg(any(feature = "_http-client", feature = "otlp", feature = "tls"))]
 pub(crate) mod http_util;
+
+#[cfg(any(feature = "_http-client", feature = "otlp", feature = "tls"))]
+pub mod tls;
+
+pub mod duration;
 
 #[cfg(feature = "stdout")]
 #[cfg_attr(docsrs, doc(cfg(feature = "stdout")))]

@@ -177,6 +177,8 @@ fn expected(snapshots: &[Arc<Snapshot>], run: &str) -> Expected {
 async fn influxql(url: &str, db: &str, auth: Option<(&str, &str)>, q: &str) -> Json {
     let mut u = reqwest::Url::parse(&format!("{url}/query")).unwrap();
     u.query_pairs_mut().append_pair("db", db).append_pair("epoch", "ns").append_pair("q", q);
+    #[cfg(feature = "tls")]
+    gpumon_sinks::tls::install_crypto_provider();
     let mut req = reqwest::Client::new().get(u);
     if let Some((user, pw)) = auth {
         req = req.basic_auth(user, Some(pw));
@@ -302,6 +304,8 @@ async fn v2_write_api_against_victoria_metrics() {
     assert_eq!(stats.stats().lines_written as usize, expected(&snapshots, &run).len());
 
     // VictoriaMetrics stores `<measurement>_<field>` with the tags as labels, millisecond time.
+    #[cfg(feature = "tls")]
+    gpumon_sinks::tls::install_crypto_provider();
     let client = reqwest::Client::new();
     let mut samples = BTreeMap::new();
     for _ in 0..30 {

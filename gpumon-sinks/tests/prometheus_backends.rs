@@ -376,6 +376,8 @@ async fn real_prometheus_scrapes_both_namings_and_formats() {
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {prometheus}: {e}"));
     let _prometheus = ChildGuard(child);
+    #[cfg(feature = "tls")]
+    gpumon_sinks::tls::install_crypto_provider();
     let prom = Prom { base: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new() };
     let log_tail = || std::fs::read_to_string(dir.0.join("prometheus.log")).unwrap_or_default();
 

@@ -19,6 +19,8 @@ use tokio::net::TcpStream;
 const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
 
 fn client() -> reqwest::Client {
+    #[cfg(feature = "tls")]
+    gpumon_sinks::tls::install_crypto_provider();
     reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap()
 }
 
@@ -221,6 +223,8 @@ async fn hostile_clients_do_not_starve_scrapers() {
     }
     // And a fresh client (new connection each time) too.
     for _ in 0..3 {
+        #[cfg(feature = "tls")]
+        gpumon_sinks::tls::install_crypto_provider();
         let fresh =
             reqwest::Client::builder().timeout(Duration::from_secs(5)).pool_max_idle_per_host(0).build().unwrap();
         scrape_ok(fresh, url.clone(), "new connection among idle crowd").await;

@@ -62,6 +62,8 @@ fn agent_with(sink: PushgatewaySink, interval: Duration) -> AgentHandle {
 #[ignore = "needs scripts/test.sh (Pushgateway)"]
 async fn pushes_are_read_back_in_both_namings() {
     let base = require_env("GPUMON_TEST_PUSHGATEWAY_URL");
+    #[cfg(feature = "tls")]
+    gpumon_sinks::tls::install_crypto_provider();
     let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
     assert!(
         http.get(format!("{base}/-/ready")).send().await.is_ok_and(|r| r.status() == 200),
@@ -167,6 +169,8 @@ async fn pushes_resume_after_the_gateway_restarts() {
     let _ = Command::new(format!("{}/stop-pushgateway.sh", gw.dir)).env("BACKEND_INSTANCE", INSTANCE).output();
     gw.script("start-pushgateway.sh", false);
     let base = format!("http://127.0.0.1:{}", gw.port);
+    #[cfg(feature = "tls")]
+    gpumon_sinks::tls::install_crypto_provider();
     let http = reqwest::Client::builder().timeout(Duration::from_secs(3)).build().unwrap();
 
     let sink = PushgatewaySink::builder(&base)

@@ -31,7 +31,7 @@ log() { printf '[%s] install.sh: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 need_root() { [ "$(id -u)" = 0 ] || die "$1 is missing and installing it needs root: run as root"; }
 
-pkgs=(curl ca-certificates)
+pkgs=(curl ca-certificates openssl)   # openssl: make-test-certs.sh
 units=()
 do_venv=0
 for w in "${want[@]}"; do

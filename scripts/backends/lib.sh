@@ -149,7 +149,8 @@ wait_http() {
             tail -n 20 "$BACKENDS_STATE_DIR/$name.log" >&2
             return 1
         fi
-        if body="$(curl -fsS --max-time 2 --noproxy '*' "$url" 2>/dev/null)"; then
+        # shellcheck disable=SC2086  # BACKENDS_CURL_TLS: extra curl flags (--cacert, --cert, --key), word-split
+        if body="$(curl -fsS --max-time 2 --noproxy '*' ${BACKENDS_CURL_TLS:-} "$url" 2>/dev/null)"; then
             if [ -z "$want" ] || printf '%s' "$body" | grep -q -- "$want"; then
                 return 0
             fi

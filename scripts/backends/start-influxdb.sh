@@ -6,6 +6,10 @@
 #                     instance is then named "influxdb-auth" and its ports
 #                     default to 18087 / 18089, so it runs beside the plain
 #                     one (start-influxdb-auth.sh sets this)   (default 0)
+#   INFLUX_TLS_CERT, INFLUX_TLS_KEY, INFLUX_TLS_CA
+#                     serve https with this certificate/key (CA: for the
+#                     readiness check); the instance is then "influxdb-tls" on
+#                     18090 / 18091 (start-influxdb-tls.sh sets these)
 #   INFLUX_PORT       HTTP API port                   (default 18086, auth 18087)
 #   INFLUX_RPC_PORT   backup/restore RPC port (always bound)
 #                                                     (default 18088, auth 18089)
@@ -23,7 +27,10 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$HERE/lib.sh"
 AUTH="${INFLUX_AUTH:-0}"
-if [ "$AUTH" = 1 ]; then
+TLS_CERT="${INFLUX_TLS_CERT:-}"     # PEM certificate + INFLUX_TLS_KEY: serve https (start-influxdb-tls.sh)
+if [ -n "$TLS_CERT" ]; then
+    NAME="$(instance_name influxdb-tls)"; def_port=18090; def_rpc=18091
+elif [ "$AUTH" = 1 ]; then
     NAME="$(instance_name influxdb-auth)"; def_port=18087; def_rpc=18089
 else
     NAME="$(instance_name influxdb)";      def_port=18086; def_rpc=18088
@@ -39,6 +46,15 @@ wait_port_free "$NAME" "$PORT"
 wait_port_free "$NAME" "$RPC_PORT"
 make_datadir_into "$NAME" DATA
 [ "$AUTH" = 1 ] && auth_enabled=true || auth_enabled=false
+SCHEME=http
+https_conf=""
+if [ -n "$TLS_CERT" ]; then
+    SCHEME=https
+    https_conf="  https-enabled = true
+  https-certificate = \"$TLS_CERT\"
+  https-private-key = \"${INFLUX_TLS_KEY:?INFLUX_TLS_KEY goes with INFLUX_TLS_CERT}\""
+    export BACKENDS_CURL_TLS="--cacert ${INFLUX_TLS_CA:?INFLUX_TLS_CA (the CA of INFLUX_TLS_CERT) is needed to check readiness}"
+fi
 
 cat > "$DATA/influxdb.conf" <<C
 reporting-disabled = true
@@ -62,6 +78,7 @@ bind-address = "$BACKENDS_BIND:$RPC_PORT"
   log-enabled = true
   pprof-enabled = false
   unix-socket-enabled = false
+$https_conf
 [ifql]
   enabled = false
 [logging]
@@ -70,10 +87,11 @@ C
 
 t0=$(now_ms)
 spawn "$NAME" /usr/bin/influxd /usr/bin/influxd run -config "$DATA/influxdb.conf"
-wait_http "$NAME" "http://127.0.0.1:$PORT/ping" || { "$HERE/stop-influxdb.sh"; exit 1; }
+wait_http "$NAME" "$SCHEME://127.0.0.1:$PORT/ping" || { "$HERE/stop-influxdb.sh"; exit 1; }
 ready_ms=$(( $(now_ms) - t0 ))
 
-q() { curl -fsS --noproxy '*' -XPOST "http://127.0.0.1:$PORT/query" "$@" >/dev/null; }
+# shellcheck disable=SC2086
+q() { curl -fsS --noproxy '*' ${BACKENDS_CURL_TLS:-} -XPOST "$SCHEME://127.0.0.1:$PORT/query" "$@" >/dev/null; }
 if [ "$AUTH" = 1 ]; then
     # With auth on and no users yet, InfluxDB allows exactly this statement
     # unauthenticated. A reused (KEEP_DATA=1) data dir already has the user.
@@ -85,4 +103,4 @@ if [ "$AUTH" = 1 ]; then
 elif [ -n "$DB" ]; then
     q --data-urlencode "q=CREATE DATABASE \"$DB\""
 fi
-log "$NAME ready on http://127.0.0.1:$PORT (pid $SPAWNED_PID, ${ready_ms} ms to /ping, db '${DB}', auth $auth_enabled, data $DATA)"
+log "$NAME ready on $SCHEME://127.0.0.1:$PORT (pid $SPAWNED_PID, ${ready_ms} ms to /ping, db '${DB}', auth $auth_enabled, data $DATA)"

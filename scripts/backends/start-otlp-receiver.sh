@@ -31,7 +31,15 @@ make_datadir_into "$NAME" DATA
 OUT="${OTLP_OUT:-$DATA/otlp-metrics.jsonl}"
 
 t0=$(now_ms)
-spawn "$NAME" otlp_receiver.py "$PY" -u "$HERE/otlp_receiver.py" --grpc-port "$GPORT" --http-port "$HPORT" --out "$OUT"
-wait_http "$NAME" "http://127.0.0.1:$HPORT/health" OK || { "$HERE/stop-otlp-receiver.sh"; exit 1; }
+tls_args=()
+SCHEME=http
+if [ -n "${OTLP_TLS_CERT:-}" ]; then
+    tls_args=(--tls-cert "$OTLP_TLS_CERT" --tls-key "${OTLP_TLS_KEY:?OTLP_TLS_KEY goes with OTLP_TLS_CERT}")
+    [ -n "${OTLP_TLS_CLIENT_CA:-}" ] && tls_args+=(--tls-client-ca "$OTLP_TLS_CLIENT_CA")
+    SCHEME=https
+fi
+spawn "$NAME" otlp_receiver.py "$PY" -u "$HERE/otlp_receiver.py" --grpc-port "$GPORT" --http-port "$HPORT" --out "$OUT" \
+    ${tls_args[@]+"${tls_args[@]}"}
+wait_http "$NAME" "$SCHEME://127.0.0.1:$HPORT/health" OK || { "$HERE/stop-otlp-receiver.sh"; exit 1; }
 log "$NAME ready: grpc 127.0.0.1:$GPORT, http 127.0.0.1:$HPORT (pid $SPAWNED_PID, $(( $(now_ms) - t0 )) ms, out $OUT)"
 echo "OTLP_OUT=$OUT"

@@ -4,6 +4,8 @@
 #
 #   PUSHGW_PORT        listen port                     (default 19191)
 #   PUSHGW_EXTRA_ARGS  extra command-line flags, word-split
+#   PUSHGW_SCHEME      https when PUSHGW_EXTRA_ARGS has a --web.config.file with TLS
+#                      (start-pushgateway-tls.sh; readiness via BACKENDS_CURL_TLS)
 #   BACKEND_INSTANCE, KEEP_DATA: see lib.sh (KEEP_DATA=1 stop + KEEP_DATA=1
 #                      start keeps the pushed groups: the gateway writes its
 #                      persistence file on SIGTERM and reloads it on start)
@@ -32,5 +34,5 @@ args=(--web.listen-address="$BACKENDS_BIND:$PORT"
 
 t0=$(now_ms)
 spawn "$NAME" /usr/bin/prometheus-pushgateway /usr/bin/prometheus-pushgateway "${args[@]}"
-wait_http "$NAME" "http://127.0.0.1:$PORT/-/ready" || { "$HERE/stop-pushgateway.sh"; exit 1; }
-log "$NAME ready on http://127.0.0.1:$PORT (pid $SPAWNED_PID, $(( $(now_ms) - t0 )) ms, data $DATA)"
+wait_http "$NAME" "${PUSHGW_SCHEME:-http}://127.0.0.1:$PORT/-/ready" || { "$HERE/stop-pushgateway.sh"; exit 1; }
+log "$NAME ready on ${PUSHGW_SCHEME:-http}://127.0.0.1:$PORT (pid $SPAWNED_PID, $(( $(now_ms) - t0 )) ms, data $DATA)"

@@ -6,7 +6,9 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$HERE/lib.sh"
-if [ "${INFLUX_AUTH:-0}" = 1 ]; then
+if [ -n "${INFLUX_TLS:-}" ]; then
+    stop_backend "$(instance_name influxdb-tls)"
+elif [ "${INFLUX_AUTH:-0}" = 1 ]; then
     stop_backend "$(instance_name influxdb-auth)"
 else
     stop_backend "$(instance_name influxdb)"

@@ -7,6 +7,7 @@ use std::time::Duration;
 use gpumon_core::BuildError;
 
 use super::encode::DEFAULT_MEASUREMENT;
+use crate::tls::TlsConfig;
 
 /// Which write API to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
@@ -24,24 +25,28 @@ pub enum ApiVersion {
 /// Settings of [`InfluxSink`](super::InfluxSink), as read from a config file (`[influxdb]` table)
 /// or built in code. Every key except `url` (and the database/bucket) has a default.
 ///
-/// Durations are either a number of seconds (`5`, `0.5`) or a string with a unit: `"250ms"`,
-/// `"5s"`, `"2m"`, `"1h"` (a bare number in a string means seconds).
+/// Durations are a number of seconds (`5`, `0.5`) or a string in the shared grammar of
+/// [`parse_duration`](crate::duration::parse_duration): `"250ms"`, `"5s"`, `"1m 30s"`.
 ///
 /// ```toml
 /// [influxdb]
-/// url = "http://127.0.0.1:8086"
+/// url = "http://127.0.0.1:8086"   # or https://, see `tls`
 /// db = "gpumon"            # v1 (implies api = "v1")
 /// # org = "acme"; bucket = "gpumon"; token = "…"   # v2 (implies api = "v2")
 /// gzip = true
 /// batch_points = 5000
 /// batch_interval = "1s"
 /// spill_dir = "/var/lib/gpumon/influx-spill"
+///
+/// [influxdb.tls]             # only with an https:// URL
+/// ca_file = "/etc/gpumon/influx-ca.pem"
 /// ```
 #[derive(Clone, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 #[non_exhaustive]
 pub struct InfluxConfig {
-    /// Base URL of the server, `http://host:port` (a path prefix is kept: `http://proxy/influx`).
+    /// Base URL of the server, `http://host:port` or `https://host:port` (a path prefix is kept:
+    /// `http://proxy/influx`).
     pub url: String,
     /// The write API; inferred when absent: `db` ⇒ v1, `org`/`bucket`/`token` ⇒ v2.
     pub api: Option<ApiVersion>,
@@ -64,10 +69,10 @@ pub struct InfluxConfig {
     /// A batch is sent once it holds this many lines (points). Default 5000.
     pub batch_points: usize,
     /// …or once its first line is this old, whichever comes first. Default 1 s.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "crate::duration::deserialize")]
     pub batch_interval: Duration,
     /// Timeout of one HTTP request (connect + send + response). Default 5 s.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "crate::duration::deserialize")]
     pub timeout: Duration,
     /// Most lines held while the server is unreachable; beyond it the oldest batches are dropped
     /// and counted. Default 1 000 000.
@@ -82,12 +87,15 @@ pub struct InfluxConfig {
     /// Extra tags on every line, e.g. `{ cluster = "eu-1" }`. Must not reuse a built-in tag key.
     pub tags: BTreeMap<String, String>,
     /// First retry delay (doubled per attempt, full jitter). Default 200 ms.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "crate::duration::deserialize")]
     pub retry_initial: Duration,
     /// Longest retry delay; also the pause after an authentication/authorization or
     /// "database not found" error. Default 30 s.
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "crate::duration::deserialize")]
     pub retry_max: Duration,
+    /// TLS for an `https://` URL (`[influxdb.tls]`): CA file, client certificate,
+    /// `insecure_skip_verify`. See [`TlsConfig`].
+    pub tls: TlsConfig,
 }
 
 impl std::fmt::Debug for InfluxConfig {
@@ -115,6 +123,7 @@ impl std::fmt::Debug for InfluxConfig {
             .field("tags", &self.tags)
             .field("retry_initial", &self.retry_initial)
             .field("retry_max", &self.retry_max)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -142,6 +151,7 @@ impl Default for InfluxConfig {
             tags: BTreeMap::new(),
             retry_initial: Duration::from_millis(200),
             retry_max: Duration::from_secs(30),
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -210,23 +220,7 @@ impl InfluxConfig {
             endpoint: self.url.clone(),
             reason: format!("influxdb.url: {e}"),
         })?;
-        match parsed.scheme() {
-            "http" => {}
-            "https" => {
-                return Err(BuildError::InvalidEndpoint {
-                    endpoint: self.url.clone(),
-                    reason: "influxdb.url: https is not supported by this build (no TLS stack compiled in); \
-                             use http on a trusted network or a local TLS-terminating proxy"
-                        .into(),
-                })
-            }
-            other => {
-                return Err(BuildError::InvalidEndpoint {
-                    endpoint: self.url.clone(),
-                    reason: format!("influxdb.url: scheme `{other}` is not supported; use http://"),
-                })
-            }
-        }
+        self.tls.check("influxdb.tls", "influxdb.url", &parsed)?;
         if parsed.host_str().is_none_or(str::is_empty) {
             return Err(BuildError::InvalidEndpoint {
                 endpoint: self.url.clone(),
@@ -318,50 +312,17 @@ impl InfluxConfig {
     }
 }
 
-/// Parses `"250ms"`, `"5s"`, `"1.5s"`, `"2m"`, `"1h"`, `"10"` (seconds).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 =
-        num.parse().map_err(|_| format!("invalid duration `{s}`: expected e.g. \"500ms\", \"5s\", \"2m\""))?;
-    let scale = match unit.trim() {
-        "ms" => 1e-3,
-        "" | "s" => 1.0,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        other => return Err(format!("invalid duration unit `{other}` in `{s}`: use ms, s, m or h")),
-    };
-    Duration::try_from_secs_f64(value * scale).map_err(|e| format!("invalid duration `{s}`: {e}"))
-}
-
-fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    #[derive(serde::Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Secs(f64),
-        Text(String),
-    }
-    match Raw::deserialize(d)? {
-        Raw::Secs(v) => Duration::try_from_secs_f64(v).map_err(serde::de::Error::custom),
-        Raw::Text(s) => parse_duration(&s).map_err(serde::de::Error::custom),
-    }
-}
-
-use serde::Deserialize as _;
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("").is_err());
+    fn durations_use_the_shared_grammar() {
+        let c: InfluxConfig =
+            toml::from_str("url = \"http://h\"\ndb = \"d\"\nbatch_interval = \"1m 30s\"\ntimeout = 2.5\n").unwrap();
+        assert_eq!((c.batch_interval, c.timeout), (Duration::from_secs(90), Duration::from_millis(2500)));
+        let e = toml::from_str::<InfluxConfig>("url = \"http://h\"\nretry_max = \"soon\"\n").unwrap_err().to_string();
+        assert!(e.contains("retry_max") && e.contains("`soon`"), "{e}");
     }
 
     #[test]
@@ -378,7 +339,16 @@ mod tests {
         let err = |c: InfluxConfig| c.validate().unwrap_err().to_string();
         assert!(err(InfluxConfig::default()).contains("influxdb.url"));
         assert!(err(InfluxConfig::v1("ftp://h", "d")).contains("scheme `ftp`"));
-        assert!(err(InfluxConfig::v1("https://h", "d")).contains("https"));
+        #[cfg(feature = "tls")]
+        assert_eq!(InfluxConfig::v1("https://h", "d").validate().unwrap(), ApiVersion::V1);
+        #[cfg(not(feature = "tls"))]
+        assert!(err(InfluxConfig::v1("https://h", "d")).contains("`tls` cargo feature"));
+        let mut c = InfluxConfig::v1("http://h", "d");
+        c.tls = TlsConfig::with_ca_file("/x").client_cert("/c", "/k");
+        assert!(err(c).contains("influxdb.tls"));
+        let mut c = InfluxConfig::v1("https://h", "d");
+        c.tls.client_cert_file = Some("/c".into());
+        assert!(err(c).contains("influxdb.tls.client_key_file"));
         assert!(err(InfluxConfig { url: "http://h".into(), ..InfluxConfig::default() }).contains("influxdb.db"));
         let mut c = InfluxConfig::v1("http://h", "d");
         c.batch_points = 10;

@@ -136,7 +136,10 @@ mod sink;
 
 #[cfg(feature = "influxdb-http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "influxdb-http")))]
-pub use config::{parse_duration, ApiVersion, InfluxConfig};
+pub use crate::duration::parse_duration;
+#[cfg(feature = "influxdb-http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "influxdb-http")))]
+pub use config::{ApiVersion, InfluxConfig};
 #[cfg(feature = "influxdb-http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "influxdb-http")))]
 pub use sink::{InfluxSink, InfluxStats, InfluxStatsHandle};

@@ -13,6 +13,7 @@ use super::config::{ApiVersion, InfluxConfig};
 use super::encode::LineProtocolEncoder;
 use crate::http_util::{error_chain, read_body_capped, retry_after, MAX_ERROR_BODY};
 use crate::retry::Backoff;
+use crate::tls::certificate_hint;
 
 /// The sink's name (status, logs, `Telemetry::record_dropped`).
 const NAME: &str = "influxdb";
@@ -262,11 +263,12 @@ impl InfluxSink {
             token: config.token.clone(),
             gzip: config.gzip,
         };
-        let client = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .timeout(config.timeout)
             .connect_timeout(config.timeout)
             .pool_idle_timeout(Duration::from_secs(50))
-            .user_agent(concat!("gpumon/", env!("CARGO_PKG_VERSION")))
+            .user_agent(concat!("gpumon/", env!("CARGO_PKG_VERSION")));
+        let client = crate::tls::reqwest_tls(builder, &config.tls, "influxdb.tls", &base)?
             .build()
             .map_err(|e| BuildError::Io { what: "influxdb: building the HTTP client".into(), source: Box::new(e) })?;
 
@@ -442,12 +444,11 @@ impl Sink for InfluxSink {
             return Err(SinkError::AlreadyShutdown);
         }
         self.ensure_writer();
-        let response = self
-            .client
-            .get(self.endpoint.ping_url.clone())
-            .send()
-            .await
-            .map_err(|e| SinkError::transient(format!("GET {}: {}", self.endpoint.ping_url, error_chain(&e))))?;
+        let response = self.client.get(self.endpoint.ping_url.clone()).send().await.map_err(|e| {
+            let detail = error_chain(&e);
+            let hint = certificate_hint(&detail, "influxdb.tls");
+            SinkError::transient(format!("GET {}: {detail}{hint}", self.endpoint.ping_url))
+        })?;
         if response.status().is_success() {
             Ok(())
         } else {
@@ -736,11 +737,11 @@ impl Writer {
             request = request.header(reqwest::header::AUTHORIZATION, format!("Token {token}"));
         }
         let target = format!("POST {}", redact_url(&ep.write_url));
-        let response = request
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| Failure::Retry { message: format!("{target}: {}", error_chain(&e)), retry_after: None })?;
+        let response = request.body(body).send().await.map_err(|e| {
+            let detail = error_chain(&e);
+            let hint = certificate_hint(&detail, "influxdb.tls");
+            Failure::Retry { message: format!("{target}: {detail}{hint}"), retry_after: None }
+        })?;
         let status = response.status();
         if status.is_success() {
             return Ok(());
@@ -848,6 +849,26 @@ mod tests {
             std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         names.sort();
         names
+    }
+
+    #[cfg(feature = "tls")]
+    #[tokio::test]
+    async fn writes_over_https_and_names_the_url_when_the_certificate_is_refused() {
+        let server = TestServer::start_tls(Reply::status(204)).await;
+        let ca = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/testdata/tls");
+        let mut c = config(&server.url);
+        c.tls = crate::tls::TlsConfig::with_ca_file(ca.join("ca.pem"));
+        let mut sink = InfluxSink::from_config(&c).unwrap();
+        sink.export(snapshot()).await.unwrap();
+        sink.flush().await.unwrap();
+        assert_eq!((sink.stats().lines_written, server.requests()), (1, 1));
+
+        c.tls = crate::tls::TlsConfig::with_ca_file(ca.join("localhost.pem"));
+        let mut sink = InfluxSink::from_config(&c).unwrap();
+        sink.export(snapshot()).await.unwrap();
+        let e = sink.flush().await.unwrap_err().to_string();
+        assert!(e.contains(&format!("{}/write", server.url)) && e.contains("influxdb.tls.ca_file"), "{e}");
+        assert_eq!(server.requests(), 1, "nothing reaches the server through a refused handshake");
     }
 
     #[tokio::test]

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use gpumon_core::BuildError;
 
+use crate::tls::TlsConfig;
+
 /// Default timeout of one export (the OTel default, `OTEL_EXPORTER_OTLP_TIMEOUT`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default `service.name`.
@@ -128,7 +130,8 @@ impl Pipeline {
 /// An explicit HTTP `endpoint` whose path is empty or `/` gets `/v1/metrics` appended
 /// (`http://collector:4318` works); any other path is used as is.
 ///
-/// Durations are written as `"500ms"`, `"10s"`, `"2m"` or a number of seconds.
+/// Durations are a number of seconds or a string in the shared grammar of
+/// [`parse_duration`](crate::duration::parse_duration): `"500ms"`, `"10s"`, `"1m 30s"`.
 ///
 /// ```
 /// let cfg: gpumon_sinks::otlp::OtlpConfig = serde_json::from_str(
@@ -148,7 +151,7 @@ pub struct OtlpConfig {
     /// Extra request headers (gRPC metadata), e.g. `authorization`.
     pub headers: BTreeMap<String, String>,
     /// Longest one export may take.
-    #[serde(deserialize_with = "opt_duration")]
+    #[serde(with = "crate::duration::opt")]
     pub timeout: Option<Duration>,
     /// `gzip` or `none`.
     pub compression: Option<Compression>,
@@ -157,7 +160,7 @@ pub struct OtlpConfig {
     /// interval is held and the latest held one goes out with the next export, `flush` or
     /// `shutdown`). Unset (the default): every snapshot is exported as soon as it is taken, so
     /// the export interval is the sampling interval.
-    #[serde(deserialize_with = "opt_duration")]
+    #[serde(with = "crate::duration::opt")]
     pub export_interval: Option<Duration>,
     /// `service.name` of the resource.
     pub service_name: Option<String>,
@@ -165,6 +168,10 @@ pub struct OtlpConfig {
     pub resource_attributes: BTreeMap<String, String>,
     /// `direct` (the default) or `sdk`: see [`Pipeline`].
     pub pipeline: Option<Pipeline>,
+    /// TLS for an `https://` endpoint (`[otlp.tls]`), both transports and both pipelines. Unset
+    /// files fall back to `OTEL_EXPORTER_OTLP_[METRICS_]CERTIFICATE`, `…_CLIENT_CERTIFICATE` and
+    /// `…_CLIENT_KEY`. See [`TlsConfig`].
+    pub tls: TlsConfig,
 }
 
 impl OtlpConfig {
@@ -186,6 +193,7 @@ pub(crate) struct Resolved {
     /// Resource attributes in the order they are applied (later wins), service.name included.
     pub(crate) resource: BTreeMap<String, String>,
     pub(crate) pipeline: Pipeline,
+    pub(crate) tls: TlsConfig,
 }
 
 /// Reads an environment variable; empty counts as unset (as the OTel spec says).
@@ -310,6 +318,23 @@ pub(crate) fn resolve(cfg: &OtlpConfig, env: Env<'_>) -> Result<Resolved, BuildE
         resource.insert("service.name".to_owned(), name.to_owned());
     }
 
+    let mut tls = cfg.tls.clone();
+    for (field, names) in [
+        (&mut tls.ca_file, ["OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE"]),
+        (
+            &mut tls.client_cert_file,
+            ["OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE", "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"],
+        ),
+        (&mut tls.client_key_file, ["OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY", "OTEL_EXPORTER_OTLP_CLIENT_KEY"]),
+    ] {
+        if field.is_none() {
+            *field = first(env, &names).map(|(_, v)| v.trim().into());
+        }
+    }
+    let url = reqwest::Url::parse(&endpoint)
+        .map_err(|e| BuildError::InvalidEndpoint { endpoint: endpoint.clone(), reason: e.to_string() })?;
+    tls.check("otlp.tls", "otlp.endpoint", &url)?;
+
     Ok(Resolved {
         endpoint,
         protocol,
@@ -319,6 +344,7 @@ pub(crate) fn resolve(cfg: &OtlpConfig, env: Env<'_>) -> Result<Resolved, BuildE
         export_interval: cfg.export_interval,
         resource,
         pipeline: cfg.pipeline.unwrap_or_default(),
+        tls,
     })
 }
 
@@ -333,13 +359,16 @@ pub(crate) fn validate_endpoint(setting: &str, endpoint: &str, protocol: Protoco
         .map_err(|e| invalid(format!("{setting}: not a URL ({e}); expected e.g. http://127.0.0.1:4318")))?;
     match url.scheme() {
         "http" => {}
+        "https" if cfg!(feature = "tls") => {}
         "https" => {
             return Err(invalid(format!(
-                "{setting}: https is not supported by this build of gpumon (no TLS support is compiled into the OTLP \
-                 exporter); use http:// to a local collector"
+                "{setting}: https needs the `tls` cargo feature of gpumon-sinks (on by default in gpumon); rebuild \
+                 with it or use http://"
             )))
         }
-        other => return Err(invalid(format!("{setting}: scheme `{other}` is not supported (expected http://)"))),
+        other => {
+            return Err(invalid(format!("{setting}: scheme `{other}` is not supported (expected http:// or https://)")))
+        }
     }
     if url.host_str().is_none_or(str::is_empty) {
         return Err(invalid(format!("{setting}: no host")));
@@ -392,41 +421,6 @@ fn percent_decode(s: &str) -> Result<String, String> {
         }
     }
     String::from_utf8(out).map_err(|_| format!("`{s}` does not decode to UTF-8"))
-}
-
-/// Parses `"500ms"`, `"10s"`, `"1.5s"`, `"2m"`, `"1h"` or a number of seconds.
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let err = || format!("invalid duration `{s}` (examples: 500ms, 10s, 2m)");
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| err())?;
-    let secs = match unit.trim() {
-        "" | "s" => n,
-        "ms" => n / 1000.0,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(err()),
-    };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(err());
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-fn opt_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    #[derive(serde::Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Secs(f64),
-        Text(String),
-    }
-    match <Option<Raw> as serde::Deserialize>::deserialize(d)? {
-        None => Ok(None),
-        Some(Raw::Secs(s)) if s.is_finite() && s >= 0.0 => Ok(Some(Duration::from_secs_f64(s))),
-        Some(Raw::Secs(s)) => Err(serde::de::Error::custom(format!("invalid duration {s}"))),
-        Some(Raw::Text(t)) => parse_duration(&t).map(Some).map_err(serde::de::Error::custom),
-    }
 }
 
 #[cfg(test)]
@@ -511,7 +505,8 @@ mod tests {
         for (endpoint, protocol, needle) in [
             ("not a url", Protocol::HttpProtobuf, "not a URL"),
             ("ftp://x:1", Protocol::HttpProtobuf, "scheme `ftp`"),
-            ("https://x:4318", Protocol::HttpProtobuf, "https"),
+            #[cfg(not(feature = "tls"))]
+            ("https://x:4318", Protocol::HttpProtobuf, "`tls` cargo feature"),
             ("http://x:4317/v1/metrics", Protocol::Grpc, "no path"),
         ] {
             let e = resolve(&OtlpConfig::new(endpoint, protocol), &env_of(&[])).unwrap_err().to_string();
@@ -526,6 +521,32 @@ mod tests {
         assert!(e.contains("OTEL_EXPORTER_OTLP_TIMEOUT"), "{e}");
         let cfg = OtlpConfig { headers: [("bad header".to_owned(), "v".to_owned())].into(), ..OtlpConfig::default() };
         assert!(resolve(&cfg, &env_of(&[])).unwrap_err().to_string().contains("bad header"));
+        // A CA for an http:// endpoint would do nothing: refused, naming the table.
+        let cfg = OtlpConfig::new("http://x:4318", Protocol::HttpProtobuf);
+        let e = resolve(&cfg, &env_of(&[("OTEL_EXPORTER_OTLP_CERTIFICATE", "/ca.pem")])).unwrap_err().to_string();
+        assert!(e.contains("otlp.tls") && e.contains("http://"), "{e}");
+    }
+
+    #[test]
+    fn tls_files_fall_back_to_the_otel_variables() {
+        static ENV: &[(&str, &str)] = &[
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/env/ca.pem"),
+            ("OTEL_EXPORTER_OTLP_METRICS_CLIENT_CERTIFICATE", "/env/client.pem"),
+            ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/ignored.pem"),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/env/client.key"),
+        ];
+        let mut cfg = OtlpConfig::new("https://x:4318", Protocol::HttpProtobuf);
+        cfg.tls.ca_file = Some("/config/ca.pem".into());
+        let tls = resolve(&cfg, &env_of(ENV)).map(|r| r.tls);
+        #[cfg(feature = "tls")]
+        {
+            let tls = tls.unwrap();
+            assert_eq!(tls.ca_file, Some("/config/ca.pem".into()), "the config wins");
+            assert_eq!(tls.client_cert_file, Some("/env/client.pem".into()), "the signal-specific variable wins");
+            assert_eq!(tls.client_key_file, Some("/env/client.key".into()));
+        }
+        #[cfg(not(feature = "tls"))]
+        assert!(tls.unwrap_err().to_string().contains("`tls` cargo feature"));
     }
 
     #[test]
@@ -560,10 +581,13 @@ mod tests {
 
     #[test]
     fn durations_and_key_values() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert!(parse_duration("soon").is_err());
+        let cfg: OtlpConfig = toml::from_str("timeout = \"1m 30s\"\nexport_interval = \"500ms\"\n").unwrap();
+        assert_eq!(
+            (cfg.timeout, cfg.export_interval),
+            (Some(Duration::from_secs(90)), Some(Duration::from_millis(500)))
+        );
+        let e = toml::from_str::<OtlpConfig>("export_interval = \"soon\"\n").unwrap_err().to_string();
+        assert!(e.contains("export_interval") && e.contains("`soon`"), "{e}");
         let kv = parse_key_values("a=1, b = x%2Cy ,,").unwrap();
         assert_eq!(kv["a"], "1");
         assert_eq!(kv["b"], "x,y");

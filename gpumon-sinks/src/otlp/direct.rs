@@ -24,6 +24,7 @@ use prost::Message as _;
 use super::config::{Compression, Protocol, Resolved};
 use super::encode::{label_key, to_i64, to_u64, AttributeCache, Plan, Series, Shape};
 use super::SCOPE_NAME;
+use crate::http_util::error_chain;
 
 /// The request, the per-instrument series and the transport of one direct sink.
 pub(crate) struct Direct {
@@ -599,9 +600,9 @@ impl Transport {
         if r.compression == Compression::Gzip {
             headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
         }
-        let client = reqwest::Client::builder().timeout(r.timeout).build().map_err(|e| BuildError::Io {
-            what: format!("building the OTLP HTTP client for {}", r.endpoint),
-            source: Box::new(e),
+        let builder = reqwest::Client::builder().timeout(r.timeout);
+        let client = crate::tls::reqwest_tls(builder, &r.tls, "otlp.tls", &url)?.build().map_err(|e| {
+            BuildError::Io { what: format!("building the OTLP HTTP client for {}", r.endpoint), source: Box::new(e) }
         })?;
         Ok(Transport::Http(HttpTransport { client, url, headers, timeout: r.timeout }))
     }
@@ -615,13 +616,10 @@ impl Transport {
             ));
         }
         let metadata = super::grpc_metadata(&r.headers)?;
-        let endpoint = tonic::transport::Endpoint::from_shared(r.endpoint.clone())
-            .map_err(|e| BuildError::InvalidEndpoint { endpoint: r.endpoint.clone(), reason: e.to_string() })?
-            .timeout(r.timeout)
-            .connect_timeout(r.timeout);
+        let channel = crate::tls::grpc_channel(&r.tls, "otlp.tls", &r.endpoint, r.timeout)?;
         let mut client =
             opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient::new(
-                endpoint.connect_lazy(),
+                channel,
             );
         if r.compression == Compression::Gzip {
             client = client.send_compressed(tonic::codec::CompressionEncoding::Gzip);
@@ -649,14 +647,9 @@ impl HttpTransport {
             Ok(r) => r,
             Err(e) if e.is_timeout() => return Err(SinkError::Timeout(self.timeout)),
             Err(e) => {
-                let mut detail = e.to_string();
-                let mut source = std::error::Error::source(&e);
-                while let Some(s) = source {
-                    detail.push_str(": ");
-                    detail.push_str(&s.to_string());
-                    source = s.source();
-                }
-                return Err(SinkError::transient(format!("{} failed: {detail}", what())));
+                let detail = error_chain(&e);
+                let hint = crate::tls::certificate_hint(&detail, "otlp.tls");
+                return Err(SinkError::transient(format!("{} failed: {detail}{hint}", what())));
             }
         };
         let status = response.status();
@@ -700,7 +693,17 @@ impl GrpcTransport {
         match self.client.export(request).await {
             Ok(_) => Ok(()),
             Err(status) => {
-                let message = format!("{} failed: {status}", what());
+                // tonic's Display shows "transport error" only; the cause (refused, a rejected
+                // certificate) is in the source chain.
+                let mut detail = format!("{:?}: {}", status.code(), status.message());
+                if let Some(source) = std::error::Error::source(&status) {
+                    let chain = error_chain(source);
+                    if !status.message().contains(&chain) && !chain.contains(status.message()) {
+                        detail = format!("{detail} ({chain})");
+                    }
+                }
+                let hint = crate::tls::certificate_hint(&detail, "otlp.tls");
+                let message = format!("{} failed: {detail}{hint}", what());
                 match status.code() {
                     Code::DeadlineExceeded => Err(SinkError::Timeout(self.timeout)),
                     Code::Unavailable

@@ -544,6 +544,9 @@ fn build_exporter(r: &config::Resolved) -> Result<opentelemetry_otlp::MetricExpo
         what: format!("building the OTLP {} exporter for {}", r.protocol, r.endpoint),
         source: Box::new(source),
     };
+    // The exporter's own reqwest client needs the process-wide rustls provider.
+    #[cfg(feature = "tls")]
+    crate::tls::install_crypto_provider();
     match r.protocol {
         config::Protocol::HttpProtobuf => {
             let mut b = opentelemetry_otlp::MetricExporter::builder()
@@ -555,10 +558,28 @@ fn build_exporter(r: &config::Resolved) -> Result<opentelemetry_otlp::MetricExpo
             if let Some(c) = compression {
                 b = b.with_compression(c);
             }
+            #[cfg(feature = "tls")]
+            if r.endpoint.starts_with("https://") {
+                b = b.with_http_client(sdk_https_client(r)?);
+            }
             b.with_temporality(Temporality::Cumulative).build().map_err(io)
         }
         config::Protocol::Grpc => build_grpc(r, compression, io),
     }
+}
+
+/// The SDK pipeline's HTTP client for an https endpoint: the exporter calls it from its own
+/// thread, so it is a blocking client, built (like the exporter's default one) on a thread of
+/// its own because a blocking client must not be created or dropped inside the async runtime.
+#[cfg(feature = "tls")]
+fn sdk_https_client(r: &config::Resolved) -> Result<reqwest::blocking::Client, BuildError> {
+    let tls = crate::tls::client_config(&r.tls, "otlp.tls", &r.endpoint, &[b"http/1.1"])?;
+    let timeout = r.timeout;
+    let what = || format!("building the OTLP HTTP client for {}", r.endpoint);
+    std::thread::spawn(move || reqwest::blocking::Client::builder().timeout(timeout).use_preconfigured_tls(tls).build())
+        .join()
+        .map_err(|_| BuildError::Io { what: what(), source: "the thread building it panicked".into() })?
+        .map_err(|e| BuildError::Io { what: what(), source: Box::new(e) })
 }
 
 #[cfg(feature = "otlp-grpc")]
@@ -585,6 +606,10 @@ fn build_grpc(
         .with_endpoint(r.endpoint.clone())
         .with_timeout(r.timeout)
         .with_metadata(metadata);
+    // https: our channel (TLS by our connector, the same rustls settings as every client).
+    if r.endpoint.starts_with("https://") {
+        b = b.with_channel(crate::tls::grpc_channel(&r.tls, "otlp.tls", &r.endpoint, r.timeout)?);
+    }
     if let Some(c) = compression {
         b = b.with_compression(c);
     }

@@ -143,10 +143,10 @@ pub struct PrometheusConfig {
     pub max_connections: usize,
     /// Time a client has to send a complete request head (and, on a kept-alive connection,
     /// the next one; also bounds the TLS handshake). Default 10 s.
-    #[serde(with = "duration")]
+    #[serde(deserialize_with = "crate::duration::deserialize")]
     pub header_read_timeout: Duration,
     /// Longest a connection may stay open, whatever it does. Default 60 s.
-    #[serde(with = "duration")]
+    #[serde(deserialize_with = "crate::duration::deserialize")]
     pub connection_timeout: Duration,
     /// Largest request head accepted, bytes (default 16384, at least 8192); larger heads get
     /// `431`.
@@ -173,7 +173,7 @@ pub struct PrometheusConfig {
     /// calling [`PrometheusHandle::store`](super::PrometheusHandle::store) itself) nothing is ever
     /// hidden unless this is set. Set it to override the derived value (e.g. `"2m"` for a
     /// sampler that is slow by nature).
-    #[serde(with = "opt_duration")]
+    #[serde(default, with = "crate::duration::opt")]
     pub stale_after: Option<Duration>,
 }
 
@@ -197,70 +197,9 @@ impl Default for PrometheusConfig {
     }
 }
 
-/// Parses `"250ms"`, `"10s"`, `"2m"`, `"1h"` or a bare number of seconds (`"1.5"`).
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration (e.g. \"500ms\", \"10s\", \"2m\")"))?;
-    let secs = match unit.trim() {
-        "" | "s" => n,
-        "ms" => n / 1e3,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        other => return Err(format!("unknown unit `{other}` in `{s}` (use ms, s, m or h)")),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("`{s}`: {e}"))
-}
-
-struct DurationVisitor;
-
-impl serde::de::Visitor<'_> for DurationVisitor {
-    type Value = Duration;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a duration: seconds as a number, or a string like \"500ms\", \"10s\", \"2m\"")
-    }
-    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Duration, E> {
-        Ok(Duration::from_secs(v))
-    }
-    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Duration, E> {
-        u64::try_from(v).map(Duration::from_secs).map_err(|_| E::custom("a duration cannot be negative"))
-    }
-    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Duration, E> {
-        Duration::try_from_secs_f64(v).map_err(E::custom)
-    }
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Duration, E> {
-        parse_duration(v).map_err(E::custom)
-    }
-}
-
-pub(crate) mod duration {
-    //! `Duration` as seconds or `"10s"`-style strings.
-    pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<std::time::Duration, D::Error> {
-        d.deserialize_any(super::DurationVisitor)
-    }
-}
-
-pub(crate) mod opt_duration {
-    //! `Option<Duration>`; absent means `None`.
-    pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<std::time::Duration>, D::Error> {
-        d.deserialize_any(super::DurationVisitor).map(Some)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse() {
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
-        assert!(parse_duration("10 parsecs").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration("soon").is_err());
-    }
 
     #[test]
     fn auth_debug_redacts_secrets() {

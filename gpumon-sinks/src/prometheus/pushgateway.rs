@@ -9,11 +9,11 @@ use bytes::Bytes;
 use gpumon_core::{BuildError, Sink, SinkError, Snapshot, Telemetry};
 use serde::Deserialize;
 
-use super::config::duration;
 use super::render::RenderOptions;
 use super::{Format, Naming, PrometheusHandle};
 use crate::http_util::{error_chain, read_body_capped, retry_after, MAX_ERROR_BODY};
 use crate::retry::Backoff;
+use crate::tls::{certificate_hint, TlsConfig};
 
 /// Settings of the Pushgateway sink (`[pushgateway]` in the agent's config file).
 ///
@@ -37,7 +37,7 @@ pub struct PushgatewayConfig {
     pub naming: Naming,
     /// Time budget of one export, retries included (default 8 s, below the agent's default
     /// export timeout of 10 s so the sink reports its own error rather than being cut off).
-    #[serde(with = "duration")]
+    #[serde(deserialize_with = "crate::duration::deserialize")]
     pub timeout: Duration,
     /// Put the host name on every series (default false: the group's `instance` label already
     /// says which host pushed).
@@ -45,6 +45,9 @@ pub struct PushgatewayConfig {
     /// `DELETE` the group when the sink shuts down, so a stopped agent leaves no frozen values
     /// behind (default false).
     pub delete_on_shutdown: bool,
+    /// TLS for an `https://` URL (`[pushgateway.tls]`): CA file, client certificate,
+    /// `insecure_skip_verify`. See [`TlsConfig`].
+    pub tls: TlsConfig,
 }
 
 impl Default for PushgatewayConfig {
@@ -59,6 +62,7 @@ impl Default for PushgatewayConfig {
             timeout: Duration::from_secs(8),
             host_label: false,
             delete_on_shutdown: false,
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -73,6 +77,7 @@ impl std::fmt::Debug for PushgatewayConfig {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("naming", &self.naming)
             .field("timeout", &self.timeout)
+            .field("tls", &self.tls)
             .field("host_label", &self.host_label)
             .field("delete_on_shutdown", &self.delete_on_shutdown)
             .finish()
@@ -119,6 +124,12 @@ impl PushgatewaySinkBuilder {
         self
     }
 
+    /// TLS settings for an `https://` URL (see [`TlsConfig`]).
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.config.tls = tls;
+        self
+    }
+
     /// See [`PushgatewayConfig::delete_on_shutdown`].
     pub fn delete_on_shutdown(mut self, on: bool) -> Self {
         self.config.delete_on_shutdown = on;
@@ -128,25 +139,15 @@ impl PushgatewaySinkBuilder {
     /// Validates the settings and returns the sink.
     ///
     /// # Errors
-    /// [`BuildError::InvalidEndpoint`] for a URL that is not `http://` (or `https://`, which
-    /// this build cannot speak yet: it says so); [`BuildError::InvalidConfig`] for an empty job,
-    /// a bad grouping label name, a password without user, or a zero timeout.
+    /// [`BuildError::InvalidEndpoint`] for a URL that is not `http://` or `https://` (https needs
+    /// the `tls` feature); [`BuildError::InvalidConfig`] for an empty job, a bad grouping label
+    /// name, a password without user, a zero timeout, or unusable TLS settings (naming the key).
     pub fn build(self) -> Result<PushgatewaySink, BuildError> {
         let c = self.config;
         let invalid_url = |reason: String| BuildError::InvalidEndpoint { endpoint: c.url.clone(), reason };
         let url = reqwest::Url::parse(c.url.trim())
             .map_err(|e| invalid_url(format!("not a URL ({e}); expected e.g. http://127.0.0.1:9091")))?;
-        match url.scheme() {
-            "http" => {}
-            "https" => {
-                return Err(invalid_url(
-                    "https is not supported by this build's HTTP client (no TLS backend compiled in); \
-                     use http:// or a local TLS-terminating proxy"
-                        .to_owned(),
-                ))
-            }
-            other => return Err(invalid_url(format!("scheme `{other}` is not supported; use http://"))),
-        }
+        c.tls.check("pushgateway.tls", "pushgateway.url", &url)?;
         if url.host_str().is_none_or(str::is_empty) {
             return Err(invalid_url("the URL has no host".to_owned()));
         }
@@ -173,9 +174,10 @@ impl PushgatewaySinkBuilder {
         let mut grouping = c.grouping.clone();
         grouping.entry("instance".to_owned()).or_insert_with(gpumon_core::hostname);
         let group_url = group_url(url.as_str(), &c.job, &grouping);
-        let client = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(2).min(c.timeout))
-            .user_agent(concat!("gpumon/", env!("CARGO_PKG_VERSION")))
+            .user_agent(concat!("gpumon/", env!("CARGO_PKG_VERSION")));
+        let client = crate::tls::reqwest_tls(builder, &c.tls, "pushgateway.tls", &url)?
             .build()
             .map_err(|e| BuildError::Io { what: "cannot build the HTTP client".to_owned(), source: e.into() })?;
         // Each push renders the snapshot it was just given: nothing to hide as stale (the group
@@ -323,7 +325,11 @@ impl PushgatewaySink {
                     "request"
                 };
                 Failure {
-                    message: format!("{kind} error pushing to {}: {}", self.group_url, error_chain(&e)),
+                    message: {
+                        let detail = error_chain(&e);
+                        let hint = certificate_hint(&detail, "pushgateway.tls");
+                        format!("{kind} error pushing to {}: {detail}{hint}", self.group_url)
+                    },
                     kind: kind.to_owned(),
                     retryable: true,
                     retry_after: None,
@@ -460,7 +466,26 @@ mod tests {
         assert!(err("ftp://gw:9091").contains("scheme `ftp`"), "{}", err("ftp://gw:9091"));
         assert!(err("gw:9091").contains("scheme"), "{}", err("gw:9091"));
         assert!(err("not a url").contains("not a URL"));
-        assert!(err("https://gw:9091").contains("https is not supported"));
+        #[cfg(not(feature = "tls"))]
+        assert!(err("https://gw:9091").contains("`tls` cargo feature"), "{}", err("https://gw:9091"));
+        #[cfg(feature = "tls")]
+        {
+            let insecure = TlsConfig { insecure_skip_verify: true, ..TlsConfig::default() };
+            PushgatewaySink::builder("https://gw:9091").tls(insecure).build().unwrap();
+            let e = PushgatewaySink::builder("https://gw:9091")
+                .tls(TlsConfig::with_ca_file("/nonexistent/ca.pem"))
+                .build()
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("pushgateway.tls.ca_file") && e.contains("/nonexistent/ca.pem"), "{e}");
+        }
+        // TLS settings on an http:// URL would do nothing: refused, naming the table.
+        let e = PushgatewaySink::builder("http://gw:9091")
+            .tls(TlsConfig::with_ca_file("/x"))
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("pushgateway.tls") && e.contains("http://"), "{e}");
         assert!(err("http://gw:9091/?x=1").contains("query"));
         let e = PushgatewaySink::builder("http://gw:9091").grouping("job", "x").build().unwrap_err().to_string();
         assert!(e.contains("not `job`"), "{e}");

@@ -193,12 +193,16 @@ pub fn reset_url(received: &str) -> String {
 }
 
 pub async fn reset(received: &str) {
+    #[cfg(feature = "tls")]
+    gpumon_sinks::tls::install_crypto_provider();
     let resp = reqwest::Client::new().post(reset_url(received)).send().await.expect("POST /reset to the OTLP receiver");
     assert!(resp.status().is_success(), "POST /reset: {}", resp.status());
 }
 
 /// Every data point the receiver holds, one JSON object each.
 pub async fn received(received: &str) -> Vec<serde_json::Value> {
+    #[cfg(feature = "tls")]
+    gpumon_sinks::tls::install_crypto_provider();
     let resp = reqwest::Client::new().get(received).send().await.expect("GET /received from the OTLP receiver");
     assert!(resp.status().is_success(), "GET /received: {}", resp.status());
     let text = resp.text().await.unwrap();

@@ -44,11 +44,11 @@ pub struct Cli {
     /// Explicit path of libnvidia-ml.so.1.
     #[arg(long, value_name = "PATH")]
     pub nvml_library: Option<PathBuf>,
-    /// Sampling interval (e.g. 1s, 500ms; at least 100ms).
-    #[arg(long, value_parser = config::parse_duration, value_name = "DURATION")]
+    /// Sampling interval (e.g. 1s, 500ms, 1m 30s; at least 100ms).
+    #[arg(long, value_parser = gpumon::sinks::duration::parse_duration, value_name = "DURATION")]
     pub interval: Option<Duration>,
     /// Longest one sample may take.
-    #[arg(long, value_parser = config::parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = gpumon::sinks::duration::parse_duration, value_name = "DURATION")]
     pub sample_timeout: Option<Duration>,
     /// Visible GPUs, CUDA_VISIBLE_DEVICES syntax (0,1 / GPU-uuid / 0:1 / all / none). Default: the
     /// CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES environment variable, else all.
@@ -81,6 +81,9 @@ pub struct Cli {
     /// Pushgateway job label.
     #[arg(long, value_name = "JOB")]
     pub pushgateway_job: Option<String>,
+    /// PEM CA certificate(s) to trust for an https:// Pushgateway (instead of the system's).
+    #[arg(long, value_name = "FILE")]
+    pub pushgateway_ca_file: Option<PathBuf>,
     /// Write to InfluxDB at this URL (v1 with --influx-db, v2 with --influx-org/--influx-bucket).
     #[arg(long, value_name = "URL")]
     pub influx_url: Option<String>,
@@ -102,12 +105,18 @@ pub struct Cli {
     /// InfluxDB 2.x token (or GPUMON_INFLUX_TOKEN).
     #[arg(long, env = "GPUMON_INFLUX_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     pub influx_token: Option<String>,
+    /// PEM CA certificate(s) to trust for an https:// InfluxDB (instead of the system's).
+    #[arg(long, value_name = "FILE")]
+    pub influx_ca_file: Option<PathBuf>,
     /// Export OTLP to this endpoint (e.g. http://127.0.0.1:4318).
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
     /// OTLP transport.
     #[arg(long, value_name = "grpc|http")]
     pub otlp_protocol: Option<String>,
+    /// PEM CA certificate(s) to trust for an https:// OTLP endpoint (instead of the system's).
+    #[arg(long, value_name = "FILE")]
+    pub otlp_ca_file: Option<PathBuf>,
     /// Host name for the `host` label/tag (default: GPUMON_HOST, else NODE_NAME — the Kubernetes
     /// Downward API convention —, else the system's host name).
     #[arg(long, env = "GPUMON_HOST", value_name = "NAME")]

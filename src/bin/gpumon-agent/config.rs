@@ -4,7 +4,7 @@
 //! ```toml
 //! [agent]
 //! backend = "auto"          # auto | nvml | mock
-//! interval = "1s"           # >= 100ms
+//! interval = "1s"           # >= 100ms; durations: 500ms, 2s, 1m 30s or seconds
 //! sample_timeout = "1s"
 //! devices = "0,1"           # CUDA_VISIBLE_DEVICES syntax; default: the environment's, else all
 //! enable = ["processes"]    # opt-in metric families
@@ -27,6 +27,7 @@
 //! [prometheus]              # gpumon_sinks::prometheus::PrometheusConfig
 //! [pushgateway]             # gpumon_sinks::prometheus::PushgatewayConfig
 //! [influxdb]                # gpumon_sinks::influxdb::InfluxConfig
+//! [influxdb.tls]            # gpumon_sinks::tls::TlsConfig (also [otlp.tls], [pushgateway.tls])
 //! [otlp]                    # gpumon_sinks::otlp::OtlpConfig
 //! [diagnose]                # see diagnose.rs
 //! ```
@@ -75,9 +76,9 @@ pub struct FileConfig {
 #[serde(deny_unknown_fields)]
 pub struct AgentSection {
     pub backend: Option<Backend>,
-    #[serde(default, with = "opt_duration")]
+    #[serde(default, with = "gpumon::sinks::duration::opt")]
     pub interval: Option<Duration>,
-    #[serde(default, with = "opt_duration")]
+    #[serde(default, with = "gpumon::sinks::duration::opt")]
     pub sample_timeout: Option<Duration>,
     pub devices: Option<String>,
     #[serde(default)]
@@ -85,9 +86,9 @@ pub struct AgentSection {
     #[serde(default)]
     pub disable: Vec<String>,
     pub sink_queue: Option<usize>,
-    #[serde(default, with = "opt_duration")]
+    #[serde(default, with = "gpumon::sinks::duration::opt")]
     pub export_timeout: Option<Duration>,
-    #[serde(default, with = "opt_duration")]
+    #[serde(default, with = "gpumon::sinks::duration::opt")]
     pub shutdown_timeout: Option<Duration>,
 }
 
@@ -133,40 +134,6 @@ pub type OtlpSection = gpumon::sinks::otlp::OtlpConfig;
 #[cfg(not(feature = "otlp"))]
 pub type OtlpSection = toml::Value;
 
-/// Parses durations written as `"500ms"`, `"1s"`, `"1m 30s"` (humantime) or plain seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    if let Ok(secs) = t.parse::<f64>() {
-        if secs.is_finite() && secs >= 0.0 {
-            return Ok(Duration::from_secs_f64(secs));
-        }
-    }
-    humantime::parse_duration(t).map_err(|e| format!("invalid duration `{s}`: {e} (examples: 500ms, 1s, 2m)"))
-}
-
-pub(crate) mod opt_duration {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer};
-
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Secs(f64),
-        Text(String),
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        let raw = Option::<Raw>::deserialize(d)?;
-        match raw {
-            None => Ok(None),
-            Some(Raw::Secs(s)) if s.is_finite() && s >= 0.0 => Ok(Some(Duration::from_secs_f64(s))),
-            Some(Raw::Secs(s)) => Err(serde::de::Error::custom(format!("invalid duration {s}"))),
-            Some(Raw::Text(t)) => super::parse_duration(&t).map(Some).map_err(serde::de::Error::custom),
-        }
-    }
-}
-
 /// Reads and parses a config file; errors name the file, the key and why.
 pub fn load(path: &std::path::Path) -> Result<FileConfig, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
@@ -177,12 +144,71 @@ pub fn load(path: &std::path::Path) -> Result<FileConfig, String> {
 mod tests {
     use super::*;
 
+    /// One grammar in every section: `1m 30s`, `500ms`, `2s` and plain seconds.
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("1m 30s"), Ok(Duration::from_secs(90)));
-        assert!(parse_duration("fast").unwrap_err().contains("fast"));
+    fn durations_use_one_grammar_in_every_section() {
+        let text = r#"
+            [agent]
+            interval = "1m 30s"
+            export_timeout = "500ms"
+            [prometheus]
+            stale_after = "1m 30s"
+            [pushgateway]
+            url = "http://127.0.0.1:9091"
+            timeout = "2s"
+            [influxdb]
+            url = "http://127.0.0.1:8086"
+            db = "d"
+            batch_interval = "1m 30s"
+            [otlp]
+            timeout = "1m 30s"
+        "#;
+        let c: FileConfig = toml::from_str(text).unwrap();
+        assert_eq!(c.agent.interval, Some(Duration::from_secs(90)));
+        assert_eq!(c.agent.export_timeout, Some(Duration::from_millis(500)));
+        #[cfg(feature = "prometheus")]
+        assert_eq!(c.prometheus.unwrap().stale_after, Some(Duration::from_secs(90)));
+        #[cfg(feature = "pushgateway")]
+        assert_eq!(c.pushgateway.unwrap().timeout, Duration::from_secs(2));
+        #[cfg(feature = "influxdb")]
+        assert_eq!(c.influxdb.unwrap().batch_interval, Duration::from_secs(90));
+        #[cfg(feature = "otlp")]
+        assert_eq!(c.otlp.unwrap().timeout, Some(Duration::from_secs(90)));
+        // A bad value: the error names the key (the TOML parser shows the line) and the value.
+        for (section, key) in [("agent", "sample_timeout"), ("influxdb", "timeout"), ("otlp", "export_interval")] {
+            let e = toml::from_str::<FileConfig>(&format!("[{section}]\n{key} = \"soon\"\n")).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains("`soon`") && e.contains("1m 30s"), "{e}");
+        }
+    }
+
+    #[test]
+    fn tls_tables_are_read_per_sink() {
+        let text = r#"
+            [influxdb]
+            url = "https://127.0.0.1:8086"
+            db = "d"
+            [influxdb.tls]
+            ca_file = "/etc/gpumon/ca.pem"
+            client_cert_file = "/etc/gpumon/client.pem"
+            client_key_file = "/etc/gpumon/client.key"
+            [otlp.tls]
+            insecure_skip_verify = true
+            [pushgateway.tls]
+            ca_file = "/ca.pem"
+        "#;
+        let c: FileConfig = toml::from_str(text).unwrap();
+        #[cfg(feature = "influxdb")]
+        {
+            let tls = c.influxdb.unwrap().tls;
+            assert_eq!(tls.ca_file.as_deref(), Some(std::path::Path::new("/etc/gpumon/ca.pem")));
+            assert_eq!(tls.client_key_file.as_deref(), Some(std::path::Path::new("/etc/gpumon/client.key")));
+        }
+        #[cfg(feature = "otlp")]
+        assert!(c.otlp.unwrap().tls.insecure_skip_verify);
+        #[cfg(feature = "pushgateway")]
+        assert!(c.pushgateway.unwrap().tls.ca_file.is_some());
+        let e = toml::from_str::<FileConfig>("[influxdb.tls]\ncafile = \"/x\"\n").unwrap_err().to_string();
+        assert!(e.contains("cafile"), "{e}");
     }
 
     #[test]

@@ -23,7 +23,6 @@ use gpumon::core::AgentBuilder;
 use serde::Deserialize;
 
 use crate::app::ConfigError;
-use crate::config;
 
 /// The flags of this module (flattened into the agent's command line).
 #[derive(Debug, clap::Args)]
@@ -34,10 +33,10 @@ pub struct DiagnoseArgs {
     pub no_diagnose: bool,
     /// How long a condition must hold to raise a finding, and stop holding to clear it
     /// (default 30s; at least the sampling interval).
-    #[arg(long, value_parser = config::parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = gpumon::sinks::duration::parse_duration, value_name = "DURATION")]
     pub diagnose_window: Option<Duration>,
     /// Run this long, then shut down gracefully (as on SIGTERM).
-    #[arg(long, value_parser = config::parse_duration, value_name = "DURATION", conflicts_with = "once")]
+    #[arg(long, value_parser = gpumon::sinks::duration::parse_duration, value_name = "DURATION", conflicts_with = "once")]
     pub duration: Option<Duration>,
     /// At exit, print a summary per GPU to stdout: utilisation mean/p5/p95, peak memory, mean
     /// power, energy, idle time while allocated, and every finding with how long it held.
@@ -71,7 +70,7 @@ pub enum ReportFormat {
 #[serde(deny_unknown_fields)]
 pub struct DiagnoseSection {
     pub enabled: Option<bool>,
-    #[serde(default, with = "crate::config::opt_duration")]
+    #[serde(default, with = "gpumon::sinks::duration::opt")]
     pub window: Option<Duration>,
     #[serde(default)]
     pub disable: Vec<String>,

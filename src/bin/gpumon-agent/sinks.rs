@@ -69,6 +69,9 @@ pub async fn build(cli: &Cli, file: &FileConfig, marks: Marks<'_>) -> Result<Vec
             if let Some(job) = &cli.pushgateway_job {
                 cfg.job = job.clone();
             }
+            if let Some(ca) = &cli.pushgateway_ca_file {
+                cfg.tls.ca_file = Some(ca.clone());
+            }
             let sink = PushgatewaySink::from_config(&cfg).map_err(|e| ConfigError(format!("pushgateway: {e}")))?;
             sinks.push(Box::new(sink));
         }
@@ -98,6 +101,9 @@ pub async fn build(cli: &Cli, file: &FileConfig, marks: Marks<'_>) -> Result<Vec
             set!(cli.influx_org, org);
             set!(cli.influx_bucket, bucket);
             set!(cli.influx_token, token);
+            if let Some(ca) = &cli.influx_ca_file {
+                cfg.tls.ca_file = Some(ca.clone());
+            }
             let sink = InfluxSink::from_config(&cfg).map_err(|e| ConfigError(format!("influxdb: {e}")))?;
             sinks.push(Box::new(sink));
         }
@@ -123,6 +129,9 @@ pub async fn build(cli: &Cli, file: &FileConfig, marks: Marks<'_>) -> Result<Vec
             }
             if let Some(host) = marks.host {
                 cfg.resource_attributes.entry("host.name".to_owned()).or_insert_with(|| host.to_owned());
+            }
+            if let Some(ca) = &cli.otlp_ca_file {
+                cfg.tls.ca_file = Some(ca.clone());
             }
             let sink = OtlpSink::from_config(&cfg).map_err(|e| ConfigError(format!("otlp: {e}")))?;
             sinks.push(Box::new(sink));
