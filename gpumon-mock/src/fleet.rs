@@ -596,7 +596,7 @@ impl MockFleet {
                 // Pinned at the power limit: the firmware holds clocks down on all but one tick
                 // in 25, when the draw dips just under the limit and the clocks recover a little.
                 let off = hash(&[self.seed, 0x9C, position as u64]) % POWER_CAP_RELIEF;
-                let capped = (tick + off) % POWER_CAP_RELIEF != 0;
+                let capped = !(tick + off).is_multiple_of(POWER_CAP_RELIEF);
                 Load {
                     power_mw: if capped { frac_mw(0.975, 0.998) } else { frac_mw(0.92, 0.95) },
                     sm_mhz: if capped { clock(0.70, 0.82) } else { clock(0.88, 0.94) },
@@ -991,7 +991,7 @@ const MAX_WINDOW: usize = 20;
 /// sample a step every 300 ms (a third of it busy) or 500 ms (two fifths), by device.
 fn starved_window(seed: u64, position: usize, tick: u64, n: u32) -> StarvedWindow {
     let h = hash(&[seed, 0x57, position as u64]);
-    let (cycle, busy) = if h % 2 == 0 { (3, 1) } else { (5, 2) };
+    let (cycle, busy) = if h.is_multiple_of(2) { (3, 1) } else { (5, 2) };
     let off = (h >> 8) % cycle;
     let n = (n as usize).clamp(1, MAX_WINDOW);
     // Sample k = 0 is the oldest, n - 1 the latest. The phase moves on one sample per tick, so

@@ -235,7 +235,7 @@ fn imbalance_pairs_a_busy_gpu_with_an_idle_twin() {
         run.each(|s, ctx| {
             let i = s.info.index as usize;
             assert!(allocated(s), "{ctx}: both twins hold the model");
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 assert!(level(s) >= 0.85, "{ctx}: busy twin at {}", level(s));
                 assert_training(s, ctx);
             } else {

@@ -445,7 +445,7 @@ proptest! {
         let mut rig = Rig::new(10);
         for tick in 0..ticks {
             let mut d = busy(0);
-            let ratio = if tick % 2 == 0 { high } else { low };
+            let ratio = if tick.is_multiple_of(2) { high } else { low };
             d.memory.used = Some((ratio * (80 * GIB) as f64) as u64);
             prop_assert!(rig.step(vec![d]).active.is_empty());
         }

@@ -292,8 +292,7 @@ mod tests {
             assert!(rest.starts_with("backend=mock,gpu=3,"), "{measurement}: {line}");
             // Parsed by an independent line-protocol parser: one `backend` tag, value `mock`.
             let parsed = influxdb_line_protocol::parse_lines(line).next().unwrap().unwrap();
-            let backend: Vec<_> =
-                parsed.series.tag_set.iter().flatten().filter(|(k, _)| *k == "backend").collect();
+            let backend: Vec<_> = parsed.series.tag_set.iter().flatten().filter(|(k, _)| *k == "backend").collect();
             assert_eq!(backend.len(), 1, "{line}");
             assert_eq!(backend[0].1.to_string(), "mock");
         }
