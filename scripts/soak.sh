@@ -409,7 +409,8 @@ for line in open(os.path.join(out, "otlp-requests.jsonl")):
         continue
     reqs += 1; points += r["points"]; times.update(r["time_unix_nano"])
 o_exp = sm("gpumon_sink_exported_total", "otlp"); o_fail = sm("gpumon_sink_failures_total", "otlp")
-o_down = sum(int(r["start_at"]) - int(r["stop_at"]) + 2 for r in outages("otlp-receiver"))  # +2 s: stop/start edges
+# down = from the stop until the restarted receiver answered, +2 s for the edges
+o_down = sum(max(int(r["ready_at"]), int(r["start_at"])) - int(r["stop_at"]) + 2 for r in outages("otlp-receiver"))
 # Failures only happen in outages, so the count scraped before the stop is final; the shutdown
 # flushes the last snapshot, so every sample must be received or counted as failed.
 check("otlp: snapshots received + failed == samples", f"{len(times)} received ({reqs} requests, {points} points) + {o_fail} failed = {len(times) + o_fail}",
@@ -429,7 +430,7 @@ p_exp = sm("gpumon_sink_exported_total", "pushgateway"); p_fail = sm("gpumon_sin
 p_drop = sm("gpumon_sink_dropped_total", "pushgateway")
 # a push retries inside the sink for up to its 8 s timeout, so during an outage later snapshots
 # queue up and the oldest are dropped (counted): harmless, the gateway keeps only the last push
-p_down = sum(int(r["start_at"]) - int(r["stop_at"]) + 8 for r in outages("pushgateway"))
+p_down = sum(max(int(r["ready_at"]), int(r["start_at"])) - int(r["stop_at"]) + 8 for r in outages("pushgateway"))
 check("pushgateway: final push current", f"last push {last_push - T0:.1f} s, agent stopped {T_EXIT - T0} s",
       "within 2 s of the stop", T_END - 2 <= last_push <= T_EXIT + 2)
 check("pushgateway: pushes accepted / failed / dropped", f"{p_exp} / {p_fail} / {p_drop}",
