@@ -6,6 +6,9 @@
 #   OTLP_GRPC_PORT   OTLP/gRPC port                    (default 14317)
 #   OTLP_HTTP_PORT   OTLP/HTTP port (POST /v1/metrics)  (default 14318)
 #   OTLP_OUT         JSON-lines output file             (default <datadir>/otlp-metrics.jsonl)
+#   OTLP_RECORD      points: one JSON line per data point; requests: one per
+#                    export request with counts and distinct point times, for
+#                    long runs (scripts/soak.sh)       (default points)
 #   GPUMON_VENV      virtualenv made by install.sh      (default /opt/gpumon-venv)
 #   BACKEND_INSTANCE, KEEP_DATA: see lib.sh (KEEP_DATA=1 keeps the JSON lines
 #                    across a restart)
@@ -39,7 +42,7 @@ if [ -n "${OTLP_TLS_CERT:-}" ]; then
     SCHEME=https
 fi
 spawn "$NAME" otlp_receiver.py "$PY" -u "$HERE/otlp_receiver.py" --grpc-port "$GPORT" --http-port "$HPORT" --out "$OUT" \
-    ${tls_args[@]+"${tls_args[@]}"}
+    --record "${OTLP_RECORD:-points}" ${tls_args[@]+"${tls_args[@]}"}
 wait_http "$NAME" "$SCHEME://127.0.0.1:$HPORT/health" OK || { "$HERE/stop-otlp-receiver.sh"; exit 1; }
 log "$NAME ready: grpc 127.0.0.1:$GPORT, http 127.0.0.1:$HPORT (pid $SPAWNED_PID, $(( $(now_ms) - t0 )) ms, out $OUT)"
 echo "OTLP_OUT=$OUT"
