@@ -544,8 +544,12 @@ fn render_derived(
                     out.push_str(&labels[span.clone()]);
                     first = span.is_empty();
                 }
-                None if opts.host_label => push_label(out, &mut first, host, &snap.system.hostname),
-                None => {}
+                None => {
+                    if opts.host_label {
+                        push_label(out, &mut first, host, &snap.system.hostname);
+                    }
+                    mock_label(out, &mut first, &snap.system);
+                }
             }
             for (key, value) in p.label_pairs() {
                 push_label(out, &mut first, key, value);
