@@ -164,7 +164,7 @@ for a in "$@"; do
         bin_args+=("$a")
     fi
 done
-test_cmd=(cargo test --workspace --all-features "${cargo_args[@]}" -- --include-ignored --skip manual_ --skip subprocess_ "${bin_args[@]}")
+test_cmd=(cargo test --workspace --all-features --no-fail-fast "${cargo_args[@]}" -- --include-ignored --skip manual_ --skip subprocess_ "${bin_args[@]}")
 log "${test_cmd[*]}"
 setsid "${test_cmd[@]}" &
 cargo_pid=$!

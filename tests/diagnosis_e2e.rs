@@ -40,6 +40,8 @@ impl Drop for Cleanup {
 
 fn query(port: u16, q: &str) -> Vec<(serde_json::Value, f64)> {
     let url = format!("http://127.0.0.1:{port}/api/v1/query");
+    #[cfg(feature = "tls")]
+    gpumon::sinks::tls::install_crypto_provider();
     let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
     let body = client.get(&url).query(&[("query", q)]).send().and_then(|r| r.text()).unwrap();
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
