@@ -129,7 +129,7 @@ impl HttpStub {
     /// # Panics
     /// When no port on 127.0.0.1 can be bound.
     pub fn start(responder: impl Fn(&HttpRequest) -> HttpReply + Send + Sync + 'static) -> Self {
-        Self::start_wrapped(Some(std::sync::Arc::new(responder)), |tcp| Some(tcp))
+        Self::start_wrapped(Some(std::sync::Arc::new(responder)), Some)
     }
 
     /// A stub answering every request with an empty 200 and recording each one.
@@ -141,7 +141,7 @@ impl HttpStub {
     /// application/x-protobuf`, which OTLP clients accept) and only counting requests, with no
     /// allocation per request once a connection's buffers have grown: for benches.
     pub fn ok_unrecorded() -> Self {
-        Self::start_wrapped(None, |tcp| Some(tcp))
+        Self::start_wrapped(None, Some)
     }
 
     /// Like [`HttpStub::start`], with every accepted connection first passed through `wrap`

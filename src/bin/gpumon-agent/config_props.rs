@@ -47,8 +47,22 @@ fn value() -> impl Strategy<Value = String> {
     let text = prop_oneof![
         any::<String>(),
         prop::sample::select(vec![
-            "", "0", "-1", "1m 30s", "500ms", "1e400s", "18446744073709551616", "99999999999h", "auto", "mock",
-            "http://", "\u{0}", "[", "🚀", "a=b", "0.0.0.0:99999",
+            "",
+            "0",
+            "-1",
+            "1m 30s",
+            "500ms",
+            "1e400s",
+            "18446744073709551616",
+            "99999999999h",
+            "auto",
+            "mock",
+            "http://",
+            "\u{0}",
+            "[",
+            "🚀",
+            "a=b",
+            "0.0.0.0:99999",
         ])
         .prop_map(str::to_owned),
     ];
