@@ -241,7 +241,9 @@ fn serve_connection<S: std::io::Read + std::io::Write>(stream: S, state: &StubSt
     let mut line = String::new();
     let mut body = Vec::new();
     loop {
-        let responder = state.responder.lock().unwrap().clone();
+        // Whether to parse the head; the responder itself is read once the request is in, so
+        // that `set_reply` applies to the next request on a kept-alive connection too.
+        let record = state.responder.lock().unwrap().is_some();
         let mut request = HttpRequest::default();
         let mut len = 0usize;
         let mut first = true;
@@ -256,7 +258,7 @@ fn serve_connection<S: std::io::Read + std::io::Write>(stream: S, state: &StubSt
             let text = line.trim_end_matches(['\r', '\n']);
             if first {
                 first = false;
-                if responder.is_some() {
+                if record {
                     let mut parts = text.split(' ');
                     request.method = parts.next().unwrap_or_default().to_owned();
                     request.path = parts.next().unwrap_or_default().to_owned();
@@ -267,7 +269,7 @@ fn serve_connection<S: std::io::Read + std::io::Write>(stream: S, state: &StubSt
                 if name.eq_ignore_ascii_case("content-length") {
                     len = value.trim().parse().unwrap_or(0);
                 }
-                if responder.is_some() {
+                if record {
                     request.headers.push((name.to_owned(), value.trim().to_owned()));
                 }
             }
@@ -277,6 +279,7 @@ fn serve_connection<S: std::io::Read + std::io::Write>(stream: S, state: &StubSt
             return;
         }
         let writer = reader.get_mut();
+        let responder = state.responder.lock().unwrap().clone();
         let Some(responder) = responder else {
             state.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let reply = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
