@@ -14,13 +14,12 @@
 #[path = "../tests/otlp_support/mod.rs"]
 mod otlp_support;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use gpumon_core::Sink;
+use gpumon_mock::test_env::HttpStub;
 use gpumon_sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
@@ -45,46 +44,6 @@ impl PushMetricExporter for Discard {
     fn temporality(&self) -> Temporality {
         Temporality::Cumulative
     }
-}
-
-/// A loopback HTTP/1.1 server answering every request with an empty 200.
-fn sink_server() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(conn) = conn else { continue };
-            std::thread::spawn(move || {
-                let mut writer = conn.try_clone().unwrap();
-                let mut reader = BufReader::new(conn);
-                loop {
-                    let mut len = 0usize;
-                    let mut line = String::new();
-                    loop {
-                        line.clear();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                            len = v.trim().parse().unwrap_or(0);
-                        }
-                    }
-                    let mut body = vec![0; len];
-                    if reader.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    let reply = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
-                    if writer.write_all(reply.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    port
 }
 
 fn bench(c: &mut Criterion) {
@@ -123,7 +82,8 @@ fn bench(c: &mut Criterion) {
     });
     drop(sink);
 
-    let port = sink_server();
+    let server = HttpStub::ok_unrecorded();
+    let port = server.addr().port();
     for (name, pipeline) in [("http_loopback_sdk", Pipeline::Sdk), ("http_loopback_direct", Pipeline::Direct)] {
         let mut sink = rt.block_on(async {
             let mut cfg = OtlpConfig::new(format!("http://127.0.0.1:{port}"), Protocol::HttpProtobuf);

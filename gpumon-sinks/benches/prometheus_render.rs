@@ -1,4 +1,4 @@
-//! Exposition rendering: 8 fully populated GPUs and 64 devices, native and dcgm names, text 0.0.4
+//! Exposition rendering: 8 and 64 mock H100s with every metric family, native and dcgm names, text 0.0.4
 //! and OpenMetrics; and (with `prometheus-http`) whole HTTP scrapes over loopback, with the
 //! process CPU time per scrape.
 //!
@@ -9,88 +9,18 @@
 //! Figures from a 2-core dev VM are in docs/prometheus.md (8 GPUs: ~45 µs; 64 devices: ~300 µs).
 
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
-use gpumon_core::{
-    ClockEventReasons, DeviceInfo, DeviceSample, ProcessSample, Snapshot, SystemInfo, WindowStats, XidCount,
-};
+use gpumon_core::{DeviceFilter, MetricSet, SampleRequest, Sampler, Snapshot};
+use gpumon_mock::{FleetProfile, MockSampler};
 use gpumon_sinks::prometheus::{Format, Naming, PrometheusHandle, PrometheusSink};
 
-/// A device with every metric family present (2 XID codes, 2 processes).
-fn full_device(index: u32) -> DeviceSample {
-    let mut info =
-        DeviceInfo::new(index, format!("GPU-{index:08x}-1111-2222-3333-444444444444"), "NVIDIA H100 80GB HBM3");
-    info.pci_bus_id = Some(format!("00000000:{:02X}:00.0", 0x17 + index % 200));
-    info.serial = Some(format!("16500{index}"));
-    info.architecture = Some("Hopper".into());
-    let mut d = DeviceSample::new(Arc::new(info));
-    let f = f64::from(index);
-    d.utilization.gpu = Some(0.87 - f / 1000.0);
-    d.utilization.memory = Some(0.41);
-    d.utilization.encoder = Some(0.0);
-    d.utilization.decoder = Some(0.0);
-    d.memory.used = Some(61_234_567_168 + u64::from(index));
-    d.memory.free = Some(20_000_000_000);
-    d.memory.total = Some(85_520_809_984);
-    d.memory.reserved = Some(566_231_040);
-    d.temperature.gpu = Some(64.0 + f);
-    d.temperature.memory = Some(71.0);
-    d.power.usage_watts = Some(512.25 + f);
-    d.power.limit_watts = Some(700.0);
-    d.power.energy_joules = Some(98_765_432.125 + f);
-    d.clocks.graphics = Some(1.98e9);
-    d.clocks.sm = Some(1.98e9);
-    d.clocks.memory = Some(2.619e9);
-    d.clocks.video = Some(1.545e9);
-    d.fan_speed = Some(0.3);
-    d.performance_state = Some(0);
-    d.clock_event_reasons = Some(ClockEventReasons(ClockEventReasons::SW_POWER_CAP));
-    d.pcie.link_generation = Some(5);
-    d.pcie.link_width = Some(16);
-    d.pcie.replays = Some(3);
-    d.pcie.tx_bytes_per_second = Some(1.2e9);
-    d.pcie.rx_bytes_per_second = Some(3.4e9);
-    d.ecc.corrected = Some(12);
-    d.ecc.uncorrected = Some(0);
-    d.ecc.retired_pages_single_bit = Some(1);
-    d.ecc.retired_pages_double_bit = Some(0);
-    d.ecc.retired_pages_pending = Some(false);
-    d.ecc.remapped_rows_correctable = Some(2);
-    d.ecc.remapped_rows_uncorrectable = Some(0);
-    d.ecc.remapped_rows_pending = Some(false);
-    d.ecc.remapped_rows_failure = Some(false);
-    d.xid_errors.push(XidCount::new(13, 1, UNIX_EPOCH + Duration::from_secs(1_700_000_000)));
-    d.xid_errors.push(XidCount::new(79, 1, UNIX_EPOCH + Duration::from_secs(1_700_000_500)));
-    for pid in [4242, 4343] {
-        let mut p = ProcessSample::new(pid);
-        p.name = Some("python3".into());
-        p.memory_used = Some(30_000_000_000);
-        p.sm_utilization = Some(0.4);
-        p.memory_utilization = Some(0.2);
-        p.encoder_utilization = Some(0.0);
-        p.decoder_utilization = Some(0.0);
-        d.processes.push(p);
-    }
-    let w = WindowStats::from_values([0.8, 0.9, 0.91]);
-    d.windows.gpu_utilization = w;
-    d.windows.memory_utilization = w;
-    d.windows.power_watts = WindowStats::from_values([500.0, 520.0]);
-    d.windows.sm_clock = WindowStats::from_values([1.9e9, 1.98e9]);
-    d.windows.memory_clock = WindowStats::from_values([2.619e9]);
-    d.gpm.graphics_activity = Some(0.8);
-    d.gpm.sm_activity = Some(0.7);
-    d.gpm.sm_occupancy = Some(0.5);
-    d.gpm.tensor_activity = Some(0.6);
-    d.gpm.dram_bandwidth = Some(0.45);
-    d
-}
-
+/// `devices` mock H100s sampled with every metric family (processes and PCIe throughput
+/// included): the benches' one "full snapshot" fixture, from the mock rather than built by hand.
 fn snapshot(devices: u32) -> Arc<Snapshot> {
-    let mut system = SystemInfo::new("node-1", "bench");
-    system.driver_version = Some("570.86.15".into());
-    system.cuda_driver_version = Some(12080);
-    Arc::new(Snapshot::new(Arc::new(system), (0..devices).map(full_device).collect()))
+    let profile = FleetProfile::load(&format!("h100x{devices}")).unwrap();
+    let sampler = MockSampler::builder().profile(profile).build().unwrap();
+    Arc::new(sampler.sample(&SampleRequest::new(MetricSet::everything(), DeviceFilter::all())).unwrap())
 }
 
 fn handle(naming: Naming, devices: u32) -> PrometheusHandle {

@@ -58,166 +58,67 @@ pub(crate) async fn read_body_capped(mut response: reqwest::Response, cap: usize
     String::from_utf8_lossy(&body).into_owned()
 }
 
-/// A scripted HTTP/1.1 server on 127.0.0.1 for unit tests: every request gets the next response
-/// from `respond` (status line, extra headers, body); requests are counted.
+/// The unit tests' HTTP server: [`gpumon_mock::test_env::HttpStub`] (the one loopback stub of
+/// the workspace) behind the small interface the sink tests were written against, plus a TLS
+/// variant with the test certificate.
 #[cfg(all(test, feature = "_http-client"))]
 pub(crate) mod test_server {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Arc, Mutex};
-
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    /// What one request is answered with.
-    #[derive(Clone, Debug)]
-    pub(crate) enum Reply {
-        /// `status`, extra header lines (`"Retry-After: 30"`), a body.
-        Fixed { status: u16, headers: Vec<String>, body: String },
-        /// `status`, then a chunked body that begins with `prefix` and never ends.
-        Endless { status: u16, prefix: String },
-    }
-
-    impl Reply {
-        pub(crate) fn status(status: u16) -> Self {
-            Reply::Fixed { status, headers: Vec::new(), body: String::new() }
-        }
-        pub(crate) fn with(status: u16, headers: &[&str], body: &str) -> Self {
-            Reply::Fixed { status, headers: headers.iter().map(|h| (*h).to_owned()).collect(), body: body.to_owned() }
-        }
-    }
+    pub(crate) use gpumon_mock::test_env::HttpReply as Reply;
+    use gpumon_mock::test_env::HttpStub;
 
     /// The running server.
     #[derive(Clone, Debug)]
     pub(crate) struct TestServer {
         pub(crate) url: String,
-        pub(crate) requests: Arc<AtomicUsize>,
-        reply: Arc<Mutex<Reply>>,
+        stub: HttpStub,
     }
 
     impl TestServer {
         /// Starts answering every request with `reply` (change it with [`TestServer::set`]).
+        /// `async` only so that callers read like the clients they drive.
+        #[allow(clippy::unused_async)]
         pub(crate) async fn start(reply: Reply) -> Self {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let server = TestServer {
-                url: format!("http://{}", listener.local_addr().unwrap()),
-                requests: Arc::new(AtomicUsize::new(0)),
-                reply: Arc::new(Mutex::new(reply)),
-            };
-            let s = server.clone();
-            tokio::spawn(async move {
-                while let Ok((stream, _)) = listener.accept().await {
-                    tokio::spawn(serve(stream, s.clone()));
-                }
-            });
-            server
+            let stub = HttpStub::start(move |_| reply.clone());
+            TestServer { url: stub.url(), stub }
         }
 
         /// The same over TLS (`https://localhost:port`) with the test certificate in
         /// `src/testdata/tls` (signed by `ca.pem`, for `localhost` and `127.0.0.1`). Requests
         /// counted are those that arrived through a completed handshake.
         #[cfg(feature = "tls")]
+        #[allow(clippy::unused_async)]
         pub(crate) async fn start_tls(reply: Reply) -> Self {
             use rustls::pki_types::pem::PemObject;
             use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+            use std::sync::Arc;
             let certs = CertificateDer::pem_slice_iter(include_bytes!("testdata/tls/localhost.pem").as_slice())
                 .collect::<Result<Vec<_>, _>>()
                 .unwrap();
             let key = PrivateKeyDer::from_pem_slice(include_bytes!("testdata/tls/localhost.key")).unwrap();
             let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let config = rustls::ServerConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_no_client_auth()
-                .with_single_cert(certs, key)
-                .unwrap();
-            let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let server = TestServer {
-                url: format!("https://localhost:{}", listener.local_addr().unwrap().port()),
-                requests: Arc::new(AtomicUsize::new(0)),
-                reply: Arc::new(Mutex::new(reply)),
-            };
-            let s = server.clone();
-            tokio::spawn(async move {
-                while let Ok((stream, _)) = listener.accept().await {
-                    let (acceptor, s) = (acceptor.clone(), s.clone());
-                    tokio::spawn(async move {
-                        if let Ok(tls) = acceptor.accept(stream).await {
-                            serve(tls, s).await;
-                        }
-                    });
-                }
-            });
-            server
+            let config = Arc::new(
+                rustls::ServerConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .unwrap()
+                    .with_no_client_auth()
+                    .with_single_cert(certs, key)
+                    .unwrap(),
+            );
+            // The handshake runs on the connection's thread when the stub first reads; a
+            // failed one is a read error, so the request is never counted.
+            let stub = HttpStub::start_tls_with(
+                move |_| reply.clone(),
+                move |tcp| Some(rustls::StreamOwned::new(rustls::ServerConnection::new(config.clone()).ok()?, tcp)),
+            );
+            TestServer { url: format!("https://localhost:{}", stub.addr().port()), stub }
         }
 
         pub(crate) fn set(&self, reply: Reply) {
-            *self.reply.lock().unwrap() = reply;
+            self.stub.set_reply(reply);
         }
 
         pub(crate) fn requests(&self) -> usize {
-            self.requests.load(Ordering::SeqCst)
-        }
-    }
-
-    async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut stream: S, server: TestServer) {
-        let mut buf = Vec::new();
-        let mut tmp = [0u8; 8192];
-        loop {
-            // Read one request: head, then Content-Length bytes of body.
-            let head_end = loop {
-                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                    break i + 4;
-                }
-                match stream.read(&mut tmp).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => buf.extend_from_slice(&tmp[..n]),
-                }
-            };
-            let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            while buf.len() < head_end + len {
-                match stream.read(&mut tmp).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => buf.extend_from_slice(&tmp[..n]),
-                }
-            }
-            buf.drain(..head_end + len);
-            server.requests.fetch_add(1, Ordering::SeqCst);
-            let reply = server.reply.lock().unwrap().clone();
-            match reply {
-                Reply::Fixed { status, headers, body } => {
-                    let mut out = format!("HTTP/1.1 {status} X\r\ncontent-length: {}\r\n", body.len());
-                    for h in headers {
-                        out.push_str(&h);
-                        out.push_str("\r\n");
-                    }
-                    out.push_str("\r\n");
-                    out.push_str(&body);
-                    if stream.write_all(out.as_bytes()).await.is_err() {
-                        return;
-                    }
-                }
-                Reply::Endless { status, prefix } => {
-                    let head = format!("HTTP/1.1 {status} X\r\ntransfer-encoding: chunked\r\n\r\n");
-                    if stream.write_all(head.as_bytes()).await.is_err() {
-                        return;
-                    }
-                    let mut chunk = prefix.into_bytes();
-                    loop {
-                        let mut framed = format!("{:x}\r\n", chunk.len()).into_bytes();
-                        framed.extend_from_slice(&chunk);
-                        framed.extend_from_slice(b"\r\n");
-                        if stream.write_all(&framed).await.is_err() {
-                            return; // the client hung up: what a capped reader does
-                        }
-                        chunk = vec![b'x'; 16 * 1024];
-                    }
-                }
-            }
+            self.stub.count()
         }
     }
 }

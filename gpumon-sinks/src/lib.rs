@@ -44,3 +44,7 @@ pub mod influxdb;
 #[cfg(feature = "otlp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
 pub mod otlp;
+
+// Property tests across every encoder (hostile names, any values).
+#[cfg(test)]
+mod props;

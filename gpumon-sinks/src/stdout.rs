@@ -157,12 +157,17 @@ pub fn format_finding_line(out: &mut String, snapshot: &Snapshot, event: &Findin
     push_clock(out, snapshot);
     let f = &event.finding;
     let _ = write!(out, " FINDING {} ", event.transition.name());
+    // The UUID comes from the driver (or a mock profile): kept to one line like the evidence.
     match (f.gpu, f.uuid.as_deref()) {
         (Some(gpu), Some(uuid)) => {
-            let _ = write!(out, "gpu {gpu} {uuid} ");
+            let _ = write!(out, "gpu {gpu} ");
+            push_one_line(out, uuid);
+            out.push(' ');
         }
         (None, Some(uuid)) => {
-            let _ = write!(out, "gpu {uuid} ");
+            out.push_str("gpu ");
+            push_one_line(out, uuid);
+            out.push(' ');
         }
         _ => out.push_str("host "),
     }

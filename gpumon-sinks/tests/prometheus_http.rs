@@ -286,39 +286,11 @@ mod tls {
     use tokio_rustls::rustls::pki_types::pem::PemObject;
     use tokio_rustls::rustls::pki_types::CertificateDer;
 
-    // A throw-away CA and a leaf for localhost/127.0.0.1 (P-256, valid until 2126), made with
-    // openssl for this test only.
-    const CA: &str = "-----BEGIN CERTIFICATE-----
-MIIBmjCCAT+gAwIBAgIUFajPCMhq9yoExsyQ+iNHTixZLSgwCgYIKoZIzj0EAwIw
-GTEXMBUGA1UEAwwOZ3B1bW9uIHRlc3QgQ0EwIBcNMjYxMjAyMDkzNzI4WhgPMjEy
-NjExMDgwOTM3MjhaMBkxFzAVBgNVBAMMDmdwdW1vbiB0ZXN0IENBMFkwEwYHKoZI
-zj0CAQYIKoZIzj0DAQcDQgAE/S60R2+yzDm0XV7Mn69oHAVJep9GE1spOqmac4SP
-zRO5FBs2v3bCCR54yvoX1VRpIfh1DmNIXFc2tIP42YT6n6NjMGEwHQYDVR0OBBYE
-FBsZL4GqBVnQF6Fu3SOdjtIhD86fMB8GA1UdIwQYMBaAFBsZL4GqBVnQF6Fu3SOd
-jtIhD86fMA8GA1UdEwEB/wQFMAMBAf8wDgYDVR0PAQH/BAQDAgEGMAoGCCqGSM49
-BAMCA0kAMEYCIQCd2/CWQYIuitYuDSjfBx5OmF6yYVaXQXISjLS5+Eo3bQIhAILJ
-px1VAGaWAEZCkGPrmj4Xkz0dNvm1Jv9uGrVsnDme
------END CERTIFICATE-----
-";
-    const LEAF: &str = "-----BEGIN CERTIFICATE-----
-MIIBwzCCAWqgAwIBAgIUFCmOnNyGfuY2lRYff0gaixQg0sYwCgYIKoZIzj0EAwIw
-GTEXMBUGA1UEAwwOZ3B1bW9uIHRlc3QgQ0EwIBcNMjYxMjAyMDkzNzI4WhgPMjEy
-NjExMDgwOTM3MjhaMBQxEjAQBgNVBAMMCWxvY2FsaG9zdDBZMBMGByqGSM49AgEG
-CCqGSM49AwEHA0IABNs/cuGhInu4YFBbPMZS8dlI8jhk8w7dYsIqgRNeQ7uWV0DQ
-G9e/kNG0M03wQ9Zn84xmji5LAv6bZ0sCeidHedWjgZIwgY8wDAYDVR0TAQH/BAIw
-ADAOBgNVHQ8BAf8EBAMCB4AwEwYDVR0lBAwwCgYIKwYBBQUHAwEwGgYDVR0RBBMw
-EYIJbG9jYWxob3N0hwR/AAABMB0GA1UdDgQWBBSaXQtGyFWmJlXlEQGMrUyNz9Yb
-3jAfBgNVHSMEGDAWgBQbGS+BqgVZ0Behbt0jnY7SIQ/OnzAKBggqhkjOPQQDAgNH
-ADBEAiB4I2gWk0HI3PmoBIIj4ooXT8XdlZbzKih8MLpTIQN79AIgSqFH2EOypqdr
-k2mb6trvDK8SqzjHOtZn+c77wXYlHNw=
------END CERTIFICATE-----
-";
-    const KEY: &str = "-----BEGIN PRIVATE KEY-----
-MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgvD5Bqnc5gbP9p/Zc
-VjDNRdGOWIZ1gyZiSh7aW7mym16hRANCAATbP3LhoSJ7uGBQWzzGUvHZSPI4ZPMO
-3WLCKoETXkO7lldA0BvXv5DRtDNN8EPWZ/OMZo4uSwL+m2dLAnonR3nV
------END PRIVATE KEY-----
-";
+    // The crate's one set of test certificates (src/testdata/tls: a CA and a leaf for
+    // localhost/127.0.0.1 signed by it), shared with the unit tests' TLS server.
+    const CA: &str = include_str!("../src/testdata/tls/ca.pem");
+    const LEAF: &str = include_str!("../src/testdata/tls/localhost.pem");
+    const KEY: &str = include_str!("../src/testdata/tls/localhost.key");
 
     fn connector() -> tokio_rustls::TlsConnector {
         let mut roots = rustls::RootCertStore::empty();

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use gpumon_core::{DeviceInfo, DeviceSample, MetricId, ProcessSample, Sink, SinkError, Snapshot, SystemInfo, Value};
+use gpumon_mock::test_env::HttpStub;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
@@ -414,55 +415,10 @@ fn metric_ids_all_map_to_an_instrument() {
     assert_eq!(total, MetricId::ALL.len());
 }
 
-/// A loopback HTTP/1.1 server answering every request with an empty 200; counts the requests
-/// and keeps the last body.
-fn counting_server() -> (u16, Arc<Mutex<Vec<Vec<u8>>>>) {
-    use std::io::{BufRead, BufReader, Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let seen = bodies.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(conn) = conn else { continue };
-            let seen = seen.clone();
-            std::thread::spawn(move || {
-                let mut writer = conn.try_clone().unwrap();
-                let mut reader = BufReader::new(conn);
-                loop {
-                    let mut len = 0usize;
-                    let mut line = String::new();
-                    loop {
-                        line.clear();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                            len = v.trim().parse().unwrap_or(0);
-                        }
-                    }
-                    let mut body = vec![0; len];
-                    if reader.read_exact(&mut body).is_err() {
-                        return;
-                    }
-                    seen.lock().unwrap().push(body);
-                    let reply = "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
-                    if writer.write_all(reply.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (port, bodies)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_pipeline_exports_each_snapshot_and_holds_within_an_export_interval() {
-    let (port, bodies) = counting_server();
+    let server = HttpStub::recording();
+    let port = server.addr().port();
     let cfg = OtlpConfig::new(format!("http://127.0.0.1:{port}"), Protocol::HttpProtobuf);
     let mut sink = OtlpSink::from_config(&cfg).unwrap();
     assert_eq!(sink.pipeline(), Pipeline::Direct);
@@ -472,19 +428,20 @@ async fn direct_pipeline_exports_each_snapshot_and_holds_within_an_export_interv
     assert!(sink.points() > 0);
     sink.flush().await.unwrap();
     sink.shutdown().await.unwrap();
-    assert_eq!(bodies.lock().unwrap().len(), 2);
+    assert_eq!(server.count(), 2);
 
-    let (port, bodies) = counting_server();
+    let server = HttpStub::recording();
+    let port = server.addr().port();
     let mut cfg = OtlpConfig::new(format!("http://127.0.0.1:{port}"), Protocol::HttpProtobuf);
     cfg.export_interval = Some(Duration::from_secs(3600));
     let mut sink = OtlpSink::from_config(&cfg).unwrap();
     sink.export(snapshot(vec![gpu(0)])).await.unwrap();
     sink.export(snapshot(vec![gpu(0)])).await.unwrap();
     sink.export(snapshot(vec![gpu(0)])).await.unwrap();
-    assert_eq!(bodies.lock().unwrap().len(), 1, "held within the interval");
+    assert_eq!(server.count(), 1, "held within the interval");
     sink.flush().await.unwrap();
-    assert_eq!(bodies.lock().unwrap().len(), 2, "flush sends the held snapshot");
+    assert_eq!(server.count(), 2, "flush sends the held snapshot");
     sink.flush().await.unwrap();
     sink.shutdown().await.unwrap();
-    assert_eq!(bodies.lock().unwrap().len(), 2, "nothing left to send");
+    assert_eq!(server.count(), 2, "nothing left to send");
 }

@@ -511,4 +511,4 @@ impl Sink for PrometheusSink {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

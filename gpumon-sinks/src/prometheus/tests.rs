@@ -183,7 +183,7 @@ fn golden_dcgm_openmetrics() {
 
 /// Structural checks of a rendering: every sample's family was declared with HELP and TYPE
 /// right before its series, no family is declared twice, no series is repeated.
-fn check_structure(text: &str, format: Format) {
+pub(crate) fn check_structure(text: &str, format: Format) {
     let mut declared = HashSet::new();
     let mut series = HashSet::new();
     let (mut family, mut kind) = (String::new(), String::new());

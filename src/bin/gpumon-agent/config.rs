@@ -219,3 +219,7 @@ mod tests {
         assert!(e.contains("soon"), "{e}");
     }
 }
+
+#[cfg(test)]
+#[path = "config_props.rs"]
+mod props;
