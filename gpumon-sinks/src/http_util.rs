@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 #[cfg(feature = "_http-client")]
-use crate::retry::parse_retry_after;
+use crate::delivery::retry::parse_retry_after;
 
 /// Most bytes of an error response body that are read (the rest is never received): enough for
 /// any real server message, and a misbehaving server cannot make the sink buffer megabytes.
