@@ -91,6 +91,8 @@ pub(crate) mod test_server {
         pub(crate) url: String,
         pub(crate) requests: Arc<AtomicUsize>,
         reply: Arc<Mutex<Reply>>,
+        /// Every request received: its head (lower-cased) and body.
+        pub(crate) received: Arc<Mutex<Vec<(String, Vec<u8>)>>>,
     }
 
     impl TestServer {
@@ -101,6 +103,7 @@ pub(crate) mod test_server {
                 url: format!("http://{}", listener.local_addr().unwrap()),
                 requests: Arc::new(AtomicUsize::new(0)),
                 reply: Arc::new(Mutex::new(reply)),
+                received: Arc::default(),
             };
             let s = server.clone();
             tokio::spawn(async move {
@@ -135,6 +138,7 @@ pub(crate) mod test_server {
                 url: format!("https://localhost:{}", listener.local_addr().unwrap().port()),
                 requests: Arc::new(AtomicUsize::new(0)),
                 reply: Arc::new(Mutex::new(reply)),
+                received: Arc::default(),
             };
             let s = server.clone();
             tokio::spawn(async move {
@@ -185,7 +189,9 @@ pub(crate) mod test_server {
                     Ok(n) => buf.extend_from_slice(&tmp[..n]),
                 }
             }
+            let body = buf[head_end..head_end + len].to_vec();
             buf.drain(..head_end + len);
+            server.received.lock().unwrap().push((head, body));
             server.requests.fetch_add(1, Ordering::SeqCst);
             let reply = server.reply.lock().unwrap().clone();
             match reply {
