@@ -69,9 +69,10 @@ pub fn timestamp_millis(snapshot: &Snapshot) -> i64 {
     snapshot.taken_at.duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// Encodes snapshots as `timeseries` fields; keeps its buffers between calls.
+/// Encodes snapshots as `timeseries` fields of a `WriteRequest`; keeps its buffers between calls.
+/// The sink uses it; it is public for benchmarks and for embedders who send requests themselves.
 #[derive(Debug)]
-pub(crate) struct Encoder {
+pub struct Encoder {
     opts: RenderOptions,
     /// Sorted by name.
     external: Vec<(String, String)>,
@@ -119,6 +120,23 @@ pub(crate) fn put_series(out: &mut Vec<u8>, labels: &[(&str, &str)], value: f64,
 }
 
 impl Encoder {
+    /// The encoder a sink with `config` uses (naming, external labels).
+    pub fn from_config(config: &super::RemoteWriteConfig) -> Self {
+        let opts = RenderOptions {
+            naming: config.naming,
+            dcgm_lowercase_hostname: config.dcgm_lowercase_hostname,
+            ..RenderOptions::default()
+        };
+        Self::new(opts, config.external_labels.clone())
+    }
+
+    /// Appends every series of `snapshot` (as the scrape endpoint shows it without an agent's
+    /// self-metrics) to `out`; returns the number of samples. `out` is then a valid, uncompressed
+    /// `WriteRequest` (see [`compress`]).
+    pub fn encode_snapshot(&mut self, snapshot: &Snapshot, out: &mut Vec<u8>) -> usize {
+        self.encode(snapshot, None, out)
+    }
+
     pub(crate) fn new(opts: RenderOptions, external: impl IntoIterator<Item = (String, String)>) -> Self {
         let mut external: Vec<(String, String)> = external.into_iter().collect();
         external.sort();
@@ -158,7 +176,10 @@ impl Encoder {
 }
 
 /// Snappy *block* format (not the framed format), as the spec requires.
-pub(crate) fn compress(body: &[u8]) -> Result<Vec<u8>, snap::Error> {
+///
+/// # Errors
+/// Only for a body over snappy's block limit (about 4 GiB).
+pub fn compress(body: &[u8]) -> Result<Vec<u8>, snap::Error> {
     snap::raw::Encoder::new().compress_vec(body)
 }
 

@@ -13,7 +13,6 @@ use crate::delivery::{
     classify, server_message, Delivery, DeliveryConfig, DeliveryShared, DeliveryStats, Failure, Transport, Unit,
 };
 use crate::http_util::{error_chain, read_body_capped, retry_after, MAX_ERROR_BODY};
-use crate::prometheus::RenderOptions;
 use crate::tls::certificate_hint;
 
 /// The sink's name (status, logs, `Telemetry::record_dropped`).
@@ -141,12 +140,7 @@ impl RemoteWriteSink {
         };
         let (delivery, _) = Delivery::new(delivery_config, transport, UNIT)
             .map_err(|e| BuildError::Io { what: "remote_write: outage buffer".into(), source: Box::new(e) })?;
-        let opts = RenderOptions {
-            naming: config.naming,
-            dcgm_lowercase_hostname: config.dcgm_lowercase_hostname,
-            ..RenderOptions::default()
-        };
-        let encoder = Encoder::new(opts, config.external_labels.clone());
+        let encoder = Encoder::from_config(config);
         Ok(Self { delivery, encoder, telemetry: None, url: config.url.clone() })
     }
 
