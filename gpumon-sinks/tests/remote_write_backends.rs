@@ -49,7 +49,8 @@ fn snapshot(sampler: &gpumon_mock::MockSampler, host: &str, ago: Duration) -> Ar
 type Key = String;
 
 fn key(name: &str, labels: &BTreeMap<String, String>) -> Key {
-    let inner: Vec<String> = labels.iter().filter(|(k, _)| *k != "__name__").map(|(k, v)| format!("{k}={v:?}")).collect();
+    let inner: Vec<String> =
+        labels.iter().filter(|(k, _)| *k != "__name__").map(|(k, v)| format!("{k}={v:?}")).collect();
     format!("{name}{{{}}}", inner.join(","))
 }
 
@@ -194,7 +195,12 @@ async fn every_series_arrives(write_url: &str, read: impl AsyncRead, naming: Nam
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let missing: Vec<&Key> = expected.keys().filter(|k| !got.contains_key(*k)).collect();
-    assert!(missing.is_empty(), "{naming:?}: {} series missing, e.g. {:?}", missing.len(), &missing[..missing.len().min(3)]);
+    assert!(
+        missing.is_empty(),
+        "{naming:?}: {} series missing, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(3)]
+    );
     let extra: Vec<&Key> = got.keys().filter(|k| !expected.contains_key(*k)).collect();
     assert!(extra.is_empty(), "{naming:?}: unexpected series {:?}", &extra[..extra.len().min(3)]);
     for (k, want) in &expected {

@@ -25,5 +25,6 @@ mod engine;
 
 #[cfg(any(feature = "influxdb-http", feature = "remote-write"))]
 pub(crate) use engine::{
-    classify, server_message, Delivery, DeliveryConfig, DeliveryStats, Failure, Shared as DeliveryShared, Transport, Unit,
+    classify, server_message, Delivery, DeliveryConfig, DeliveryStats, Failure, Shared as DeliveryShared, Transport,
+    Unit,
 };

@@ -160,7 +160,10 @@ impl RemoteWriteConfig {
             ));
         }
         if self.bearer_token.is_some() && (self.username.is_some() || self.password.is_some()) {
-            return Err(BuildError::invalid("remote_write.bearer_token", "set either `bearer_token` or `username`/`password`"));
+            return Err(BuildError::invalid(
+                "remote_write.bearer_token",
+                "set either `bearer_token` or `username`/`password`",
+            ));
         }
         if self.password.is_some() && self.username.is_none() {
             return Err(BuildError::invalid("remote_write.username", "required when `password` is set"));

@@ -92,7 +92,10 @@ pub struct RemoteWriteSink {
 
 impl std::fmt::Debug for RemoteWriteSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RemoteWriteSink").field("url", &self.url).field("delivery", &self.delivery).finish_non_exhaustive()
+        f.debug_struct("RemoteWriteSink")
+            .field("url", &self.url)
+            .field("delivery", &self.delivery)
+            .finish_non_exhaustive()
     }
 }
 
@@ -112,9 +115,9 @@ impl RemoteWriteSink {
             .connect_timeout(config.timeout)
             .pool_idle_timeout(Duration::from_secs(50))
             .user_agent(concat!("gpumon/", env!("CARGO_PKG_VERSION")));
-        let client = crate::tls::reqwest_tls(builder, &config.tls, "remote_write.tls", &url)?
-            .build()
-            .map_err(|e| BuildError::Io { what: "remote_write: building the HTTP client".into(), source: Box::new(e) })?;
+        let client = crate::tls::reqwest_tls(builder, &config.tls, "remote_write.tls", &url)?.build().map_err(|e| {
+            BuildError::Io { what: "remote_write: building the HTTP client".into(), source: Box::new(e) }
+        })?;
         let mut headers = reqwest::header::HeaderMap::new();
         for (k, v) in &config.headers {
             // validate() checked both.
@@ -212,8 +215,7 @@ struct RemoteWriteTransport {
 impl Transport for RemoteWriteTransport {
     async fn send(&self, body: &[u8]) -> Result<(), Failure> {
         let target = format!("POST {}", self.url);
-        let compressed =
-            compress(body).map_err(|e| Failure::Reject { message: format!("{target}: snappy: {e}") })?;
+        let compressed = compress(body).map_err(|e| Failure::Reject { message: format!("{target}: snappy: {e}") })?;
         let mut request = self
             .client
             .post(self.url.clone())

@@ -9,8 +9,8 @@ use prost::Message as _;
 
 use super::encode::{Encoder, WriteRequest};
 use super::*;
-use crate::prometheus::RenderOptions;
 use crate::http_util::test_server::{Reply, TestServer};
+use crate::prometheus::RenderOptions;
 
 /// One GPU reporting only `up`, at `ms`.
 fn snapshot(ms: u64) -> Arc<Snapshot> {
