@@ -85,6 +85,9 @@ pub(crate) mod test_server {
         }
     }
 
+    /// One request: its head (lower-cased) and body.
+    pub(crate) type Received = (String, Vec<u8>);
+
     /// The running server.
     #[derive(Clone, Debug)]
     pub(crate) struct TestServer {
@@ -92,7 +95,7 @@ pub(crate) mod test_server {
         pub(crate) requests: Arc<AtomicUsize>,
         reply: Arc<Mutex<Reply>>,
         /// Every request received: its head (lower-cased) and body.
-        pub(crate) received: Arc<Mutex<Vec<(String, Vec<u8>)>>>,
+        pub(crate) received: Arc<Mutex<Vec<Received>>>,
     }
 
     impl TestServer {
