@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 #[cfg(feature = "_http-client")]
-use crate::retry::parse_retry_after;
+use crate::delivery::retry::parse_retry_after;
 
 /// Most bytes of an error response body that are read (the rest is never received): enough for
 /// any real server message, and a misbehaving server cannot make the sink buffer megabytes.
@@ -66,6 +66,9 @@ pub(crate) mod test_server {
     pub(crate) use gpumon_mock::test_env::HttpReply as Reply;
     use gpumon_mock::test_env::HttpStub;
 
+    /// One request: its head (lower-cased) and body.
+    pub(crate) type Received = (String, Vec<u8>);
+
     /// The running server.
     #[derive(Clone, Debug)]
     pub(crate) struct TestServer {
@@ -119,6 +122,21 @@ pub(crate) mod test_server {
 
         pub(crate) fn requests(&self) -> usize {
             self.stub.count()
+        }
+
+        /// Every request so far: its head (request line and headers, lower-cased) and body.
+        pub(crate) fn received(&self) -> Vec<Received> {
+            self.stub
+                .requests()
+                .into_iter()
+                .map(|r| {
+                    let mut head = format!("{} {} http/1.1\r\n", r.method, r.path);
+                    for (k, v) in &r.headers {
+                        head.push_str(&format!("{k}: {v}\r\n"));
+                    }
+                    (head.to_lowercase(), r.body)
+                })
+                .collect()
         }
     }
 }

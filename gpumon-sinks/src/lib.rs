@@ -14,12 +14,13 @@
 //! | `influxdb-http` | InfluxDB v1/v2 writer | reqwest, flate2 |
 //! | `otlp` | OTLP/HTTP via the OpenTelemetry SDK | opentelemetry, prost |
 //! | `otlp-grpc` | OTLP/gRPC | tonic |
+//! | `remote-write` | Prometheus remote write 1.0 | reqwest, prost, snap |
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "_http-client")]
-pub(crate) mod retry;
+pub(crate) mod delivery;
 
 #[cfg(any(feature = "_http-client", feature = "otlp", feature = "tls"))]
 pub(crate) mod http_util;
@@ -44,6 +45,10 @@ pub mod influxdb;
 #[cfg(feature = "otlp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
 pub mod otlp;
+
+#[cfg(feature = "remote-write")]
+#[cfg_attr(docsrs, doc(cfg(feature = "remote-write")))]
+pub mod remote_write;
 
 // Property tests across every encoder (hostile names, any values).
 #[cfg(test)]

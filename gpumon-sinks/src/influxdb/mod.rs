@@ -128,8 +128,6 @@ mod encode;
 pub use encode::{encode_snapshot, Encoded, LineProtocolEncoder, DEFAULT_MEASUREMENT};
 
 #[cfg(feature = "influxdb-http")]
-mod buffer;
-#[cfg(feature = "influxdb-http")]
 mod config;
 #[cfg(feature = "influxdb-http")]
 mod sink;

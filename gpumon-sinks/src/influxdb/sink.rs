@@ -1,18 +1,16 @@
-//! The HTTP writer: `InfluxSink` (the `Sink` the agent calls) and its background writer task.
+//! The HTTP writer: `InfluxSink` (the `Sink` the agent calls) on the shared
+//! [`Delivery`](crate::delivery) writer; this file holds the InfluxDB endpoint and transport.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use gpumon_core::{BuildError, Sink, SinkError, Snapshot, Telemetry};
-use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 
-use super::buffer::{Buffer, SpillDone, SpillIo};
 use super::config::{ApiVersion, InfluxConfig};
 use super::encode::LineProtocolEncoder;
+use crate::delivery::retry::Backoff;
+use crate::delivery::{classify, server_message, Delivery, DeliveryConfig, DeliveryStats, Failure, Transport, Unit};
 use crate::http_util::{error_chain, read_body_capped, retry_after, MAX_ERROR_BODY};
-use crate::retry::Backoff;
 use crate::tls::certificate_hint;
 
 /// The sink's name (status, logs, `Telemetry::record_dropped`).
@@ -55,118 +53,31 @@ pub struct InfluxStats {
 /// A cloneable view of an [`InfluxSink`]'s counters that stays valid after the sink has been
 /// moved into an agent.
 #[derive(Clone, Debug)]
-pub struct InfluxStatsHandle(Arc<Shared>);
+pub struct InfluxStatsHandle(Arc<crate::delivery::DeliveryShared>);
 
 impl InfluxStatsHandle {
     /// Copies the current counters.
     pub fn stats(&self) -> InfluxStats {
-        self.0.stats()
+        InfluxStats::from(self.0.stats())
     }
 }
 
-/// How a write failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Failure {
-    /// Network error, timeout, 5xx, 429, 408: retry with backoff (or after Retry-After).
-    Retry { message: String, retry_after: Option<Duration> },
-    /// 401/403/404: the data is fine but the server will not take it until someone fixes the
-    /// credentials or creates the database. Keep the data; try again only after `retry_max`.
-    Hold { message: String },
-    /// Other 4xx: the batch itself was refused; retrying cannot help. Drop it and count it.
-    Reject { message: String },
-}
-
-impl Failure {
-    fn message(&self) -> &str {
-        match self {
-            Failure::Retry { message, .. } | Failure::Hold { message } | Failure::Reject { message } => message,
-        }
-    }
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    lines_written: AtomicU64,
-    lines_rejected: AtomicU64,
-    batches_written: AtomicU64,
-    requests: AtomicU64,
-    failed_requests: AtomicU64,
-    lines_replayed: AtomicU64,
-}
-
-/// Why the writer waits before its next attempt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PauseKind {
-    /// Its own jittered exponential backoff (network error, or 5xx without `Retry-After`).
-    Backoff,
-    /// The server's `Retry-After`.
-    RetryAfter,
-    /// `retry_max` after 401/403/404.
-    Hold,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Pause {
-    until: Instant,
-    kind: PauseKind,
-}
-
-impl Pause {
-    /// A wait the server asked for, still running: `flush` must not cut it short.
-    fn server_requested(&self, now: Instant) -> bool {
-        self.kind != PauseKind::Backoff && self.until > now
-    }
-}
-
-#[derive(Debug)]
-struct State {
-    buffer: Buffer,
-    /// The current failure, cleared by the next successful write.
-    failure: Option<Failure>,
-    /// Failed attempts so far (monotonic), so that `flush` can tell whether one failed after it
-    /// started.
-    attempts_failed: u64,
-    /// When the writer may try again, and why it waits.
-    pause: Option<Pause>,
-    /// Ask the writer to seal the open batch and try at once — cutting short its own backoff, but
-    /// not a wait the server asked for.
-    kick: bool,
-    /// Ask the writer to exit.
-    stop: bool,
-}
-
-#[derive(Debug)]
-struct Shared {
-    state: Mutex<State>,
-    /// Wakes the writer (a batch was sealed, a flush or stop was asked for).
-    wake: Notify,
-    /// The writer finished an attempt (for `flush` waiters).
-    progress: Notify,
-    counters: Counters,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn stats(&self) -> InfluxStats {
-        let c = &self.counters;
-        let st = self.lock();
+impl From<DeliveryStats> for InfluxStats {
+    fn from(d: DeliveryStats) -> Self {
         InfluxStats {
-            lines_written: c.lines_written.load(Ordering::Relaxed),
-            lines_dropped: st.buffer.dropped_lines,
-            lines_rejected: c.lines_rejected.load(Ordering::Relaxed),
-            lines_buffered: st.buffer.lines() as u64,
-            bytes_buffered: st.buffer.bytes() as u64,
-            batches_written: c.batches_written.load(Ordering::Relaxed),
-            requests: c.requests.load(Ordering::Relaxed),
-            failed_requests: c.failed_requests.load(Ordering::Relaxed),
-            lines_replayed: c.lines_replayed.load(Ordering::Relaxed),
-            spill_errors: st.buffer.spill_errors,
-            batches_spilled: st.buffer.batches_spilled,
-            spill_quarantined: st.buffer.quarantined,
-            last_error: st.failure.as_ref().map(|f| f.message().to_owned()),
+            lines_written: d.written,
+            lines_dropped: d.dropped,
+            lines_rejected: d.rejected,
+            lines_buffered: d.buffered,
+            bytes_buffered: d.bytes_buffered,
+            batches_written: d.batches_written,
+            requests: d.requests,
+            failed_requests: d.failed_requests,
+            lines_replayed: d.replayed,
+            spill_errors: d.spill_errors,
+            batches_spilled: d.batches_spilled,
+            spill_quarantined: d.spill_quarantined,
+            last_error: d.last_error,
         }
     }
 }
@@ -189,27 +100,19 @@ struct Endpoint {
 /// bounded buffer) and returns the current write error, so the agent's
 /// [`SinkStatus`](gpumon_core::SinkStatus) shows what the server said.
 pub struct InfluxSink {
-    shared: Arc<Shared>,
+    delivery: Delivery,
     encoder: LineProtocolEncoder,
+    /// Reused encode buffer (line protocol is text; the shared buffer holds bytes).
+    scratch: String,
     endpoint: Arc<Endpoint>,
     client: reqwest::Client,
-    batch_lines: usize,
-    batch_interval: Duration,
-    backoff: Backoff,
-    writer: Option<JoinHandle<()>>,
-    shut_down: bool,
-    /// The agent's telemetry, to report buffer drops in the sink's status.
-    telemetry: Option<Telemetry>,
-    /// Dropped lines already reported through `telemetry`.
-    drops_reported: u64,
 }
 
 impl std::fmt::Debug for InfluxSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("InfluxSink")
             .field("write_url", &self.endpoint.write_url.as_str())
-            .field("batch_lines", &self.batch_lines)
-            .field("batch_interval", &self.batch_interval)
+            .field("delivery", &self.delivery)
             .finish_non_exhaustive()
     }
 }
@@ -220,6 +123,8 @@ fn endpoint_url(base: &reqwest::Url, path: &str) -> reqwest::Url {
     url.set_path(&joined);
     url
 }
+
+const UNIT: Unit = Unit { sink: NAME, service: "InfluxDB", items: "lines" };
 
 impl InfluxSink {
     /// Builds the sink from its configuration and replays whatever a previous run left in
@@ -256,13 +161,13 @@ impl InfluxSink {
             }
             q.append_pair("precision", "ns");
         }
-        let endpoint = Endpoint {
+        let endpoint = Arc::new(Endpoint {
             write_url,
             ping_url: endpoint_url(&base, "/ping"),
             basic: config.username.clone().map(|u| (u, config.password.clone())),
             token: config.token.clone(),
             gzip: config.gzip,
-        };
+        });
         let builder = reqwest::Client::builder()
             .timeout(config.timeout)
             .connect_timeout(config.timeout)
@@ -277,9 +182,17 @@ impl InfluxSink {
             encoder = encoder.with_tag(k, v);
         }
 
-        let mut buffer = Buffer::new(config.buffer_max_points, config.buffer_max_bytes, config.spill_dir.clone());
+        let delivery_config = DeliveryConfig {
+            batch_items: config.batch_points,
+            batch_interval: config.batch_interval,
+            max_items: config.buffer_max_points,
+            max_bytes: config.buffer_max_bytes,
+            spill_dir: config.spill_dir.clone(),
+            backoff: Backoff { initial: config.retry_initial, max: config.retry_max },
+        };
+        let transport = Arc::new(InfluxTransport { endpoint: endpoint.clone(), client: client.clone() });
         // Runs at build time, before the sink is on a runtime: plain blocking I/O is fine here.
-        let replayed = buffer.load_spill().map_err(|e| BuildError::Io {
+        let (delivery, replayed) = Delivery::new(delivery_config, transport, UNIT).map_err(|e| BuildError::Io {
             what: format!(
                 "influxdb.spill_dir: cannot use {}",
                 config.spill_dir.as_deref().unwrap_or(std::path::Path::new("")).display()
@@ -289,139 +202,22 @@ impl InfluxSink {
         if replayed > 0 {
             tracing::info!(sink = NAME, lines = replayed, "replaying batches left in the spill directory");
         }
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                buffer,
-                failure: None,
-                attempts_failed: 0,
-                pause: None,
-                kick: replayed > 0,
-                stop: false,
-            }),
-            wake: Notify::new(),
-            progress: Notify::new(),
-            counters: Counters::default(),
-        });
-        shared.counters.lines_replayed.store(replayed as u64, Ordering::Relaxed);
-        Ok(Self {
-            shared,
-            encoder,
-            endpoint: Arc::new(endpoint),
-            client,
-            batch_lines: config.batch_points,
-            batch_interval: config.batch_interval,
-            backoff: Backoff { initial: config.retry_initial, max: config.retry_max },
-            writer: None,
-            shut_down: false,
-            telemetry: None,
-            drops_reported: 0,
-        })
+        Ok(Self { delivery, encoder, scratch: String::new(), endpoint, client })
     }
 
     /// Copies the writer's counters (lines written, dropped, rejected, buffered, …).
     pub fn stats(&self) -> InfluxStats {
-        self.shared.stats()
+        InfluxStats::from(self.delivery.stats())
     }
 
     /// A cloneable handle on the counters, usable after the sink is moved into an agent.
     pub fn stats_handle(&self) -> InfluxStatsHandle {
-        InfluxStatsHandle(self.shared.clone())
+        InfluxStatsHandle(self.delivery.shared())
     }
 
     /// The encoder in use (its measurement names, extra tags).
     pub fn encoder(&self) -> &LineProtocolEncoder {
         &self.encoder
-    }
-
-    fn ensure_writer(&mut self) {
-        if self.writer.is_some() {
-            return;
-        }
-        let writer = Writer {
-            shared: self.shared.clone(),
-            endpoint: self.endpoint.clone(),
-            client: self.client.clone(),
-            batch_interval: self.batch_interval,
-            backoff: self.backoff,
-        };
-        self.writer = Some(tokio::spawn(writer.run()));
-    }
-
-    fn current_error(&self) -> Result<(), SinkError> {
-        let st = self.shared.lock();
-        match &st.failure {
-            None => Ok(()),
-            Some(f) => {
-                let held = st.buffer.lines();
-                let message = format!("{} ({held} lines buffered)", f.message());
-                Err(match f {
-                    Failure::Retry { .. } => SinkError::transient(message),
-                    Failure::Hold { .. } | Failure::Reject { .. } => SinkError::permanent(message),
-                })
-            }
-        }
-    }
-
-    /// Reports buffer drops not yet reported to the agent (they show in its
-    /// `SinkStatus::dropped`).
-    fn report_drops(&mut self, dropped_total: u64) {
-        if let Some(t) = &self.telemetry {
-            let new = dropped_total.saturating_sub(self.drops_reported);
-            if new > 0 {
-                t.record_dropped(NAME, new);
-                self.drops_reported = dropped_total;
-            }
-        }
-    }
-
-    /// Seals the open batch, wakes the writer, and waits until everything is written or an
-    /// attempt fails (returning that failure).
-    ///
-    /// The writer tries at once, cutting short its own backoff — unless the server asked it to
-    /// wait (`Retry-After`, or the `retry_max` pause after 401/403/404) and that wait is still
-    /// running: then nothing is sent and the error says when the next attempt is due.
-    async fn drain(&mut self) -> Result<(), SinkError> {
-        self.ensure_writer();
-        let started_failures = {
-            let mut st = self.shared.lock();
-            st.buffer.seal();
-            let now = Instant::now();
-            if let Some(pause) = st.pause.filter(|p| p.server_requested(now) && !st.buffer.is_empty()) {
-                let failure = st.failure.as_ref().map_or("InfluxDB write failed", Failure::message);
-                let wait = pause.until.saturating_duration_since(now).as_secs_f64();
-                let why = match pause.kind {
-                    PauseKind::RetryAfter => "the server asked to wait (Retry-After)",
-                    _ => "after this error the writer retries only every `retry_max`",
-                };
-                let message = format!(
-                    "{failure}; not retried before the next attempt in {wait:.1}s: {why} ({} lines buffered)",
-                    st.buffer.lines()
-                );
-                return Err(match pause.kind {
-                    PauseKind::Hold => SinkError::permanent(message),
-                    _ => SinkError::transient(message),
-                });
-            }
-            st.kick = true;
-            st.attempts_failed
-        };
-        self.shared.wake.notify_one();
-        loop {
-            let progressed = self.shared.progress.notified();
-            tokio::pin!(progressed);
-            progressed.as_mut().enable();
-            {
-                let st = self.shared.lock();
-                if st.buffer.is_empty() {
-                    return Ok(());
-                }
-                if st.attempts_failed > started_failures {
-                    drop(st);
-                    return self.current_error().and(Err(SinkError::transient("write failed")));
-                }
-            }
-            progressed.await;
-        }
     }
 }
 
@@ -434,16 +230,16 @@ impl Sink for InfluxSink {
     /// Keeps the telemetry to report lines dropped from the outage buffer in the agent's
     /// [`SinkStatus::dropped`](gpumon_core::SinkStatus::dropped).
     fn attach_telemetry(&mut self, telemetry: Telemetry) {
-        self.telemetry = Some(telemetry);
+        self.delivery.attach_telemetry(telemetry);
     }
 
     /// `GET /ping` (InfluxDB 1.x/2.x and VictoriaMetrics answer 204). Also starts the writer, so
     /// spilled batches are replayed right away.
     async fn healthcheck(&mut self) -> Result<(), SinkError> {
-        if self.shut_down {
+        if self.delivery.is_shut_down() {
             return Err(SinkError::AlreadyShutdown);
         }
-        self.ensure_writer();
+        self.delivery.ensure_writer();
         let response = self.client.get(self.endpoint.ping_url.clone()).send().await.map_err(|e| {
             let detail = error_chain(&e);
             let hint = certificate_hint(&detail, "influxdb.tls");
@@ -457,275 +253,44 @@ impl Sink for InfluxSink {
     }
 
     async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
-        if self.shut_down {
-            return Err(SinkError::AlreadyShutdown);
-        }
-        self.ensure_writer();
-        let (wake, dropped_total) = {
-            let mut st = self.shared.lock();
-            let b = &mut st.buffer;
-            let encoded = self.encoder.encode_snapshot(&snapshot, &mut b.open);
-            if encoded.lines > 0 && b.open_since.is_none() {
-                b.open_since = Some(Instant::now());
-            }
-            b.open_lines += encoded.lines;
-            let sealed = b.open_lines >= self.batch_lines;
-            if sealed {
-                b.seal();
-            }
-            let dropped = b.enforce_bounds();
-            if dropped > 0 {
-                tracing::debug!(sink = NAME, dropped, "outage buffer full; oldest lines dropped");
-            }
-            // A dropped batch may leave a spill file for the writer to delete.
-            (sealed || encoded.lines > 0 || !b.obsolete.is_empty(), b.dropped_lines)
-        };
-        if wake {
-            self.shared.wake.notify_one();
-        }
-        self.report_drops(dropped_total);
-        self.current_error()
+        let (encoder, scratch) = (&self.encoder, &mut self.scratch);
+        self.delivery.append(|open| {
+            scratch.clear();
+            let encoded = encoder.encode_snapshot(&snapshot, scratch);
+            open.extend_from_slice(scratch.as_bytes());
+            encoded.lines
+        })
     }
 
     async fn flush(&mut self) -> Result<(), SinkError> {
-        if self.shut_down {
-            return Ok(());
-        }
-        self.drain().await
+        self.delivery.flush().await
     }
 
     async fn shutdown(&mut self) -> Result<(), SinkError> {
-        if self.shut_down {
-            return Ok(());
-        }
-        self.shut_down = true;
-        let drained = self.drain().await;
-        // Everything still buffered goes to the spill directory (off the runtime).
-        let io = {
-            let mut st = self.shared.lock();
-            st.stop = true;
-            st.buffer.seal();
-            st.buffer.spill_io(true, true)
-        };
-        if let Some(io) = io {
-            let done = run_spill_io(io).await;
-            self.shared.lock().buffer.apply(done);
-        }
-        let (left, dropped_total) = {
-            let st = self.shared.lock();
-            (st.buffer.lines(), st.buffer.dropped_lines)
-        };
-        self.report_drops(dropped_total);
-        self.shared.wake.notify_one();
-        if let Some(writer) = self.writer.take() {
-            // The writer exits after its current request (bounded by the request timeout); it
-            // is not waited for beyond a moment, the spill files already hold what is unsent.
-            let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
-        }
-        match drained {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let spilled = self.shared.lock().buffer.spill_dir.is_some();
-                let fate =
-                    if spilled { "kept in the spill directory for the next start" } else { "lost (no spill_dir)" };
-                Err(SinkError::transient(format!("{e}; {left} lines not written, {fate}")))
-            }
-        }
+        self.delivery.shutdown().await
     }
 }
 
-impl Drop for InfluxSink {
-    /// Dropped without `shutdown`: spills what is still buffered, with blocking I/O (there is no
-    /// `await` in a destructor; this happens once). After `shutdown` there is nothing left to do.
-    fn drop(&mut self) {
-        let io = {
-            let mut st = self.shared.lock();
-            st.stop = true;
-            st.buffer.seal();
-            st.buffer.spill_io(true, true)
-        };
-        if let Some(io) = io {
-            let done = io.run();
-            self.shared.lock().buffer.apply(done);
-        }
-        self.shared.wake.notify_one();
-    }
-}
-
-/// Runs spill-file work on tokio's blocking pool.
-async fn run_spill_io(io: SpillIo) -> SpillDone {
-    tokio::task::spawn_blocking(move || io.run())
-        .await
-        .unwrap_or_else(|e| SpillDone::failed(format!("spill I/O task failed: {e}")))
-}
-
-/// The background task: sends sealed batches one at a time, in order.
-struct Writer {
-    shared: Arc<Shared>,
+/// Posts line protocol (gzipped unless configured off) with the configured auth.
+struct InfluxTransport {
     endpoint: Arc<Endpoint>,
     client: reqwest::Client,
-    batch_interval: Duration,
-    backoff: Backoff,
 }
 
-enum Next {
-    /// Send the batch now in flight (its body).
-    Send(Arc<str>),
-    Wait(Option<Instant>),
-    Stop,
-}
-
-impl Writer {
-    async fn run(self) {
-        let mut attempt: u32 = 0;
-        let mut failing_since: Option<(Instant, u64)> = None;
-        loop {
-            let woken = self.shared.wake.notified();
-            let (next, io) = {
-                let mut st = self.shared.lock();
-                let now = Instant::now();
-                if std::mem::take(&mut st.kick) && st.pause.is_some_and(|p| p.kind == PauseKind::Backoff) {
-                    st.pause = None;
-                }
-                if st.stop {
-                    // `shutdown` (or drop) spilled what is buffered; only deletions are left.
-                    (Next::Stop, st.buffer.spill_io(false, false))
-                } else {
-                    // While writes fail, queued batches go to the spill directory too; while they
-                    // succeed nothing is written to disk.
-                    let failing = st.failure.is_some();
-                    let ready = st.pause.is_none_or(|p| now >= p.until);
-                    let retry_at = st.pause.map(|p| p.until);
-                    let b = &mut st.buffer;
-                    if b.open_since.is_some_and(|t| now.duration_since(t) >= self.batch_interval) {
-                        b.seal();
-                    }
-                    let io = b.spill_io(failing, false);
-                    let next = match b.queue.pop_front() {
-                        Some(batch) if ready => {
-                            let body = batch.body.clone();
-                            b.inflight = Some(batch);
-                            Next::Send(body)
-                        }
-                        other => {
-                            if let Some(batch) = other {
-                                b.queue.push_front(batch);
-                            }
-                            let seal_at = b.open_since.map(|t| t + self.batch_interval);
-                            let retry_at = if b.queue.is_empty() { None } else { retry_at };
-                            Next::Wait(match (seal_at, retry_at) {
-                                (Some(a), Some(r)) => Some(a.min(r)),
-                                (a, r) => a.or(r),
-                            })
-                        }
-                    };
-                    (next, io)
-                }
-            };
-            // File I/O runs on the blocking pool, without the lock `export` needs.
-            let mut again = false;
-            if let Some(io) = io {
-                let done = run_spill_io(io).await;
-                again = self.shared.lock().buffer.apply(done);
-            }
-            match next {
-                Next::Stop => {
-                    if again {
-                        let io = self.shared.lock().buffer.spill_io(false, false);
-                        if let Some(io) = io {
-                            let done = run_spill_io(io).await;
-                            self.shared.lock().buffer.apply(done);
-                        }
-                    }
-                    return;
-                }
-                Next::Wait(_) if again => {} // delete the files that became obsolete meanwhile
-                Next::Wait(until) => match until {
-                    Some(t) => {
-                        let _ = tokio::time::timeout_at(t.into(), woken).await;
-                    }
-                    None => woken.await,
-                },
-                Next::Send(body) => {
-                    let result = self.send(&body).await;
-                    let c = &self.shared.counters;
-                    c.requests.fetch_add(1, Ordering::Relaxed);
-                    let mut st = self.shared.lock();
-                    let Some(batch) = st.buffer.inflight.take() else { continue };
-                    match result {
-                        Ok(()) => {
-                            c.lines_written.fetch_add(batch.lines as u64, Ordering::Relaxed);
-                            c.batches_written.fetch_add(1, Ordering::Relaxed);
-                            st.buffer.done_with(batch);
-                            if st.failure.take().is_some() {
-                                if let Some((since, failures)) = failing_since.take() {
-                                    tracing::info!(
-                                        sink = NAME,
-                                        failed_attempts = st.attempts_failed - failures,
-                                        outage = ?since.elapsed(),
-                                        buffered_lines = st.buffer.lines(),
-                                        "writes to InfluxDB recovered"
-                                    );
-                                }
-                            }
-                            attempt = 0;
-                            st.pause = None;
-                        }
-                        Err(failure) => {
-                            c.failed_requests.fetch_add(1, Ordering::Relaxed);
-                            st.attempts_failed += 1;
-                            if failing_since.is_none() {
-                                failing_since = Some((Instant::now(), st.attempts_failed - 1));
-                            }
-                            // Log once per distinct failure, not per attempt.
-                            if st.failure.as_ref().map(Failure::message) != Some(failure.message()) {
-                                tracing::warn!(sink = NAME, error = %failure.message(), "InfluxDB write failed");
-                            } else {
-                                tracing::debug!(sink = NAME, error = %failure.message(), "InfluxDB write failed again");
-                            }
-                            match &failure {
-                                Failure::Reject { .. } => {
-                                    c.lines_rejected.fetch_add(batch.lines as u64, Ordering::Relaxed);
-                                    st.buffer.done_with(batch);
-                                    st.pause = None;
-                                }
-                                Failure::Retry { retry_after, .. } => {
-                                    let (delay, kind) = match retry_after {
-                                        Some(d) => ((*d).min(Duration::from_secs(300)), PauseKind::RetryAfter),
-                                        None => (self.backoff.delay(attempt), PauseKind::Backoff),
-                                    };
-                                    attempt = attempt.saturating_add(1);
-                                    st.pause = Some(Pause { until: Instant::now() + delay, kind });
-                                    st.buffer.queue.push_front(batch);
-                                }
-                                Failure::Hold { .. } => {
-                                    let until = Instant::now() + self.backoff.max;
-                                    st.pause = Some(Pause { until, kind: PauseKind::Hold });
-                                    st.buffer.queue.push_front(batch);
-                                }
-                            }
-                            st.failure = Some(failure);
-                        }
-                    }
-                    drop(st);
-                    self.shared.progress.notify_waiters();
-                }
-            }
-        }
-    }
-
-    async fn send(&self, body: &str) -> Result<(), Failure> {
+#[async_trait::async_trait]
+impl Transport for InfluxTransport {
+    async fn send(&self, body: &[u8]) -> Result<(), Failure> {
         let ep = &self.endpoint;
         let mut request =
             self.client.post(ep.write_url.clone()).header(reqwest::header::CONTENT_TYPE, "text/plain; charset=utf-8");
         let body = if ep.gzip {
             use std::io::Write as _;
             let mut gz = flate2::write::GzEncoder::new(Vec::with_capacity(body.len() / 4), flate2::Compression::fast());
-            gz.write_all(body.as_bytes())
+            gz.write_all(body)
                 .and_then(|()| gz.finish())
                 .map_err(|e| Failure::Reject { message: format!("gzip: {e}") })?
         } else {
-            body.as_bytes().to_vec()
+            body.to_vec()
         };
         if ep.gzip {
             request = request.header(reqwest::header::CONTENT_ENCODING, "gzip");
@@ -750,28 +315,8 @@ impl Writer {
         let text = read_body_capped(response, MAX_ERROR_BODY).await;
         let server = server_message(&text);
         let message = format!("{target}: HTTP {status}{}{server}", if server.is_empty() { "" } else { ": " });
-        let code = status.as_u16();
-        Err(match code {
-            408 | 429 | 500..=599 => Failure::Retry { message, retry_after },
-            401 | 403 | 404 => Failure::Hold { message },
-            _ => Failure::Reject { message },
-        })
+        Err(classify(status.as_u16(), message, retry_after))
     }
-}
-
-/// The server's error text: InfluxDB answers `{"error":"…"}`; VictoriaMetrics plain text.
-fn server_message(body: &str) -> String {
-    let body = body.trim();
-    let inner = body
-        .strip_prefix("{\"error\":\"")
-        .and_then(|s| s.strip_suffix("\"}"))
-        .map(|s| s.replace("\\\"", "\"").replace("\\\\", "\\"))
-        .unwrap_or_else(|| body.to_owned());
-    let mut s: String = inner.chars().take(500).collect();
-    if inner.chars().count() > 500 {
-        s.push('…');
-    }
-    s
 }
 
 /// The URL without its query (which may name databases but never carries secrets here; kept
@@ -784,14 +329,9 @@ fn redact_url(url: &reqwest::Url) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::Instant;
 
-    #[test]
-    fn server_messages_are_unwrapped() {
-        assert_eq!(server_message("{\"error\":\"authorization failed\"}\n"), "authorization failed");
-        assert_eq!(server_message("plain text"), "plain text");
-        assert!(server_message(&"x".repeat(2000)).ends_with('…'));
-    }
+    use super::*;
 
     #[test]
     fn endpoint_urls_keep_path_prefixes() {

@@ -83,6 +83,8 @@
 
 mod config;
 mod render;
+#[cfg(feature = "remote-write")]
+pub(crate) mod series;
 
 #[cfg(feature = "prometheus-http")]
 mod http;
@@ -105,7 +107,7 @@ pub use render::{escape_label_value, Format, OPENMETRICS_CONTENT_TYPE, TEXT_CONT
 #[cfg_attr(docsrs, doc(cfg(feature = "pushgateway")))]
 pub use pushgateway::{PushgatewayConfig, PushgatewaySink, PushgatewaySinkBuilder};
 
-use render::RenderOptions;
+pub(crate) use render::RenderOptions;
 
 /// The `stale_after` used when [`PrometheusConfig::stale_after`] is not set and the sink is
 /// attached to an agent sampling every `interval`: three intervals (two missed ticks and one late

@@ -11,8 +11,8 @@ use serde::Deserialize;
 
 use super::render::RenderOptions;
 use super::{Format, Naming, PrometheusHandle};
+use crate::delivery::retry::Backoff;
 use crate::http_util::{error_chain, read_body_capped, retry_after, MAX_ERROR_BODY};
-use crate::retry::Backoff;
 use crate::tls::{certificate_hint, TlsConfig};
 
 /// Settings of the Pushgateway sink (`[pushgateway]` in the agent's config file).

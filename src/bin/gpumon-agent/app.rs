@@ -108,6 +108,19 @@ pub struct Cli {
     /// PEM CA certificate(s) to trust for an https:// InfluxDB (instead of the system's).
     #[arg(long, value_name = "FILE")]
     pub influx_ca_file: Option<PathBuf>,
+    /// Prometheus remote write to this URL (e.g. http://127.0.0.1:9090/api/v1/write; Mimir
+    /// …/api/v1/push, VictoriaMetrics …/api/v1/write).
+    #[arg(long, value_name = "URL")]
+    pub remote_write_url: Option<String>,
+    /// Remote-write metric and label names (default native).
+    #[arg(long, value_name = "native|dcgm")]
+    pub remote_write_naming: Option<String>,
+    /// Remote-write bearer token (or GPUMON_REMOTE_WRITE_TOKEN).
+    #[arg(long, env = "GPUMON_REMOTE_WRITE_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    pub remote_write_token: Option<String>,
+    /// PEM CA certificate(s) to trust for an https:// remote-write URL (instead of the system's).
+    #[arg(long, value_name = "FILE")]
+    pub remote_write_ca_file: Option<PathBuf>,
     /// Export OTLP to this endpoint (e.g. http://127.0.0.1:4318).
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,

@@ -27,7 +27,8 @@
 //! [prometheus]              # gpumon_sinks::prometheus::PrometheusConfig
 //! [pushgateway]             # gpumon_sinks::prometheus::PushgatewayConfig
 //! [influxdb]                # gpumon_sinks::influxdb::InfluxConfig
-//! [influxdb.tls]            # gpumon_sinks::tls::TlsConfig (also [otlp.tls], [pushgateway.tls])
+//! [influxdb.tls]            # gpumon_sinks::tls::TlsConfig (also [otlp.tls], [pushgateway.tls], [remote_write.tls])
+//! [remote_write]            # gpumon_sinks::remote_write::RemoteWriteConfig
 //! [otlp]                    # gpumon_sinks::otlp::OtlpConfig
 //! [diagnose]                # see diagnose.rs
 //! ```
@@ -68,6 +69,7 @@ pub struct FileConfig {
     pub pushgateway: Option<PushgatewaySection>,
     pub influxdb: Option<InfluxSection>,
     pub otlp: Option<OtlpSection>,
+    pub remote_write: Option<RemoteWriteSection>,
     #[serde(default)]
     pub diagnose: crate::diagnose::DiagnoseSection,
 }
@@ -129,6 +131,10 @@ pub type PushgatewaySection = toml::Value;
 pub type InfluxSection = gpumon::sinks::influxdb::InfluxConfig;
 #[cfg(not(feature = "influxdb"))]
 pub type InfluxSection = toml::Value;
+#[cfg(feature = "remote-write")]
+pub type RemoteWriteSection = gpumon::sinks::remote_write::RemoteWriteConfig;
+#[cfg(not(feature = "remote-write"))]
+pub type RemoteWriteSection = toml::Value;
 #[cfg(feature = "otlp")]
 pub type OtlpSection = gpumon::sinks::otlp::OtlpConfig;
 #[cfg(not(feature = "otlp"))]

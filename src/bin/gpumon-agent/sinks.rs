@@ -111,6 +111,32 @@ pub async fn build(cli: &Cli, file: &FileConfig, marks: Marks<'_>) -> Result<Vec
         feature_missing!("InfluxDB", "influxdb");
     }
 
+    // --- Prometheus remote write ---------------------------------------------------------------
+    if cli.remote_write_url.is_some() || file.remote_write.is_some() {
+        #[cfg(feature = "remote-write")]
+        {
+            use gpumon::sinks::prometheus::Naming;
+            use gpumon::sinks::remote_write::{RemoteWriteConfig, RemoteWriteSink};
+            let mut cfg: RemoteWriteConfig = file.remote_write.clone().unwrap_or_default();
+            if let Some(url) = &cli.remote_write_url {
+                cfg.url = url.clone();
+            }
+            if let Some(n) = &cli.remote_write_naming {
+                cfg.naming = n.parse::<Naming>().map_err(|e| ConfigError(format!("--remote-write-naming: {e}")))?;
+            }
+            if let Some(token) = &cli.remote_write_token {
+                cfg.bearer_token = Some(token.clone());
+            }
+            if let Some(ca) = &cli.remote_write_ca_file {
+                cfg.tls.ca_file = Some(ca.clone());
+            }
+            let sink = RemoteWriteSink::from_config(&cfg).map_err(|e| ConfigError(format!("remote_write: {e}")))?;
+            sinks.push(Box::new(sink));
+        }
+        #[cfg(not(feature = "remote-write"))]
+        feature_missing!("Prometheus remote write", "remote-write");
+    }
+
     // --- OTLP ----------------------------------------------------------------------------------
     if cli.otlp_endpoint.is_some() || cli.otlp_protocol.is_some() || file.otlp.is_some() {
         #[cfg(feature = "otlp")]

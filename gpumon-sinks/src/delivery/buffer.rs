@@ -1,5 +1,10 @@
-//! The outage buffer: sealed batches in order, bounded by lines and bytes, oldest dropped first,
-//! optionally spilled to a directory.
+//! The outage buffer shared by the push sinks (InfluxDB, remote write): sealed batches in order,
+//! bounded by items (lines, samples) and bytes, oldest dropped first, optionally spilled to a
+//! directory (InfluxDB line protocol only: spill files are checked line by line on replay).
+//!
+//! A batch is opaque bytes plus an item count; the sink encodes into [`Buffer::open`] and the
+//! transport decides how the bytes go on the wire (gzip, snappy). The field and method names say
+//! "lines" for the unit of counting, whatever a sink counts.
 //!
 //! Nothing here does file I/O while the sink's lock is held, except at start-up
 //! ([`Buffer::load_spill`]) and in the sink's `Drop`: the writer and `shutdown` collect the work
@@ -16,7 +21,7 @@ use std::time::Instant;
 pub(crate) struct Batch {
     pub(crate) seq: u64,
     /// Shared, so that a spill or a send can use it outside the lock without copying.
-    pub(crate) body: Arc<str>,
+    pub(crate) body: Arc<[u8]>,
     pub(crate) lines: usize,
     /// The spill file holding this batch, once written.
     pub(crate) file: Option<PathBuf>,
@@ -25,8 +30,10 @@ pub(crate) struct Batch {
 /// Everything not yet acknowledged by the server.
 #[derive(Debug)]
 pub(crate) struct Buffer {
+    /// The owning sink's name, for log lines.
+    pub(crate) sink: &'static str,
     /// The batch being filled by `export`.
-    pub(crate) open: String,
+    pub(crate) open: Vec<u8>,
     pub(crate) open_lines: usize,
     pub(crate) open_since: Option<Instant>,
     /// Sealed batches, oldest first.
@@ -55,7 +62,7 @@ pub(crate) struct Buffer {
 #[derive(Debug, Default)]
 pub(crate) struct SpillIo {
     dir: Option<PathBuf>,
-    write: Vec<(u64, usize, Arc<str>)>,
+    write: Vec<(u64, usize, Arc<[u8]>)>,
     delete: Vec<PathBuf>,
 }
 
@@ -99,7 +106,8 @@ impl SpillIo {
 impl Buffer {
     pub(crate) fn new(max_lines: usize, max_bytes: usize, spill_dir: Option<PathBuf>) -> Self {
         Self {
-            open: String::new(),
+            sink: "influxdb",
+            open: Vec::new(),
             open_lines: 0,
             open_since: None,
             queue: VecDeque::new(),
@@ -142,7 +150,7 @@ impl Buffer {
             self.open_since = None;
             return;
         }
-        let body: Arc<str> = Arc::from(self.open.as_str());
+        let body: Arc<[u8]> = Arc::from(self.open.as_slice());
         self.open.clear();
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -218,7 +226,7 @@ impl Buffer {
     fn spill_error(&mut self, message: String) {
         self.spill_errors += 1;
         if self.last_spill_error.as_deref() != Some(message.as_str()) {
-            tracing::warn!(sink = "influxdb", error = %message, "spill directory problem; data is kept in memory only");
+            tracing::warn!(sink = self.sink, error = %message, "spill directory problem; data is kept in memory only");
         }
         self.last_spill_error = Some(message);
     }
@@ -274,11 +282,11 @@ impl Buffer {
         let bad = PathBuf::from(bad);
         match std::fs::rename(path, &bad) {
             Ok(()) => tracing::warn!(
-                sink = "influxdb", file = %path.display(), moved_to = %bad.display(), reason = why,
+                sink = self.sink, file = %path.display(), moved_to = %bad.display(), reason = why,
                 "corrupt spill file set aside; its data is not replayed"
             ),
             Err(e) => tracing::warn!(
-                sink = "influxdb", file = %path.display(), reason = why, error = %e,
+                sink = self.sink, file = %path.display(), reason = why, error = %e,
                 "corrupt spill file skipped (and could not be renamed to *.bad)"
             ),
         }
@@ -296,11 +304,11 @@ fn parse_spill_name(name: &str) -> Option<(u64, usize)> {
 }
 
 /// A spill file's body, checked against the line count in its name.
-fn read_spill(path: &Path, lines: usize) -> Result<String, String> {
+fn read_spill(path: &Path, lines: usize) -> Result<Vec<u8>, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
-    let body = String::from_utf8(bytes).map_err(|e| format!("not line protocol (invalid UTF-8: {e})"))?;
-    let found = body.bytes().filter(|&b| b == b'\n').count();
-    if found != lines || lines == 0 || !body.ends_with('\n') {
+    let body = String::from_utf8(bytes).map_err(|e| format!("not line protocol (invalid UTF-8: {e})"))?.into_bytes();
+    let found = body.iter().filter(|&&b| b == b'\n').count();
+    if found != lines || lines == 0 || !body.ends_with(b"\n") {
         return Err(format!("holds {found} complete lines where its name says {lines}"));
     }
     Ok(body)
@@ -308,11 +316,11 @@ fn read_spill(path: &Path, lines: usize) -> Result<String, String> {
 
 /// Writes a batch to `<dir>/<seq>-<lines>.lp` through a temporary file and a rename, so a crash
 /// never leaves a half-written batch under a name that would be replayed.
-fn write_spill(dir: &Path, seq: u64, lines: usize, body: &str) -> std::io::Result<PathBuf> {
+fn write_spill(dir: &Path, seq: u64, lines: usize, body: &[u8]) -> std::io::Result<PathBuf> {
     let name = spill_name(seq, lines);
     let path = dir.join(&name);
     let tmp = dir.join(format!("{name}.tmp"));
-    std::fs::write(&tmp, body.as_bytes())?;
+    std::fs::write(&tmp, body)?;
     std::fs::rename(&tmp, &path)?;
     Ok(path)
 }
@@ -323,7 +331,7 @@ mod tests {
 
     fn add(b: &mut Buffer, lines: usize) {
         for _ in 0..lines {
-            b.open.push_str("m f=1 1\n");
+            b.open.extend_from_slice(b"m f=1 1\n");
         }
         b.open_lines += lines;
     }

@@ -1,0 +1,680 @@
+//! The background writer behind [`Delivery`]: moved here from the InfluxDB sink so that the
+//! remote-write sink gets the same batching, retry and outage semantics (see the module docs of
+//! [`crate::delivery`]).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use gpumon_core::{SinkError, Telemetry};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::buffer::{Buffer, SpillDone, SpillIo};
+use super::retry::Backoff;
+
+/// How a write failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// Network error, timeout, 5xx, 429, 408: retry with backoff (or after Retry-After).
+    Retry { message: String, retry_after: Option<Duration> },
+    /// 401/403/404: the data is fine but the server will not take it until someone fixes the
+    /// credentials or the URL. Keep the data; try again only after `backoff.max`.
+    Hold { message: String },
+    /// Other 4xx: the batch itself was refused; retrying cannot help. Drop it and count it.
+    Reject { message: String },
+}
+
+impl Failure {
+    pub(crate) fn message(&self) -> &str {
+        match self {
+            Failure::Retry { message, .. } | Failure::Hold { message } | Failure::Reject { message } => message,
+        }
+    }
+}
+
+/// Classifies a non-2xx HTTP answer: the one retry policy of every push sink.
+pub(crate) fn classify(status: u16, message: String, retry_after: Option<Duration>) -> Failure {
+    match status {
+        408 | 429 | 500..=599 => Failure::Retry { message, retry_after },
+        401 | 403 | 404 => Failure::Hold { message },
+        _ => Failure::Reject { message },
+    }
+}
+
+/// The server's error text: InfluxDB answers `{"error":"…"}`; Prometheus, Mimir and
+/// VictoriaMetrics plain text. At most 500 characters.
+pub(crate) fn server_message(body: &str) -> String {
+    let body = body.trim();
+    let inner = body
+        .strip_prefix("{\"error\":\"")
+        .and_then(|s| s.strip_suffix("\"}"))
+        .map(|s| s.replace("\\\"", "\"").replace("\\\\", "\\"))
+        .unwrap_or_else(|| body.to_owned());
+    let mut s: String = inner.chars().take(500).collect();
+    if inner.chars().count() > 500 {
+        s.push('…');
+    }
+    s
+}
+
+/// How one sealed batch goes on the wire (compression, headers, auth) and how the answer is
+/// classified ([`classify`]).
+#[async_trait::async_trait]
+pub(crate) trait Transport: Send + Sync + 'static {
+    /// Sends one batch (the bytes the sink encoded, uncompressed).
+    async fn send(&self, body: &[u8]) -> Result<(), Failure>;
+}
+
+/// What a sink calls things, for its log lines and error messages.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Unit {
+    /// The sink's name (status, logs, `Telemetry::record_dropped`).
+    pub(crate) sink: &'static str,
+    /// The server, in prose: "InfluxDB", "remote write".
+    pub(crate) service: &'static str,
+    /// What is counted: "lines", "samples".
+    pub(crate) items: &'static str,
+}
+
+/// Batching, bounds and retry settings.
+#[derive(Clone, Debug)]
+pub(crate) struct DeliveryConfig {
+    pub(crate) batch_items: usize,
+    pub(crate) batch_interval: Duration,
+    pub(crate) max_items: usize,
+    pub(crate) max_bytes: usize,
+    pub(crate) spill_dir: Option<PathBuf>,
+    pub(crate) backoff: Backoff,
+}
+
+/// A point-in-time copy of the writer's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DeliveryStats {
+    pub(crate) written: u64,
+    pub(crate) dropped: u64,
+    pub(crate) rejected: u64,
+    pub(crate) buffered: u64,
+    pub(crate) bytes_buffered: u64,
+    pub(crate) batches_written: u64,
+    pub(crate) requests: u64,
+    pub(crate) failed_requests: u64,
+    pub(crate) replayed: u64,
+    pub(crate) spill_errors: u64,
+    pub(crate) batches_spilled: u64,
+    pub(crate) spill_quarantined: u64,
+    pub(crate) last_error: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    written: AtomicU64,
+    rejected: AtomicU64,
+    batches_written: AtomicU64,
+    requests: AtomicU64,
+    failed_requests: AtomicU64,
+    replayed: AtomicU64,
+}
+
+/// Why the writer waits before its next attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PauseKind {
+    /// Its own jittered exponential backoff (network error, or 5xx without `Retry-After`).
+    Backoff,
+    /// The server's `Retry-After`.
+    RetryAfter,
+    /// `backoff.max` after 401/403/404.
+    Hold,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Pause {
+    until: Instant,
+    kind: PauseKind,
+}
+
+impl Pause {
+    /// A wait the server asked for, still running: `flush` must not cut it short.
+    fn server_requested(&self, now: Instant) -> bool {
+        self.kind != PauseKind::Backoff && self.until > now
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    buffer: Buffer,
+    /// The current failure, cleared by the next successful write.
+    failure: Option<Failure>,
+    /// Failed attempts so far (monotonic), so that `flush` can tell whether one failed after it
+    /// started.
+    attempts_failed: u64,
+    /// When the writer may try again, and why it waits.
+    pause: Option<Pause>,
+    /// Ask the writer to seal the open batch and try at once — cutting short its own backoff, but
+    /// not a wait the server asked for.
+    kick: bool,
+    /// Ask the writer to exit.
+    stop: bool,
+}
+
+/// The state shared by the sink and its writer task.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    /// Wakes the writer (a batch was sealed, a flush or stop was asked for).
+    wake: Notify,
+    /// The writer finished an attempt (for `flush` waiters).
+    progress: Notify,
+    counters: Counters,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Copies the counters.
+    pub(crate) fn stats(&self) -> DeliveryStats {
+        let c = &self.counters;
+        let st = self.lock();
+        DeliveryStats {
+            written: c.written.load(Ordering::Relaxed),
+            dropped: st.buffer.dropped_lines,
+            rejected: c.rejected.load(Ordering::Relaxed),
+            buffered: st.buffer.lines() as u64,
+            bytes_buffered: st.buffer.bytes() as u64,
+            batches_written: c.batches_written.load(Ordering::Relaxed),
+            requests: c.requests.load(Ordering::Relaxed),
+            failed_requests: c.failed_requests.load(Ordering::Relaxed),
+            replayed: c.replayed.load(Ordering::Relaxed),
+            spill_errors: st.buffer.spill_errors,
+            batches_spilled: st.buffer.batches_spilled,
+            spill_quarantined: st.buffer.quarantined,
+            last_error: st.failure.as_ref().map(|f| f.message().to_owned()),
+        }
+    }
+}
+
+/// The sink side of the writer: append, flush, shutdown. One per sink.
+pub(crate) struct Delivery {
+    shared: Arc<Shared>,
+    transport: Arc<dyn Transport>,
+    unit: Unit,
+    batch_items: usize,
+    batch_interval: Duration,
+    backoff: Backoff,
+    writer: Option<JoinHandle<()>>,
+    shut_down: bool,
+    /// The agent's telemetry, to report buffer drops in the sink's status.
+    telemetry: Option<Telemetry>,
+    /// Dropped items already reported through `telemetry`.
+    drops_reported: u64,
+}
+
+impl std::fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delivery")
+            .field("sink", &self.unit.sink)
+            .field("batch_items", &self.batch_items)
+            .field("batch_interval", &self.batch_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Delivery {
+    /// Builds the buffer and replays whatever a previous run left in the spill directory
+    /// (blocking I/O: call it before the sink is on a runtime). Returns the items replayed.
+    pub(crate) fn new(
+        config: DeliveryConfig,
+        transport: Arc<dyn Transport>,
+        unit: Unit,
+    ) -> std::io::Result<(Self, usize)> {
+        let mut buffer = Buffer::new(config.max_items, config.max_bytes, config.spill_dir);
+        buffer.sink = unit.sink;
+        let replayed = buffer.load_spill()?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                buffer,
+                failure: None,
+                attempts_failed: 0,
+                pause: None,
+                kick: replayed > 0,
+                stop: false,
+            }),
+            wake: Notify::new(),
+            progress: Notify::new(),
+            counters: Counters::default(),
+        });
+        shared.counters.replayed.store(replayed as u64, Ordering::Relaxed);
+        let delivery = Self {
+            shared,
+            transport,
+            unit,
+            batch_items: config.batch_items,
+            batch_interval: config.batch_interval,
+            backoff: config.backoff,
+            writer: None,
+            shut_down: false,
+            telemetry: None,
+            drops_reported: 0,
+        };
+        Ok((delivery, replayed))
+    }
+
+    /// The counters, shareable after the sink moved into an agent.
+    pub(crate) fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    pub(crate) fn stats(&self) -> DeliveryStats {
+        self.shared.stats()
+    }
+
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shut_down
+    }
+
+    pub(crate) fn attach_telemetry(&mut self, telemetry: Telemetry) {
+        self.telemetry = Some(telemetry);
+    }
+
+    /// Starts the writer task (needs a runtime) unless it runs already.
+    pub(crate) fn ensure_writer(&mut self) {
+        if self.writer.is_some() {
+            return;
+        }
+        let writer = Writer {
+            shared: self.shared.clone(),
+            transport: self.transport.clone(),
+            unit: self.unit,
+            batch_interval: self.batch_interval,
+            backoff: self.backoff,
+        };
+        self.writer = Some(tokio::spawn(writer.run()));
+    }
+
+    fn current_error(&self) -> Result<(), SinkError> {
+        let st = self.shared.lock();
+        match &st.failure {
+            None => Ok(()),
+            Some(f) => {
+                let held = st.buffer.lines();
+                let message = format!("{} ({held} {} buffered)", f.message(), self.unit.items);
+                Err(match f {
+                    Failure::Retry { .. } => SinkError::transient(message),
+                    Failure::Hold { .. } | Failure::Reject { .. } => SinkError::permanent(message),
+                })
+            }
+        }
+    }
+
+    /// Reports buffer drops not yet reported to the agent (they show in its
+    /// `SinkStatus::dropped`).
+    fn report_drops(&mut self, dropped_total: u64) {
+        if let Some(t) = &self.telemetry {
+            let new = dropped_total.saturating_sub(self.drops_reported);
+            if new > 0 {
+                t.record_dropped(self.unit.sink, new);
+                self.drops_reported = dropped_total;
+            }
+        }
+    }
+
+    /// Appends one snapshot: `encode` writes into the open batch and returns the items it wrote.
+    /// Seals at `batch_items`, enforces the bounds, wakes the writer; returns the current write
+    /// error (the data is taken either way).
+    pub(crate) fn append(&mut self, encode: impl FnOnce(&mut Vec<u8>) -> usize) -> Result<(), SinkError> {
+        if self.shut_down {
+            return Err(SinkError::AlreadyShutdown);
+        }
+        self.ensure_writer();
+        let (wake, dropped_total) = {
+            let mut st = self.shared.lock();
+            let b = &mut st.buffer;
+            let items = encode(&mut b.open);
+            if items > 0 && b.open_since.is_none() {
+                b.open_since = Some(Instant::now());
+            }
+            b.open_lines += items;
+            let sealed = b.open_lines >= self.batch_items;
+            if sealed {
+                b.seal();
+            }
+            let dropped = b.enforce_bounds();
+            if dropped > 0 {
+                tracing::debug!(sink = self.unit.sink, dropped, "outage buffer full; oldest data dropped");
+            }
+            // A dropped batch may leave a spill file for the writer to delete.
+            (sealed || items > 0 || !b.obsolete.is_empty(), b.dropped_lines)
+        };
+        if wake {
+            self.shared.wake.notify_one();
+        }
+        self.report_drops(dropped_total);
+        self.current_error()
+    }
+
+    /// Seals the open batch, wakes the writer, and waits until everything is written or an
+    /// attempt fails (returning that failure).
+    ///
+    /// The writer tries at once, cutting short its own backoff — unless the server asked it to
+    /// wait (`Retry-After`, or the `retry_max` pause after 401/403/404) and that wait is still
+    /// running: then nothing is sent and the error says when the next attempt is due.
+    async fn drain(&mut self) -> Result<(), SinkError> {
+        self.ensure_writer();
+        let started_failures = {
+            let mut st = self.shared.lock();
+            st.buffer.seal();
+            let now = Instant::now();
+            if let Some(pause) = st.pause.filter(|p| p.server_requested(now) && !st.buffer.is_empty()) {
+                let default = format!("{} write failed", self.unit.service);
+                let failure = st.failure.as_ref().map_or(default.as_str(), Failure::message);
+                let wait = pause.until.saturating_duration_since(now).as_secs_f64();
+                let why = match pause.kind {
+                    PauseKind::RetryAfter => "the server asked to wait (Retry-After)",
+                    _ => "after this error the writer retries only every `retry_max`",
+                };
+                let message = format!(
+                    "{failure}; not retried before the next attempt in {wait:.1}s: {why} ({} {} buffered)",
+                    st.buffer.lines(),
+                    self.unit.items
+                );
+                return Err(match pause.kind {
+                    PauseKind::Hold => SinkError::permanent(message),
+                    _ => SinkError::transient(message),
+                });
+            }
+            st.kick = true;
+            st.attempts_failed
+        };
+        self.shared.wake.notify_one();
+        loop {
+            let progressed = self.shared.progress.notified();
+            tokio::pin!(progressed);
+            progressed.as_mut().enable();
+            {
+                let st = self.shared.lock();
+                if st.buffer.is_empty() {
+                    return Ok(());
+                }
+                if st.attempts_failed > started_failures {
+                    drop(st);
+                    return self.current_error().and(Err(SinkError::transient("write failed")));
+                }
+            }
+            progressed.await;
+        }
+    }
+
+    /// [`Sink::flush`](gpumon_core::Sink::flush).
+    pub(crate) async fn flush(&mut self) -> Result<(), SinkError> {
+        if self.shut_down {
+            return Ok(());
+        }
+        self.drain().await
+    }
+
+    /// [`Sink::shutdown`](gpumon_core::Sink::shutdown): drains once, spills what is left.
+    pub(crate) async fn shutdown(&mut self) -> Result<(), SinkError> {
+        if self.shut_down {
+            return Ok(());
+        }
+        self.shut_down = true;
+        let drained = self.drain().await;
+        // Everything still buffered goes to the spill directory (off the runtime).
+        let io = {
+            let mut st = self.shared.lock();
+            st.stop = true;
+            st.buffer.seal();
+            st.buffer.spill_io(true, true)
+        };
+        if let Some(io) = io {
+            let done = run_spill_io(io).await;
+            self.shared.lock().buffer.apply(done);
+        }
+        let (left, dropped_total) = {
+            let st = self.shared.lock();
+            (st.buffer.lines(), st.buffer.dropped_lines)
+        };
+        self.report_drops(dropped_total);
+        self.shared.wake.notify_one();
+        if let Some(writer) = self.writer.take() {
+            // The writer exits after its current request (bounded by the request timeout); it
+            // is not waited for beyond a moment, the spill files already hold what is unsent.
+            let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
+        }
+        match drained {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let spilled = self.shared.lock().buffer.spill_dir.is_some();
+                let fate =
+                    if spilled { "kept in the spill directory for the next start" } else { "lost (no spill_dir)" };
+                Err(SinkError::transient(format!("{e}; {left} {} not written, {fate}", self.unit.items)))
+            }
+        }
+    }
+}
+
+impl Drop for Delivery {
+    /// Dropped without `shutdown`: spills what is still buffered, with blocking I/O (there is no
+    /// `await` in a destructor; this happens once). After `shutdown` there is nothing left to do.
+    fn drop(&mut self) {
+        let io = {
+            let mut st = self.shared.lock();
+            st.stop = true;
+            st.buffer.seal();
+            st.buffer.spill_io(true, true)
+        };
+        if let Some(io) = io {
+            let done = io.run();
+            self.shared.lock().buffer.apply(done);
+        }
+        self.shared.wake.notify_one();
+    }
+}
+
+/// Runs spill-file work on tokio's blocking pool.
+async fn run_spill_io(io: SpillIo) -> SpillDone {
+    tokio::task::spawn_blocking(move || io.run())
+        .await
+        .unwrap_or_else(|e| SpillDone::failed(format!("spill I/O task failed: {e}")))
+}
+
+/// The background task: sends sealed batches one at a time, in order.
+struct Writer {
+    shared: Arc<Shared>,
+    transport: Arc<dyn Transport>,
+    unit: Unit,
+    batch_interval: Duration,
+    backoff: Backoff,
+}
+
+enum Next {
+    /// Send the batch now in flight (its body).
+    Send(Arc<[u8]>),
+    Wait(Option<Instant>),
+    Stop,
+}
+
+impl Writer {
+    async fn run(self) {
+        let mut attempt: u32 = 0;
+        let mut failing_since: Option<(Instant, u64)> = None;
+        let sink = self.unit.sink;
+        let service = self.unit.service;
+        loop {
+            let woken = self.shared.wake.notified();
+            let (next, io) = {
+                let mut st = self.shared.lock();
+                let now = Instant::now();
+                if std::mem::take(&mut st.kick) && st.pause.is_some_and(|p| p.kind == PauseKind::Backoff) {
+                    st.pause = None;
+                }
+                if st.stop {
+                    // `shutdown` (or drop) spilled what is buffered; only deletions are left.
+                    (Next::Stop, st.buffer.spill_io(false, false))
+                } else {
+                    // While writes fail, queued batches go to the spill directory too; while they
+                    // succeed nothing is written to disk.
+                    let failing = st.failure.is_some();
+                    let ready = st.pause.is_none_or(|p| now >= p.until);
+                    let retry_at = st.pause.map(|p| p.until);
+                    let b = &mut st.buffer;
+                    if b.open_since.is_some_and(|t| now.duration_since(t) >= self.batch_interval) {
+                        b.seal();
+                    }
+                    let io = b.spill_io(failing, false);
+                    let next = match b.queue.pop_front() {
+                        Some(batch) if ready => {
+                            let body = batch.body.clone();
+                            b.inflight = Some(batch);
+                            Next::Send(body)
+                        }
+                        other => {
+                            if let Some(batch) = other {
+                                b.queue.push_front(batch);
+                            }
+                            let seal_at = b.open_since.map(|t| t + self.batch_interval);
+                            let retry_at = if b.queue.is_empty() { None } else { retry_at };
+                            Next::Wait(match (seal_at, retry_at) {
+                                (Some(a), Some(r)) => Some(a.min(r)),
+                                (a, r) => a.or(r),
+                            })
+                        }
+                    };
+                    (next, io)
+                }
+            };
+            // File I/O runs on the blocking pool, without the lock `export` needs.
+            let mut again = false;
+            if let Some(io) = io {
+                let done = run_spill_io(io).await;
+                again = self.shared.lock().buffer.apply(done);
+            }
+            match next {
+                Next::Stop => {
+                    if again {
+                        let io = self.shared.lock().buffer.spill_io(false, false);
+                        if let Some(io) = io {
+                            let done = run_spill_io(io).await;
+                            self.shared.lock().buffer.apply(done);
+                        }
+                    }
+                    return;
+                }
+                Next::Wait(_) if again => {} // delete the files that became obsolete meanwhile
+                Next::Wait(until) => match until {
+                    Some(t) => {
+                        let _ = tokio::time::timeout_at(t.into(), woken).await;
+                    }
+                    None => woken.await,
+                },
+                Next::Send(body) => {
+                    let result = self.transport.send(&body).await;
+                    let c = &self.shared.counters;
+                    c.requests.fetch_add(1, Ordering::Relaxed);
+                    let mut st = self.shared.lock();
+                    let Some(batch) = st.buffer.inflight.take() else { continue };
+                    match result {
+                        Ok(()) => {
+                            c.written.fetch_add(batch.lines as u64, Ordering::Relaxed);
+                            c.batches_written.fetch_add(1, Ordering::Relaxed);
+                            st.buffer.done_with(batch);
+                            if st.failure.take().is_some() {
+                                if let Some((since, failures)) = failing_since.take() {
+                                    tracing::info!(
+                                        sink,
+                                        failed_attempts = st.attempts_failed - failures,
+                                        outage = ?since.elapsed(),
+                                        buffered = st.buffer.lines(),
+                                        "writes to {service} recovered"
+                                    );
+                                }
+                            }
+                            attempt = 0;
+                            st.pause = None;
+                        }
+                        Err(failure) => {
+                            c.failed_requests.fetch_add(1, Ordering::Relaxed);
+                            st.attempts_failed += 1;
+                            if failing_since.is_none() {
+                                failing_since = Some((Instant::now(), st.attempts_failed - 1));
+                            }
+                            // Log once per distinct failure, not per attempt.
+                            if st.failure.as_ref().map(Failure::message) != Some(failure.message()) {
+                                match &failure {
+                                    Failure::Reject { .. } => tracing::warn!(
+                                        sink,
+                                        error = %failure.message(),
+                                        dropped = batch.lines,
+                                        "{service} write refused by the server; the batch is dropped, not retried"
+                                    ),
+                                    _ => tracing::warn!(sink, error = %failure.message(), "{service} write failed"),
+                                }
+                            } else {
+                                tracing::debug!(sink, error = %failure.message(), "{service} write failed again");
+                            }
+                            match &failure {
+                                Failure::Reject { .. } => {
+                                    c.rejected.fetch_add(batch.lines as u64, Ordering::Relaxed);
+                                    st.buffer.done_with(batch);
+                                    st.pause = None;
+                                }
+                                Failure::Retry { retry_after, .. } => {
+                                    let (delay, kind) = match retry_after {
+                                        Some(d) => ((*d).min(Duration::from_secs(300)), PauseKind::RetryAfter),
+                                        None => (self.backoff.delay(attempt), PauseKind::Backoff),
+                                    };
+                                    attempt = attempt.saturating_add(1);
+                                    st.pause = Some(Pause { until: Instant::now() + delay, kind });
+                                    st.buffer.queue.push_front(batch);
+                                }
+                                Failure::Hold { .. } => {
+                                    let until = Instant::now() + self.backoff.max;
+                                    st.pause = Some(Pause { until, kind: PauseKind::Hold });
+                                    st.buffer.queue.push_front(batch);
+                                }
+                            }
+                            st.failure = Some(failure);
+                        }
+                    }
+                    drop(st);
+                    self.shared.progress.notify_waiters();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_classification() {
+        let class = |code| match classify(code, String::new(), None) {
+            Failure::Retry { .. } => "retry",
+            Failure::Hold { .. } => "hold",
+            Failure::Reject { .. } => "reject",
+        };
+        for code in [408, 429, 500, 502, 503, 504] {
+            assert_eq!(class(code), "retry", "{code}");
+        }
+        for code in [401, 403, 404] {
+            assert_eq!(class(code), "hold", "{code}");
+        }
+        for code in [400, 409, 413, 422] {
+            assert_eq!(class(code), "reject", "{code}");
+        }
+        let f = classify(429, "m".into(), Some(Duration::from_secs(3)));
+        assert_eq!(f, Failure::Retry { message: "m".into(), retry_after: Some(Duration::from_secs(3)) });
+    }
+
+    #[test]
+    fn server_messages_are_unwrapped() {
+        assert_eq!(server_message("{\"error\":\"authorization failed\"}\n"), "authorization failed");
+        assert_eq!(server_message("plain text"), "plain text");
+        assert!(server_message(&"x".repeat(2000)).ends_with('…'));
+    }
+}

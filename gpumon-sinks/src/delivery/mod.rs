@@ -1,0 +1,30 @@
+//! Delivery shared by the push sinks that batch and retry (InfluxDB, Prometheus remote write):
+//! the outage [`buffer`], the [`retry`] policy (exponential backoff with full jitter,
+//! `Retry-After`), how an HTTP answer is classified ([`classify`]), and the background writer
+//! ([`Delivery`]) that sends sealed batches in order through a sink's [`Transport`].
+//!
+//! The semantics, the same for every sink built on it:
+//! - `export` never waits for the network: it appends the encoded snapshot to the open batch and
+//!   returns the current write error, if any, so the agent's status shows what the server said.
+//! - A batch is sealed at `batch_items` items or after `batch_interval`; batches go out one at a
+//!   time, oldest first.
+//! - Network errors, timeouts, 408, 429 and 5xx are retried with jittered exponential backoff, or
+//!   after the server's `Retry-After`; 401/403/404 hold the data and retry only every
+//!   `backoff.max`; any other 4xx refuses the batch for good (dropped, counted, logged once).
+//! - While the server is away the buffer is bounded by items and bytes: the oldest batches are
+//!   dropped, counted, and reported to the agent ([`Telemetry::record_dropped`]).
+//! - `flush` seals and waits until everything is written or an attempt fails; `shutdown` does the
+//!   same once (then spills what is left, where a spill directory is set).
+
+pub(crate) mod retry;
+
+#[cfg(any(feature = "influxdb-http", feature = "remote-write"))]
+pub(crate) mod buffer;
+#[cfg(any(feature = "influxdb-http", feature = "remote-write"))]
+mod engine;
+
+#[cfg(any(feature = "influxdb-http", feature = "remote-write"))]
+pub(crate) use engine::{
+    classify, server_message, Delivery, DeliveryConfig, DeliveryStats, Failure, Shared as DeliveryShared, Transport,
+    Unit,
+};

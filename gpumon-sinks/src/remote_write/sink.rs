@@ -1,0 +1,246 @@
+//! `RemoteWriteSink`: the scrape endpoint's series, pushed as remote-write 1.0 requests through
+//! the shared [`Delivery`](crate::delivery) writer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpumon_core::{BuildError, Sink, SinkError, Snapshot, Telemetry};
+
+use super::config::RemoteWriteConfig;
+use super::encode::{compress, Encoder};
+use crate::delivery::retry::Backoff;
+use crate::delivery::{
+    classify, server_message, Delivery, DeliveryConfig, DeliveryShared, DeliveryStats, Failure, Transport, Unit,
+};
+use crate::http_util::{error_chain, read_body_capped, retry_after, MAX_ERROR_BODY};
+use crate::tls::certificate_hint;
+
+/// The sink's name (status, logs, `Telemetry::record_dropped`).
+const NAME: &str = "remote_write";
+
+const UNIT: Unit = Unit { sink: NAME, service: "remote write", items: "samples" };
+
+/// The remote-write protocol version sent in `X-Prometheus-Remote-Write-Version` (1.0 of the
+/// specification still sends 0.1.0).
+pub const PROTOCOL_VERSION: &str = "0.1.0";
+
+/// A point-in-time copy of the sink's counters (see [`RemoteWriteSink::stats`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RemoteWriteStats {
+    /// Samples acknowledged by the receiver (2xx).
+    pub samples_written: u64,
+    /// Samples dropped because the outage buffer was full (oldest first); also reported to the
+    /// agent's [`SinkStatus::dropped`](gpumon_core::SinkStatus::dropped).
+    pub samples_dropped: u64,
+    /// Samples the receiver refused for good (400 and other 4xx except 401/403/404/408/429):
+    /// out-of-order or duplicate samples, bad labels. Not retried.
+    pub samples_rejected: u64,
+    /// Samples held right now (open batch, queued batches, the batch in flight).
+    pub samples_buffered: u64,
+    /// Bytes held right now (uncompressed protobuf).
+    pub bytes_buffered: u64,
+    /// Requests acknowledged.
+    pub batches_written: u64,
+    /// Requests sent (including retries).
+    pub requests: u64,
+    /// Requests that failed (network error or non-2xx).
+    pub failed_requests: u64,
+    /// The last write error (with the receiver's message), cleared by the next success.
+    pub last_error: Option<String>,
+}
+
+impl From<DeliveryStats> for RemoteWriteStats {
+    fn from(d: DeliveryStats) -> Self {
+        RemoteWriteStats {
+            samples_written: d.written,
+            samples_dropped: d.dropped,
+            samples_rejected: d.rejected,
+            samples_buffered: d.buffered,
+            bytes_buffered: d.bytes_buffered,
+            batches_written: d.batches_written,
+            requests: d.requests,
+            failed_requests: d.failed_requests,
+            last_error: d.last_error,
+        }
+    }
+}
+
+/// A cloneable view of a [`RemoteWriteSink`]'s counters that stays valid after the sink has been
+/// moved into an agent.
+#[derive(Clone, Debug)]
+pub struct RemoteWriteStatsHandle(Arc<DeliveryShared>);
+
+impl RemoteWriteStatsHandle {
+    /// Copies the current counters.
+    pub fn stats(&self) -> RemoteWriteStats {
+        RemoteWriteStats::from(self.0.stats())
+    }
+}
+
+/// Pushes every snapshot to a Prometheus remote-write receiver. See the [module
+/// docs](crate::remote_write).
+///
+/// `export` never waits for the network: it encodes the snapshot into the open batch and returns
+/// the current write error, if any.
+pub struct RemoteWriteSink {
+    delivery: Delivery,
+    encoder: Encoder,
+    telemetry: Option<Telemetry>,
+    url: String,
+}
+
+impl std::fmt::Debug for RemoteWriteSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteWriteSink")
+            .field("url", &self.url)
+            .field("delivery", &self.delivery)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteWriteSink {
+    /// Builds the sink. Needs no runtime; the writer task starts on the first `export`.
+    ///
+    /// # Errors
+    /// [`BuildError::InvalidConfig`]/[`BuildError::InvalidEndpoint`] naming the offending key
+    /// (see [`RemoteWriteConfig::validate`]), or [`BuildError::Io`] when the HTTP client cannot be
+    /// built (e.g. an unreadable CA file).
+    pub fn from_config(config: &RemoteWriteConfig) -> Result<Self, BuildError> {
+        config.validate()?;
+        let url = reqwest::Url::parse(&config.url)
+            .map_err(|e| BuildError::InvalidEndpoint { endpoint: config.url.clone(), reason: e.to_string() })?;
+        let builder = reqwest::Client::builder()
+            .timeout(config.timeout)
+            .connect_timeout(config.timeout)
+            .pool_idle_timeout(Duration::from_secs(50))
+            .user_agent(concat!("gpumon/", env!("CARGO_PKG_VERSION")));
+        let client = crate::tls::reqwest_tls(builder, &config.tls, "remote_write.tls", &url)?.build().map_err(|e| {
+            BuildError::Io { what: "remote_write: building the HTTP client".into(), source: Box::new(e) }
+        })?;
+        let mut headers = reqwest::header::HeaderMap::new();
+        for (k, v) in &config.headers {
+            // validate() checked both.
+            if let (Ok(k), Ok(v)) =
+                (reqwest::header::HeaderName::from_bytes(k.as_bytes()), reqwest::header::HeaderValue::from_str(v))
+            {
+                headers.insert(k, v);
+            }
+        }
+        let auth = match (&config.username, &config.bearer_token) {
+            (Some(user), _) => Auth::Basic(user.clone(), config.password.clone()),
+            (None, Some(token)) => Auth::Bearer(token.clone()),
+            (None, None) => Auth::None,
+        };
+        let transport = Arc::new(RemoteWriteTransport { url: url.clone(), client, auth, headers });
+        let delivery_config = DeliveryConfig {
+            batch_items: config.batch_samples,
+            batch_interval: config.batch_interval,
+            max_items: config.buffer_max_samples,
+            max_bytes: config.buffer_max_bytes,
+            spill_dir: None,
+            backoff: Backoff { initial: config.retry_initial, max: config.retry_max },
+        };
+        let (delivery, _) = Delivery::new(delivery_config, transport, UNIT)
+            .map_err(|e| BuildError::Io { what: "remote_write: outage buffer".into(), source: Box::new(e) })?;
+        let encoder = Encoder::from_config(config);
+        Ok(Self { delivery, encoder, telemetry: None, url: config.url.clone() })
+    }
+
+    /// Copies the counters (samples written, dropped, rejected, buffered, …).
+    pub fn stats(&self) -> RemoteWriteStats {
+        RemoteWriteStats::from(self.delivery.stats())
+    }
+
+    /// A cloneable handle on the counters, usable after the sink is moved into an agent.
+    pub fn stats_handle(&self) -> RemoteWriteStatsHandle {
+        RemoteWriteStatsHandle(self.delivery.shared())
+    }
+}
+
+#[async_trait::async_trait]
+impl Sink for RemoteWriteSink {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    /// Keeps the telemetry for the self-metrics (as the scrape endpoint shows them) and to report
+    /// samples dropped from the outage buffer in the agent's status.
+    fn attach_telemetry(&mut self, telemetry: Telemetry) {
+        self.delivery.attach_telemetry(telemetry.clone());
+        self.telemetry = Some(telemetry);
+    }
+
+    /// Receivers share no health endpoint (Prometheus `/-/ready`, Mimir `/ready`,
+    /// VictoriaMetrics `/health`): the first write is the check. Starts the writer.
+    async fn healthcheck(&mut self) -> Result<(), SinkError> {
+        if self.delivery.is_shut_down() {
+            return Err(SinkError::AlreadyShutdown);
+        }
+        self.delivery.ensure_writer();
+        Ok(())
+    }
+
+    async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
+        let (encoder, telemetry) = (&mut self.encoder, self.telemetry.as_ref());
+        self.delivery.append(|open| encoder.encode(&snapshot, telemetry, open))
+    }
+
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        self.delivery.flush().await
+    }
+
+    async fn shutdown(&mut self) -> Result<(), SinkError> {
+        self.delivery.shutdown().await
+    }
+}
+
+#[derive(Debug)]
+enum Auth {
+    None,
+    Basic(String, Option<String>),
+    Bearer(String),
+}
+
+/// Posts one snappy-compressed `WriteRequest` with the headers the spec requires.
+#[derive(Debug)]
+struct RemoteWriteTransport {
+    url: reqwest::Url,
+    client: reqwest::Client,
+    auth: Auth,
+    headers: reqwest::header::HeaderMap,
+}
+
+#[async_trait::async_trait]
+impl Transport for RemoteWriteTransport {
+    async fn send(&self, body: &[u8]) -> Result<(), Failure> {
+        let target = format!("POST {}", self.url);
+        let compressed = compress(body).map_err(|e| Failure::Reject { message: format!("{target}: snappy: {e}") })?;
+        let mut request = self
+            .client
+            .post(self.url.clone())
+            .headers(self.headers.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf")
+            .header(reqwest::header::CONTENT_ENCODING, "snappy")
+            .header("X-Prometheus-Remote-Write-Version", PROTOCOL_VERSION);
+        match &self.auth {
+            Auth::None => {}
+            Auth::Basic(user, password) => request = request.basic_auth(user, password.as_ref()),
+            Auth::Bearer(token) => request = request.bearer_auth(token),
+        }
+        let response = request.body(compressed).send().await.map_err(|e| {
+            let detail = error_chain(&e);
+            let hint = certificate_hint(&detail, "remote_write.tls");
+            Failure::Retry { message: format!("{target}: {detail}{hint}"), retry_after: None }
+        })?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let retry_after = retry_after(&response);
+        let text = read_body_capped(response, MAX_ERROR_BODY).await;
+        let server = server_message(&text);
+        let message = format!("{target}: HTTP {status}{}{server}", if server.is_empty() { "" } else { ": " });
+        Err(classify(status.as_u16(), message, retry_after))
+    }
+}

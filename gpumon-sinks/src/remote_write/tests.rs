@@ -1,0 +1,184 @@
+//! Sink tests against the scripted loopback server (no real receiver; those are in
+//! `gpumon-sinks/tests/remote_write_backends.rs`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpumon_core::{DeviceInfo, DeviceSample, Sink, Snapshot, SystemInfo};
+use prost::Message as _;
+
+use super::encode::{Encoder, WriteRequest};
+use super::*;
+use crate::http_util::test_server::{Reply, TestServer};
+use crate::prometheus::RenderOptions;
+
+/// One GPU reporting only `up`, at `ms`.
+fn snapshot(ms: u64) -> Arc<Snapshot> {
+    let device = DeviceSample::new(Arc::new(DeviceInfo::new(0, "GPU-x", "X")));
+    let mut s = Snapshot::new(Arc::new(SystemInfo::new("h", "mock")), vec![device]);
+    s.taken_at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
+    Arc::new(s)
+}
+
+/// Samples in one `snapshot()`.
+fn per_snapshot() -> usize {
+    let mut enc = Encoder::new(RenderOptions::default(), []);
+    enc.encode(&snapshot(1), None, &mut Vec::new())
+}
+
+fn config(url: &str) -> RemoteWriteConfig {
+    let mut c = RemoteWriteConfig::new(format!("{url}/api/v1/write"));
+    c.batch_interval = Duration::from_secs(600); // only flush (or batch_samples) seals
+    c.retry_initial = Duration::from_millis(10);
+    c.retry_max = Duration::from_millis(50);
+    c
+}
+
+fn decode_body(body: &[u8]) -> WriteRequest {
+    let raw = snap::raw::Decoder::new().decompress_vec(body).expect("snappy block format");
+    WriteRequest::decode(raw.as_slice()).expect("a WriteRequest")
+}
+
+#[tokio::test]
+async fn posts_snappy_protobuf_with_the_required_headers_and_auth() {
+    let server = TestServer::start(Reply::status(204)).await;
+    let mut c = config(&server.url);
+    c.bearer_token = Some("s3cret".into());
+    c.headers.insert("X-Scope-OrgID".into(), "tenant-1".into());
+    c.external_labels.insert("cluster".into(), "eu-1".into());
+    let mut sink = RemoteWriteSink::from_config(&c).unwrap();
+    sink.export(snapshot(1_000)).await.unwrap();
+    sink.export(snapshot(2_000)).await.unwrap();
+    sink.flush().await.unwrap();
+    let received = server.received();
+    assert_eq!(received.len(), 1, "two snapshots, one batch");
+    let (head, body) = &received[0];
+    assert!(head.starts_with("post /api/v1/write "), "{head}");
+    for h in [
+        "content-encoding: snappy",
+        "content-type: application/x-protobuf",
+        "x-prometheus-remote-write-version: 0.1.0",
+        "authorization: bearer s3cret",
+        "x-scope-orgid: tenant-1",
+        "user-agent: gpumon/",
+    ] {
+        assert!(head.contains(h), "missing {h} in {head}");
+    }
+    let req = decode_body(body);
+    let n = per_snapshot();
+    assert_eq!(req.timeseries.len(), 2 * n);
+    assert!(req.timeseries[..n].iter().all(|t| t.samples[0].timestamp == 1_000));
+    assert!(req.timeseries[n..].iter().all(|t| t.samples[0].timestamp == 2_000));
+    assert!(req.timeseries.iter().all(|t| t.labels.iter().any(|l| l.name == "cluster" && l.value == "eu-1")));
+    let stats = sink.stats();
+    assert_eq!((stats.samples_written, stats.batches_written, stats.requests), (2 * n as u64, 1, 1));
+}
+
+#[tokio::test]
+async fn batches_by_samples() {
+    let server = TestServer::start(Reply::status(204)).await;
+    let n = per_snapshot();
+    let mut c = config(&server.url);
+    c.batch_samples = 2 * n; // sealed after every second snapshot
+    let mut sink = RemoteWriteSink::from_config(&c).unwrap();
+    for i in 0..4 {
+        sink.export(snapshot(1000 * (i + 1))).await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.requests() < 2 {
+        assert!(Instant::now() < deadline, "two full batches are sent without a flush");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let sizes: Vec<usize> =
+        server.received().iter().map(|(_, b)| decode_body(b).timeseries.len()).collect();
+    assert_eq!(sizes, [2 * n, 2 * n]);
+}
+
+#[tokio::test]
+async fn batches_by_time() {
+    let server = TestServer::start(Reply::status(204)).await;
+    let mut c = config(&server.url);
+    c.batch_interval = Duration::from_millis(50);
+    let mut sink = RemoteWriteSink::from_config(&c).unwrap();
+    sink.export(snapshot(1000)).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.requests() < 1 {
+        assert!(Instant::now() < deadline, "the open batch is sent after batch_interval");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn server_errors_are_retried_until_accepted() {
+    let server = TestServer::start(Reply::with(503, &[], "ingester unavailable")).await;
+    let mut sink = RemoteWriteSink::from_config(&config(&server.url)).unwrap();
+    sink.export(snapshot(1000)).await.unwrap();
+    let e = sink.flush().await.unwrap_err().to_string();
+    assert!(e.starts_with("transient") && e.contains("503") && e.contains("ingester unavailable"), "{e}");
+    assert!(e.contains(&format!("({} samples buffered)", per_snapshot())), "{e}");
+    server.set(Reply::status(204));
+    sink.flush().await.unwrap();
+    let received = server.received();
+    assert!(received.len() >= 2);
+    // The retry sends the same samples (same timestamps), once accepted.
+    let first = decode_body(&received[0].1);
+    let last = decode_body(&received.last().unwrap().1);
+    assert_eq!(first, last);
+    assert_eq!(sink.stats().samples_written, per_snapshot() as u64);
+}
+
+#[tokio::test]
+async fn a_400_is_not_retried_and_its_message_is_kept() {
+    let body = "out of order sample";
+    let server = TestServer::start(Reply::with(400, &[], body)).await;
+    let mut sink = RemoteWriteSink::from_config(&config(&server.url)).unwrap();
+    sink.export(snapshot(1000)).await.unwrap();
+    sink.flush().await.unwrap(); // refused and dropped: nothing left to send
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(server.requests(), 1, "no retry after a 400");
+    let stats = sink.stats();
+    assert_eq!(stats.samples_rejected, per_snapshot() as u64);
+    assert_eq!(stats.samples_buffered, 0);
+    let e = stats.last_error.unwrap();
+    assert!(e.contains("HTTP 400") && e.contains("out of order sample"), "{e}");
+    // The next batch goes out normally.
+    server.set(Reply::status(204));
+    sink.export(snapshot(2000)).await.unwrap_err(); // still reports the last failure
+    sink.flush().await.unwrap();
+    assert_eq!(server.requests(), 2);
+}
+
+#[tokio::test]
+async fn retry_after_is_honoured() {
+    let server = TestServer::start(Reply::with(429, &["Retry-After: 30"], "rate limited")).await;
+    let mut sink = RemoteWriteSink::from_config(&config(&server.url)).unwrap();
+    sink.export(snapshot(1000)).await.unwrap();
+    assert!(sink.flush().await.unwrap_err().to_string().contains("429"));
+    let e = sink.flush().await.unwrap_err().to_string();
+    assert!(e.contains("Retry-After"), "{e}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(server.requests(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffer_drops_are_counted_and_reported_to_the_agent() {
+    let sampler = gpumon_mock::MockSampler::from_profile_name("h100x8").unwrap();
+    // Nothing listens there: every write fails.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut c = config(&format!("http://127.0.0.1:{port}"));
+    let sample = gpumon_core::Sampler::sample(&sampler, &gpumon_core::SampleRequest::default()).unwrap();
+    let per = Encoder::new(RenderOptions::default(), []).encode(&sample, None, &mut Vec::new());
+    c.batch_samples = 10;
+    c.buffer_max_samples = per + per / 2;
+    let sink = RemoteWriteSink::from_config(&c).unwrap();
+    let stats = sink.stats_handle();
+    let agent = gpumon_core::Agent::builder(sampler).scheduled(false).sink(sink).spawn().unwrap();
+    for _ in 0..4 {
+        let _ = agent.flush(Duration::from_secs(5)).await;
+    }
+    let s = stats.stats();
+    assert!(s.samples_dropped > 0 && s.samples_buffered as usize <= c.buffer_max_samples, "{s:?}");
+    let status = agent.sink_status().into_iter().find(|s| s.name == "remote_write").unwrap();
+    assert_eq!(status.dropped, s.samples_dropped, "{status:?}");
+    let _ = agent.shutdown(Duration::from_secs(5)).await;
+}
