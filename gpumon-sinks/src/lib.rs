@@ -14,6 +14,7 @@
 //! | `influxdb-http` | InfluxDB v1/v2 writer | reqwest, flate2 |
 //! | `otlp` | OTLP/HTTP via the OpenTelemetry SDK | opentelemetry, prost |
 //! | `otlp-grpc` | OTLP/gRPC | tonic |
+//! | `web` | [`web::WebSink`]: live page, JSON API, Server-Sent Events | hyper, serde_json, flate2 |
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -44,3 +45,7 @@ pub mod influxdb;
 #[cfg(feature = "otlp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
 pub mod otlp;
+
+#[cfg(feature = "web")]
+#[cfg_attr(docsrs, doc(cfg(feature = "web")))]
+pub mod web;

@@ -85,7 +85,7 @@ mod config;
 mod render;
 
 #[cfg(feature = "prometheus-http")]
-mod http;
+pub(crate) mod http;
 
 #[cfg(feature = "pushgateway")]
 mod pushgateway;
