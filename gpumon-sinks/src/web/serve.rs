@@ -61,6 +61,12 @@ fn route(hub: &Arc<Hub>, req: &Request<Incoming>, settings: &Settings) -> Respon
                 json(StatusCode::BAD_REQUEST, body)
             }
         },
+        // Browsers ask for it on their own; an empty answer keeps their consoles clean.
+        "/favicon.ico" => {
+            let mut r = Response::new(Body::empty());
+            *r.status_mut() = StatusCode::NO_CONTENT;
+            r
+        }
         "/api/stream" if head => {
             let mut r = Response::new(Body::empty());
             r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));

@@ -29,6 +29,7 @@
 //! [influxdb]                # gpumon_sinks::influxdb::InfluxConfig
 //! [influxdb.tls]            # gpumon_sinks::tls::TlsConfig (also [otlp.tls], [pushgateway.tls])
 //! [otlp]                    # gpumon_sinks::otlp::OtlpConfig
+//! [web]                     # gpumon_sinks::web::WebConfig (live web view, see web.rs)
 //! [diagnose]                # see diagnose.rs
 //! ```
 //! Unknown keys are errors: a typo must not silently turn a setting off.
@@ -68,6 +69,7 @@ pub struct FileConfig {
     pub pushgateway: Option<PushgatewaySection>,
     pub influxdb: Option<InfluxSection>,
     pub otlp: Option<OtlpSection>,
+    pub web: Option<crate::web::WebSection>,
     #[serde(default)]
     pub diagnose: crate::diagnose::DiagnoseSection,
 }
