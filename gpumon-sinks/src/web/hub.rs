@@ -102,8 +102,12 @@ impl Hub {
     pub(crate) fn publish(&self, snapshot: Arc<Snapshot>) {
         let t = snapshot.timestamp_nanos() as f64 / 1e9;
         // Serialise outside the lock, and only when someone listens.
-        let event = (self.clients.load(Ordering::Acquire) > 0).then(|| event(&snapshot, t));
+        let mut event = (self.clients.load(Ordering::Acquire) > 0).then(|| event(&snapshot, t));
         let mut inner = self.inner();
+        if event.is_none() && !inner.clients.is_empty() {
+            // A client subscribed since the check above: it must not miss this tick.
+            event = Some(self::event(&snapshot, t));
+        }
         // Reuse the oldest point's vector once the ring is full: no allocation per tick.
         let mut gpus = if inner.history.len() >= self.history {
             inner.history.pop_front().map(|p| p.gpus).unwrap_or_default()
@@ -116,6 +120,7 @@ impl Hub {
         inner.latest = Some(snapshot);
         inner.latest_event = event.clone();
         let Some(event) = event else { return };
+        let event: Bytes = event;
         let mut dropped = 0u64;
         inner.clients.retain(|c| match c.tx.try_send(event.clone()) {
             Ok(()) => true,
