@@ -2,7 +2,7 @@
 """Drive headless Chromium against gpumon's web view, in real time, and print what it shows.
 
 Usage:
-  web-browser.py URL [--at SECONDS]... [--screenshot OUT.png] [--size 1280x900]
+  web-browser.py URL [--at SECONDS]... [--screenshot OUT.png [--full-page]] [--size 1280x900]
 
 Opens URL in a fresh headless Chromium profile and, at each --at time (seconds after the page
 started loading; default 3), probes the live DOM: the GPU cards (data-gpu-uuid, name, figures),
@@ -42,7 +42,7 @@ PROBE = r"""
     banner_text: q('#banner') ? q('#banner').textContent : null,
     host: q('#host') ? q('#host').textContent : null,
     conn: q('#conn') ? q('#conn').textContent : null,
-    findings: q('#findings-section') && !q('#findings-section').hidden ? [...document.querySelectorAll('#findings li')].map((l) => l.textContent) : null,
+    findings: q('#findings-section') && !q('#findings-section').hidden ? [...document.querySelectorAll('#findings > li')].map((l) => l.textContent) : null,
     processes: q('#procs-section') && !q('#procs-section').hidden ? document.querySelectorAll('#procs tr').length : null,
     steps: q('#steps-section') && !q('#steps-section').hidden ? q('#steps').textContent : null,
     tags,
@@ -58,6 +58,7 @@ def main():
     ap.add_argument("--at", type=float, action="append")
     ap.add_argument("--screenshot")
     ap.add_argument("--size", default="1280x900")
+    ap.add_argument("--full-page", action="store_true", help="screenshot the whole page, not the window")
     ap.add_argument("--chromium", default=os.environ.get("GPUMON_TEST_CHROMIUM") or shutil.which("chromium") or "chromium")
     args = ap.parse_args()
     times = sorted(args.at or [3.0])
@@ -127,7 +128,7 @@ def main():
             probe["at"] = round(time.monotonic() - t0, 2)
             out["probes"].append(probe)
         if args.screenshot:
-            shot = call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session)
+            shot = call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": args.full_page}, session)
             with open(args.screenshot, "wb") as f:
                 f.write(base64.b64decode(shot["data"]))
         # A dialog would block the page: if one opened, close it so the browser can exit.

@@ -79,7 +79,7 @@ fn browse(url: &str, at: &[f64], screenshot: &Path) -> Value {
     let chromium = require_env("GPUMON_TEST_CHROMIUM");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/web-browser.py");
     let mut cmd = Command::new("python3");
-    cmd.arg(script).arg(url).arg("--chromium").arg(chromium).arg("--screenshot").arg(screenshot);
+    cmd.arg(script).arg(url).arg("--chromium").arg(chromium).arg("--screenshot").arg(screenshot).arg("--full-page");
     for t in at {
         cmd.arg("--at").arg(t.to_string());
     }
@@ -159,6 +159,33 @@ fn browser_shows_hostile_names_as_text() {
     assert!(tags.get("b").is_none(), "a <b> was created: {tags}");
     assert_eq!(tags["script"], 2, "only the page's own scripts: {tags}");
     assert_eq!(probe["pwned"], false);
+}
+
+#[test]
+#[ignore = "needs scripts/test.sh (chromium)"]
+fn browser_shows_findings_with_advice_and_processes() {
+    let (_agent, base) = start(&[
+        "--backend",
+        "mock",
+        "--mock-profile",
+        "a100x4",
+        "--mock-scenario",
+        "dataloader-starved",
+        "--diagnose-window",
+        "2s",
+        "--enable",
+        "processes",
+    ]);
+    let run = browse(&format!("{base}/"), &[7.0], &shots_dir().join("findings.png"));
+    assert_clean(&run);
+    let probe = &run["probes"][0];
+    let findings = probe["findings"].as_array().expect("the findings section is shown");
+    assert!(
+        findings.iter().any(|f| f.as_str().unwrap().contains("dataloader_starvation") && f.as_str().unwrap().contains("→")),
+        "{findings:?}"
+    );
+    assert!(probe["processes"].as_u64().unwrap() > 0, "{probe}");
+    assert_eq!(probe["steps"], Value::Null, "no steps section without steps in the snapshot");
 }
 
 /// Not a browser test: with --web-listen the web view is an exporting sink, so `--backend auto`

@@ -42,6 +42,8 @@ function card(dev) {
   h.appendChild(el("span", "name", dev.info.name));
   card.appendChild(h);
   card.appendChild(el("div", "uuid", uuid));
+  const badges = el("div", "badges");
+  card.appendChild(badges);
   const figs = el("div", "figs");
   const figEls = FIELDS.map((f) => {
     const box = el("div", "fig");
@@ -61,7 +63,7 @@ function card(dev) {
   card.dataset.index = String(dev.info.index);
   grid.insertBefore(card, after || null);
   document.getElementById("empty").hidden = true;
-  g = { card, figs: figEls, chartBox: charts, charts: [], data: [[], [], [], [], [], []] };
+  g = { card, badges, figs: figEls, chartBox: charts, charts: [], data: [[], [], [], [], [], []] };
   gpus.set(uuid, g);
   makeCharts(g);
   return g;
@@ -76,7 +78,7 @@ function makeCharts(g) {
     g.chartBox.appendChild(box);
     const opts = {
       width,
-      height: 70,
+      height: 56,
       legend: { show: false },
       cursor: { show: false },
       scales: { x: { time: true }, y: { range: (u, min, max) => [Math.min(0, min), Math.max(max * 1.1, 1)] } },
@@ -157,21 +159,46 @@ function host(s) {
   }
 }
 
+// Findings grouped by kind: one entry per (severity, kind) with its GPUs, the advice once, and
+// each GPU's evidence; each card also shows the kinds active on it.
 function findings(diagnosis) {
   const list = document.getElementById("findings");
   const active = (diagnosis && diagnosis.active) || [];
   document.getElementById("findings-section").hidden = !diagnosis;
   clear(list);
+  const byGpu = new Map();
+  for (const f of active) {
+    if (f.uuid == null) continue;
+    if (!byGpu.has(f.uuid)) byGpu.set(f.uuid, []);
+    byGpu.get(f.uuid).push(f);
+  }
+  for (const [uuid, g] of gpus) {
+    const fs = byGpu.get(uuid) || [];
+    clear(g.badges);
+    for (const f of fs) g.badges.appendChild(el("span", "badge " + String(f.severity || ""), f.kind));
+  }
   if (!active.length) {
     list.appendChild(el("li", null, "No active findings."));
     return;
   }
+  const groups = new Map();
   for (const f of active) {
+    const key = f.severity + "|" + f.kind;
+    if (!groups.has(key)) groups.set(key, []);
+    groups.get(key).push(f);
+  }
+  for (const fs of groups.values()) {
+    const f = fs[0];
     const li = el("li", String(f.severity || "").toLowerCase());
-    const what = [f.severity, f.kind, f.gpu != null ? "GPU " + f.gpu : null].filter((x) => x != null).join(" · ");
+    const where = fs.map((x) => x.gpu).filter((x) => x != null);
+    const what = [f.severity, f.kind, where.length ? (where.length > 1 ? "GPUs " : "GPU ") + where.join(", ") : null]
+      .filter((x) => x != null)
+      .join(" · ");
     li.appendChild(el("div", "what", what));
-    if (f.evidence) li.appendChild(el("div", "evidence", f.evidence));
     if (f.advice) li.appendChild(el("div", "advice", "→ " + f.advice));
+    const ev = el("ul", "evidence");
+    for (const x of fs) if (x.evidence) ev.appendChild(el("li", null, (x.gpu != null ? "GPU " + x.gpu + ": " : "") + x.evidence));
+    li.appendChild(ev);
     list.appendChild(li);
   }
 }
@@ -263,7 +290,7 @@ async function start() {
   window.addEventListener("resize", () => {
     for (const g of gpus.values()) {
       const w = Math.max(200, g.chartBox.clientWidth);
-      g.charts.forEach((c) => c.setSize({ width: w, height: 70 }));
+      g.charts.forEach((c) => c.setSize({ width: w, height: 56 }));
     }
   });
 }
