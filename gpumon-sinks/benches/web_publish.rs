@@ -28,20 +28,19 @@ fn publish(c: &mut Criterion) {
         page_weight()
     );
     let mut g = c.benchmark_group("web_publish");
+    let mut dropped = 0;
     g.measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
     for (profile, clients) in [("h100x8", 0), ("h100x8", 1), ("h100x8", 10), ("h100x64", 0), ("h100x64", 10)] {
         let base = snapshot(profile);
         let sink = WebSink::without_listener(&WebConfig::default()).unwrap();
         let h = sink.handle();
-        let mut live: Vec<_> = (0..clients).map(|_| h.subscribe().unwrap()).collect();
         // Fill the history ring first: the steady state reuses the oldest point's buffers.
         for _ in 0..WebConfig::default().history {
             h.publish(Arc::new(base.clone()));
         }
-        for c in &mut live {
-            while c.try_next().is_some() {}
-        }
+        let mut live: Vec<_> = (0..clients).map(|_| h.subscribe().unwrap()).collect();
         let mut t = SystemTime::now();
+        let h2 = h.clone();
         g.bench_function(BenchmarkId::new(profile, format!("{clients}_clients")), |b| {
             b.iter_batched(
                 || {
@@ -59,8 +58,12 @@ fn publish(c: &mut Criterion) {
                 criterion::BatchSize::SmallInput,
             );
         });
+        dropped += h2.dropped_clients();
+        assert_eq!(h2.live_clients(), clients, "every bench client stayed connected");
     }
     g.finish();
+    // The figures above are only meaningful if no client was cut off while being drained.
+    assert_eq!(dropped, 0, "a bench client was dropped");
 }
 
 criterion_group!(benches, publish);

@@ -126,14 +126,6 @@ impl Body {
     pub(crate) fn stream(rx: mpsc::Receiver<Bytes>, close: Arc<Notify>) -> Self {
         Self { kind: BodyKind::Stream { rx, close, guard: None } }
     }
-
-    #[cfg(test)]
-    pub(crate) fn into_once(self) -> Option<Bytes> {
-        match self.kind {
-            BodyKind::Once(b) => b,
-            BodyKind::Stream { .. } => None,
-        }
-    }
 }
 
 impl hyper::body::Body for Body {

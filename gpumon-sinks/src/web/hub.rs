@@ -152,7 +152,8 @@ impl Hub {
             self.clients.store(inner.clients.len(), Ordering::Release);
             return None;
         }
-        let (tx, rx) = mpsc::channel(self.client_buffer);
+        // Room for the two greeting messages on top of the client's own buffer.
+        let (tx, rx) = mpsc::channel(self.client_buffer + 2);
         let close = Arc::new(Notify::new());
         let retry = Bytes::from_static(b"retry: 2000\n\n");
         let _ = tx.try_send(retry);

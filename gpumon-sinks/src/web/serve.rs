@@ -13,7 +13,7 @@ use crate::prometheus::http::{check_auth, check_method, text_response, Body, Han
 
 /// The web view's Content-Security-Policy: no inline script or style, nothing from elsewhere (the
 /// page's own files and its own API only).
-pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
      connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 pub(crate) struct Web(pub(crate) Arc<Hub>);

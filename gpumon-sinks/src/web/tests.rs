@@ -357,3 +357,23 @@ async fn futures_join(handles: Vec<tokio::task::JoinHandle<Vec<u64>>>) -> Vec<Ve
     }
     out
 }
+
+/// A live stream outlives `connection_timeout` (it is bounded by `max_clients`); a connection
+/// without one is still closed by it.
+#[tokio::test]
+async fn live_stream_outlives_the_connection_timeout() {
+    let sink = WebSink::from_config(&WebConfig { connection_timeout: Duration::from_millis(500), ..config() }).unwrap();
+    let h = sink.handle();
+    let addr = sink.local_addr().unwrap();
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /api/stream HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let mut seen = String::new();
+    read_until(&mut s, &mut seen, "retry: 2000").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    h.publish(snapshot(42, SystemTime::now()));
+    read_until(&mut s, &mut seen, "\"seq\":42,").await;
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf)).await.unwrap().unwrap_or(0);
+    assert_eq!(n, 0, "the idle connection was closed by connection_timeout");
+}

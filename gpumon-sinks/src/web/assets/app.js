@@ -78,13 +78,14 @@ function makeCharts(g) {
     g.chartBox.appendChild(box);
     const opts = {
       width,
-      height: 56,
+      height: 60,
       legend: { show: false },
       cursor: { show: false },
       scales: { x: { time: true }, y: { range: (u, min, max) => [Math.min(0, min), Math.max(max * 1.1, 1)] } },
       axes: [
         { show: false },
-        { stroke: "#9aa0aa", size: 40, grid: { stroke: "#2a2f3a" }, ticks: { show: false }, font: "10px sans-serif" },
+        // Small charts: allow ticks 14 px apart, or uPlot labels only the zero line.
+        { stroke: "#9aa0aa", size: 44, space: 14, grid: { stroke: "#2a2f3a" }, ticks: { show: false }, font: "10px sans-serif" },
       ],
       series: [{}, { stroke: f.color, fill: f.color + "33", width: 1.5, points: { show: false } }],
     };
@@ -290,7 +291,7 @@ async function start() {
   window.addEventListener("resize", () => {
     for (const g of gpus.values()) {
       const w = Math.max(200, g.chartBox.clientWidth);
-      g.charts.forEach((c) => c.setSize({ width: w, height: 56 }));
+      g.charts.forEach((c) => c.setSize({ width: w, height: 60 }));
     }
   });
 }
