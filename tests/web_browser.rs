@@ -181,7 +181,9 @@ fn browser_shows_findings_with_advice_and_processes() {
     let probe = &run["probes"][0];
     let findings = probe["findings"].as_array().expect("the findings section is shown");
     assert!(
-        findings.iter().any(|f| f.as_str().unwrap().contains("dataloader_starvation") && f.as_str().unwrap().contains("→")),
+        findings
+            .iter()
+            .any(|f| f.as_str().unwrap().contains("dataloader_starvation") && f.as_str().unwrap().contains("→")),
         "{findings:?}"
     );
     assert!(probe["processes"].as_u64().unwrap() > 0, "{probe}");

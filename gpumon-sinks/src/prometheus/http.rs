@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -268,7 +268,11 @@ impl Server {
     }
 
     /// A listener on `addr` answering with `handler`.
-    pub(crate) fn bind_with(addr: SocketAddr, settings: Settings, handler: Arc<dyn Handler>) -> Result<Self, BuildError> {
+    pub(crate) fn bind_with(
+        addr: SocketAddr,
+        settings: Settings,
+        handler: Arc<dyn Handler>,
+    ) -> Result<Self, BuildError> {
         let listener = std::net::TcpListener::bind(addr)
             .map_err(|e| BuildError::Io { what: format!("cannot listen on {addr}"), source: e.into() })?;
         listener
@@ -464,12 +468,13 @@ pub(crate) fn text_response(status: StatusCode, body: &'static str) -> Response<
     r
 }
 
-/// The `WWW-Authenticate` answer when `auth` is configured and the request does not satisfy it.
-pub(crate) fn check_auth(auth: Option<&Auth>, req: &Request<Incoming>) -> Result<(), Response<Body>> {
-    let Some(auth) = auth else { return Ok(()) };
+/// The `401` answer (with `WWW-Authenticate`) when `auth` is configured and the request does not
+/// satisfy it; `None` when the request may proceed.
+pub(crate) fn reject_unauthorized(auth: Option<&Auth>, req: &Request<Incoming>) -> Option<Response<Body>> {
+    let auth = auth?;
     let given = req.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok());
     if authorized(auth, given) {
-        return Ok(());
+        return None;
     }
     let mut r = text_response(StatusCode::UNAUTHORIZED, "unauthorized\n");
     let challenge = match auth {
@@ -477,18 +482,17 @@ pub(crate) fn check_auth(auth: Option<&Auth>, req: &Request<Incoming>) -> Result
         Auth::Basic { .. } => "Basic realm=\"gpumon\", charset=\"UTF-8\"",
     };
     r.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
-    Err(r)
+    Some(r)
 }
 
-/// `405` unless the method is GET or HEAD (`Ok(true)` for HEAD).
-pub(crate) fn check_method(req: &Request<Incoming>) -> Result<bool, Response<Body>> {
-    let head = req.method() == Method::HEAD;
-    if req.method() != Method::GET && !head {
-        let mut r = text_response(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
-        r.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
-        return Err(r);
+/// The `405` answer unless the method is GET or HEAD.
+pub(crate) fn reject_method(req: &Request<Incoming>) -> Option<Response<Body>> {
+    if req.method() == Method::GET || req.method() == Method::HEAD {
+        return None;
     }
-    Ok(head)
+    let mut r = text_response(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+    r.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+    Some(r)
 }
 
 /// The Prometheus endpoint's requests.
@@ -505,10 +509,10 @@ fn respond(handle: &PrometheusHandle, settings: &Settings, req: &Request<Incomin
     if path != "/metrics" && path != "/health" && path != "/live" {
         return text_response(StatusCode::NOT_FOUND, "not found: try /metrics, /health or /live\n");
     }
-    let head = match check_method(req) {
-        Ok(head) => head,
-        Err(r) => return r,
-    };
+    if let Some(r) = reject_method(req) {
+        return r;
+    }
+    let head = req.method() == Method::HEAD;
     let mut response = if path == "/live" {
         // Liveness: the process serves. Unlike `/health` (readiness), it stays 200 while the
         // backend fails, so an orchestrator does not restart an agent that waits for a driver.
@@ -524,7 +528,7 @@ fn respond(handle: &PrometheusHandle, settings: &Settings, req: &Request<Incomin
             }
         }
     } else {
-        if let Err(r) = check_auth(settings.auth.as_ref(), req) {
+        if let Some(r) = reject_unauthorized(settings.auth.as_ref(), req) {
             return r;
         }
         let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
@@ -607,9 +611,10 @@ mod tls {
             ));
         }
         let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| match e {
-            pem::Error::NoItemsFound => {
-                BuildError::invalid(format!("{section}.tls.key"), format!("no private key found in {}", config.key.display()))
-            }
+            pem::Error::NoItemsFound => BuildError::invalid(
+                format!("{section}.tls.key"),
+                format!("no private key found in {}", config.key.display()),
+            ),
             e => io(format!("bad PEM in {}", config.key.display()), e),
         })?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -619,7 +624,10 @@ mod tls {
             .with_no_client_auth()
             .with_single_cert(certs, key)
             .map_err(|e| {
-                BuildError::invalid(format!("{section}.tls"), format!("certificate and key do not make a usable pair: {e}"))
+                BuildError::invalid(
+                    format!("{section}.tls"),
+                    format!("certificate and key do not make a usable pair: {e}"),
+                )
             })?;
         server.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(tokio_rustls::TlsAcceptor::from(Arc::new(server)))

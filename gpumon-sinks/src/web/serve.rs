@@ -9,7 +9,7 @@ use hyper::{Request, Response, StatusCode};
 
 use super::assets;
 use super::hub::Hub;
-use crate::prometheus::http::{check_auth, check_method, text_response, Body, Handler, Settings};
+use crate::prometheus::http::{reject_method, reject_unauthorized, text_response, Body, Handler, Settings};
 
 /// The web view's Content-Security-Policy: no inline script or style, nothing from elsewhere (the
 /// page's own files and its own API only).
@@ -39,11 +39,11 @@ fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
 }
 
 fn route(hub: &Arc<Hub>, req: &Request<Incoming>, settings: &Settings) -> Response<Body> {
-    let head = match check_method(req) {
-        Ok(head) => head,
-        Err(r) => return r,
-    };
-    if let Err(r) = check_auth(settings.auth.as_ref(), req) {
+    if let Some(r) = reject_method(req) {
+        return r;
+    }
+    let head = req.method() == hyper::Method::HEAD;
+    if let Some(r) = reject_unauthorized(settings.auth.as_ref(), req) {
         return r;
     }
     let mut r = match req.uri().path() {
@@ -99,7 +99,9 @@ fn route(hub: &Arc<Hub>, req: &Request<Incoming>, settings: &Settings) -> Respon
                 }
                 r
             }
-            None => text_response(StatusCode::NOT_FOUND, "not found: try /, /api/snapshot, /api/history or /api/stream\n"),
+            None => {
+                text_response(StatusCode::NOT_FOUND, "not found: try /, /api/snapshot, /api/history or /api/stream\n")
+            }
         },
     };
     if head {
