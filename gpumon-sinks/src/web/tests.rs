@@ -7,7 +7,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::*;
-use crate::prometheus::Auth;
+use crate::prometheus::{Auth, TlsConfig};
 
 fn config() -> WebConfig {
     WebConfig { listen: Some("127.0.0.1:0".parse().unwrap()), ..WebConfig::default() }
@@ -401,4 +401,15 @@ async fn live_stream_outlives_the_connection_timeout() {
     let mut buf = [0u8; 16];
     let n = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf)).await.unwrap().unwrap_or(0);
     assert_eq!(n, 0, "the idle connection was closed by connection_timeout");
+}
+
+/// TLS is the Prometheus endpoint's (same acceptor, same feature); errors name the web view's keys.
+#[test]
+fn tls_errors_name_the_file_or_the_feature() {
+    let cfg = WebConfig { tls: Some(TlsConfig::new("/nonexistent/c.pem", "/nonexistent/k.pem")), ..config() };
+    let err = WebSink::from_config(&cfg).unwrap_err().to_string();
+    #[cfg(feature = "prometheus-tls")]
+    assert!(err.contains("/nonexistent/c.pem"), "{err}");
+    #[cfg(not(feature = "prometheus-tls"))]
+    assert!(err.contains("web.tls") && err.contains("prometheus-tls"), "{err}");
 }
