@@ -116,6 +116,8 @@ log "backends ready in $(( $(date +%s%3N) - t0 )) ms"
 
 # ------------------------------------------------------------------ environment for the tests
 export GPUMON_TEST_BACKENDS=1
+# Headless Chromium for the web view's browser tests (tests/web_browser.rs, scripts/web-browser.py).
+GPUMON_TEST_CHROMIUM="$(command -v chromium)"; export GPUMON_TEST_CHROMIUM
 export GPUMON_TEST_BACKENDS_DIR="$B"
 export GPUMON_TEST_PUSHGATEWAY_URL=http://127.0.0.1:19191
 export GPUMON_TEST_INFLUXDB_URL=http://127.0.0.1:18086

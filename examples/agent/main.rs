@@ -23,6 +23,8 @@ mod diagnose;
 mod mock;
 #[path = "../../src/bin/gpumon-agent/sinks.rs"]
 mod sinks;
+#[path = "../../src/bin/gpumon-agent/web.rs"]
+mod web;
 
 use gpumon_mock as mock_crate;
 

@@ -15,6 +15,7 @@
 //! | `otlp` | OTLP/HTTP via the OpenTelemetry SDK | opentelemetry, prost |
 //! | `otlp-grpc` | OTLP/gRPC | tonic |
 //! | `remote-write` | Prometheus remote write 1.0 | reqwest, prost, snap |
+//! | `web` | [`web::WebSink`]: live page, JSON API, Server-Sent Events | hyper, serde_json, flate2 |
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -53,3 +54,6 @@ pub mod remote_write;
 // Property tests across every encoder (hostile names, any values).
 #[cfg(test)]
 mod props;
+#[cfg(feature = "web")]
+#[cfg_attr(docsrs, doc(cfg(feature = "web")))]
+pub mod web;

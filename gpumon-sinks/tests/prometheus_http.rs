@@ -378,4 +378,67 @@ mod tls {
         sink.shutdown().await.unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// The web view over the same TLS and auth: the page and a live stream over HTTPS.
+    #[cfg(feature = "web")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn https_web_view_and_live_stream_with_basic_auth() {
+        use gpumon_sinks::web::{WebConfig, WebSink};
+        let dir = std::env::temp_dir().join(format!("gpumon-tls-web-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&cert, LEAF).unwrap();
+        std::fs::write(&key, KEY).unwrap();
+        let mut cfg = WebConfig::default();
+        cfg.listen = Some("127.0.0.1:0".parse().unwrap());
+        cfg.tls = Some(TlsConfig::new(cert, key));
+        cfg.auth = Some(Auth::basic("ops", "pw"));
+        let mut sink = WebSink::from_config(&cfg).unwrap();
+        sink.export(Arc::new(test_snapshot(1))).await.unwrap();
+        let addr = sink.local_addr().unwrap();
+        let connect = || async move {
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            connector().connect(name, tcp).await.unwrap()
+        };
+        // "ops:pw" in base64.
+        let auth = "Authorization: Basic b3BzOnB3\r\n";
+        let mut tls = connect().await;
+        tls.write_all(format!("GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut page = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut page)).await;
+        let page = String::from_utf8_lossy(&page);
+        assert!(page.starts_with("HTTP/1.1 200"), "{page:.300}");
+        assert!(page.contains("<script src=\"app.js\""), "{page:.600}");
+
+        let mut denied = connect().await;
+        denied.write_all(b"GET /api/stream HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await.unwrap();
+        let mut buf = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), denied.read_to_end(&mut buf)).await;
+        assert!(buf.starts_with(b"HTTP/1.1 401"), "{}", String::from_utf8_lossy(&buf));
+
+        let mut stream = connect().await;
+        stream
+            .write_all(format!("GET /api/stream HTTP/1.1\r\nHost: localhost\r\n{auth}\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut seen = String::new();
+        let mut chunk = [0u8; 16384];
+        // The latest snapshot at once, then the next one as it is exported.
+        for (seq, export) in [(1, false), (2, true)] {
+            if export {
+                sink.export(Arc::new(test_snapshot(seq))).await.unwrap();
+            }
+            while !seen.contains(&format!("\"seq\":{seq},")) {
+                let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut chunk)).await.unwrap().unwrap();
+                assert!(n > 0, "{seen:.500}");
+                seen.push_str(&String::from_utf8_lossy(&chunk[..n]));
+            }
+        }
+        assert!(seen.contains("text/event-stream"), "{seen:.500}");
+        sink.shutdown().await.unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

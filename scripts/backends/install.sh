@@ -6,8 +6,10 @@
 # missing.
 #
 #   install.sh                 everything
-#   install.sh prometheus pushgateway influxdb victoria-metrics venv
-#                              just those ("otlp" is an alias of "venv")
+#   install.sh prometheus pushgateway influxdb victoria-metrics venv chromium
+#                              just those ("otlp" is an alias of "venv";
+#                              chromium: Debian's headless browser for the web
+#                              view's tests, scripts/web-browser.py)
 #
 #   GPUMON_VENV  the virtualenv (default /opt/gpumon-venv), made with Debian's
 #                /usr/bin/python3 from requirements-otlp.txt + requirements-test.txt
@@ -25,7 +27,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="${GPUMON_VENV:-/opt/gpumon-venv}"
 BASE_PY=/usr/bin/python3
 REQS=("$HERE/requirements-otlp.txt" "$HERE/requirements-test.txt")
-want=("$@"); [ ${#want[@]} -eq 0 ] && want=(prometheus pushgateway influxdb victoria-metrics venv)
+want=("$@"); [ ${#want[@]} -eq 0 ] && want=(prometheus pushgateway influxdb victoria-metrics venv chromium)
 
 log() { printf '[%s] install.sh: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -41,7 +43,8 @@ for w in "${want[@]}"; do
         influxdb)         pkgs+=(influxdb);               units+=(influxdb) ;;
         victoria-metrics) pkgs+=(victoria-metrics);       units+=(victoria-metrics) ;;
         venv|otlp)        pkgs+=(python3 python3-venv);   do_venv=1 ;;
-        *) die "unknown component '$w' (prometheus pushgateway influxdb victoria-metrics venv)" ;;
+        chromium)         pkgs+=(chromium python3) ;;
+        *) die "unknown component '$w' (prometheus pushgateway influxdb victoria-metrics venv chromium)" ;;
     esac
 done
 

@@ -70,20 +70,26 @@ impl Auth {
     }
 
     pub(crate) fn validate(&self) -> Result<(), gpumon_core::BuildError> {
+        self.validate_as("prometheus")
+    }
+
+    /// As `validate`, naming the keys under `section` (`web.auth…`).
+    pub(crate) fn validate_as(&self, section: &str) -> Result<(), gpumon_core::BuildError> {
         use gpumon_core::BuildError;
         match self {
             Auth::Bearer { token } if token.is_empty() => {
-                Err(BuildError::invalid("prometheus.auth.bearer.token", "must not be empty"))
+                Err(BuildError::invalid(format!("{section}.auth.bearer.token"), "must not be empty"))
             }
             Auth::Bearer { token } if token.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) => {
                 Err(BuildError::invalid(
-                    "prometheus.auth.bearer.token",
+                    format!("{section}.auth.bearer.token"),
                     "must not contain whitespace or control characters",
                 ))
             }
-            Auth::Basic { username, .. } if username.is_empty() || username.contains(':') => {
-                Err(BuildError::invalid("prometheus.auth.basic.username", "must be non-empty and must not contain `:`"))
-            }
+            Auth::Basic { username, .. } if username.is_empty() || username.contains(':') => Err(BuildError::invalid(
+                format!("{section}.auth.basic.username"),
+                "must be non-empty and must not contain `:`",
+            )),
             _ => Ok(()),
         }
     }

@@ -1,36 +1,181 @@
 //! The scrape endpoint: hyper HTTP/1.1 (optionally over rustls) with request limits.
+//!
+//! The server (admission, limits, auth check, TLS) is generic over a [`Handler`] so that the web
+//! view (`crate::web`) serves its page and its live stream through the same code.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use gpumon_core::BuildError;
-use http_body_util::Full;
-use hyper::body::Incoming;
+use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, ACCEPT, ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 
-use super::{Auth, PrometheusConfig, PrometheusHandle};
+use super::{Auth, PrometheusConfig, PrometheusHandle, TlsConfig};
 
 /// How long a connection over the limit waits for a slot before it is closed.
 const ADMISSION_WAIT: Duration = Duration::from_secs(1);
 
-struct Settings {
-    max_connections: usize,
-    header_read_timeout: Duration,
-    connection_timeout: Duration,
-    max_header_bytes: usize,
-    max_headers: usize,
-    auth: Option<Auth>,
+/// The limits, credentials and TLS of one listener.
+pub(crate) struct Settings {
+    /// What the listener serves, for logs ("prometheus scrape endpoint").
+    pub(crate) what: &'static str,
+    pub(crate) max_connections: usize,
+    pub(crate) header_read_timeout: Duration,
+    /// Longest a connection may stay open; a connection carrying a live stream is exempt.
+    pub(crate) connection_timeout: Duration,
+    pub(crate) max_header_bytes: usize,
+    pub(crate) max_headers: usize,
+    pub(crate) auth: Option<Auth>,
+    /// `SO_SNDBUF` of accepted sockets (`None`: the kernel's autotuning). Caps what a client that
+    /// stops reading a live stream can hold in kernel memory, and makes it fall behind sooner.
+    #[cfg(feature = "web")]
+    pub(crate) send_buffer: Option<usize>,
     #[cfg(feature = "prometheus-tls")]
     tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl Settings {
+    /// Settings for a listener configured under `section` (named in error messages).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        section: &'static str,
+        what: &'static str,
+        max_connections: usize,
+        header_read_timeout: Duration,
+        connection_timeout: Duration,
+        max_header_bytes: usize,
+        max_headers: usize,
+        auth: Option<Auth>,
+        tls: Option<&TlsConfig>,
+    ) -> Result<Self, BuildError> {
+        #[cfg(not(feature = "prometheus-tls"))]
+        if tls.is_some() {
+            return Err(BuildError::invalid(
+                format!("{section}.tls"),
+                "TLS needs the `prometheus-tls` cargo feature of gpumon-sinks",
+            ));
+        }
+        #[cfg(not(feature = "prometheus-tls"))]
+        let _ = section;
+        Ok(Self {
+            what,
+            max_connections,
+            header_read_timeout,
+            connection_timeout,
+            max_header_bytes,
+            max_headers,
+            auth,
+            #[cfg(feature = "web")]
+            send_buffer: None,
+            #[cfg(feature = "prometheus-tls")]
+            tls: match tls {
+                Some(tls) => Some(tls::acceptor(tls, section)?),
+                None => None,
+            },
+        })
+    }
+}
+
+/// Answers the requests of one listener.
+pub(crate) trait Handler: Send + Sync + 'static {
+    /// The response to `req`; `settings` carries the listener's auth.
+    fn respond(&self, req: &Request<Incoming>, settings: &Settings) -> Response<Body>;
+}
+
+/// A response body: bytes at once, or a live stream of chunks (Server-Sent Events).
+pub(crate) struct Body {
+    kind: BodyKind,
+}
+
+enum BodyKind {
+    Once(Option<Bytes>),
+    Stream {
+        rx: mpsc::Receiver<Bytes>,
+        /// Notified to close the connection at once (a client too slow to keep up).
+        close: Arc<Notify>,
+        /// Marks the connection as carrying a stream while the body lives (set by the server).
+        guard: Option<StreamGuard>,
+    },
+}
+
+impl Body {
+    /// A complete body.
+    pub(crate) fn full(bytes: impl Into<Bytes>) -> Self {
+        Self { kind: BodyKind::Once(Some(bytes.into())) }
+    }
+
+    /// No body.
+    pub(crate) fn empty() -> Self {
+        Self { kind: BodyKind::Once(None) }
+    }
+
+    /// A body that sends whatever arrives on `rx` and ends when every sender is gone.
+    /// `close.notify_one()` closes the whole connection at once, whatever is still queued (or
+    /// stuck in the socket's buffers).
+    pub(crate) fn stream(rx: mpsc::Receiver<Bytes>, close: Arc<Notify>) -> Self {
+        Self { kind: BodyKind::Stream { rx, close, guard: None } }
+    }
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match &mut self.kind {
+            BodyKind::Once(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            BodyKind::Stream { rx, .. } => rx.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(&self.kind, BodyKind::Once(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            BodyKind::Once(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            BodyKind::Stream { .. } => SizeHint::default(),
+        }
+    }
+}
+
+/// Counts a live stream on its connection, so the connection is neither evicted as idle nor
+/// closed by `connection_timeout` while the stream runs; and closes the connection when the
+/// stream's owner asks (`close`).
+struct StreamGuard {
+    conn: Arc<Conn>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl StreamGuard {
+    fn new(conn: Arc<Conn>, close: Arc<Notify>) -> Self {
+        conn.streams.fetch_add(1, Ordering::AcqRel);
+        let evict = conn.clone();
+        let watcher = tokio::spawn(async move {
+            close.notified().await;
+            evict.evict.notify_one();
+        });
+        Self { conn, watcher }
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.watcher.abort();
+        self.conn.streams.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// One accepted connection, as the admission logic sees it.
@@ -40,6 +185,8 @@ struct Conn {
     busy: AtomicBool,
     /// At least one request was answered (a kept-alive scraper rather than a silent client).
     served: AtomicBool,
+    /// Live streams in progress on this connection (never evicted while one runs).
+    streams: AtomicUsize,
     /// Closes the connection (it was idle and its slot is needed).
     evict: Notify,
     /// The connection's slot. Taken over by the connection that evicts this one, so the slot
@@ -48,7 +195,7 @@ struct Conn {
 }
 
 struct State {
-    handle: PrometheusHandle,
+    handler: Arc<dyn Handler>,
     settings: Settings,
     permits: Arc<Semaphore>,
     /// Open connections by age (id order).
@@ -79,7 +226,7 @@ impl State {
     /// idle connection is one. `None` when every connection is busy answering a request.
     fn evict_oldest_idle(&self) -> Option<OwnedSemaphorePermit> {
         let mut conns = self.conns();
-        let idle = |c: &Conn| !c.busy.load(Ordering::Acquire);
+        let idle = |c: &Conn| !c.busy.load(Ordering::Acquire) && c.streams.load(Ordering::Acquire) == 0;
         let victim = conns
             .iter()
             .find(|(_, c)| idle(c) && !c.served.load(Ordering::Acquire))
@@ -106,26 +253,26 @@ impl Server {
         config: &PrometheusConfig,
         handle: PrometheusHandle,
     ) -> Result<Self, BuildError> {
-        let settings = Settings {
-            max_connections: config.max_connections,
-            header_read_timeout: config.header_read_timeout,
-            connection_timeout: config.connection_timeout,
-            max_header_bytes: config.max_header_bytes,
-            max_headers: config.max_headers,
-            auth: config.auth.clone(),
-            #[cfg(feature = "prometheus-tls")]
-            tls: match &config.tls {
-                Some(tls) => Some(tls::acceptor(tls)?),
-                None => None,
-            },
-        };
-        #[cfg(not(feature = "prometheus-tls"))]
-        if config.tls.is_some() {
-            return Err(BuildError::invalid(
-                "prometheus.tls",
-                "TLS needs the `prometheus-tls` cargo feature of gpumon-sinks",
-            ));
-        }
+        let settings = Settings::new(
+            "prometheus",
+            "prometheus scrape endpoint",
+            config.max_connections,
+            config.header_read_timeout,
+            config.connection_timeout,
+            config.max_header_bytes,
+            config.max_headers,
+            config.auth.clone(),
+            config.tls.as_ref(),
+        )?;
+        Self::bind_with(addr, settings, Arc::new(Scrape(handle)))
+    }
+
+    /// A listener on `addr` answering with `handler`.
+    pub(crate) fn bind_with(
+        addr: SocketAddr,
+        settings: Settings,
+        handler: Arc<dyn Handler>,
+    ) -> Result<Self, BuildError> {
         let listener = std::net::TcpListener::bind(addr)
             .map_err(|e| BuildError::Io { what: format!("cannot listen on {addr}"), source: e.into() })?;
         listener
@@ -134,7 +281,7 @@ impl Server {
         let local_addr = listener.local_addr().unwrap_or(addr);
         let (stop, stop_rx) = watch::channel(false);
         let state = Arc::new(State {
-            handle,
+            handler,
             permits: Arc::new(Semaphore::new(settings.max_connections)),
             settings,
             conns: Mutex::new(BTreeMap::new()),
@@ -162,10 +309,10 @@ impl Server {
         let _guard = runtime.enter();
         match TcpListener::from_std(std_listener) {
             Ok(listener) => {
-                tracing::info!(addr = %self.local_addr, "prometheus scrape endpoint listening");
+                tracing::info!(addr = %self.local_addr, "{} listening", state.settings.what);
                 runtime.spawn(accept_loop(listener, state));
             }
-            Err(e) => tracing::error!(addr = %self.local_addr, error = %e, "prometheus listener failed to start"),
+            Err(e) => tracing::error!(addr = %self.local_addr, error = %e, "{} failed to start", state.settings.what),
         }
     }
 
@@ -198,7 +345,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) {
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning; log once per run of errors.
                 if !accept_error_logged {
-                    tracing::warn!(error = %e, "prometheus endpoint: accept failed");
+                    tracing::warn!(error = %e, "{}: accept failed", state.settings.what);
                     accept_error_logged = true;
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -206,6 +353,10 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) {
             }
         };
         let _ = stream.set_nodelay(true);
+        #[cfg(feature = "web")]
+        if let Some(n) = state.settings.send_buffer {
+            let _ = socket2::SockRef::from(&stream).set_send_buffer_size(n);
+        }
         let permit = state.permits.clone().try_acquire_owned().ok().or_else(|| state.evict_oldest_idle());
         if let Some(permit) = permit {
             let (id, conn) = state.register(permit);
@@ -272,7 +423,10 @@ where
         let conn = svc_conn.clone();
         async move {
             conn.busy.store(true, Ordering::Release);
-            let response = respond(&state, &req);
+            let mut response = state.handler.respond(&req, &state.settings);
+            if let BodyKind::Stream { guard, close, .. } = &mut response.body_mut().kind {
+                *guard = Some(StreamGuard::new(conn.clone(), close.clone()));
+            }
             conn.served.store(true, Ordering::Release);
             conn.busy.store(false, Ordering::Release);
             Ok::<_, Infallible>(response)
@@ -287,34 +441,78 @@ where
         .max_headers(s.max_headers)
         .keep_alive(true);
     let connection = builder.serve_connection(io, svc);
+    tokio::pin!(connection);
     let mut stop = state.stop.clone();
-    tokio::select! {
-        _ = connection => {}
-        _ = conn.evict.notified() => {}
-        _ = tokio::time::sleep_until(deadline) => {}
-        _ = stop.wait_for(|s| *s) => {}
+    let mut deadline = deadline;
+    loop {
+        tokio::select! {
+            _ = &mut connection => break,
+            _ = conn.evict.notified() => break,
+            _ = tokio::time::sleep_until(deadline) => {
+                // A live stream outlives the connection timeout (it is bounded by the number of
+                // live clients instead); look again a timeout later.
+                if conn.streams.load(Ordering::Acquire) == 0 {
+                    break;
+                }
+                deadline += s.connection_timeout.max(Duration::from_secs(1));
+            }
+            _ = stop.wait_for(|s| *s) => break,
+        }
     }
 }
 
-fn text_response(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+pub(crate) fn text_response(status: StatusCode, body: &'static str) -> Response<Body> {
+    let mut r = Response::new(Body::full(Bytes::from_static(body.as_bytes())));
     *r.status_mut() = status;
     r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     r
 }
 
-fn respond(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+/// The `401` answer (with `WWW-Authenticate`) when `auth` is configured and the request does not
+/// satisfy it; `None` when the request may proceed.
+pub(crate) fn reject_unauthorized(auth: Option<&Auth>, req: &Request<Incoming>) -> Option<Response<Body>> {
+    let auth = auth?;
+    let given = req.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok());
+    if authorized(auth, given) {
+        return None;
+    }
+    let mut r = text_response(StatusCode::UNAUTHORIZED, "unauthorized\n");
+    let challenge = match auth {
+        Auth::Bearer { .. } => "Bearer realm=\"gpumon\"",
+        Auth::Basic { .. } => "Basic realm=\"gpumon\", charset=\"UTF-8\"",
+    };
+    r.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+    Some(r)
+}
+
+/// The `405` answer unless the method is GET or HEAD.
+pub(crate) fn reject_method(req: &Request<Incoming>) -> Option<Response<Body>> {
+    if req.method() == Method::GET || req.method() == Method::HEAD {
+        return None;
+    }
+    let mut r = text_response(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+    r.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+    Some(r)
+}
+
+/// The Prometheus endpoint's requests.
+struct Scrape(PrometheusHandle);
+
+impl Handler for Scrape {
+    fn respond(&self, req: &Request<Incoming>, settings: &Settings) -> Response<Body> {
+        respond(&self.0, settings, req)
+    }
+}
+
+fn respond(handle: &PrometheusHandle, settings: &Settings, req: &Request<Incoming>) -> Response<Body> {
     let path = req.uri().path();
     if path != "/metrics" && path != "/health" && path != "/live" {
         return text_response(StatusCode::NOT_FOUND, "not found: try /metrics, /health or /live\n");
     }
-    let head = req.method() == Method::HEAD;
-    if req.method() != Method::GET && !head {
-        let mut r = text_response(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
-        r.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+    if let Some(r) = reject_method(req) {
         return r;
     }
-    let handle = &state.handle;
+    let head = req.method() == Method::HEAD;
     let mut response = if path == "/live" {
         // Liveness: the process serves. Unlike `/health` (readiness), it stays 200 while the
         // backend fails, so an orchestrator does not restart an agent that waits for a driver.
@@ -323,35 +521,26 @@ fn respond(state: &State, req: &Request<Incoming>) -> Response<Full<Bytes>> {
         match handle.health() {
             Ok(()) => text_response(StatusCode::OK, "ok\n"),
             Err(reason) => {
-                let mut r = Response::new(Full::new(Bytes::from(format!("unhealthy: {reason}\n"))));
+                let mut r = Response::new(Body::full(format!("unhealthy: {reason}\n")));
                 *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
                 r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
                 r
             }
         }
     } else {
-        if let Some(auth) = &state.settings.auth {
-            let given = req.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok());
-            if !authorized(auth, given) {
-                let mut r = text_response(StatusCode::UNAUTHORIZED, "unauthorized\n");
-                let challenge = match auth {
-                    Auth::Bearer { .. } => "Bearer realm=\"gpumon\"",
-                    Auth::Basic { .. } => "Basic realm=\"gpumon\", charset=\"UTF-8\"",
-                };
-                r.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
-                return r;
-            }
+        if let Some(r) = reject_unauthorized(settings.auth.as_ref(), req) {
+            return r;
         }
         let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
         let format = handle.negotiate(accept);
         let body = handle.render(format);
-        let mut r = Response::new(Full::new(Bytes::from(body)));
+        let mut r = Response::new(Body::full(body));
         r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
         r
     };
     if head {
         // hyper sends no body for HEAD; keep the headers.
-        *response.body_mut() = Full::new(Bytes::new());
+        *response.body_mut() = Body::empty();
     }
     response
 }
@@ -406,7 +595,7 @@ mod tls {
 
     /// A TLS acceptor for the PEM files in `config` (ring provider, TLS 1.2 and 1.3, ALPN
     /// `http/1.1`).
-    pub(super) fn acceptor(config: &TlsConfig) -> Result<tokio_rustls::TlsAcceptor, BuildError> {
+    pub(super) fn acceptor(config: &TlsConfig, section: &str) -> Result<tokio_rustls::TlsAcceptor, BuildError> {
         let cert_pem = std::fs::read(&config.cert)
             .map_err(|e| io(format!("cannot read TLS certificate {}", config.cert.display()), e))?;
         let key_pem =
@@ -417,14 +606,15 @@ mod tls {
             .map_err(|e| io(format!("bad PEM in {}", config.cert.display()), e))?;
         if certs.is_empty() {
             return Err(BuildError::invalid(
-                "prometheus.tls.cert",
+                format!("{section}.tls.cert"),
                 format!("no certificate found in {}", config.cert.display()),
             ));
         }
         let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| match e {
-            pem::Error::NoItemsFound => {
-                BuildError::invalid("prometheus.tls.key", format!("no private key found in {}", config.key.display()))
-            }
+            pem::Error::NoItemsFound => BuildError::invalid(
+                format!("{section}.tls.key"),
+                format!("no private key found in {}", config.key.display()),
+            ),
             e => io(format!("bad PEM in {}", config.key.display()), e),
         })?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -434,7 +624,10 @@ mod tls {
             .with_no_client_auth()
             .with_single_cert(certs, key)
             .map_err(|e| {
-                BuildError::invalid("prometheus.tls", format!("certificate and key do not make a usable pair: {e}"))
+                BuildError::invalid(
+                    format!("{section}.tls"),
+                    format!("certificate and key do not make a usable pair: {e}"),
+                )
             })?;
         server.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(tokio_rustls::TlsAcceptor::from(Arc::new(server)))

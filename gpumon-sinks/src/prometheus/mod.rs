@@ -87,7 +87,7 @@ mod render;
 pub(crate) mod series;
 
 #[cfg(feature = "prometheus-http")]
-mod http;
+pub(crate) mod http;
 
 #[cfg(feature = "pushgateway")]
 mod pushgateway;

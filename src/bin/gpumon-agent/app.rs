@@ -140,6 +140,9 @@ pub struct Cli {
     /// Diagnosis, --duration and the run report (diagnose.rs).
     #[command(flatten)]
     pub diagnose: crate::diagnose::DiagnoseArgs,
+    /// The live web view (web.rs).
+    #[command(flatten)]
+    pub web: crate::web::WebArgs,
 }
 
 /// A configuration problem: reported with the key and reason, exit code 2.

@@ -30,6 +30,7 @@
 //! [influxdb.tls]            # gpumon_sinks::tls::TlsConfig (also [otlp.tls], [pushgateway.tls], [remote_write.tls])
 //! [remote_write]            # gpumon_sinks::remote_write::RemoteWriteConfig
 //! [otlp]                    # gpumon_sinks::otlp::OtlpConfig
+//! [web]                     # gpumon_sinks::web::WebConfig (live web view, see web.rs)
 //! [diagnose]                # see diagnose.rs
 //! ```
 //! Unknown keys are errors: a typo must not silently turn a setting off.
@@ -70,6 +71,7 @@ pub struct FileConfig {
     pub influxdb: Option<InfluxSection>,
     pub otlp: Option<OtlpSection>,
     pub remote_write: Option<RemoteWriteSection>,
+    pub web: Option<crate::web::WebSection>,
     #[serde(default)]
     pub diagnose: crate::diagnose::DiagnoseSection,
 }

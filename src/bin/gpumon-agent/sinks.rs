@@ -166,6 +166,9 @@ pub async fn build(cli: &Cli, file: &FileConfig, marks: Marks<'_>) -> Result<Vec
         feature_missing!("OTLP export", "otlp");
     }
 
+    // --- live web view (web.rs) ---------------------------------------------------------------
+    sinks.extend(crate::web::build(cli, file)?);
+
     // --- stdout --------------------------------------------------------------------------------
     let format = cli.stdout_format.or(file.stdout.format).unwrap_or(StdoutFormat::Human);
     // The run report is output of its own: with --report alone, no per-tick lines.

@@ -1,0 +1,239 @@
+//! What the web view holds: the latest snapshot, a bounded history of chart values, and the live
+//! clients with their bounded queues.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use bytes::Bytes;
+use gpumon_core::{DeviceInfo, DeviceSample, Snapshot, Telemetry};
+use tokio::sync::{mpsc, Notify};
+
+/// The charted values, in this order in every history point (units as the page shows them).
+pub(crate) const FIELDS: [(&str, &str); 5] =
+    [("util", "%"), ("mem", "GiB"), ("power", "W"), ("temp", "°C"), ("sm_clock", "MHz")];
+
+/// One tick's charted values.
+struct Point {
+    /// Seconds since the Unix epoch.
+    t: f64,
+    gpus: Vec<(Arc<DeviceInfo>, [Option<f64>; 5])>,
+}
+
+fn values(d: &DeviceSample) -> [Option<f64>; 5] {
+    [
+        d.utilization.gpu.map(|r| r * 100.0),
+        d.memory.used.map(|b| b as f64 / f64::from(1u32 << 30)),
+        d.power.usage_watts,
+        d.temperature.gpu,
+        d.clocks.sm.map(|hz| hz / 1e6),
+    ]
+}
+
+/// A live client's end: what `/api/stream` sends.
+pub(crate) struct Client {
+    pub(crate) rx: mpsc::Receiver<Bytes>,
+    pub(crate) close: Arc<Notify>,
+}
+
+struct Sender {
+    tx: mpsc::Sender<Bytes>,
+    close: Arc<Notify>,
+}
+
+#[derive(Default)]
+struct Inner {
+    latest: Option<Arc<Snapshot>>,
+    /// The latest event, as sent to live clients (a new client gets it first).
+    latest_event: Option<Bytes>,
+    history: VecDeque<Point>,
+    clients: Vec<Sender>,
+}
+
+/// Shared between the sink (writer) and the HTTP handler (readers).
+pub(crate) struct Hub {
+    pub(crate) name: &'static str,
+    max_clients: usize,
+    client_buffer: usize,
+    history: usize,
+    inner: Mutex<Inner>,
+    clients: AtomicUsize,
+    dropped: AtomicU64,
+    telemetry: OnceLock<Telemetry>,
+}
+
+impl Hub {
+    pub(crate) fn new(max_clients: usize, client_buffer: usize, history: usize) -> Self {
+        Self {
+            name: "web",
+            max_clients,
+            client_buffer,
+            history,
+            inner: Mutex::default(),
+            clients: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
+            telemetry: OnceLock::new(),
+        }
+    }
+
+    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn set_telemetry(&self, telemetry: Telemetry) {
+        let _ = self.telemetry.set(telemetry);
+    }
+
+    pub(crate) fn live_clients(&self) -> usize {
+        self.clients.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn dropped_clients(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn latest(&self) -> Option<Arc<Snapshot>> {
+        self.inner().latest.clone()
+    }
+
+    /// Takes a snapshot in: history point, latest, and one event to every live client. Never
+    /// waits: a client whose queue is full is disconnected and counted.
+    pub(crate) fn publish(&self, snapshot: Arc<Snapshot>) {
+        let t = snapshot.timestamp_nanos() as f64 / 1e9;
+        // Serialise outside the lock, and only when someone listens.
+        let mut event = (self.clients.load(Ordering::Acquire) > 0).then(|| event(&snapshot, t));
+        let mut inner = self.inner();
+        if event.is_none() && !inner.clients.is_empty() {
+            // A client subscribed since the check above: it must not miss this tick.
+            event = Some(self::event(&snapshot, t));
+        }
+        // Reuse the oldest point's vector once the ring is full: no allocation per tick.
+        let mut gpus = if inner.history.len() >= self.history {
+            inner.history.pop_front().map(|p| p.gpus).unwrap_or_default()
+        } else {
+            Vec::with_capacity(snapshot.devices.len())
+        };
+        gpus.clear();
+        gpus.extend(snapshot.devices.iter().map(|d| (d.info.clone(), values(d))));
+        inner.history.push_back(Point { t, gpus });
+        inner.latest = Some(snapshot);
+        inner.latest_event = event.clone();
+        let Some(event) = event else { return };
+        let event: Bytes = event;
+        let mut dropped = 0u64;
+        inner.clients.retain(|c| match c.tx.try_send(event.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                // Too slow: close its connection now, so neither its queue nor the socket's
+                // buffers hold memory any longer. Its EventSource reconnects when it can.
+                c.close.notify_one();
+                dropped += 1;
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        });
+        self.clients.store(inner.clients.len(), Ordering::Release);
+        drop(inner);
+        if dropped > 0 {
+            self.dropped.fetch_add(dropped, Ordering::Relaxed);
+            if let Some(t) = self.telemetry.get() {
+                t.record_dropped(self.name, dropped);
+            }
+            tracing::warn!(clients = dropped, "web view: live client too slow, disconnected");
+        }
+    }
+
+    /// A new live client, or `None` when `max_clients` are connected.
+    pub(crate) fn subscribe(&self) -> Option<Client> {
+        let mut inner = self.inner();
+        inner.clients.retain(|c| !c.tx.is_closed());
+        if inner.clients.len() >= self.max_clients {
+            self.clients.store(inner.clients.len(), Ordering::Release);
+            return None;
+        }
+        // Room for the two greeting messages on top of the client's own buffer.
+        let (tx, rx) = mpsc::channel(self.client_buffer + 2);
+        let close = Arc::new(Notify::new());
+        let retry = Bytes::from_static(b"retry: 2000\n\n");
+        let _ = tx.try_send(retry);
+        let first = match (&inner.latest_event, &inner.latest) {
+            (Some(e), _) => Some(e.clone()),
+            (None, Some(s)) => Some(event(s, s.timestamp_nanos() as f64 / 1e9)),
+            (None, None) => None,
+        };
+        if let Some(first) = first {
+            let _ = tx.try_send(first);
+        }
+        inner.clients.push(Sender { tx, close: close.clone() });
+        self.clients.store(inner.clients.len(), Ordering::Release);
+        Some(Client { rx, close })
+    }
+
+    /// `/api/history`: the points of the last `seconds` (before the latest point), JSON.
+    pub(crate) fn history_json(&self, seconds: f64) -> String {
+        let inner = self.inner();
+        let newest = inner.history.back().map_or(0.0, |p| p.t);
+        let mut out = String::with_capacity(256 + inner.history.len() * 64);
+        out.push_str("{\"fields\":[");
+        for (i, (name, unit)) in FIELDS.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            let _ = write!(out, "{sep}{{\"name\":\"{name}\",\"unit\":\"{unit}\"}}");
+        }
+        out.push_str("],\"points\":[");
+        let mut first = true;
+        for p in inner.history.iter().filter(|p| p.t >= newest - seconds) {
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            write_point(&mut out, p.t, p.gpus.iter().map(|(i, v)| (i.uuid.as_str(), v)));
+        }
+        out.push_str("]}");
+        out
+    }
+}
+
+fn write_point<'a>(out: &mut String, t: f64, gpus: impl Iterator<Item = (&'a str, &'a [Option<f64>; 5])>) {
+    let _ = write!(out, "{{\"t\":{t:.3},\"gpus\":{{");
+    for (i, (uuid, v)) in gpus.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        // UUIDs come from the driver (or a mock profile): escape them like any other string.
+        out.push_str(&serde_json::to_string(uuid).unwrap_or_else(|_| "\"\"".to_owned()));
+        out.push_str(":[");
+        for (j, x) in v.iter().enumerate() {
+            if j > 0 {
+                out.push(',');
+            }
+            match x {
+                Some(x) if x.is_finite() => {
+                    let _ = write!(out, "{}", (x * 1000.0).round() / 1000.0);
+                }
+                _ => out.push_str("null"),
+            }
+        }
+        out.push(']');
+    }
+    out.push_str("}}");
+}
+
+/// One Server-Sent Event: `{"point":…,"snapshot":…}` on a single `data:` line (JSON has no raw
+/// newlines).
+fn event(snapshot: &Snapshot, t: f64) -> Bytes {
+    let mut out = String::with_capacity(8 * 1024);
+    out.push_str("event: snapshot\ndata: {\"point\":");
+    let vals: Vec<[Option<f64>; 5]> = snapshot.devices.iter().map(values).collect();
+    write_point(&mut out, t, snapshot.devices.iter().map(|d| d.info.uuid.as_str()).zip(vals.iter()));
+    out.push_str(",\"snapshot\":");
+    match serde_json::to_string(snapshot) {
+        Ok(json) => out.push_str(&json),
+        Err(e) => {
+            tracing::warn!(error = %e, "web view: cannot serialise a snapshot");
+            out.push_str("null");
+        }
+    }
+    out.push_str("}\n\n");
+    Bytes::from(out)
+}

@@ -1,0 +1,215 @@
+//! The live web view: one page that shows every GPU, live, without Prometheus or Grafana.
+//!
+//! [`WebSink`] is a [`Sink`]: every snapshot the agent exports goes to a bounded history (for
+//! the charts) and, as a Server-Sent Event, to every open page. It serves, on one listener
+//! (hyper, with the Prometheus endpoint's limits, auth and TLS):
+//!
+//! | path | what |
+//! |---|---|
+//! | `/` | the page: a card per GPU (`data-gpu-uuid`), live charts (utilisation, memory, power, temperature, SM clock), host summary, findings with advice, processes, training steps, a banner for simulated data |
+//! | `/api/snapshot` | the latest snapshot, JSON (as `gpumon_core::Snapshot` serialises) |
+//! | `/api/history?seconds=N` | charted values of the last N seconds (default 300), from a ring of [`WebConfig::history`] samples |
+//! | `/api/stream` | `text/event-stream`: the latest snapshot at once, then one `snapshot` event per tick |
+//!
+//! Safety: GET and HEAD only; a Content-Security-Policy without inline script (`script-src
+//! 'self'`); the page puts names into the DOM as text only. At most [`WebConfig::max_clients`]
+//! live streams, each with a queue of [`WebConfig::client_buffer`] events: a client that falls
+//! behind is disconnected and counted in the sink's `dropped` ([`gpumon_core::SinkStatus`]), so
+//! sampling never waits for a browser.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use gpumon_sinks::web::{WebConfig, WebSink};
+//! let mut config = WebConfig::default();
+//! config.listen = Some("127.0.0.1:0".parse()?);
+//! let sink = WebSink::from_config(&config)?;
+//! println!("open http://{}/", sink.local_addr().unwrap());
+//! # Ok(()) }
+//! ```
+//!
+//! [`Sink`]: gpumon_core::Sink
+
+mod assets;
+mod config;
+mod hub;
+mod serve;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use gpumon_core::{BuildError, Sink, SinkError, Snapshot, Telemetry};
+
+pub use assets::{page_weight, page_weight_gzip};
+pub use config::{WebConfig, DEFAULT_LISTEN};
+pub use serve::CSP as CONTENT_SECURITY_POLICY;
+
+use crate::prometheus::http::{Server, Settings};
+use hub::Hub;
+
+/// `SO_SNDBUF` of the web view's sockets: the page's largest file goes out in one go, and a live
+/// client that stops reading holds at most this much (twice, as Linux counts) in the kernel.
+const SEND_BUFFER: usize = 64 * 1024;
+
+/// A cheap, cloneable view of a [`WebSink`]'s state: for tests, benchmarks and embedders.
+#[derive(Clone)]
+pub struct WebHandle {
+    hub: Arc<Hub>,
+}
+
+impl std::fmt::Debug for WebHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebHandle")
+            .field("live_clients", &self.live_clients())
+            .field("dropped_clients", &self.dropped_clients())
+            .finish()
+    }
+}
+
+impl WebHandle {
+    /// Live streams open now.
+    pub fn live_clients(&self) -> usize {
+        self.hub.live_clients()
+    }
+
+    /// Live clients disconnected so far for being too slow.
+    pub fn dropped_clients(&self) -> u64 {
+        self.hub.dropped_clients()
+    }
+
+    /// Takes a snapshot in, as [`Sink::export`] does (history, latest, one event per live
+    /// client). Never waits.
+    pub fn publish(&self, snapshot: Arc<Snapshot>) {
+        self.hub.publish(snapshot);
+    }
+
+    /// Opens a live client in-process, as `/api/stream` does (`None` when
+    /// [`WebConfig::max_clients`] are open): the events, as the bytes sent on the wire.
+    pub fn subscribe(&self) -> Option<LiveClient> {
+        self.hub.subscribe().map(|c| LiveClient { rx: c.rx })
+    }
+
+    /// `/api/history?seconds=N` as JSON.
+    pub fn history_json(&self, seconds: f64) -> String {
+        self.hub.history_json(seconds)
+    }
+}
+
+/// An in-process live client ([`WebHandle::subscribe`]).
+#[derive(Debug)]
+pub struct LiveClient {
+    rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+}
+
+impl LiveClient {
+    /// The next queued event (Server-Sent Events text), if any; never waits.
+    pub fn try_next(&mut self) -> Option<bytes::Bytes> {
+        self.rx.try_recv().ok()
+    }
+
+    /// The next event; `None` once the client was disconnected (too slow) and drained.
+    pub async fn next(&mut self) -> Option<bytes::Bytes> {
+        self.rx.recv().await
+    }
+}
+
+/// The web view sink. See the [module docs](self).
+pub struct WebSink {
+    hub: Arc<Hub>,
+    server: Option<Server>,
+    shut_down: bool,
+}
+
+impl std::fmt::Debug for WebSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebSink").field("local_addr", &self.local_addr()).field("shut_down", &self.shut_down).finish()
+    }
+}
+
+impl WebSink {
+    /// The sink described by `config`, listening on `config.listen` (default [`DEFAULT_LISTEN`]).
+    ///
+    /// # Errors
+    /// [`BuildError::InvalidConfig`] naming the key (`web.max_clients`, `web.tls.cert`, …);
+    /// [`BuildError::Io`] when the address cannot be bound or a TLS file cannot be read.
+    pub fn from_config(config: &WebConfig) -> Result<WebSink, BuildError> {
+        let sink = Self::without_listener(config)?;
+        let mut settings = Settings::new(
+            "web",
+            "web view",
+            config.max_connections,
+            config.header_read_timeout,
+            config.connection_timeout,
+            config.max_header_bytes,
+            config.max_headers,
+            config.auth.clone(),
+            config.tls.as_ref(),
+        )?;
+        settings.send_buffer = Some(SEND_BUFFER);
+        let addr = config.listen.unwrap_or(DEFAULT_LISTEN);
+        let server = Server::bind_with(addr, settings, Arc::new(serve::Web(sink.hub.clone())))?;
+        Ok(WebSink { server: Some(server), ..sink })
+    }
+
+    /// The sink without a listener (benchmarks, embedders serving [`WebHandle`] themselves).
+    ///
+    /// # Errors
+    /// [`BuildError::InvalidConfig`] naming the key.
+    pub fn without_listener(config: &WebConfig) -> Result<WebSink, BuildError> {
+        config.validate()?;
+        let hub = Arc::new(Hub::new(config.max_clients, config.client_buffer, config.history));
+        Ok(WebSink { hub, server: None, shut_down: false })
+    }
+
+    /// A handle on this sink's state; stays valid after the sink moves into an agent.
+    pub fn handle(&self) -> WebHandle {
+        WebHandle { hub: self.hub.clone() }
+    }
+
+    /// The address the listener is bound to (`None` without a listener).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.server.as_ref().map(Server::local_addr)
+    }
+
+    fn ensure_started(&self) {
+        if let Some(server) = &self.server {
+            server.ensure_started();
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Sink for WebSink {
+    fn name(&self) -> &str {
+        self.hub.name
+    }
+
+    fn attach_telemetry(&mut self, telemetry: Telemetry) {
+        self.hub.set_telemetry(telemetry);
+        self.ensure_started();
+    }
+
+    async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
+        if self.shut_down {
+            return Err(SinkError::AlreadyShutdown);
+        }
+        self.ensure_started();
+        self.hub.publish(snapshot);
+        Ok(())
+    }
+
+    async fn healthcheck(&mut self) -> Result<(), SinkError> {
+        self.ensure_started();
+        Ok(())
+    }
+
+    async fn shutdown(&mut self) -> Result<(), SinkError> {
+        self.shut_down = true;
+        if let Some(server) = &self.server {
+            server.stop();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,127 @@
+//! The web view's routes.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::header::{HeaderName, HeaderValue, ACCEPT_ENCODING, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_TYPE, VARY};
+use hyper::{Request, Response, StatusCode};
+
+use super::assets;
+use super::hub::Hub;
+use crate::prometheus::http::{reject_method, reject_unauthorized, text_response, Body, Handler, Settings};
+
+/// The web view's Content-Security-Policy: no inline script or style, nothing from elsewhere (the
+/// page's own files and its own API only).
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+     connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+pub(crate) struct Web(pub(crate) Arc<Hub>);
+
+impl Handler for Web {
+    fn respond(&self, req: &Request<Incoming>, settings: &Settings) -> Response<Body> {
+        let mut r = route(&self.0, req, settings);
+        let h = r.headers_mut();
+        h.insert(HeaderName::from_static("content-security-policy"), HeaderValue::from_static(CSP));
+        h.insert(HeaderName::from_static("x-content-type-options"), HeaderValue::from_static("nosniff"));
+        h.insert(HeaderName::from_static("referrer-policy"), HeaderValue::from_static("no-referrer"));
+        h.insert(HeaderName::from_static("x-frame-options"), HeaderValue::from_static("DENY"));
+        r
+    }
+}
+
+fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Body::full(body));
+    *r.status_mut() = status;
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn route(hub: &Arc<Hub>, req: &Request<Incoming>, settings: &Settings) -> Response<Body> {
+    if let Some(r) = reject_method(req) {
+        return r;
+    }
+    let head = req.method() == hyper::Method::HEAD;
+    if let Some(r) = reject_unauthorized(settings.auth.as_ref(), req) {
+        return r;
+    }
+    let mut r = match req.uri().path() {
+        "/api/snapshot" => match hub.latest() {
+            Some(s) => match serde_json::to_vec(&*s) {
+                Ok(body) => json(StatusCode::OK, body),
+                Err(_) => text_response(StatusCode::INTERNAL_SERVER_ERROR, "cannot serialise the snapshot\n"),
+            },
+            None => json(StatusCode::SERVICE_UNAVAILABLE, "{\"error\":\"no snapshot yet\"}"),
+        },
+        "/api/history" => match seconds(req.uri().query()) {
+            Ok(s) => json(StatusCode::OK, hub.history_json(s)),
+            Err(msg) => {
+                let body = serde_json::json!({ "error": msg }).to_string();
+                json(StatusCode::BAD_REQUEST, body)
+            }
+        },
+        // Browsers ask for it on their own; an empty answer keeps their consoles clean.
+        "/favicon.ico" => {
+            let mut r = Response::new(Body::empty());
+            *r.status_mut() = StatusCode::NO_CONTENT;
+            r
+        }
+        "/api/stream" if head => {
+            let mut r = Response::new(Body::empty());
+            r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+            r
+        }
+        "/api/stream" => match hub.subscribe() {
+            Some(client) => {
+                let mut r = Response::new(Body::stream(client.rx, client.close));
+                let h = r.headers_mut();
+                h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+                h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                r
+            }
+            None => text_response(StatusCode::SERVICE_UNAVAILABLE, "too many live clients\n"),
+        },
+        path => match assets::find(path) {
+            Some(asset) => {
+                let gzip = req
+                    .headers()
+                    .get(ACCEPT_ENCODING)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.split(',').any(|e| e.split(';').next().is_some_and(|e| e.trim() == "gzip")));
+                let mut r = Response::new(if gzip { Body::full(asset.gzip()) } else { Body::full(asset.bytes) });
+                let h = r.headers_mut();
+                h.insert(CONTENT_TYPE, HeaderValue::from_static(asset.content_type));
+                h.insert(VARY, HeaderValue::from_static("accept-encoding"));
+                h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+                if gzip {
+                    h.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+                }
+                r
+            }
+            None => {
+                text_response(StatusCode::NOT_FOUND, "not found: try /, /api/snapshot, /api/history or /api/stream\n")
+            }
+        },
+    };
+    if head {
+        // hyper sends no body for HEAD; keep the headers.
+        *r.body_mut() = Body::empty();
+    }
+    r
+}
+
+/// `seconds=N` from the query: a positive number (default 300).
+pub(crate) fn seconds(query: Option<&str>) -> Result<f64, String> {
+    let Some(query) = query else { return Ok(300.0) };
+    for pair in query.split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if k == "seconds" {
+            return match v.parse::<f64>() {
+                Ok(s) if s.is_finite() && s > 0.0 => Ok(s),
+                _ => Err(format!("seconds: expected a positive number of seconds, got `{v}`")),
+            };
+        }
+    }
+    Ok(300.0)
+}

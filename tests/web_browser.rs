@@ -1,0 +1,238 @@
+//! The web view in a real browser: headless Chromium (Debian's `chromium`, installed by
+//! scripts/backends/install.sh) driven in real time over the DevTools protocol by
+//! scripts/web-browser.py, against the example agent on the mock backend.
+//!
+//! The browser tests are `#[ignore = "needs scripts/test.sh (chromium)"]`; scripts/test.sh sets
+//! GPUMON_TEST_CHROMIUM and runs them. Without it they fail (never pass by skipping).
+//! Screenshots go to a temporary directory (printed).
+#![cfg(all(feature = "agent", feature = "web"))]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use gpumon_mock::test_env::require_env;
+use serde_json::Value;
+
+fn agent() -> Command {
+    let exe = std::env::current_exe().unwrap();
+    let bin: PathBuf = exe.parent().and_then(|d| d.parent()).unwrap().join("examples").join("agent");
+    let mut cmd = Command::new(bin);
+    cmd.env_remove("CUDA_VISIBLE_DEVICES").env_remove("NVIDIA_VISIBLE_DEVICES").env("GPUMON_LOG", "warn");
+    cmd
+}
+
+fn http() -> reqwest::blocking::Client {
+    #[cfg(feature = "tls")]
+    gpumon::sinks::tls::install_crypto_provider();
+    reqwest::blocking::Client::builder().timeout(Duration::from_secs(5)).build().unwrap()
+}
+
+/// A port that was free a moment ago (the agent binds it next).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Kills the agent when the test ends, also on a failed assertion.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(args: &[&str]) -> (Running, String) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let child = agent()
+        .args(["--web-listen", &listen, "--interval", "500ms"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("run target/debug/examples/agent (cargo build --example agent)");
+    let running = Running(child);
+    let base = format!("http://{listen}");
+    let client = http();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(r) = client.get(format!("{base}/api/snapshot")).send() {
+            if r.status().is_success() {
+                break;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "the agent's web view did not serve a snapshot within 20 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (running, base)
+}
+
+fn snapshot(base: &str) -> Value {
+    serde_json::from_str(&http().get(format!("{base}/api/snapshot")).send().unwrap().text().unwrap()).unwrap()
+}
+
+/// Runs scripts/web-browser.py: probes of the live page at each time, and a screenshot.
+fn browse(url: &str, at: &[f64], screenshot: &Path) -> Value {
+    let chromium = require_env("GPUMON_TEST_CHROMIUM");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/web-browser.py");
+    let mut cmd = Command::new("python3");
+    cmd.arg(script).arg(url).arg("--chromium").arg(chromium).arg("--screenshot").arg(screenshot).arg("--full-page");
+    for t in at {
+        cmd.arg("--at").arg(t.to_string());
+    }
+    let out = cmd.output().expect("python3");
+    assert!(out.status.success(), "web-browser.py failed: {}", String::from_utf8_lossy(&out.stderr));
+    eprintln!("screenshot: {}", screenshot.display());
+    serde_json::from_slice(&out.stdout).expect("web-browser.py prints JSON")
+}
+
+fn shots_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gpumon-web-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn assert_clean(run: &Value) {
+    assert_eq!(run["dialogs"], serde_json::json!([]), "the page opened a dialog");
+    assert_eq!(run["exceptions"], serde_json::json!([]), "script errors");
+    assert_eq!(run["console_errors"], serde_json::json!([]), "console errors (CSP violations show here)");
+}
+
+#[test]
+#[ignore = "needs scripts/test.sh (chromium)"]
+fn browser_shows_eight_live_cards_for_h100x8() {
+    let (_agent, base) = start(&["--backend", "mock", "--mock-profile", "h100x8"]);
+    let snap = snapshot(&base);
+    let run = browse(&format!("{base}/"), &[3.0, 6.0], &shots_dir().join("h100x8.png"));
+    assert_clean(&run);
+    let (first, second) = (&run["probes"][0], &run["probes"][1]);
+    let cards = first["cards"].as_array().unwrap();
+    assert_eq!(cards.len(), 8, "{first}");
+    let devices = snap["devices"].as_array().unwrap();
+    for (card, dev) in cards.iter().zip(devices) {
+        // The profile's names and UUIDs, in index order.
+        assert_eq!(card["uuid"], dev["info"]["uuid"]);
+        assert_eq!(card["name"], dev["info"]["name"]);
+        assert_eq!(card["name"], "NVIDIA H100 80GB HBM3");
+        assert_eq!(card["canvases"], 5, "five live charts per card");
+        for field in ["util", "mem", "power", "temp", "sm_clock"] {
+            let v = card["figures"][field].as_str().unwrap();
+            assert!(v.chars().next().unwrap().is_ascii_digit(), "{field}: {v}");
+        }
+    }
+    assert_eq!(first["banner"], true, "simulated data must say so");
+    assert_eq!(second["conn"], "live");
+    // The live stream works: three seconds later the figures are not the same.
+    let figures = |p: &Value| p["cards"].as_array().unwrap().iter().map(|c| c["figures"].clone()).collect::<Vec<_>>();
+    assert_ne!(figures(first), figures(second), "figures did not change in 3 s");
+    assert!(second["host"].as_str().unwrap().contains("mock"));
+}
+
+#[test]
+#[ignore = "needs scripts/test.sh (chromium)"]
+fn browser_shows_hostile_names_as_text() {
+    const HOSTILE: &str = "<img src=x onerror=alert(1)>";
+    const HOST: &str = "<script>alert(2)</script><b>node</b>";
+    let dir = shots_dir();
+    let profile = dir.join("hostile.toml");
+    std::fs::write(
+        &profile,
+        format!("name = \"hostile\"\n[[devices]]\nmodel = \"h100\"\ncount = 2\noverrides = {{ name = {HOSTILE:?} }}\n"),
+    )
+    .unwrap();
+    let (_agent, base) = start(&["--backend", "mock", "--mock-profile", profile.to_str().unwrap(), "--host", HOST]);
+    let run = browse(&format!("{base}/"), &[3.0], &dir.join("hostile.png"));
+    assert_clean(&run);
+    let probe = &run["probes"][0];
+    let cards = probe["cards"].as_array().unwrap();
+    assert_eq!(cards.len(), 2, "{probe}");
+    for card in cards {
+        assert_eq!(card["name"], HOSTILE, "shown literally");
+        assert_eq!(card["name_children"], 0, "no element made from the name");
+    }
+    assert!(probe["host"].as_str().unwrap().contains(HOST), "{}", probe["host"]);
+    let tags = &probe["tags"];
+    assert!(tags.get("img").is_none(), "an <img> was created: {tags}");
+    assert!(tags.get("b").is_none(), "a <b> was created: {tags}");
+    assert_eq!(tags["script"], 2, "only the page's own scripts: {tags}");
+    assert_eq!(probe["pwned"], false);
+}
+
+#[test]
+#[ignore = "needs scripts/test.sh (chromium)"]
+fn browser_shows_findings_with_advice_and_processes() {
+    let (_agent, base) = start(&[
+        "--backend",
+        "mock",
+        "--mock-profile",
+        "a100x4",
+        "--mock-scenario",
+        "dataloader-starved",
+        "--diagnose-window",
+        "2s",
+        "--enable",
+        "processes",
+    ]);
+    let run = browse(&format!("{base}/"), &[7.0], &shots_dir().join("findings.png"));
+    assert_clean(&run);
+    let probe = &run["probes"][0];
+    let findings = probe["findings"].as_array().expect("the findings section is shown");
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.as_str().unwrap().contains("dataloader_starvation") && f.as_str().unwrap().contains("→")),
+        "{findings:?}"
+    );
+    assert!(probe["processes"].as_u64().unwrap() > 0, "{probe}");
+    assert_eq!(probe["steps"], Value::Null, "no steps section without steps in the snapshot");
+}
+
+/// Not a browser test: with --web-listen the web view is an exporting sink, so `--backend auto`
+/// never falls back to simulated GPUs (no GPU here: no snapshot at all rather than a mock one).
+#[test]
+fn web_listen_never_gets_the_mock_fallback() {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let child = agent()
+        .args(["--backend", "auto", "--web-listen", &listen, "--interval", "200ms"])
+        .args(["--nvml-library", "/nonexistent/libnvidia-ml.so.1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut running = Running(child);
+    let client = http();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let page = loop {
+        if let Ok(r) = client.get(format!("http://{listen}/")).send() {
+            break r;
+        }
+        assert!(std::time::Instant::now() < deadline, "the web view did not come up");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(page.status().is_success());
+    std::thread::sleep(Duration::from_secs(1)); // several ticks
+    let r = client.get(format!("http://{listen}/api/snapshot")).send().unwrap();
+    assert_eq!(r.status().as_u16(), 503, "no GPU data, and certainly no simulated data");
+    let _ = running.0.kill();
+    let out = running.0.wait_with_output_ref();
+    assert!(!out.contains("MOCK"), "{out}");
+}
+
+trait StderrText {
+    fn wait_with_output_ref(&mut self) -> String;
+}
+
+impl StderrText for Child {
+    fn wait_with_output_ref(&mut self) -> String {
+        let _ = self.wait();
+        let mut s = String::new();
+        if let Some(mut e) = self.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut e, &mut s);
+        }
+        s
+    }
+}
