@@ -68,7 +68,7 @@ pub use metric::{
 };
 pub use model::{
     ClockEventReasons, Clocks, DeviceInfo, DeviceSample, DeviceState, Ecc, FailureReason, Gpm, Memory, MetricFailure,
-    MigInfo, Pcie, Power, ProcessSample, Snapshot, SystemInfo, Temperature, Utilization, WindowStats, Windows,
+    MigInfo, Nvlink, NvlinkLink, NvlinkRemote, NvlinkState, Pcie, Power, ProcessSample, Snapshot, SystemInfo, Temperature, Utilization, WindowStats, Windows,
     XidCount,
 };
 pub use processor::{Processor, ProcessorContext};

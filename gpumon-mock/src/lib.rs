@@ -206,8 +206,8 @@ mod sinks;
 pub mod test_env;
 
 pub use error::ConfigError;
-pub use fleet::{DeviceKind, MockDevice, MockFleet, DEFAULT_SEED};
-pub use gpus::{Capabilities, GpuModel, MigProfile};
+pub use fleet::{nvlink_share, DeviceKind, MockDevice, MockFleet, DEFAULT_SEED};
+pub use gpus::{Capabilities, GpuModel, MigProfile, MAX_NVLINK_LINKS};
 pub use profile::{FleetProfile, GpuSpec, DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION, MAX_GPUS};
 pub use sampler::{MockSampler, MockSamplerBuilder};
 pub use scenario::{Fault, Gate, Scenario, Workload, UNKNOWN_ERROR};
