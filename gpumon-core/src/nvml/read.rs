@@ -69,6 +69,8 @@ pub(crate) struct Carry {
     pub(crate) gpm_supported: Option<bool>,
     /// The previous tick's GPM sample (`nvmlGpmSample_t`).
     pub(crate) gpm_prev: Option<usize>,
+    /// NVLink links with their static facts, once discovered (empty: no NVLink).
+    pub(crate) nvlink: Option<Vec<crate::model::NvlinkLink>>,
 }
 
 /// A sample type and how its values convert to base units.
@@ -284,6 +286,18 @@ pub(crate) fn families(nvml: &Nvml, d: &Device<'_>, set: MetricSet, carry: &mut 
     }
     if set.contains(Family::Gpm) && !is_mig {
         gpm(nvml, d, carry, r);
+    }
+    // NVML reports NVLink on the physical GPU only.
+    if set.contains(Family::Nvlink) && !is_mig && !r.lost {
+        if carry.nvlink.is_none() {
+            let links = super::nvlink::discover(nvml, d, r);
+            if !r.lost {
+                carry.nvlink = Some(links);
+            }
+        }
+        if let Some(links) = &carry.nvlink {
+            r.sample.nvlink = super::nvlink::read(nvml, d, links, r);
+        }
     }
 }
 
