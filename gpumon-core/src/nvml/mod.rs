@@ -341,7 +341,7 @@ impl NvmlSampler {
     fn asleep(&self, d: &Device<'_>, gpu: &mut Gpu) -> bool {
         let Some(root) = &self.sysfs_root else { return false };
         if gpu.bus_id.is_none() {
-            gpu.bus_id = gpu.info.as_ref().and_then(|i| i.pci_bus_id.clone()).or_else(|| d.pci_info().ok().map(|p| p.bus_id));
+            gpu.bus_id = gpu.info.as_ref().and_then(|i| i.pci_bus_id.clone()).or_else(|| read::bus_id(&self.nvml, d));
         }
         gpu.bus_id.as_deref().is_some_and(|id| runtime_pm::is_suspended(root, id))
     }

@@ -158,6 +158,18 @@ pub(crate) fn mig_info(
     Ok(info)
 }
 
+/// The PCI bus id with a single raw `nvmlDeviceGetPciInfo_v3` (nvml-wrapper's `pci_info` makes
+/// more calls than that).
+pub(crate) fn bus_id(nvml: &Nvml, d: &Device<'_>) -> Option<String> {
+    let f = nvml_sym(nvml.lib().nvmlDeviceGetPciInfo_v3.as_ref()).ok()?;
+    // SAFETY: plain C struct; all-zero is valid.
+    let mut p: sys::nvmlPciInfo_t = unsafe { mem::zeroed() };
+    // SAFETY: a live handle and a valid out-pointer.
+    nvml_try(unsafe { f(d.handle(), &mut p) }).ok()?;
+    let id: Vec<u8> = p.busId.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8(id).ok().filter(|s| !s.is_empty())
+}
+
 fn architecture(nvml: &Nvml, d: &Device<'_>) -> Option<String> {
     let f = nvml_sym(nvml.lib().nvmlDeviceGetArchitecture.as_ref()).ok()?;
     let mut arch: sys::nvmlDeviceArchitecture_t = 0;

@@ -218,6 +218,8 @@ pub fn nvml_view(sample: &DeviceSample, info: Arc<DeviceInfo>) -> DeviceSample {
         o.remapped_rows_failure = Some(e.remapped_rows_failure.unwrap_or(false));
     }
     out.xid_errors = sample.xid_errors.clone();
+    // NVLink byte counters travel in whole KiB; the model's already are.
+    out.nvlink = sample.nvlink.clone();
     out.processes = sample
         .processes
         .iter()
