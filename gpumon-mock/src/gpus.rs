@@ -295,9 +295,9 @@ fn a100_sxm4_40gb() -> GpuModel {
             MigProfile::new("4g.20gb", 4, 19_968),
             MigProfile::new("7g.40gb", 7, 40_192),
         ],
-    nvlink_links: 12,
+        nvlink_links: 12,
         nvlink_version: 3,
-        }
+    }
 }
 
 /// NVIDIA A100-SXM4-80GB (Ampere, 400 W).
@@ -355,9 +355,9 @@ fn h100_sxm5_80gb() -> GpuModel {
             MigProfile::new("4g.40gb", 4, 40_320),
             MigProfile::new("7g.80gb", 7, 80_896),
         ],
-    nvlink_links: 18,
+        nvlink_links: 18,
         nvlink_version: 4,
-        }
+    }
 }
 
 /// NVIDIA H200, SXM (Hopper, 141 GB HBM3e, 700 W).
@@ -421,9 +421,9 @@ fn rtx_4090() -> GpuModel {
             serial: false,
         },
         mig_profiles: Vec::new(),
-    nvlink_links: 0,
+        nvlink_links: 0,
         nvlink_version: 0,
-        }
+    }
 }
 
 /// Tesla V100-SXM2-32GB (Volta, 300 W): page retirement instead of row remapping, NVENC.
@@ -453,9 +453,9 @@ fn v100_sxm2_32gb() -> GpuModel {
         pcie_max_link_width: 16,
         capabilities: Capabilities { encoder: true, page_retirement: true, row_remapping: false, ..DATACENTER_HBM },
         mig_profiles: Vec::new(),
-    nvlink_links: 6,
+        nvlink_links: 6,
         nvlink_version: 2,
-        }
+    }
 }
 
 #[cfg(test)]

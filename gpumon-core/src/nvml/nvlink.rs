@@ -51,6 +51,8 @@ fn field_values(nvml: &Nvml, d: &Device<'_>, fields: &[(u32, u32)]) -> Result<Ve
     Ok(values)
 }
 
+// `c_ulong` is `u64` on LP64 targets but not everywhere, so the conversion is not useless.
+#[allow(clippy::useless_conversion)]
 fn as_u64(v: &sys::nvmlFieldValue_t) -> Option<u64> {
     if v.nvmlReturn != sys::nvmlReturn_enum_NVML_SUCCESS {
         return None;
@@ -59,7 +61,7 @@ fn as_u64(v: &sys::nvmlFieldValue_t) -> Option<u64> {
     unsafe {
         match v.valueType {
             sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT => Some(u64::from(v.value.uiVal)),
-            sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG => Some(v.value.ulVal as u64),
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG => Some(u64::from(v.value.ulVal)),
             sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG => Some(v.value.ullVal),
             sys::nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_LONG_LONG => u64::try_from(v.value.sllVal).ok(),
             sys::nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_INT => u64::try_from(v.value.siVal).ok(),
@@ -114,8 +116,7 @@ pub(crate) fn read(nvml: &Nvml, d: &Device<'_>, links: &[NvlinkLink], r: &mut Re
     if links.is_empty() {
         return None;
     }
-    let fields: Vec<(u32, u32)> =
-        links.iter().flat_map(|l| PER_TICK.iter().map(move |&f| (f, l.link))).collect();
+    let fields: Vec<(u32, u32)> = links.iter().flat_map(|l| PER_TICK.iter().map(move |&f| (f, l.link))).collect();
     let values = match field_values(nvml, d, &fields) {
         Ok(v) => v,
         Err(e) => {

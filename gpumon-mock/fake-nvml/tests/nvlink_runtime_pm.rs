@@ -173,4 +173,3 @@ fn a_suspended_gpu_is_reported_and_not_woken() {
     let snap = waking.build().unwrap().sample(&everything).unwrap();
     assert_eq!(snap.devices[3].state, DeviceState::Ok);
 }
-

@@ -268,8 +268,12 @@ fn field_value(s: &DeviceSample, field: c_uint, scope: c_uint) -> Result<FieldVa
             };
         }
         // Throughput fields count KiB; the model's byte counters are whole KiB.
-        NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX | NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX => |l| l.tx_bytes.map(|b| b / 1024),
-        NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX | NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX => |l| l.rx_bytes.map(|b| b / 1024),
+        NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX | NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX => {
+            |l| l.tx_bytes.map(|b| b / 1024)
+        }
+        NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX | NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX => {
+            |l| l.rx_bytes.map(|b| b / 1024)
+        }
         NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY => |l| l.replay_errors,
         NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY => |l| l.recovery_errors,
         NVML_FI_DEV_NVLINK_ERROR_DL_CRC => |l| l.crc_errors,

@@ -32,15 +32,8 @@ fn remote_pci(bus_id: &str) -> nvmlPciInfo_t {
     let mut it = bus_id.split([':', '.']);
     let mut next = || it.next().and_then(|p| u32::from_str_radix(p, 16).ok()).unwrap_or(0);
     let (domain, bus, device) = (next(), next(), next());
-    let mut p = nvmlPciInfo_t {
-        busIdLegacy: [0; 16],
-        domain,
-        bus,
-        device,
-        pciDeviceId: 0,
-        pciSubSystemId: 0,
-        busId: [0; 32],
-    };
+    let mut p =
+        nvmlPciInfo_t { busIdLegacy: [0; 16], domain, bus, device, pciDeviceId: 0, pciSubSystemId: 0, busId: [0; 32] };
     let legacy = format!("{domain:04X}:{bus:02X}:{device:02X}.0");
     for (dst, src) in p.busIdLegacy.iter_mut().take(15).zip(legacy.bytes()) {
         *dst = src as c_char;
