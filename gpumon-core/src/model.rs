@@ -812,6 +812,39 @@ mod tests {
     }
 
     #[test]
+    fn nvlink_totals_sum_links_and_count_up_links() {
+        let mut a = NvlinkLink::new(0);
+        a.tx_bytes = Some(10);
+        a.crc_errors = Some(2);
+        let mut b = NvlinkLink::new(1);
+        b.tx_bytes = Some(5);
+        b.state = NvlinkState::Down;
+        b.recovery_errors = Some(1);
+        let nv = Nvlink::new(vec![a, b]);
+        assert_eq!((nv.tx_bytes(), nv.rx_bytes(), nv.links_up()), (Some(15), None, 1));
+        assert_eq!(nv.total_errors(), 3);
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn nvlink_json_is_absent_without_links() {
+        let info = Arc::new(DeviceInfo::new(0, "GPU-x", "X"));
+        let plain = serde_json::to_value(DeviceSample::new(info.clone())).unwrap();
+        assert!(plain.get("nvlink").is_none(), "no NVLink: no key at all, not zeros");
+        let mut s = DeviceSample::new(info);
+        let mut l = NvlinkLink::new(3);
+        l.remote_pci_bus_id = Some("00000000:05:00.0".into());
+        l.remote_device_type = Some(NvlinkRemote::Switch);
+        s.nvlink = Some(Nvlink::new(vec![l]));
+        let v = serde_json::to_value(&s).unwrap();
+        let link = &v["nvlink"]["links"][0];
+        assert_eq!((link["link"].as_u64(), link["state"].as_str()), (Some(3), Some("up")));
+        assert_eq!(link["remote_device_type"].as_str(), Some("switch"));
+        let back: DeviceSample = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
     fn cuda_version_formats_major_minor() {
         let s = SystemInfo { cuda_driver_version: Some(12080), ..SystemInfo::default() };
         assert_eq!(s.cuda_version().as_deref(), Some("12.8"));
