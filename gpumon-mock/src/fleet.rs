@@ -209,6 +209,15 @@ impl MockFleet {
                     ));
                 }
             }
+            if let Fault::NvlinkDown { device, link, .. } | Fault::NvlinkErrors { device, link, .. } = *f {
+                let links = profile.gpus[device as usize].model.nvlink_links;
+                if link >= links {
+                    return Err(ConfigError::invalid(
+                        format!("faults[{n}].link"),
+                        format!("GPU {device} has {links} NVLink links (0..{links})"),
+                    ));
+                }
+            }
         }
         let mut system = SystemInfo::new(gpumon_core::hostname(), "mock");
         system.driver_version = Some(profile.driver_version.clone());
