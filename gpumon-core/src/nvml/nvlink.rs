@@ -111,6 +111,14 @@ pub(crate) fn discover(nvml: &Nvml, d: &Device<'_>, r: &mut Reader<'_>) -> Vec<N
         .collect()
 }
 
+/// `nvmlDeviceGetNvLinkState` of one link (1 active, 0 not); `None` when it fails.
+fn link_state(nvml: &Nvml, d: &Device<'_>, link: u32) -> Option<u64> {
+    let f = nvml_sym(nvml.lib().nvmlDeviceGetNvLinkState.as_ref()).ok()?;
+    let mut v: sys::nvmlEnableState_t = 0;
+    // SAFETY: a live handle and a valid out-pointer.
+    nvml_try(unsafe { f(d.handle(), link, &mut v) }).ok().map(|()| u64::from(v))
+}
+
 /// This tick's state and counters of `links` (static facts kept), in one field-values call.
 pub(crate) fn read(nvml: &Nvml, d: &Device<'_>, links: &[NvlinkLink], r: &mut Reader<'_>) -> Option<Nvlink> {
     if links.is_empty() {
@@ -133,10 +141,10 @@ pub(crate) fn read(nvml: &Nvml, d: &Device<'_>, links: &[NvlinkLink], r: &mut Re
         }
         let get = |i: usize| chunk.get(i).and_then(as_u64);
         let mut link = l.clone();
-        link.state = match get(0) {
-            Some(1) => NvlinkState::Up,
-            _ => NvlinkState::Down,
-        };
+        // Drivers before `NVML_FI_DEV_NVLINK_GET_STATE` (R525) answer it NOT_SUPPORTED: ask
+        // the per-link call instead rather than report every link down.
+        let state = get(0).or_else(|| link_state(nvml, d, l.link));
+        link.state = if state == Some(1) { NvlinkState::Up } else { NvlinkState::Down };
         link.tx_bytes = get(1).map(|k| k * KIB);
         link.rx_bytes = get(2).map(|k| k * KIB);
         link.crc_errors = get(3);
