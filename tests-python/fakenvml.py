@@ -14,18 +14,20 @@ EXPECT = os.environ.get("GPUMON_FAKE_NVML_EXPECT", "")
 PYTHON = os.environ.get("GPUMON_TEST_PYTHON", sys.executable)
 
 
-def env(profile="h100x8", tick=0, faults=None, scenario=None):
+def env(profile="h100x8", tick=0, faults=None, scenario=None, pids=None):
     e = dict(os.environ)
     e["LD_LIBRARY_PATH"] = FAKE_DIR + (":" + e["LD_LIBRARY_PATH"] if e.get("LD_LIBRARY_PATH") else "")
     e["GPUMON_FAKE_NVML_PROFILE"] = profile
     e["GPUMON_FAKE_NVML_CLOCK"] = "manual"
     e["GPUMON_FAKE_NVML_TICK"] = str(tick)
-    for k in ("GPUMON_FAKE_NVML_FAULTS", "GPUMON_FAKE_NVML_SCENARIO", "GPUMON_FAKE_NVML_SEED"):
+    for k in ("GPUMON_FAKE_NVML_FAULTS", "GPUMON_FAKE_NVML_SCENARIO", "GPUMON_FAKE_NVML_SEED", "GPUMON_FAKE_NVML_PIDS"):
         e.pop(k, None)
     if faults:
         e["GPUMON_FAKE_NVML_FAULTS"] = faults
     if scenario:
         e["GPUMON_FAKE_NVML_SCENARIO"] = scenario
+    if pids:
+        e["GPUMON_FAKE_NVML_PIDS"] = pids
     return e
 
 

@@ -57,14 +57,18 @@ pub enum Family {
     HighResolution,
     /// GPM profiling metrics (Hopper+).
     Gpm,
+    /// NVLink per-link state, traffic and error counters (GPUs with NVLink; nothing elsewhere).
+    /// One batched field-values call per GPU per tick.
+    Nvlink,
     /// Findings of the diagnosis stage ([`crate::diagnose`]). Derived from the other families,
     /// not read from the GPU: selecting it costs the backend nothing.
     Diagnosis,
 }
 
 impl Family {
-    /// Every family, in declaration order.
-    pub const ALL: [Family; 20] = [
+    /// Every family, in declaration order: the sampled families, then the derived
+    /// [`Family::Diagnosis`] last.
+    pub const ALL: [Family; 21] = [
         Family::Status,
         Family::Utilization,
         Family::Memory,
@@ -84,6 +88,7 @@ impl Family {
         Family::Processes,
         Family::HighResolution,
         Family::Gpm,
+        Family::Nvlink,
         Family::Diagnosis,
     ];
 
@@ -112,6 +117,7 @@ impl Family {
             Family::Processes => "processes",
             Family::HighResolution => "high_resolution",
             Family::Gpm => "gpm",
+            Family::Nvlink => "nvlink",
             Family::Diagnosis => "diagnosis",
         }
     }
@@ -628,6 +634,50 @@ catalogue! {
     GpmDramBandwidth { "dram_bandwidth_utilization", Gpm, Ratio, Gauge, "DRAM bandwidth used relative to peak (GPM).",
         label: None, dcgm: dcgm("DCGM_FI_PROF_DRAM_ACTIVE", 1.0), otel: hw("gpumon.gpu.dram.bandwidth.utilization") }
 
+    /// 1 while the GPU is runtime-suspended (asleep, not woken to be measured).
+    DeviceSuspended { "suspended", Status, Count, Gauge, "1 while the GPU is runtime-suspended and was left asleep (no other values this tick); absent otherwise.",
+        label: None, dcgm: None, otel: hw("gpumon.gpu.suspended") }
+
+    /// Per link: 1 up, 0 down.
+    NvlinkLinkUp { "nvlink_link_up", Nvlink, Count, Gauge, "1 while the NVLink link is up, 0 when it is down.",
+        label: Some("link"), dcgm: None, otel: hw("gpumon.gpu.nvlink.link.up") }
+    /// Per link: NVLink version.
+    NvlinkLinkVersion { "nvlink_link_version", Nvlink, Count, Gauge, "NVLink version of the link.",
+        label: Some("link"), dcgm: None, otel: hw("gpumon.gpu.nvlink.link.version") }
+    /// Per link: bytes transmitted.
+    NvlinkLinkTx { "nvlink_link_transmit", Nvlink, Bytes, Counter, "Data bytes transmitted over the NVLink link.",
+        label: Some("link"), dcgm: None, otel: hw_attr("gpumon.gpu.nvlink.link.io", "network.io.direction", "transmit") }
+    /// Per link: bytes received.
+    NvlinkLinkRx { "nvlink_link_receive", Nvlink, Bytes, Counter, "Data bytes received over the NVLink link.",
+        label: Some("link"), dcgm: None, otel: hw_attr("gpumon.gpu.nvlink.link.io", "network.io.direction", "receive") }
+    /// Per link: CRC errors.
+    NvlinkLinkCrcErrors { "nvlink_link_crc_errors", Nvlink, Count, Counter, "CRC errors on the NVLink link.",
+        label: Some("link"), dcgm: None, otel: errors("gpumon.gpu.nvlink.link.errors", Some(("error.type", "crc"))) }
+    /// Per link: replay errors.
+    NvlinkLinkReplayErrors { "nvlink_link_replay_errors", Nvlink, Count, Counter, "Replay errors on the NVLink link.",
+        label: Some("link"), dcgm: None, otel: errors("gpumon.gpu.nvlink.link.errors", Some(("error.type", "replay"))) }
+    /// Per link: recovery errors.
+    NvlinkLinkRecoveryErrors { "nvlink_link_recovery_errors", Nvlink, Count, Counter, "Recovery errors (link retrains) on the NVLink link.",
+        label: Some("link"), dcgm: None, otel: errors("gpumon.gpu.nvlink.link.errors", Some(("error.type", "recovery"))) }
+    /// Per GPU: links up.
+    NvlinkLinksUp { "nvlink_links_up", Nvlink, Count, Gauge, "NVLink links of the GPU that are up.",
+        label: None, dcgm: None, otel: hw("gpumon.gpu.nvlink.links_up") }
+    /// Per GPU: bytes transmitted over all links.
+    NvlinkTx { "nvlink_transmit", Nvlink, Bytes, Counter, "Data bytes transmitted over all NVLink links of the GPU.",
+        label: None, dcgm: dcgm("DCGM_FI_PROF_NVLINK_TX_BYTES", 1.0), otel: hw_attr("hw.gpu.io", "network.io.direction", "transmit") }
+    /// Per GPU: bytes received over all links.
+    NvlinkRx { "nvlink_receive", Nvlink, Bytes, Counter, "Data bytes received over all NVLink links of the GPU.",
+        label: None, dcgm: dcgm("DCGM_FI_PROF_NVLINK_RX_BYTES", 1.0), otel: hw_attr("hw.gpu.io", "network.io.direction", "receive") }
+    /// Per GPU: CRC errors over all links.
+    NvlinkCrcErrors { "nvlink_crc_errors", Nvlink, Count, Counter, "CRC errors over all NVLink links of the GPU.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", 1.0), otel: errors("gpumon.gpu.nvlink.errors", Some(("error.type", "crc"))) }
+    /// Per GPU: replay errors over all links.
+    NvlinkReplayErrors { "nvlink_replay_errors", Nvlink, Count, Counter, "Replay errors over all NVLink links of the GPU.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", 1.0), otel: errors("gpumon.gpu.nvlink.errors", Some(("error.type", "replay"))) }
+    /// Per GPU: recovery errors over all links.
+    NvlinkRecoveryErrors { "nvlink_recovery_errors", Nvlink, Count, Counter, "Recovery errors over all NVLink links of the GPU.",
+        label: None, dcgm: dcgm("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", 1.0), otel: errors("gpumon.gpu.nvlink.errors", Some(("error.type", "recovery"))) }
+
     // Derived series (see `Snapshot::visit_derived`). They have no dcgm-exporter name, so they
     // keep their native names in dcgm naming mode.
 
@@ -800,7 +850,12 @@ impl DeviceSample {
         };
         let f = &mut f as &mut dyn FnMut(Point<'a>);
 
-        int(M::DeviceUp, Some(u64::from(self.is_up())), f);
+        // A suspended GPU is present (up = 1) but carries nothing else this tick.
+        int(M::DeviceUp, Some(u64::from(self.is_present())), f);
+        if self.state == crate::model::DeviceState::Suspended {
+            int(M::DeviceSuspended, Some(1), f);
+            return;
+        }
         if !self.is_up() {
             return;
         }
@@ -907,6 +962,30 @@ impl DeviceSample {
         float(M::GpmSmOccupancy, g.sm_occupancy, f);
         float(M::GpmTensorActivity, g.tensor_activity, f);
         float(M::GpmDramBandwidth, g.dram_bandwidth, f);
+
+        if let Some(nv) = &self.nvlink {
+            for l in &nv.links {
+                let label = Some(LabelValue::Int(u64::from(l.link)));
+                let mut per_link = |id, v: Option<u64>| {
+                    if let Some(v) = v {
+                        f(Point { id, value: Value::Int(v), label });
+                    }
+                };
+                per_link(M::NvlinkLinkUp, Some(u64::from(l.is_up())));
+                per_link(M::NvlinkLinkVersion, l.version.map(u64::from));
+                per_link(M::NvlinkLinkTx, l.tx_bytes);
+                per_link(M::NvlinkLinkRx, l.rx_bytes);
+                per_link(M::NvlinkLinkCrcErrors, l.crc_errors);
+                per_link(M::NvlinkLinkReplayErrors, l.replay_errors);
+                per_link(M::NvlinkLinkRecoveryErrors, l.recovery_errors);
+            }
+            int(M::NvlinkLinksUp, Some(nv.links_up()), f);
+            int(M::NvlinkTx, nv.tx_bytes(), f);
+            int(M::NvlinkRx, nv.rx_bytes(), f);
+            int(M::NvlinkCrcErrors, nv.crc_errors(), f);
+            int(M::NvlinkReplayErrors, nv.replay_errors(), f);
+            int(M::NvlinkRecoveryErrors, nv.recovery_errors(), f);
+        }
     }
 
     /// Every point of this sample, collected (convenience over [`DeviceSample::visit_points`]).

@@ -199,6 +199,9 @@ pub enum DeviceState {
     Ok,
     /// The device fell off the bus or needs a reset; it carries no values until it returns.
     Lost,
+    /// The GPU is runtime-suspended (PCI runtime power management put it to sleep) and was not
+    /// woken to be measured: it is present and healthy but carries no values this tick.
+    Suspended,
 }
 
 /// Everything one device reported in one tick.
@@ -239,6 +242,10 @@ pub struct DeviceSample {
     pub windows: Windows,
     /// GPM profiling metrics (Hopper and newer).
     pub gpm: Gpm,
+    /// NVLink links and counters; `None` on GPUs without NVLink (and when [`Family::Nvlink`]
+    /// was not asked for) — never a list of zeros.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub nvlink: Option<Nvlink>,
     /// Per-metric failures this tick; the values concerned are `None`.
     pub errors: Vec<MetricFailure>,
 }
@@ -254,9 +261,19 @@ impl DeviceSample {
         Self { info, state: DeviceState::Lost, ..Self::default() }
     }
 
+    /// A sample for a runtime-suspended GPU: no values, state [`DeviceState::Suspended`].
+    pub fn suspended(info: Arc<DeviceInfo>) -> Self {
+        Self { info, state: DeviceState::Suspended, ..Self::default() }
+    }
+
     /// Whether the device answered this tick.
     pub fn is_up(&self) -> bool {
         self.state == DeviceState::Ok
+    }
+
+    /// Whether the device is present: answering or runtime-suspended (not lost).
+    pub fn is_present(&self) -> bool {
+        self.state != DeviceState::Lost
     }
 
     /// Records a per-metric failure.
@@ -566,6 +583,148 @@ pub struct Gpm {
     pub dram_bandwidth: Option<f64>,
 }
 
+/// Whether an NVLink link is trained and carrying traffic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum NvlinkState {
+    /// Active.
+    #[default]
+    Up,
+    /// Inactive (not trained, or failed).
+    Down,
+}
+
+/// What sits at the far end of an NVLink link (NVML `nvmlIntNvLinkDeviceType_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum NvlinkRemote {
+    /// Another GPU (direct GPU-to-GPU link).
+    Gpu,
+    /// An IBM NPU (POWER CPU).
+    IbmNpu,
+    /// An NVSwitch.
+    Switch,
+    /// The driver does not say.
+    Unknown,
+}
+
+impl NvlinkRemote {
+    /// From NVML's code (0 GPU, 1 IBM NPU, 2 switch, else unknown).
+    pub fn from_nvml(code: u32) -> Self {
+        match code {
+            0 => Self::Gpu,
+            1 => Self::IbmNpu,
+            2 => Self::Switch,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// NVML's code for this type.
+    pub fn nvml_code(self) -> u32 {
+        match self {
+            Self::Gpu => 0,
+            Self::IbmNpu => 1,
+            Self::Switch => 2,
+            Self::Unknown => 0xFF,
+        }
+    }
+}
+
+/// One NVLink link of a GPU: static facts read at discovery, state and counters per tick.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct NvlinkLink {
+    /// Link number (0-based, as NVML numbers them).
+    pub link: u32,
+    /// Up or down this tick.
+    pub state: NvlinkState,
+    /// NVLink version (4 on Hopper, 3 on Ampere).
+    pub version: Option<u32>,
+    /// PCI bus id of the far end (a GPU's or an NVSwitch's).
+    pub remote_pci_bus_id: Option<String>,
+    /// What the far end is.
+    pub remote_device_type: Option<NvlinkRemote>,
+    /// Data bytes transmitted since the driver loaded (monotonic).
+    pub tx_bytes: Option<u64>,
+    /// Data bytes received since the driver loaded (monotonic).
+    pub rx_bytes: Option<u64>,
+    /// CRC errors (data-link layer, monotonic).
+    pub crc_errors: Option<u64>,
+    /// Replay errors (monotonic).
+    pub replay_errors: Option<u64>,
+    /// Recovery errors — link retrains (monotonic).
+    pub recovery_errors: Option<u64>,
+}
+
+impl NvlinkLink {
+    /// Link `link`, up, everything else unknown.
+    pub fn new(link: u32) -> Self {
+        Self { link, ..Self::default() }
+    }
+
+    /// Whether the link is up.
+    pub fn is_up(&self) -> bool {
+        self.state == NvlinkState::Up
+    }
+}
+
+/// A GPU's NVLink links. Present only on GPUs that have links.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct Nvlink {
+    /// One entry per link, in link order.
+    pub links: Vec<NvlinkLink>,
+}
+
+impl Nvlink {
+    /// These links.
+    pub fn new(links: Vec<NvlinkLink>) -> Self {
+        Self { links }
+    }
+
+    /// Links that are up.
+    pub fn links_up(&self) -> u64 {
+        self.links.iter().filter(|l| l.is_up()).count() as u64
+    }
+
+    fn sum(&self, f: impl Fn(&NvlinkLink) -> Option<u64>) -> Option<u64> {
+        self.links.iter().filter_map(f).reduce(u64::saturating_add)
+    }
+
+    /// Bytes transmitted over all links; `None` when no link reports it.
+    pub fn tx_bytes(&self) -> Option<u64> {
+        self.sum(|l| l.tx_bytes)
+    }
+    /// Bytes received over all links.
+    pub fn rx_bytes(&self) -> Option<u64> {
+        self.sum(|l| l.rx_bytes)
+    }
+    /// CRC errors over all links.
+    pub fn crc_errors(&self) -> Option<u64> {
+        self.sum(|l| l.crc_errors)
+    }
+    /// Replay errors over all links.
+    pub fn replay_errors(&self) -> Option<u64> {
+        self.sum(|l| l.replay_errors)
+    }
+    /// Recovery errors over all links.
+    pub fn recovery_errors(&self) -> Option<u64> {
+        self.sum(|l| l.recovery_errors)
+    }
+    /// CRC + replay + recovery errors over all links.
+    pub fn total_errors(&self) -> u64 {
+        [self.crc_errors(), self.replay_errors(), self.recovery_errors()].into_iter().flatten().sum()
+    }
+}
+
 /// A metric family that could not be read for a reason other than "not supported".
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -650,6 +809,39 @@ mod tests {
         let m = Memory { used: Some(25), total: Some(100), ..Memory::default() };
         assert_eq!(m.used_ratio(), Some(0.25));
         assert_eq!(Memory { used: Some(1), total: Some(0), ..Memory::default() }.used_ratio(), None);
+    }
+
+    #[test]
+    fn nvlink_totals_sum_links_and_count_up_links() {
+        let mut a = NvlinkLink::new(0);
+        a.tx_bytes = Some(10);
+        a.crc_errors = Some(2);
+        let mut b = NvlinkLink::new(1);
+        b.tx_bytes = Some(5);
+        b.state = NvlinkState::Down;
+        b.recovery_errors = Some(1);
+        let nv = Nvlink::new(vec![a, b]);
+        assert_eq!((nv.tx_bytes(), nv.rx_bytes(), nv.links_up()), (Some(15), None, 1));
+        assert_eq!(nv.total_errors(), 3);
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn nvlink_json_is_absent_without_links() {
+        let info = Arc::new(DeviceInfo::new(0, "GPU-x", "X"));
+        let plain = serde_json::to_value(DeviceSample::new(info.clone())).unwrap();
+        assert!(plain.get("nvlink").is_none(), "no NVLink: no key at all, not zeros");
+        let mut s = DeviceSample::new(info);
+        let mut l = NvlinkLink::new(3);
+        l.remote_pci_bus_id = Some("00000000:05:00.0".into());
+        l.remote_device_type = Some(NvlinkRemote::Switch);
+        s.nvlink = Some(Nvlink::new(vec![l]));
+        let v = serde_json::to_value(&s).unwrap();
+        let link = &v["nvlink"]["links"][0];
+        assert_eq!((link["link"].as_u64(), link["state"].as_str()), (Some(3), Some("up")));
+        assert_eq!(link["remote_device_type"].as_str(), Some("switch"));
+        let back: DeviceSample = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
     }
 
     #[test]

@@ -19,6 +19,10 @@ use crate::profile::FleetProfile;
 use crate::rng::{hash, Draw};
 use crate::scenario::{Fault, Scenario, Workload};
 
+#[path = "nvlink.rs"]
+mod nvlink;
+pub use nvlink::nvlink_share;
+
 /// The seed used when neither the sampler, the scenario nor the profile sets one.
 pub const DEFAULT_SEED: u64 = 0x6770_756D_6F6E; // "gpumon"
 
@@ -202,6 +206,15 @@ impl MockFleet {
                     return Err(ConfigError::invalid(
                         format!("faults[{n}].device"),
                         format!("GPU {d} does not exist; the fleet has {gpu_count} GPUs"),
+                    ));
+                }
+            }
+            if let Fault::NvlinkDown { device, link, .. } | Fault::NvlinkErrors { device, link, .. } = *f {
+                let links = profile.gpus[device as usize].model.nvlink_links;
+                if link >= links {
+                    return Err(ConfigError::invalid(
+                        format!("faults[{n}].link"),
+                        format!("GPU {device} has {links} NVLink links (0..{links})"),
                     ));
                 }
             }
@@ -761,6 +774,9 @@ impl MockFleet {
         if metrics.contains(Family::Gpm) && caps.gpm {
             gpm(&mut s, d, &l);
         }
+        if metrics.contains(Family::Nvlink) {
+            s.nvlink = self.nvlink(dev, tick);
+        }
         s
     }
 
@@ -886,6 +902,7 @@ fn clear_family(s: &mut DeviceSample, family: Family) {
         Family::Processes => s.processes.clear(),
         Family::HighResolution => s.windows = Default::default(),
         Family::Gpm => s.gpm = Default::default(),
+        Family::Nvlink => s.nvlink = None,
         // Status cannot be withheld; families added later have nothing to clear here yet.
         _ => {}
     }

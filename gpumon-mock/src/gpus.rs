@@ -9,6 +9,9 @@ use gpumon_core::{Clocks, DeviceInfo};
 
 const MIB: u64 = 1024 * 1024;
 
+/// Most NVLink links a GPU has (`NVML_NVLINK_MAX_LINKS`).
+pub const MAX_NVLINK_LINKS: u32 = 18;
+
 /// What a GPU model can report. A capability that is `false` leaves the matching values `None`
 /// in every sample, exactly as NVML's `NotSupported` does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,6 +112,10 @@ pub struct GpuModel {
     pub capabilities: Capabilities,
     /// MIG profiles it offers (empty without MIG).
     pub mig_profiles: Vec<MigProfile>,
+    /// NVLink links (SXM parts: 18 on H100/H200, 12 on A100, 6 on V100; PCIe cards 0).
+    pub nvlink_links: u32,
+    /// NVLink version of those links (4 Hopper, 3 Ampere, 2 Volta).
+    pub nvlink_version: u32,
 }
 
 impl GpuModel {
@@ -176,6 +183,9 @@ impl GpuModel {
         }
         if self.memory_total_bytes == 0 {
             return bad("memory_total_bytes", "must be above 0".into());
+        }
+        if self.nvlink_links > MAX_NVLINK_LINKS {
+            return bad("nvlink_links", format!("must be at most {MAX_NVLINK_LINKS} (NVML_NVLINK_MAX_LINKS)"));
         }
         if self.memory_reserved_bytes >= self.memory_total_bytes {
             return bad(
@@ -285,6 +295,8 @@ fn a100_sxm4_40gb() -> GpuModel {
             MigProfile::new("4g.20gb", 4, 19_968),
             MigProfile::new("7g.40gb", 7, 40_192),
         ],
+        nvlink_links: 12,
+        nvlink_version: 3,
     }
 }
 
@@ -343,6 +355,8 @@ fn h100_sxm5_80gb() -> GpuModel {
             MigProfile::new("4g.40gb", 4, 40_320),
             MigProfile::new("7g.80gb", 7, 80_896),
         ],
+        nvlink_links: 18,
+        nvlink_version: 4,
     }
 }
 
@@ -407,6 +421,8 @@ fn rtx_4090() -> GpuModel {
             serial: false,
         },
         mig_profiles: Vec::new(),
+        nvlink_links: 0,
+        nvlink_version: 0,
     }
 }
 
@@ -437,6 +453,8 @@ fn v100_sxm2_32gb() -> GpuModel {
         pcie_max_link_width: 16,
         capabilities: Capabilities { encoder: true, page_retirement: true, row_remapping: false, ..DATACENTER_HBM },
         mig_profiles: Vec::new(),
+        nvlink_links: 6,
+        nvlink_version: 2,
     }
 }
 

@@ -120,6 +120,19 @@
 //! at_tick = 7
 //! xid = 48                   # optional, default 48
 //! count = 4                  # optional, default 1
+//!
+//! [[faults]]
+//! kind = "nvlink_down"       # NVLink link down from at_tick: state down, counters stop,
+//! device = 2                 # one recovery error
+//! link = 5
+//! at_tick = 10
+//!
+//! [[faults]]
+//! kind = "nvlink_errors"     # CRC errors rise by per_tick each tick (replays half as fast,
+//! device = 3                 # a recovery per 10 ticks) from at_tick on
+//! link = 0
+//! at_tick = 4
+//! per_tick = 10              # optional, default 10
 //! ```
 //!
 //! [`Fault::HangUntilReleased`] (blocks until a [`Gate`] is released) exists only in Rust, for
@@ -206,8 +219,8 @@ mod sinks;
 pub mod test_env;
 
 pub use error::ConfigError;
-pub use fleet::{DeviceKind, MockDevice, MockFleet, DEFAULT_SEED};
-pub use gpus::{Capabilities, GpuModel, MigProfile};
+pub use fleet::{nvlink_share, DeviceKind, MockDevice, MockFleet, DEFAULT_SEED};
+pub use gpus::{Capabilities, GpuModel, MigProfile, MAX_NVLINK_LINKS};
 pub use profile::{FleetProfile, GpuSpec, DEFAULT_CUDA_DRIVER_VERSION, DEFAULT_DRIVER_VERSION, MAX_GPUS};
 pub use sampler::{MockSampler, MockSamplerBuilder};
 pub use scenario::{Fault, Gate, Scenario, Workload, UNKNOWN_ERROR};

@@ -313,7 +313,9 @@ overrides! {
     temperature_slowdown_celsius: f64,
     temperature_shutdown_celsius: f64,
     pcie_max_link_generation: u32,
-    pcie_max_link_width: u32;
+    pcie_max_link_width: u32,
+    nvlink_links: u32,
+    nvlink_version: u32;
     caps: gpm, memory_temperature, ecc, mig, encoder, decoder, fan,
 }
 

@@ -251,13 +251,38 @@ pub enum Fault {
         /// How many errors.
         count: u64,
     },
+    /// From `at_tick` on, NVLink link `link` of the GPU is down: its state reads down, its
+    /// byte counters stop, its recovery counter rises by one. Sticky.
+    NvlinkDown {
+        /// Physical GPU index.
+        device: u32,
+        /// The link.
+        link: u32,
+        /// First tick it is down.
+        at_tick: u64,
+    },
+    /// From `at_tick` on, NVLink link `link` of the GPU counts `per_tick` CRC errors per tick
+    /// (and half as many replays, one recovery per 10 ticks).
+    NvlinkErrors {
+        /// Physical GPU index.
+        device: u32,
+        /// The link.
+        link: u32,
+        /// First tick with errors.
+        at_tick: u64,
+        /// CRC errors per tick.
+        per_tick: u64,
+    },
 }
 
 impl Fault {
     /// The physical GPU the fault is limited to, if any.
     pub fn device(&self) -> Option<u32> {
         match self {
-            Fault::DeviceLost { device, .. } | Fault::EccBurst { device, .. } => Some(*device),
+            Fault::DeviceLost { device, .. }
+            | Fault::EccBurst { device, .. }
+            | Fault::NvlinkDown { device, .. }
+            | Fault::NvlinkErrors { device, .. } => Some(*device),
             Fault::NotSupported { device, .. }
             | Fault::NoPermission { device, .. }
             | Fault::UnknownError { device, .. } => *device,
@@ -434,6 +459,8 @@ enum FaultKind {
     Hang,
     Unavailable,
     EccBurst,
+    NvlinkDown,
+    NvlinkErrors,
 }
 
 #[derive(Deserialize)]
@@ -448,6 +475,8 @@ struct FaultToml {
     until_tick: Option<u64>,
     xid: Option<u64>,
     count: Option<u64>,
+    link: Option<u32>,
+    per_tick: Option<u64>,
 }
 
 impl FaultToml {
@@ -465,6 +494,8 @@ impl FaultToml {
             FaultKind::Hang => &["at_tick", "duration_ms"],
             FaultKind::Unavailable => &["from_tick", "until_tick"],
             FaultKind::EccBurst => &["device", "at_tick", "xid", "count"],
+            FaultKind::NvlinkDown => &["device", "link", "at_tick"],
+            FaultKind::NvlinkErrors => &["device", "link", "at_tick", "per_tick"],
         };
         let kind = match self.kind {
             FaultKind::DeviceLost => "device_lost",
@@ -474,6 +505,8 @@ impl FaultToml {
             FaultKind::Hang => "hang",
             FaultKind::Unavailable => "unavailable",
             FaultKind::EccBurst => "ecc_burst",
+            FaultKind::NvlinkDown => "nvlink_down",
+            FaultKind::NvlinkErrors => "nvlink_errors",
         };
         for (key, present) in [
             ("device", self.device.is_some()),
@@ -484,6 +517,8 @@ impl FaultToml {
             ("until_tick", self.until_tick.is_some()),
             ("xid", self.xid.is_some()),
             ("count", self.count.is_some()),
+            ("link", self.link.is_some()),
+            ("per_tick", self.per_tick.is_some()),
         ] {
             if present && !used.contains(&key) {
                 return Err(unexpected(key, kind));
@@ -519,6 +554,17 @@ impl FaultToml {
                 at_tick: self.at_tick.ok_or_else(|| missing("at_tick", kind))?,
                 xid: self.xid.unwrap_or(48),
                 count: self.count.unwrap_or(1),
+            },
+            FaultKind::NvlinkDown => Fault::NvlinkDown {
+                device: self.device.ok_or_else(|| missing("device", kind))?,
+                link: self.link.ok_or_else(|| missing("link", kind))?,
+                at_tick: self.at_tick.ok_or_else(|| missing("at_tick", kind))?,
+            },
+            FaultKind::NvlinkErrors => Fault::NvlinkErrors {
+                device: self.device.ok_or_else(|| missing("device", kind))?,
+                link: self.link.ok_or_else(|| missing("link", kind))?,
+                at_tick: self.at_tick.ok_or_else(|| missing("at_tick", kind))?,
+                per_tick: self.per_tick.unwrap_or(10),
             },
         })
     }

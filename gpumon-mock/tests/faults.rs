@@ -167,3 +167,54 @@ fn faults_on_missing_gpus_are_refused() {
         .unwrap_err();
     assert_eq!(e.key(), Some("faults[0].device"), "{e}");
 }
+
+#[test]
+fn nvlink_faults_take_a_link_down_and_raise_its_error_counters() {
+    let toml = r#"
+name = "nvlink-trouble"
+workload = "training"
+[[faults]]
+kind = "nvlink_down"
+device = 2
+link = 5
+at_tick = 2
+[[faults]]
+kind = "nvlink_errors"
+device = 3
+link = 0
+at_tick = 1
+per_tick = 4
+"#;
+    let scenario = Scenario::from_toml_str(toml, "test").unwrap();
+    assert_eq!(scenario.faults[0], Fault::NvlinkDown { device: 2, link: 5, at_tick: 2 });
+    let s = MockSampler::builder()
+        .profile(FleetProfile::load("h100x8").unwrap())
+        .scenario(scenario)
+        .epoch(SystemTime::UNIX_EPOCH)
+        .build()
+        .unwrap();
+    let snaps: Vec<Snapshot> = (0..4).map(|_| s.sample(&everything()).unwrap()).collect();
+    let link = |t: usize, gpu: usize, l: usize| snaps[t].devices[gpu].nvlink.as_ref().unwrap().links[l].clone();
+    for (t, snap) in snaps.iter().enumerate() {
+        assert_eq!(link(t, 2, 5).is_up(), t < 2, "tick {t}");
+        assert_eq!(snap.devices[2].nvlink.as_ref().unwrap().links_up(), if t < 2 { 18 } else { 17 });
+        assert_eq!(link(t, 3, 0).crc_errors, Some(4 * t as u64), "tick {t}");
+        assert_eq!(link(t, 0, 0).crc_errors, Some(0), "other GPUs untouched");
+    }
+    assert_eq!(link(3, 2, 5).tx_bytes, link(2, 2, 5).tx_bytes, "a down link's counters stop");
+    assert!(link(3, 2, 4).tx_bytes > link(2, 2, 4).tx_bytes, "its neighbours keep counting");
+    assert_eq!(link(2, 2, 5).recovery_errors, Some(1));
+
+    // A key of another kind is refused by name.
+    let bad = "name = \"x\"\nworkload = \"idle\"\n[[faults]]\nkind = \"nvlink_down\"\ndevice = 0\nlink = 1\nat_tick = 0\nxid = 3\n";
+    let err = Scenario::from_toml_str(bad, "test").unwrap_err().to_string();
+    assert!(err.contains("faults[0].xid"), "{err}");
+    // A link the GPU does not have is refused, naming the key.
+    let pcie = MockSampler::builder()
+        .profile(FleetProfile::load("rtx4090x2").unwrap())
+        .fault(Fault::NvlinkDown { device: 0, link: 0, at_tick: 0 })
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(pcie.contains("faults[0].link") && pcie.contains("0 NVLink links"), "{pcie}");
+}

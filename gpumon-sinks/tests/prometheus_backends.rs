@@ -299,9 +299,9 @@ async fn check_dashboard(prom: &Prom, job: &str) {
         }
     }
     walk(&json, &mut exprs);
-    // Every panel target of the dashboard (rows included) is an expression checked below: 41,
+    // Every panel target of the dashboard (rows included) is an expression checked below: 46,
     // plus the two of the findings panels.
-    assert_eq!(exprs.len(), 43, "panel queries found in the dashboard");
+    assert_eq!(exprs.len(), 48, "panel queries found in the dashboard");
     for name in FINDINGS_PANELS {
         assert!(exprs.iter().any(|(title, _)| title == name), "FINDINGS_PANELS names `{name}`, not in the dashboard");
     }

@@ -20,6 +20,8 @@ use super::Thresholds;
 pub(crate) struct TickStats {
     pub(crate) at: SystemTime,
     pub(crate) up: bool,
+    /// Runtime-suspended: present, asleep, nothing to judge (not a lost GPU).
+    pub(crate) asleep: bool,
     /// Utilisation over the interval: the high-resolution mean when the driver buffered
     /// samples, else the instantaneous value.
     pub(crate) level: Option<f64>,
@@ -50,6 +52,10 @@ pub(crate) struct TickStats {
     pub(crate) xid_code: Option<u64>,
     /// A row remapping is pending or failed.
     pub(crate) remap_trouble: bool,
+    /// New NVLink CRC / replay / recovery errors (all links) since the previous tick.
+    pub(crate) nvlink_errors_new: u64,
+    /// NVLink links down this tick.
+    pub(crate) nvlink_down: u64,
 }
 
 /// Counters kept from one tick to the next to turn totals into "new since last tick".
@@ -57,6 +63,7 @@ pub(crate) struct TickStats {
 pub(crate) struct Counters {
     ecc_uncorrected: Option<u64>,
     xid_total: Option<u64>,
+    nvlink_errors: Option<u64>,
 }
 
 impl TickStats {
@@ -91,9 +98,20 @@ impl TickStats {
             0
         };
         let xid_code = d.xid_errors.iter().max_by_key(|x| x.last_seen).map(|x| x.code);
+        // NVLink error counters, like ECC: only growth is news.
+        let nvlink_errors = d.nvlink.as_ref().map(|n| n.total_errors());
+        let nvlink_errors_new = match (counters.nvlink_errors, nvlink_errors) {
+            (Some(before), Some(now)) => now.saturating_sub(before),
+            _ => 0,
+        };
+        if nvlink_errors.is_some() {
+            counters.nvlink_errors = nvlink_errors;
+        }
+        let nvlink_down = d.nvlink.as_ref().map_or(0, |n| n.links.len() as u64 - n.links_up());
         Self {
             at,
             up: d.is_up(),
+            asleep: d.state == crate::model::DeviceState::Suspended,
             level: hires.map(|w| w.mean).or(util),
             util,
             hires_min: hires.map(|w| w.min),
@@ -117,6 +135,8 @@ impl TickStats {
             xid_new,
             xid_code,
             remap_trouble: d.ecc.remapped_rows_pending == Some(true) || d.ecc.remapped_rows_failure == Some(true),
+            nvlink_errors_new,
+            nvlink_down,
         }
     }
 
@@ -211,6 +231,9 @@ pub(crate) fn evaluate(
 ) -> Holds {
     use FindingKind as K;
     let mut holds = [false; KINDS];
+    if s.asleep {
+        return holds;
+    }
     if !s.up {
         holds[slot(K::HardwareErrors)] = true;
         return holds;
@@ -267,7 +290,9 @@ pub(crate) fn evaluate(
     let oom_mark = if active[slot(K::NearOom)] { t.near_oom_clear } else { t.near_oom_raise };
     let near_oom = s.memory_ratio().is_some_and(|r| r >= oom_mark);
 
-    let hardware = s.ecc_new > 0 || s.xid_new > 0 || s.remap_trouble;
+    // A link that is down costs bandwidth but is not by itself news every tick; its going down
+    // shows as a recovery error (rising counters), which is.
+    let hardware = s.ecc_new > 0 || s.xid_new > 0 || s.remap_trouble || s.nvlink_errors_new > 0;
 
     holds[slot(K::DataloaderStarvation)] = starved;
     holds[slot(K::MemoryBound)] = memory_bound;
@@ -549,6 +574,16 @@ pub(crate) fn evidence(kind: FindingKind, history: &Ring<TickStats>, peer: Optio
                     let _ = write!(out, "{xid} new XID event(s)");
                     if let Some(code) = history.iter().rev().find(|h| h.xid_new > 0).and_then(|h| h.xid_code) {
                         let _ = write!(out, " (last XID {code})");
+                    }
+                }
+                let nvlink: u64 = history.iter().map(|h| h.nvlink_errors_new).sum();
+                if nvlink > 0 {
+                    if !out.is_empty() {
+                        out.push_str(", ");
+                    }
+                    let _ = write!(out, "{nvlink} new NVLink CRC/replay/recovery error(s)");
+                    if now.nvlink_down > 0 {
+                        let _ = write!(out, ", {} NVLink link(s) down", now.nvlink_down);
                     }
                 }
                 if history.iter().any(|h| h.remap_trouble) {

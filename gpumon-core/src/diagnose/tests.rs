@@ -340,6 +340,43 @@ fn hardware_errors_raise_at_once_and_clear_after_a_quiet_window() {
 }
 
 #[test]
+fn rising_nvlink_errors_are_hardware_errors_and_a_suspended_gpu_is_not() {
+    let mut rig = Rig::new(10);
+    let gpu = |crc: u64, down: bool| {
+        let mut d = busy(1);
+        let links = (0..4)
+            .map(|l| {
+                let mut link = crate::model::NvlinkLink::new(l);
+                link.crc_errors = Some(if l == 2 { crc } else { 0 });
+                link.replay_errors = Some(0);
+                link.recovery_errors = Some(u64::from(down && l == 2));
+                if down && l == 2 {
+                    link.state = crate::model::NvlinkState::Down;
+                }
+                link
+            })
+            .collect();
+        d.nvlink = Some(crate::model::Nvlink::new(links));
+        d
+    };
+    // Errors present from the start are history, not news.
+    for _ in 0..3 {
+        assert!(rig.step(vec![busy(0), gpu(5, false)]).active.is_empty());
+    }
+    let d = rig.step(vec![busy(0), gpu(12, true)]);
+    assert_eq!(kinds_on(&d), [(Some(1), FindingKind::HardwareErrors)]);
+    let f = first_raise(&d, FindingKind::HardwareErrors).unwrap();
+    assert_eq!(f.evidence, "8 new NVLink CRC/replay/recovery error(s), 1 NVLink link(s) down");
+
+    // A runtime-suspended GPU is asleep, not lost: nothing is found on it.
+    let mut rig = Rig::new(10);
+    for _ in 0..3 {
+        let d = rig.step(vec![busy(0), DeviceSample::suspended(info(1))]);
+        assert!(d.active.is_empty(), "{:?}", d.active);
+    }
+}
+
+#[test]
 fn a_lost_gpu_is_a_hardware_error_and_one_that_leaves_clears_its_findings() {
     let mut rig = Rig::new(10);
     let d = rig.step(vec![busy(0), DeviceSample::lost(info(1))]);

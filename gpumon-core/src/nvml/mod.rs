@@ -61,6 +61,9 @@ use crate::metric::Family;
 use crate::model::{DeviceInfo, DeviceSample, FailureReason, Snapshot, SystemInfo};
 use crate::sampler::{SampleError, SampleRequest, Sampler};
 
+mod nvlink;
+pub mod runtime_pm;
+
 use errors::identity_lost;
 use read::{Carry, Reader};
 use xid::XidWatcher;
@@ -94,6 +97,8 @@ pub struct NvmlSampler {
     library: String,
     nvml: Arc<Nvml>,
     mig_recheck: u32,
+    /// sysfs root for runtime-PM checks; `None` = wake suspended GPUs (no check).
+    sysfs_root: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for NvmlSampler {
@@ -119,6 +124,8 @@ struct Gpu {
     migs: Vec<Mig>,
     lost: bool,
     carry: Carry,
+    /// NVML PCI bus id, read once (without waking the GPU) for the runtime-PM check.
+    bus_id: Option<String>,
 }
 
 #[derive(Debug)]
@@ -138,6 +145,8 @@ pub struct NvmlSamplerBuilder {
     backoff_initial: Duration,
     backoff_max: Duration,
     mig_recheck: u32,
+    sysfs_root: PathBuf,
+    wake_suspended: bool,
 }
 
 impl Default for NvmlSamplerBuilder {
@@ -149,6 +158,8 @@ impl Default for NvmlSamplerBuilder {
             backoff_initial: Duration::from_secs(1),
             backoff_max: Duration::from_secs(300),
             mig_recheck: DEFAULT_MIG_RECHECK_TICKS,
+            sysfs_root: PathBuf::from(runtime_pm::DEFAULT_SYSFS_ROOT),
+            wake_suspended: false,
         }
     }
 }
@@ -189,6 +200,20 @@ impl NvmlSamplerBuilder {
         self
     }
 
+    /// Where sysfs is mounted, for the runtime-PM check (default `/sys`; tests use a fixture
+    /// directory). See [`runtime_pm`].
+    pub fn sysfs_root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.sysfs_root = root.into();
+        self
+    }
+
+    /// Read runtime-suspended GPUs anyway, waking them (default: no — they are reported
+    /// [`DeviceState::Suspended`](crate::DeviceState::Suspended) and left asleep).
+    pub fn wake_suspended(mut self, wake: bool) -> Self {
+        self.wake_suspended = wake;
+        self
+    }
+
     fn library_name(&self) -> String {
         self.library_path.as_deref().map_or_else(|| DEFAULT_LIBRARY.to_owned(), |p| p.display().to_string())
     }
@@ -220,6 +245,7 @@ impl NvmlSamplerBuilder {
             library,
             nvml,
             mig_recheck: self.mig_recheck,
+            sysfs_root: (!self.wake_suspended).then(|| self.sysfs_root.clone()),
         };
         sampler.prime();
         Ok(sampler)
@@ -303,8 +329,31 @@ impl NvmlSampler {
             let Ok(d) = self.nvml.device_by_index(i as u32) else { continue };
             // SAFETY: only stored; turned back into a Device by `self.device`.
             gpu.handle = Some((unsafe { d.handle() }) as usize);
+            if self.asleep(&d, gpu) {
+                continue;
+            }
             read::gpm_baseline(&self.nvml, &d, &mut gpu.carry);
         }
+    }
+
+    /// Whether the GPU is runtime-suspended and must be left asleep (never when waking is
+    /// allowed). Reads the PCI bus id once — NVML answers it without waking the GPU.
+    fn asleep(&self, d: &Device<'_>, gpu: &mut Gpu) -> bool {
+        let Some(root) = &self.sysfs_root else { return false };
+        if gpu.bus_id.is_none() {
+            gpu.bus_id = gpu.info.as_ref().and_then(|i| i.pci_bus_id.clone()).or_else(|| read::bus_id(&self.nvml, d));
+        }
+        gpu.bus_id.as_deref().is_some_and(|id| runtime_pm::is_suspended(root, id))
+    }
+
+    /// The sample of a suspended GPU: its known identity, else its index and bus id.
+    fn suspended_sample(index: u32, gpu: &Gpu) -> DeviceSample {
+        let info = gpu.info.clone().unwrap_or_else(|| {
+            let mut i = DeviceInfo::new(index, gpu.uuid.clone().unwrap_or_default(), String::new());
+            i.pci_bus_id = gpu.bus_id.clone();
+            Arc::new(i)
+        });
+        DeviceSample::suspended(info)
     }
 
     /// The `up = 0` sample of a GPU: its last known identity, else just its index (empty UUID
@@ -341,6 +390,15 @@ impl NvmlSampler {
             },
         };
         let d = self.device(handle);
+        gpu.handle = Some(handle);
+        // A runtime-suspended GPU is reported as such and not woken: no identity read, no
+        // families, no MIG re-check.
+        if self.asleep(&d, gpu) {
+            if filter.may_allow_gpu(index, gpu.uuid.as_deref().unwrap_or_default()) {
+                out.push(Self::suspended_sample(index, gpu));
+            }
+            return;
+        }
         // Identity: cached while the GPU answers; re-read after it was lost (it may be another
         // board now).
         let uuid = match &gpu.uuid {

@@ -69,6 +69,8 @@ pub(crate) struct Carry {
     pub(crate) gpm_supported: Option<bool>,
     /// The previous tick's GPM sample (`nvmlGpmSample_t`).
     pub(crate) gpm_prev: Option<usize>,
+    /// NVLink links with their static facts, once discovered (empty: no NVLink).
+    pub(crate) nvlink: Option<Vec<crate::model::NvlinkLink>>,
 }
 
 /// A sample type and how its values convert to base units.
@@ -154,6 +156,18 @@ pub(crate) fn mig_info(
     info.memory_total_bytes = d.memory_info().ok().map(|m| m.total);
     info.mig = Some(mig);
     Ok(info)
+}
+
+/// The PCI bus id with a single raw `nvmlDeviceGetPciInfo_v3` (nvml-wrapper's `pci_info` makes
+/// more calls than that).
+pub(crate) fn bus_id(nvml: &Nvml, d: &Device<'_>) -> Option<String> {
+    let f = nvml_sym(nvml.lib().nvmlDeviceGetPciInfo_v3.as_ref()).ok()?;
+    // SAFETY: plain C struct; all-zero is valid.
+    let mut p: sys::nvmlPciInfo_t = unsafe { mem::zeroed() };
+    // SAFETY: a live handle and a valid out-pointer.
+    nvml_try(unsafe { f(d.handle(), &mut p) }).ok()?;
+    let id: Vec<u8> = p.busId.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8(id).ok().filter(|s| !s.is_empty())
 }
 
 fn architecture(nvml: &Nvml, d: &Device<'_>) -> Option<String> {
@@ -284,6 +298,18 @@ pub(crate) fn families(nvml: &Nvml, d: &Device<'_>, set: MetricSet, carry: &mut 
     }
     if set.contains(Family::Gpm) && !is_mig {
         gpm(nvml, d, carry, r);
+    }
+    // NVML reports NVLink on the physical GPU only.
+    if set.contains(Family::Nvlink) && !is_mig && !r.lost {
+        if carry.nvlink.is_none() {
+            let links = super::nvlink::discover(nvml, d, r);
+            if !r.lost {
+                carry.nvlink = Some(links);
+            }
+        }
+        if let Some(links) = &carry.nvlink {
+            r.sample.nvlink = super::nvlink::read(nvml, d, links, r);
+        }
     }
 }
 

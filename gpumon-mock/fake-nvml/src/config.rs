@@ -156,7 +156,40 @@ pub enum Fault {
         /// The XID code delivered.
         xid: u64,
     },
+    /// NVLink link `link` of the GPU is down from `tick` on (counters stop, one recovery).
+    NvlinkDown {
+        /// NVML index of the physical GPU.
+        gpu: u32,
+        /// The link.
+        link: u32,
+        /// First tick it is down.
+        tick: u64,
+    },
+    /// NVLink link `link` of the GPU counts `per_tick` CRC errors per tick from `tick` on
+    /// (half as many replays, a recovery per 10 ticks).
+    NvlinkErrors {
+        /// NVML index of the physical GPU.
+        gpu: u32,
+        /// The link.
+        link: u32,
+        /// First tick with errors.
+        tick: u64,
+        /// CRC errors per tick.
+        per_tick: u64,
+    },
+    /// The GPU's process list is these real PIDs (not a fault: a way to make process tables
+    /// name processes that exist, for end-to-end tests of user names and attribution). The
+    /// model's memory is split evenly between them; names come from `/proc/<pid>/comm`.
+    Pids {
+        /// NVML index of the physical GPU.
+        gpu: u32,
+        /// The PIDs.
+        pids: Vec<u32>,
+    },
 }
+
+/// CRC errors per tick of an `nvlink-errors` fault without an explicit count.
+pub const NVLINK_ERRORS_DEFAULT_PER_TICK: u64 = 10;
 
 /// A configuration value that could not be parsed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -176,7 +209,8 @@ pub const ECC_BURST_UNCORRECTED: u64 = 2;
 /// XID of an `ecc-burst` without an explicit code (double-bit ECC error).
 pub const ECC_BURST_DEFAULT_XID: u64 = 48;
 
-const ENV_KEYS: [(&str, &str); 7] = [
+const ENV_KEYS: [(&str, &str); 8] = [
+    ("GPUMON_FAKE_NVML_PIDS", "pids"),
     ("GPUMON_FAKE_NVML_PROFILE", "profile"),
     ("GPUMON_FAKE_NVML_SCENARIO", "scenario"),
     ("GPUMON_FAKE_NVML_SEED", "seed"),
@@ -240,6 +274,11 @@ impl Config {
             "scenario" => self.scenario = Some(value.to_owned()),
             "seed" => self.seed = Some(num(value)?),
             "faults" => self.faults.extend(parse_faults(value)?),
+            "pids" => {
+                for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+                    self.faults.push(parse_fault(&format!("pids:{entry}"))?);
+                }
+            }
             "tick" => self.start_tick = num(value)?,
             "tick_ms" => {
                 let ms = num(value)?;
@@ -286,7 +325,8 @@ fn parse_fault(entry: &str) -> Result<Fault, ConfigError> {
         ConfigError(format!(
             "fault `{entry}`: {why}; expected driver-not-loaded, lost:<gpu>@<tick>[-<until>], lost:<gpu>@<n>calls, \
              notsupported:<fn>[@<gpu>], nopermission:<fn>[@<gpu>], unknown:<fn>[@<gpu>], \
-             replaced:<gpu>@<tick>, mig-absent:<gpu>:<mig>@<tick>[-<until>] or ecc-burst:<gpu>@<tick>[:<xid>]"
+             replaced:<gpu>@<tick>, mig-absent:<gpu>:<mig>@<tick>[-<until>], ecc-burst:<gpu>@<tick>[:<xid>], \
+             nvlink-down:<gpu>:<link>@<tick>, nvlink-errors:<gpu>:<link>@<tick>[:<per tick>] or pids:<gpu>=<pid>[+<pid>…]"
         ))
     };
     let num = |s: &str| s.trim().parse::<u64>().map_err(|_| bad(&format!("`{s}` is not a number")));
@@ -342,6 +382,27 @@ fn parse_fault(entry: &str) -> Result<Fault, ConfigError> {
                 None => (num(when)?, ECC_BURST_DEFAULT_XID),
             };
             Ok(Fault::EccBurst { gpu: gpu(g)?, tick, xid })
+        }
+        "nvlink-down" | "nvlink-errors" => {
+            let (which, when) = rest.split_once('@').ok_or_else(|| bad("missing `@`"))?;
+            let (g, l) = which.split_once(':').ok_or_else(|| bad("expected <gpu>:<link>"))?;
+            let link = l.trim().parse::<u32>().map_err(|_| bad(&format!("`{l}` is not a link number")))?;
+            if kind == "nvlink-down" {
+                return Ok(Fault::NvlinkDown { gpu: gpu(g)?, link, tick: num(when)? });
+            }
+            let (tick, per_tick) = match when.split_once(':') {
+                Some((t, n)) => (num(t)?, num(n)?),
+                None => (num(when)?, NVLINK_ERRORS_DEFAULT_PER_TICK),
+            };
+            Ok(Fault::NvlinkErrors { gpu: gpu(g)?, link, tick, per_tick })
+        }
+        "pids" => {
+            let (g, list) = rest.split_once('=').ok_or_else(|| bad("expected <gpu>=<pid>[+<pid>…]"))?;
+            let pids = list
+                .split('+')
+                .map(|p| p.trim().parse::<u32>().map_err(|_| bad(&format!("`{p}` is not a PID"))))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Fault::Pids { gpu: gpu(g)?, pids })
         }
         _ => Err(bad(&format!("unknown fault kind `{kind}`"))),
     }

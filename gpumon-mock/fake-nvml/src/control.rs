@@ -12,6 +12,7 @@
 //! | [`clear_faults`] | `gpumon_fake_nvml_clear_faults()` | remove every fault, lost GPUs return |
 //! | [`call_count`] | `gpumon_fake_nvml_call_count(const char *fn) -> u64` | calls of one NVML function so far |
 //! | [`event_registrations`] | `gpumon_fake_nvml_event_registrations(u32 gpu) -> u64` | event sets GPU `gpu` is registered in now (a lost GPU loses its registrations) |
+//! | [`device_calls`] | `gpumon_fake_nvml_device_calls(u32 gpu) -> u64` | calls that took a handle of GPU `gpu` (or of its MIG instances) so far — what would wake a sleeping GPU |
 //! | [`reset`] | `gpumon_fake_nvml_reset()` | forget everything (next `nvmlInit` reads the environment) |
 //! | [`set_timing`] | `gpumon_fake_nvml_set_timing(int on)` | measure time spent inside NVML calls (benchmarks) |
 //! | [`time_spent`] | `gpumon_fake_nvml_time_ns(u64 *calls) -> u64` | nanoseconds inside calls (and how many) since timing was switched on |
@@ -102,6 +103,13 @@ pub fn call_count(function: &str) -> u64 {
 /// when the GPU is lost, so after it returns this is 0 until a client registers it again.
 pub fn event_registrations(gpu: u32) -> u64 {
     lock().fake.as_ref().map_or(0, |f| f.registrations(gpu))
+}
+
+/// How many exported calls took a handle of physical GPU `gpu` (or of one of its MIG
+/// instances) since the fake was configured — the calls that would reach, and wake, the GPU.
+/// Handle lookups (`nvmlDeviceGetHandleByIndex*`, by UUID, …) count too.
+pub fn device_calls(gpu: u32) -> u64 {
+    lock().fake.as_ref().and_then(|f| f.dev_calls.get(gpu as usize).copied()).unwrap_or(0)
 }
 
 /// Forgets everything, including an in-process configuration.
@@ -196,6 +204,12 @@ pub unsafe extern "C" fn gpumon_fake_nvml_call_count(function: *const c_char) ->
 #[unsafe(no_mangle)]
 pub extern "C" fn gpumon_fake_nvml_event_registrations(gpu: u32) -> u64 {
     catch_unwind(|| event_registrations(gpu)).unwrap_or(0)
+}
+
+/// C: see [`device_calls`].
+#[unsafe(no_mangle)]
+pub extern "C" fn gpumon_fake_nvml_device_calls(gpu: u32) -> u64 {
+    catch_unwind(|| device_calls(gpu)).unwrap_or(0)
 }
 
 /// C: see [`reset`].

@@ -37,10 +37,45 @@ pub fn faulted_sample(fleet: &Fleet, faults: &[Fault], index: usize, tick: u64) 
                     None => s.xid_errors.push(XidCount::new(xid, 1, std::time::SystemTime::now())),
                 }
             }
+            Fault::NvlinkDown { gpu: g, link, tick: at } if g == gpu => {
+                let f = gpumon_mock::Fault::NvlinkDown { device: g, link, at_tick: at };
+                fleet.mock.apply_nvlink_fault(index, &mut s, &f, tick);
+            }
+            Fault::NvlinkErrors { gpu: g, link, tick: at, per_tick } if g == gpu => {
+                let f = gpumon_mock::Fault::NvlinkErrors { device: g, link, at_tick: at, per_tick };
+                fleet.mock.apply_nvlink_fault(index, &mut s, &f, tick);
+            }
+            Fault::Pids { gpu: g, ref pids } if g == gpu && fleet.devices[index].mig.is_none() && s.is_up() => {
+                s.processes = real_processes(&s.processes, pids);
+            }
             _ => {}
         }
     }
     s
+}
+
+/// The model's processes re-assigned to real PIDs: memory split evenly (whole MiB, the rest
+/// to the first), utilisation shared likewise; names left to `/proc/<pid>/comm`.
+fn real_processes(model: &[ProcessSample], pids: &[u32]) -> Vec<ProcessSample> {
+    const MIB: u64 = 1 << 20;
+    let n = pids.len().max(1) as u64;
+    let total: u64 = model.iter().filter_map(|p| p.memory_used).sum();
+    let each = total / n / MIB * MIB;
+    let share = |v: Option<f64>| v.map(|v| (v / n as f64 * 100.0).floor() / 100.0);
+    let sm: Option<f64> = model.iter().filter_map(|p| p.sm_utilization).reduce(|a, b| a + b);
+    let mem: Option<f64> = model.iter().filter_map(|p| p.memory_utilization).reduce(|a, b| a + b);
+    pids.iter()
+        .enumerate()
+        .map(|(i, &pid)| {
+            let mut p = ProcessSample::new(pid);
+            p.memory_used = Some(if i == 0 { total - each * (n - 1) } else { each });
+            p.sm_utilization = share(sm);
+            p.memory_utilization = share(mem);
+            p.encoder_utilization = Some(0.0);
+            p.decoder_utilization = Some(0.0);
+            p
+        })
+        .collect()
 }
 
 fn is_replaced(fleet: &Fleet, faults: &[Fault], index: usize, tick: u64) -> bool {
@@ -183,6 +218,8 @@ pub fn nvml_view(sample: &DeviceSample, info: Arc<DeviceInfo>) -> DeviceSample {
         o.remapped_rows_failure = Some(e.remapped_rows_failure.unwrap_or(false));
     }
     out.xid_errors = sample.xid_errors.clone();
+    // NVLink byte counters travel in whole KiB; the model's already are.
+    out.nvlink = sample.nvlink.clone();
     out.processes = sample
         .processes
         .iter()

@@ -74,6 +74,29 @@ pub const NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: c_uint = 3;
 
 // Field ids.
 pub const NVML_FI_DEV_MEMORY_TEMP: c_uint = 82;
+pub const NVML_FI_DEV_NVLINK_LINK_COUNT: c_uint = 91;
+pub const NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: c_uint = 138;
+pub const NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: c_uint = 139;
+pub const NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX: c_uint = 140;
+pub const NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX: c_uint = 141;
+pub const NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: c_uint = 161;
+pub const NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY: c_uint = 162;
+pub const NVML_FI_DEV_NVLINK_ERROR_DL_CRC: c_uint = 163;
+pub const NVML_FI_DEV_NVLINK_GET_STATE: c_uint = 165;
+pub const NVML_FI_DEV_NVLINK_GET_VERSION: c_uint = 166;
+/// `scopeId` asking a per-link field for the sum over all links.
+pub const NVML_SCOPE_ALL_LINKS: c_uint = c_uint::MAX;
+
+/// `nvmlTemperature_v1_t` (`nvmlDeviceGetTemperatureV`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nvmlTemperature_t {
+    pub version: c_uint,
+    pub sensorType: c_uint,
+    pub temperature: c_int,
+}
+/// `NVML_STRUCT_VERSION(Temperature, 1)`.
+pub const nvmlTemperature_v1: c_uint = std::mem::size_of::<nvmlTemperature_t>() as c_uint | (1 << 24);
 
 // Events.
 pub const nvmlEventTypeSingleBitEccError: c_ulonglong = 0x1;

@@ -17,6 +17,10 @@ pub struct DeviceExtras {
     pub pci_device_id: u32,
     /// CUDA compute capability.
     pub compute_capability: (u32, u32),
+    /// The model can run MIG (MIG mode reads 0 rather than NOT_SUPPORTED when it is off).
+    pub mig_capable: bool,
+    /// A GeForce (consumer) board: display mode enabled, persistence mode off.
+    pub geforce: bool,
 }
 
 /// The fleet the fake serves.
@@ -64,6 +68,8 @@ impl Fleet {
             .map(|d| DeviceExtras {
                 pci_device_id: d.model().pci_device_id,
                 compute_capability: d.model().compute_capability,
+                mig_capable: d.model().capabilities.mig,
+                geforce: d.model().name.contains("GeForce"),
             })
             .collect();
         let system = mock.system();

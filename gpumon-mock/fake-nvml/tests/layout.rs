@@ -109,6 +109,7 @@ fn rust_layout() -> Vec<String> {
     s!("nvmlEventData_t", f::nvmlEventData_t, [device, eventType, eventData, gpuInstanceId, computeInstanceId]);
     s!("nvmlGpmMetric_t", f::nvmlGpmMetric_t, [metricId, nvmlReturn, value, metricInfo]);
     s!("nvmlGpmSupport_t", f::nvmlGpmSupport_t, [version, isSupportedDevice]);
+    s!("nvmlTemperature_t", f::nvmlTemperature_t, [version, sensorType, temperature]);
     v.push(format!("sizeof nvmlValue_t {}", size_of::<f::nvmlValue_t>()));
     for (field, off) in [
         ("version", offset_of!(f::nvmlGpmMetricsGetHead_t, version)),
@@ -120,6 +121,7 @@ fn rust_layout() -> Vec<String> {
         v.push(format!("offsetof nvmlGpmMetricsGet_t.{field} {off}"));
     }
     v.push(format!("version nvmlMemory_v2 {}", f::nvmlMemory_v2));
+    v.push(format!("version nvmlTemperature_v1 {}", f::nvmlTemperature_v1));
     v
 }
 
@@ -142,9 +144,11 @@ int main(int argc, char **argv) {
     S(nvmlEventData_t) O(nvmlEventData_t, device) O(nvmlEventData_t, eventType) O(nvmlEventData_t, eventData) O(nvmlEventData_t, gpuInstanceId) O(nvmlEventData_t, computeInstanceId)
     S(nvmlGpmMetric_t) O(nvmlGpmMetric_t, metricId) O(nvmlGpmMetric_t, nvmlReturn) O(nvmlGpmMetric_t, value) O(nvmlGpmMetric_t, metricInfo)
     S(nvmlGpmSupport_t) O(nvmlGpmSupport_t, version) O(nvmlGpmSupport_t, isSupportedDevice)
+    S(nvmlTemperature_t) O(nvmlTemperature_t, version) O(nvmlTemperature_t, sensorType) O(nvmlTemperature_t, temperature)
     S(nvmlValue_t)
     O(nvmlGpmMetricsGet_t, version) O(nvmlGpmMetricsGet_t, numMetrics) O(nvmlGpmMetricsGet_t, sample1) O(nvmlGpmMetricsGet_t, sample2) O(nvmlGpmMetricsGet_t, metrics)
     printf("version nvmlMemory_v2 %u\n", (unsigned)nvmlMemory_v2);
+    printf("version nvmlTemperature_v1 %u\n", (unsigned)nvmlTemperature_v1);
     /* Calls through the header's names (nvmlInit -> nvmlInit_v2, ...), against the fake.
        Each call is made before its results are printed (argument order is unspecified). */
     unsigned int n = 0; nvmlDevice_t d; int rc;

@@ -137,6 +137,20 @@ pub(crate) fn full_device(index: u32, name: &str) -> DeviceSample {
     d.gpm.sm_occupancy = Some(0.5);
     d.gpm.tensor_activity = Some(0.6);
     d.gpm.dram_bandwidth = Some(0.45);
+    d.nvlink = Some(gpumon_core::Nvlink::new(
+        (0..2)
+            .map(|l| {
+                let mut link = gpumon_core::NvlinkLink::new(l);
+                link.version = Some(4);
+                link.tx_bytes = Some(1_000_000 * u64::from(l + 1));
+                link.rx_bytes = Some(2_000_000 * u64::from(l + 1));
+                link.crc_errors = Some(u64::from(l));
+                link.replay_errors = Some(0);
+                link.recovery_errors = Some(0);
+                link
+            })
+            .collect(),
+    ));
     d
 }
 
@@ -233,7 +247,9 @@ pub(crate) fn check_structure(text: &str, format: Format) {
 
 #[test]
 fn every_family_has_help_and_type_in_every_format() {
-    let devices = (0..8).map(|i| full_device(i, "NVIDIA H100 80GB HBM3")).collect();
+    let mut devices: Vec<DeviceSample> = (0..8).map(|i| full_device(i, "NVIDIA H100 80GB HBM3")).collect();
+    // A runtime-suspended GPU carries only `up` and `suspended`.
+    devices.push(DeviceSample::suspended(full_device(8, "NVIDIA H100 80GB HBM3").info));
     let mut snap = Snapshot::new(Arc::new(system()), devices);
     snap.diagnosis = Some(diagnosis(&[
         (FindingKind::NearOom, Severity::Warning, Some((2, "GPU-00000002-1111-2222-3333-444444444444"))),

@@ -91,6 +91,20 @@ pub fn full_gpu(index: u32, n: u64) -> DeviceSample {
     s.gpm.sm_occupancy = Some(0.4);
     s.gpm.tensor_activity = Some(0.33);
     s.gpm.dram_bandwidth = Some(0.5);
+    s.nvlink = Some(gpumon_core::Nvlink::new(
+        (0..2)
+            .map(|l| {
+                let mut link = gpumon_core::NvlinkLink::new(l);
+                link.version = Some(4);
+                link.tx_bytes = Some(1_000_000 * (u64::from(l) + 1) + n);
+                link.rx_bytes = Some(2_000_000 * (u64::from(l) + 1) + n);
+                link.crc_errors = Some(u64::from(l));
+                link.replay_errors = Some(0);
+                link.recovery_errors = Some(0);
+                link
+            })
+            .collect(),
+    ));
     s
 }
 

@@ -68,6 +68,20 @@ pub fn test_snapshot(seq: u64) -> Snapshot {
         d.gpm.sm_activity = Some(0.625);
         d.gpm.tensor_activity = Some(0.5);
         d.gpm.dram_bandwidth = Some(0.375);
+        d.nvlink = Some(gpumon_core::Nvlink::new(
+            (0..2)
+                .map(|l| {
+                    let mut link = gpumon_core::NvlinkLink::new(l);
+                    link.version = Some(4);
+                    link.tx_bytes = Some((1 << 30) * (seq + 1) + u64::from(l));
+                    link.rx_bytes = Some((1 << 30) * (seq + 1) + u64::from(index));
+                    link.crc_errors = Some(u64::from(l));
+                    link.replay_errors = Some(0);
+                    link.recovery_errors = Some(0);
+                    link
+                })
+                .collect(),
+        ));
         d
     };
     let gpu0 = gpu(0, "GPU-00000000-aaaa-bbbb-cccc-000000000000", "NVIDIA H100 80GB HBM3");

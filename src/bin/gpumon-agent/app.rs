@@ -44,6 +44,10 @@ pub struct Cli {
     /// Explicit path of libnvidia-ml.so.1.
     #[arg(long, value_name = "PATH")]
     pub nvml_library: Option<PathBuf>,
+    /// Read runtime-suspended GPUs anyway (wakes them; default: report them suspended, leave
+    /// them asleep).
+    #[arg(long)]
+    pub wake_suspended: bool,
     /// Sampling interval (e.g. 1s, 500ms, 1m 30s; at least 100ms).
     #[arg(long, value_parser = gpumon::sinks::duration::parse_duration, value_name = "DURATION")]
     pub interval: Option<Duration>,

@@ -59,7 +59,10 @@ fn nvml_builder(cli: &Cli, file: &FileConfig) -> gpumon::core::nvml::NvmlSampler
     if let Some(path) = cli.nvml_library.clone().or_else(|| file.nvml.library.clone()) {
         builder = builder.library_path(path);
     }
-    builder
+    if let Some(root) = file.nvml.sysfs_root.clone() {
+        builder = builder.sysfs_root(root);
+    }
+    builder.wake_suspended(cli.wake_suspended || file.nvml.wake_suspended.unwrap_or(false))
 }
 
 #[cfg(feature = "nvml")]

@@ -110,6 +110,10 @@ pub struct MockSection {
 #[serde(deny_unknown_fields)]
 pub struct NvmlSection {
     pub library: Option<PathBuf>,
+    /// Where sysfs is mounted, for the runtime-PM check (default /sys).
+    pub sysfs_root: Option<PathBuf>,
+    /// Read runtime-suspended GPUs anyway, waking them (default false: left asleep).
+    pub wake_suspended: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -56,6 +56,7 @@ fn main() -> ExitCode {
 fn device(fleet: &Fleet, config: &Config, i: usize, tick: u64) -> Value {
     let info = &fleet.devices[i];
     let s = faulted_sample(fleet, &config.faults, i, tick);
+    let extras = fleet.extras.get(i).cloned().unwrap_or_default();
     let pct = |v: Option<f64>| v.map(units::percent);
     let mw = |v: Option<f64>| v.map(units::milliwatts);
     let m = s.memory;
@@ -89,6 +90,66 @@ fn device(fleet: &Fleet, config: &Config, i: usize, tick: u64) -> Value {
             "video": s.clocks.video.map(units::megahertz),
         },
         "pstate": s.performance_state,
+        "memory_temperature": s.temperature.memory.map(units::celsius),
+        "thresholds": {
+            "slowdown": info.temperature_slowdown_celsius.map(units::celsius),
+            "shutdown": info.temperature_shutdown_celsius.map(units::celsius),
+        },
+        "limits_mw": {
+            "default": info.power_limit_default_watts.map(units::milliwatts),
+            "min": info.power_limit_min_watts.map(units::milliwatts),
+            "max": info.power_limit_max_watts.map(units::milliwatts),
+        },
+        "max_clocks_mhz": {
+            "graphics": info.max_clocks.graphics.map(units::megahertz),
+            "sm": info.max_clocks.sm.map(units::megahertz),
+            "memory": info.max_clocks.memory.map(units::megahertz),
+            "video": info.max_clocks.video.map(units::megahertz),
+        },
+        "architecture": info.architecture.as_deref().and_then(units::architecture_code),
+        "compute_capability": extras.compute_capability,
+        "clock_event_reasons": s.clock_event_reasons.map(|r| r.0),
+        "pcie": {
+            "generation": s.pcie.link_generation,
+            "width": s.pcie.link_width,
+            "max_generation": info.pcie_max_link_generation,
+            "max_width": info.pcie_max_link_width,
+            "replays": s.pcie.replays,
+            "tx_kbps": s.pcie.tx_bytes_per_second.map(units::kilobytes_per_second),
+            "rx_kbps": s.pcie.rx_bytes_per_second.map(units::kilobytes_per_second),
+        },
+        "ecc": {
+            "corrected": s.ecc.corrected,
+            "uncorrected": s.ecc.uncorrected,
+            "retired_single_bit": s.ecc.retired_pages_single_bit,
+            "retired_double_bit": s.ecc.retired_pages_double_bit,
+            "retired_pending": s.ecc.retired_pages_pending,
+            "remapped": s.ecc.remapped_rows_correctable.map(|c| json!([
+                c,
+                s.ecc.remapped_rows_uncorrectable.unwrap_or(0),
+                s.ecc.remapped_rows_pending.unwrap_or(false),
+                s.ecc.remapped_rows_failure.unwrap_or(false),
+            ])),
+        },
+        "modes": {
+            "persistence": u32::from(!extras.geforce),
+            "display_mode": u32::from(extras.geforce && info.mig.is_none()),
+            "display_active": 0,
+            "compute_mode": 0,
+            "mig_mode": if info.mig.is_some() { None } else if fleet.mock.device(i).is_some_and(|d| d.mig_enabled()) { Some(1) } else if extras.mig_capable { Some(0) } else { None },
+        },
+        "nvlink": s.nvlink.as_ref().map(|nv| nv.links.iter().map(|l| json!({
+            "link": l.link,
+            "up": u32::from(l.is_up()),
+            "version": l.version,
+            "remote_pci_bus_id": l.remote_pci_bus_id,
+            "remote_type": l.remote_device_type.map(|t| t.nvml_code()),
+            "tx_kib": l.tx_bytes.map(|b| b / 1024),
+            "rx_kib": l.rx_bytes.map(|b| b / 1024),
+            "crc": l.crc_errors,
+            "replay": l.replay_errors,
+            "recovery": l.recovery_errors,
+        })).collect::<Vec<_>>()),
         "processes": s.processes.iter().map(|p| json!({
             "pid": p.pid,
             "name": p.name,

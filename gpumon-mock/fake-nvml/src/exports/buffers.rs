@@ -3,7 +3,7 @@
 
 use std::os::raw::{c_int, c_uint, c_ulonglong};
 
-use gpumon_core::{Family, ProcessSample, WindowStats};
+use gpumon_core::{DeviceSample, FailureReason, Family, NvlinkLink, ProcessSample, WindowStats};
 
 use super::{out, out_list, some};
 use crate::ffi::*;
@@ -205,27 +205,85 @@ nvml_export! {
         if values.is_null() || values_count < 0 {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
-        let (mem_temp, now) = with_device(NAME, device, None, |fake, d| {
-            let denied = d.sample.errors.iter().any(|f| f.family == Family::Temperature);
-            let v = if denied { Err(NVML_ERROR_NO_PERMISSION) } else { some(d.sample.temperature.memory).map(units::celsius) };
-            Ok((v, fake.tick_start_us(d.tick)))
-        })?;
+        let (sample, now) = with_device(NAME, device, None, |fake, d| Ok((d.sample.clone(), fake.tick_start_us(d.tick))))?;
         for i in 0..values_count as usize {
             // SAFETY: the caller passes `values_count` entries.
             let fv = unsafe { &mut *values.add(i) };
             fv.timestamp = now as i64;
             fv.latencyUsec = 0;
-            match (fv.fieldId, mem_temp) {
-                (NVML_FI_DEV_MEMORY_TEMP, Ok(t)) => {
+            match field_value(&sample, fv.fieldId, fv.scopeId) {
+                Ok(FieldValue::U32(v)) => {
                     fv.valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
                     fv.value = nvmlValue_t { ullVal: 0 };
-                    fv.value.uiVal = t;
+                    fv.value.uiVal = v;
                     fv.nvmlReturn = NVML_SUCCESS;
                 }
-                (NVML_FI_DEV_MEMORY_TEMP, Err(e)) => fv.nvmlReturn = e,
-                _ => fv.nvmlReturn = NVML_ERROR_NOT_SUPPORTED,
+                Ok(FieldValue::U64(v)) => {
+                    fv.valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+                    fv.value = nvmlValue_t { ullVal: v };
+                    fv.nvmlReturn = NVML_SUCCESS;
+                }
+                Err(e) => fv.nvmlReturn = e,
             }
         }
         Ok(())
     }
+}
+
+enum FieldValue {
+    U32(c_uint),
+    U64(c_ulonglong),
+}
+
+/// One field of `nvmlDeviceGetFieldValues`: memory temperature, and the NVLink fields (per link
+/// by `scopeId`, or summed over the links with `scopeId = UINT_MAX`). A family the model denies
+/// reads as that family's error; anything else is `NOT_SUPPORTED`.
+fn field_value(s: &DeviceSample, field: c_uint, scope: c_uint) -> Result<FieldValue, Ret> {
+    let denied = |family: Family| match s.errors.iter().find(|f| f.family == family) {
+        Some(f) => Err(match f.reason {
+            FailureReason::NoPermission => NVML_ERROR_NO_PERMISSION,
+            FailureReason::Timeout => NVML_ERROR_TIMEOUT,
+            _ => NVML_ERROR_UNKNOWN,
+        }),
+        None => Ok(()),
+    };
+    if field == NVML_FI_DEV_MEMORY_TEMP {
+        denied(Family::Temperature)?;
+        return some(s.temperature.memory).map(|t| FieldValue::U32(units::celsius(t)));
+    }
+    let counter: fn(&NvlinkLink) -> Option<u64> = match field {
+        NVML_FI_DEV_NVLINK_LINK_COUNT => {
+            denied(Family::Nvlink)?;
+            let nv = some(s.nvlink.as_ref())?;
+            return Ok(FieldValue::U32(nv.links.len() as c_uint));
+        }
+        NVML_FI_DEV_NVLINK_GET_STATE | NVML_FI_DEV_NVLINK_GET_VERSION => {
+            denied(Family::Nvlink)?;
+            let nv = some(s.nvlink.as_ref())?;
+            let l = nv.links.iter().find(|l| l.link == scope).ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
+            return if field == NVML_FI_DEV_NVLINK_GET_STATE {
+                Ok(FieldValue::U32(c_uint::from(l.is_up())))
+            } else {
+                some(l.version).map(FieldValue::U32)
+            };
+        }
+        // Throughput fields count KiB; the model's byte counters are whole KiB.
+        NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX | NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX => {
+            |l| l.tx_bytes.map(|b| b / 1024)
+        }
+        NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX | NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX => {
+            |l| l.rx_bytes.map(|b| b / 1024)
+        }
+        NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY => |l| l.replay_errors,
+        NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY => |l| l.recovery_errors,
+        NVML_FI_DEV_NVLINK_ERROR_DL_CRC => |l| l.crc_errors,
+        _ => return Err(NVML_ERROR_NOT_SUPPORTED),
+    };
+    denied(Family::Nvlink)?;
+    let nv = some(s.nvlink.as_ref())?;
+    if scope == NVML_SCOPE_ALL_LINKS {
+        return some(nv.links.iter().filter_map(counter).reduce(u64::saturating_add)).map(FieldValue::U64);
+    }
+    let l = nv.links.iter().find(|l| l.link == scope).ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
+    some(counter(l)).map(FieldValue::U64)
 }

@@ -110,7 +110,8 @@ fn event_wait(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeout_ms: c_uin
 nvml_export! {
     fn nvmlDeviceGetMigMode(device: nvmlDevice_t, current_mode: *mut c_uint, pending_mode: *mut c_uint) {
         let on = c_uint::from(mig_children(NAME, device)?.is_some());
-        if on == 0 {
+        // A MIG-capable GPU with MIG off reads 0 (as on a real H100); others do not support it.
+        if on == 0 && !crate::state::with_device(NAME, device, None, |_, d| Ok(d.extras.mig_capable))? {
             return Err(NVML_ERROR_NOT_SUPPORTED);
         }
         unsafe {

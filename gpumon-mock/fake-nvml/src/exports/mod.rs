@@ -41,6 +41,7 @@ pub(crate) use nvml_stubs;
 mod buffers;
 mod device;
 mod events;
+mod nvlink;
 mod system;
 
 /// Writes `v` through `p`, or `INVALID_ARGUMENT` for a null pointer.

@@ -99,6 +99,12 @@ impl Fake {
         f(gpu)
     }
 
+    /// Calls that took a handle of physical GPU `gpu` so far.
+    pub fn device_calls(&self, gpu: u32) -> u64 {
+        let f: extern "C" fn(u32) -> u64 = self.sym("gpumon_fake_nvml_device_calls");
+        f(gpu)
+    }
+
     pub fn library(&self) -> &Path {
         &self.path
     }

@@ -1,0 +1,69 @@
+//! PCI runtime power management: a GPU the kernel has runtime-suspended (D3) is left asleep.
+//!
+//! Any NVML query that reaches the GPU wakes it, which on a laptop or a workstation with an idle
+//! second GPU costs watts just to measure idleness. Before touching a GPU the sampler reads
+//! `<sysfs root>/bus/pci/devices/<domain:bus:dev.fn>/power/runtime_status`; `suspended` means
+//! the GPU is reported as [`DeviceState::Suspended`](crate::DeviceState::Suspended) and gets no
+//! further call this tick. Finding its bus id takes `nvmlDeviceGetHandleByIndex` and
+//! `nvmlDeviceGetPciInfo` once (the driver answers both from what it read when it probed the
+//! device, without waking it); later ticks use the cached id.
+//!
+//! Configure with [`NvmlSamplerBuilder::sysfs_root`](super::NvmlSamplerBuilder::sysfs_root)
+//! (tests point it at a fixture directory) and
+//! [`NvmlSamplerBuilder::wake_suspended`](super::NvmlSamplerBuilder::wake_suspended) (read
+//! suspended GPUs anyway, waking them).
+
+use std::path::{Path, PathBuf};
+
+/// Where sysfs is mounted unless configured otherwise.
+pub const DEFAULT_SYSFS_ROOT: &str = "/sys";
+
+/// NVML's bus id (`00000000:18:00.0`, 8-digit domain, upper case) as sysfs names the device
+/// (`0000:18:00.0`, 4-digit domain, lower case). `None` for an id of another shape.
+pub fn sysfs_bus_id(nvml_bus_id: &str) -> Option<String> {
+    let (domain, rest) = nvml_bus_id.trim().split_once(':')?;
+    let domain = u32::from_str_radix(domain, 16).ok()?;
+    let (bus, devfn) = rest.split_once(':')?;
+    let (dev, func) = devfn.split_once('.')?;
+    let (bus, dev, func) =
+        (u32::from_str_radix(bus, 16).ok()?, u32::from_str_radix(dev, 16).ok()?, u32::from_str_radix(func, 16).ok()?);
+    Some(format!("{:04x}:{bus:02x}:{dev:02x}.{func:x}", domain & 0xFFFF))
+}
+
+/// The `runtime_status` file of the device with NVML bus id `bus_id` under `root`.
+pub fn runtime_status_path(root: &Path, bus_id: &str) -> Option<PathBuf> {
+    Some(root.join("bus/pci/devices").join(sysfs_bus_id(bus_id)?).join("power/runtime_status"))
+}
+
+/// Whether the device is runtime-suspended. Anything unreadable (no sysfs, no runtime PM, an
+/// odd bus id) counts as awake: measuring is then the safe default.
+pub fn is_suspended(root: &Path, bus_id: &str) -> bool {
+    runtime_status_path(root, bus_id)
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .is_some_and(|s| s.trim() == "suspended")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bus_ids_map_to_sysfs_names() {
+        assert_eq!(sysfs_bus_id("00000000:18:00.0").as_deref(), Some("0000:18:00.0"));
+        assert_eq!(sysfs_bus_id("00000001:AB:1F.3").as_deref(), Some("0001:ab:1f.3"));
+        assert_eq!(sysfs_bus_id("garbage"), None);
+    }
+
+    #[test]
+    fn reads_runtime_status_from_a_fixture() {
+        let dir = std::env::temp_dir().join(format!("gpumon-rtpm-{}", std::process::id()));
+        let p = runtime_status_path(&dir, "00000000:2A:00.0").unwrap();
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, "suspended\n").unwrap();
+        assert!(is_suspended(&dir, "00000000:2A:00.0"));
+        std::fs::write(&p, "active\n").unwrap();
+        assert!(!is_suspended(&dir, "00000000:2A:00.0"));
+        assert!(!is_suspended(&dir, "00000000:18:00.0"), "missing file = awake");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
