@@ -395,6 +395,12 @@ impl TrainingRun {
         self.cell.mark(n, self.shared.clock.now())
     }
 
+    /// [`TrainingRun::step`] at a given time (Unix nanoseconds), for tests of the tracker.
+    #[cfg(test)]
+    pub(crate) fn step_at(&self, n: u64, unix_nanos: u64) -> Result<(), StepError> {
+        self.cell.mark(n, unix_nanos)
+    }
+
     /// The run's job name.
     pub fn job(&self) -> &str {
         &self.cell.job
@@ -523,6 +529,9 @@ mod opt_secs {
 
 mod tracker;
 pub use tracker::StepTracker;
+
+#[cfg(test)]
+mod tests;
 
 impl StepTracker {
     /// A tracker and the registry its runs are marked in.
