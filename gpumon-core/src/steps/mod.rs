@@ -491,6 +491,32 @@ pub struct DeviceStep {
     pub energy_joules: Option<f64>,
 }
 
+impl RunSteps {
+    /// A run with no step yet (`rank_label` from `rank`).
+    pub fn new(job: impl Into<String>, rank: Option<u32>) -> Self {
+        Self {
+            job: job.into(),
+            rank,
+            rank_label: rank.map(|r| r.to_string()).unwrap_or_default(),
+            ..Self::default()
+        }
+    }
+}
+
+impl StepReport {
+    /// The report of step `step`, which took `duration`; no samples, no GPU.
+    pub fn new(step: u64, duration: Duration) -> Self {
+        Self { step, duration, ..Self::default() }
+    }
+}
+
+impl DeviceStep {
+    /// The figures of the GPU `uuid`, all absent.
+    pub fn new(uuid: impl Into<String>) -> Self {
+        Self { uuid: uuid.into(), ..Self::default() }
+    }
+}
+
 impl Steps {
     /// The run (`job`, `rank`), if registered.
     pub fn run(&self, job: &str, rank: Option<u32>) -> Option<&RunSteps> {
