@@ -96,13 +96,21 @@ fn steps_socket_feeds_the_prometheus_endpoint() {
     // A stale socket left by a killed agent does not stop the next one.
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
     let mut served = Served::start(&["--steps-socket", path.to_str().unwrap()]);
+    // The socket is bound once the agent runs (the Prometheus endpoint may be up first).
+    let started = Instant::now();
+    let mut client = loop {
+        if let Ok(c) = UnixStream::connect(&path) {
+            break c;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the steps socket never accepted");
+        std::thread::sleep(Duration::from_millis(20));
+    };
     {
         use std::os::unix::fs::{FileTypeExt, PermissionsExt};
         let meta = std::fs::metadata(&path).unwrap();
         assert!(meta.file_type().is_socket());
-        assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+        assert_eq!(meta.permissions().mode() & 0o777, 0o660, "documented permissions");
     }
-    let mut client = UnixStream::connect(&path).unwrap();
     for step in 1..=5 {
         writeln!(client, "{{\"job\":\"train\",\"rank\":0,\"step\":{step}}}").unwrap();
         std::thread::sleep(Duration::from_millis(120));

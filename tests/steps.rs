@@ -95,7 +95,9 @@ async fn per_step_figures_equal_the_samples_in_each_step() {
     });
     loop_thread.join().unwrap();
     let marked_for = started.elapsed();
-    // Two more ticks so that the last mark is read.
+    // Three ticks after the last mark (a fresh subscription: the old one holds a backlog), so
+    // that the last mark is read.
+    let mut stream = handle.subscribe();
     for _ in 0..3 {
         stream.recv().await.unwrap();
     }
@@ -155,6 +157,7 @@ async fn every_n_reports_every_nth_step_and_tracks_all() {
     })
     .join()
     .unwrap();
+    let mut stream = handle.subscribe();
     for _ in 0..3 {
         stream.recv().await.unwrap();
     }
