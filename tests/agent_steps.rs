@@ -120,19 +120,26 @@ fn steps_socket_feeds_the_prometheus_endpoint() {
     client.write_all(&[b'x'; 2000]).unwrap();
     client.write_all(b"\n").unwrap();
     let body = served.scrape_until("the step series", |s| {
-        s.iter().any(|l| l.starts_with("gpumon_training_step{") && l.contains("job=\"train\",rank=\"0\"") && l.ends_with(" 5"))
-            && s.iter().any(|l| l.contains("reason=\"oversized\"") && l.ends_with(" 1"))
+        s.iter().any(|l| {
+            l.starts_with("gpumon_training_step{") && l.contains("job=\"train\",rank=\"0\"") && l.ends_with(" 5")
+        }) && s.iter().any(|l| l.contains("reason=\"oversized\"") && l.ends_with(" 1"))
             && s.iter().any(|l| l.starts_with("gpumon_training_step{") && l.contains("job=\"solo\""))
     });
     let series: Vec<&str> = body.lines().filter(|l| !l.starts_with('#')).collect();
     // Simulated data stays marked; a run without a rank has no rank label.
     let solo = series.iter().find(|l| l.starts_with("gpumon_training_step{") && l.contains("job=\"solo\"")).unwrap();
     assert!(solo.contains("backend=\"mock\"") && !solo.contains("rank="), "{solo}");
-    assert!(series.iter().any(|l| l.starts_with("gpumon_steps_rejected_total{") && l.contains("reason=\"malformed\"") && l.ends_with(" 1")));
-    let duration = series.iter().find(|l| l.starts_with("gpumon_step_duration_seconds{") && l.contains("job=\"train\"")).unwrap();
+    assert!(series.iter().any(|l| l.starts_with("gpumon_steps_rejected_total{")
+        && l.contains("reason=\"malformed\"")
+        && l.ends_with(" 1")));
+    let duration =
+        series.iter().find(|l| l.starts_with("gpumon_step_duration_seconds{") && l.contains("job=\"train\"")).unwrap();
     let secs: f64 = duration.rsplit_once(' ').unwrap().1.parse().unwrap();
     assert!((0.1..0.5).contains(&secs), "a step every ~120 ms: {duration}");
-    let per_gpu = series.iter().filter(|l| l.starts_with("gpumon_step_utilization_ratio{") && l.contains("job=\"train\"")).count();
+    let per_gpu = series
+        .iter()
+        .filter(|l| l.starts_with("gpumon_step_utilization_ratio{") && l.contains("job=\"train\""))
+        .count();
     assert_eq!(per_gpu, 8, "one series per GPU of h100x8");
     assert!(series.iter().any(|l| l.starts_with("gpumon_step_energy_joules{")));
     assert!(series.iter().any(|l| l.starts_with("gpumon_step_memory_peak_bytes{")));

@@ -653,7 +653,10 @@ async fn every_dashboard_query_returns_data() {
     let mut checked = 0;
     let panels = dash["panels"].as_array().unwrap();
     for name in FINDINGS_PANELS.iter().chain(STEPS_PANELS) {
-        assert!(panels.iter().any(|p| p["title"] == *name), "FINDINGS/STEPS_PANELS name `{name}`, not in the dashboard");
+        assert!(
+            panels.iter().any(|p| p["title"] == *name),
+            "FINDINGS/STEPS_PANELS name `{name}`, not in the dashboard"
+        );
     }
     for panel in panels {
         let Some(targets) = panel["targets"].as_array() else { continue };
@@ -662,7 +665,10 @@ async fn every_dashboard_query_returns_data() {
             let q = subst(t["query"].as_str().unwrap());
             // `influxql` panics when InfluxDB rejects the query, so every panel is checked for that.
             let body = influxql(&influx_url(), &influx_db(), None, &q).await;
-            if panel["title"].as_str().is_some_and(|title| FINDINGS_PANELS.contains(&title) || STEPS_PANELS.contains(&title)) {
+            if panel["title"]
+                .as_str()
+                .is_some_and(|title| FINDINGS_PANELS.contains(&title) || STEPS_PANELS.contains(&title))
+            {
                 continue;
             }
             let series = body["results"][0]["series"].as_array();

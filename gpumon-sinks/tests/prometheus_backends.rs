@@ -315,7 +315,10 @@ async fn check_dashboard(prom: &Prom, job: &str) {
     // plus the two of the findings panels and the six of the steps panels.
     assert_eq!(exprs.len(), 49, "panel queries found in the dashboard");
     for name in FINDINGS_PANELS.iter().chain(STEPS_PANELS) {
-        assert!(exprs.iter().any(|(title, _)| title == name), "FINDINGS/STEPS_PANELS name `{name}`, not in the dashboard");
+        assert!(
+            exprs.iter().any(|(title, _)| title == name),
+            "FINDINGS/STEPS_PANELS name `{name}`, not in the dashboard"
+        );
     }
     for (title, expr) in &exprs {
         let q = subst(expr);

@@ -743,7 +743,11 @@ fn training_steps_are_exported_from_the_catalogue_with_no_rank_label_when_there_
     assert!(lines.contains(&"gpumon_step_duration_seconds{host=\"node-1\",job=\"train\",rank=\"0\"} 1.5"), "{text}");
     let util: Vec<_> = lines.iter().filter(|l| l.starts_with("gpumon_step_utilization_ratio{")).collect();
     assert_eq!(util.len(), 1, "{text}");
-    assert!(util[0].contains("uuid=\"GPU-aaaa\"") && util[0].contains("job=\"train\",rank=\"0\"") && util[0].ends_with(" 0.5"));
+    assert!(
+        util[0].contains("uuid=\"GPU-aaaa\"")
+            && util[0].contains("job=\"train\",rank=\"0\"")
+            && util[0].ends_with(" 0.5")
+    );
     assert!(lines.iter().any(|l| l.starts_with("gpumon_step_energy_joules{") && l.ends_with(" 750")));
     assert!(lines.iter().any(|l| l.starts_with("gpumon_step_memory_peak_bytes{") && l.ends_with(" 2147483648")));
     assert!(lines.contains(&"gpumon_steps_rejected_total{host=\"node-1\",reason=\"malformed\"} 3"), "{text}");
