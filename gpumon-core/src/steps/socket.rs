@@ -24,6 +24,25 @@
 //! that was killed), refuses to start when another process listens on the path, and never
 //! deletes a file that is not a socket. [`StepSocket::serve`] removes the socket file when it
 //! returns.
+//!
+//! ```no_run
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use gpumon_core::steps::socket::{SocketConfig, StepSocket};
+//! use gpumon_core::steps::{StepConfig, StepTracker};
+//!
+//! let (tracker, steps) = StepTracker::new(StepConfig::default())?;
+//! // Agent::builder(sampler).processor(tracker) … .spawn()?;
+//! # drop(tracker);
+//! let socket = StepSocket::bind(SocketConfig::new("/run/gpumon/steps.sock"), steps)?;
+//! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//! let server = tokio::spawn(socket.serve(async move {
+//!     let _ = stopped.await;
+//! }));
+//! // … at shutdown: the socket file is removed when `serve` returns.
+//! let _ = stop.send(());
+//! server.await?;
+//! # Ok(()) }
+//! ```
 
 use std::future::Future;
 use std::io;
