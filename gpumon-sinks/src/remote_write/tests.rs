@@ -89,8 +89,7 @@ async fn batches_by_samples() {
         assert!(Instant::now() < deadline, "two full batches are sent without a flush");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let sizes: Vec<usize> =
-        server.received().iter().map(|(_, b)| decode_body(b).timeseries.len()).collect();
+    let sizes: Vec<usize> = server.received().iter().map(|(_, b)| decode_body(b).timeseries.len()).collect();
     assert_eq!(sizes, [2 * n, 2 * n]);
 }
 

@@ -32,6 +32,7 @@
 //! [otlp]                    # gpumon_sinks::otlp::OtlpConfig
 //! [web]                     # gpumon_sinks::web::WebConfig (live web view, see web.rs)
 //! [diagnose]                # see diagnose.rs
+//! [steps]                   # see steps.rs (training steps over a Unix socket)
 //! ```
 //! Unknown keys are errors: a typo must not silently turn a setting off.
 
@@ -74,6 +75,8 @@ pub struct FileConfig {
     pub web: Option<crate::web::WebSection>,
     #[serde(default)]
     pub diagnose: crate::diagnose::DiagnoseSection,
+    #[serde(default)]
+    pub steps: crate::steps::StepsSection,
 }
 
 #[derive(Debug, Default, Deserialize)]
