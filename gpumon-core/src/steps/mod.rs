@@ -172,6 +172,9 @@ struct RunCell {
     created: u64,
     /// Last step marked + 1; 0 = none yet.
     step: AtomicU64,
+    /// First step ever marked + 1; 0 = none yet. Lets the tracker report every step of a run's
+    /// first period, not only the last (marks 1 and 2 before the first tick are two steps).
+    first: AtomicU64,
     /// Unix nanos of the latest mark.
     at: AtomicU64,
 }
@@ -186,7 +189,13 @@ impl RunCell {
                 return Err(StepError::NotIncreasing { last: cur - 1, got: n });
             }
             match self.step.compare_exchange_weak(cur, stored, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => break,
+                Ok(_) => {
+                    if cur == 0 {
+                        // Only the caller that moved the run off "no step yet" gets here.
+                        self.first.store(stored, Ordering::Release);
+                    }
+                    break;
+                }
                 Err(actual) => cur = actual,
             }
         }
@@ -197,6 +206,11 @@ impl RunCell {
 
     fn last(&self) -> Option<u64> {
         self.step.load(Ordering::Acquire).checked_sub(1)
+    }
+
+    /// The first step ever marked on this run.
+    fn first(&self) -> Option<u64> {
+        self.first.load(Ordering::Acquire).checked_sub(1)
     }
 }
 
@@ -338,6 +352,7 @@ impl StepRegistry {
             rank_label: rank.map(|r| r.to_string()).unwrap_or_default().into(),
             created,
             step: AtomicU64::new(0),
+            first: AtomicU64::new(0),
             at: AtomicU64::new(0),
         });
         runs.push(Arc::clone(&cell));

@@ -277,3 +277,20 @@ fn steps_round_trip_through_serde() {
     let back: Snapshot = serde_json::from_str(&json).unwrap();
     assert_eq!(back.steps, s.steps);
 }
+
+#[test]
+fn every_step_of_the_first_period_is_reported() {
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let run = run_at(&steps, "train", Some(0), T0);
+    let mut s0 = snap(1, T0, 0.5, 1, 0.0);
+    tracker.process(&mut s0);
+    // Two marks before the tracker's next turn: both steps are reported, each half the time.
+    run.step_at(1, T0 + SEC / 2).unwrap();
+    run.step_at(2, T0 + SEC).unwrap();
+    let mut s1 = snap(2, T0 + SEC, 0.9, 1, 10.0);
+    tracker.process(&mut s1);
+    let r = &s1.steps.as_ref().unwrap().runs[0];
+    let reported: Vec<_> = r.reported.iter().map(|rep| (rep.step, rep.duration)).collect();
+    assert_eq!(reported, [(1, Duration::from_millis(500)), (2, Duration::from_millis(500))]);
+    assert_eq!(r.last_step, Some(2));
+}

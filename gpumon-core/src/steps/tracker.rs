@@ -224,7 +224,12 @@ impl Processor for StepTracker {
                     // This sample covers the end of the step(s): it belongs to them, and also to
                     // the step that began at the mark.
                     run.acc.add(snapshot, prev);
-                    let k = run.seen.map_or(1, |seen| last - seen);
+                    // Steps completed since the last report; in the first period, every step
+                    // from the first one marked (a mark of the first one may not be the latest).
+                    let k = match run.seen {
+                        Some(seen) => last - seen,
+                        None => run.cell.first().map_or(1, |first| last.saturating_sub(first) + 1),
+                    };
                     let duration =
                         (run.start != 0).then(|| Duration::from_nanos(at.saturating_sub(run.start) / k.max(1)));
                     run.last_duration = duration;
