@@ -132,13 +132,11 @@ fn assert_request_is_snapshot(request: &[Json], snapshot: &Snapshot, transport: 
             .collect();
         assert_eq!(hits.len(), 1, "[{transport}] {:?} {want:?}: {hits:?}", p.id);
         let j = hits[0];
-        assert_eq!(
-            j["value"].as_u64(),
-            Some(match p.value {
-                Value::Int(v) => v,
-                Value::Float(v) => v as u64,
-            })
-        );
+        // Int points arrive as ints, float points (step figures) as doubles, each exactly.
+        match p.value {
+            Value::Int(v) => assert_eq!(j["value"].as_u64(), Some(v), "[{transport}] {:?}", p.id),
+            Value::Float(v) => assert_eq!(j["value"].as_f64(), Some(v), "[{transport}] {:?}", p.id),
+        }
         let (kind, monotonic) = if d.kind == MetricKind::Counter { ("sum", Some(true)) } else { ("gauge", None) };
         assert_eq!(j["type"], kind, "[{transport}] type of {}", d.otel.name);
         if let Some(m) = monotonic {
