@@ -23,6 +23,8 @@ mod diagnose;
 mod mock;
 #[path = "../../src/bin/gpumon-agent/sinks.rs"]
 mod sinks;
+#[path = "../../src/bin/gpumon-agent/steps.rs"]
+mod steps;
 
 use gpumon_mock as mock_crate;
 

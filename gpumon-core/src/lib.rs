@@ -52,6 +52,7 @@ mod processor;
 pub mod report;
 mod sampler;
 mod sink;
+pub mod steps;
 mod telemetry;
 
 #[cfg(feature = "runtime")]

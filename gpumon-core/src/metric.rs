@@ -60,11 +60,14 @@ pub enum Family {
     /// Findings of the diagnosis stage ([`crate::diagnose`]). Derived from the other families,
     /// not read from the GPU: selecting it costs the backend nothing.
     Diagnosis,
+    /// Training steps ([`crate::steps`]): per-step figures derived from the other families when
+    /// a training loop marks its steps. Costs the backend nothing.
+    Steps,
 }
 
 impl Family {
     /// Every family, in declaration order.
-    pub const ALL: [Family; 20] = [
+    pub const ALL: [Family; 21] = [
         Family::Status,
         Family::Utilization,
         Family::Memory,
@@ -85,6 +88,7 @@ impl Family {
         Family::HighResolution,
         Family::Gpm,
         Family::Diagnosis,
+        Family::Steps,
     ];
 
     /// Families that cost noticeably more than the rest, and so are off in [`MetricSet::default`].
@@ -113,6 +117,7 @@ impl Family {
             Family::HighResolution => "high_resolution",
             Family::Gpm => "gpm",
             Family::Diagnosis => "diagnosis",
+            Family::Steps => "steps",
         }
     }
 
@@ -639,6 +644,35 @@ catalogue! {
     FindingsRaised { "findings_raised", Diagnosis, Count, Counter, "Findings raised by gpumon's diagnosis since the agent started.",
         label: None, dcgm: None, otel: hw("gpumon.findings.raised"),
         scope: Host, labels: &["kind"] }
+
+    /// The last completed step of a training run ([`crate::steps`]).
+    TrainingStep { "training_step", Steps, Count, Gauge, "Last completed step of the training run.",
+        label: None, dcgm: None, otel: hw("gpumon.training.step"),
+        scope: Job, labels: &["job", "rank"] }
+    /// How long the training run's last step took.
+    StepDuration { "step_duration", Steps, Seconds, Gauge, "Duration of the training run's last completed step.",
+        label: None, dcgm: None, otel: hw("gpumon.step.duration"),
+        scope: Job, labels: &["job", "rank"] }
+    /// Mean GPU utilisation over the last reported step.
+    StepUtilization { "step_utilization", Steps, Ratio, Gauge, "Mean GPU utilisation over the training run's last reported step.",
+        label: None, dcgm: None, otel: hw("gpumon.step.utilization"),
+        scope: Device, labels: &["job", "rank"] }
+    /// Highest GPU utilisation over the last reported step.
+    StepUtilizationMax { "step_utilization_max", Steps, Ratio, Gauge, "Highest GPU utilisation over the training run's last reported step.",
+        label: None, dcgm: None, otel: hw("gpumon.step.utilization.max"),
+        scope: Device, labels: &["job", "rank"] }
+    /// Peak framebuffer memory used over the last reported step.
+    StepMemoryPeak { "step_memory_peak", Steps, Bytes, Gauge, "Peak framebuffer memory used over the training run's last reported step.",
+        label: None, dcgm: None, otel: hw("gpumon.step.memory.peak"),
+        scope: Device, labels: &["job", "rank"] }
+    /// Step marks from other processes dropped by the steps socket, per reason.
+    StepsRejected { "steps_rejected", Steps, Count, Counter, "Training-step marks the steps socket dropped (malformed, oversized, refused; connections over the limit).",
+        label: None, dcgm: None, otel: hw("gpumon.steps.rejected"),
+        scope: Host, labels: &["reason"] }
+    /// Energy the GPU used over the last reported step.
+    StepEnergy { "step_energy", Steps, Joules, Gauge, "Energy the GPU used over the training run's last reported step.",
+        label: None, dcgm: None, otel: hw("gpumon.step.energy"),
+        scope: Device, labels: &["job", "rank"] }
 }
 
 impl MetricId {
@@ -696,7 +730,7 @@ pub struct Point<'a> {
     pub label: Option<LabelValue<'a>>,
 }
 
-/// One value of one derived series (a finding, later a training step), as sinks see it.
+/// One value of one derived series (a finding, a training step), as sinks see it.
 ///
 /// Where a [`Point`] belongs to the device whose [`DeviceSample::visit_points`] produced it, a
 /// derived point says itself what it describes: `device` (an index into
@@ -749,6 +783,11 @@ impl Snapshot {
     /// assert_eq!(n, 0); // no diagnosis attached
     /// ```
     pub fn visit_derived<'a>(&'a self, mut f: impl FnMut(DerivedPoint<'a>)) {
+        self.visit_diagnosis(&mut f);
+        self.visit_steps(&mut f);
+    }
+
+    fn visit_diagnosis<'a>(&'a self, f: &mut impl FnMut(DerivedPoint<'a>)) {
         let Some(diagnosis) = &self.diagnosis else { return };
         for finding in diagnosis.active.iter() {
             let device = match &finding.uuid {
@@ -772,6 +811,45 @@ impl Snapshot {
                 device: None,
                 labels: [count.kind.name(), "", "", ""],
             });
+        }
+    }
+
+    /// Training steps: per run the last step and its duration, per GPU the figures of the last
+    /// reported step. An empty `rank` label value means "no rank" (sinks omit the label).
+    fn visit_steps<'a>(&'a self, f: &mut impl FnMut(DerivedPoint<'a>)) {
+        let Some(steps) = &self.steps else { return };
+        if let Some(rejected) = &steps.rejected {
+            for reason in crate::steps::Rejection::ALL {
+                let value = Value::Int(rejected.get(reason));
+                f(DerivedPoint { id: MetricId::StepsRejected, value, device: None, labels: [reason.name(), "", "", ""] });
+            }
+        }
+        for run in &steps.runs {
+            let labels = [run.job.as_str(), run.rank_label.as_str(), "", ""];
+            if let Some(step) = run.last_step {
+                f(DerivedPoint { id: MetricId::TrainingStep, value: Value::Int(step), device: None, labels });
+            }
+            if let Some(d) = run.last_duration {
+                let value = Value::Float(d.as_secs_f64());
+                f(DerivedPoint { id: MetricId::StepDuration, value, device: None, labels });
+            }
+            let Some(last) = &run.last else { continue };
+            for gpu in &last.devices {
+                let Some(i) = self.devices.iter().position(|d| d.info.uuid == gpu.uuid) else { continue };
+                let device = Some(i);
+                if let Some(v) = gpu.utilization_mean {
+                    f(DerivedPoint { id: MetricId::StepUtilization, value: Value::Float(v), device, labels });
+                }
+                if let Some(v) = gpu.utilization_max {
+                    f(DerivedPoint { id: MetricId::StepUtilizationMax, value: Value::Float(v), device, labels });
+                }
+                if let Some(v) = gpu.memory_peak_bytes {
+                    f(DerivedPoint { id: MetricId::StepMemoryPeak, value: Value::Int(v), device, labels });
+                }
+                if let Some(v) = gpu.energy_joules {
+                    f(DerivedPoint { id: MetricId::StepEnergy, value: Value::Float(v), device, labels });
+                }
+            }
         }
     }
 }

@@ -31,12 +31,15 @@ pub struct Snapshot {
     /// What the diagnosis stage concluded at this tick; `None` when diagnosis is off.
     #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
     pub diagnosis: Option<crate::finding::Diagnosis>,
+    /// Training steps ([`crate::steps`]); `None` when no step tracker runs or no run is registered.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub steps: Option<crate::steps::Steps>,
 }
 
 impl Snapshot {
     /// A snapshot taken now, with `seq` 0 (the runtime numbers the ones it takes).
     pub fn new(system: Arc<SystemInfo>, devices: Vec<DeviceSample>) -> Self {
-        Self { seq: 0, taken_at: SystemTime::now(), duration: Duration::ZERO, system, devices, diagnosis: None }
+        Self { seq: 0, taken_at: SystemTime::now(), duration: Duration::ZERO, system, devices, diagnosis: None, steps: None }
     }
 
     /// Builder-style setter for the sequence number.

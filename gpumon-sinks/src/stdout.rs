@@ -11,6 +11,12 @@
 //! A `FINDING` line is printed when the diagnosis stage raises or clears a finding (a host-level
 //! one says `host` instead of `gpu N UUID`), with its evidence (for a clear: the numbers when it
 //! cleared) and, when raised, the advice.
+//! A `STEP` line is printed per reported training step ([`gpumon_core::steps`]): the run, the
+//! step and its duration, then per GPU the step's mean (and max) utilisation, peak memory and
+//! energy:
+//! ```text
+//! [14:03:07] STEP train rank 0 step 42 in 1.250s | GPU0 util 87% (max 99%) mem 40960 MB energy 512.0 J | GPU1 …
+//! ```
 //! JSON lines: each line is the [`Snapshot`] serialized with serde — the field names of
 //! `gpumon_core`'s data model, timestamps as Unix nanoseconds, absent values as `null`. Parse it
 //! back with `serde_json::from_str::<Snapshot>`.
@@ -32,6 +38,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
+use gpumon_core::steps::{RunSteps, StepReport};
 use gpumon_core::{DeviceSample, FindingEvent, Sink, SinkError, Snapshot, Transition};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
@@ -220,6 +227,36 @@ fn push_duration(out: &mut String, d: Duration) {
     };
 }
 
+/// Formats one reported training step as a human line (without the trailing newline):
+/// `[hh:mm:ss] STEP job rank R step N in 1.250s | GPU0 util 87% (max 99%) mem 40960 MB energy 512.0 J | …`
+/// (`rank R` only for a run with a rank; a figure the samples did not have is left out; GPUs
+/// the snapshot does not carry are skipped).
+pub fn format_step_line(out: &mut String, snapshot: &Snapshot, run: &RunSteps, report: &StepReport) {
+    push_clock(out, snapshot);
+    out.push_str(" STEP ");
+    push_one_line(out, &run.job);
+    if let Some(rank) = run.rank {
+        let _ = write!(out, " rank {rank}");
+    }
+    let _ = write!(out, " step {} in {:.3}s", report.step, report.duration.as_secs_f64());
+    for gpu in &report.devices {
+        let Some(device) = snapshot.device(&gpu.uuid) else { continue };
+        let _ = write!(out, " | GPU{}", device.info.index);
+        if let Some(mean) = gpu.utilization_mean {
+            let _ = write!(out, " util {:.0}%", mean * 100.0);
+            if let Some(max) = gpu.utilization_max {
+                let _ = write!(out, " (max {:.0}%)", max * 100.0);
+            }
+        }
+        if let Some(peak) = gpu.memory_peak_bytes {
+            let _ = write!(out, " mem {} MB", peak / (1024 * 1024));
+        }
+        if let Some(e) = gpu.energy_joules {
+            let _ = write!(out, " energy {e:.1} J");
+        }
+    }
+}
+
 /// Formats a whole snapshot in `format` into `out`, newline-terminated.
 ///
 /// # Errors
@@ -235,6 +272,12 @@ pub fn format_snapshot(out: &mut String, snapshot: &Snapshot, format: StdoutForm
             for event in snapshot.diagnosis.iter().flat_map(|d| &d.events) {
                 format_finding_line(out, snapshot, event);
                 out.push('\n');
+            }
+            for run in snapshot.steps.iter().flat_map(|s| &s.runs) {
+                for report in &run.reported {
+                    format_step_line(out, snapshot, run, report);
+                    out.push('\n');
+                }
             }
         }
         StdoutFormat::Json => {

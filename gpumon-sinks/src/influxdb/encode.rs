@@ -48,6 +48,8 @@ pub struct LineProtocolEncoder {
     extra_tags: String,
     /// Escaped `<base>_finding`: one point per finding raised or cleared.
     finding_measurement: String,
+    /// Escaped `<base>_step`: one point per reported training step and GPU.
+    step_measurement: String,
 }
 
 impl Default for LineProtocolEncoder {
@@ -87,7 +89,10 @@ impl LineProtocolEncoder {
         }
         let mut finding_measurement = String::new();
         write_measurement(&mut finding_measurement, &Self::finding_measurement_name(measurement));
+        let mut step_measurement = String::new();
+        write_measurement(&mut step_measurement, &Self::step_measurement_name(measurement));
         Self {
+            step_measurement,
             base: measurement.to_owned(),
             measurements,
             field_keys,
@@ -100,6 +105,62 @@ impl LineProtocolEncoder {
     /// The measurement finding events (raise and clear) are written to: `<base>_finding`.
     pub fn finding_measurement_name(base: &str) -> String {
         format!("{base}_finding")
+    }
+
+    /// The measurement reported training steps are written to: `<base>_step`.
+    pub fn step_measurement_name(base: &str) -> String {
+        format!("{base}_step")
+    }
+
+    /// Appends one point per reported training step ([`gpumon_core::steps`]) and GPU, to
+    /// `<base>_step` — what a training callback writing to InfluxDB would: tags the device's
+    /// (`gpu`, `host`, `uuid`, …), `job` and `rank` (absent without one); fields `step` (integer),
+    /// `duration_seconds`, `utilization_mean`, `utilization_max`, `memory_peak_bytes` (integer)
+    /// and `energy_joules` (those the samples had). Several steps reported at one tick would
+    /// share a timestamp and overwrite each other, so the earlier ones are written a nanosecond
+    /// apart before the snapshot's time.
+    pub fn encode_step_events(&self, snapshot: &Snapshot, out: &mut String) -> Encoded {
+        let ts = i64::try_from(snapshot.timestamp_nanos()).unwrap_or(i64::MAX);
+        let mut encoded = Encoded::default();
+        let Some(steps) = &snapshot.steps else { return encoded };
+        let host = snapshot.system.hostname.as_str();
+        let mock = snapshot.system.is_mock();
+        for run in &steps.runs {
+            let n = run.reported.len();
+            for (i, report) in run.reported.iter().enumerate() {
+                let at = ts.saturating_sub(i64::try_from(n - 1 - i).unwrap_or(0));
+                for gpu in &report.devices {
+                    let Some(device) = snapshot.device(&gpu.uuid) else { continue };
+                    let start = out.len();
+                    out.push_str(&self.step_measurement);
+                    self.write_device_tags(out, host, mock, &device.info);
+                    out.push_str(",job=");
+                    write_tag(out, &run.job);
+                    if !run.rank_label.is_empty() {
+                        out.push_str(",rank=");
+                        write_tag(out, &run.rank_label);
+                    }
+                    let _ = write!(out, " step={}i,duration_seconds={}", report.step, report.duration.as_secs_f64());
+                    let mut fields = 2;
+                    for (key, v) in [
+                        ("utilization_mean", gpu.utilization_mean),
+                        ("utilization_max", gpu.utilization_max),
+                        ("energy_joules", gpu.energy_joules),
+                    ] {
+                        if let Some(v) = v.filter(|v| v.is_finite()) {
+                            let _ = write!(out, ",{key}={v}");
+                            fields += 1;
+                        }
+                    }
+                    if let Some(v) = gpu.memory_peak_bytes {
+                        let _ = write!(out, ",memory_peak_bytes={v}i");
+                        fields += 1;
+                    }
+                    finish_line(out, start, fields, at, &mut encoded);
+                }
+            }
+        }
+        encoded
     }
 
     /// Adds a tag to every line (e.g. `cluster=eu-1`). Empty values are ignored (line protocol has
@@ -138,6 +199,7 @@ impl LineProtocolEncoder {
         }
         total += self.encode_derived(snapshot, out);
         total += self.encode_finding_events(snapshot, out);
+        total += self.encode_step_events(snapshot, out);
         total
     }
 

@@ -387,7 +387,8 @@ impl Direct {
                     ..KeyValue::default()
                 });
             }
-            for (label, v) in series.derived.pairs() {
+            // An empty value means "no such label" (a run without a rank): no attribute.
+            for (label, v) in series.derived.pairs().filter(|(_, v)| !v.is_empty()) {
                 attributes.push(string_kv(&label_key(label), v));
             }
             let mut encoded = Vec::new();

@@ -335,7 +335,8 @@ impl Plan {
                     LabelValue::Str(v) => KeyValue::new(key, s(v)),
                 });
             }
-            for (label, value) in series.derived.pairs() {
+            // An empty value means "no such label" (a run without a rank): no attribute.
+            for (label, value) in series.derived.pairs().filter(|(_, v)| !v.is_empty()) {
                 attributes.push(KeyValue::new(label_key(label), s(value)));
             }
             by_instrument[series.instrument].push(Observation { value: series.value, attributes });

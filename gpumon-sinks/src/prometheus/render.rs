@@ -551,7 +551,9 @@ fn render_derived(
                     mock_label(out, &mut first, &snap.system);
                 }
             }
-            for (key, value) in p.label_pairs() {
+            // An empty value means "no such label" (a run without a rank); Prometheus treats an
+            // empty label as an absent one anyway, so leave it out.
+            for (key, value) in p.label_pairs().filter(|(_, v)| !v.is_empty()) {
                 push_label(out, &mut first, key, value);
             }
             if first {

@@ -127,6 +127,9 @@ pub struct Cli {
     /// Diagnosis, --duration and the run report (diagnose.rs).
     #[command(flatten)]
     pub diagnose: crate::diagnose::DiagnoseArgs,
+    /// Training steps from other processes: --steps-socket (steps.rs).
+    #[command(flatten)]
+    pub steps: crate::steps::StepsArgs,
 }
 
 /// A configuration problem: reported with the key and reason, exit code 2.
@@ -153,6 +156,8 @@ struct Settings {
     host: Option<String>,
     /// Diagnosis, --duration and the run report.
     diagnose: crate::diagnose::Plan,
+    /// The steps socket and tracker.
+    steps: crate::steps::Plan,
 }
 
 /// `--host` / GPUMON_HOST, else NODE_NAME; blank values count as unset.
@@ -222,6 +227,7 @@ fn resolve(cli: &Cli, file: &FileConfig) -> Result<Settings, ConfigError> {
         once: cli.once,
         host: host_override(cli),
         diagnose: crate::diagnose::resolve(&cli.diagnose, &file.diagnose, interval)?,
+        steps: crate::steps::resolve(&cli.steps, &file.steps)?,
     })
 }
 
@@ -307,14 +313,22 @@ async fn run(cli: Cli, file: FileConfig, mut settings: Settings) -> ExitCode {
     for sink in sinks {
         builder = builder.boxed_sink(sink, settings.sink_options);
     }
+    // The step tracker before diagnosis: processors run in order.
+    builder = settings.steps.install(builder);
     builder = settings.diagnose.install(builder);
     let handle = match builder.spawn() {
         Ok(h) => h,
         Err(e) => return config_failure(&e.to_string()),
     };
+    if let Err(e) = settings.steps.start() {
+        eprintln!("gpumon: {e}");
+        let _ = handle.shutdown(settings.shutdown_timeout).await;
+        return ExitCode::from(1);
+    }
 
     if settings.once {
         let flushed = handle.flush(settings.shutdown_timeout.max(Duration::from_secs(10))).await;
+        settings.steps.stop().await;
         let shut = handle.shutdown(settings.shutdown_timeout).await;
         settings.diagnose.print_report();
         return match (flushed, shut) {
@@ -329,6 +343,7 @@ async fn run(cli: Cli, file: FileConfig, mut settings: Settings) -> ExitCode {
     tracing::info!(interval = ?settings.interval, "agent running; Ctrl-C or SIGTERM to stop");
     settings.diagnose.run_until(wait_for_signal()).await;
     tracing::info!("shutting down");
+    settings.steps.stop().await;
     let shut = handle.shutdown(settings.shutdown_timeout).await;
     settings.diagnose.print_report();
     match shut {

@@ -30,6 +30,7 @@
 //! [influxdb.tls]            # gpumon_sinks::tls::TlsConfig (also [otlp.tls], [pushgateway.tls])
 //! [otlp]                    # gpumon_sinks::otlp::OtlpConfig
 //! [diagnose]                # see diagnose.rs
+//! [steps]                   # see steps.rs (training steps over a Unix socket)
 //! ```
 //! Unknown keys are errors: a typo must not silently turn a setting off.
 
@@ -70,6 +71,8 @@ pub struct FileConfig {
     pub otlp: Option<OtlpSection>,
     #[serde(default)]
     pub diagnose: crate::diagnose::DiagnoseSection,
+    #[serde(default)]
+    pub steps: crate::steps::StepsSection,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -14,6 +14,7 @@ mod backend;
 mod config;
 mod diagnose;
 mod sinks;
+mod steps;
 
 // The mock backend, when this build has it (`--features mock`).
 #[cfg(feature = "mock")]

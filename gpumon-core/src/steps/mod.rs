@@ -1,0 +1,548 @@
+//! Training steps: GPU state per step of a training loop.
+//!
+//! A training loop marks the end of each step with one cheap call, [`TrainingRun::step`]; the
+//! [`StepTracker`] — a [`Processor`](crate::Processor) — turns the marks into per-step GPU figures on the sampling
+//! side and attaches them to every snapshot as [`Snapshot::steps`], which every sink exports from
+//! the descriptor table ([`Snapshot::visit_derived`]): `gpumon_training_step{job,rank}`,
+//! `gpumon_step_duration_seconds{job,rank}` and, per GPU, `gpumon_step_utilization_ratio`,
+//! `gpumon_step_utilization_max_ratio`, `gpumon_step_memory_peak_bytes`,
+//! `gpumon_step_energy_joules`.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use gpumon_core::steps::{StepConfig, StepTracker};
+//!
+//! let (tracker, steps) = StepTracker::new(StepConfig::default())?;
+//! // Agent::builder(sampler).processor(tracker) … .spawn()?;
+//! # drop(tracker);
+//! let run = steps.run("train", Some(0))?;
+//! for n in 1..=3 {
+//!     // … forward, backward, optimizer step …
+//!     run.step(n)?;
+//! }
+//! assert!(run.step(2).is_err()); // steps only go up
+//! # Ok::<(), gpumon_core::steps::StepError>(())
+//! ```
+//!
+//! # The hand-off
+//! [`TrainingRun::step`] reads the monotonic clock and updates two atomics of the run: no lock,
+//! no allocation, no system call beyond the clock (vDSO on Linux). Concurrent callers of one run
+//! are fine: the highest step wins and a step that is not above the last one marked is an error
+//! ([`StepError::NotIncreasing`]). It keeps working — and costs the same — after the agent has
+//! stopped; the marks are then simply never read.
+//!
+//! # Which samples a step takes
+//! A sample taken at `t` describes the sampling period `(t − interval, t]` (utilisation is an
+//! average over it; the high-resolution windows cover it). A step runs from the previous mark
+//! (or, for the first step of a run created with [`StepRegistry::run`], from the moment the run
+//! was created) to its own mark; it takes **every sample whose period overlaps it**, i.e. the
+//! samples taken during the step plus the first one taken after its end (the sample that covers
+//! the end). Per GPU, over those samples:
+//! - utilisation mean: the mean of each sample's utilisation — the high-resolution window's mean
+//!   where the sample has one, else the sampled value;
+//! - utilisation max: the largest window maximum (or sampled value);
+//! - peak memory: the largest `memory.used`;
+//! - energy: the energy counter's increase over those samples' periods, prorated to the step's
+//!   share of them (`Δcounter × duration / covered time`), so that a short step is not charged a
+//!   whole interval. Absent until the tracker has seen one sample before the step (it needs a
+//!   baseline) or without an energy counter.
+//!
+//! **A step shorter than the interval** takes the figures of the one sample that covers it. When
+//! several steps end in one sampling period, the tracker sees only the last mark of them (one
+//! pair of atomics, not a queue): each of them is reported with the figures of that period's
+//! sample (the first also with the earlier samples it overlaps), and with the mean duration
+//! `(last mark − previous mark) / steps`.
+//!
+//! A mark is read at the first tick whose sample was taken after it; a mark made between the
+//! sample and the tracker's turn waits for the next tick. The first mark of a run created by
+//! [`StepRegistry::record`] (the agent's steps socket) has no known start: it sets the run's step
+//! but is not reported.
+//!
+//! # Reporting
+//! Every `every_n`-th step ([`StepConfig::every_n`]; step numbers divisible by it) is *reported*:
+//! it appears in [`RunSteps::reported`] at the tick that saw it (event sinks — InfluxDB's
+//! `gpu_step` measurement, the stdout line — write one record per reported step) and becomes
+//! [`RunSteps::last`], which the per-GPU gauges show until the next reported step. The step
+//! number and the last step's duration are updated for every step.
+//!
+//! # Order with the diagnosis stage
+//! Add the tracker **before** the [`Diagnoser`](crate::diagnose::Diagnoser): processors run in
+//! the order they were added, so diagnosis sees this tick's [`Snapshot::steps`] (the agent does
+//! this). A rule may then read the step time next to utilisation — e.g. the share of a step the
+//! GPU spent idle, `(1 − utilisation mean) × step duration`, is the time the GPU waited between
+//! steps, the signature of a starving data loader.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+#[cfg(doc)]
+use crate::model::Snapshot;
+
+#[cfg(feature = "steps-socket")]
+#[cfg_attr(docsrs, doc(cfg(feature = "steps-socket")))]
+pub mod socket;
+
+/// Most runs one registry holds; [`StepRegistry::run`] refuses more ([`StepError::TooManyRuns`]).
+/// Bounds what a misbehaving client of the steps socket can make the agent keep and export.
+pub const MAX_RUNS: usize = 256;
+
+/// Longest job name, in bytes.
+pub const MAX_JOB_LEN: usize = 128;
+
+/// What the step tracker is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StepConfig {
+    /// Report every `every_n`-th step (the steps whose number is divisible by it). Default 1;
+    /// 0 is an error.
+    pub every_n: u64,
+}
+
+impl Default for StepConfig {
+    fn default() -> Self {
+        Self { every_n: 1 }
+    }
+}
+
+impl StepConfig {
+    /// A configuration reporting every `every_n`-th step.
+    pub fn every_n(every_n: u64) -> Self {
+        Self { every_n }
+    }
+}
+
+/// What can go wrong with steps.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StepError {
+    /// A step number not above the last one marked on this run.
+    #[error("step {got} is not above the last step marked, {last}")]
+    NotIncreasing {
+        /// The last step marked.
+        last: u64,
+        /// The step given.
+        got: u64,
+    },
+    /// A step number gpumon cannot store (`u64::MAX`).
+    #[error("step {0} is out of range (at most {max})", max = u64::MAX - 1)]
+    OutOfRange(u64),
+    /// A job name that is empty, too long or holds control characters.
+    #[error("invalid job name {0:?}: 1 to 128 bytes, no control characters")]
+    InvalidJob(String),
+    /// A bad [`StepConfig`].
+    #[error("invalid steps configuration: {0}")]
+    InvalidConfig(String),
+    /// The registry already holds [`MAX_RUNS`] runs.
+    #[error("too many training runs (at most {MAX_RUNS})")]
+    TooManyRuns,
+}
+
+/// The clock shared by the marks and the tracker: Unix nanoseconds derived from a monotonic
+/// clock, so that marks compare with [`Snapshot::taken_at`] and never go backwards.
+#[derive(Debug)]
+struct Clock {
+    instant: Instant,
+    unix_nanos: u64,
+}
+
+impl Clock {
+    fn new() -> Self {
+        let unix_nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        Self { instant: Instant::now(), unix_nanos }
+    }
+
+    #[inline]
+    fn now(&self) -> u64 {
+        let since = self.instant.elapsed().as_nanos();
+        self.unix_nanos.saturating_add(u64::try_from(since).unwrap_or(u64::MAX))
+    }
+}
+
+/// One run's hand-off cell: what the training loop writes and the tracker reads.
+#[derive(Debug)]
+struct RunCell {
+    job: Box<str>,
+    rank: Option<u32>,
+    rank_label: Box<str>,
+    /// Unix nanos when the run was created (the start of its first step), or 0 when unknown.
+    created: u64,
+    /// Last step marked + 1; 0 = none yet.
+    step: AtomicU64,
+    /// Unix nanos of the latest mark.
+    at: AtomicU64,
+}
+
+impl RunCell {
+    #[inline]
+    fn mark(&self, n: u64, now: u64) -> Result<(), StepError> {
+        let Some(stored) = n.checked_add(1) else { return Err(StepError::OutOfRange(n)) };
+        let mut cur = self.step.load(Ordering::Relaxed);
+        loop {
+            if cur >= stored {
+                return Err(StepError::NotIncreasing { last: cur - 1, got: n });
+            }
+            match self.step.compare_exchange_weak(cur, stored, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(actual) => cur = actual,
+            }
+        }
+        // A concurrent caller with a higher step may store its time first: keep the later time.
+        self.at.fetch_max(now, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn last(&self) -> Option<u64> {
+        self.step.load(Ordering::Acquire).checked_sub(1)
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    clock: Clock,
+    runs: Mutex<Vec<Arc<RunCell>>>,
+    /// `runs.len()`, readable without the lock (the tracker checks it every tick).
+    count: AtomicUsize,
+    /// Whether a steps socket feeds this registry (then the rejection counters are exported).
+    socket: AtomicBool,
+    /// Marks dropped, per [`Rejection`] (indexed by `Rejection as usize`).
+    rejected: [AtomicU64; 4],
+}
+
+/// Why a mark from another process was dropped (the `reason` label of
+/// `gpumon_steps_rejected_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// Not a JSON object with `job` and `step` (or not UTF-8, or cut off).
+    Malformed,
+    /// A line over the length limit.
+    Oversized,
+    /// A well-formed mark the registry refused ([`StepError`]).
+    Refused,
+    /// A connection past the connection limit, closed at once.
+    Connections,
+}
+
+impl Rejection {
+    /// Every reason, in declaration order.
+    pub const ALL: [Rejection; 4] = [Rejection::Malformed, Rejection::Oversized, Rejection::Refused, Rejection::Connections];
+
+    /// The `reason` label value.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Rejection::Malformed => "malformed",
+            Rejection::Oversized => "oversized",
+            Rejection::Refused => "refused",
+            Rejection::Connections => "connections",
+        }
+    }
+}
+
+/// Marks from other processes dropped so far ([`Rejection`]), as a snapshot carries them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct StepRejections {
+    /// [`Rejection::Malformed`].
+    pub malformed: u64,
+    /// [`Rejection::Oversized`].
+    pub oversized: u64,
+    /// [`Rejection::Refused`].
+    pub refused: u64,
+    /// [`Rejection::Connections`].
+    pub connections: u64,
+}
+
+impl StepRejections {
+    /// The count for `reason`.
+    pub fn get(&self, reason: Rejection) -> u64 {
+        match reason {
+            Rejection::Malformed => self.malformed,
+            Rejection::Oversized => self.oversized,
+            Rejection::Refused => self.refused,
+            Rejection::Connections => self.connections,
+        }
+    }
+
+    /// All reasons together.
+    pub fn total(&self) -> u64 {
+        Rejection::ALL.iter().map(|r| self.get(*r)).sum()
+    }
+}
+
+/// Where training runs are registered; the other half of a [`StepTracker`].
+///
+/// `Send + Sync`; a clone is another handle to the same registry.
+#[derive(Clone, Debug)]
+pub struct StepRegistry {
+    shared: Arc<Shared>,
+}
+
+fn validate_job(job: &str) -> Result<(), StepError> {
+    if job.is_empty() || job.len() > MAX_JOB_LEN || job.chars().any(char::is_control) {
+        return Err(StepError::InvalidJob(job.chars().take(MAX_JOB_LEN).collect()));
+    }
+    Ok(())
+}
+
+impl StepRegistry {
+    fn new() -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                clock: Clock::new(),
+                runs: Mutex::new(Vec::new()),
+                count: AtomicUsize::new(0),
+                socket: AtomicBool::new(false),
+                rejected: Default::default(),
+            }),
+        }
+    }
+
+    /// Counts one mark from another process dropped for `reason` (the steps socket does this).
+    pub fn reject(&self, reason: Rejection) {
+        self.shared.rejected[reason as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Marks dropped so far, `None` unless a steps socket feeds this registry.
+    pub fn rejections(&self) -> Option<StepRejections> {
+        if !self.shared.socket.load(Ordering::Acquire) {
+            return None;
+        }
+        let get = |r: Rejection| self.shared.rejected[r as usize].load(Ordering::Relaxed);
+        Some(StepRejections {
+            malformed: get(Rejection::Malformed),
+            oversized: get(Rejection::Oversized),
+            refused: get(Rejection::Refused),
+            connections: get(Rejection::Connections),
+        })
+    }
+
+    fn find_or_create(&self, job: &str, rank: Option<u32>, created: u64) -> Result<Arc<RunCell>, StepError> {
+        validate_job(job)?;
+        let mut runs = self.shared.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(cell) = runs.iter().find(|c| &*c.job == job && c.rank == rank) {
+            return Ok(Arc::clone(cell));
+        }
+        if runs.len() >= MAX_RUNS {
+            return Err(StepError::TooManyRuns);
+        }
+        let cell = Arc::new(RunCell {
+            job: job.into(),
+            rank,
+            rank_label: rank.map(|r| r.to_string()).unwrap_or_default().into(),
+            created,
+            step: AtomicU64::new(0),
+            at: AtomicU64::new(0),
+        });
+        runs.push(Arc::clone(&cell));
+        self.shared.count.store(runs.len(), Ordering::Release);
+        Ok(cell)
+    }
+
+    /// The handle of run (`job`, `rank`), created on first use; its first step starts now.
+    /// Asking again for the same pair returns a handle to the same run.
+    ///
+    /// # Errors
+    /// [`StepError::InvalidJob`] for an empty job name, one over [`MAX_JOB_LEN`] bytes or one
+    /// with control characters; [`StepError::TooManyRuns`] past [`MAX_RUNS`].
+    pub fn run(&self, job: &str, rank: Option<u32>) -> Result<TrainingRun, StepError> {
+        let cell = self.find_or_create(job, rank, self.shared.clock.now())?;
+        Ok(TrainingRun { cell, shared: Arc::clone(&self.shared) })
+    }
+
+    /// One mark from elsewhere (the agent's steps socket): step `step` of run (`job`, `rank`)
+    /// ended now. A run first seen here has no known start, so its first mark is not reported.
+    ///
+    /// # Errors
+    /// As [`StepRegistry::run`] and [`TrainingRun::step`].
+    pub fn record(&self, job: &str, rank: Option<u32>, step: u64) -> Result<(), StepError> {
+        let cell = self.find_or_create(job, rank, 0)?;
+        cell.mark(step, self.shared.clock.now())
+    }
+
+    /// How many runs are registered.
+    pub fn len(&self) -> usize {
+        self.shared.count.load(Ordering::Acquire)
+    }
+
+    /// Whether no run is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The handle a training loop marks its steps with. `Send + Sync`; clones mark the same run.
+#[derive(Clone, Debug)]
+pub struct TrainingRun {
+    cell: Arc<RunCell>,
+    shared: Arc<Shared>,
+}
+
+impl TrainingRun {
+    /// Marks the end of step `n` (`n` = the last completed step). Lock-free, no allocation,
+    /// never blocks; see the [module docs](self) for what the tracker makes of it.
+    ///
+    /// # Errors
+    /// [`StepError::NotIncreasing`] when `n` is not above the last step marked on this run
+    /// (by any caller); [`StepError::OutOfRange`] for `u64::MAX`. The mark is then ignored.
+    #[inline]
+    pub fn step(&self, n: u64) -> Result<(), StepError> {
+        self.cell.mark(n, self.shared.clock.now())
+    }
+
+    /// [`TrainingRun::step`] at a given time (Unix nanoseconds), for tests of the tracker.
+    #[cfg(test)]
+    pub(crate) fn step_at(&self, n: u64, unix_nanos: u64) -> Result<(), StepError> {
+        self.cell.mark(n, unix_nanos)
+    }
+
+    /// The run's job name.
+    pub fn job(&self) -> &str {
+        &self.cell.job
+    }
+
+    /// The run's rank, if it has one.
+    pub fn rank(&self) -> Option<u32> {
+        self.cell.rank
+    }
+
+    /// The last step marked on this run, if any.
+    pub fn last_step(&self) -> Option<u64> {
+        self.cell.last()
+    }
+}
+
+/// What the step tracker attached to one snapshot ([`Snapshot::steps`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct Steps {
+    /// One entry per registered run, in registration order.
+    pub runs: Vec<RunSteps>,
+    /// Marks from other processes dropped so far; `None` without a steps socket.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub rejected: Option<StepRejections>,
+}
+
+/// One training run at one tick.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct RunSteps {
+    /// The job name (the `job` label).
+    pub job: String,
+    /// The rank, if any.
+    pub rank: Option<u32>,
+    /// The rank as the `rank` label writes it: decimal, or empty (label omitted) without one.
+    pub rank_label: String,
+    /// The last completed step the tracker has read; `None` before the first.
+    pub last_step: Option<u64>,
+    /// How long the last completed step took (see the module docs for several steps per tick).
+    #[cfg_attr(feature = "serde", serde(with = "opt_secs"))]
+    pub last_duration: Option<Duration>,
+    /// The latest reported step (it stays until the next one is reported).
+    pub last: Option<StepReport>,
+    /// The steps reported at this tick, oldest first (usually none or one).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Vec::is_empty"))]
+    pub reported: Vec<StepReport>,
+}
+
+/// The figures of one reported step.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct StepReport {
+    /// The step number.
+    pub step: u64,
+    /// How long it took.
+    #[cfg_attr(feature = "serde", serde(with = "secs"))]
+    pub duration: Duration,
+    /// [`Snapshot::seq`] of the first sample the figures come from.
+    pub first_seq: u64,
+    /// [`Snapshot::seq`] of the last sample the figures come from (the one covering its end).
+    pub last_seq: u64,
+    /// Per GPU, in snapshot order.
+    pub devices: Vec<DeviceStep>,
+}
+
+/// One GPU's figures over one step.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct DeviceStep {
+    /// The GPU's UUID.
+    pub uuid: String,
+    /// Mean GPU utilisation over the step, ratio.
+    pub utilization_mean: Option<f64>,
+    /// Highest GPU utilisation seen over the step, ratio.
+    pub utilization_max: Option<f64>,
+    /// Highest framebuffer memory used over the step, bytes.
+    pub memory_peak_bytes: Option<u64>,
+    /// Energy used over the step, joules.
+    pub energy_joules: Option<f64>,
+}
+
+impl Steps {
+    /// The run (`job`, `rank`), if registered.
+    pub fn run(&self, job: &str, rank: Option<u32>) -> Option<&RunSteps> {
+        self.runs.iter().find(|r| r.job == job && r.rank == rank)
+    }
+}
+
+#[cfg(feature = "serde")]
+mod secs {
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let v: f64 = serde::Deserialize::deserialize(d)?;
+        Duration::try_from_secs_f64(v).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(feature = "serde")]
+mod opt_secs {
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&d.as_secs_f64()),
+            None => s.serialize_none(),
+        }
+    }
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let v: Option<f64> = serde::Deserialize::deserialize(d)?;
+        v.map(|v| Duration::try_from_secs_f64(v).map_err(serde::de::Error::custom)).transpose()
+    }
+}
+
+mod tracker;
+pub use tracker::StepTracker;
+
+#[cfg(test)]
+mod tests;
+
+impl StepTracker {
+    /// A tracker and the registry its runs are marked in.
+    ///
+    /// # Errors
+    /// [`StepError::InvalidConfig`] when `config.every_n` is 0.
+    pub fn new(config: StepConfig) -> Result<(StepTracker, StepRegistry), StepError> {
+        if config.every_n == 0 {
+            return Err(StepError::InvalidConfig("every_n must be at least 1".into()));
+        }
+        let registry = StepRegistry::new();
+        Ok((StepTracker::with(config, registry.clone()), registry))
+    }
+}

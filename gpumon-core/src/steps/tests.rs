@@ -1,0 +1,277 @@
+//! Unit tests of the hand-off and the tracker's arithmetic, on hand-made snapshots with
+//! explicit times (the mock-driven tests are in the workspace's tests/steps.rs).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::*;
+use crate::model::{DeviceInfo, DeviceSample, Snapshot, SystemInfo, WindowStats};
+use crate::processor::Processor;
+
+const SEC: u64 = 1_000_000_000;
+const T0: u64 = 1_700_000_000 * SEC;
+
+/// One GPU at time `t` with utilisation `util` (window mean `util`, max `util + 0.05`), memory
+/// used `mem` and energy counter `energy`.
+fn snap(seq: u64, t: u64, util: f64, mem: u64, energy: f64) -> Snapshot {
+    let mut gpu = DeviceSample::new(Arc::new(DeviceInfo::new(0, "GPU-a", "test")));
+    gpu.utilization.gpu = Some(util);
+    gpu.windows.gpu_utilization = Some(WindowStats { min: util - 0.05, max: util + 0.05, mean: util, count: 10 });
+    gpu.memory.used = Some(mem);
+    gpu.power.energy_joules = Some(energy);
+    Snapshot::new(Arc::new(SystemInfo::new("h", "test")), vec![gpu])
+        .with_seq(seq)
+        .with_taken_at(UNIX_EPOCH + Duration::from_nanos(t))
+}
+
+/// A run whose first step starts at `created` (Unix nanos) instead of now.
+fn run_at(steps: &StepRegistry, job: &str, rank: Option<u32>, created: u64) -> TrainingRun {
+    let cell = steps.find_or_create(job, rank, created).unwrap();
+    TrainingRun { cell, shared: Arc::clone(&steps.shared) }
+}
+
+fn approx(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+#[test]
+fn step_numbers_only_go_up_and_bad_input_is_refused() {
+    let (_tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let run = steps.run("train", Some(1)).unwrap();
+    assert_eq!(run.last_step(), None);
+    run.step(0).unwrap();
+    run.step(5).unwrap();
+    assert_eq!(run.step(5), Err(StepError::NotIncreasing { last: 5, got: 5 }));
+    assert_eq!(run.step(3), Err(StepError::NotIncreasing { last: 5, got: 3 }));
+    assert_eq!(run.step(u64::MAX), Err(StepError::OutOfRange(u64::MAX)));
+    assert_eq!(run.last_step(), Some(5));
+    // The same (job, rank) is the same run; another rank is another.
+    assert_eq!(steps.run("train", Some(1)).unwrap().last_step(), Some(5));
+    assert_eq!(steps.run("train", None).unwrap().last_step(), None);
+    assert!(matches!(steps.run("", None), Err(StepError::InvalidJob(_))));
+    assert!(matches!(steps.run("a\nb", None), Err(StepError::InvalidJob(_))));
+    assert!(matches!(steps.run(&"x".repeat(MAX_JOB_LEN + 1), None), Err(StepError::InvalidJob(_))));
+    assert!(matches!(StepTracker::new(StepConfig::every_n(0)), Err(StepError::InvalidConfig(_))));
+    assert_eq!(steps.record("train", Some(1), 4), Err(StepError::NotIncreasing { last: 5, got: 4 }));
+}
+
+#[test]
+fn the_registry_is_bounded() {
+    let (_tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    for i in 0..MAX_RUNS {
+        steps.run(&format!("job{i}"), None).unwrap();
+    }
+    assert_eq!(steps.run("one-more", None).unwrap_err(), StepError::TooManyRuns);
+    // An existing run is still found.
+    steps.run("job0", None).unwrap();
+    assert_eq!(steps.len(), MAX_RUNS);
+}
+
+#[test]
+fn concurrent_callers_the_highest_step_wins() {
+    let (_tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let run = steps.run("train", None).unwrap();
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let run = run.clone();
+            std::thread::spawn(move || {
+                let mut ok = 0u64;
+                for i in 0..10_000u64 {
+                    if run.step(i * 4 + t).is_ok() {
+                        ok += 1;
+                    }
+                }
+                ok
+            })
+        })
+        .collect();
+    let accepted: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(run.last_step(), Some(9_999 * 4 + 3));
+    // Every accepted mark raised the step, so there cannot be more than there are numbers.
+    assert!((1..=40_000).contains(&accepted), "{accepted}");
+}
+
+/// Steps longer than the interval take every sample overlapping them; the sample covering the
+/// end is shared with the next step.
+#[test]
+fn long_steps_take_every_overlapping_sample() {
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let mut s0 = snap(1, T0, 0.1, 100, 1000.0);
+    tracker.process(&mut s0); // baseline, no run yet
+    assert!(s0.steps.is_none());
+    let created = T0 + SEC / 2;
+    let run = run_at(&steps, "train", Some(0), created);
+    // Samples at T0+1s … T0+4s; step 1 ends at T0+2.5s, step 2 at T0+3.5s.
+    let mut s1 = snap(2, T0 + SEC, 0.2, 300, 1100.0);
+    tracker.process(&mut s1);
+    let r = &s1.steps.as_ref().unwrap().runs[0];
+    assert_eq!((r.last_step, r.reported.len()), (None, 0));
+    let mut s2 = snap(3, T0 + 2 * SEC, 0.4, 200, 1300.0);
+    tracker.process(&mut s2);
+    run.step_at(1, T0 + 2 * SEC + SEC / 2).unwrap();
+    let mut s3 = snap(4, T0 + 3 * SEC, 0.6, 150, 1600.0);
+    tracker.process(&mut s3);
+    let r = &s3.steps.as_ref().unwrap().runs[0];
+    assert_eq!(r.last_step, Some(1));
+    assert_eq!(r.reported.len(), 1);
+    let rep = &r.reported[0];
+    assert_eq!(rep.step, 1);
+    assert_eq!(rep.duration, Duration::from_nanos(T0 + 2 * SEC + SEC / 2 - created));
+    // The run was created between s0 and s1: samples s1, s2, s3 overlap the step.
+    assert_eq!((rep.first_seq, rep.last_seq), (2, 4));
+    let d = &rep.devices[0];
+    assert!(approx(d.utilization_mean.unwrap(), (0.2 + 0.4 + 0.6) / 3.0));
+    assert!(approx(d.utilization_max.unwrap(), 0.65));
+    assert_eq!(d.memory_peak_bytes, Some(300));
+    // Δcounter over s1..s3 = 600 J over 3 s covered; the step's share of that time.
+    let share = rep.duration.as_secs_f64() / 3.0;
+    assert!(approx(d.energy_joules.unwrap(), 600.0 * share.min(1.0)));
+    assert_eq!(r.last.as_ref(), Some(rep));
+
+    run.step_at(2, T0 + 3 * SEC + SEC / 2).unwrap();
+    let mut s4 = snap(5, T0 + 4 * SEC, 0.8, 120, 2000.0);
+    tracker.process(&mut s4);
+    let r = &s4.steps.as_ref().unwrap().runs[0];
+    let rep = &r.reported[0];
+    assert_eq!((rep.step, rep.duration), (2, Duration::from_secs(1)));
+    assert_eq!((rep.first_seq, rep.last_seq), (4, 5), "s3 covers the end of step 1 and the start of step 2");
+    let d = &rep.devices[0];
+    assert!(approx(d.utilization_mean.unwrap(), 0.7));
+    assert!(approx(d.utilization_max.unwrap(), 0.85));
+    assert_eq!(d.memory_peak_bytes, Some(150));
+    // Δcounter from s2 (the baseline before s3) to s4: 700 J over 2 s; the step is 1 s of it.
+    assert!(approx(d.energy_joules.unwrap(), 350.0));
+
+    // No mark: nothing reported, but the gauges keep the last step.
+    let mut s5 = snap(6, T0 + 5 * SEC, 0.9, 100, 2100.0);
+    tracker.process(&mut s5);
+    let r = &s5.steps.as_ref().unwrap().runs[0];
+    assert!(r.reported.is_empty());
+    assert_eq!(r.last.as_ref().map(|l| l.step), Some(2));
+    assert_eq!(r.last_duration, Some(Duration::from_secs(1)));
+}
+
+/// Steps shorter than the interval take the figures of the sample that covers them; several in
+/// one interval share its figures and the mean duration.
+#[test]
+fn short_steps_take_the_covering_sample() {
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let run = run_at(&steps, "train", None, T0);
+    tracker.process(&mut snap(1, T0 + SEC, 0.5, 100, 1000.0));
+    run.step_at(1, T0 + SEC + SEC / 10).unwrap(); // starts the clock for the next ones
+    let mut s = snap(2, T0 + 2 * SEC, 0.5, 100, 1100.0);
+    tracker.process(&mut s);
+    // Steps 2..=5 end within (T0+2s, T0+3s]; only step 5's mark is seen.
+    for (n, at) in [(2, 2 * SEC + SEC / 5), (3, 2 * SEC + 2 * SEC / 5), (4, 2 * SEC + 3 * SEC / 5), (5, 2 * SEC + 4 * SEC / 5)] {
+        run.step_at(n, T0 + at).unwrap();
+    }
+    let mut s = snap(3, T0 + 3 * SEC, 0.3, 900, 1500.0);
+    tracker.process(&mut s);
+    let r = &s.steps.as_ref().unwrap().runs[0];
+    assert_eq!(r.rank_label, "");
+    assert_eq!(r.last_step, Some(5));
+    let got: Vec<u64> = r.reported.iter().map(|p| p.step).collect();
+    assert_eq!(got, vec![2, 3, 4, 5]);
+    // (T0+2.8s − T0+1.1s) / 4 steps.
+    let mean = Duration::from_nanos((17 * SEC / 10) / 4);
+    for rep in &r.reported[1..] {
+        assert_eq!(rep.duration, mean);
+        assert_eq!((rep.first_seq, rep.last_seq), (3, 3), "step {} overlaps only the sample at T0+3s", rep.step);
+        let d = &rep.devices[0];
+        assert!(approx(d.utilization_mean.unwrap(), 0.3));
+        assert_eq!(d.memory_peak_bytes, Some(900));
+        // 400 J over the 1 s sample, prorated to the step.
+        assert!(approx(d.energy_joules.unwrap(), 400.0 * mean.as_secs_f64()));
+    }
+    // Step 2 began at T0+1.1s, so it also overlaps the sample at T0+2s.
+    assert_eq!((r.reported[0].first_seq, r.reported[0].last_seq), (2, 3));
+}
+
+#[test]
+fn every_n_reports_only_multiples_but_tracks_every_step() {
+    let (mut tracker, steps) = StepTracker::new(StepConfig::every_n(3)).unwrap();
+    let run = run_at(&steps, "train", Some(2), T0);
+    let mut reported = Vec::new();
+    for i in 1..=10u64 {
+        run.step_at(i, T0 + i * SEC - SEC / 2).unwrap();
+        let mut s = snap(i, T0 + i * SEC, 0.5, 1, 1.0);
+        tracker.process(&mut s);
+        let r = &s.steps.as_ref().unwrap().runs[0];
+        assert_eq!(r.last_step, Some(i));
+        reported.extend(r.reported.iter().map(|p| p.step));
+        let last = r.last.as_ref().map(|l| l.step);
+        assert_eq!(last, (i >= 3).then_some(i / 3 * 3));
+    }
+    assert_eq!(reported, vec![3, 6, 9]);
+}
+
+#[test]
+fn a_mark_after_the_sample_waits_for_the_next_tick() {
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let run = run_at(&steps, "train", None, T0);
+    run.step_at(1, T0 + SEC + 1).unwrap();
+    let mut s = snap(1, T0 + SEC, 0.5, 1, 1.0);
+    tracker.process(&mut s);
+    assert_eq!(s.steps.as_ref().unwrap().runs[0].last_step, None);
+    let mut s = snap(2, T0 + 2 * SEC, 0.5, 1, 1.0);
+    tracker.process(&mut s);
+    assert_eq!(s.steps.as_ref().unwrap().runs[0].reported[0].step, 1);
+}
+
+#[test]
+fn the_first_mark_over_the_socket_only_starts_the_clock() {
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    steps.record("remote", Some(3), 10).unwrap();
+    let mut s = snap(1, SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64 + SEC, 0.5, 1, 1.0);
+    tracker.process(&mut s);
+    let r = &s.steps.as_ref().unwrap().runs[0];
+    assert_eq!((r.last_step, r.last_duration, r.reported.len()), (Some(10), None, 0));
+    assert_eq!(r.rank_label, "3");
+}
+
+#[test]
+fn derived_points_follow_the_catalogue() {
+    use crate::metric::{MetricId, Scope};
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    tracker.process(&mut snap(1, T0, 0.5, 100, 1000.0));
+    let run = run_at(&steps, "train", Some(0), T0);
+    run.step_at(1, T0 + SEC / 2).unwrap();
+    let mut s = snap(2, T0 + SEC, 0.5, 100, 1100.0);
+    tracker.process(&mut s);
+    let mut seen = Vec::new();
+    s.visit_derived(|p| {
+        let d = p.id.descriptor();
+        let labels: Vec<_> = p.label_pairs().collect();
+        assert_eq!(labels, vec![("job", "train"), ("rank", "0")]);
+        assert_eq!(p.device.is_some(), d.scope == Scope::Device, "{:?}", p.id);
+        seen.push((p.id, p.value.as_f64()));
+    });
+    let ids: Vec<_> = seen.iter().map(|(id, _)| *id).collect();
+    assert_eq!(
+        ids,
+        vec![
+            MetricId::TrainingStep,
+            MetricId::StepDuration,
+            MetricId::StepUtilization,
+            MetricId::StepUtilizationMax,
+            MetricId::StepMemoryPeak,
+            MetricId::StepEnergy
+        ]
+    );
+    assert_eq!(seen[0].1, 1.0);
+    assert!(approx(seen[5].1, 50.0), "half of the 100 J sample: {}", seen[5].1);
+}
+
+#[cfg(feature = "serde")]
+#[test]
+fn steps_round_trip_through_serde() {
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let run = run_at(&steps, "train", Some(0), T0);
+    tracker.process(&mut snap(1, T0, 0.5, 100, 1000.0));
+    run.step_at(1, T0 + SEC / 2).unwrap();
+    let mut s = snap(2, T0 + SEC, 0.5, 100, 1100.0);
+    tracker.process(&mut s);
+    let json = serde_json::to_string(&s).unwrap();
+    let back: Snapshot = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.steps, s.steps);
+}

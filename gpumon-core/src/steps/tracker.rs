@@ -1,0 +1,286 @@
+//! The sampling side of the steps hand-off: [`StepTracker`].
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{DeviceStep, RunCell, RunSteps, StepConfig, StepRegistry, StepReport, Steps};
+use crate::model::{DeviceSample, Snapshot};
+use crate::processor::Processor;
+
+/// Most steps of one run reported at one tick; when a loop marks more per interval than this
+/// (with `every_n` 1), the most recent ones are reported. Bounds the work and the event volume.
+pub(super) const MAX_REPORTS_PER_TICK: u64 = 64;
+
+/// The [`Processor`] that turns step marks into per-step GPU figures ([`Snapshot::steps`]).
+/// Made by [`StepTracker::new`] together with its [`StepRegistry`]; `name()` is `"steps"`.
+#[derive(Debug)]
+pub struct StepTracker {
+    config: StepConfig,
+    registry: StepRegistry,
+    runs: Vec<RunState>,
+    prev: Option<Prev>,
+}
+
+/// The previous tick, for energy baselines.
+#[derive(Debug)]
+struct Prev {
+    at: u64,
+    energy: Vec<(String, Option<f64>)>,
+}
+
+impl Prev {
+    fn energy(&self, uuid: &str) -> Option<f64> {
+        self.energy.iter().find(|(u, _)| u == uuid).and_then(|(_, e)| *e)
+    }
+}
+
+#[derive(Debug)]
+struct RunState {
+    cell: Arc<RunCell>,
+    /// Last step consumed.
+    seen: Option<u64>,
+    /// Unix nanos when the step in progress started; 0 = unknown.
+    start: u64,
+    acc: Acc,
+    last_duration: Option<Duration>,
+    last: Option<StepReport>,
+}
+
+/// Running figures over the samples overlapping the step in progress. Online, so a long step
+/// costs no memory.
+#[derive(Debug, Default)]
+struct Acc {
+    samples: u32,
+    first_seq: u64,
+    last_seq: u64,
+    /// `taken_at` of the sample before the first one (the start of the covered time).
+    base_at: Option<u64>,
+    last_at: u64,
+    devices: Vec<DevAcc>,
+}
+
+#[derive(Debug)]
+struct DevAcc {
+    uuid: String,
+    util_sum: f64,
+    util_n: u32,
+    util_max: Option<f64>,
+    mem_peak: Option<u64>,
+    energy_base: Option<f64>,
+    energy_last: Option<f64>,
+}
+
+fn max_opt<T: PartialOrd + Copy>(a: Option<T>, b: Option<T>) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b > a { b } else { a }),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+impl Acc {
+    fn restart(&mut self, snapshot: &Snapshot, prev: Option<&Prev>) {
+        self.samples = 0;
+        self.devices.clear();
+        self.add(snapshot, prev);
+    }
+
+    fn add(&mut self, snapshot: &Snapshot, prev: Option<&Prev>) {
+        if self.samples == 0 {
+            self.first_seq = snapshot.seq;
+            self.base_at = prev.map(|p| p.at);
+        }
+        self.samples += 1;
+        self.last_seq = snapshot.seq;
+        self.last_at = snapshot.timestamp_nanos();
+        for device in &snapshot.devices {
+            let uuid = device.info.uuid.as_str();
+            let i = match self.devices.iter().position(|d| d.uuid == uuid) {
+                Some(i) => i,
+                None => {
+                    self.devices.push(DevAcc {
+                        uuid: uuid.to_owned(),
+                        util_sum: 0.0,
+                        util_n: 0,
+                        util_max: None,
+                        mem_peak: None,
+                        energy_base: prev.and_then(|p| p.energy(uuid)),
+                        energy_last: None,
+                    });
+                    self.devices.len() - 1
+                }
+            };
+            self.devices[i].add(device);
+        }
+    }
+
+    fn figures(&self, duration: Duration) -> Vec<DeviceStep> {
+        let covered = self.base_at.map(|b| self.last_at.saturating_sub(b));
+        self.devices
+            .iter()
+            .map(|d| {
+                let energy = match (d.energy_base, d.energy_last, covered) {
+                    (Some(base), Some(last), Some(covered)) if last >= base && covered > 0 => {
+                        let share = (duration.as_nanos() as f64 / covered as f64).min(1.0);
+                        Some((last - base) * share)
+                    }
+                    _ => None,
+                };
+                DeviceStep {
+                    uuid: d.uuid.clone(),
+                    utilization_mean: (d.util_n > 0).then(|| d.util_sum / f64::from(d.util_n)),
+                    utilization_max: d.util_max,
+                    memory_peak_bytes: d.mem_peak,
+                    energy_joules: energy,
+                }
+            })
+            .collect()
+    }
+}
+
+impl DevAcc {
+    fn add(&mut self, device: &DeviceSample) {
+        let window = device.windows.gpu_utilization;
+        if let Some(mean) = window.map(|w| w.mean).or(device.utilization.gpu) {
+            self.util_sum += mean;
+            self.util_n += 1;
+        }
+        self.util_max = max_opt(self.util_max, window.map(|w| w.max).or(device.utilization.gpu));
+        self.mem_peak = max_opt(self.mem_peak, device.memory.used);
+        if let Some(e) = device.power.energy_joules {
+            self.energy_last = Some(e);
+        }
+    }
+}
+
+impl StepTracker {
+    pub(super) fn with(config: StepConfig, registry: StepRegistry) -> Self {
+        Self { config, registry, runs: Vec::new(), prev: None }
+    }
+
+    /// The registry this tracker reads (another handle to the one [`StepTracker::new`] returned).
+    pub fn registry(&self) -> &StepRegistry {
+        &self.registry
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> StepConfig {
+        self.config
+    }
+
+    /// Keeps this tick's time and energy counters as the next tick's baseline.
+    fn remember(&mut self, snapshot: &Snapshot) {
+        let prev = self.prev.get_or_insert_with(|| Prev { at: 0, energy: Vec::new() });
+        prev.at = snapshot.timestamp_nanos();
+        prev.energy.clear();
+        prev.energy.extend(snapshot.devices.iter().map(|d| (d.info.uuid.clone(), d.power.energy_joules)));
+    }
+
+    fn sync_runs(&mut self) {
+        if self.registry.shared.count.load(Ordering::Acquire) == self.runs.len() {
+            return;
+        }
+        let runs = self.registry.shared.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for cell in runs.iter().skip(self.runs.len()) {
+            self.runs.push(RunState {
+                cell: Arc::clone(cell),
+                seen: None,
+                start: cell.created,
+                acc: Acc::default(),
+                last_duration: None,
+                last: None,
+            });
+        }
+    }
+}
+
+impl Processor for StepTracker {
+    fn name(&self) -> &str {
+        "steps"
+    }
+
+    fn process(&mut self, snapshot: &mut Snapshot) {
+        self.sync_runs();
+        let rejected = self.registry.rejections();
+        if self.runs.is_empty() {
+            if rejected.is_some() {
+                snapshot.steps = Some(Steps { runs: Vec::new(), rejected });
+            }
+            self.remember(snapshot);
+            return;
+        }
+        let t = snapshot.timestamp_nanos();
+        let every_n = self.config.every_n;
+        let prev = self.prev.as_ref();
+        let mut out = Vec::with_capacity(self.runs.len());
+        for run in &mut self.runs {
+            let stored = run.cell.step.load(Ordering::Acquire);
+            let at = run.cell.at.load(Ordering::Acquire);
+            let marked = stored.checked_sub(1).filter(|s| run.seen.is_none_or(|seen| *s > seen));
+            let mut reported = Vec::new();
+            match marked {
+                Some(last) if at <= t => {
+                    // This sample covers the end of the step(s): it belongs to them, and also to
+                    // the step that began at the mark.
+                    run.acc.add(snapshot, prev);
+                    let k = run.seen.map_or(1, |seen| last - seen);
+                    let duration = (run.start != 0)
+                        .then(|| Duration::from_nanos(at.saturating_sub(run.start) / k.max(1)));
+                    run.last_duration = duration;
+                    if let Some(duration) = duration {
+                        let first = last + 1 - k;
+                        let from = first.max(last.saturating_sub(MAX_REPORTS_PER_TICK - 1));
+                        let mut single: Option<Acc> = None;
+                        let mut s = from.div_ceil(every_n) * every_n;
+                        while s <= last {
+                            let report = if s == first {
+                                StepReport {
+                                    step: s,
+                                    duration,
+                                    first_seq: run.acc.first_seq,
+                                    last_seq: run.acc.last_seq,
+                                    devices: run.acc.figures(duration),
+                                }
+                            } else {
+                                // Later steps of the same period overlap only this sample.
+                                let one = single.get_or_insert_with(|| {
+                                    let mut a = Acc::default();
+                                    a.restart(snapshot, prev);
+                                    a
+                                });
+                                StepReport {
+                                    step: s,
+                                    duration,
+                                    first_seq: one.first_seq,
+                                    last_seq: one.last_seq,
+                                    devices: one.figures(duration),
+                                }
+                            };
+                            reported.push(report);
+                            s += every_n;
+                        }
+                    }
+                    if let Some(r) = reported.last() {
+                        run.last = Some(r.clone());
+                    }
+                    run.seen = Some(last);
+                    run.start = at;
+                    run.acc.restart(snapshot, prev);
+                }
+                _ => run.acc.add(snapshot, prev),
+            }
+            out.push(RunSteps {
+                job: run.cell.job.to_string(),
+                rank: run.cell.rank,
+                rank_label: run.cell.rank_label.to_string(),
+                last_step: run.seen,
+                last_duration: run.last_duration,
+                last: run.last.clone(),
+                reported,
+            });
+        }
+        snapshot.steps = Some(Steps { runs: out, rejected });
+        self.remember(snapshot);
+    }
+}
