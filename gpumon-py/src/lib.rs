@@ -6,7 +6,6 @@ mod fork;
 mod logging;
 mod monitor;
 mod options;
-mod steps_shim;
 
 use pyo3::prelude::*;
 

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use crate::steps_shim::{StepConfig, StepError, StepRegistry, StepTracker, TrainingRun};
+use gpumon_core::steps::{StepConfig, StepError, StepRegistry, StepTracker, TrainingRun};
 use gpumon_core::{Agent, AgentHandle, Sampler, Sink, SinkOptions, Snapshot};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -36,6 +36,8 @@ struct Shared {
     latest: Arc<Mutex<Option<Arc<Snapshot>>>>,
     /// The fork generation this Monitor was made in.
     generation: u64,
+    /// Set by `close()`: read by `step()` without a lock.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -49,6 +51,7 @@ impl Shared {
         if self.is_foreign() {
             return;
         }
+        self.closed.store(true, std::sync::atomic::Ordering::Relaxed);
         let running = self.running.lock().unwrap_or_else(PoisonError::into_inner).take();
         if let Some(r) = running {
             stop(r);
@@ -141,6 +144,7 @@ impl Monitor {
             running: Mutex::new(Some(started.running)),
             latest: started.latest,
             generation: crate::fork::generation(),
+            closed: std::sync::atomic::AtomicBool::new(false),
         });
         {
             let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
@@ -158,8 +162,16 @@ impl Monitor {
     /// Marks the end of training step `n` (`n` = the last completed step). Cheap: a lock-free
     /// hand-off to the agent, with the GIL kept.
     ///
-    /// Raises ValueError when `n` is negative or not above the last step marked.
+    /// Raises ValueError when `n` is negative or not above the last step marked, GpumonError
+    /// after `close()` or in a forked child.
     fn step(&self, n: i64) -> PyResult<()> {
+        if self.shared.closed.load(std::sync::atomic::Ordering::Relaxed) || self.shared.is_foreign() {
+            return Err(GpumonError::new_err(if self.shared.is_foreign() {
+                "step: this Monitor belongs to the parent process (fork)"
+            } else {
+                "step: the Monitor is closed"
+            }));
+        }
         let Ok(n) = u64::try_from(n) else {
             return Err(PyValueError::new_err(format!("step: {n} is negative")));
         };
@@ -168,6 +180,7 @@ impl Monitor {
             Err(StepError::NotIncreasing { last, got }) => Err(PyValueError::new_err(format!(
                 "step: {got} is not after the last step marked ({last}); steps must increase"
             ))),
+            Err(e @ StepError::OutOfRange(_)) => Err(PyValueError::new_err(format!("step: {e}"))),
             Err(e) => Err(GpumonError::new_err(format!("step: {e}"))),
         }
     }

@@ -21,7 +21,7 @@ import logging
 from typing import Any, Dict, Optional, Union
 
 from transformers import TrainerCallback
-from transformers.trainer_callback import DEFAULT_CALLBACKS
+from transformers.trainer_callback import DefaultFlowCallback
 
 from .. import Monitor, StepClient
 
@@ -39,7 +39,7 @@ def gpu_figures(snapshot: Dict[str, Any], prefix: str = "gpu") -> Dict[str, floa
         info = d.get("info", {})
         key = f"{prefix}{info.get('index', '?')}"
         if info.get("mig"):
-            key += f"_mig{info['mig'].get('gi_id', '?')}"
+            key += f"_mig{info['mig'].get('mig_index', '?')}"
         util = (d.get("utilization") or {}).get("gpu")
         if util is not None:
             out[f"{key}/utilization"] = float(util)
@@ -52,6 +52,19 @@ def gpu_figures(snapshot: Dict[str, Any], prefix: str = "gpu") -> Dict[str, floa
         temp = (d.get("temperature") or {}).get("gpu")
         if temp is not None:
             out[f"{key}/temperature_celsius"] = float(temp)
+    # The last reported step's figures (Monitor.step), per GPU by UUID.
+    index_of = {(d.get("info") or {}).get("uuid"): (d.get("info") or {}).get("index") for d in snapshot.get("devices", [])}
+    for run in (snapshot.get("steps") or {}).get("runs", []):
+        last = run.get("last")
+        if not last:
+            continue
+        if last.get("duration") is not None:
+            out["gpumon/step_duration_seconds"] = float(last["duration"])
+        for d in last.get("devices", []):
+            key = f"{prefix}{index_of.get(d.get('uuid'), d.get('uuid'))}"
+            for field in ("utilization_mean", "utilization_max", "memory_peak_bytes", "energy_joules"):
+                if d.get(field) is not None:
+                    out[f"{key}/step_{field}"] = float(d[field])
     return out
 
 
@@ -86,10 +99,11 @@ class GpumonCallback(TrainerCallback):
         the reporting ones (and any added later). Returns ``self``."""
         handler = trainer.callback_handler
         callbacks = [c for c in handler.callbacks if not isinstance(c, GpumonCallback)]
-        defaults = tuple(c if isinstance(c, type) else type(c) for c in DEFAULT_CALLBACKS)
+        # The Trainer's defaults (transformers.trainer.DEFAULT_CALLBACKS, importable only with
+        # torch) are DefaultFlowCallback alone; reporters follow it.
         index = 0
         for i, c in enumerate(callbacks):
-            if isinstance(c, defaults):
+            if isinstance(c, DefaultFlowCallback):
                 index = i + 1
         callbacks.insert(index, self)
         handler.callbacks = callbacks
