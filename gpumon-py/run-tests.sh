@@ -43,7 +43,8 @@ log "maturin build ${profile[*]:-(dev profile)}"
 wheel="$(ls "$WORK"/wheels/gpumon-*.whl)"
 log "built $(basename "$wheel") ($(( $(date +%s) - t0 )) s)"
 
-(cd "$REPO" && cargo build -q --example agent)
+# The features of scripts/test.sh's `cargo test --workspace --all-features`: there, a no-op.
+(cd "$REPO" && cargo build -q --workspace --all-features --example agent)
 export GPUMON_TEST_AGENT="${CARGO_TARGET_DIR:-$REPO/target}/debug/examples/agent"
 
 tvenv="$WORK/test-venv"

@@ -260,7 +260,7 @@ impl Monitor {
     }
 
     fn __repr__(&self) -> String {
-        let py_opt = |v: Option<String>| v.map_or_else(|| "None".to_owned(), |v| v);
+        let py_opt = |v: Option<String>| v.unwrap_or_else(|| "None".to_owned());
         format!(
             "Monitor(backend='{}', job={:?}, rank={}, prometheus_address={}, closed={})",
             self.backend,
@@ -405,7 +405,10 @@ fn build(s: &Settings) -> Result<Built, StartError> {
 /// sinks and no NVML, a lazy NVML sampler that exports no GPU data and retries.
 fn sampler(s: &Settings, exporting: bool) -> Result<(Arc<dyn Sampler>, bool), StartError> {
     let nvml = || {
-        gpumon_core::nvml::NvmlSampler::builder().build().map(|n| Arc::new(n) as Arc<dyn Sampler>).map_err(|e| e.to_string())
+        gpumon_core::nvml::NvmlSampler::builder()
+            .build()
+            .map(|n| Arc::new(n) as Arc<dyn Sampler>)
+            .map_err(|e| e.to_string())
     };
     match s.backend {
         Backend::Mock => Ok((mock_sampler(s)?, true)),
@@ -439,8 +442,7 @@ fn mock_sampler(s: &Settings) -> Result<Arc<dyn Sampler>, StartError> {
         .map_err(|e| StartError::Config(format!("mock_profile `{}`: {e}", s.mock_profile)))?;
     let mut builder = MockSampler::builder().profile(profile);
     if let Some(name) = &s.mock_scenario {
-        let scenario =
-            Scenario::load(name).map_err(|e| StartError::Config(format!("mock_scenario `{name}`: {e}")))?;
+        let scenario = Scenario::load(name).map_err(|e| StartError::Config(format!("mock_scenario `{name}`: {e}")))?;
         builder = builder.scenario(scenario);
     }
     let sampler = builder.build().map_err(|e| StartError::Config(format!("mock backend: {e}")))?;

@@ -73,10 +73,7 @@ impl Args<'_> {
             Some(v) => duration(v, "interval")?,
         };
         if interval < gpumon_core::MIN_INTERVAL {
-            return Err(err(format!(
-                "interval: {interval:?} is below the minimum of {:?}",
-                gpumon_core::MIN_INTERVAL
-            )));
+            return Err(err(format!("interval: {interval:?} is below the minimum of {:?}", gpumon_core::MIN_INTERVAL)));
         }
         let rank = match &self.rank {
             Some(r) => Some(rank_arg(r)?),
@@ -145,9 +142,7 @@ fn duration(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Duration> {
 }
 
 fn rank_arg(v: &Bound<'_, PyAny>) -> PyResult<u32> {
-    let r: i64 = v
-        .extract()
-        .map_err(|_| pyo3::exceptions::PyTypeError::new_err("rank: expected an int or None"))?;
+    let r: i64 = v.extract().map_err(|_| pyo3::exceptions::PyTypeError::new_err("rank: expected an int or None"))?;
     u32::try_from(r).map_err(|_| err(format!("rank: {r} is not a rank (0 or more)")))
 }
 
