@@ -108,6 +108,7 @@ pub struct Monitor {
 #[pymethods]
 impl Monitor {
     #[new]
+    #[pyo3(text_signature = "(backend='auto', interval='1s', prometheus_listen=None, influx_url=None, influx_db=None, otlp_endpoint=None, mock_profile=None, mock_scenario=None, devices=None, job=None, rank=None)")]
     #[pyo3(signature = (backend="auto", interval=None, prometheus_listen=None, influx_url=None, influx_db=None,
         otlp_endpoint=None, mock_profile=None, mock_scenario=None, devices=None, job=None, rank=None))]
     #[allow(clippy::too_many_arguments)]
