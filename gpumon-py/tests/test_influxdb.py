@@ -21,16 +21,27 @@ def test_one_gpu_step_point_per_reported_step(no_rank_env):
     job = "py-" + uuid.uuid4().hex[:12]
     with gpumon.Monitor(backend="mock", interval="100ms", influx_url=URL, influx_db=DB, job=job, rank=0,
                         devices=[0, 1]) as m:
-        for n in range(1, 11):
+        def reported(n):
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                runs = (m.snapshot().get("steps") or {}).get("runs", [])
+                if runs and runs[0].get("last") and runs[0]["last"]["step"] == n:
+                    return
+                time.sleep(0.02)
+            pytest.fail(f"step {n} not reported within 15 s")
+
+        # Step 1 alone first: the tracker reads one (step, time) pair per run at each tick, and
+        # before it has seen any mark of a run it cannot tell how many steps a later mark
+        # closes — marks 1 and 2 in the first sampling period would report step 2 only
+        # (gpumon_core::steps, StepTracker: `k = 1` while `seen` is None).
+        time.sleep(0.05)
+        m.step(1)
+        reported(1)
+        # Then two steps per sampling period: both reported, one point each.
+        for n in range(2, 11):
             time.sleep(0.05)
             m.step(n)
-        # Wait until the tracker has reported step 10, then close (flushes the sink).
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            runs = (m.snapshot().get("steps") or {}).get("runs", [])
-            if runs and runs[0]["last"] and runs[0]["last"]["step"] == 10:
-                break
-            time.sleep(0.05)
+        reported(10)  # then close(), which flushes the sink
     q = f"SELECT step, gpu, backend FROM gpu_step WHERE job = '{job}'"
     url = f"{URL}/query?" + urllib.parse.urlencode({"db": DB, "q": q, "epoch": "ns"})
     with urllib.request.urlopen(url, timeout=10) as r:
