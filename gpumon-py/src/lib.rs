@@ -2,6 +2,8 @@
 //! The Python half (python/gpumon/) re-exports it and adds the socket client and the
 //! integrations.
 
+#![deny(missing_docs)]
+
 mod fork;
 mod logging;
 mod monitor;

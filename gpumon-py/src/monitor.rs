@@ -108,7 +108,9 @@ pub struct Monitor {
 #[pymethods]
 impl Monitor {
     #[new]
-    #[pyo3(text_signature = "(backend='auto', interval='1s', prometheus_listen=None, influx_url=None, influx_db=None, otlp_endpoint=None, mock_profile=None, mock_scenario=None, devices=None, job=None, rank=None)")]
+    #[pyo3(
+        text_signature = "(backend='auto', interval='1s', prometheus_listen=None, influx_url=None, influx_db=None, otlp_endpoint=None, mock_profile=None, mock_scenario=None, devices=None, job=None, rank=None)"
+    )]
     #[pyo3(signature = (backend="auto", interval=None, prometheus_listen=None, influx_url=None, influx_db=None,
         otlp_endpoint=None, mock_profile=None, mock_scenario=None, devices=None, job=None, rank=None))]
     #[allow(clippy::too_many_arguments)]
@@ -191,6 +193,9 @@ impl Monitor {
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         if self.shared.is_foreign() {
             return Err(GpumonError::new_err("this Monitor belongs to the parent process (fork)"));
+        }
+        if self.shared.closed.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(GpumonError::new_err("snapshot: the Monitor is closed"));
         }
         let json = py.detach(|| -> Result<String, String> {
             let latest = self.shared.latest.lock().unwrap_or_else(PoisonError::into_inner).clone();

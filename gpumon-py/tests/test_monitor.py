@@ -113,7 +113,15 @@ def test_step_rejects_bad_marks(no_rank_env):
         m.step(6)
     with pytest.raises(gpumon.GpumonError, match="closed"):
         m.step(7)
+    with pytest.raises(gpumon.GpumonError, match="closed"):
+        m.snapshot()
     m.close()  # a second close does nothing
+
+
+def test_a_port_in_use_raises_gpumon_error(no_rank_env):
+    with gpumon.Monitor(backend="mock", prometheus_listen="127.0.0.1:0") as first:
+        with pytest.raises(gpumon.GpumonError, match="prometheus_listen"):
+            gpumon.Monitor(backend="mock", prometheus_listen=first.prometheus_address)
 
 
 @pytest.mark.parametrize(
