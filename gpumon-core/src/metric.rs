@@ -821,7 +821,12 @@ impl Snapshot {
         if let Some(rejected) = &steps.rejected {
             for reason in crate::steps::Rejection::ALL {
                 let value = Value::Int(rejected.get(reason));
-                f(DerivedPoint { id: MetricId::StepsRejected, value, device: None, labels: [reason.name(), "", "", ""] });
+                f(DerivedPoint {
+                    id: MetricId::StepsRejected,
+                    value,
+                    device: None,
+                    labels: [reason.name(), "", "", ""],
+                });
             }
         }
         for run in &steps.runs {

@@ -39,7 +39,15 @@ pub struct Snapshot {
 impl Snapshot {
     /// A snapshot taken now, with `seq` 0 (the runtime numbers the ones it takes).
     pub fn new(system: Arc<SystemInfo>, devices: Vec<DeviceSample>) -> Self {
-        Self { seq: 0, taken_at: SystemTime::now(), duration: Duration::ZERO, system, devices, diagnosis: None, steps: None }
+        Self {
+            seq: 0,
+            taken_at: SystemTime::now(),
+            duration: Duration::ZERO,
+            system,
+            devices,
+            diagnosis: None,
+            steps: None,
+        }
     }
 
     /// Builder-style setter for the sequence number.

@@ -434,6 +434,33 @@ mod tests {
     }
 
     #[test]
+    fn human_prints_one_line_per_reported_step() {
+        use gpumon_core::steps::{DeviceStep, RunSteps, StepReport, Steps};
+        let mut snap = snapshot();
+        let mut run = RunSteps::new("train", Some(0));
+        let mut r = StepReport::new(42, Duration::from_millis(1250));
+        let mut g = DeviceStep::new("GPU-a");
+        g.utilization_mean = Some(0.874);
+        g.utilization_max = Some(0.99);
+        g.memory_peak_bytes = Some(40960 * 1024 * 1024);
+        g.energy_joules = Some(512.04);
+        r.devices.push(g);
+        r.devices.push(DeviceStep::new("GPU-filtered"));
+        run.reported.push(r);
+        let mut steps = Steps::default();
+        steps.runs = vec![run, RunSteps::new("idle", None)];
+        snap.steps = Some(steps);
+        let mut out = String::new();
+        format_snapshot(&mut out, &snap, StdoutFormat::Human).unwrap();
+        let lines: Vec<_> = out.lines().collect();
+        assert_eq!(lines.len(), 3 + 1, "{out}");
+        assert_eq!(
+            lines[3],
+            "[14:03:07] STEP train rank 0 step 42 in 1.250s | GPU0 util 87% (max 99%) mem 40960 MB energy 512.0 J"
+        );
+    }
+
+    #[test]
     fn durations_read_naturally() {
         for (secs, want) in [(0, "0s"), (45, "45s"), (130, "2m 10s"), (3605, "1h 0m 5s"), (90_061, "25h 1m 1s")] {
             let mut s = String::new();

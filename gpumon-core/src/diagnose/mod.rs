@@ -447,12 +447,21 @@ impl Processor for Diagnoser {
                         .map(|(l, p)| (snapshot.devices[p].info.index, snapshot.devices[p].info.uuid.as_str(), l));
                     let held = track.tallies[k].trailing_yes().max(1);
                     let since = track.history.iter().rev().nth(held - 1).map_or(at, |s| s.at);
+                    let mut evidence = rules::evidence(kind, &track.history, peer);
+                    // With a step tracker before this stage: the step time and the GPU's idle
+                    // share of it, the number a starving loader costs.
+                    if kind == FindingKind::DataloaderStarvation {
+                        if let Some(step) = snapshot.steps.as_ref().and_then(|s| s.evidence_for(&d.info.uuid)) {
+                            evidence.push_str("; ");
+                            evidence.push_str(&step);
+                        }
+                    }
                     let finding = Finding::new(
                         kind,
                         rules::severity(kind),
                         Some((d.info.index, d.info.uuid.as_str())),
                         since,
-                        rules::evidence(kind, &track.history, peer),
+                        evidence,
                         rules::advice(kind),
                     );
                     events.push(FindingEvent {

@@ -211,6 +211,45 @@ fn starvation_from_high_resolution_dips() {
     );
 }
 
+/// With a step tracker before diagnosis, the starvation evidence quotes the last step's time
+/// and the GPU's idle share of it.
+#[test]
+fn starvation_evidence_quotes_the_step_time_when_steps_are_tracked() {
+    use crate::steps::{DeviceStep, RunSteps, StepReport, Steps};
+    let mut rig = Rig::new(10);
+    let mut raised = None;
+    for tick in 1..=12u64 {
+        let mut d = busy(0);
+        d.utilization.gpu = Some(0.4);
+        d.windows.gpu_utilization = Some(WindowStats { min: 0.02, max: 0.96, mean: 0.31, count: 6 });
+        d.windows.memory_utilization = Some(WindowStats { min: 0.0, max: 0.3, mean: 0.12, count: 6 });
+        d.gpm.sm_activity = Some(0.3);
+        d.gpm.dram_bandwidth = Some(0.1);
+        let mut report = StepReport::new(tick, Duration::from_millis(1250));
+        let mut g = DeviceStep::new(d.info.uuid.clone());
+        g.utilization_mean = Some(0.4);
+        report.devices.push(g);
+        let mut run = RunSteps::new("train", Some(0));
+        run.last = Some(report);
+        let mut steps = Steps::default();
+        steps.runs = vec![run];
+        let mut s = Snapshot::new(rig.system.clone(), vec![d])
+            .with_seq(tick)
+            .with_taken_at(UNIX_EPOCH + Duration::from_secs(1_700_000_000 + tick));
+        s.steps = Some(steps);
+        rig.d.process(&mut s);
+        let diagnosis = s.diagnosis.unwrap();
+        if let Some(f) = first_raise(&diagnosis, FindingKind::DataloaderStarvation) {
+            raised = Some((tick, f.evidence.clone()));
+        }
+    }
+    let (tick, e) = raised.expect("starvation raised");
+    assert!(
+        e.ends_with(&format!("; step {tick} of train rank 0 took 1.25 s, 0.75 s of it idle (40 % mean utilisation)")),
+        "{e}"
+    );
+}
+
 #[test]
 fn starvation_without_high_resolution_windows_uses_the_swings_across_ticks() {
     let mut rig = Rig::new(10);

@@ -229,7 +229,8 @@ pub enum Rejection {
 
 impl Rejection {
     /// Every reason, in declaration order.
-    pub const ALL: [Rejection; 4] = [Rejection::Malformed, Rejection::Oversized, Rejection::Refused, Rejection::Connections];
+    pub const ALL: [Rejection; 4] =
+        [Rejection::Malformed, Rejection::Oversized, Rejection::Refused, Rejection::Connections];
 
     /// The `reason` label value.
     pub const fn name(self) -> &'static str {
@@ -491,10 +492,52 @@ pub struct DeviceStep {
     pub energy_joules: Option<f64>,
 }
 
+impl RunSteps {
+    /// A run with no step yet (`rank_label` from `rank`).
+    pub fn new(job: impl Into<String>, rank: Option<u32>) -> Self {
+        Self { job: job.into(), rank, rank_label: rank.map(|r| r.to_string()).unwrap_or_default(), ..Self::default() }
+    }
+}
+
+impl StepReport {
+    /// The report of step `step`, which took `duration`; no samples, no GPU.
+    pub fn new(step: u64, duration: Duration) -> Self {
+        Self { step, duration, ..Self::default() }
+    }
+}
+
+impl DeviceStep {
+    /// The figures of the GPU `uuid`, all absent.
+    pub fn new(uuid: impl Into<String>) -> Self {
+        Self { uuid: uuid.into(), ..Self::default() }
+    }
+}
+
 impl Steps {
     /// The run (`job`, `rank`), if registered.
     pub fn run(&self, job: &str, rank: Option<u32>) -> Option<&RunSteps> {
         self.runs.iter().find(|r| r.job == job && r.rank == rank)
+    }
+
+    /// What the last reported step says about the GPU `uuid`, for a finding's evidence:
+    /// `step 42 of train rank 0 took 1.25 s, 0.44 s of it idle (65 % mean utilisation)` — the
+    /// idle share `(1 − mean utilisation) × duration` is the time the GPU waited between steps.
+    /// `None` when no run has reported a step with figures for it.
+    pub fn evidence_for(&self, uuid: &str) -> Option<String> {
+        self.runs.iter().find_map(|run| {
+            let last = run.last.as_ref()?;
+            let gpu = last.devices.iter().find(|d| d.uuid == uuid)?;
+            let mean = gpu.utilization_mean?;
+            let secs = last.duration.as_secs_f64();
+            let rank = run.rank.map(|r| format!(" rank {r}")).unwrap_or_default();
+            Some(format!(
+                "step {} of {}{rank} took {secs:.2} s, {:.2} s of it idle ({:.0} % mean utilisation)",
+                last.step,
+                run.job,
+                (1.0 - mean).clamp(0.0, 1.0) * secs,
+                mean * 100.0
+            ))
+        })
     }
 }
 

@@ -162,7 +162,9 @@ fn short_steps_take_the_covering_sample() {
     let mut s = snap(2, T0 + 2 * SEC, 0.5, 100, 1100.0);
     tracker.process(&mut s);
     // Steps 2..=5 end within (T0+2s, T0+3s]; only step 5's mark is seen.
-    for (n, at) in [(2, 2 * SEC + SEC / 5), (3, 2 * SEC + 2 * SEC / 5), (4, 2 * SEC + 3 * SEC / 5), (5, 2 * SEC + 4 * SEC / 5)] {
+    for (n, at) in
+        [(2, 2 * SEC + SEC / 5), (3, 2 * SEC + 2 * SEC / 5), (4, 2 * SEC + 3 * SEC / 5), (5, 2 * SEC + 4 * SEC / 5)]
+    {
         run.step_at(n, T0 + at).unwrap();
     }
     let mut s = snap(3, T0 + 3 * SEC, 0.3, 900, 1500.0);

@@ -225,8 +225,8 @@ impl Processor for StepTracker {
                     // the step that began at the mark.
                     run.acc.add(snapshot, prev);
                     let k = run.seen.map_or(1, |seen| last - seen);
-                    let duration = (run.start != 0)
-                        .then(|| Duration::from_nanos(at.saturating_sub(run.start) / k.max(1)));
+                    let duration =
+                        (run.start != 0).then(|| Duration::from_nanos(at.saturating_sub(run.start) / k.max(1)));
                     run.last_duration = duration;
                     if let Some(duration) = duration {
                         let first = last + 1 - k;

@@ -19,8 +19,12 @@
 //! | `gpu_diagnosis` | `kind`, `severity` | `finding_active` (1 while a finding holds) | one per active finding |
 //! | `gpu_diagnosis` | `kind` (host tags only) | `findings_raised` (counter) | one per host and kind raised so far |
 //! | `gpu_finding` | `kind`, `severity` | `active` (1i raised / 0i cleared), `evidence`, `advice` (strings), `held_for_seconds` (on clear) | one per finding raised or cleared at this snapshot |
+//! | `gpu_steps` | `job`, `rank` | `step_utilization`, `step_utilization_max`, `step_memory_peak`, `step_energy` (last reported step) | one per training run while it is tracked |
+//! | `gpu_steps` | `job`, `rank` (host tags only) | `training_step`, `step_duration` | one per training run |
+//! | `gpu_steps` | `reason` (host tags only) | `steps_rejected` (counter) | 4, with a steps socket |
+//! | `gpu_step` | `job`, `rank` | `step` (integer), `duration_seconds`, `utilization_mean`, `utilization_max`, `memory_peak_bytes`, `energy_joules` | one per training step reported at this snapshot (`gpumon_core::steps`) |
 //!
-//! Derived series (findings; later training steps) come from the catalogue like the rest
+//! A run without a rank has no `rank` tag. Derived series (findings, training steps) come from the catalogue like the rest
 //! ([`Snapshot::visit_derived`](gpumon_core::Snapshot::visit_derived)): measurement
 //! `<measurement>_<Family::name()>`, the device's tags — or, for a point about the host (a
 //! host-level finding, the raised counter), only `host` — then the descriptor's
@@ -278,6 +282,45 @@ mod tests {
         assert!(out.contains("\nnv_diagnosis,host=node\\ 1,cluster=eu,kind=near_oom findings_raised=2i "), "{out}");
         assert!(out.contains("\nnv_finding,host=node\\ 1,kind=imbalance,severity=info,cluster=eu active=0i"), "{out}");
         assert_eq!(LineProtocolEncoder::finding_measurement_name("nv"), "nv_finding");
+    }
+
+    #[test]
+    fn reported_steps_are_one_gpu_step_point_each() {
+        use gpumon_core::steps::{DeviceStep, RunSteps, StepReport, Steps};
+        let mut snap = snapshot();
+        let mut run = RunSteps::new("train", Some(1));
+        for (step, util) in [(41, 0.5), (42, 0.75)] {
+            let mut r = StepReport::new(step, Duration::from_millis(250));
+            let mut g = DeviceStep::new("MIG-abc");
+            g.utilization_mean = Some(util);
+            g.memory_peak_bytes = Some(1024);
+            r.devices.push(g);
+            // A GPU the snapshot does not carry: skipped.
+            r.devices.push(DeviceStep::new("GPU-gone"));
+            run.reported.push(r);
+        }
+        run.last_step = Some(42);
+        let solo = RunSteps::new("solo", None);
+        let mut steps = Steps::default();
+        steps.runs = vec![run, solo];
+        snap.steps = Some(steps);
+        let mut out = String::new();
+        LineProtocolEncoder::default().encode_step_events(&snap, &mut out);
+        let lines: Vec<&str> = out.lines().collect();
+        let tags = r#"gpu=3,host=node\ 1,mig=1,mig_ci=0,mig_gi=2,mig_profile=1g.10gb,name=NVIDIA\ A100\,\ "80GB",uuid=MIG-abc"#;
+        assert_eq!(
+            lines,
+            vec![
+                // Two steps at one tick: a nanosecond apart so that neither overwrites the other.
+                format!("gpu_step,{tags},job=train,rank=1 step=41i,duration_seconds=0.25,utilization_mean=0.5,memory_peak_bytes=1024i 1700000000123456788"),
+                format!("gpu_step,{tags},job=train,rank=1 step=42i,duration_seconds=0.25,utilization_mean=0.75,memory_peak_bytes=1024i 1700000000123456789"),
+            ]
+        );
+        // The derived series go to gpu_steps; a run without a rank has no rank tag.
+        out.clear();
+        encode_snapshot(&snap, &mut out);
+        assert!(out.contains("\ngpu_steps,host=node\\ 1,job=train,rank=1 training_step=42i "), "{out}");
+        assert_eq!(LineProtocolEncoder::step_measurement_name("nv"), "nv_step");
     }
 
     #[test]

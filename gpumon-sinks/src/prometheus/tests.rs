@@ -55,6 +55,34 @@ fn fixture() -> Snapshot {
     snap
 }
 
+/// Steps of two runs: "train" rank 0 (step 42 reported at this tick, figures on every device of
+/// `devices`) and "solo" without a rank (step 7, nothing reported), and rejection counts.
+pub(crate) fn steps(devices: &[DeviceSample]) -> gpumon_core::steps::Steps {
+    use gpumon_core::steps::{DeviceStep, RunSteps, StepRejections, StepReport, Steps};
+    let mut report = StepReport::new(42, Duration::from_millis(1500));
+    for (i, d) in devices.iter().enumerate() {
+        let mut g = DeviceStep::new(d.info.uuid.clone());
+        g.utilization_mean = Some(0.5 + i as f64 / 100.0);
+        g.utilization_max = Some(0.9);
+        g.memory_peak_bytes = Some(2 << 30);
+        g.energy_joules = Some(750.0);
+        report.devices.push(g);
+    }
+    let mut train = RunSteps::new("train", Some(0));
+    train.last_step = Some(42);
+    train.last_duration = Some(report.duration);
+    train.last = Some(report.clone());
+    train.reported = vec![report];
+    let mut solo = RunSteps::new("solo", None);
+    solo.last_step = Some(7);
+    let mut rejected = StepRejections::default();
+    rejected.malformed = 3;
+    let mut steps = Steps::default();
+    steps.runs = vec![train, solo];
+    steps.rejected = Some(rejected);
+    steps
+}
+
 /// A diagnosis with `active` findings and a raised count per kind (1 each, 3 for imbalance).
 /// A finding of `kind` and `severity` on `(index, uuid)`, or on the host.
 type Active<'a> = (FindingKind, Severity, Option<(u32, &'a str)>);
@@ -239,6 +267,7 @@ fn every_family_has_help_and_type_in_every_format() {
         (FindingKind::NearOom, Severity::Warning, Some((2, "GPU-00000002-1111-2222-3333-444444444444"))),
         (FindingKind::Imbalance, Severity::Info, None),
     ]));
+    snap.steps = Some(steps(&snap.devices));
     for naming in [Naming::Native, Naming::Dcgm] {
         for format in [Format::Text, Format::OpenMetrics] {
             let text = render_with(naming, format, snap.clone());
@@ -701,6 +730,31 @@ fn docs_dcgm_table_is_current() {
             panic!("docs/prometheus.md's dcgm table is stale; rerun with GPUMON_BLESS=1. Expected:\n{table}");
         }
     }
+}
+
+#[test]
+fn training_steps_are_exported_from_the_catalogue_with_no_rank_label_when_there_is_none() {
+    let mut snap = fixture();
+    snap.steps = Some(steps(&snap.devices[..1]));
+    let text = render_with(Naming::Native, Format::Text, snap.clone());
+    let lines = series(&text);
+    assert!(lines.contains(&"gpumon_training_step{host=\"node-1\",job=\"train\",rank=\"0\"} 42"), "{text}");
+    assert!(lines.contains(&"gpumon_training_step{host=\"node-1\",job=\"solo\"} 7"), "{text}");
+    assert!(lines.contains(&"gpumon_step_duration_seconds{host=\"node-1\",job=\"train\",rank=\"0\"} 1.5"), "{text}");
+    let util: Vec<_> = lines.iter().filter(|l| l.starts_with("gpumon_step_utilization_ratio{")).collect();
+    assert_eq!(util.len(), 1, "{text}");
+    assert!(
+        util[0].contains("uuid=\"GPU-aaaa\"")
+            && util[0].contains("job=\"train\",rank=\"0\"")
+            && util[0].ends_with(" 0.5")
+    );
+    assert!(lines.iter().any(|l| l.starts_with("gpumon_step_energy_joules{") && l.ends_with(" 750")));
+    assert!(lines.iter().any(|l| l.starts_with("gpumon_step_memory_peak_bytes{") && l.ends_with(" 2147483648")));
+    assert!(lines.contains(&"gpumon_steps_rejected_total{host=\"node-1\",reason=\"malformed\"} 3"), "{text}");
+    assert!(lines.contains(&"gpumon_steps_rejected_total{host=\"node-1\",reason=\"oversized\"} 0"), "{text}");
+    // dcgm naming keeps the native names of derived series.
+    let text = render_with(Naming::Dcgm, Format::Text, snap);
+    assert!(text.contains("\ngpumon_training_step{"), "{text}");
 }
 
 /// Every sample line of `text` (no comments).

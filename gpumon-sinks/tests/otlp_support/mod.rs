@@ -139,6 +139,27 @@ pub fn fleet(gpus: u32, n: u64, extras: bool) -> Snapshot {
         ]);
         d.active = Arc::from(active);
         snap.diagnosis = Some(d);
+        // What a step tracker attaches: a run with rank 0 whose step n+1 was reported, with
+        // figures for the first GPU, and the steps socket's rejection counters.
+        use gpumon_core::steps::{DeviceStep, RunSteps, StepRejections, StepReport, Steps};
+        let mut run = RunSteps::new("train", Some(0));
+        let mut report = StepReport::new(n + 1, Duration::from_millis(500));
+        if let Some((_, uuid)) = &first {
+            let mut g = DeviceStep::new(uuid.clone());
+            g.utilization_mean = Some(0.8);
+            g.utilization_max = Some(0.95);
+            g.memory_peak_bytes = Some(40 << 30);
+            g.energy_joules = Some(300.0);
+            report.devices.push(g);
+        }
+        run.last_step = Some(n + 1);
+        run.last_duration = Some(report.duration);
+        run.last = Some(report.clone());
+        run.reported = vec![report];
+        let mut steps = Steps::default();
+        steps.runs = vec![run];
+        steps.rejected = Some(StepRejections::default());
+        snap.steps = Some(steps);
     }
     snap
 }

@@ -62,7 +62,11 @@ pub fn resolve(args: &StepsArgs, file: &StepsSection) -> Result<Plan, ConfigErro
             let digits = text.trim().trim_start_matches("0o");
             match u32::from_str_radix(digits, 8) {
                 Ok(m) if m <= 0o777 => m,
-                _ => return Err(ConfigError(format!("steps.mode: `{text}` is not an octal permission mode such as \"0660\""))),
+                _ => {
+                    return Err(ConfigError(format!(
+                        "steps.mode: `{text}` is not an octal permission mode such as \"0660\""
+                    )))
+                }
             }
         }
         None => 0o660,
@@ -138,7 +142,8 @@ mod tests {
     #[test]
     fn flag_overrides_the_file_and_mode_is_octal() {
         let args = StepsArgs { steps_socket: Some("/tmp/flag.sock".into()) };
-        let plan = resolve(&args, &section("socket = \"/tmp/file.sock\"\nmode = \"0600\"\nmax_connections = 3")).unwrap();
+        let plan =
+            resolve(&args, &section("socket = \"/tmp/file.sock\"\nmode = \"0600\"\nmax_connections = 3")).unwrap();
         let socket = plan.socket.unwrap();
         assert_eq!(socket.path, PathBuf::from("/tmp/flag.sock"));
         assert_eq!(socket.mode, 0o600);

@@ -1,0 +1,176 @@
+//! The agent's `--steps-socket`, as a training process on the node uses it: JSON lines over a
+//! Unix socket, the step series on the Prometheus endpoint, the socket file's lifecycle.
+#![cfg(all(feature = "mock", feature = "prometheus"))]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `target/<profile>/examples/agent`, which `cargo test` builds alongside this test.
+fn agent() -> Command {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(|d| d.parent()).unwrap();
+    let bin: PathBuf = dir.join("examples").join("agent");
+    assert!(bin.exists(), "{} not built; run `cargo test` (it builds examples)", bin.display());
+    let mut cmd = Command::new(bin);
+    cmd.env_remove("CUDA_VISIBLE_DEVICES").env_remove("NVIDIA_VISIBLE_DEVICES");
+    cmd
+}
+
+struct Served {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+}
+
+impl Served {
+    fn start(args: &[&str]) -> Served {
+        let mut child = agent()
+            .env("GPUMON_LOG", "info")
+            .args(["--backend", "mock", "--prometheus-listen", "127.0.0.1:0", "--interval", "100ms"])
+            .args(["--config", "/dev/null"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                if let Some(addr) = line.split("listening addr=").nth(1) {
+                    let _ = tx.send(addr.trim().parse::<std::net::SocketAddr>().unwrap());
+                }
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(addr) => addr,
+            Err(e) => {
+                let _ = child.kill();
+                panic!("no `listening addr=` in the agent's log ({e})");
+            }
+        };
+        Served { child, addr }
+    }
+
+    fn metrics(&self) -> String {
+        let mut s = std::net::TcpStream::connect(self.addr).unwrap();
+        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default()
+    }
+
+    fn scrape_until(&self, what: &str, done: impl Fn(&[&str]) -> bool) -> String {
+        let started = Instant::now();
+        loop {
+            let body = self.metrics();
+            let series: Vec<&str> = body.lines().filter(|l| !l.starts_with('#')).collect();
+            if done(&series) {
+                return body;
+            }
+            assert!(started.elapsed() < Duration::from_secs(10), "never {what}: {body}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        assert!(Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap().success());
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn steps_socket_feeds_the_prometheus_endpoint() {
+    let dir = std::env::temp_dir().join(format!("gpumon-agent-steps-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("steps.sock");
+    // A stale socket left by a killed agent does not stop the next one.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let mut served = Served::start(&["--steps-socket", path.to_str().unwrap()]);
+    // The socket is bound once the agent runs (the Prometheus endpoint may be up first).
+    let started = Instant::now();
+    let mut client = loop {
+        if let Ok(c) = UnixStream::connect(&path) {
+            break c;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the steps socket never accepted");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    {
+        use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+        let meta = std::fs::metadata(&path).unwrap();
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o660, "documented permissions");
+    }
+    for step in 1..=5 {
+        writeln!(client, "{{\"job\":\"train\",\"rank\":0,\"step\":{step}}}").unwrap();
+        std::thread::sleep(Duration::from_millis(120));
+    }
+    writeln!(client, "{{\"job\":\"solo\",\"step\":3}}").unwrap();
+    client.write_all(b"this is not json\n").unwrap();
+    client.write_all(&[b'x'; 2000]).unwrap();
+    client.write_all(b"\n").unwrap();
+    let body = served.scrape_until("the step series", |s| {
+        s.iter().any(|l| {
+            l.starts_with("gpumon_training_step{") && l.contains("job=\"train\",rank=\"0\"") && l.ends_with(" 5")
+        }) && s.iter().any(|l| l.contains("reason=\"oversized\"") && l.ends_with(" 1"))
+            && s.iter().any(|l| l.starts_with("gpumon_training_step{") && l.contains("job=\"solo\""))
+    });
+    let series: Vec<&str> = body.lines().filter(|l| !l.starts_with('#')).collect();
+    // Simulated data stays marked; a run without a rank has no rank label.
+    let solo = series.iter().find(|l| l.starts_with("gpumon_training_step{") && l.contains("job=\"solo\"")).unwrap();
+    assert!(solo.contains("backend=\"mock\"") && !solo.contains("rank="), "{solo}");
+    assert!(series.iter().any(|l| l.starts_with("gpumon_steps_rejected_total{")
+        && l.contains("reason=\"malformed\"")
+        && l.ends_with(" 1")));
+    let duration =
+        series.iter().find(|l| l.starts_with("gpumon_step_duration_seconds{") && l.contains("job=\"train\"")).unwrap();
+    let secs: f64 = duration.rsplit_once(' ').unwrap().1.parse().unwrap();
+    assert!((0.1..0.5).contains(&secs), "a step every ~120 ms: {duration}");
+    let per_gpu = series
+        .iter()
+        .filter(|l| l.starts_with("gpumon_step_utilization_ratio{") && l.contains("job=\"train\""))
+        .count();
+    assert_eq!(per_gpu, 8, "one series per GPU of h100x8");
+    assert!(series.iter().any(|l| l.starts_with("gpumon_step_energy_joules{")));
+    assert!(series.iter().any(|l| l.starts_with("gpumon_step_memory_peak_bytes{")));
+
+    drop(client);
+    let status = served.terminate();
+    assert!(status.success(), "{status:?}");
+    assert!(!path.exists(), "the socket file is removed on shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_path_in_use_or_not_a_socket_fails_clearly() {
+    let dir = std::env::temp_dir().join(format!("gpumon-agent-steps-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("regular");
+    std::fs::write(&file, "keep me").unwrap();
+    let out = agent()
+        .args(["--backend", "mock", "--interval", "100ms", "--duration", "1s", "--steps-socket"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not a socket"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+
+    let cfg = dir.join("bad.toml");
+    std::fs::write(&cfg, "[steps]\nsocket = \"/tmp/x.sock\"\nevery_n = 0\n").unwrap();
+    let out = agent().args(["--backend", "mock", "--once", "--config"]).arg(&cfg).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("steps.every_n"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
