@@ -5,8 +5,8 @@
 Each call gets a fresh, increasing step number (`next(counter)`), whose own cost is measured
 and shown as the first line; the figures are the best of `repeat` runs (timeit's advice: the
 others measure the machine's noise). Monitor runs on the mock (no sink), StepClient sends to a
-Unix socket drained by a thread of this process (the kernel's part of the socket path, without
-an agent).
+Unix socket: a running agent's (--socket, e.g. `agent --backend mock --steps-socket PATH`) or
+one drained by a thread of this process (which competes with the loop for the GIL).
 """
 
 import argparse
@@ -33,6 +33,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--number", type=int, default=200_000)
     p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--socket", help="a running agent's --steps-socket (default: a socket drained by a thread here)")
     a = p.parse_args()
 
     rows = []
@@ -44,19 +45,19 @@ def main():
         c = itertools.count(1)
         rows.append(("Monitor.step(n)", per_call_ns("m.step(next(c))", a.number, a.repeat, m=m, c=c)))
 
-    d = tempfile.mkdtemp()
-    path = os.path.join(d, "steps.sock")
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(path)
-    srv.listen(1)
+    path = a.socket
+    if path is None:
+        path = os.path.join(tempfile.mkdtemp(), "steps.sock")
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(path)
+        srv.listen(1)
 
-    def drain():
-        conn, _ = srv.accept()
-        while conn.recv(1 << 16):
-            pass
+        def drain():
+            conn, _ = srv.accept()
+            while conn.recv(1 << 16):
+                pass
 
-    t = threading.Thread(target=drain, daemon=True)
-    t.start()
+        threading.Thread(target=drain, daemon=True).start()
     client = gpumon.StepClient(path, job="bench", rank=0)
     c = itertools.count(1)
     rows.append(("StepClient.step(n) (Unix socket)", per_call_ns("s.step(next(c))", a.number, a.repeat, s=client, c=c)))
