@@ -56,7 +56,7 @@ fn steps(c: &mut Criterion) {
         b.iter(|| {
             k += 1;
             line.clear();
-            write!(line, "{{\"job\":\"remote\",\"rank\":0,\"step\":{k}}}\n").unwrap();
+            writeln!(line, "{{\"job\":\"remote\",\"rank\":0,\"step\":{k}}}").unwrap();
             client.write_all(&line).unwrap();
             while remote.last_step() != Some(k) {
                 std::hint::spin_loop();
@@ -72,7 +72,7 @@ fn steps(c: &mut Criterion) {
         b.iter(|| {
             w += 1;
             line.clear();
-            write!(line, "{{\"job\":\"writer\",\"rank\":0,\"step\":{w}}}\n").unwrap();
+            writeln!(line, "{{\"job\":\"writer\",\"rank\":0,\"step\":{w}}}").unwrap();
             writer.write_all(&line).unwrap();
         })
     });

@@ -231,8 +231,7 @@ fn starvation_evidence_quotes_the_step_time_when_steps_are_tracked() {
         report.devices.push(g);
         let mut run = RunSteps::new("train", Some(0));
         run.last = Some(report);
-        let mut steps = Steps::default();
-        steps.runs = vec![run];
+        let steps = Steps { runs: vec![run], ..Default::default() };
         let mut s = Snapshot::new(rig.system.clone(), vec![d])
             .with_seq(tick)
             .with_taken_at(UNIX_EPOCH + Duration::from_secs(1_700_000_000 + tick));
