@@ -268,9 +268,9 @@ impl Monitor {
     fn __repr__(&self) -> String {
         let py_opt = |v: Option<String>| v.unwrap_or_else(|| "None".to_owned());
         format!(
-            "Monitor(backend='{}', job={:?}, rank={}, prometheus_address={}, closed={})",
+            "Monitor(backend='{}', job='{}', rank={}, prometheus_address={}, closed={})",
             self.backend,
-            self.run.job(),
+            self.run.job().replace('\\', "\\\\").replace('\'', "\\'"),
             py_opt(self.run.rank().map(|r| r.to_string())),
             py_opt(self.prometheus_address.map(|a| format!("'{a}'"))),
             if self.closed() { "True" } else { "False" }
