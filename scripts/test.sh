@@ -17,7 +17,8 @@
 #    libnvidia-ml), then
 #      cargo test --workspace --all-features [cargo args] -- --include-ignored \
 #          --skip manual_ --skip subprocess_ [test binary args]
-#    and exits non-zero if either failed.
+#    then the gpumon Python package's tests (gpumon-py/run-tests.sh: the wheel built with maturin,
+#    installed into a clean virtualenv, pytest), and exits non-zero if any of them failed.
 #
 # Tests that need these servers (or the venv's nvml.h) are #[ignore = "needs scripts/test.sh
 # (...)"]: a plain `cargo test` lists them as ignored, never as passed, and here they run
@@ -177,8 +178,26 @@ set -e
 cargo_pid=""
 log "cargo test exited with $rc"
 
+# ------------------------------------------------------------------ the gpumon Python package
+# gpumon-py/run-tests.sh: builds the wheel (maturin, dev profile, this CARGO_TARGET_DIR), installs
+# it into a clean virtualenv with pytest and transformers, runs gpumon-py/tests/ (the InfluxDB
+# test uses the server started above). After cargo test, which has built the example agent.
+log "gpumon-py/run-tests.sh (the Python package: wheel, clean virtualenv, pytest)"
+set +e
+setsid gpumon-py/run-tests.sh &
+cargo_pid=$!
+wait "$cargo_pid"
+pkg_rc=$?
+cargo_pid=""
+set -e
+log "python package tests exited with $pkg_rc"
+
 if [ "$rc" -eq 0 ] && [ "$py_rc" -ne 0 ]; then
     log "FAILED: python client tests (exit $py_rc)"
     rc=$py_rc
+fi
+if [ "$rc" -eq 0 ] && [ "$pkg_rc" -ne 0 ]; then
+    log "FAILED: python package tests (gpumon-py/run-tests.sh, exit $pkg_rc)"
+    rc=$pkg_rc
 fi
 exit "$rc"

@@ -1,0 +1,36 @@
+"""gpumon: watch NVIDIA GPUs from a training loop.
+
+``Monitor`` runs gpumon's agent (written in Rust) in background threads of its own: it samples
+the GPUs, exports to Prometheus / InfluxDB / OTLP, and turns ``step(n)`` marks into per-step
+GPU figures. ``StepClient`` sends the same marks to an agent already running on the node
+(``gpumon-agent --steps-socket PATH``).
+
+Importing ``gpumon`` imports nothing heavy (no ``transformers``, no ``torch``); the Hugging Face
+integration lives in ``gpumon.integrations.transformers``. Logs go to the ``logging`` logger
+``"gpumon"``; nothing is printed.
+"""
+
+import atexit as _atexit
+
+from ._gpumon import (
+    DEFAULT_JOB,
+    BackendUnavailableError,
+    GpumonError,
+    Monitor,
+    __version__,
+)
+from ._gpumon import _atexit as _close_all
+from .client import StepClient
+
+__all__ = [
+    "Monitor",
+    "StepClient",
+    "GpumonError",
+    "BackendUnavailableError",
+    "DEFAULT_JOB",
+    "__version__",
+]
+
+# An interpreter that exits with a Monitor still open: close it (flushing its sinks, at most a
+# few seconds) while the interpreter is whole, then stop handing log records to Python.
+_atexit.register(_close_all)

@@ -1,0 +1,70 @@
+"""Type stubs for the native module gpumon._gpumon (PyO3)."""
+
+from types import TracebackType
+from typing import Any, Dict, Optional, Sequence, Type, Union
+
+__version__: str
+DEFAULT_JOB: str
+
+class GpumonError(RuntimeError):
+    """A gpumon operation failed (sampling, a listener that cannot bind, a closed Monitor)."""
+
+class BackendUnavailableError(GpumonError):
+    """The backend asked for cannot run (backend="nvml" without NVML)."""
+
+class Monitor:
+    """Runs the gpumon agent in background Rust threads (a tokio runtime of its own).
+
+    backend: "auto" (NVML; without it, the mock only when no sink exports), "nvml" (raises
+    BackendUnavailableError without NVML) or "mock" (simulated GPUs, marked backend="mock" in
+    every export). interval: "1s", "250ms", or seconds. prometheus_listen: "127.0.0.1:9400"
+    (port + local rank with a rank; port 0: any free port, see prometheus_address).
+    influx_url / influx_db: InfluxDB 1.x. otlp_endpoint: OTLP/HTTP. mock_profile (default
+    "h100x8"), mock_scenario: the mock's fleet and script. devices: "0,2", [0, 2], UUIDs, "all";
+    default: the rank's own GPU (LOCAL_RANK, CUDA_VISIBLE_DEVICES), else every visible GPU.
+    job (default "train") and rank (default LOCAL_RANK): the labels of step marks.
+    Bad arguments raise ValueError (or TypeError) naming the argument.
+    """
+
+    def __init__(
+        self,
+        backend: str = "auto",
+        interval: Union[str, float, None] = "1s",
+        prometheus_listen: Optional[str] = None,
+        influx_url: Optional[str] = None,
+        influx_db: Optional[str] = None,
+        otlp_endpoint: Optional[str] = None,
+        mock_profile: Optional[str] = None,
+        mock_scenario: Optional[str] = None,
+        devices: Union[str, int, Sequence[Union[int, str]], None] = None,
+        job: Optional[str] = None,
+        rank: Optional[int] = None,
+    ) -> None: ...
+    def step(self, n: int) -> None:
+        """Marks the end of step n (the last completed step); keeps the GIL (lock-free hand-off).
+        ValueError when n is negative or not above the last step; GpumonError when closed."""
+    def snapshot(self) -> Dict[str, Any]:
+        """The latest snapshot: {"seq", "taken_at", "system", "devices": [...], "steps"?}.
+        Releases the GIL."""
+    def close(self) -> None:
+        """Stops the agent, flushing the sinks (up to 5 s). Releases the GIL. Idempotent."""
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def backend(self) -> str:
+        """"nvml" or "mock"."""
+    @property
+    def prometheus_address(self) -> Optional[str]: ...
+    @property
+    def job(self) -> str: ...
+    @property
+    def rank(self) -> Optional[int]: ...
+    def __enter__(self) -> "Monitor": ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
+
+def _atexit() -> None: ...

@@ -1,0 +1,154 @@
+"""``StepClient``: step marks to a running gpumon agent over its steps socket."""
+
+import json
+import logging
+import os
+import socket
+from typing import Optional, Union
+
+from ._gpumon import DEFAULT_JOB
+
+__all__ = ["StepClient"]
+
+_log = logging.getLogger("gpumon")
+
+# The agent drops lines longer than this (the socket protocol's bound).
+_MAX_LINE = 1024
+# Bytes a client keeps when the agent reads slower than marks arrive; beyond, marks are dropped
+# (counted in ``dropped``) rather than blocking the training loop.
+_MAX_PENDING = 64 * 1024
+
+
+class StepClient:
+    """Sends step marks to ``gpumon-agent --steps-socket PATH`` (a Unix stream socket).
+
+    Each mark is one line, ``{"job": "train", "rank": 0, "step": 42}``. The client keeps one
+    connection, never blocks the caller (the socket is non-blocking; marks that cannot be sent
+    are dropped and counted in :attr:`dropped`) and reconnects on the next mark after the agent
+    restarts. Only bad input raises.
+
+    :param path: the agent's steps socket.
+    :param job: the job name the marks are reported under.
+    :param rank: the rank, or ``None`` (default: ``LOCAL_RANK`` from the environment, if set).
+    """
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"], job: str = DEFAULT_JOB, rank: Optional[int] = None):
+        self._path = os.fspath(path)
+        if not isinstance(job, str) or not job.strip():
+            raise ValueError("job: must be a non-empty string")
+        if rank is None:
+            env = os.environ.get("LOCAL_RANK", "").strip()
+            if env:
+                try:
+                    rank = int(env)
+                except ValueError:
+                    raise ValueError(f"environment LOCAL_RANK: {env!r} is not a rank (0 or more)") from None
+        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
+            raise ValueError(f"rank: {rank!r} is not a rank (0 or more)")
+        self._job = job
+        self._rank = rank
+        # The line without its step: the JSON for job and rank is made once.
+        prefix = json.dumps({"job": job, "rank": rank}, separators=(",", ":"))
+        self._prefix = prefix[:-1] + ',"step":'
+        if len(self._prefix) + 22 > _MAX_LINE:
+            raise ValueError(f"job: too long (a mark must fit in {_MAX_LINE} bytes)")
+        self._sock: Optional[socket.socket] = None
+        self._pending = b""
+        self._last: Optional[int] = None
+        self._pid = os.getpid()
+        self._warned = False
+        #: Marks that could not be sent (no agent, or the agent not keeping up).
+        self.dropped = 0
+
+    @property
+    def path(self) -> str:
+        """The agent's steps socket."""
+        return self._path
+
+    @property
+    def job(self) -> str:
+        """The job name marks are reported under."""
+        return self._job
+
+    @property
+    def rank(self) -> Optional[int]:
+        """The rank marks are reported under."""
+        return self._rank
+
+    def step(self, n: int) -> None:
+        """Marks the end of training step ``n`` (the last completed step).
+
+        Raises ``ValueError`` when ``n`` is negative or not above the last step marked; never
+        raises for a missing or slow agent (the mark is dropped and counted).
+        """
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"step: expected an int, got {type(n).__name__}")
+        if n < 0:
+            raise ValueError(f"step: {n} is negative")
+        if self._last is not None and n <= self._last:
+            raise ValueError(f"step: {n} is not after the last step marked ({self._last}); steps must increase")
+        self._last = n
+        self._send((self._prefix + str(n) + "}\n").encode())
+
+    def close(self) -> None:
+        """Closes the connection (a later ``step`` reconnects)."""
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            finally:
+                self._sock = None
+                self._pending = b""
+
+    def __enter__(self) -> "StepClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"StepClient(path={self._path!r}, job={self._job!r}, rank={self._rank!r})"
+
+    def _connect(self) -> Optional[socket.socket]:
+        if self._pid != os.getpid():
+            # A forked child shares the parent's connection: interleaved writes would corrupt
+            # both streams. The child opens its own.
+            self._sock, self._pending, self._pid = None, b"", os.getpid()
+        if self._sock is None:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(self._path)
+            except OSError as e:
+                s.close()
+                self._warn(f"steps socket {self._path}: {e}")
+                return None
+            s.setblocking(False)
+            self._sock = s
+            self._warned = False
+        return self._sock
+
+    def _send(self, line: bytes) -> None:
+        sock = self._connect()
+        if sock is None:
+            self.dropped += 1
+            return
+        if len(self._pending) + len(line) > _MAX_PENDING:
+            self.dropped += 1
+            line = b""
+        data = self._pending + line
+        try:
+            sent = sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as e:
+            # The agent went away: drop what was queued, reconnect on the next mark.
+            self.dropped += 1 + self._pending.count(b"\n")
+            self.close()
+            self._warn(f"steps socket {self._path}: {e}")
+            return
+        # A partial write leaves the rest of the line for the next call, so lines stay whole.
+        self._pending = data[sent:]
+
+    def _warn(self, message: str) -> None:
+        if not self._warned:
+            self._warned = True
+            _log.warning("%s; step marks are dropped until the agent is reachable", message)

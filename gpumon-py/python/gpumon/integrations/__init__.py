@@ -1,0 +1,2 @@
+"""Integrations with training frameworks. Each submodule imports its framework; this package
+imports none of them."""

@@ -1,0 +1,38 @@
+//! `gpumon._gpumon`: the native half of the `gpumon` Python package (see gpumon-py/README.md).
+//! The Python half (python/gpumon/) re-exports it and adds the socket client and the
+//! integrations.
+
+#![deny(missing_docs)]
+
+mod fork;
+mod logging;
+mod monitor;
+mod options;
+
+use pyo3::prelude::*;
+
+pyo3::create_exception!(
+    _gpumon,
+    GpumonError,
+    pyo3::exceptions::PyRuntimeError,
+    "A gpumon operation failed (sampling, a listener that cannot bind, a closed Monitor)."
+);
+pyo3::create_exception!(
+    _gpumon,
+    BackendUnavailableError,
+    GpumonError,
+    "The backend asked for cannot run (backend=\"nvml\" without NVML)."
+);
+
+#[pymodule]
+fn _gpumon(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    fork::install();
+    logging::install();
+    m.add_class::<monitor::Monitor>()?;
+    m.add_function(wrap_pyfunction!(monitor::_atexit, m)?)?;
+    m.add("GpumonError", m.py().get_type::<GpumonError>())?;
+    m.add("BackendUnavailableError", m.py().get_type::<BackendUnavailableError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("DEFAULT_JOB", options::DEFAULT_JOB)?;
+    Ok(())
+}

@@ -1,0 +1,456 @@
+//! `gpumon.Monitor`: the agent (sampler, processors, sinks) on a tokio runtime of its own, in
+//! Rust threads; Python only hands it step marks and reads snapshots.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use gpumon_core::steps::{StepConfig, StepError, StepRegistry, StepTracker, TrainingRun};
+use gpumon_core::{Agent, AgentHandle, Sampler, Sink, SinkOptions, Snapshot};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::options::{Args, Backend, Settings};
+use crate::{BackendUnavailableError, GpumonError};
+
+/// How long `close()` (and interpreter exit) lets the sinks export what is queued.
+const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(5);
+/// How long `snapshot()` waits for a sample when none has been taken yet.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Every live Monitor, so that the `atexit` hook can close those the program left open.
+static LIVE: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
+
+/// The running agent.
+struct Running {
+    runtime: tokio::runtime::Runtime,
+    agent: AgentHandle,
+}
+
+/// What a Monitor shares with the `atexit` registry.
+struct Shared {
+    /// `None` once closed.
+    running: Mutex<Option<Running>>,
+    /// The latest snapshot the agent published (with its derived data).
+    latest: Arc<Mutex<Option<Arc<Snapshot>>>>,
+    /// The fork generation this Monitor was made in.
+    generation: u64,
+    /// Set by `close()`: read by `step()` without a lock.
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    fn is_foreign(&self) -> bool {
+        crate::fork::generation() != self.generation
+    }
+
+    /// Stops the agent (flushing the sinks within the deadline) and its runtime. Blocks: call it
+    /// without the GIL, since the agent's threads may be waiting for it to log.
+    fn close(&self) {
+        if self.is_foreign() {
+            return;
+        }
+        self.closed.store(true, std::sync::atomic::Ordering::Relaxed);
+        let running = self.running.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(r) = running {
+            stop(r);
+        }
+    }
+}
+
+fn stop(r: Running) {
+    let outcome = r.runtime.block_on(r.agent.shutdown(SHUTDOWN_DEADLINE));
+    match outcome {
+        Ok(()) | Err(gpumon_core::AgentError::ShutDown) => tracing::debug!(target: "_gpumon", "monitor closed"),
+        Err(e) => tracing::warn!(target: "_gpumon", "monitor closed, shutdown incomplete: {e}"),
+    }
+    // A sample stuck in the driver must not keep close() (or the interpreter's exit) waiting.
+    r.runtime.shutdown_timeout(Duration::from_millis(500));
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let running = self.running.get_mut().unwrap_or_else(PoisonError::into_inner).take();
+        let Some(r) = running else { return };
+        if self.is_foreign() {
+            // A forked child: the runtime's threads exist only in the parent. Dropping the
+            // runtime would wait for them forever; leak it instead (the child's exit frees it).
+            std::mem::forget(r);
+            return;
+        }
+        // Dropped by Python's garbage collector, with the GIL held: release it while the agent
+        // shuts down (its threads may need it to log). While the interpreter is finalizing
+        // `try_attach` declines and the threads do not log either.
+        let mut slot = Some(r);
+        if Python::try_attach(|py| py.detach(|| stop_owned(&mut slot))).is_none() {
+            stop_owned(&mut slot);
+        }
+    }
+}
+
+fn stop_owned(r: &mut Option<Running>) {
+    if let Some(r) = r.take() {
+        stop(r);
+    }
+}
+
+/// Runs the gpumon agent in background Rust threads: samples the GPUs every `interval`, exports
+/// to the configured sinks, and turns `step(n)` marks into per-step GPU figures.
+#[pyclass(module = "gpumon._gpumon", frozen)]
+pub struct Monitor {
+    shared: Arc<Shared>,
+    run: TrainingRun,
+    backend: &'static str,
+    prometheus_address: Option<SocketAddr>,
+}
+
+#[pymethods]
+impl Monitor {
+    #[new]
+    #[pyo3(
+        text_signature = "(backend='auto', interval='1s', prometheus_listen=None, influx_url=None, influx_db=None, otlp_endpoint=None, mock_profile=None, mock_scenario=None, devices=None, job=None, rank=None)"
+    )]
+    #[pyo3(signature = (backend="auto", interval=None, prometheus_listen=None, influx_url=None, influx_db=None,
+        otlp_endpoint=None, mock_profile=None, mock_scenario=None, devices=None, job=None, rank=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new<'py>(
+        py: Python<'py>,
+        backend: &'py str,
+        interval: Option<Bound<'py, PyAny>>,
+        prometheus_listen: Option<String>,
+        influx_url: Option<String>,
+        influx_db: Option<String>,
+        otlp_endpoint: Option<String>,
+        mock_profile: Option<String>,
+        mock_scenario: Option<String>,
+        devices: Option<Bound<'py, PyAny>>,
+        job: Option<String>,
+        rank: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Self> {
+        let settings = Args {
+            backend,
+            interval,
+            prometheus_listen,
+            influx_url,
+            influx_db,
+            otlp_endpoint,
+            mock_profile,
+            mock_scenario,
+            devices,
+            job,
+            rank,
+        }
+        .resolve()?;
+        let started = py.detach(|| start(settings)).map_err(StartError::into_py)?;
+        let shared = Arc::new(Shared {
+            running: Mutex::new(Some(started.running)),
+            latest: started.latest,
+            generation: crate::fork::generation(),
+            closed: std::sync::atomic::AtomicBool::new(false),
+        });
+        {
+            let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
+            live.retain(|w| w.strong_count() > 0);
+            live.push(Arc::downgrade(&shared));
+        }
+        Ok(Monitor {
+            shared,
+            run: started.run,
+            backend: started.backend,
+            prometheus_address: started.prometheus_address,
+        })
+    }
+
+    /// Marks the end of training step `n` (`n` = the last completed step). Cheap: a lock-free
+    /// hand-off to the agent, with the GIL kept.
+    ///
+    /// Raises ValueError when `n` is negative or not above the last step marked, GpumonError
+    /// after `close()` or in a forked child.
+    fn step(&self, n: i64) -> PyResult<()> {
+        if self.shared.closed.load(std::sync::atomic::Ordering::Relaxed) || self.shared.is_foreign() {
+            return Err(GpumonError::new_err(if self.shared.is_foreign() {
+                "step: this Monitor belongs to the parent process (fork)"
+            } else {
+                "step: the Monitor is closed"
+            }));
+        }
+        let Ok(n) = u64::try_from(n) else {
+            return Err(PyValueError::new_err(format!("step: {n} is negative")));
+        };
+        match self.run.step(n) {
+            Ok(()) => Ok(()),
+            Err(StepError::NotIncreasing { last, got }) => Err(PyValueError::new_err(format!(
+                "step: {got} is not after the last step marked ({last}); steps must increase"
+            ))),
+            Err(e @ StepError::OutOfRange(_)) => Err(PyValueError::new_err(format!("step: {e}"))),
+            Err(e) => Err(GpumonError::new_err(format!("step: {e}"))),
+        }
+    }
+
+    /// The latest snapshot as plain Python data: a dict with `system`, `devices` (a list of
+    /// dicts) and, once steps are marked, `steps`. Releases the GIL while it waits.
+    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        if self.shared.is_foreign() {
+            return Err(GpumonError::new_err("this Monitor belongs to the parent process (fork)"));
+        }
+        if self.shared.closed.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(GpumonError::new_err("snapshot: the Monitor is closed"));
+        }
+        let json = py.detach(|| -> Result<String, String> {
+            let latest = self.shared.latest.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            let snapshot = match latest {
+                Some(s) => s,
+                None => {
+                    // No tick published yet (just started): take one now.
+                    let (rt, agent) = {
+                        let running = self.shared.running.lock().unwrap_or_else(PoisonError::into_inner);
+                        let r = running.as_ref().ok_or_else(|| "the Monitor is closed".to_owned())?;
+                        (r.runtime.handle().clone(), r.agent.clone())
+                    };
+                    rt.block_on(async { tokio::time::timeout(SNAPSHOT_TIMEOUT, agent.snapshot_now()).await })
+                        .map_err(|_| format!("no sample within {SNAPSHOT_TIMEOUT:?}"))?
+                        .map_err(|e| format!("sampling failed: {e}"))?
+                }
+            };
+            serde_json::to_string(&*snapshot).map_err(|e| format!("cannot encode the snapshot: {e}"))
+        });
+        let json = json.map_err(GpumonError::new_err)?;
+        py.import("json")?.call_method1("loads", (json,))
+    }
+
+    /// Stops the agent: the sinks export what is queued (up to 5 s), listeners close. Releases
+    /// the GIL. Calling it again does nothing.
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| self.shared.close());
+    }
+
+    /// Whether `close()` was called (or the Monitor belongs to the parent of a forked process).
+    #[getter]
+    fn closed(&self) -> bool {
+        self.shared.is_foreign() || self.shared.running.lock().unwrap_or_else(PoisonError::into_inner).is_none()
+    }
+
+    /// The backend in use: `"nvml"` or `"mock"`.
+    #[getter]
+    fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    /// The Prometheus endpoint's address (`"127.0.0.1:9400"`), or None without one.
+    #[getter]
+    fn prometheus_address(&self) -> Option<String> {
+        self.prometheus_address.map(|a| a.to_string())
+    }
+
+    /// The job name step marks are reported under.
+    #[getter]
+    fn job(&self) -> &str {
+        self.run.job()
+    }
+
+    /// The rank step marks are reported under (None without one).
+    #[getter]
+    fn rank(&self) -> Option<u32> {
+        self.run.rank()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        let py_opt = |v: Option<String>| v.unwrap_or_else(|| "None".to_owned());
+        format!(
+            "Monitor(backend='{}', job='{}', rank={}, prometheus_address={}, closed={})",
+            self.backend,
+            self.run.job().replace('\\', "\\\\").replace('\'', "\\'"),
+            py_opt(self.run.rank().map(|r| r.to_string())),
+            py_opt(self.prometheus_address.map(|a| format!("'{a}'"))),
+            if self.closed() { "True" } else { "False" }
+        )
+    }
+}
+
+/// Closes every Monitor still open (the `atexit` hook), then stops forwarding log records: the
+/// interpreter is about to finalize.
+#[pyfunction]
+pub fn _atexit(py: Python<'_>) {
+    if crate::fork::generation() == 0 {
+        let live: Vec<Arc<Shared>> = std::mem::take(&mut *LIVE.lock().unwrap_or_else(PoisonError::into_inner))
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        py.detach(|| live.iter().for_each(|s| s.close()));
+    }
+    crate::logging::silence();
+}
+
+struct Started {
+    running: Running,
+    latest: Arc<Mutex<Option<Arc<Snapshot>>>>,
+    run: TrainingRun,
+    backend: &'static str,
+    prometheus_address: Option<SocketAddr>,
+}
+
+enum StartError {
+    /// Bad settings (a profile that does not load, an invalid job name): ValueError.
+    Config(String),
+    /// The backend asked for cannot run: BackendUnavailableError.
+    Unavailable(String),
+    /// Anything else (a port in use, no threads): GpumonError.
+    Other(String),
+}
+
+impl StartError {
+    fn into_py(self) -> PyErr {
+        match self {
+            StartError::Config(m) => PyValueError::new_err(m),
+            StartError::Unavailable(m) => BackendUnavailableError::new_err(m),
+            StartError::Other(m) => GpumonError::new_err(m),
+        }
+    }
+}
+
+fn start(settings: Settings) -> Result<Started, StartError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(crate::logging::THREAD_NAME)
+        .enable_all()
+        .build()
+        .map_err(|e| StartError::Other(format!("cannot start the runtime: {e}")))?;
+    let result = {
+        let _enter = runtime.enter();
+        build(&settings)
+    };
+    let (builder, prometheus_address, backend, run) = match result {
+        Ok(parts) => parts,
+        Err(e) => {
+            runtime.shutdown_timeout(Duration::from_millis(500));
+            return Err(e);
+        }
+    };
+    let (agent, handle) = {
+        let _enter = runtime.enter();
+        builder.build().map_err(|e| StartError::Config(e.to_string()))?
+    };
+    let latest: Arc<Mutex<Option<Arc<Snapshot>>>> = Arc::default();
+    let mut updates = handle.subscribe();
+    let slot = latest.clone();
+    runtime.spawn(async move {
+        loop {
+            match updates.recv().await {
+                Ok(s) => *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(s),
+                Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => break,
+            }
+        }
+    });
+    runtime.spawn(agent.run());
+    Ok(Started { running: Running { runtime, agent: handle }, latest, run, backend, prometheus_address })
+}
+
+type Built = (gpumon_core::AgentBuilder, Option<SocketAddr>, &'static str, TrainingRun);
+
+/// Sinks, sampler and step tracker; runs inside the runtime (the Prometheus listener binds here).
+fn build(s: &Settings) -> Result<Built, StartError> {
+    gpumon_sinks::tls::install_crypto_provider();
+    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+    let mut prometheus_address = None;
+    if let Some(addr) = s.prometheus_listen {
+        use gpumon_sinks::prometheus::{PrometheusConfig, PrometheusSink};
+        let mut cfg = PrometheusConfig::default();
+        cfg.listen = Some(addr);
+        let sink = PrometheusSink::from_config(&cfg)
+            .map_err(|e| StartError::Other(format!("prometheus_listen {addr}: {e}")))?;
+        prometheus_address = sink.local_addr();
+        sinks.push(Box::new(sink));
+    }
+    if let Some((url, db)) = &s.influx {
+        use gpumon_sinks::influxdb::{InfluxConfig, InfluxSink};
+        let mut cfg = InfluxConfig::default();
+        cfg.url = url.clone();
+        cfg.db = db.clone();
+        let sink = InfluxSink::from_config(&cfg).map_err(|e| StartError::Config(format!("influx_url: {e}")))?;
+        sinks.push(Box::new(sink));
+    }
+    // Every sink of the Monitor exports (there is no stdout sink), so the mock is a fallback
+    // only when there is none at all: simulated data must not leave the process by accident.
+    let exporting = !sinks.is_empty() || s.otlp_endpoint.is_some();
+    let (sampler, mock) = sampler(s, exporting)?;
+    if let Some(endpoint) = &s.otlp_endpoint {
+        use gpumon_sinks::otlp::{OtlpConfig, OtlpSink};
+        let mut cfg = OtlpConfig::default();
+        cfg.endpoint = Some(endpoint.clone());
+        // The OTLP resource is fixed when the sink is built; the other sinks mark mock data
+        // from each snapshot's SystemInfo.
+        if mock {
+            cfg.resource_attributes.insert("gpumon.backend".to_owned(), "mock".to_owned());
+        }
+        let sink = OtlpSink::from_config(&cfg).map_err(|e| StartError::Config(format!("otlp_endpoint: {e}")))?;
+        sinks.push(Box::new(sink));
+    }
+    let (tracker, steps): (StepTracker, StepRegistry) =
+        StepTracker::new(StepConfig::default()).map_err(|e| StartError::Config(format!("steps: {e}")))?;
+    let run = steps.run(&s.job, s.rank).map_err(|e| StartError::Config(format!("job: {e}")))?;
+    let mut builder = Agent::builder_arc(sampler).interval(s.interval).devices(s.devices.clone()).processor(tracker);
+    for sink in sinks {
+        builder = builder.boxed_sink(sink, SinkOptions::default());
+    }
+    Ok((builder, prometheus_address, if mock { "mock" } else { "nvml" }, run))
+}
+
+/// The agent's rule: `auto` is NVML, or the mock only when nothing is exported; with exporting
+/// sinks and no NVML, a lazy NVML sampler that exports no GPU data and retries.
+fn sampler(s: &Settings, exporting: bool) -> Result<(Arc<dyn Sampler>, bool), StartError> {
+    let nvml = || {
+        gpumon_core::nvml::NvmlSampler::builder()
+            .build()
+            .map(|n| Arc::new(n) as Arc<dyn Sampler>)
+            .map_err(|e| e.to_string())
+    };
+    match s.backend {
+        Backend::Mock => Ok((mock_sampler(s)?, true)),
+        Backend::Nvml => nvml()
+            .map(|n| (n, false))
+            .map_err(|e| StartError::Unavailable(format!("backend=\"nvml\": NVML unavailable ({e})"))),
+        Backend::Auto => match nvml() {
+            Ok(n) => Ok((n, false)),
+            Err(reason) if exporting => {
+                tracing::warn!(
+                    target: "_gpumon",
+                    "NVML unavailable ({reason}); exporting no GPU data and retrying NVML — simulated data is exported only with backend=\"mock\""
+                );
+                Ok((Arc::new(gpumon_core::nvml::NvmlSampler::builder().build_lazy()), false))
+            }
+            Err(reason) => {
+                tracing::warn!(
+                    target: "_gpumon",
+                    "NVML unavailable ({reason}); using the MOCK backend (profile `{}`): values are simulated",
+                    s.mock_profile
+                );
+                Ok((mock_sampler(s)?, true))
+            }
+        },
+    }
+}
+
+fn mock_sampler(s: &Settings) -> Result<Arc<dyn Sampler>, StartError> {
+    use gpumon_mock::{FleetProfile, MockSampler, Scenario};
+    let profile = FleetProfile::load(&s.mock_profile)
+        .map_err(|e| StartError::Config(format!("mock_profile `{}`: {e}", s.mock_profile)))?;
+    let mut builder = MockSampler::builder().profile(profile);
+    if let Some(name) = &s.mock_scenario {
+        let scenario = Scenario::load(name).map_err(|e| StartError::Config(format!("mock_scenario `{name}`: {e}")))?;
+        builder = builder.scenario(scenario);
+    }
+    let sampler = builder.build().map_err(|e| StartError::Config(format!("mock backend: {e}")))?;
+    Ok(Arc::new(sampler))
+}

@@ -1,0 +1,186 @@
+"""Monitor on the mock backend: snapshot values, steps on the Prometheus endpoint, bad input."""
+
+import ctypes.util
+import time
+
+import pytest
+
+import gpumon
+from conftest import scrape, series, wait_for
+
+H100_MEMORY = 85520809984  # the h100x8 profile's NVIDIA H100 80GB HBM3
+
+
+def test_snapshot_is_the_mock_fleet(no_rank_env):
+    with gpumon.Monitor(backend="mock", interval="100ms") as m:
+        assert m.backend == "mock"
+        s = m.snapshot()
+        assert s["system"]["backend"] == "mock"
+        devices = s["devices"]
+        assert [d["info"]["index"] for d in devices] == list(range(8))  # h100x8, the default profile
+        for d in devices:
+            assert d["info"]["name"] == "NVIDIA H100 80GB HBM3"
+            assert d["info"]["memory_total_bytes"] == H100_MEMORY
+            assert d["memory"]["total"] == H100_MEMORY
+            assert d["memory"]["used"] + d["memory"]["free"] + d["memory"]["reserved"] == H100_MEMORY
+            assert 0.0 <= d["utilization"]["gpu"] <= 1.0
+            assert 0.0 < d["power"]["usage_watts"] <= d["power"]["limit_watts"]
+        # The latest tick: later snapshots move on.
+        first = s["seq"]
+        wait_for("a later tick", lambda: m.snapshot()["seq"] > first)
+    assert m.closed
+
+
+def test_devices_and_rank_select_devices(no_rank_env, monkeypatch):
+    with gpumon.Monitor(backend="mock", devices=[0, 2]) as m:
+        assert [d["info"]["index"] for d in m.snapshot()["devices"]] == [0, 2]
+    with gpumon.Monitor(backend="mock", devices="3") as m:
+        assert [d["info"]["index"] for d in m.snapshot()["devices"]] == [3]
+    # A rank watches its own GPU: without CUDA_VISIBLE_DEVICES, GPU `rank`.
+    with gpumon.Monitor(backend="mock", rank=5) as m:
+        assert m.rank == 5
+        assert [d["info"]["index"] for d in m.snapshot()["devices"]] == [5]
+    # With CUDA_VISIBLE_DEVICES, the rank's entry of it; LOCAL_RANK gives the rank.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with gpumon.Monitor(backend="mock") as m:
+        assert m.rank == 1
+        assert [d["info"]["index"] for d in m.snapshot()["devices"]] == [7]
+
+
+def test_twenty_steps_on_the_prometheus_endpoint(no_rank_env):
+    # devices="all": a rank alone would watch only its own GPU.
+    with gpumon.Monitor(
+        backend="mock", interval="100ms", prometheus_listen="127.0.0.1:0", job="pytest", rank=0, devices="all"
+    ) as m:
+        addr = m.prometheus_address
+        started = time.monotonic()
+        for n in range(1, 21):
+            time.sleep(0.03)
+            m.step(n)
+        elapsed = time.monotonic() - started
+
+        def step_series():
+            text = scrape(addr)
+            got = series(text, "gpumon_training_step")
+            return text if got and got[0][1] == 20 else None
+
+        text = wait_for("gpumon_training_step 20", step_series)
+        ((labels, value),) = series(text, "gpumon_training_step")
+        assert labels["job"] == "pytest" and labels["rank"] == "0" and labels["backend"] == "mock"
+        ((_, duration),) = series(text, "gpumon_step_duration_seconds")
+        # Step 20 lasted from mark 19 to mark 20: about the loop's sleep.
+        assert 0.02 <= duration <= elapsed
+        # Per GPU: every device, with the figures the snapshot's last step report holds.
+        snap = m.snapshot()
+        (run,) = snap["steps"]["runs"]
+        assert (run["job"], run["rank"], run["last_step"]) == ("pytest", 0, 20)
+        last = run["last"]
+        assert last["step"] == 20
+        report = {d["uuid"]: d for d in last["devices"]}
+        text = scrape(addr)
+        for metric, field in [
+            ("gpumon_step_utilization_ratio", "utilization_mean"),
+            ("gpumon_step_memory_peak_bytes", "memory_peak_bytes"),
+            ("gpumon_step_energy_joules", "energy_joules"),
+        ]:
+            got = series(text, metric)
+            assert len(got) == 8, metric
+            for labels, value in got:
+                assert labels["job"] == "pytest" and labels["rank"] == "0"
+                assert value == pytest.approx(report[labels["uuid"]][field]), (metric, labels)
+        for labels, value in series(text, "gpumon_step_utilization_ratio"):
+            assert 0.0 <= value <= 1.0
+        # The step's utilisation is that of the samples it overlaps: the mock's values of the
+        # device at those ticks.
+        by_uuid = {d["info"]["uuid"]: d for d in snap["devices"]}
+        assert set(report) == set(by_uuid)
+
+
+def test_step_rejects_bad_marks(no_rank_env):
+    with gpumon.Monitor(backend="mock") as m:
+        m.step(0)
+        m.step(5)
+        with pytest.raises(ValueError, match="negative"):
+            m.step(-1)
+        with pytest.raises(ValueError, match="not after"):
+            m.step(5)
+        with pytest.raises(ValueError, match="not after"):
+            m.step(3)
+        with pytest.raises(TypeError):
+            m.step("6")
+        m.step(6)
+    with pytest.raises(gpumon.GpumonError, match="closed"):
+        m.step(7)
+    with pytest.raises(gpumon.GpumonError, match="closed"):
+        m.snapshot()
+    m.close()  # a second close does nothing
+
+
+def test_a_port_in_use_raises_gpumon_error(no_rank_env):
+    with gpumon.Monitor(backend="mock", prometheus_listen="127.0.0.1:0") as first:
+        with pytest.raises(gpumon.GpumonError, match="prometheus_listen"):
+            gpumon.Monitor(backend="mock", prometheus_listen=first.prometheus_address)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(backend="cuda"), "backend: unknown backend `cuda`"),
+        (dict(interval="fast"), "interval"),
+        (dict(interval="1ms"), "interval: .* below the minimum"),
+        (dict(interval=-1), "interval"),
+        (dict(prometheus_listen="localhost"), "prometheus_listen"),
+        (dict(influx_db="gpumon"), "influx_db: given without influx_url"),
+        (dict(devices="zero"), "devices"),
+        (dict(devices=[]), "devices"),
+        (dict(rank=-1), "rank"),
+        (dict(job=""), "job"),
+        (dict(job="a\nb"), "job"),
+        (dict(mock_profile="no-such-profile"), "mock_profile"),
+        (dict(mock_scenario="no-such-scenario"), "mock_scenario"),
+    ],
+)
+def test_bad_arguments_raise_value_error(no_rank_env, kwargs, match):
+    kwargs.setdefault("backend", "mock")
+    with pytest.raises(ValueError, match=match):
+        gpumon.Monitor(**kwargs)
+
+
+def test_bad_local_rank_names_the_variable(no_rank_env, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "first")
+    with pytest.raises(ValueError, match="LOCAL_RANK"):
+        gpumon.Monitor(backend="mock")
+
+
+NO_NVML = ctypes.util.find_library("nvidia-ml") is None
+
+
+@pytest.mark.skipif(not NO_NVML, reason="this machine has libnvidia-ml: the no-NVML rule cannot be seen")
+def test_nvml_without_nvml_raises(no_rank_env):
+    with pytest.raises(gpumon.BackendUnavailableError, match="NVML"):
+        gpumon.Monitor(backend="nvml")
+
+
+@pytest.mark.skipif(not NO_NVML, reason="this machine has libnvidia-ml: the no-NVML rule cannot be seen")
+def test_auto_falls_back_to_the_mock_only_without_exporting_sinks(no_rank_env):
+    with gpumon.Monitor() as m:
+        assert m.backend == "mock"
+        assert m.snapshot()["system"]["backend"] == "mock"
+    # Exporting: no simulated data leaves the process; the endpoint says there is no GPU data.
+    with gpumon.Monitor(prometheus_listen="127.0.0.1:0", interval="100ms") as m:
+        assert m.backend == "nvml"
+        time.sleep(0.5)
+        text = scrape(m.prometheus_address)
+        assert 'backend="mock"' not in text
+        assert series(text, "gpumon_gpu_utilization_ratio") == []
+        assert [v for _, v in series(text, "gpumon_up")] == [0.0]
+
+
+def test_mock_data_is_marked_on_every_series(no_rank_env):
+    with gpumon.Monitor(backend="mock", prometheus_listen="127.0.0.1:0", interval="100ms") as m:
+        m.step(1)
+        text = wait_for("a scrape with GPU series", lambda: (t := scrape(m.prometheus_address)) and "gpumon_gpu" in t and t)
+        gpu_lines = [l for l in text.splitlines() if l.startswith("gpumon_gpu")]
+        assert gpu_lines and all('backend="mock"' in l for l in gpu_lines)

@@ -1,0 +1,169 @@
+"""Process life: fork with a live Monitor, exit without close(), quiet output, two ranks."""
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import HERE, free_port_pair, scrape, series, run_python
+
+CLEAN_ENV = {"LOCAL_RANK": "", "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"}
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "CUDA_VISIBLE_DEVICES")}
+    env.update(extra)
+    return env
+
+
+def _run(code, timeout=60, **env):
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=_env(**env), cwd=HERE
+    )
+
+
+def test_fork_with_a_live_monitor():
+    code = r"""
+import os, sys, time, gc, multiprocessing, urllib.request
+import gpumon
+m = gpumon.Monitor(backend="mock", interval="100ms", prometheus_listen="127.0.0.1:0")
+m.step(1)
+addr = m.prometheus_address
+pid = os.fork()
+if pid == 0:
+    # The child: the Monitor is the parent's; using it raises, closing or dropping it neither
+    # hangs nor touches the parent's agent; then a normal interpreter exit (atexit, GC).
+    ok = m.closed
+    try:
+        m.snapshot(); ok = False
+    except gpumon.GpumonError:
+        pass
+    try:
+        m.step(2); ok = False
+    except gpumon.GpumonError:
+        pass
+    m.close()
+    del m; gc.collect()
+    sys.exit(0 if ok else 3)
+deadline = time.monotonic() + 20
+while True:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    if time.monotonic() > deadline:
+        os.kill(pid, 9); print("CHILD HUNG"); sys.exit(1)
+    time.sleep(0.05)
+assert os.waitstatus_to_exitcode(status) == 0, status
+# Data-loader style workers (multiprocessing, fork) with the Monitor alive.
+with multiprocessing.get_context("fork").Pool(2) as pool:
+    assert pool.map(abs, [-1, -2, -3]) == [1, 2, 3]
+# The parent's agent is unaffected.
+m.step(2)
+before = m.snapshot()["seq"]
+while m.snapshot()["seq"] <= before:
+    time.sleep(0.05)
+urllib.request.urlopen(f"http://{addr}/metrics", timeout=5).read()
+m.close()
+print("OK")
+"""
+    p = _run(code)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.strip() == "OK"
+
+
+def test_exit_with_an_unclosed_monitor_neither_hangs_nor_aborts():
+    code = r"""
+import gpumon
+m = gpumon.Monitor(backend="mock", interval="100ms", prometheus_listen="127.0.0.1:0")
+m.step(1)
+m.snapshot()
+keep = [gpumon.Monitor(backend="mock", interval="100ms")]  # a second one, never closed either
+"""
+    p = _run(code, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == ""
+
+
+def test_quiet_nothing_printed_and_logs_go_to_logging():
+    code = r"""
+import logging, io
+stream = io.StringIO()
+handler = logging.StreamHandler(stream)
+logging.getLogger("gpumon").addHandler(handler)
+logging.getLogger("gpumon").setLevel(logging.DEBUG)
+import gpumon
+with gpumon.Monitor(interval="100ms") as m:  # auto without NVML: the mock, with a warning
+    m.step(1); m.snapshot()
+with gpumon.Monitor(backend="mock", interval="100ms", prometheus_listen="127.0.0.1:0") as m:
+    m.step(1); m.snapshot()
+import sys
+sys.__stdout__.flush()
+open("log.out", "w").write(stream.getvalue())
+"""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        p = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=_env(), cwd=d
+        )
+        assert p.returncode == 0, p.stderr
+        assert p.stdout == "" and p.stderr == "", (p.stdout, p.stderr)
+        log = open(os.path.join(d, "log.out")).read()
+    assert "listening" in log  # the Prometheus endpoint's start, through logging
+    import ctypes.util
+
+    if ctypes.util.find_library("nvidia-ml") is None:
+        assert "MOCK" in log  # the auto fallback's warning, through logging
+
+
+def test_importing_gpumon_does_not_import_transformers():
+    p = _run("import sys, gpumon, gpumon.integrations; print('transformers' in sys.modules, 'torch' in sys.modules)")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "False False"
+
+
+def test_two_ranks_in_two_processes():
+    port = free_port_pair()
+    code = r"""
+import json, os, sys, time
+import gpumon
+with gpumon.Monitor(backend="mock", interval="100ms", prometheus_listen=f"127.0.0.1:{sys.argv[1]}", job="ddp") as m:
+    for n in range(1, 6):
+        time.sleep(0.03)
+        m.step(n)
+    while True:
+        runs = (m.snapshot().get("steps") or {}).get("runs", [])
+        if runs and runs[0]["last"] and runs[0]["last"]["step"] == 5:
+            break
+        time.sleep(0.05)
+    print(json.dumps({"rank": m.rank, "addr": m.prometheus_address,
+                      "devices": [d["info"]["index"] for d in m.snapshot()["devices"]]}), flush=True)
+    sys.stdin.readline()  # stay up until the test has scraped
+"""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(port)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=_env(LOCAL_RANK=str(rank)), cwd=HERE,
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        infos = [json.loads(p.stdout.readline() or "null") for p in procs]
+        for rank, info in enumerate(infos):
+            assert info is not None, procs[rank].stderr.read() if procs[rank].poll() is not None else "no output"
+            # Each rank: its own GPU, its own port (port + local rank), its own step series.
+            assert info["rank"] == rank
+            assert info["devices"] == [rank]
+            assert info["addr"] == f"127.0.0.1:{port + rank}"
+            text = scrape(info["addr"])
+            assert {l["gpu"] for l, _ in series(text, "gpumon_step_utilization_ratio")} == {str(rank)}
+            assert [(l["job"], l["rank"], v) for l, v in series(text, "gpumon_training_step")] == [("ddp", str(rank), 5.0)]
+    finally:
+        for p in procs:
+            try:
+                p.communicate("\n", timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                raise
+    assert [p.returncode for p in procs] == [0, 0]

@@ -1,0 +1,94 @@
+"""StepClient: marks over the agent's steps socket."""
+
+import os
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+import gpumon
+from conftest import free_port, scrape, series, wait_for
+
+AGENT = os.environ.get("GPUMON_TEST_AGENT", "")
+
+
+@pytest.fixture
+def agent():
+    if not AGENT or not os.access(AGENT, os.X_OK):
+        pytest.skip("GPUMON_TEST_AGENT (the example agent, target/debug/examples/agent) is not set; run-tests.sh sets it")
+    d = tempfile.mkdtemp()
+    sock = os.path.join(d, "steps.sock")
+    port = free_port()
+    proc = subprocess.Popen(
+        [AGENT, "--backend", "mock", "--interval", "100ms", "--prometheus-listen", f"127.0.0.1:{port}",
+         "--steps-socket", sock],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        wait_for("the steps socket", lambda: os.path.exists(sock) or proc.poll() is not None)
+        assert proc.poll() is None, proc.stderr.read()
+        yield sock, f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_step_client_marks_reach_the_agent(agent):
+    sock, addr = agent
+    with gpumon.StepClient(sock, job="sockjob", rank=3) as client:
+        for n in range(1, 11):
+            client.step(n)
+            time.sleep(0.02)
+        assert client.dropped == 0
+
+        def at_ten():
+            got = series(scrape(addr), "gpumon_training_step")
+            return got if got and got[0][1] == 10 else None
+
+        ((labels, value),) = wait_for("gpumon_training_step 10", at_ten)
+        assert (labels["job"], labels["rank"], labels["backend"]) == ("sockjob", "3", "mock")
+        # The same connection carries on.
+        client.step(11)
+        wait_for("step 11", lambda: [v for _, v in series(scrape(addr), "gpumon_training_step")] == [11.0])
+
+
+def test_step_client_without_rank_omits_the_label(agent, monkeypatch):
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    sock, addr = agent
+    client = gpumon.StepClient(sock)
+    assert (client.job, client.rank) == ("train", None)
+    client.step(7)
+    ((labels, value),) = wait_for("a step series", lambda: series(scrape(addr), "gpumon_training_step"))
+    assert value == 7 and labels["job"] == "train" and "rank" not in labels
+    client.close()
+
+
+def test_step_client_never_raises_without_an_agent(tmp_path):
+    client = gpumon.StepClient(tmp_path / "nobody.sock", job="x", rank=0)
+    client.step(1)
+    client.step(2)
+    assert client.dropped == 2
+
+
+def test_step_client_bad_input(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="job"):
+        gpumon.StepClient(tmp_path / "s", job="")
+    with pytest.raises(ValueError, match="rank"):
+        gpumon.StepClient(tmp_path / "s", rank=-2)
+    monkeypatch.setenv("LOCAL_RANK", "x")
+    with pytest.raises(ValueError, match="LOCAL_RANK"):
+        gpumon.StepClient(tmp_path / "s")
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    client = gpumon.StepClient(tmp_path / "s")
+    assert client.rank == 2
+    client.step(3)
+    with pytest.raises(ValueError, match="negative"):
+        client.step(-1)
+    with pytest.raises(ValueError, match="not after"):
+        client.step(3)
+    with pytest.raises(TypeError):
+        client.step(4.0)
