@@ -244,9 +244,12 @@ if [ "$DO_TICK" = 1 ]; then
         for fleet in h100x1 h100x64 a100x8-mig; do
             whole gpumon-only4 "$r" "$fleet" run -- "${NEW[@]}" --interval 100ms --only "$ONLY" --duration "${TICK_S}s"
         done
-        # Start-up: one sample and exit.
+        # Start-up: one sample and exit, for every configuration and fleet above.
         whole pynvml-loop "$r" h100x8 once -- "${LOOP[@]}" --samples 1
-        whole gpumon-only4 "$r" h100x8 once -- "${NEW[@]}" --only "$ONLY" --once
+        for fleet in h100x8 h100x1 h100x64 a100x8-mig; do
+            whole gpumon-only4 "$r" "$fleet" once -- "${NEW[@]}" --only "$ONLY" --once
+        done
+        whole gpumon-default "$r" h100x8 once -- "${NEW[@]}" --once
         if [ -n "$BEFORE_AGENT" ]; then
             whole before-only4 "$r" h100x8 once -- "$BEFORE_AGENT" --backend nvml --nvml-library "$BEFORE_FAKE_LIB" \
                 --log info --disable "$ONLY_AS_DISABLE" --once
@@ -254,12 +257,12 @@ if [ "$DO_TICK" = 1 ]; then
     done
     # What is left per tick: one profile of the agent (same work), by thread and shared object.
     log "profile: gpumon-only4, 20 s at 100 ms"
-    GPUMON_FAKE_NVML_PROFILE=h100x8 perf record -q -e cpu-clock -F 10000 -g -o "$WORK/perf.tick.data" -- \
+    GPUMON_FAKE_NVML_PROFILE=h100x8 perf record -q -e cpu-clock -F 10000 -o "$WORK/perf.tick.data" -- \
         "${NEW[@]}" --interval 100ms --only "$ONLY" --duration 20s >/dev/null 2>"$OUT/runs/profile.tick.stderr"
     perf report -i "$WORK/perf.tick.data" --no-children --sort comm,dso --stdio 2>/dev/null \
         | awk '/^ +[0-9.]+%/ {gsub("%","",$1); printf "%s\t%s\t%s\n", $2, $3, $1}' > "$OUT/tick-attribution.tsv"
-    perf report -i "$WORK/perf.tick.data" --no-children --sort sym --stdio -g none 2>/dev/null \
-        | awk '/^ +[0-9.]+%/' | head -40 > "$OUT/tick-symbols.txt"
+    perf report -i "$WORK/perf.tick.data" --no-children --sort comm,dso,sym --stdio 2>/dev/null \
+        | awk '/^ +[0-9.]+%/ && n++ < 40' > "$OUT/tick-symbols.txt" || true
     echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.txt"
     "$PY" "$REPO/scripts/bench/summarize_tick.py" "$TICK" "$OUT/tick-attribution.tsv" "$OUT/machine.txt" \
         > "$OUT/tick-summary.md"

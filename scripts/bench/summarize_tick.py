@@ -33,9 +33,9 @@ def main() -> int:
     print(open(machine_txt).read().rstrip())
     print("```\n")
 
-    def startup(config, rnd):
-        o = once.get((config, "h100x8"), {})
-        return o.get(rnd, statistics.median(o.values()) if o else 0.0)
+    def startup(config, fleet, rnd):
+        o = once.get((config, fleet), {})
+        return o.get(rnd, statistics.median(o.values()) if o else float("nan"))
 
     rows = {}
     print("| configuration | fleet | samples | CPU ms / sample, incl. start-up | start-up ms (`--once`) "
@@ -43,8 +43,8 @@ def main() -> int:
     print("|---|---|---:|---:|---:|---:|---|")
     for (config, fleet), by_round in sorted(runs.items(), key=lambda kv: (kv[0][1] != "h100x8", kv[0])):
         incl = [ms / n for ms, n in by_round.values()]
-        steady = [(ms - startup(config, r)) / max(n - 1, 1) * 1000 for r, (ms, n) in by_round.items()]
-        su = statistics.median(once[(config, "h100x8")].values()) if once.get((config, "h100x8")) else float("nan")
+        steady = [(ms - startup(config, fleet, r)) / max(n - 1, 1) * 1000 for r, (ms, n) in by_round.items()]
+        su = statistics.median(once[(config, fleet)].values()) if once.get((config, fleet)) else float("nan")
         samples = statistics.median(n for _, n in by_round.values())
         rows[(config, fleet)] = (statistics.median(incl), statistics.median(steady))
         print(f"| {config} | {fleet} | {samples:.0f} | {statistics.median(incl):.4f} | {su:.1f} "
