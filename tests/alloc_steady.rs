@@ -11,11 +11,11 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use gpumon::core::{DeviceFilter, MetricSet, SampleRequest, Sampler, Sink, Snapshot};
-use gpumon_mock::MockSampler;
 use gpumon::sinks::influxdb::LineProtocolEncoder;
 use gpumon::sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};
 use gpumon::sinks::prometheus::{Format, PrometheusSink};
 use gpumon::sinks::stdout::{format_snapshot, StdoutFormat, StdoutSink};
+use gpumon_mock::MockSampler;
 
 struct Counting;
 

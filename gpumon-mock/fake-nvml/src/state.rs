@@ -176,8 +176,10 @@ fn guard_inner(name: &'static str, f: impl FnOnce() -> Result<(), Ret>) -> Ret {
         let stepped = {
             let mut g = lock();
             *g.calls.entry(name).or_insert(0) += 1;
-            let stepped =
-                g.fake.as_ref().is_some_and(|f| matches!(&f.config.clock, Clock::Step { function } if function == name));
+            let stepped = g
+                .fake
+                .as_ref()
+                .is_some_and(|f| matches!(&f.config.clock, Clock::Step { function } if function == name));
             if !name.starts_with("nvmlInit") {
                 if g.init_count == 0 {
                     return Err(NVML_ERROR_UNINITIALIZED);

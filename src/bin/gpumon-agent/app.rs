@@ -272,13 +272,14 @@ pub fn main() -> ExitCode {
     // One thread runs the agent loop, every sink and the HTTP servers: they only hand snapshots
     // on and wait for I/O, so a second worker would only add cross-thread wake-ups per tick. What
     // can block (the driver's calls) runs off this thread, under the sample timeout.
-    let runtime = match tokio::runtime::Builder::new_current_thread().thread_name("gpumon-blocking").enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("gpumon: cannot start the tokio runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
+    let runtime =
+        match tokio::runtime::Builder::new_current_thread().thread_name("gpumon-blocking").enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("gpumon: cannot start the tokio runtime: {e}");
+                return ExitCode::from(1);
+            }
+        };
     let code = runtime.block_on(run(cli, file, settings));
     // Dropping a runtime waits, without limit, for blocking tasks — such as a sample stuck in
     // the driver, the very fault the sample timeout exists for. The agent has already flushed
