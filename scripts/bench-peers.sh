@@ -214,7 +214,9 @@ if [ "$DO_TICK" = 1 ]; then
     # and diagnosis select nothing in the backend).
     ONLY_AS_DISABLE=energy,clocks,fan,performance_state,clock_events,pcie_link,ecc,retired_pages,remapped_rows,xid,high_resolution,gpm
     TICK_S="$(awk -v n="$TICK_SAMPLES" 'BEGIN{printf "%.1f", n/10}')"
+    # Without --before-fake the previous build runs on the same fake as the new one.
     BEFORE_FAKE_LIB="${BEFORE_FAKE_DIR:+$BEFORE_FAKE_DIR/libnvidia-ml.so.1}"
+    BEFORE_FAKE_LIB="${BEFORE_FAKE_LIB:-$FAKE_LIB}"
     [ -z "$BEFORE_AGENT" ] || [ -x "$BEFORE_AGENT" ] || die "--before-agent $BEFORE_AGENT is not executable"
     printf 'round\tconfig\tfleet\tkind\ttask_clock_ms\tsamples\n' > "$TICK"
     # whole CFG ROUND FLEET KIND -- CMD...: perf stat over the whole life of CMD (all threads).
