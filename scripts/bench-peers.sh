@@ -28,6 +28,17 @@
 # Phase 2 ("1 Hz", the deployment figure): gpumon-all at 1 s, alternated with the pynvml loop at
 # 1 s, each for --hz1-seconds (default 60) after the warm-up; CPU as % of one core.
 #
+# Phase 0 ("tick", --tick; runs alone, no backends needed): the whole-process cost per sample,
+# start-up and every thread included, of the pynvml loop and of the agent doing the same work
+# (--only utilization,memory,temperature,power, human lines to /dev/null, diagnosis on as by
+# default), --tick-samples samples each at 100 ms, alternated for --rounds rounds; plus the
+# agent with every default family, on 1 / 8 / 64 GPUs and the MIG fleet, and one `--once` run
+# of each (the start-up cost, shown separately). With --before-agent BIN [--before-fake DIR] a
+# previous build runs in the same alternation (before/after in one run). CPU is
+# `perf stat -e task-clock` over the whole process (all threads, from exec to exit). Then one
+# `perf record` of the agent attributes what is left per tick (thread, shared object).
+#   scripts/bench-peers.sh --tick [--rounds N] [--tick-samples N] [--before-agent BIN --before-fake DIR]
+#
 # Output: DIR (default target/bench-peers/<timestamp>) gets raw.tsv (one line per run), the
 # per-run tool outputs, and summary.md (medians + gpumon/peer ratios), which is also printed.
 # Needs: python3 (venv + pip reaching PyPI), cargo, perf, /usr/bin/time (apt-get install time
@@ -47,6 +58,10 @@ DO_1HZ=1
 OUT=""
 FAST_INTERVAL_MS=100
 NVITOP_INTERVAL_MS=250
+DO_TICK=0
+TICK_SAMPLES=200
+BEFORE_AGENT=""
+BEFORE_FAKE_DIR=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS="$2"; shift 2 ;;
@@ -57,7 +72,11 @@ while [ $# -gt 0 ]; do
         --no-build) BUILD=0; shift ;;
         --skip-1hz) DO_1HZ=0; shift ;;
         --skip-fast) DO_FAST=0; shift ;;
-        -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+        --tick) DO_TICK=1; shift ;;
+        --tick-samples) TICK_SAMPLES="$2"; shift 2 ;;
+        --before-agent) BEFORE_AGENT="$2"; shift 2 ;;
+        --before-fake) BEFORE_FAKE_DIR="$2"; shift 2 ;;
+        -h|--help) sed -n '2,47p' "$0"; exit 0 ;;
         *) echo "bench-peers.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -109,16 +128,25 @@ log "creating the peers venv in $WORK/venv"
 PYBASE=/usr/bin/python3
 [ -x "$PYBASE" ] || PYBASE="$(command -v python3)"
 "$PYBASE" -m venv "$WORK/venv"
-"$WORK/venv/bin/pip" install -q --disable-pip-version-check -r "$REPO/scripts/bench/requirements-peers.txt"
+if [ "$DO_TICK" = 1 ]; then
+    # The tick phase needs only the NVML bindings (same pin).
+    "$WORK/venv/bin/pip" install -q --disable-pip-version-check \
+        "$(grep -E '^nvidia-ml-py==' "$REPO/scripts/bench/requirements-peers.txt")"
+else
+    "$WORK/venv/bin/pip" install -q --disable-pip-version-check -r "$REPO/scripts/bench/requirements-peers.txt"
+fi
 PY="$WORK/venv/bin/python"
 "$WORK/venv/bin/pip" freeze > "$OUT/peers-freeze.txt"
 
 # --- gpumon agent + fake NVML ---------------------------------------------------------------------
+# The installable binary, as users run it. (Not examples/agent: examples are built with the
+# dev-dependencies, which switch on tokio's `test-util`, whose paused-clock bookkeeping adds a
+# wake-up to every blocking task and a lock to every clock read.)
 if [ "$BUILD" = 1 ]; then
     log "building the agent (release, default features)"
-    cargo build --release --example agent >&2
+    cargo build --release --bin gpumon-agent >&2
 fi
-AGENT="$TARGET/release/examples/agent"
+AGENT="$TARGET/release/gpumon-agent"
 [ -x "$AGENT" ] || die "$AGENT not found (drop --no-build)"
 [ -x "$REPO/scripts/fake-nvml-dir.sh" ] || die "scripts/fake-nvml-dir.sh not found"
 if [ "$BUILD" = 1 ]; then
@@ -136,11 +164,13 @@ FAKE_LIB="$FAKE_DIR/libnvidia-ml.so.1"
     || die "pynvml does not see 8 GPUs on the fake NVML"
 
 # --- backends -------------------------------------------------------------------------------------
-log "starting private InfluxDB (127.0.0.1:$INFLUX_PORT) and OTLP receiver (127.0.0.1:$OTLP_HTTP_PORT)"
-INFLUX_PORT=$INFLUX_PORT INFLUX_RPC_PORT=$INFLUX_RPC_PORT INFLUX_DB=gpumon \
-    "$REPO/scripts/backends/start-influxdb.sh" 2>>"$OUT/backends.log"
-OTLP_GRPC_PORT=$OTLP_GRPC_PORT OTLP_HTTP_PORT=$OTLP_HTTP_PORT OTLP_OUT=/dev/null \
-    "$REPO/scripts/backends/start-otlp-receiver.sh" >/dev/null 2>>"$OUT/backends.log"
+if [ "$DO_TICK" = 0 ]; then
+    log "starting private InfluxDB (127.0.0.1:$INFLUX_PORT) and OTLP receiver (127.0.0.1:$OTLP_HTTP_PORT)"
+    INFLUX_PORT=$INFLUX_PORT INFLUX_RPC_PORT=$INFLUX_RPC_PORT INFLUX_DB=gpumon \
+        "$REPO/scripts/backends/start-influxdb.sh" 2>>"$OUT/backends.log"
+    OTLP_GRPC_PORT=$OTLP_GRPC_PORT OTLP_HTTP_PORT=$OTLP_HTTP_PORT OTLP_OUT=/dev/null \
+        "$REPO/scripts/backends/start-otlp-receiver.sh" >/dev/null 2>>"$OUT/backends.log"
+fi
 
 # --- measuring ------------------------------------------------------------------------------------
 RAW="$OUT/raw.tsv"
@@ -165,6 +195,83 @@ child_of() {
     done
     return 1
 }
+
+# --- phase 0: tick (whole process, start-up and every thread included) ----------------------------
+if [ "$DO_TICK" = 1 ]; then
+    TICK="$OUT/tick.tsv"
+    {
+        echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        echo "git: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (dirty)')"
+        echo "args: tick rounds=$ROUNDS tick_samples=$TICK_SAMPLES before_agent=${BEFORE_AGENT:-none}"
+        echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+        echo "kernel: $(uname -r)"
+        echo "rustc: $(rustc --version)"
+        echo "python: $("$PY" --version)"
+        lscpu | grep -E '^(Model name|CPU\(s\)|Hypervisor vendor)'
+    } > "$OUT/machine.txt"
+    ONLY=utilization,memory,temperature,power
+    # The same four families for a build without --only: every default family but these (status
+    # and diagnosis select nothing in the backend).
+    ONLY_AS_DISABLE=energy,clocks,fan,performance_state,clock_events,pcie_link,ecc,retired_pages,remapped_rows,xid,high_resolution,gpm
+    TICK_S="$(awk -v n="$TICK_SAMPLES" 'BEGIN{printf "%.1f", n/10}')"
+    # Without --before-fake the previous build runs on the same fake as the new one.
+    BEFORE_FAKE_LIB="${BEFORE_FAKE_DIR:+$BEFORE_FAKE_DIR/libnvidia-ml.so.1}"
+    BEFORE_FAKE_LIB="${BEFORE_FAKE_LIB:-$FAKE_LIB}"
+    [ -z "$BEFORE_AGENT" ] || [ -x "$BEFORE_AGENT" ] || die "--before-agent $BEFORE_AGENT is not executable"
+    printf 'round\tconfig\tfleet\tkind\ttask_clock_ms\tsamples\n' > "$TICK"
+    # whole CFG ROUND FLEET KIND -- CMD...: perf stat over the whole life of CMD (all threads).
+    whole() {
+        local cfg=$1 round=$2 fleet=$3 kind=$4 tag n tc
+        shift 5
+        tag="tick.$cfg.$fleet.$kind.r$round"
+        log "$tag: $*"
+        GPUMON_FAKE_NVML_PROFILE="$fleet" perf stat -e task-clock -x, -o "$OUT/runs/$tag.perf" -- "$@" \
+            >/dev/null 2>"$OUT/runs/$tag.stderr" || die "$tag failed; see $OUT/runs/$tag.stderr"
+        tc="$(elapsed_field "$OUT/runs/$tag.perf")"
+        n="$(sed -n 's/.*samples=\([0-9]*\).*/\1/p; s/^rounds=\([0-9]*\)$/\1/p' "$OUT/runs/$tag.stderr" | tail -1)"
+        [ "$kind" = once ] && n=1
+        [ -n "$n" ] || die "$tag: no sample count in $OUT/runs/$tag.stderr"
+        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$cfg" "$fleet" "$kind" "$tc" "$n" >> "$TICK"
+    }
+    LOOP=("$PY" "$REPO/scripts/bench/pynvml_loop.py" --interval 0.1)
+    NEW=("$AGENT" --backend nvml --nvml-library "$FAKE_LIB" --log info)
+    for r in $(seq 1 "$ROUNDS"); do
+        whole pynvml-loop "$r" h100x8 run -- "${LOOP[@]}" --samples "$TICK_SAMPLES"
+        whole gpumon-only4 "$r" h100x8 run -- "${NEW[@]}" --interval 100ms --only "$ONLY" --duration "${TICK_S}s"
+        if [ -n "$BEFORE_AGENT" ]; then
+            whole before-only4 "$r" h100x8 run -- "$BEFORE_AGENT" --backend nvml --nvml-library "$BEFORE_FAKE_LIB" \
+                --log info --interval 100ms --disable "$ONLY_AS_DISABLE" --duration "${TICK_S}s"
+        fi
+        whole gpumon-default "$r" h100x8 run -- "${NEW[@]}" --interval 100ms --duration "${TICK_S}s"
+        for fleet in h100x1 h100x64 a100x8-mig; do
+            whole gpumon-only4 "$r" "$fleet" run -- "${NEW[@]}" --interval 100ms --only "$ONLY" --duration "${TICK_S}s"
+        done
+        # Start-up: one sample and exit, for every configuration and fleet above.
+        whole pynvml-loop "$r" h100x8 once -- "${LOOP[@]}" --samples 1
+        for fleet in h100x8 h100x1 h100x64 a100x8-mig; do
+            whole gpumon-only4 "$r" "$fleet" once -- "${NEW[@]}" --only "$ONLY" --once
+        done
+        whole gpumon-default "$r" h100x8 once -- "${NEW[@]}" --once
+        if [ -n "$BEFORE_AGENT" ]; then
+            whole before-only4 "$r" h100x8 once -- "$BEFORE_AGENT" --backend nvml --nvml-library "$BEFORE_FAKE_LIB" \
+                --log info --disable "$ONLY_AS_DISABLE" --once
+        fi
+    done
+    # What is left per tick: one profile of the agent (same work), by thread and shared object.
+    log "profile: gpumon-only4, 20 s at 100 ms"
+    GPUMON_FAKE_NVML_PROFILE=h100x8 perf record -q -e cpu-clock -F 10000 -o "$WORK/perf.tick.data" -- \
+        "${NEW[@]}" --interval 100ms --only "$ONLY" --duration 20s >/dev/null 2>"$OUT/runs/profile.tick.stderr"
+    perf report -i "$WORK/perf.tick.data" --no-children --sort comm,dso --stdio 2>/dev/null \
+        | awk '/^ +[0-9.]+%/ {gsub("%","",$1); printf "%s\t%s\t%s\n", $2, $3, $1}' > "$OUT/tick-attribution.tsv"
+    perf report -i "$WORK/perf.tick.data" --no-children --sort comm,dso,sym --stdio 2>/dev/null \
+        | awk '/^ +[0-9.]+%/ && n++ < 40' > "$OUT/tick-symbols.txt" || true
+    echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.txt"
+    "$PY" "$REPO/scripts/bench/summarize_tick.py" "$TICK" "$OUT/tick-attribution.tsv" "$OUT/machine.txt" \
+        > "$OUT/tick-summary.md"
+    cat "$OUT/tick-summary.md"
+    log "raw results: $TICK; summary: $OUT/tick-summary.md"
+    exit 0
+fi
 
 # run_service PHASE ROUND CONFIG INTERVAL_S WINDOW_SAMPLES SCRAPE_URL -- CMD...
 # Starts CMD under /usr/bin/time -v, waits WARMUP s, then measures task-clock over a window of

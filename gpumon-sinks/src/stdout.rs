@@ -42,6 +42,48 @@ use gpumon_core::steps::{RunSteps, StepReport};
 use gpumon_core::{DeviceSample, FindingEvent, Sink, SinkError, Snapshot, Transition};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+/// Stdout written in place when writing it cannot block (see [`StdoutSink::new`]).
+mod direct {
+    use std::io::Write as _;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use tokio::io::AsyncWrite;
+
+    /// A duplicate of the stdout descriptor, for a regular file or `/dev/null` only.
+    pub(super) struct NonBlockingStdout(std::fs::File);
+
+    impl NonBlockingStdout {
+        #[cfg(unix)]
+        pub(super) fn open() -> Option<Self> {
+            use std::os::fd::AsFd;
+            use std::os::unix::fs::{FileTypeExt, MetadataExt};
+            let file = std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned().ok()?);
+            let meta = file.metadata().ok()?;
+            let null = std::fs::metadata("/dev/null").ok();
+            let is_null = meta.file_type().is_char_device() && null.is_some_and(|n| n.rdev() == meta.rdev());
+            (meta.file_type().is_file() || is_null).then_some(Self(file))
+        }
+
+        #[cfg(not(unix))]
+        pub(super) fn open() -> Option<Self> {
+            None
+        }
+    }
+
+    impl AsyncWrite for NonBlockingStdout {
+        fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+            Poll::Ready(self.get_mut().0.write(buf))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+}
+
 /// How the stdout sink prints a snapshot.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -82,8 +124,16 @@ impl std::fmt::Debug for StdoutSink {
 
 impl StdoutSink {
     /// A sink printing to the process's stdout.
+    ///
+    /// When stdout is a regular file or `/dev/null` — a write that cannot wait on a reader — it
+    /// is written directly, one `write` per snapshot; otherwise (a terminal, a pipe, a socket,
+    /// which a stalled reader can block) through `tokio::io::stdout()`, which hands every write to
+    /// the blocking pool: two thread wake-ups per tick that the direct write does not need.
     pub fn new(format: StdoutFormat) -> Self {
-        Self::with_writer(format, tokio::io::stdout())
+        match direct::NonBlockingStdout::open() {
+            Some(file) => Self::with_writer(format, file),
+            None => Self::with_writer(format, tokio::io::stdout()),
+        }
     }
 
     /// A sink printing to `writer`.

@@ -135,6 +135,10 @@ struct Mig {
     carry: Carry,
 }
 
+/// Default length of one `nvmlEventSetWait` of the XID watcher: the driver's wait sleeps in the
+/// kernel, so a long wait costs nothing and the thread stays asleep between ticks.
+pub const DEFAULT_XID_POLL: Duration = Duration::from_secs(5);
+
 /// Configures an [`NvmlSampler`].
 #[derive(Clone, Debug)]
 #[must_use]
@@ -154,7 +158,7 @@ impl Default for NvmlSamplerBuilder {
         Self {
             library_path: None,
             xid_events: true,
-            xid_poll: Duration::from_millis(250),
+            xid_poll: DEFAULT_XID_POLL,
             backoff_initial: Duration::from_secs(1),
             backoff_max: Duration::from_secs(300),
             mig_recheck: DEFAULT_MIG_RECHECK_TICKS,
@@ -177,8 +181,11 @@ impl NvmlSamplerBuilder {
         self
     }
 
-    /// How long one `nvmlEventSetWait` blocks; also bounds how long dropping the sampler takes
-    /// (default 250 ms).
+    /// How long one `nvmlEventSetWait` blocks (default [`DEFAULT_XID_POLL`]). The watcher thread
+    /// wakes only at the end of a wait without events, and a GPU re-discovered meanwhile is
+    /// registered then. Dropping the sampler waits for the thread only when this is at most
+    /// 100 ms; with a longer wait the thread finishes its current wait and exits on its own
+    /// (keeping the library loaded until then), so that a one-shot run is not held up.
     pub fn xid_poll_interval(mut self, poll: Duration) -> Self {
         self.xid_poll = poll.max(Duration::from_millis(1));
         self

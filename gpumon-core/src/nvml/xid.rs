@@ -1,7 +1,8 @@
 //! XID errors: an NVML event set watched on a dedicated blocking thread.
 //!
-//! `nvmlEventSetWait` blocks, so it gets its own thread; it waits in short slices so that
-//! dropping the watcher stops it promptly. Each XID is *counted* per device and code, with the
+//! `nvmlEventSetWait` blocks, so it gets its own thread. It waits in long slices (the driver's
+//! wait sleeps in the kernel, so the thread does not wake between ticks); dropping the watcher
+//! does not wait for the slice to end unless it is short (see `Drop`). Each XID is *counted* per device and code, with the
 //! time it was last seen — a counter, not dcgm-exporter's sticky last-value gauge.
 //!
 //! A GPU whose XID events cannot be watched (no event sets, registration refused) must not read
@@ -38,6 +39,7 @@ pub(crate) struct XidWatcher {
     unwatched: Arc<Mutex<Unwatched>>,
     register: Sender<u32>,
     thread: Option<JoinHandle<()>>,
+    poll: Duration,
 }
 
 impl std::fmt::Debug for XidWatcher {
@@ -71,7 +73,7 @@ impl XidWatcher {
                 None
             }
         };
-        XidWatcher { stop, counts, unwatched, register: tx, thread }
+        XidWatcher { stop, counts, unwatched, register: tx, thread, poll }
     }
 
     /// Why XID events of the GPU with this UUID are not watched; `None` while they are.
@@ -95,11 +97,20 @@ impl XidWatcher {
     }
 }
 
+/// Longest wait slice that dropping the watcher still waits for: short slices are what tests
+/// use, and joining there keeps one test's NVML session from outliving it.
+const JOIN_MAX_POLL: Duration = Duration::from_millis(100);
+
 impl Drop for XidWatcher {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            // `nvmlEventSetWait` cannot be interrupted. Joining a long slice would hold up every
+            // exit (`--once` waited ~250 ms here for nothing); the detached thread sees `stop`
+            // when its wait ends and drops its reference to the library then.
+            if self.poll <= JOIN_MAX_POLL {
+                let _ = t.join();
+            }
         }
     }
 }

@@ -25,37 +25,43 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::config::{parse_faults, Clock, Config, ConfigError};
 use crate::ffi::{nvmlReturn_t, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_UNKNOWN, NVML_SUCCESS};
-use crate::state::lock;
+use crate::state::{lock, wake_event_waiters};
 
 /// Replaces the configuration; the fleet is rebuilt at the next call (or now, if NVML is
 /// initialised). Counters, ticks and faults start afresh.
 pub fn configure(config: Config) {
-    let mut g = lock();
-    g.override_config = Some(config);
-    g.fake = None;
-    g.calls.clear();
-    if g.init_count > 0 {
-        let n = g.init_count;
-        g.init_count = 0;
-        for _ in 0..n {
-            let _ = g.init();
+    {
+        let mut g = lock();
+        g.override_config = Some(config);
+        g.fake = None;
+        g.calls.clear();
+        if g.init_count > 0 {
+            let n = g.init_count;
+            g.init_count = 0;
+            for _ in 0..n {
+                let _ = g.init();
+            }
         }
     }
+    wake_event_waiters();
 }
 
 /// Sets the tick; a `wall` clock becomes `manual`.
 pub fn set_tick(tick: u64) {
-    let mut g = lock();
-    if let Some(f) = g.fake.as_mut() {
-        if !matches!(f.config.clock, Clock::Manual) {
-            f.config.clock = Clock::Manual;
+    {
+        let mut g = lock();
+        if let Some(f) = g.fake.as_mut() {
+            if !matches!(f.config.clock, Clock::Manual) {
+                f.config.clock = Clock::Manual;
+            }
+            f.manual_tick = tick;
+        } else {
+            let c = g.override_config.get_or_insert_with(|| Config::from_env().unwrap_or_default());
+            c.clock = Clock::Manual;
+            c.start_tick = tick;
         }
-        f.manual_tick = tick;
-    } else {
-        let c = g.override_config.get_or_insert_with(|| Config::from_env().unwrap_or_default());
-        c.clock = Clock::Manual;
-        c.start_tick = tick;
     }
+    wake_event_waiters();
 }
 
 /// The current tick.
@@ -70,28 +76,36 @@ pub fn tick() -> u64 {
 /// [`ConfigError`] for a bad spec.
 pub fn inject(spec: &str) -> Result<(), ConfigError> {
     let faults = parse_faults(spec)?;
-    let mut g = lock();
-    match g.fake.as_mut() {
-        Some(f) => {
-            f.faults.extend(faults);
-            f.clear_cache();
+    {
+        let mut g = lock();
+        match g.fake.as_mut() {
+            Some(f) => {
+                f.faults.extend(faults);
+                f.clear_cache();
+            }
+            None => {
+                g.override_config.get_or_insert_with(|| Config::from_env().unwrap_or_default()).faults.extend(faults)
+            }
         }
-        None => g.override_config.get_or_insert_with(|| Config::from_env().unwrap_or_default()).faults.extend(faults),
     }
+    wake_event_waiters();
     Ok(())
 }
 
 /// Removes every fault; lost GPUs answer again.
 pub fn clear_faults() {
-    let mut g = lock();
-    if let Some(f) = g.fake.as_mut() {
-        f.faults.clear();
-        f.sticky_lost.iter_mut().for_each(|l| *l = false);
-        f.clear_cache();
+    {
+        let mut g = lock();
+        if let Some(f) = g.fake.as_mut() {
+            f.faults.clear();
+            f.sticky_lost.iter_mut().for_each(|l| *l = false);
+            f.clear_cache();
+        }
+        if let Some(c) = g.override_config.as_mut() {
+            c.faults.clear();
+        }
     }
-    if let Some(c) = g.override_config.as_mut() {
-        c.faults.clear();
-    }
+    wake_event_waiters();
 }
 
 /// How many times the named NVML function was called.
@@ -114,11 +128,14 @@ pub fn device_calls(gpu: u32) -> u64 {
 
 /// Forgets everything, including an in-process configuration.
 pub fn reset() {
-    let mut g = lock();
-    g.override_config = None;
-    g.fake = None;
-    g.calls.clear();
-    g.init_count = 0;
+    {
+        let mut g = lock();
+        g.override_config = None;
+        g.fake = None;
+        g.calls.clear();
+        g.init_count = 0;
+    }
+    wake_event_waiters();
 }
 
 fn c_str<'a>(s: *const c_char) -> Option<&'a str> {

@@ -147,6 +147,23 @@ pub(crate) fn guard(name: &'static str, f: impl FnOnce() -> Result<(), Ret>) -> 
     rc
 }
 
+/// Wakes event waits (`nvmlEventSetWait`) when something that could deliver an event changed
+/// other than the wall clock: the tick set by hand or stepped by a call, faults, registrations,
+/// the configuration. A generation count under a mutex, with a condition variable; `WAITERS`
+/// spares the far more frequent callers (every stepped call) the notify when nobody waits.
+pub(crate) static EVENT_GENERATION: Mutex<u64> = Mutex::new(0);
+pub(crate) static EVENT_CHANGED: std::sync::Condvar = std::sync::Condvar::new();
+pub(crate) static EVENT_WAITERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// See [`EVENT_GENERATION`]. Call after the change, with the global state unlocked or locked
+/// (a waiter never holds the generation lock while it takes the global one).
+pub(crate) fn wake_event_waiters() {
+    if EVENT_WAITERS.load(Ordering::SeqCst) > 0 {
+        *EVENT_GENERATION.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        EVENT_CHANGED.notify_all();
+    }
+}
+
 /// Whether exported calls measure their own duration (benchmarks; off by default).
 pub(crate) static TIMING: AtomicBool = AtomicBool::new(false);
 /// Nanoseconds spent inside exported calls while [`TIMING`] was on.
@@ -156,9 +173,13 @@ pub(crate) static CALLS_TIMED: AtomicU64 = AtomicU64::new(0);
 
 fn guard_inner(name: &'static str, f: impl FnOnce() -> Result<(), Ret>) -> Ret {
     let run = || -> Result<(), Ret> {
-        {
+        let stepped = {
             let mut g = lock();
             *g.calls.entry(name).or_insert(0) += 1;
+            let stepped = g
+                .fake
+                .as_ref()
+                .is_some_and(|f| matches!(&f.config.clock, Clock::Step { function } if function == name));
             if !name.starts_with("nvmlInit") {
                 if g.init_count == 0 {
                     return Err(NVML_ERROR_UNINITIALIZED);
@@ -167,6 +188,10 @@ fn guard_inner(name: &'static str, f: impl FnOnce() -> Result<(), Ret>) -> Ret {
                     fake.function_fault(name, None)?;
                 }
             }
+            stepped
+        };
+        if stepped {
+            wake_event_waiters();
         }
         f()
     };
@@ -280,6 +305,18 @@ impl Fake {
     }
 
     /// Microseconds since the epoch at which `tick` starts (for NVML timestamps).
+    /// When the wall clock moves to the tick after `tick`; `None` for the other clocks (they
+    /// move only when told, which wakes event waits).
+    pub fn next_tick_at(&self, tick: u64) -> Option<Instant> {
+        match &self.config.clock {
+            Clock::Wall { tick_ms } => {
+                let n = (tick + 1).saturating_sub(self.config.start_tick);
+                Some(self.started + std::time::Duration::from_millis(n.saturating_mul((*tick_ms).max(1))))
+            }
+            Clock::Manual | Clock::Step { .. } => None,
+        }
+    }
+
     pub fn tick_start_us(&self, tick: u64) -> u64 {
         self.epoch_us + tick.saturating_mul(tick_us(&self.config.clock))
     }

@@ -64,6 +64,10 @@ pub struct Cli {
     /// Turn off metric families, comma-separated.
     #[arg(long, value_delimiter = ',', value_name = "FAMILIES")]
     pub disable: Vec<String>,
+    /// Sample exactly these metric families, comma-separated, whatever the defaults are
+    /// (e.g. utilization,memory,temperature,power). Not with --enable/--disable.
+    #[arg(long, value_delimiter = ',', value_name = "FAMILIES", conflicts_with_all = ["enable", "disable"])]
+    pub only: Option<Vec<String>>,
     /// Take one sample, export it, flush every sink, exit.
     #[arg(long)]
     pub once: bool,
@@ -205,6 +209,38 @@ fn parse_families(names: &[String], key: &str) -> Result<Vec<Family>, ConfigErro
         .collect()
 }
 
+/// The families to sample. `--only` (or `agent.only`) is the exact set; flags override the file,
+/// so `--only` ignores the file's `enable`/`disable`, while `--enable`/`--disable` refine the
+/// file's `only`. `only` with `enable`/`disable` from the same source is refused (which would win
+/// is not obvious).
+fn resolve_metrics(cli: &Cli, a: &config::AgentSection) -> Result<MetricSet, ConfigError> {
+    let exact = |names: &[String], key: &str| -> Result<MetricSet, ConfigError> {
+        let families = parse_families(names, key)?;
+        if families.is_empty() {
+            return Err(ConfigError(format!("{key}: names no metric family")));
+        }
+        Ok(families.into_iter().fold(MetricSet::nothing(), MetricSet::with))
+    };
+    if let Some(only) = &cli.only {
+        return exact(only, "--only");
+    }
+    let mut metrics = match &a.only {
+        Some(_) if !a.enable.is_empty() || !a.disable.is_empty() => {
+            return Err(ConfigError("agent.only: cannot be combined with agent.enable or agent.disable".into()));
+        }
+        Some(only) => exact(only, "agent.only")?,
+        None => MetricSet::default(),
+    };
+    for f in parse_families(&a.enable, "agent.enable")?.into_iter().chain(parse_families(&cli.enable, "--enable")?) {
+        metrics = metrics.with(f);
+    }
+    for f in parse_families(&a.disable, "agent.disable")?.into_iter().chain(parse_families(&cli.disable, "--disable")?)
+    {
+        metrics = metrics.without(f);
+    }
+    Ok(metrics)
+}
+
 fn resolve(cli: &Cli, file: &FileConfig) -> Result<Settings, ConfigError> {
     let a = &file.agent;
     let interval = cli.interval.or(a.interval).unwrap_or(gpumon::core::DEFAULT_INTERVAL);
@@ -218,14 +254,7 @@ fn resolve(cli: &Cli, file: &FileConfig) -> Result<Settings, ConfigError> {
         Some(list) => DeviceFilter::parse(list).map_err(|e| ConfigError(format!("agent.devices / --devices: {e}")))?,
         None => DeviceFilter::from_env().map_err(|e| ConfigError(format!("environment: {e}")))?,
     };
-    let mut metrics = MetricSet::default();
-    for f in parse_families(&a.enable, "agent.enable")?.into_iter().chain(parse_families(&cli.enable, "--enable")?) {
-        metrics = metrics.with(f);
-    }
-    for f in parse_families(&a.disable, "agent.disable")?.into_iter().chain(parse_families(&cli.disable, "--disable")?)
-    {
-        metrics = metrics.without(f);
-    }
+    let metrics = resolve_metrics(cli, a)?;
     let mut sink_options = SinkOptions::default();
     if let Some(q) = a.sink_queue {
         if q == 0 {
@@ -266,13 +295,17 @@ pub fn main() -> ExitCode {
         Ok(s) => s,
         Err(e) => return config_failure(&e.0),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("gpumon: cannot start the tokio runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
+    // One thread runs the agent loop, every sink and the HTTP servers: they only hand snapshots
+    // on and wait for I/O, so a second worker would only add cross-thread wake-ups per tick. What
+    // can block (the driver's calls) runs off this thread, under the sample timeout.
+    let runtime =
+        match tokio::runtime::Builder::new_current_thread().thread_name("gpumon-blocking").enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("gpumon: cannot start the tokio runtime: {e}");
+                return ExitCode::from(1);
+            }
+        };
     let code = runtime.block_on(run(cli, file, settings));
     // Dropping a runtime waits, without limit, for blocking tasks — such as a sample stuck in
     // the driver, the very fault the sample timeout exists for. The agent has already flushed

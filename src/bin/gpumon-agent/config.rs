@@ -9,6 +9,7 @@
 //! devices = "0,1"           # CUDA_VISIBLE_DEVICES syntax; default: the environment's, else all
 //! enable = ["processes"]    # opt-in metric families
 //! disable = ["fan"]
+//! # only = ["utilization", "memory"]   # exactly these families (not with enable/disable)
 //! sink_queue = 16           # snapshots queued per sink before the oldest is dropped
 //! export_timeout = "10s"
 //!
@@ -92,6 +93,8 @@ pub struct AgentSection {
     pub enable: Vec<String>,
     #[serde(default)]
     pub disable: Vec<String>,
+    /// The exact families to sample (`--only`); not with `enable`/`disable`.
+    pub only: Option<Vec<String>>,
     pub sink_queue: Option<usize>,
     #[serde(default, with = "gpumon::sinks::duration::opt")]
     pub export_timeout: Option<Duration>,

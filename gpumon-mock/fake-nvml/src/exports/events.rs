@@ -7,7 +7,10 @@ use gpumon_core::Family;
 
 use super::{out, read};
 use crate::ffi::*;
-use crate::state::{handle_of, lock, with_device, EventSetState, GpmSampleState, Ret};
+use crate::state::{
+    handle_of, lock, wake_event_waiters, with_device, EventSetState, GpmSampleState, Ret, EVENT_CHANGED,
+    EVENT_GENERATION, EVENT_WAITERS,
+};
 
 /// Event sets and GPM samples are handed out as fake addresses that are looked up, never
 /// dereferenced.
@@ -56,14 +59,42 @@ fn gpm_value(g: &gpumon_core::Gpm, id: c_uint) -> Option<(f64, &'static std::ffi
 /// Most metrics one `nvmlGpmMetricsGet` may ask for (`NVML_GPM_METRIC_MAX` in the 13.5 header).
 const GPM_METRIC_MAX: usize = 477;
 
+/// Counts a thread in [`EVENT_WAITERS`] while it lives.
+struct Waiting;
+
+impl Waiting {
+    fn new() -> Self {
+        EVENT_WAITERS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Waiting
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        EVENT_WAITERS.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+fn generation() -> u64 {
+    *EVENT_GENERATION.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `nvmlEventSetWait`: sleeps like the driver's wait. Events only appear when the tick changes
+/// (or the configuration, faults or registrations do), so the wait sleeps until the wall clock's
+/// next tick or the timeout, whichever is first, and is woken early by those changes
+/// ([`wake_event_waiters`]); the model is looked at once per tick, not polled.
 fn event_wait(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeout_ms: c_uint) -> Result<(), Ret> {
     if data.is_null() {
         return Err(NVML_ERROR_INVALID_ARGUMENT);
     }
     let key = set as usize;
     let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
+    let _waiting = Waiting::new();
     loop {
-        {
+        // Read before looking at the state: a change made after the look bumps it, so the
+        // sleep below cannot miss it.
+        let seen = generation();
+        let next_tick_at = {
             let mut g = lock();
             let tick = g.tick();
             let fake = g.fake_mut()?;
@@ -96,14 +127,20 @@ fn event_wait(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeout_ms: c_uin
             if let Some(state) = fake.event_sets.get_mut(&key) {
                 state.quiet_tick = Some(tick);
             }
-        }
-        let now = Instant::now();
-        if now >= deadline {
+            fake.next_tick_at(tick)
+        };
+        if Instant::now() >= deadline {
             return Err(NVML_ERROR_TIMEOUT);
         }
-        // Ticks change at most every few hundred ms in wall-clock mode; 20 ms keeps event
-        // delivery prompt for tests that step the clock, at ~50 cheap wake-ups a second.
-        std::thread::sleep((deadline - now).min(Duration::from_millis(20)));
+        let until = next_tick_at.map_or(deadline, |t| t.min(deadline));
+        let mut g = EVENT_GENERATION.lock().unwrap_or_else(|e| e.into_inner());
+        while *g == seen {
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            g = EVENT_CHANGED.wait_timeout(g, until - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
     }
 }
 
@@ -164,7 +201,9 @@ nvml_export! {
             let s = fake.event_sets.get_mut(&(set as usize)).ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
             s.register(d.slot, event_types);
             Ok(())
-        })
+        })?;
+        wake_event_waiters();
+        Ok(())
     }
     fn nvmlDeviceGetSupportedEventTypes(device: nvmlDevice_t, event_types: *mut c_ulonglong) {
         with_device(NAME, device, Some(Family::Xid), |_, _| Ok(()))?;

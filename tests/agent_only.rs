@@ -1,0 +1,94 @@
+//! `--only` / `agent.only`: the agent samples exactly the families named.
+#![cfg(all(feature = "agent", feature = "stdout"))]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use gpumon::core::{DeviceFilter, Family, MetricSet, SampleRequest, Sampler, Snapshot};
+use gpumon_mock::MockSampler;
+
+/// `target/<profile>/examples/agent`, which `cargo test` builds alongside this test.
+fn agent() -> Command {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(|d| d.parent()).unwrap();
+    let bin: PathBuf = dir.join("examples").join("agent");
+    assert!(bin.exists(), "{} not built; run `cargo test` (it builds examples)", bin.display());
+    let mut cmd = Command::new(bin);
+    cmd.env_remove("CUDA_VISIBLE_DEVICES").env_remove("NVIDIA_VISIBLE_DEVICES").env("GPUMON_LOG", "warn");
+    cmd.args(["--backend", "mock", "--mock-profile", "a100x4", "--once", "--stdout-format", "json"]);
+    cmd
+}
+
+fn run(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd.output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+fn first_sample(metrics: MetricSet) -> Snapshot {
+    let sampler = MockSampler::from_profile_name("a100x4").unwrap();
+    sampler.sample(&SampleRequest::new(metrics, DeviceFilter::all())).unwrap()
+}
+
+fn only(families: &[Family]) -> MetricSet {
+    families.iter().fold(MetricSet::nothing(), |m, f| m.with(*f))
+}
+
+fn snapshot(stdout: &str) -> Snapshot {
+    let lines: Vec<_> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "one snapshot: {stdout}");
+    serde_json::from_str(lines[0]).unwrap()
+}
+
+#[test]
+fn only_samples_exactly_the_families_named() {
+    let (code, stdout, stderr) = run(agent().args(["--only", "utilization,memory"]));
+    assert_eq!(code, 0, "{stderr}");
+    let got = snapshot(&stdout);
+    let want = first_sample(only(&[Family::Utilization, Family::Memory]));
+    assert_eq!(got.devices, want.devices, "utilisation and memory, nothing else");
+    assert!(got.devices[0].utilization.gpu.is_some() && got.devices[0].memory.used.is_some());
+    assert!(got.devices[0].temperature.gpu.is_none(), "temperature is not among the families named");
+    // The default set samples more than that: `--only` is not a no-op.
+    assert_ne!(got.devices, first_sample(MetricSet::default()).devices);
+}
+
+#[test]
+fn only_in_the_config_file_and_flags_overriding_it() {
+    let dir = std::env::temp_dir().join(format!("gpumon-agent-only-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("only.toml");
+    std::fs::write(&path, "[agent]\nonly = [\"temperature\"]\ndisable = []\n").unwrap();
+    let (code, stdout, stderr) = run(agent().arg("--config").arg(&path));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(snapshot(&stdout).devices, first_sample(only(&[Family::Temperature])).devices);
+    // Flags override the file: --only replaces it, --enable refines it.
+    let (code, stdout, stderr) = run(agent().arg("--config").arg(&path).args(["--only", "power"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(snapshot(&stdout).devices, first_sample(only(&[Family::Power])).devices);
+    let (code, stdout, stderr) = run(agent().arg("--config").arg(&path).args(["--enable", "power"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(snapshot(&stdout).devices, first_sample(only(&[Family::Temperature, Family::Power])).devices);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn bad_only_settings_exit_2_naming_the_key() {
+    let dir = std::env::temp_dir().join(format!("gpumon-agent-only-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases: [(&str, &[&str], &str); 5] = [
+        ("", &["--only", "telepathy"], "--only: unknown metric family `telepathy`"),
+        ("", &["--only", ""], "--only: names no metric family"),
+        ("", &["--only", "power", "--disable", "fan"], "--disable"),
+        ("[agent]\nonly = []\n", &[], "agent.only: names no metric family"),
+        ("[agent]\nonly = [\"power\"]\ndisable = [\"fan\"]\n", &[], "agent.only: cannot be combined"),
+    ];
+    for (i, (toml, args, needle)) in cases.iter().enumerate() {
+        let path = dir.join(format!("c{i}.toml"));
+        std::fs::write(&path, toml).unwrap();
+        let (code, stdout, stderr) = run(agent().arg("--config").arg(&path).args(*args));
+        assert_eq!(code, 2, "case {i}: {stderr}");
+        assert!(stderr.contains(needle), "case {i}: `{needle}` not in: {stderr}");
+        assert!(stdout.is_empty(), "case {i}: no data on a config error");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,154 @@
+//! Guards the allocation claims of BENCHMARKS.md: once a snapshot exists, the encoders and the
+//! sink side of the tick path allocate nothing per tick in the steady state (their buffers are
+//! reused), whatever the fleet size.
+//!
+//! A counting global allocator counts the allocations of the *current thread* only (a
+//! thread-local counter), so the test harness's other threads cannot disturb the figures.
+#![cfg(all(feature = "stdout", feature = "prometheus", feature = "influxdb", feature = "otlp"))]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::Arc;
+
+use gpumon::core::{DeviceFilter, MetricSet, SampleRequest, Sampler, Sink, Snapshot};
+use gpumon::sinks::influxdb::LineProtocolEncoder;
+use gpumon::sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};
+use gpumon::sinks::prometheus::{Format, PrometheusSink};
+use gpumon::sinks::stdout::{format_snapshot, StdoutFormat, StdoutSink};
+use gpumon_mock::MockSampler;
+
+struct Counting;
+
+thread_local! {
+    // `const` and `Copy`: no lazy initialisation and no destructor, so the allocator may use it.
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count() {
+    // `try_with`: the slot is gone while a thread is torn down.
+    let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+}
+
+// SAFETY: forwards to `System`; counting touches only a thread-local `Cell`.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count();
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations on this thread while `f` runs.
+fn allocations(f: impl FnOnce()) -> u64 {
+    let before = ALLOCS.with(Cell::get);
+    f();
+    ALLOCS.with(Cell::get) - before
+}
+
+/// Eight consecutive snapshots of `profile` (different values, like consecutive ticks).
+fn snapshots(profile: &str) -> Vec<Arc<Snapshot>> {
+    let sampler = MockSampler::from_profile_name(profile).expect("built-in profile");
+    let request = SampleRequest::new(MetricSet::default(), DeviceFilter::all());
+    (0..8).map(|_| Arc::new(sampler.sample(&request).expect("mock sample"))).collect()
+}
+
+/// Runs `tick` over the snapshots twice to warm up (buffers grow to their steady size), then
+/// returns the allocations of 3 more rounds, per tick.
+fn steady(snaps: &[Arc<Snapshot>], mut tick: impl FnMut(&Arc<Snapshot>)) -> f64 {
+    for _ in 0..2 {
+        snaps.iter().for_each(&mut tick);
+    }
+    let n = allocations(|| {
+        for _ in 0..3 {
+            snaps.iter().for_each(&mut tick);
+        }
+    });
+    n as f64 / (3 * snaps.len()) as f64
+}
+
+const FLEETS: [&str; 2] = ["h100x8", "h100x64"];
+
+#[test]
+fn encoders_allocate_nothing_per_tick_once_their_buffers_have_grown() {
+    for fleet in FLEETS {
+        let snaps = snapshots(fleet);
+        for format in [StdoutFormat::Human, StdoutFormat::Json] {
+            let mut buf = String::new();
+            let per_tick = steady(&snaps, |s| {
+                buf.clear();
+                format_snapshot(&mut buf, s, format).unwrap();
+            });
+            assert_eq!(per_tick, 0.0, "{fleet}: stdout {format:?}");
+        }
+
+        let encoder = LineProtocolEncoder::default();
+        let mut buf = String::new();
+        let per_tick = steady(&snaps, |s| {
+            buf.clear();
+            encoder.encode_snapshot(s, &mut buf);
+        });
+        assert_eq!(per_tick, 0.0, "{fleet}: InfluxDB line protocol");
+
+        let mut cfg = OtlpConfig::new("http://127.0.0.1:9", Protocol::HttpProtobuf);
+        cfg.pipeline = Some(Pipeline::Direct);
+        let mut otlp = OtlpSink::from_config(&cfg).unwrap();
+        let per_tick = steady(&snaps, |s| {
+            assert!(otlp.encode_request(s).is_some_and(|b| !b.is_empty()));
+        });
+        assert_eq!(per_tick, 0.0, "{fleet}: OTLP request (direct pipeline)");
+    }
+}
+
+#[test]
+fn the_sink_side_of_a_tick_allocates_only_the_boxed_export_future() {
+    // The sinks' `export` is an `async_trait` method: each call boxes its future (one
+    // allocation, whatever the fleet). Anything beyond that would be per-tick work of the sink.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    for fleet in FLEETS {
+        let snaps = snapshots(fleet);
+        for format in [StdoutFormat::Human, StdoutFormat::Json] {
+            let mut sink = StdoutSink::with_writer(format, tokio::io::sink());
+            let per_tick = steady(&snaps, |s| rt.block_on(sink.export(s.clone())).unwrap());
+            assert_eq!(per_tick, 1.0, "{fleet}: stdout sink export, {format:?}");
+        }
+
+        // Prometheus: a tick only stores the snapshot; the exposition is rendered per scrape.
+        let mut prom = PrometheusSink::builder().build().unwrap();
+        let per_tick = steady(&snaps, |s| rt.block_on(prom.export(s.clone())).unwrap());
+        assert_eq!(per_tick, 1.0, "{fleet}: Prometheus sink export");
+    }
+}
+
+#[test]
+fn a_prometheus_scrape_allocates_a_constant_few_whatever_the_fleet() {
+    // The render keeps a small sort scratch per scrape (label prefixes, point order): a fixed
+    // number of allocations, not one per device or per series.
+    let mut per_scrape = Vec::new();
+    for fleet in FLEETS {
+        let snaps = snapshots(fleet);
+        let prom = PrometheusSink::builder().build().unwrap();
+        let handle = prom.handle();
+        let mut buf = String::new();
+        let n = steady(&snaps, |s| {
+            handle.store(s.clone());
+            buf.clear();
+            handle.render_to(&mut buf, Format::Text);
+        });
+        per_scrape.push(n);
+    }
+    assert!(per_scrape[0] <= 12.0, "8 GPUs: {} allocations per scrape", per_scrape[0]);
+    assert_eq!(per_scrape[0], per_scrape[1], "allocations per scrape, 8 vs 64 GPUs");
+}
