@@ -12,7 +12,6 @@
 ))]
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -21,13 +20,8 @@ use gpumon_mock::{FleetProfile, MockSampler};
 
 use gpumon_mock::test_env::require_env as env;
 
-fn agent() -> Command {
-    let exe = std::env::current_exe().unwrap();
-    let bin: PathBuf = exe.parent().and_then(|d| d.parent()).unwrap().join("examples").join("agent");
-    let mut cmd = Command::new(bin);
-    cmd.env_remove("CUDA_VISIBLE_DEVICES").env_remove("NVIDIA_VISIBLE_DEVICES").env("GPUMON_LOG", "warn");
-    cmd
-}
+mod common;
+use common::{agent, free_port};
 
 /// A seed no other test uses, so the fleet's UUIDs are this run's own on shared servers.
 fn unique_seed() -> u64 {
@@ -147,10 +141,6 @@ fn once_delivers_tick_zero_to_pushgateway_influxdb_and_otlp_exactly() {
 fn want<T>(v: Option<T>, what: &str) -> Option<T> {
     assert!(v.is_some(), "the mock profile has no {what}: the comparison would be vacuous");
     v
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 struct Killed(Vec<Child>, Option<(String, String)>);

@@ -2,29 +2,14 @@
 #![cfg(all(feature = "agent", feature = "stdout"))]
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpumon::core::{DeviceFilter, DeviceState, MetricSet, SampleRequest, Sampler, Snapshot};
 use gpumon_mock::MockSampler;
 
-/// `target/<profile>/examples/agent`, which `cargo test` builds alongside this test.
-fn agent() -> Command {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(|d| d.parent()).unwrap();
-    let bin: PathBuf = dir.join("examples").join("agent");
-    assert!(bin.exists(), "{} not built; run `cargo test` (it builds examples)", bin.display());
-    let mut cmd = Command::new(bin);
-    // No real NVML here, and no GPU-visibility variables from the caller's environment.
-    cmd.env_remove("CUDA_VISIBLE_DEVICES").env_remove("NVIDIA_VISIBLE_DEVICES").env("GPUMON_LOG", "warn");
-    cmd
-}
-
-fn run(cmd: &mut Command) -> (i32, String, String) {
-    let out = cmd.output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
-}
+mod common;
+use common::{agent, run};
 
 fn expected_first_sample(profile: &str) -> Snapshot {
     let sampler = MockSampler::from_profile_name(profile).unwrap();

@@ -1,5 +1,5 @@
 //! The agent's diagnosis flags, `--duration` and the run report, as a user runs them.
-#![cfg(all(feature = "mock", feature = "stdout"))]
+#![cfg(all(feature = "agent", feature = "stdout"))]
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -9,21 +9,8 @@ use std::time::{Duration, Instant};
 use gpumon::core::report::Report;
 use gpumon::core::{FindingKind, Snapshot};
 
-/// `target/<profile>/examples/agent`, which `cargo test` builds alongside this test.
-fn agent() -> Command {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(|d| d.parent()).unwrap();
-    let bin: PathBuf = dir.join("examples").join("agent");
-    assert!(bin.exists(), "{} not built; run `cargo test` (it builds examples)", bin.display());
-    let mut cmd = Command::new(bin);
-    cmd.env_remove("CUDA_VISIBLE_DEVICES").env_remove("NVIDIA_VISIBLE_DEVICES").env("GPUMON_LOG", "warn");
-    cmd
-}
-
-fn run(cmd: &mut Command) -> (i32, String, String) {
-    let out = cmd.output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
-}
+mod common;
+use common::{agent, run};
 
 fn temp_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("gpumon-agent-diag-{tag}-{}", std::process::id()));

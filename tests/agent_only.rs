@@ -1,27 +1,19 @@
 //! `--only` / `agent.only`: the agent samples exactly the families named.
 #![cfg(all(feature = "agent", feature = "stdout"))]
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use gpumon::core::{DeviceFilter, Family, MetricSet, SampleRequest, Sampler, Snapshot};
 use gpumon_mock::MockSampler;
 
-/// `target/<profile>/examples/agent`, which `cargo test` builds alongside this test.
+mod common;
+use common::run;
+
+/// The example agent on the mock's a100x4, one sample as JSON.
 fn agent() -> Command {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(|d| d.parent()).unwrap();
-    let bin: PathBuf = dir.join("examples").join("agent");
-    assert!(bin.exists(), "{} not built; run `cargo test` (it builds examples)", bin.display());
-    let mut cmd = Command::new(bin);
-    cmd.env_remove("CUDA_VISIBLE_DEVICES").env_remove("NVIDIA_VISIBLE_DEVICES").env("GPUMON_LOG", "warn");
+    let mut cmd = common::agent();
     cmd.args(["--backend", "mock", "--mock-profile", "a100x4", "--once", "--stdout-format", "json"]);
     cmd
-}
-
-fn run(cmd: &mut Command) -> (i32, String, String) {
-    let out = cmd.output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
 }
 
 fn first_sample(metrics: MetricSet) -> Snapshot {

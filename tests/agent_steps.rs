@@ -4,20 +4,11 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// `target/<profile>/examples/agent`, which `cargo test` builds alongside this test.
-fn agent() -> Command {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(|d| d.parent()).unwrap();
-    let bin: PathBuf = dir.join("examples").join("agent");
-    assert!(bin.exists(), "{} not built; run `cargo test` (it builds examples)", bin.display());
-    let mut cmd = Command::new(bin);
-    cmd.env_remove("CUDA_VISIBLE_DEVICES").env_remove("NVIDIA_VISIBLE_DEVICES");
-    cmd
-}
+mod common;
+use common::agent;
 
 struct Served {
     child: std::process::Child,

@@ -8,20 +8,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::{agent, free_port};
+
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run this test through scripts/test.sh"))
-}
-
-fn agent() -> Command {
-    let exe = std::env::current_exe().unwrap();
-    let bin: PathBuf = exe.parent().and_then(|d| d.parent()).unwrap().join("examples").join("agent");
-    let mut cmd = Command::new(bin);
-    cmd.env_remove("CUDA_VISIBLE_DEVICES").env_remove("NVIDIA_VISIBLE_DEVICES").env("GPUMON_LOG", "warn");
-    cmd
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 struct Cleanup(Vec<Child>, Option<(String, String)>);

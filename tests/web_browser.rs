@@ -7,7 +7,6 @@
 //! Screenshots go to a temporary directory (printed).
 #![cfg(all(feature = "agent", feature = "web"))]
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -15,23 +14,13 @@ use std::time::Duration;
 use gpumon_mock::test_env::require_env;
 use serde_json::Value;
 
-fn agent() -> Command {
-    let exe = std::env::current_exe().unwrap();
-    let bin: PathBuf = exe.parent().and_then(|d| d.parent()).unwrap().join("examples").join("agent");
-    let mut cmd = Command::new(bin);
-    cmd.env_remove("CUDA_VISIBLE_DEVICES").env_remove("NVIDIA_VISIBLE_DEVICES").env("GPUMON_LOG", "warn");
-    cmd
-}
+mod common;
+use common::{agent, free_port};
 
 fn http() -> reqwest::blocking::Client {
     #[cfg(feature = "tls")]
     gpumon::sinks::tls::install_crypto_provider();
     reqwest::blocking::Client::builder().timeout(Duration::from_secs(5)).build().unwrap()
-}
-
-/// A port that was free a moment ago (the agent binds it next).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Kills the agent when the test ends, also on a failed assertion.
