@@ -43,6 +43,7 @@
 #![warn(missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod attribution;
 pub mod diagnose;
 mod filter;
 mod finding;

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::attribution::{OwnerLabels, SharedOwner};
 use crate::metric::Family;
 
 /// One sampling tick: every visible device's values at one instant.
@@ -259,6 +260,11 @@ pub struct DeviceSample {
     pub nvlink: Option<Nvlink>,
     /// Per-metric failures this tick; the values concerned are `None`.
     pub errors: Vec<MetricFailure>,
+    /// Who holds the device this tick ([`crate::attribution`]): the pod(s) the kubelet allocated
+    /// it to and the distinct owners of its processes, without duplicates. Empty when
+    /// attribution is off or nothing is known; see [`DeviceSample::owner_labels`].
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Vec::is_empty"))]
+    pub owners: Vec<SharedOwner>,
 }
 
 impl DeviceSample {
@@ -285,6 +291,12 @@ impl DeviceSample {
     /// Whether the device is present: answering or runtime-suspended (not lost).
     pub fn is_present(&self) -> bool {
         self.state != DeviceState::Lost
+    }
+
+    /// The owner labels every series of this device carries: [`Self::owners`] merged, one label
+    /// at a time (a disagreement reads [`crate::attribution::SHARED`]).
+    pub fn owner_labels(&self) -> OwnerLabels<'_> {
+        OwnerLabels::merge(self.owners.iter().map(|o| &**o))
     }
 
     /// Records a per-metric failure.
@@ -518,6 +530,10 @@ pub struct ProcessSample {
     pub encoder_utilization: Option<f64>,
     /// Decoder utilisation, ratio.
     pub decoder_utilization: Option<f64>,
+    /// Who the process belongs to (container, pod, user), when attribution is on and the
+    /// process could be read ([`crate::attribution`]).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub owner: Option<SharedOwner>,
 }
 
 impl ProcessSample {

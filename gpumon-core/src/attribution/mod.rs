@@ -1,0 +1,220 @@
+//! Who uses which GPU: the owner of each GPU process (container, pod, Unix user) and the pod
+//! each GPU is allocated to.
+//!
+//! Attribution is an enrichment on the processing stage ([`crate::Processor`]): a processor
+//! reads caches that are refreshed on their own schedule (the process table under a
+//! configurable proc root, the kubelet's pod-resources API) and sets
+//! [`ProcessSample::owner`](crate::ProcessSample::owner) and
+//! [`DeviceSample::owners`](crate::DeviceSample::owners). Sinks export the merged
+//! [`OwnerLabels`] of a device on every one of its series, and a process's own owner on its
+//! process series, so a query can `sum by (namespace)`.
+//!
+//! # A GPU held by several owners
+//! A device's labels are merged over its owners, one label at a time: a label whose value every
+//! owner agrees on keeps it; a label on which they disagree reads [`SHARED`]; a label no owner
+//! knows is absent. Two pods of one namespace time-slicing a GPU therefore give
+//! `namespace="team-a", pod="(shared)"`. `SHARED` cannot be a Kubernetes name (DNS-1123) nor a
+//! Unix user name, so it never collides with a real owner.
+
+use std::sync::Arc;
+
+/// The label value of a device label on which the device's owners disagree.
+pub const SHARED: &str = "(shared)";
+
+/// The container runtime (or service manager) a process's cgroup path belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
+#[non_exhaustive]
+pub enum ContainerRuntime {
+    /// Docker (`docker-<id>.scope`, `/docker/<id>`).
+    Docker,
+    /// containerd, directly or through CRI (`cri-containerd-<id>.scope`).
+    Containerd,
+    /// CRI-O (`crio-<id>.scope`).
+    Crio,
+    /// Podman / libpod (`libpod-<id>.scope`).
+    Podman,
+    /// A systemd unit that is not a container (a service, a user session).
+    Systemd,
+}
+
+impl ContainerRuntime {
+    /// Lowercase name, as exported.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Docker => "docker",
+            Self::Containerd => "containerd",
+            Self::Crio => "crio",
+            Self::Podman => "podman",
+            Self::Systemd => "systemd",
+        }
+    }
+}
+
+/// A Kubernetes pod's QoS class, as its cgroup path shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
+#[non_exhaustive]
+pub enum QosClass {
+    /// `Guaranteed` (pods directly under `kubepods`).
+    Guaranteed,
+    /// `Burstable`.
+    Burstable,
+    /// `BestEffort`.
+    BestEffort,
+}
+
+/// Who a process (or a GPU allocation) belongs to. Every field is optional: a process outside
+/// any container has only its user; a pod allocation from the kubelet has namespace, pod and
+/// container names but no user.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct Owner {
+    /// Kubernetes namespace.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub namespace: Option<String>,
+    /// Kubernetes pod name.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub pod: Option<String>,
+    /// Container: the Kubernetes container name when known, else the runtime's container id
+    /// shortened to 12 characters (as `docker ps` shows it).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub container: Option<String>,
+    /// Full container id from the cgroup path.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub container_id: Option<String>,
+    /// The container runtime, or `Systemd` for a plain service.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub runtime: Option<ContainerRuntime>,
+    /// Kubernetes pod UID from the cgroup path (dashes restored).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub pod_uid: Option<String>,
+    /// Kubernetes QoS class from the cgroup path.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub qos: Option<QosClass>,
+    /// systemd unit (`train.service`, `session-3.scope`) for processes outside containers.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub unit: Option<String>,
+    /// Real user id of the process.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub uid: Option<u32>,
+    /// Real group id of the process.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub gid: Option<u32>,
+    /// User name for `uid` (from the host's passwd), when resolvable.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub user: Option<String>,
+}
+
+impl Owner {
+    /// Whether nothing at all is known.
+    pub fn is_unknown(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The exported labels of this one owner.
+    pub fn labels(&self) -> OwnerLabels<'_> {
+        OwnerLabels {
+            namespace: self.namespace.as_deref(),
+            pod: self.pod.as_deref(),
+            container: self.container.as_deref(),
+            user: self.user.as_deref(),
+        }
+    }
+}
+
+/// The owner labels a series carries, borrowed from the snapshot. Absent labels are `None` and
+/// are not exported at all (no empty label values).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OwnerLabels<'a> {
+    /// `namespace` (`k8s.namespace.name` in OTLP).
+    pub namespace: Option<&'a str>,
+    /// `pod` (`k8s.pod.name`).
+    pub pod: Option<&'a str>,
+    /// `container` (`k8s.container.name` / `container.id` outside Kubernetes).
+    pub container: Option<&'a str>,
+    /// `user` (`user.name`).
+    pub user: Option<&'a str>,
+}
+
+impl<'a> OwnerLabels<'a> {
+    /// Exported label names, in the order [`pairs`](Self::pairs) yields them.
+    pub const NAMES: [&'static str; 4] = ["namespace", "pod", "container", "user"];
+
+    /// Merges the labels of several owners (see the module docs): agreement keeps the value,
+    /// disagreement gives [`SHARED`], unknown everywhere stays `None`.
+    pub fn merge<I>(owners: I) -> Self
+    where
+        I: IntoIterator<Item = &'a Owner>,
+    {
+        fn fold<'a>(acc: Option<Option<&'a str>>, next: Option<&'a str>) -> Option<Option<&'a str>> {
+            match (acc, next) {
+                (acc, None) => acc,
+                (None, Some(v)) => Some(Some(v)),
+                (Some(Some(a)), Some(v)) if a == v => Some(Some(a)),
+                (Some(_), Some(_)) => Some(Some(SHARED)),
+            }
+        }
+        let (mut ns, mut pod, mut ctr, mut user) = (None, None, None, None);
+        for o in owners {
+            ns = fold(ns, o.namespace.as_deref());
+            pod = fold(pod, o.pod.as_deref());
+            ctr = fold(ctr, o.container.as_deref());
+            user = fold(user, o.user.as_deref());
+        }
+        Self { namespace: ns.flatten(), pod: pod.flatten(), container: ctr.flatten(), user: user.flatten() }
+    }
+
+    /// Whether no label is set.
+    pub fn is_empty(&self) -> bool {
+        self.pairs().next().is_none()
+    }
+
+    /// The `(name, value)` pairs that are set, in [`NAMES`](Self::NAMES) order.
+    pub fn pairs(&self) -> impl Iterator<Item = (&'static str, &'a str)> + '_ {
+        Self::NAMES
+            .into_iter()
+            .zip([self.namespace, self.pod, self.container, self.user])
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+    }
+}
+
+/// A shared, cheaply cloned owner (many processes and devices point at the same one).
+pub type SharedOwner = Arc<Owner>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(ns: Option<&str>, pod: Option<&str>, user: Option<&str>) -> Owner {
+        Owner {
+            namespace: ns.map(Into::into),
+            pod: pod.map(Into::into),
+            user: user.map(Into::into),
+            ..Owner::default()
+        }
+    }
+
+    #[test]
+    fn merge_keeps_agreement_marks_disagreement_and_skips_unknown() {
+        let a = owner(Some("team-a"), Some("p1"), None);
+        let b = owner(Some("team-a"), Some("p2"), Some("alice"));
+        let m = OwnerLabels::merge([&a, &b]);
+        assert_eq!(m.namespace, Some("team-a"));
+        assert_eq!(m.pod, Some(SHARED));
+        assert_eq!(m.container, None);
+        assert_eq!(m.user, Some("alice"));
+        assert_eq!(m.pairs().collect::<Vec<_>>(), [("namespace", "team-a"), ("pod", SHARED), ("user", "alice")]);
+    }
+
+    #[test]
+    fn merge_of_nothing_is_empty() {
+        assert!(OwnerLabels::merge([]).is_empty());
+        assert!(!OwnerLabels::merge([&owner(None, None, Some("bob"))]).is_empty());
+    }
+}
