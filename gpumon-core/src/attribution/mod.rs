@@ -187,6 +187,74 @@ impl<'a> OwnerLabels<'a> {
 /// A shared, cheaply cloned owner (many processes and devices point at the same one).
 pub type SharedOwner = Arc<Owner>;
 
+/// GPU → pod allocations as the kubelet reported them, keyed by device UUID (`GPU-…` or
+/// `MIG-…`). A device ID from the NVIDIA device plugin may carry a replica suffix
+/// (`GPU-…::3` under time-slicing); [`insert`](Self::insert) strips it, so replicas of one GPU
+/// given to several pods become several owners of that GPU.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Allocations {
+    by_uuid: std::collections::HashMap<String, Vec<SharedOwner>>,
+}
+
+impl Allocations {
+    /// No allocations.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records that `device_id` (a UUID, possibly with a `::N` replica suffix) is allocated to
+    /// `owner`. The same owner twice on one device is kept once.
+    pub fn insert(&mut self, device_id: &str, owner: SharedOwner) {
+        let uuid = device_id.split_once("::").map_or(device_id, |(uuid, _)| uuid);
+        let owners = self.by_uuid.entry(uuid.to_owned()).or_default();
+        if !owners.iter().any(|o| **o == *owner) {
+            owners.push(owner);
+        }
+    }
+
+    /// The owners of device `uuid` (empty when it is allocated to no pod).
+    pub fn owners(&self, uuid: &str) -> &[SharedOwner] {
+        self.by_uuid.get(uuid).map_or(&[], Vec::as_slice)
+    }
+
+    /// How many devices have at least one owner.
+    pub fn len(&self) -> usize {
+        self.by_uuid.len()
+    }
+
+    /// Whether no device is allocated.
+    pub fn is_empty(&self) -> bool {
+        self.by_uuid.is_empty()
+    }
+}
+
+/// The latest [`Allocations`], shared between whatever refreshes them (the kubelet client, on
+/// its own schedule) and the attribution processor, which only reads: a read is one lock and an
+/// `Arc` clone, never I/O on the sampling path.
+#[derive(Clone, Debug, Default)]
+pub struct AllocationCache {
+    current: Arc<std::sync::RwLock<Arc<Allocations>>>,
+}
+
+impl AllocationCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The latest allocations.
+    pub fn load(&self) -> Arc<Allocations> {
+        // A writer cannot panic while holding the lock (it only swaps an Arc), so poisoning
+        // is impossible; recover the value anyway rather than panic on the sampling path.
+        self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Replaces the allocations.
+    pub fn store(&self, allocations: Allocations) {
+        *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(allocations);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,6 +278,24 @@ mod tests {
         assert_eq!(m.container, None);
         assert_eq!(m.user, Some("alice"));
         assert_eq!(m.pairs().collect::<Vec<_>>(), [("namespace", "team-a"), ("pod", SHARED), ("user", "alice")]);
+    }
+
+    #[test]
+    fn allocations_strip_replica_suffixes_and_dedupe() {
+        let a = Arc::new(owner(Some("ns"), Some("p1"), None));
+        let b = Arc::new(owner(Some("ns"), Some("p2"), None));
+        let mut alloc = Allocations::new();
+        alloc.insert("GPU-1::0", a.clone());
+        alloc.insert("GPU-1::1", a.clone());
+        alloc.insert("GPU-1::2", b.clone());
+        alloc.insert("MIG-2", b);
+        assert_eq!(alloc.owners("GPU-1").len(), 2);
+        assert_eq!(alloc.owners("MIG-2").len(), 1);
+        assert!(alloc.owners("GPU-9").is_empty());
+        let cache = AllocationCache::new();
+        assert!(cache.load().is_empty());
+        cache.store(alloc);
+        assert_eq!(cache.load().len(), 2);
     }
 
     #[test]
