@@ -255,6 +255,33 @@ impl AllocationCache {
     }
 }
 
+/// Counters of the attribution sources, shared by the refreshers that fill the caches and
+/// whatever reports them (self-metrics, `SinkStatus`-like status, logs). A failure is counted
+/// here and attribution is simply absent for that refresh — never an error on the sampling path.
+#[derive(Debug, Default)]
+pub struct AttributionStats {
+    /// Successful kubelet pod-resources `List` calls.
+    pub kubelet_refreshes: std::sync::atomic::AtomicU64,
+    /// Failed kubelet calls (socket missing, server down, timeout, bad reply).
+    pub kubelet_failures: std::sync::atomic::AtomicU64,
+    /// Processes whose `/proc/<pid>` entries could not be read (gone, no permission, garbage).
+    pub proc_read_failures: std::sync::atomic::AtomicU64,
+    last_error: std::sync::Mutex<Option<String>>,
+}
+
+impl AttributionStats {
+    /// Adds one to `counter` (one of this struct's) and remembers `message` as the last error.
+    pub fn record_failure(&self, counter: &std::sync::atomic::AtomicU64, message: impl Into<String>) {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *self.last_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(message.into());
+    }
+
+    /// The most recent failure's message, if any.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
