@@ -136,6 +136,70 @@ fn once_delivers_tick_zero_to_pushgateway_influxdb_and_otlp_exactly() {
     }
 }
 
+/// A node whose driver did not load, as `auto` with exporting sinks runs on it: no simulated
+/// GPUs anywhere, and every sink says "up 0" for the host — InfluxDB `up=0i` without device tags,
+/// OTLP `hw.status` failed/ok = 1/0 without GPU attributes, the Pushgateway `gpumon_up 0`.
+#[test]
+#[ignore = "needs scripts/test.sh (Pushgateway, InfluxDB, OTLP receiver)"]
+fn without_a_driver_every_sink_gets_up_0_for_the_host_and_no_gpu() {
+    let seed = unique_seed();
+    let host = format!("e2e-nodriver-{seed}");
+    let job = format!("e2e-nodriver-{seed}");
+    let service = format!("gpumon-e2e-nodriver-{seed}");
+    let out = agent()
+        .args(["--backend", "auto", "--nvml-library", "/nonexistent/libnvidia-ml.so.1", "--once", "--host", &host])
+        .args(["--pushgateway-url", &env("GPUMON_TEST_PUSHGATEWAY_URL"), "--pushgateway-job", &job])
+        .args(["--influx-url", &env("GPUMON_TEST_INFLUXDB_URL"), "--influx-db", &env("GPUMON_TEST_INFLUXDB_DB")])
+        .args(["--otlp-endpoint", &env("GPUMON_TEST_OTLP_HTTP"), "--otlp-protocol", "http"])
+        .env("OTEL_SERVICE_NAME", &service)
+        .env("LD_LIBRARY_PATH", "")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // `--once` whose only sample failed exits 1, after every sink got the failed tick.
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("/nonexistent/libnvidia-ml.so.1"), "says why: {stderr}");
+    assert!(!stderr.contains("MOCK"), "{stderr}");
+
+    // InfluxDB: one `up` point about the host, in the GPUs' measurement, with no device tags.
+    let db = env("GPUMON_TEST_INFLUXDB_DB");
+    let q = format!("SELECT \"up\", \"uuid\", \"gpu\", \"backend\" FROM \"gpu\" WHERE \"host\" = '{host}'");
+    let body = get_text(&format!("{}/query", env("GPUMON_TEST_INFLUXDB_URL")), &[("db", &db), ("q", &q)]);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let rows = &v["results"][0]["series"][0]["values"];
+    assert_eq!(rows.as_array().map(Vec::len), Some(1), "one point: {body}");
+    assert_eq!(rows[0][1].as_i64(), Some(0), "up = 0: {body}");
+    assert!(rows[0][2].is_null() && rows[0][3].is_null() && rows[0][4].is_null(), "no device tags, no mock: {body}");
+
+    // OTLP: `hw.status` about the host (no GPU attributes), failed = 1, ok = 0, and nothing else.
+    let received = get_text(&env("GPUMON_TEST_OTLP_RECEIVED"), &[]);
+    let points: Vec<serde_json::Value> = received
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|p| p["resource"]["service.name"] == service.as_str())
+        .collect();
+    let mut states: Vec<(String, Option<i64>)> = points
+        .iter()
+        .map(|p| {
+            assert_eq!(p["name"], "hw.status", "no GPU series: {p}");
+            assert!(p["attributes"]["hw.id"].is_null(), "about the host, not a GPU: {p}");
+            (p["attributes"]["hw.state"].as_str().unwrap_or_default().to_owned(), p["value"].as_i64())
+        })
+        .collect();
+    states.sort();
+    assert_eq!(states, [("failed".to_owned(), Some(1)), ("ok".to_owned(), Some(0))], "{points:?}");
+    assert_eq!(points[0]["resource"]["host.name"], host.as_str());
+
+    // Pushgateway: the job's group (its `instance` is the host, `--host` included) holds
+    // `gpumon_up 0` and no GPU series.
+    let pushed = get_text(&format!("{}/metrics", env("GPUMON_TEST_PUSHGATEWAY_URL")), &[]);
+    let job_label = format!("job=\"{job}\"");
+    let ours: Vec<_> = pushed.lines().filter(|l| !l.starts_with('#') && l.contains(&job_label)).collect();
+    let up: Vec<_> = ours.iter().filter(|l| l.starts_with("gpumon_up{")).collect();
+    assert_eq!(up, [&format!("gpumon_up{{instance=\"{host}\",{job_label}}} 0")], "{ours:?}");
+    assert!(!ours.iter().any(|l| l.contains("uuid=\"")), "no GPU series: {ours:?}");
+}
+
 /// An expected value the mock always fills in, as `Some`: comparing against it can never pass
 /// as `None == None`.
 fn want<T>(v: Option<T>, what: &str) -> Option<T> {

@@ -188,8 +188,15 @@ fn prometheus_endpoint_from_the_config_file_enforces_its_auth() {
     };
     let denied = get(None);
     let wrong = get(Some("guess"));
-    std::thread::sleep(Duration::from_millis(500));
-    let allowed = get(Some("s3cret"));
+    // Authorised, the endpoint serves the first sample once it is taken.
+    let started = Instant::now();
+    let allowed = loop {
+        let body = get(Some("s3cret"));
+        if body.contains("gpumon_utilization_ratio{") || started.elapsed() > Duration::from_secs(10) {
+            break body;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(dir);
@@ -220,10 +227,14 @@ fn sigterm_exits_within_the_deadline_even_with_a_sample_stuck_in_the_backend() {
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Ticks 0 and 1, then tick 2 hangs for two minutes: its timeout reaches stdout as a
+    // sampling-failed snapshot, and from then on a sample is stuck in the backend.
     for _ in 0..2 {
-        lines.next().unwrap().unwrap();
+        let snap: Snapshot = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        assert!(snap.sampling.is_ok() && !snap.devices.is_empty());
     }
-    std::thread::sleep(Duration::from_millis(500)); // tick 2 is now stuck for two minutes
+    let stuck: Snapshot = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert!(stuck.sampling_failure().is_some_and(|r| r.contains("timed out")), "{stuck:?}");
     assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
     let started = Instant::now();
     let status = loop {
@@ -350,16 +361,27 @@ fn series(body: &str) -> Vec<&str> {
 #[cfg(feature = "prometheus")]
 #[test]
 fn auto_without_nvml_and_an_exporting_sink_serves_gpumon_up_0_and_no_simulated_gpus() {
-    let agent = Served::start(&["--backend", "auto", "--nvml-library", "/nonexistent/libnvidia-ml.so.1"]);
+    let agent = Served::start(&[
+        "--backend",
+        "auto",
+        "--nvml-library",
+        "/nonexistent/libnvidia-ml.so.1",
+        "--host",
+        "node-without-driver",
+    ]);
     // Three failed samples: the agent keeps running and serving.
     let body = agent.scrape_until("three failed samples", |b| {
         series(b).iter().any(|l| {
-            l.strip_prefix("gpumon_sample_failures_total ").and_then(|v| v.parse::<u64>().ok()).is_some_and(|n| n >= 3)
+            l.strip_prefix("gpumon_sample_failures_total{host=\"node-without-driver\"} ")
+                .and_then(|v| v.parse::<u64>().ok())
+                .is_some_and(|n| n >= 3)
         })
     });
     let lines = series(&body);
-    assert!(lines.contains(&"gpumon_up 0"), "{body}");
-    assert!(lines.contains(&"gpumon_samples_total 0"), "{body}");
+    // `up 0` about the host, in the GPUs' `gpumon_up` family: the only `gpumon_up` series.
+    let up: Vec<_> = lines.iter().filter(|l| l.starts_with("gpumon_up")).collect();
+    assert_eq!(up, [&"gpumon_up{host=\"node-without-driver\"} 0"], "{body}");
+    assert!(lines.contains(&"gpumon_samples_total{host=\"node-without-driver\"} 0"), "{body}");
     let device_series: Vec<_> = lines.iter().filter(|l| l.contains("gpu=\"") || l.contains("uuid=")).collect();
     assert!(device_series.is_empty(), "device series without NVML: {device_series:?}");
     assert!(!body.contains("mock"), "{body}");

@@ -256,23 +256,42 @@ async fn a_hanging_sample_is_abandoned_and_ticks_are_skipped_until_it_returns() 
     }
     assert_eq!(handle.stats().skipped_ticks, 2, "no second sample while the first is stuck");
     gate.release();
-    // The stuck call now returns on its blocking thread, in real time (microseconds after the
-    // release); give it ample real time before the next tick.
-    std::thread::sleep(Duration::from_millis(100));
-    tokio::time::advance(Duration::from_millis(500)).await; // t=5: the next tick samples again
-    settle().await;
-    for _ in 0..200 {
+    // The stuck call now returns on its blocking thread, in real time; a tick that comes before
+    // the agent sees it finished is skipped once more. Tick on (paused time, stepped by hand, one
+    // tick per step) until a sample is taken; after each step, wait in real time, under a
+    // deadline, for that tick's outcome (a skip, or a sample run on the blocking pool).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let ticks = |s: &gpumon::core::AgentStats| s.samples_taken + s.sample_failures + s.skipped_ticks;
+    let mut before = ticks(&handle.stats());
+    tokio::time::advance(Duration::from_millis(500)).await; // t=5: the next tick
+    loop {
+        settle().await;
+        while ticks(&handle.stats()) == before {
+            assert!(std::time::Instant::now() < deadline, "no outcome of the tick: {:?}", handle.stats());
+            std::thread::sleep(Duration::from_millis(1));
+            settle().await;
+        }
         if handle.stats().samples_taken == 3 {
             break;
         }
-        std::thread::sleep(Duration::from_millis(5));
-        settle().await;
+        before = ticks(&handle.stats());
+        tokio::time::advance(Duration::from_secs(1)).await;
     }
     let stats = handle.stats();
     assert!(stats.last_sample_ok, "sampling resumed after the hung call returned: {stats:?}");
-    assert_eq!((stats.samples_taken, stats.sample_failures, stats.skipped_ticks), (3, 1, 2));
-    let seqs: Vec<_> = rec.snapshots().iter().map(|s| s.seq).collect();
-    assert_eq!(seqs, [1, 2, 3], "the late result of the hung call is discarded, not exported");
+    assert_eq!((stats.samples_taken, stats.sample_failures), (3, 1));
+    assert!(stats.skipped_ticks >= 2, "{stats:?}");
+    settle().await;
+    let snapshots = rec.snapshots();
+    let sampled: Vec<_> = snapshots.iter().filter(|s| s.sampling.is_ok()).map(|s| s.seq).collect();
+    assert_eq!(sampled, [1, 2, 3], "the late result of the hung call is discarded, not exported");
+    // The sink heard of every tick without data, in order, numbered like the last sample.
+    let failed: Vec<_> = snapshots.iter().filter_map(|s| s.sampling_failure().map(|r| (s.seq, r))).collect();
+    assert_eq!(failed.len() as u64, 1 + stats.skipped_ticks, "{failed:?}");
+    assert!(failed[0].1.contains("timed out"), "{failed:?}");
+    assert!(failed[1..].iter().all(|(_, r)| r.contains("already in flight")), "{failed:?}");
+    assert!(failed.iter().all(|(seq, _)| *seq == 2), "{failed:?}");
+    assert!(snapshots.iter().filter(|s| !s.sampling.is_ok()).all(|s| s.devices.is_empty()));
     handle.shutdown(Duration::from_secs(1)).await.unwrap();
 }
 

@@ -180,7 +180,7 @@ fn browser_shows_findings_with_advice_and_processes() {
 }
 
 /// Not a browser test: with --web-listen the web view is an exporting sink, so `--backend auto`
-/// never falls back to simulated GPUs (no GPU here: no snapshot at all rather than a mock one).
+/// never falls back to simulated GPUs (no GPU here: failed samples rather than a mock's data).
 #[test]
 fn web_listen_never_gets_the_mock_fallback() {
     let port = free_port();
@@ -203,9 +203,19 @@ fn web_listen_never_gets_the_mock_fallback() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(page.status().is_success());
-    std::thread::sleep(Duration::from_secs(1)); // several ticks
-    let r = client.get(format!("http://{listen}/api/snapshot")).send().unwrap();
-    assert_eq!(r.status().as_u16(), 503, "no GPU data, and certainly no simulated data");
+    // Wait until a tick has reached the web view: without NVML it is a failed sample, which the
+    // snapshot endpoint reports (503, and why) instead of any GPU data, simulated or not.
+    let body = loop {
+        let r = client.get(format!("http://{listen}/api/snapshot")).send().unwrap();
+        assert_eq!(r.status().as_u16(), 503, "no GPU data, and certainly no simulated data");
+        let body = r.text().unwrap();
+        if body.contains("last sample failed") {
+            break body;
+        }
+        assert!(std::time::Instant::now() < deadline, "no tick reached the web view: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(body.contains("/nonexistent/libnvidia-ml.so.1"), "says why: {body}");
     let _ = running.0.kill();
     let out = running.0.wait_with_output_ref();
     assert!(!out.contains("MOCK"), "{out}");

@@ -70,8 +70,8 @@ pub use metric::{
 };
 pub use model::{
     ClockEventReasons, Clocks, DeviceInfo, DeviceSample, DeviceState, Ecc, FailureReason, Gpm, Memory, MetricFailure,
-    MigInfo, Nvlink, NvlinkLink, NvlinkRemote, NvlinkState, Pcie, Power, ProcessSample, Snapshot, SystemInfo,
-    Temperature, Utilization, WindowStats, Windows, XidCount,
+    MigInfo, Nvlink, NvlinkLink, NvlinkRemote, NvlinkState, Pcie, Power, ProcessSample, SamplingState, Snapshot,
+    SystemInfo, Temperature, Utilization, WindowStats, Windows, XidCount,
 };
 pub use processor::{Processor, ProcessorContext};
 pub use sampler::{BoxError, SampleError, SampleRequest, Sampler, UnavailableSampler};

@@ -3,7 +3,7 @@
 //! [`MetricId::descriptor`] is the single place metric naming comes from. Each [`Descriptor`]
 //! carries the canonical name (used, with a prefix and unit suffix, by the native Prometheus
 //! names and as InfluxDB field keys), the unit, the kind (gauge or counter), the help text, the
-//! extra label a family needs (`xid`, `pid`, `reason`), the dcgm-exporter equivalent and the
+//! extra label a family needs (`xid`, `pid`, `reason`, `family`), the dcgm-exporter equivalent and the
 //! OpenTelemetry name. Sinks walk [`DeviceSample::visit_points`] and look names up here; they
 //! never spell a metric name themselves.
 //!
@@ -333,7 +333,7 @@ pub struct Descriptor {
     pub kind: MetricKind,
     /// One-line description.
     pub help: &'static str,
-    /// Name of the extra label this metric carries per point (`xid`, `pid`, `reason`).
+    /// Name of the extra label this metric carries per point (`xid`, `pid`, `reason`, `family`).
     pub label: Option<&'static str>,
     /// The dcgm-exporter equivalent, if dcgm-exporter has one.
     pub dcgm: Option<DcgmName>,
@@ -642,6 +642,9 @@ catalogue! {
     /// 1 while the GPU is runtime-suspended (asleep, not woken to be measured).
     DeviceSuspended { "suspended", Status, Count, Gauge, "1 while the GPU is runtime-suspended and was left asleep (no other values this tick); absent otherwise.",
         label: None, dcgm: None, otel: hw("gpumon.gpu.suspended") }
+    /// 1 while a family of the GPU cannot be read (e.g. its XID events are not monitored).
+    MetricFailure { "metric_failure", Status, Count, Gauge, "1 while a metric family of the GPU could not be read this tick, by family (xid: XID events are not monitored, so no XID errors is not proof of none); absent otherwise.",
+        label: Some("family"), dcgm: None, otel: hw("gpumon.gpu.metric_failure") }
 
     /// Per link: 1 up, 0 down.
     NvlinkLinkUp { "nvlink_link_up", Nvlink, Count, Gauge, "1 while the NVLink link is up, 0 when it is down.",
@@ -812,7 +815,9 @@ impl<'a> DerivedPoint<'a> {
 impl Snapshot {
     /// Calls `f` once for every derived value this snapshot carries: each active finding
     /// ([`MetricId::FindingActive`], value 1) and each kind's count of findings raised
-    /// ([`MetricId::FindingsRaised`]). Nothing when no processing stage attached data.
+    /// ([`MetricId::FindingsRaised`]), the training steps' series; and, for a sampling-failed
+    /// snapshot ([`Snapshot::sampling_failed`]), one [`MetricId::DeviceUp`] = 0 about the host
+    /// (`device: None`). Nothing when no processing stage attached data and sampling succeeded.
     ///
     /// A finding about a GPU that is not in [`Snapshot::devices`] (filtered away) is skipped, so
     /// a device filter hides findings too. Allocates nothing.
@@ -833,6 +838,17 @@ impl Snapshot {
     /// assert_eq!(n, 0); // no diagnosis attached
     /// ```
     pub fn visit_derived<'a>(&'a self, mut f: impl FnMut(DerivedPoint<'a>)) {
+        if !self.sampling.is_ok() {
+            // The backend could not be read: `up = 0` about the host (no device labels), in the
+            // same series family as each GPU's `up`, so one alert on `up == 0` covers a lost GPU
+            // and a node whose GPUs cannot be read at all.
+            f(DerivedPoint {
+                id: MetricId::DeviceUp,
+                value: Value::Int(0),
+                device: None,
+                labels: [""; MAX_DERIVED_LABELS],
+            });
+        }
         self.visit_diagnosis(&mut f);
         self.visit_steps(&mut f);
     }
@@ -911,7 +927,9 @@ impl Snapshot {
 
 impl DeviceSample {
     /// Calls `f` once for every value present in this sample, in catalogue order within each
-    /// family. Absent values produce no point. A lost device produces only `DeviceUp = 0`.
+    /// family. Absent values produce no point. A lost device produces only `DeviceUp = 0`. Each
+    /// family in [`DeviceSample::errors`] produces one [`MetricId::MetricFailure`] = 1, labelled
+    /// with the family's name.
     ///
     /// This is the uniform view every sink encodes from; it allocates nothing.
     pub fn visit_points<'a>(&'a self, mut f: impl FnMut(Point<'a>)) {
@@ -941,6 +959,11 @@ impl DeviceSample {
         }
         if !self.is_up() {
             return;
+        }
+        // A family that could not be read is "not monitored", not "fine": one point per family,
+        // however many of its calls failed.
+        for family in self.failed_families() {
+            f(Point { id: M::MetricFailure, value: Value::Int(1), label: Some(LabelValue::Str(family.name())) });
         }
         let u = &self.utilization;
         float(M::GpuUtilization, u.gpu, f);
@@ -1194,5 +1217,44 @@ mod tests {
         assert_eq!(xid.label, Some(LabelValue::Int(79)));
         assert_eq!(xid.value, Value::Int(2));
         assert_eq!(pts.last().unwrap().value, Value::Float(5.0));
+    }
+
+    #[test]
+    fn each_failed_family_is_one_metric_failure_point() {
+        use crate::model::FailureReason;
+        let mut s = DeviceSample::new(Arc::new(DeviceInfo::new(0, "GPU-x", "X")));
+        s.record_failure(Family::Xid, FailureReason::Other("XID events not monitored".into()));
+        s.record_failure(Family::Ecc, FailureReason::NoPermission);
+        s.record_failure(Family::Xid, FailureReason::Timeout);
+        let failures: Vec<_> = s.points().into_iter().filter(|p| p.id == MetricId::MetricFailure).collect();
+        let labels: Vec<_> = failures.iter().map(|p| (p.label, p.value)).collect();
+        assert_eq!(
+            labels,
+            [(Some(LabelValue::Str("xid")), Value::Int(1)), (Some(LabelValue::Str("ecc")), Value::Int(1))]
+        );
+        // A lost GPU says only that it is lost.
+        let mut lost = DeviceSample::lost(s.info.clone());
+        lost.errors = s.errors.clone();
+        assert_eq!(lost.points().len(), 1);
+    }
+
+    #[test]
+    fn a_sampling_failed_snapshot_derives_one_host_level_up_0() {
+        let system = Arc::new(crate::model::SystemInfo::new("h", "nvml"));
+        let mut points = Vec::new();
+        let failed = Snapshot::sampling_failed(system.clone(), "no driver");
+        failed.visit_derived(|p| points.push(p));
+        assert_eq!(
+            points,
+            [DerivedPoint {
+                id: MetricId::DeviceUp,
+                value: Value::Int(0),
+                device: None,
+                labels: [""; MAX_DERIVED_LABELS]
+            }]
+        );
+        let mut n = 0;
+        Snapshot::new(system, Vec::new()).visit_derived(|_| n += 1);
+        assert_eq!(n, 0, "sampled data carries no such point");
     }
 }

@@ -35,6 +35,42 @@ pub struct Snapshot {
     /// Training steps ([`crate::steps`]); `None` when no step tracker runs or no run is registered.
     #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
     pub steps: Option<crate::steps::Steps>,
+    /// Whether the backend could be read at this tick. [`SamplingState::Failed`] marks a
+    /// *sampling-failed* snapshot ([`Snapshot::sampling_failed`]): no devices, no derived data,
+    /// only the host and why — what sinks export as "up 0" for the host. Absent from JSON when
+    /// sampling succeeded.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "SamplingState::is_ok"))]
+    pub sampling: SamplingState,
+}
+
+/// Whether a tick's sample succeeded; see [`Snapshot::sampling`].
+///
+/// When a sample fails (the driver is not loaded, the backend timed out or panicked), the
+/// runtime still hands every *sink* a snapshot for that tick — one with no devices and
+/// [`SamplingState::Failed`] — so that a sink that only learns from snapshots (InfluxDB, OTLP,
+/// a push gateway) can export "this host's GPUs cannot be read" (`up = 0` without device labels)
+/// instead of going silent. Subscribers (`AgentHandle::subscribe`) never see
+/// these markers: they get sampled data only.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
+pub enum SamplingState {
+    /// The backend answered; the snapshot carries its devices.
+    #[default]
+    Ok,
+    /// The sample failed; the snapshot carries no device data.
+    Failed {
+        /// Why, as the sampling error says it (e.g. `backend unavailable: …`).
+        reason: String,
+    },
+}
+
+impl SamplingState {
+    /// Whether sampling succeeded.
+    pub fn is_ok(&self) -> bool {
+        matches!(self, SamplingState::Ok)
+    }
 }
 
 impl Snapshot {
@@ -48,6 +84,31 @@ impl Snapshot {
             devices,
             diagnosis: None,
             steps: None,
+            sampling: SamplingState::Ok,
+        }
+    }
+
+    /// A *sampling-failed* snapshot taken now: no devices, [`SamplingState::Failed`] with
+    /// `reason`. `system` names the host (and backend) the failure is about. Sinks export it as
+    /// `up = 0` for the host and nothing per device; see [`SamplingState`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use gpumon_core::{Snapshot, SystemInfo};
+    ///
+    /// let s = Snapshot::sampling_failed(Arc::new(SystemInfo::new("node-1", "nvml")), "driver not loaded");
+    /// assert_eq!(s.sampling_failure(), Some("driver not loaded"));
+    /// assert!(s.devices.is_empty());
+    /// ```
+    pub fn sampling_failed(system: Arc<SystemInfo>, reason: impl Into<String>) -> Self {
+        Self { sampling: SamplingState::Failed { reason: reason.into() }, ..Self::new(system, Vec::new()) }
+    }
+
+    /// Why sampling failed at this tick; `None` for a snapshot with data.
+    pub fn sampling_failure(&self) -> Option<&str> {
+        match &self.sampling {
+            SamplingState::Ok => None,
+            SamplingState::Failed { reason } => Some(reason),
         }
     }
 
@@ -302,6 +363,17 @@ impl DeviceSample {
     /// Records a per-metric failure.
     pub fn record_failure(&mut self, family: Family, reason: FailureReason) {
         self.errors.push(MetricFailure { family, reason });
+    }
+
+    /// The families in [`Self::errors`], each once, in the order they first failed: what is
+    /// "not monitored" on this device this tick.
+    pub fn failed_families(&self) -> impl Iterator<Item = Family> + '_ {
+        let errors = &self.errors;
+        errors
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| !errors[..*i].iter().any(|seen| seen.family == e.family))
+            .map(|(_, e)| e.family)
     }
 }
 

@@ -17,6 +17,10 @@ use crate::sampler::BoxError;
 /// # Contract
 /// - `export` is called with snapshots in order; a sink that falls behind its queue loses the
 ///   *oldest* ones, and the runtime counts them.
+/// - A tick whose sample failed still reaches `export`, as a sampling-failed snapshot
+///   ([`Snapshot::sampling_failed`]: no devices, [`Snapshot::sampling_failure`] says why). A sink
+///   that exports from [`Snapshot::visit_derived`] gets its "up 0 for the host" point with no
+///   code of its own; a sink that only walks the devices exports nothing for it.
 /// - Retry, if any, happens inside `export`, bounded by the export timeout.
 /// - `flush` returns once everything accepted so far has been written (or failed).
 /// - `shutdown` flushes what it can and releases resources. It is idempotent; after it, `export`

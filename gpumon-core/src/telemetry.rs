@@ -82,6 +82,10 @@ pub struct AgentStats {
     pub last_sample_time: Option<SystemTime>,
     /// The last sampling error, as text.
     pub last_sample_error: Option<String>,
+    /// Metric families that could not be read at the last successful sample, summed over its
+    /// GPUs ([`DeviceSample::errors`](crate::DeviceSample::errors), one per GPU and family): a GPU
+    /// whose XID events are not monitored counts one. 0 when every GPU reads every family.
+    pub metric_failures: u64,
     /// Panics caught in processors (each loses one tick's derived data).
     pub processor_panics: u64,
     /// Every sink's status, in the order they were added.
@@ -94,6 +98,7 @@ struct Inner {
     sample_failures: AtomicU64,
     skipped_ticks: AtomicU64,
     processor_panics: AtomicU64,
+    metric_failures: AtomicU64,
     last_sample_ok: AtomicBool,
     /// The agent's sampling interval in nanoseconds (0 = not attached to an agent).
     interval_nanos: AtomicU64,
@@ -133,6 +138,7 @@ impl Telemetry {
             last_sample_duration: last.duration,
             last_sample_time: last.time,
             last_sample_error: last.error.clone(),
+            metric_failures: i.metric_failures.load(Ordering::Relaxed),
             processor_panics: i.processor_panics.load(Ordering::Relaxed),
             sinks: lock(&i.sinks).iter().map(|s| lock(s).clone()).collect(),
         }
@@ -175,8 +181,9 @@ impl Telemetry {
         SinkStatusCell(cell)
     }
 
-    pub(crate) fn sample_ok(&self, duration: Duration, at: SystemTime) {
+    pub(crate) fn sample_ok(&self, duration: Duration, at: SystemTime, metric_failures: u64) {
         self.inner.samples_taken.fetch_add(1, Ordering::Relaxed);
+        self.inner.metric_failures.store(metric_failures, Ordering::Relaxed);
         self.inner.last_sample_ok.store(true, Ordering::Relaxed);
         let mut last = lock(&self.inner.last);
         last.duration = duration;

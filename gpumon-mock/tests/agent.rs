@@ -1,34 +1,28 @@
-//! The mock through the real runtime: call order on the sampler seam (mockall), and a hung sample
-//! released by a gate.
-
-use std::time::Duration;
-
-use gpumon_core::Agent;
-use gpumon_mock::{Fault, Gate, MockSampler, RecordingSink};
-
-/// Polls `cond` for at most ~2 s of real time, moving paused time on by hand: while a sample
-/// hangs on the blocking pool, tokio does not auto-advance paused time (a `spawn_blocking` task
-/// is in flight), so `sleep` alone would wait forever.
-async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-    for _ in 0..2000 {
-        if cond() {
-            return true;
-        }
-        tokio::time::advance(Duration::from_millis(10)).await;
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    cond()
-}
+//! The mock through the real runtime: call order on the sampler seam (mockall). (A hung sample
+//! released by a gate is `tests/runtime.rs`'s `a_hanging_sample_is_abandoned_…`.)
 
 // The `mockall` seam is behind the `mockall` feature (`--all-features` runs this).
 #[cfg(feature = "mockall")]
 mod seam {
-    use super::*;
     use std::sync::Arc;
+    use std::time::Duration;
 
-    use gpumon_core::{Family, MetricSet, SampleError, Snapshot, SystemInfo};
-    use gpumon_mock::MockSamplerSeam;
+    use gpumon_core::{Agent, Family, MetricSet, SampleError, Snapshot, SystemInfo};
+    use gpumon_mock::{MockSamplerSeam, RecordingSink};
     use mockall::Sequence;
+
+    /// Polls `cond` for at most ~2 s of real time, moving paused time on by hand (the agent's
+    /// sampler call runs on the blocking pool, where paused time does not auto-advance).
+    async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+        for _ in 0..2000 {
+            if cond() {
+                return true;
+            }
+            tokio::time::advance(Duration::from_millis(10)).await;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        cond()
+    }
 
     fn marked(mark: &str) -> Snapshot {
         Snapshot::new(Arc::new(SystemInfo::new(mark, "seam")), Vec::new())
@@ -57,11 +51,15 @@ mod seam {
             .sink(rec.clone())
             .spawn()
             .unwrap();
-        assert!(rec.wait_for(2, Duration::from_secs(30)).await);
+        // The failed first call reaches the sink too, as a sampling-failed snapshot.
+        assert!(rec.wait_for(3, Duration::from_secs(30)).await);
         handle.shutdown(Duration::from_secs(5)).await.unwrap();
 
+        let snapshots = rec.snapshots();
+        assert_eq!(snapshots[0].sampling_failure(), Some("GPU backend unavailable: scripted: first call fails"));
+        assert_eq!((snapshots[0].seq, snapshots[0].system.backend.as_str()), (0, "seam"));
         let marks: Vec<(String, u64)> =
-            rec.snapshots().iter().take(2).map(|s| (s.system.hostname.clone(), s.seq)).collect();
+            snapshots[1..].iter().take(2).map(|s| (s.system.hostname.clone(), s.seq)).collect();
         assert_eq!(marks, [("second".to_owned(), 1), ("third".to_owned(), 2)]);
         // A call out of sequence would have panicked inside the sampler; the agent counts that.
         assert_eq!(handle.stats().sample_failures, 1, "only the scripted failure");
@@ -71,27 +69,4 @@ mod seam {
         let mut seam = Arc::try_unwrap(seam).ok().unwrap();
         seam.checkpoint();
     }
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_hung_sample_is_skipped_until_the_gate_opens() {
-    let gate = Gate::new();
-    let sampler =
-        MockSampler::builder().fault(Fault::HangUntilReleased { at_tick: 1, gate: gate.clone() }).build().unwrap();
-    let rec = RecordingSink::default();
-    let handle = Agent::builder(sampler)
-        .interval(Duration::from_secs(1))
-        .sample_timeout(Duration::from_millis(500))
-        .sink(rec.clone())
-        .spawn()
-        .unwrap();
-    assert!(rec.wait_for(1, Duration::from_secs(30)).await, "tick 0 samples normally");
-    // Tick 1 hangs: it times out, later ticks are skipped while it is stuck.
-    tokio::time::advance(Duration::from_secs(1)).await;
-    assert!(eventually(|| handle.stats().skipped_ticks >= 2).await, "{:?}", handle.stats());
-    assert_eq!(rec.len(), 1);
-    assert!(handle.stats().sample_failures >= 1);
-    gate.release();
-    assert!(eventually(|| rec.len() >= 2).await, "sampling resumes after release");
-    handle.shutdown(Duration::from_secs(5)).await.unwrap();
 }

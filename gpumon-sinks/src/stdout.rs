@@ -5,9 +5,12 @@
 //! ```text
 //! [14:03:07] GPU0 | Util: 40% | Mem: 12345/40960 MB | Temp: 45°C | Power: 78.0W | SM: 1980 MHz
 //! [14:03:07] GPU3 | LOST
+//! [14:03:08] SAMPLING FAILED: GPU backend unavailable: could not load libnvidia-ml.so.1: …
 //! [14:03:07] FINDING raised gpu 0 GPU-8f2… dataloader_starvation (warning): utilisation mean 31 %, min 2 % / max 96 % within the interval. Advice: raise the data loader's num_workers, …
 //! [14:05:17] FINDING cleared gpu 0 GPU-8f2… dataloader_starvation after 2m 10s: utilisation mean 88 %, min 80 % / max 95 % within the interval
 //! ```
+//! A `SAMPLING FAILED` line replaces the GPU lines of a tick whose sample failed (a
+//! sampling-failed snapshot, [`gpumon_core::SamplingState`]), with the reason.
 //! A `FINDING` line is printed when the diagnosis stage raises or clears a finding (a host-level
 //! one says `host` instead of `gpu N UUID`), with its evidence (for a clear: the numbers when it
 //! cleared) and, when raised, the advice.
@@ -320,6 +323,13 @@ pub fn format_step_line(out: &mut String, snapshot: &Snapshot, run: &RunSteps, r
 pub fn format_snapshot(out: &mut String, snapshot: &Snapshot, format: StdoutFormat) -> Result<(), serde_json::Error> {
     match format {
         StdoutFormat::Human => {
+            if let Some(reason) = snapshot.sampling_failure() {
+                push_clock(out, snapshot);
+                out.push_str(" SAMPLING FAILED: ");
+                // One line per tick, whatever the backend's message holds.
+                out.extend(reason.chars().map(|c| if c.is_control() { ' ' } else { c }));
+                out.push('\n');
+            }
             for device in &snapshot.devices {
                 format_human_line(out, snapshot, device);
                 out.push('\n');
@@ -418,6 +428,26 @@ mod tests {
         );
         assert_eq!(lines[1], "[14:03:07] GPU1/MIG2 | Util: n/a | Mem: n/a | Temp: n/a | Power: n/a");
         assert_eq!(lines[2], "[14:03:07] GPU3 | LOST");
+    }
+
+    #[test]
+    fn a_failed_sample_prints_one_line_saying_why_and_round_trips_in_json() {
+        let failed =
+            Snapshot::sampling_failed(Arc::new(SystemInfo::new("h", "nvml")), "GPU backend unavailable:\nno driver")
+                .with_taken_at(UNIX_EPOCH + Duration::from_secs(14 * 3600 + 3 * 60 + 8));
+        let mut out = String::new();
+        format_snapshot(&mut out, &failed, StdoutFormat::Human).unwrap();
+        assert_eq!(out, "[14:03:08] SAMPLING FAILED: GPU backend unavailable: no driver\n");
+        out.clear();
+        format_snapshot(&mut out, &failed, StdoutFormat::Json).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["sampling"]["failed"]["reason"], "GPU backend unavailable:\nno driver", "{out}");
+        assert_eq!(v["devices"].as_array().map(Vec::len), Some(0));
+        assert_eq!(serde_json::from_str::<Snapshot>(out.trim_end()).unwrap(), failed);
+        // Sampled data says nothing about sampling: the key is absent.
+        out.clear();
+        format_snapshot(&mut out, &snapshot(), StdoutFormat::Json).unwrap();
+        assert!(!out.contains("\"sampling\""), "{out}");
     }
 
     #[test]

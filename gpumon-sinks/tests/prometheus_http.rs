@@ -215,7 +215,21 @@ async fn hostile_clients_do_not_starve_scrapers() {
             idle.push(s);
         }
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Wait until the server has taken the crowd in: each connection it accepts beyond its 8
+    // slots evicts (closes) the oldest idle one, in accept order, so once all but the last 8
+    // are closed the crowd holds every slot.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let in_place = idle.len().saturating_sub(8);
+    for (i, s) in idle.iter_mut().take(in_place).enumerate() {
+        let mut buf = [0u8; 512];
+        loop {
+            match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+                Err(_) => panic!("idle connection {i} of {} was never evicted", idle.len()),
+                Ok(Ok(0) | Err(_)) => break,
+                Ok(Ok(_)) => {} // whatever the server said before closing it
+            }
+        }
+    }
     for _ in 0..5 {
         let started = Instant::now();
         scrape_ok(http.clone(), url.clone(), "kept-alive scraper among idle crowd").await;

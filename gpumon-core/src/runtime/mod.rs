@@ -15,6 +15,10 @@
 //! The sampler never waits for a sink: each sink has its own bounded queue that drops its *oldest*
 //! snapshot when full (for monitoring, the freshest data wins) and counts the loss. A sink that
 //! hangs, fails or panics only ever affects itself.
+//!
+//! A tick whose sample fails (no driver, a timeout, a panic in the backend) still reaches every
+//! sink, as a sampling-failed snapshot without devices ([`crate::SamplingState`]), so each sink
+//! can say "up 0" for the host; subscribers get sampled data only.
 
 mod queue;
 mod worker;
@@ -325,6 +329,7 @@ impl AgentBuilder {
             default_shutdown_deadline: self.default_shutdown_deadline,
             scheduled: self.scheduled,
             hostname: self.hostname.map(|name| HostOverride { name, last: None }),
+            last_system: None,
         };
         let handle = AgentHandle { control: control_tx, subscribers, telemetry };
         Ok((agent, handle))
@@ -400,6 +405,8 @@ pub struct Agent {
     default_shutdown_deadline: Duration,
     scheduled: bool,
     hostname: Option<HostOverride>,
+    /// The host facts of the last snapshot taken, for the sampling-failed snapshots that follow.
+    last_system: Option<Arc<SystemInfo>>,
 }
 
 /// [`AgentBuilder::hostname`]: the name, and the last backend `SystemInfo` with its patched copy.
@@ -510,9 +517,15 @@ impl Agent {
                     }
                 },
                 _ = ticker.tick(), if self.scheduled => {
-                    if let Ok(mut snapshot) = self.sample().await {
-                        self.process(&mut snapshot);
-                        self.publish(Arc::new(snapshot));
+                    match self.sample().await {
+                        Ok(mut snapshot) => {
+                            self.process(&mut snapshot);
+                            self.publish(Arc::new(snapshot));
+                        }
+                        Err(e) => {
+                            let marker = self.failure_snapshot(&e);
+                            self.push_to_sinks(&marker);
+                        }
                     }
                 }
             }
@@ -561,11 +574,12 @@ impl Agent {
                 if let Some(host) = &mut self.hostname {
                     host.apply(&mut snapshot.system);
                 }
+                self.last_system = Some(snapshot.system.clone());
                 self.seq += 1;
                 snapshot.seq = self.seq;
                 snapshot.taken_at = taken_at;
                 snapshot.duration = duration;
-                self.telemetry.sample_ok(duration, taken_at);
+                self.telemetry.sample_ok(duration, taken_at, metric_failures(&snapshot));
                 if std::mem::take(&mut self.failing) {
                     tracing::info!("sampling recovered");
                 }
@@ -600,7 +614,13 @@ impl Agent {
         }
     }
 
+    /// Sends a sampled snapshot to every sink and to the subscribers.
     fn publish(&self, snapshot: Arc<Snapshot>) {
+        self.push_to_sinks(&snapshot);
+        let _ = self.subscribers.send(snapshot);
+    }
+
+    fn push_to_sinks(&self, snapshot: &Arc<Snapshot>) {
         for slot in &self.sinks {
             // Never waits: a full queue drops its oldest entry, and the loss is counted here,
             // when it happens, not when a stuck sink eventually gets round to noticing.
@@ -608,7 +628,24 @@ impl Agent {
                 slot.status.update(|s| s.dropped += 1);
             }
         }
-        let _ = self.subscribers.send(snapshot);
+    }
+
+    /// What the sinks get for a tick whose sample failed: a sampling-failed snapshot
+    /// ([`Snapshot::sampling_failed`]) about the host as the last good snapshot named it (before
+    /// any: the host-name override or this host, and the sampler's name as backend), numbered
+    /// like the last snapshot taken, so the sampled snapshots' numbers stay contiguous.
+    /// Subscribers never get one (see [`AgentHandle::subscribe`]).
+    fn failure_snapshot(&mut self, error: &SampleError) -> Arc<Snapshot> {
+        let system = match &self.last_system {
+            Some(system) => system.clone(),
+            None => {
+                let host = self.hostname.as_ref().map_or_else(crate::hostname, |h| h.name.to_string());
+                let system = Arc::new(SystemInfo::new(host, self.sampler.name()));
+                self.last_system = Some(system.clone());
+                system
+            }
+        };
+        Arc::new(Snapshot::sampling_failed(system, error.to_string()).with_seq(self.seq))
     }
 
     async fn flush(&mut self, deadline: Deadline) -> Result<(), AgentError> {
@@ -616,10 +653,13 @@ impl Agent {
             self.process(&mut s);
             Arc::new(s)
         });
-        if let Ok(s) = &sampled {
-            let _ = self.subscribers.send(s.clone());
-        }
-        let snapshot = sampled.as_ref().ok().cloned();
+        let snapshot = match &sampled {
+            Ok(s) => {
+                let _ = self.subscribers.send(s.clone());
+                s.clone()
+            }
+            Err(e) => self.failure_snapshot(e),
+        };
         let outcome = self.ask_all(deadline, |reply| WorkerCommand::Flush { snapshot: snapshot.clone(), reply }).await;
         match (sampled, outcome) {
             (_, Err(e)) => Err(e),
@@ -683,6 +723,12 @@ impl Agent {
     }
 }
 
+/// Families that could not be read, one per device and family (as sinks export them: see
+/// [`MetricId::MetricFailure`](crate::MetricId::MetricFailure)).
+fn metric_failures(snapshot: &Snapshot) -> u64 {
+    snapshot.devices.iter().filter(|d| d.is_up()).map(|d| d.failed_families().count() as u64).sum()
+}
+
 /// The text of a panic payload (`&str` or `String`; empty otherwise).
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
@@ -725,6 +771,10 @@ impl AgentHandle {
     }
 
     /// A stream of every snapshot the agent takes. A slow receiver sees `Lagged` and skips ahead.
+    ///
+    /// Only sampled data: a tick whose sample fails sends nothing here (the sinks get a
+    /// sampling-failed snapshot, see [`SamplingState`](crate::SamplingState); [`Self::stats`]
+    /// says why sampling fails).
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Snapshot>> {
         self.subscribers.subscribe()
     }
@@ -748,7 +798,8 @@ impl AgentHandle {
     /// to export everything queued and flush. Sinks that finish are not held up by the rest.
     ///
     /// # Errors
-    /// [`AgentError::Sample`] if the sample failed (sinks are still flushed);
+    /// [`AgentError::Sample`] if the sample failed (sinks still get the sampling-failed
+    /// snapshot, see [`SamplingState`](crate::SamplingState), and are flushed);
     /// [`AgentError::Sinks`] listing sinks that failed; [`AgentError::Timeout`] listing sinks
     /// that did not finish in time (they are abandoned); [`AgentError::ShutDown`].
     pub async fn flush(&self, deadline: Duration) -> Result<(), AgentError> {

@@ -18,8 +18,9 @@ use super::SinkOptions;
 /// What the agent asks of a worker, outside the data queue (so it is never dropped when the queue
 /// overflows).
 pub(crate) enum WorkerCommand {
-    /// Export everything queued, then `snapshot` (if any), then flush.
-    Flush { snapshot: Option<Arc<Snapshot>>, reply: oneshot::Sender<Result<(), SinkError>> },
+    /// Export everything queued, then `snapshot` (the flush's own sample, or the
+    /// sampling-failed snapshot when it failed), then flush.
+    Flush { snapshot: Arc<Snapshot>, reply: oneshot::Sender<Result<(), SinkError>> },
     /// Export everything queued, flush, shut down, exit.
     Shutdown { reply: oneshot::Sender<Result<(), SinkError>> },
 }
@@ -72,10 +73,7 @@ impl Worker {
                 command = self.commands.recv() => match command {
                     Some(WorkerCommand::Flush { snapshot, reply }) => {
                         let drained = self.drain().await;
-                        let exported = match snapshot {
-                            Some(s) => self.export(s).await,
-                            None => Ok(()),
-                        };
+                        let exported = self.export(snapshot).await;
                         let flushed = self.call_flush().await;
                         // The caller learns about every failure of this flush, the export of the
                         // flush's own snapshot included: `--once` must not exit 0 when the only

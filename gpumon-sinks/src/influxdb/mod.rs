@@ -8,11 +8,13 @@
 //! # Schema
 //!
 //! One **wide line per GPU per snapshot** in the measurement `gpu` (configurable), with one field
-//! per metric, plus one line per label value for the three labelled families:
+//! per metric, plus one line per label value for the labelled families:
 //!
 //! | measurement | extra tag | fields | lines per GPU and snapshot |
 //! |---|---|---|---|
 //! | `gpu` | — | every unlabelled metric | 1 |
+//! | `gpu` | — (host tags only) | `up` = `0i` | one per snapshot whose sample failed (no driver, say), instead of the GPUs' lines |
+//! | `gpu_status` | `family` | `metric_failure` = `1i` (the family could not be read; `xid`: XID events not monitored) | one per failed family |
 //! | `gpu_xid` | `xid` (code) | `xid_errors`, `xid_last_seen_timestamp` | one per XID code seen |
 //! | `gpu_processes` | `pid` | `process_memory_used`, `process_sm_utilization`, … | one per process (opt-in family) |
 //! | `gpu_clock_events` | `reason` | `clock_event_active` (0/1) | one per reason (9) |
@@ -352,5 +354,43 @@ mod tests {
         let mut out = String::new();
         encode_snapshot(&s, &mut out);
         assert_eq!(out, "gpu,gpu=0,host=h,name=X,uuid=GPU-x up=0i 1000000000\n");
+    }
+
+    #[test]
+    fn a_failed_sample_writes_up_0_for_the_host_and_nothing_per_device() {
+        let at = UNIX_EPOCH + Duration::from_secs(1);
+        let failed = Snapshot::sampling_failed(Arc::new(SystemInfo::new("node 1", "nvml")), "NVML unavailable")
+            .with_taken_at(at);
+        let mut out = String::new();
+        let n = encode_snapshot(&failed, &mut out);
+        assert_eq!(out, "gpu,host=node\\ 1 up=0i 1000000000\n");
+        assert_eq!((n.lines, n.fields), (1, 1));
+        // Simulated data stays marked, even when it fails.
+        let mock = Snapshot::sampling_failed(Arc::new(SystemInfo::new("h", "mock")), "x").with_taken_at(at);
+        let mut out = String::new();
+        encode_snapshot(&mock, &mut out);
+        assert_eq!(out, "gpu,backend=mock,host=h up=0i 1000000000\n");
+    }
+
+    #[test]
+    fn a_family_that_cannot_be_read_is_written_once_as_metric_failure() {
+        use gpumon_core::{FailureReason, Family};
+        let mut d = DeviceSample::new(Arc::new(DeviceInfo::new(1, "GPU-y", "Y")));
+        d.record_failure(Family::Xid, FailureReason::Other("XID events not monitored".into()));
+        d.record_failure(Family::Ecc, FailureReason::NoPermission);
+        d.record_failure(Family::Ecc, FailureReason::Timeout);
+        let s = Snapshot::new(Arc::new(SystemInfo::new("h", "nvml")), vec![d])
+            .with_taken_at(UNIX_EPOCH + Duration::from_secs(1));
+        let mut out = String::new();
+        encode_snapshot(&s, &mut out);
+        let tags = "gpu=1,host=h,name=Y,uuid=GPU-y";
+        assert_eq!(
+            out.lines().collect::<Vec<_>>(),
+            [
+                format!("gpu,{tags} up=1i 1000000000"),
+                format!("gpu_status,{tags},family=xid metric_failure=1i 1000000000"),
+                format!("gpu_status,{tags},family=ecc metric_failure=1i 1000000000"),
+            ]
+        );
     }
 }

@@ -147,6 +147,7 @@ pub(crate) fn label_key(label: &'static str) -> Cow<'static, str> {
         // Derived series' labels (findings): spelled out only so no point allocates its key.
         "kind" => Cow::Borrowed("gpumon.kind"),
         "severity" => Cow::Borrowed("gpumon.severity"),
+        "family" => Cow::Borrowed("gpumon.family"),
         // A label added to the catalogue later lands in the extension namespace as well; the
         // generated docs table lists it, so the mapping stays visible.
         other => Cow::Owned(format!("gpumon.{other}")),
@@ -264,6 +265,17 @@ impl<'a> DerivedLabels<'a> {
     }
 }
 
+/// `hw.status` has one series per state, 1 for the current one: before a `hw.state=ok` series,
+/// the `hw.state=failed` one with the opposite value.
+fn status_complement<'a>(series: &Series<'a>, f: &mut impl FnMut(Series<'a>)) {
+    if series.id == MetricId::DeviceUp {
+        if let Some((key, _)) = series.attribute {
+            let up = series.value.as_f64() > 0.0;
+            f(Series { attribute: Some((key, FAILED_STATE)), value: Value::Int(u64::from(!up)), ..*series });
+        }
+    }
+}
+
 impl Plan {
     /// Visits every data point `snapshot` produces, in order, `hw.status`'s `failed`
     /// complement included (right before the `ok` series).
@@ -285,13 +297,7 @@ impl Plan {
                     derived: DerivedLabels::default(),
                     value: p.value,
                 };
-                if p.id == MetricId::DeviceUp {
-                    // hw.status: one series per state, 1 for the current one.
-                    if let Some((key, _)) = d.otel.attribute {
-                        let up = p.value.as_f64() > 0.0;
-                        f(Series { attribute: Some((key, FAILED_STATE)), value: Value::Int(u64::from(!up)), ..series });
-                    }
-                }
+                status_complement(&series, &mut f);
                 f(series);
             });
         }
@@ -305,7 +311,7 @@ impl Plan {
                 Some(i) => (i, cache.device(&snapshot.system, &snapshot.devices[i].info)),
                 None => (snapshot.devices.len(), host_base.clone()),
             };
-            f(Series {
+            let series = Series {
                 instrument: self.slot(p.id),
                 device,
                 base: &base,
@@ -314,7 +320,11 @@ impl Plan {
                 label: None,
                 derived: DerivedLabels { keys: d.labels, values: p.labels },
                 value: p.value,
-            });
+            };
+            // A sampling-failed snapshot's host-level `hw.status{hw.state=ok} 0` gets its
+            // `failed` complement too.
+            status_complement(&series, &mut f);
+            f(series);
         });
     }
 
@@ -534,6 +544,44 @@ mod tests {
         assert_eq!(attr(xid, "gpumon.xid").as_deref(), Some("79"));
         assert_eq!(xid.value, Value::Int(3));
         assert_eq!(enc.points, enc.by_instrument.iter().map(Vec::len).sum::<usize>());
+    }
+
+    #[test]
+    fn a_failed_sample_reports_the_host_failed_and_no_device() {
+        let plan = Plan::new();
+        let snap = Snapshot::sampling_failed(Arc::new(SystemInfo::new("h", "nvml")), "NVML unavailable");
+        let enc = plan.encode(&snap, &mut AttributeCache::default());
+        assert_eq!(enc.points, 2, "{:?}", enc.by_instrument);
+        let status = &enc.by_instrument[plan.slot(MetricId::DeviceUp)];
+        let by_state: HashMap<String, Value> = status
+            .iter()
+            .map(|o| {
+                // About the host (the resource names it): no device attribute at all.
+                assert_eq!(o.attributes.len(), 1, "{:?}", o.attributes);
+                (o.attributes[0].value.to_string(), o.value)
+            })
+            .collect();
+        assert_eq!(by_state["ok"], Value::Int(0));
+        assert_eq!(by_state["failed"], Value::Int(1));
+    }
+
+    #[test]
+    fn a_family_that_cannot_be_read_is_one_metric_failure_point() {
+        use gpumon_core::{FailureReason, Family};
+        let plan = Plan::new();
+        let mut gpu = DeviceSample::new(Arc::new(DeviceInfo::new(1, "GPU-y", "Y")));
+        gpu.record_failure(Family::Xid, FailureReason::Other("XID events not monitored".into()));
+        gpu.record_failure(Family::Xid, FailureReason::Timeout);
+        let snap = Snapshot::new(Arc::new(SystemInfo::default()), vec![gpu]);
+        let enc = plan.encode(&snap, &mut AttributeCache::default());
+        let index = plan.instruments.iter().position(|i| i.name == "gpumon.gpu.metric_failure").unwrap();
+        let failures = &enc.by_instrument[index];
+        assert_eq!(failures.len(), 1, "{failures:?}");
+        assert_eq!(failures[0].value, Value::Int(1));
+        let attr =
+            |k: &str| failures[0].attributes.iter().find(|kv| kv.key.as_str() == k).map(|kv| kv.value.to_string());
+        assert_eq!(attr("gpumon.family").as_deref(), Some("xid"));
+        assert_eq!(attr("hw.id").as_deref(), Some("GPU-y"));
     }
 
     #[test]

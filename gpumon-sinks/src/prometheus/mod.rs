@@ -54,10 +54,13 @@
 //! counter samples) are typed `unknown` so their names stay exactly the ones dashboards query.
 //!
 //! **Stale data.** Only devices in the latest snapshot are rendered, so a device that
-//! disappears stops being exported at once; a lost device renders only `gpumon_up 0`. And no
-//! frozen values: when the latest snapshot is older than three sampling intervals of the agent
-//! (at least 5 s; see [`default_stale_after`], or set [`PrometheusConfig::stale_after`]) —
-//! sampling hangs, or NVML became unavailable and every sample fails — no device series is
+//! disappears stops being exported at once; a lost device renders only `gpumon_up 0`. A tick
+//! whose sample failed (NVML unavailable, say: a sampling-failed snapshot,
+//! [`gpumon_core::SamplingState`]) renders no device series and one `gpumon_up` = 0 with only
+//! the host label, in the GPUs' `gpumon_up` family, so one alert on `gpumon_up == 0` covers both.
+//! And no frozen values: when the latest snapshot is older than three sampling intervals of the
+//! agent (at least 5 s; see [`default_stale_after`], or set [`PrometheusConfig::stale_after`]) —
+//! sampling hangs — no device series is
 //! rendered and `/health` answers `503` saying how old the data is; the self-metrics
 //! (`gpumon_last_sample_success`, `gpumon_last_sample_timestamp_seconds`, sample and sink
 //! counters) are still served, so alerts on them fire.
@@ -253,6 +256,9 @@ impl PrometheusHandle {
         let Some(snapshot) = self.shared.snapshot.load_full() else {
             return Err("no snapshot yet".to_owned());
         };
+        if let Some(reason) = snapshot.sampling_failure() {
+            return Err(format!("last sample failed: {reason}"));
+        }
         if let Some((max, why)) = self.stale_after(telemetry.as_deref()) {
             let age = SystemTime::now().duration_since(snapshot.taken_at).unwrap_or(Duration::ZERO);
             if age > max {

@@ -392,7 +392,8 @@ pub(crate) fn render(
     // The backend itself is down (NVML not loaded, sampling failing): a `gpumon_up 0` without
     // device labels, in the same family as the devices' `gpumon_up`, so that one alert on
     // `gpumon_up == 0` covers a lost GPU and a node whose GPUs cannot be read at all.
-    let backend_down = stats.as_ref().is_some_and(|st| !st.last_sample_ok && st.sample_failures > 0);
+    let backend_down = stats.as_ref().is_some_and(|st| !st.last_sample_ok && st.sample_failures > 0)
+        || fresh.is_some_and(|s| !s.sampling.is_ok());
     let down_line = backend_down.then(|| {
         let mut line = String::from(metric_header(MetricId::DeviceUp, format, opts.naming).0.sample);
         let common = common_labels(snapshot, opts);
@@ -519,8 +520,12 @@ fn render_derived(
     counts.fill(0);
     let mut any = false;
     snap.visit_derived(|p| {
-        counts[p.id as usize] += 1;
-        any = true;
+        // A sampling-failed snapshot's `up 0` is `render`'s backend-down line, which joins the
+        // devices' `gpumon_up` family; a second family of that name would be invalid.
+        if p.id != MetricId::DeviceUp {
+            counts[p.id as usize] += 1;
+            any = true;
+        }
     });
     if !any {
         return;
@@ -697,6 +702,13 @@ const SELF_METRICS: &[(&str, &str, &str, Option<&str>, &str)] = &[
         None,
         "Sink failures since its last success.",
     ),
+    (
+        "gpumon_last_sample_metric_failures",
+        "gpumon_last_sample_metric_failures",
+        "gauge",
+        None,
+        "Metric families that could not be read at the last successful sample, one per GPU and family (gpumon_metric_failure says which).",
+    ),
 ];
 
 fn self_header(i: usize, format: Format) -> FamilyHeader<'static> {
@@ -756,7 +768,9 @@ fn render_self(
                 write_header(out, &self_header(2, format));
                 line(out, 2, None, secs(t));
             }
-            for (i, v) in [(3, st.samples_taken), (4, st.sample_failures), (5, st.skipped_ticks)] {
+            for (i, v) in
+                [(3, st.samples_taken), (4, st.sample_failures), (5, st.skipped_ticks), (10, st.metric_failures)]
+            {
                 write_header(out, &self_header(i, format));
                 line(out, i, None, v as f64);
             }
@@ -773,8 +787,9 @@ fn render_self(
             }
         }
         None => {
-            // No agent attached (an embedder feeding snapshots itself): what the snapshot says.
-            if let Some(s) = snapshot {
+            // No agent attached (an embedder feeding snapshots itself): what the snapshot says
+            // (a sampling-failed one took no sample to time).
+            if let Some(s) = snapshot.filter(|s| s.sampling.is_ok()) {
                 write_header(out, &self_header(1, format));
                 line(out, 1, None, s.duration.as_secs_f64());
                 write_header(out, &self_header(2, format));

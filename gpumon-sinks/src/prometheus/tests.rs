@@ -4,8 +4,8 @@ use std::collections::HashSet;
 use std::time::UNIX_EPOCH;
 
 use gpumon_core::{
-    ClockEventReasons, DeviceInfo, DeviceSample, Diagnosis, Finding, FindingCount, FindingKind, MetricId, MigInfo,
-    ProcessSample, Severity, SystemInfo, WindowStats, XidCount,
+    ClockEventReasons, DeviceInfo, DeviceSample, Diagnosis, FailureReason, Family, Finding, FindingCount, FindingKind,
+    MetricId, MigInfo, ProcessSample, Severity, SystemInfo, WindowStats, XidCount,
 };
 use proptest::prelude::*;
 
@@ -278,6 +278,11 @@ fn every_family_has_help_and_type_in_every_format() {
     let mut devices: Vec<DeviceSample> = (0..8).map(|i| full_device(i, "NVIDIA H100 80GB HBM3")).collect();
     // A runtime-suspended GPU carries only `up` and `suspended`.
     devices.push(DeviceSample::suspended(full_device(8, "NVIDIA H100 80GB HBM3").info));
+    // A GPU whose XID events are not monitored: no XID series, a `metric_failure` instead.
+    let mut unwatched = full_device(9, "NVIDIA H100 80GB HBM3");
+    unwatched.xid_errors.clear();
+    unwatched.record_failure(Family::Xid, FailureReason::Other("XID events not monitored".into()));
+    devices.push(unwatched);
     let mut snap = Snapshot::new(Arc::new(system()), devices);
     snap.diagnosis = Some(diagnosis(&[
         (FindingKind::NearOom, Severity::Warning, Some((2, "GPU-00000002-1111-2222-3333-444444444444"))),
@@ -827,20 +832,36 @@ impl gpumon_core::Sampler for NoDriver {
 async fn a_failing_backend_exports_gpumon_up_0_and_no_device_series() {
     let sink = PrometheusSink::builder().build().unwrap();
     let h = sink.handle();
-    let agent = gpumon_core::Agent::builder(NoDriver).scheduled(false).sink(sink).spawn().unwrap();
+    let agent = gpumon_core::Agent::builder(NoDriver).scheduled(false).hostname("node-9").sink(sink).spawn().unwrap();
     // Before the first sample nothing is known: no `gpumon_up` at all.
     assert!(!h.render(Format::Text).contains("gpumon_up"));
     assert!(agent.flush(Duration::from_secs(5)).await.is_err());
+    // The sink got the tick's sampling-failed snapshot: the host, and why.
+    let stored = h.snapshot().expect("the failed tick reached the sink");
+    assert!(stored.sampling_failure().is_some_and(|r| r.contains("libnvidia-ml.so.1")), "{stored:?}");
+    assert_eq!((stored.system.hostname.as_str(), stored.system.backend.as_str()), ("node-9", "nvml"));
     for format in [Format::Text, Format::OpenMetrics] {
         let text = h.render(format);
         check_structure(&text, format);
         let lines = series(&text);
-        assert!(lines.contains(&"gpumon_up 0"), "{text}");
-        assert!(lines.contains(&"gpumon_last_sample_success 0"), "{text}");
+        let up: Vec<_> = lines.iter().filter(|l| l.starts_with("gpumon_up")).collect();
+        assert_eq!(up, [&"gpumon_up{host=\"node-9\"} 0"], "{text}");
+        assert!(lines.contains(&"gpumon_last_sample_success{host=\"node-9\"} 0"), "{text}");
         assert!(!text.contains("uuid=") && !text.contains("gpu=\""), "device series: {text}");
     }
     assert!(h.health().is_err());
     agent.shutdown(Duration::from_secs(5)).await.unwrap();
+
+    // Without an agent's telemetry (an embedder storing snapshots, remote write's encoder) the
+    // snapshot alone says it: same line, and `/health` fails with the reason.
+    let h = PrometheusSink::builder().build().unwrap().handle();
+    h.store(Arc::new(Snapshot::sampling_failed(Arc::new(system()), "no driver")));
+    let text = h.render(Format::Text);
+    assert_eq!(
+        series(&text).iter().filter(|l| l.starts_with("gpumon_up")).collect::<Vec<_>>(),
+        [&"gpumon_up{host=\"node-1\"} 0"]
+    );
+    assert_eq!(h.health(), Err("last sample failed: no driver".to_owned()));
 
     // With (still fresh) device series from before the failure, the line joins their family.
     let sink = PrometheusSink::builder().stale_after(Duration::from_secs(3600)).build().unwrap();
@@ -856,4 +877,49 @@ async fn a_failing_backend_exports_gpumon_up_0_and_no_device_series() {
         assert_eq!(up[3], "gpumon_up{host=\"node-1\"} 0", "{text}");
     }
     agent.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+/// One GPU whose XID events cannot be watched, as the NVML backend reports it.
+struct XidUnwatched;
+
+impl gpumon_core::Sampler for XidUnwatched {
+    fn name(&self) -> &str {
+        "nvml"
+    }
+
+    fn sample(&self, _: &gpumon_core::SampleRequest) -> Result<Snapshot, gpumon_core::SampleError> {
+        let mut gpu = DeviceSample::new(Arc::new(DeviceInfo::new(0, "GPU-aaaa", "NVIDIA H100")));
+        gpu.utilization.gpu = Some(0.5);
+        let reason = "XID events not monitored: nvmlDeviceRegisterEvents failed: Not Supported";
+        gpu.record_failure(Family::Xid, FailureReason::Other(reason.into()));
+        gpu.record_failure(Family::Xid, FailureReason::Other(reason.into()));
+        Ok(Snapshot::new(Arc::new(SystemInfo::new("node-1", "nvml")), vec![gpu]))
+    }
+}
+
+#[tokio::test]
+async fn a_gpu_whose_xids_are_not_watched_exports_metric_failure_and_a_self_metric() {
+    for (naming, device) in [
+        (Naming::Native, r#"gpu="0",uuid="GPU-aaaa",host="node-1""#),
+        (Naming::Dcgm, r#"gpu="0",UUID="GPU-aaaa",device="nvidia0",modelName="NVIDIA H100",Hostname="node-1""#),
+    ] {
+        let sink = PrometheusSink::builder().naming(naming).build().unwrap();
+        let h = sink.handle();
+        let agent = gpumon_core::Agent::builder(XidUnwatched).scheduled(false).sink(sink).spawn().unwrap();
+        agent.flush(Duration::from_secs(5)).await.unwrap();
+        assert_eq!(agent.stats().metric_failures, 1, "one GPU, one family");
+        for format in [Format::Text, Format::OpenMetrics] {
+            let text = h.render(format);
+            check_structure(&text, format);
+            let lines = series(&text);
+            let failures: Vec<_> = lines.iter().filter(|l| l.starts_with("gpumon_metric_failure")).collect();
+            assert_eq!(failures, [&format!("gpumon_metric_failure{{{device},family=\"xid\"}} 1")], "{text}");
+            let host = if naming == Naming::Native { "host" } else { "Hostname" };
+            assert!(
+                lines.contains(&format!("gpumon_last_sample_metric_failures{{{host}=\"node-1\"}} 1").as_str()),
+                "{text}"
+            );
+        }
+        agent.shutdown(Duration::from_secs(5)).await.unwrap();
+    }
 }

@@ -256,6 +256,18 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_sample_pushes_up_0_for_the_host_only() {
+        let mut failed = Snapshot::sampling_failed(Arc::new(SystemInfo::new("node-1", "nvml")), "no driver");
+        failed.taken_at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        let mut enc = Encoder::new(RenderOptions::default(), []);
+        let mut out = Vec::new();
+        assert_eq!(enc.encode_snapshot(&failed, &mut out), 1);
+        let req = decode(&out);
+        assert_eq!(pairs(&req.timeseries[0]), [("__name__", "gpumon_up"), ("host", "node-1")]);
+        assert_eq!(req.timeseries[0].samples, [Sample { value: 0.0, timestamp: 1_700_000_000_123 }]);
+    }
+
+    #[test]
     fn dcgm_naming_sorts_upper_case_first_and_external_labels_do_not_override() {
         let opts = RenderOptions { naming: Naming::Dcgm, ..RenderOptions::default() };
         let mut enc = Encoder::new(opts, [("Hostname".to_owned(), "other".to_owned())]);

@@ -133,6 +133,8 @@ async fn a_400_is_not_retried_and_its_message_is_kept() {
     let mut sink = RemoteWriteSink::from_config(&config(&server.url)).unwrap();
     sink.export(snapshot(1000)).await.unwrap();
     sink.flush().await.unwrap(); // refused and dropped: nothing left to send
+                                 // Proves a retry does *not* happen: with retry_initial 10 ms and retry_max 50 ms, a retrying
+                                 // writer would have sent again several times within 200 ms.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(server.requests(), 1, "no retry after a 400");
     let stats = sink.stats();
@@ -155,6 +157,8 @@ async fn retry_after_is_honoured() {
     assert!(sink.flush().await.unwrap_err().to_string().contains("429"));
     let e = sink.flush().await.unwrap_err().to_string();
     assert!(e.contains("Retry-After"), "{e}");
+    // Proves the writer does *not* retry before the 30 s the server asked for: its own backoff
+    // (at most 50 ms here) would have sent again several times within 200 ms.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(server.requests(), 1);
 }

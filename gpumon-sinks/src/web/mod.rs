@@ -7,7 +7,7 @@
 //! | path | what |
 //! |---|---|
 //! | `/` | the page: a card per GPU (`data-gpu-uuid`), live charts (utilisation, memory, power, temperature, SM clock), host summary, findings with advice, processes, training steps, a banner for simulated data |
-//! | `/api/snapshot` | the latest snapshot, JSON (as `gpumon_core::Snapshot` serialises) |
+//! | `/api/snapshot` | the latest snapshot, JSON (as `gpumon_core::Snapshot` serialises); 503 before the first and while the last sample failed |
 //! | `/api/history?seconds=N` | charted values of the last N seconds (default 300), from a ring of [`WebConfig::history`] samples |
 //! | `/api/stream` | `text/event-stream`: the latest snapshot at once, then one `snapshot` event per tick |
 //!

@@ -153,6 +153,12 @@ async fn only_get_and_head_and_clear_errors() {
     let back: Snapshot = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(back.seq, 7);
     assert_eq!(back.devices[0].info.name, "Test GPU");
+    // A tick whose sample failed: no GPU data to serve, and why.
+    h.publish(Arc::new(Snapshot::sampling_failed(Arc::new(SystemInfo::new("node-1", "nvml")), "no driver")));
+    let r = get(addr, "/api/snapshot").await;
+    assert_eq!(r.status, 503);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["error"], "last sample failed: no driver");
 }
 
 #[test]

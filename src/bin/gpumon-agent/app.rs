@@ -138,8 +138,9 @@ pub struct Cli {
     /// PEM CA certificate(s) to trust for an https:// OTLP endpoint (instead of the system's).
     #[arg(long, value_name = "FILE")]
     pub otlp_ca_file: Option<PathBuf>,
-    /// Host name for the `host` label/tag (default: GPUMON_HOST, else NODE_NAME — the Kubernetes
-    /// Downward API convention —, else the system's host name).
+    /// Host name for the `host` label/tag, OTLP's `host.name` and the Pushgateway's `instance`
+    /// (default: GPUMON_HOST, else NODE_NAME — the Kubernetes Downward API convention —, else the
+    /// system's host name).
     #[arg(long, env = "GPUMON_HOST", value_name = "NAME")]
     pub host: Option<String>,
     /// Log filter (RUST_LOG syntax), e.g. info, debug, gpumon_core=debug.

@@ -10,7 +10,8 @@ use crate::config::FileConfig;
 pub const STDOUT: &str = "stdout";
 
 /// What the sinks must say about the data beyond each snapshot: most sinks read both from the
-/// snapshot itself; OTLP puts them on its resource, which is fixed when the sink is built.
+/// snapshot itself; OTLP puts them on its resource and the Pushgateway the host in its group's
+/// `instance`, both fixed when the sink is built.
 #[derive(Clone, Copy, Debug)]
 pub struct Marks<'a> {
     /// `--backend mock`: the data is simulated.
@@ -31,8 +32,8 @@ macro_rules! feature_missing {
 
 /// Every sink the configuration asks for; stdout when nothing else is.
 pub async fn build(cli: &Cli, file: &FileConfig, marks: Marks<'_>) -> Result<Vec<Box<dyn Sink>>, ConfigError> {
-    #[cfg(not(feature = "otlp"))]
-    let _ = marks; // only the OTLP resource needs them
+    #[cfg(not(any(feature = "otlp", feature = "pushgateway")))]
+    let _ = marks; // only the OTLP resource and the Pushgateway group need them
     let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
 
     // --- Prometheus scrape endpoint ------------------------------------------------------------
@@ -71,6 +72,11 @@ pub async fn build(cli: &Cli, file: &FileConfig, marks: Marks<'_>) -> Result<Vec
             }
             if let Some(ca) = &cli.pushgateway_ca_file {
                 cfg.tls.ca_file = Some(ca.clone());
+            }
+            // The group's `instance` (this host's name unless configured) is the host label of
+            // everything pushed: `--host` sets it like every other sink's.
+            if let Some(host) = marks.host {
+                cfg.grouping.entry("instance".to_owned()).or_insert_with(|| host.to_owned());
             }
             let sink = PushgatewaySink::from_config(&cfg).map_err(|e| ConfigError(format!("pushgateway: {e}")))?;
             sinks.push(Box::new(sink));

@@ -150,6 +150,8 @@ function host(s) {
     ["busy", n ? (s.devices.filter((d) => (d.utilization?.gpu || 0) > 0.05).length + " of " + n) : null],
     ["power", n ? s.devices.reduce((a, d) => a + (d.power?.usage_watts || 0), 0).toFixed(0) + " W" : null],
     ["sample", "#" + s.seq + " at " + new Date((s.taken_at || 0) / 1e6).toLocaleTimeString()],
+    // A tick whose sample failed carries no GPUs, only why (the cards keep their last values).
+    ["sampling", s.sampling?.failed ? "FAILED: " + s.sampling.failed.reason : null],
   ];
   for (const [k, v] of rows) {
     if (v == null || v === "") continue;
