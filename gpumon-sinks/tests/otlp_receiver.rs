@@ -503,6 +503,12 @@ fn fleet_has_every_metric() {
     DeviceSample::suspended(snap.devices[0].info.clone()).visit_points(|p| {
         seen.insert(p.id);
     });
+    // Nor is a family that cannot be read (its `metric_failure` series).
+    let mut unwatched = snap.devices[0].clone();
+    unwatched.record_failure(gpumon_core::Family::Xid, gpumon_core::FailureReason::Other("not monitored".into()));
+    unwatched.visit_points(|p| {
+        seen.insert(p.id);
+    });
     let missing: Vec<MetricId> = MetricId::ALL.iter().copied().filter(|id| !seen.contains(id)).collect();
     assert!(missing.is_empty(), "the test fleet lacks {missing:?}");
     let _ = DeviceSample::default();

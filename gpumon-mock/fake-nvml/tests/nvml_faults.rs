@@ -165,6 +165,11 @@ fn gpu_whose_xid_events_cannot_be_registered_reads_as_not_monitored() {
     assert!(reason.contains("not monitored") && reason.contains("nvmlDeviceRegisterEvents"), "{reason}");
     assert!(snap.devices[1].xid_errors.is_empty());
     assert!(snap.devices[1].is_up(), "the GPU itself is fine");
+    // What every sink exports for it: one `metric_failure` point, labelled `xid`.
+    let exported: Vec<_> =
+        snap.devices[1].points().into_iter().filter(|p| p.id == gpumon_core::MetricId::MetricFailure).collect();
+    assert_eq!(exported.len(), 1, "{exported:?}");
+    assert_eq!(exported[0].label, Some(gpumon_core::LabelValue::Str("xid")));
     for (i, d) in snap.devices.iter().enumerate().filter(|(i, _)| *i != 1) {
         assert_eq!(xid_failure(d), None, "GPU {i} is watched");
     }
