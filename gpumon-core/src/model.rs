@@ -367,6 +367,17 @@ impl DeviceSample {
 
     /// The families in [`Self::errors`], each once, in the order they first failed: what is
     /// "not monitored" on this device this tick.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use gpumon_core::{DeviceInfo, DeviceSample, FailureReason, Family};
+    ///
+    /// let mut gpu = DeviceSample::new(Arc::new(DeviceInfo::new(0, "GPU-1", "H100")));
+    /// gpu.record_failure(Family::Xid, FailureReason::Other("XID events not monitored".into()));
+    /// gpu.record_failure(Family::Ecc, FailureReason::NoPermission);
+    /// gpu.record_failure(Family::Xid, FailureReason::Timeout);
+    /// assert_eq!(gpu.failed_families().collect::<Vec<_>>(), [Family::Xid, Family::Ecc]);
+    /// ```
     pub fn failed_families(&self) -> impl Iterator<Item = Family> + '_ {
         let errors = &self.errors;
         errors
