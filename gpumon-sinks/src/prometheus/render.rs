@@ -14,7 +14,10 @@ use std::fmt::Write as _;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use gpumon_core::{AgentStats, DeviceSample, LabelValue, MetricId, MetricKind, Snapshot, SystemInfo, Telemetry, Value};
+use gpumon_core::attribution::OwnerLabels;
+use gpumon_core::{
+    AgentStats, DeviceSample, Family, LabelValue, MetricId, MetricKind, Snapshot, SystemInfo, Telemetry, Value,
+};
 
 use super::Naming;
 
@@ -356,6 +359,19 @@ fn device_labels(out: &mut String, dev: &DeviceSample, system: &SystemInfo, opts
     }
 }
 
+/// The owner labels ([`gpumon_core::attribution`]) of a device's or a process's series, after
+/// the device labels: `namespace`, `pod`, `container`, `user` in native naming; in dcgm naming
+/// dcgm-exporter's pod labels `namespace`, `pod`, `container` only (dcgm-exporter has no user
+/// label). Absent labels are not written.
+fn owner_labels(out: &mut String, first: &mut bool, labels: OwnerLabels<'_>, naming: Naming) {
+    for (key, value) in labels.pairs() {
+        if naming == Naming::Dcgm && key == "user" {
+            continue;
+        }
+        push_label(out, first, key, value);
+    }
+}
+
 /// `backend="mock"` on every series of simulated data, so that mock values can never pass for a
 /// GPU's in a query or on a dashboard; real (NVML) series carry no such label.
 fn mock_label(out: &mut String, first: &mut bool, system: &SystemInfo) {
@@ -426,12 +442,17 @@ pub(crate) fn render(
 fn render_devices(out: &mut String, snap: &Snapshot, opts: &RenderOptions, format: Format, down_line: Option<&str>) {
     let system = &*snap.system;
 
-    // Label prefixes, one per device, in one buffer.
+    // Label prefixes, one per device, in one buffer: the device's identity, then its owners.
+    // A process series takes the identity part only and adds its own process's owner.
     let mut labels = String::with_capacity(snap.devices.len() * 96);
     let mut spans = Vec::with_capacity(snap.devices.len());
+    let mut identity_ends = Vec::with_capacity(snap.devices.len());
     for dev in &snap.devices {
         let start = labels.len();
         device_labels(&mut labels, dev, system, opts);
+        identity_ends.push(labels.len());
+        let mut first = labels.len() == start;
+        owner_labels(&mut labels, &mut first, dev.owner_labels(), opts.naming);
         spans.push(start..labels.len());
     }
 
@@ -471,11 +492,24 @@ fn render_devices(out: &mut String, snap: &Snapshot, opts: &RenderOptions, forma
         let (header, scale) = metric_header(id, format, opts.naming);
         write_header(out, &header);
         let label_key = id.descriptor().label;
+        let per_process = id.family() == Family::Processes;
         for &idx in &order[k..k + n] {
             let e = &entries[idx as usize];
             out.push_str(header.sample);
             out.push('{');
-            out.push_str(&labels[spans[e.device as usize].clone()]);
+            let span = spans[e.device as usize].clone();
+            match (per_process, e.label) {
+                (true, Some(LabelValue::Int(pid))) => {
+                    let identity = span.start..identity_ends[e.device as usize];
+                    let mut first = identity.is_empty();
+                    out.push_str(&labels[identity]);
+                    let process = u32::try_from(pid).ok().and_then(|pid| snap.devices[e.device as usize].process(pid));
+                    if let Some(process) = process {
+                        owner_labels(out, &mut first, process.owner_labels(), opts.naming);
+                    }
+                }
+                _ => out.push_str(&labels[span]),
+            }
             if let (Some(key), Some(v)) = (label_key, e.label) {
                 out.push(',');
                 out.push_str(key);
