@@ -460,7 +460,12 @@ mod tests {
         // JSON carries the owners themselves.
         out.clear();
         format_snapshot(&mut out, &snap, StdoutFormat::Json).unwrap();
-        assert!(out.contains(r#""owners":[{"namespace":"team-a","pod":"train-0"},{"container":"0123456789ab","user":"alice"}]"#), "{out}");
+        assert!(
+            out.contains(
+                r#""owners":[{"namespace":"team-a","pod":"train-0"},{"container":"0123456789ab","user":"alice"}]"#
+            ),
+            "{out}"
+        );
     }
 
     #[test]

@@ -366,15 +366,8 @@ impl LineProtocolEncoder {
     /// namespace=…,pod=…,user=…,uuid=…` (keys in sorted order, which InfluxDB indexes fastest;
     /// `backend` only for simulated data; the owner tags `container`, `namespace`, `pod`, `user`
     /// only with attribution on), then the extra tags. Empty values are left out.
-    fn write_device_tags(
-        &self,
-        out: &mut String,
-        host: &str,
-        mock: bool,
-        info: &DeviceInfo,
-        owners: OwnerLabels<'_>,
-    ) {
-        let mut tag = |out: &mut String, key: &str, value: Option<&str>| {
+    fn write_device_tags(&self, out: &mut String, host: &str, mock: bool, info: &DeviceInfo, owners: OwnerLabels<'_>) {
+        let tag = |out: &mut String, key: &str, value: Option<&str>| {
             if let Some(v) = value.filter(|v| !v.is_empty()) {
                 out.push(',');
                 out.push_str(key);

@@ -247,7 +247,10 @@ mod tests {
                 r"gpu_processes,container=0123456789ab,gpu=3,host=node\ 1,{mig},user=alice,uuid=MIG-abc,pid=4242 process_memory_used=1000i,process_sm_utilization=0.25 1700000000123456789"
             )
         );
-        assert!(lines.contains(&r"gpu_processes,host=node\ 1,source=proc attribution_failures=4i 1700000000123456789"), "{out}");
+        assert!(
+            lines.contains(&r"gpu_processes,host=node\ 1,source=proc attribution_failures=4i 1700000000123456789"),
+            "{out}"
+        );
         // Without attribution, no owner tag at all.
         out.clear();
         encode_snapshot(&snapshot(), &mut out);

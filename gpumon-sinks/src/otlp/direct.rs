@@ -953,7 +953,12 @@ mod tests {
         assert_eq!(back, n1);
     }
 
-    fn owner(ns: Option<&str>, pod: Option<&str>, container: Option<&str>, user: Option<&str>) -> gpumon_core::attribution::SharedOwner {
+    fn owner(
+        ns: Option<&str>,
+        pod: Option<&str>,
+        container: Option<&str>,
+        user: Option<&str>,
+    ) -> gpumon_core::attribution::SharedOwner {
         let mut o = gpumon_core::attribution::Owner::default();
         o.namespace = ns.map(Into::into);
         o.pod = pod.map(Into::into);

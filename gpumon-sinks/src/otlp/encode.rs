@@ -249,9 +249,10 @@ impl AttributeCache {
     /// owners did. (`None` cannot happen: the entry is inserted first if missing.)
     fn entry(&mut self, system: &SystemInfo, device: &DeviceSample) -> Option<&mut CachedDevice> {
         let info = &device.info;
-        let fresh = self.devices.get(&info.uuid).is_some_and(|c| {
-            (Arc::ptr_eq(&c.info, info) || *c.info == **info) && c.driver == system.driver_version
-        });
+        let fresh = self
+            .devices
+            .get(&info.uuid)
+            .is_some_and(|c| (Arc::ptr_eq(&c.info, info) || *c.info == **info) && c.driver == system.driver_version);
         if !fresh {
             let identity = device_attributes(system, info);
             let cached = CachedDevice {

@@ -932,7 +932,9 @@ fn dcgm_naming_uses_dcgm_exporters_pod_labels_and_no_user() {
     assert!(!text.contains("user="), "{text}");
     assert!(
         lines.iter().any(|l| l.starts_with("gpumon_process_memory_used_bytes{")
-            && l.ends_with(r#"Hostname="node-1",DCGM_FI_DRIVER_VERSION="570.86.15",container="0123456789ab",pid="10"} 1073741824"#)),
+            && l.ends_with(
+                r#"Hostname="node-1",DCGM_FI_DRIVER_VERSION="570.86.15",container="0123456789ab",pid="10"} 1073741824"#
+            )),
         "{text}"
     );
 }
