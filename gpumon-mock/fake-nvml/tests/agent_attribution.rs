@@ -122,7 +122,7 @@ fn my_user() -> Option<String> {
     })
 }
 
-fn line_of<'a>(series: &'a [String], pid: u32) -> &'a str {
+fn line_of(series: &[String], pid: u32) -> &str {
     series.iter().find(|l| l.contains(&format!("pid=\"{pid}\""))).unwrap()
 }
 

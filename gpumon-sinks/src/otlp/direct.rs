@@ -1007,7 +1007,7 @@ mod tests {
             ("k8s.pod.name", "train-0"),
             ("user.name", "root"),
         ]);
-        assert_eq!(owner_attrs(&r, "hw.gpu.utilization"), [device.clone()]);
+        assert_eq!(owner_attrs(&r, "hw.gpu.utilization"), [device]);
         assert_eq!(
             owner_attrs(&r, "gpumon.gpu.process.memory.usage"),
             [pairs(&[("process.pid", "42"), ("user.name", "root")])]
@@ -1017,8 +1017,8 @@ mod tests {
         // and process attributes are rebuilt, not reused.
         let r = direct.request_of(&plan, &mut cache, &snap(vec![docker.clone()], Some(docker.clone())));
         let outside = pairs(&[("container.id", "0123456789ab"), ("user.name", "alice")]);
-        assert_eq!(owner_attrs(&r, "hw.gpu.utilization"), [outside.clone()]);
         let mut process = outside.clone();
+        assert_eq!(owner_attrs(&r, "hw.gpu.utilization"), [outside]);
         process.insert(1, ("process.pid".to_owned(), "42".to_owned()));
         assert_eq!(owner_attrs(&r, "gpumon.gpu.process.memory.usage"), [process]);
 

@@ -197,9 +197,11 @@ struct CachedDevice {
     identity: Vec<KeyValue>,
     /// Identity plus the merged owner attributes: what every device point carries.
     attrs: Arc<[KeyValue]>,
-    /// pid → (its owner, identity plus that owner's attributes, the walk that last used it).
-    processes: HashMap<u32, (Option<SharedOwner>, Arc<[KeyValue]>, u64)>,
+    processes: HashMap<u32, CachedProcess>,
 }
+
+/// pid → (its owner, identity plus that owner's attributes, the walk that last used it).
+type CachedProcess = (Option<SharedOwner>, Arc<[KeyValue]>, u64);
 
 fn same_owners(a: &[SharedOwner], b: &[SharedOwner]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(a, b)| Arc::ptr_eq(a, b) || **a == **b)
