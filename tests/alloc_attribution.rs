@@ -4,7 +4,7 @@
 //!
 //! A counting global allocator counts the allocations of the *current thread* only (a
 //! thread-local counter), as in tests/alloc_steady.rs.
-#![cfg(all(feature = "stdout", feature = "influxdb", feature = "otlp"))]
+#![cfg(all(feature = "stdout", feature = "prometheus", feature = "influxdb", feature = "otlp"))]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -15,6 +15,7 @@ use gpumon::core::attribution::{AttributionConfig, Owner};
 use gpumon::core::{DeviceFilter, MetricSet, Processor, SampleRequest, Sampler, Snapshot};
 use gpumon::sinks::influxdb::LineProtocolEncoder;
 use gpumon::sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};
+use gpumon::sinks::prometheus::{Format, PrometheusSink};
 use gpumon::sinks::stdout::{format_snapshot, StdoutFormat};
 use gpumon_mock::MockSampler;
 
@@ -192,4 +193,17 @@ fn encoders_allocate_nothing_per_tick_with_owner_labels() {
         assert!(otlp.encode_request(s).is_some_and(|b| !b.is_empty()));
     });
     assert_eq!(per_tick, 0.0, "OTLP request (direct pipeline)");
+
+    // A scrape keeps the few allocations it has without owners (tests/alloc_steady.rs): the
+    // owner labels go into the same per-scrape label buffer.
+    let prom = PrometheusSink::builder().build().unwrap();
+    let handle = prom.handle();
+    let mut buf = String::new();
+    let per_scrape = steady(&snaps, |s| {
+        handle.store(s.clone());
+        buf.clear();
+        handle.render_to(&mut buf, Format::Text);
+    });
+    assert!(buf.contains(",pod=\"train-0\","), "{buf}");
+    assert!(per_scrape <= 12.0, "{per_scrape} allocations per scrape with owner labels");
 }

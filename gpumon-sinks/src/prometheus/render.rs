@@ -437,6 +437,27 @@ pub(crate) fn render(
     }
 }
 
+/// Where one device's labels sit in the shared label buffer: its identity labels from `start`
+/// to `identity`, then its owner labels to `end`.
+#[derive(Clone, Copy)]
+struct Span {
+    start: usize,
+    identity: usize,
+    end: usize,
+}
+
+impl Span {
+    /// Identity and owners: the labels of every series of the device.
+    fn all(self) -> std::ops::Range<usize> {
+        self.start..self.end
+    }
+
+    /// Identity only: the prefix of a process series, which adds its own process's owner.
+    fn identity(self) -> std::ops::Range<usize> {
+        self.start..self.identity
+    }
+}
+
 /// Renders every device family; `down_line` (the backend-down `gpumon_up 0`) goes into the
 /// `gpumon_up` family, which every device has.
 fn render_devices(out: &mut String, snap: &Snapshot, opts: &RenderOptions, format: Format, down_line: Option<&str>) {
@@ -444,16 +465,18 @@ fn render_devices(out: &mut String, snap: &Snapshot, opts: &RenderOptions, forma
 
     // Label prefixes, one per device, in one buffer: the device's identity, then its owners.
     // A process series takes the identity part only and adds its own process's owner.
-    let mut labels = String::with_capacity(snap.devices.len() * 96);
+    // Room for the identity (~96 bytes), and the owner labels when attribution is on, so that
+    // the buffer is allocated once per scrape.
+    let per_device = if snap.devices.iter().any(|d| !d.owners.is_empty()) { 224 } else { 96 };
+    let mut labels = String::with_capacity(snap.devices.len() * per_device);
     let mut spans = Vec::with_capacity(snap.devices.len());
-    let mut identity_ends = Vec::with_capacity(snap.devices.len());
     for dev in &snap.devices {
         let start = labels.len();
         device_labels(&mut labels, dev, system, opts);
-        identity_ends.push(labels.len());
-        let mut first = labels.len() == start;
+        let identity = labels.len();
+        let mut first = identity == start;
         owner_labels(&mut labels, &mut first, dev.owner_labels(), opts.naming);
-        spans.push(start..labels.len());
+        spans.push(Span { start, identity, end: labels.len() });
     }
 
     // All points, then a counting sort by metric so every family is contiguous; the order
@@ -497,10 +520,10 @@ fn render_devices(out: &mut String, snap: &Snapshot, opts: &RenderOptions, forma
             let e = &entries[idx as usize];
             out.push_str(header.sample);
             out.push('{');
-            let span = spans[e.device as usize].clone();
+            let span = spans[e.device as usize];
             match (per_process, e.label) {
                 (true, Some(LabelValue::Int(pid))) => {
-                    let identity = span.start..identity_ends[e.device as usize];
+                    let identity = span.identity();
                     let mut first = identity.is_empty();
                     out.push_str(&labels[identity]);
                     let process = u32::try_from(pid).ok().and_then(|pid| snap.devices[e.device as usize].process(pid));
@@ -508,7 +531,7 @@ fn render_devices(out: &mut String, snap: &Snapshot, opts: &RenderOptions, forma
                         owner_labels(out, &mut first, process.owner_labels(), opts.naming);
                     }
                 }
-                _ => out.push_str(&labels[span]),
+                _ => out.push_str(&labels[span.all()]),
             }
             if let (Some(key), Some(v)) = (label_key, e.label) {
                 out.push(',');
@@ -545,7 +568,7 @@ fn render_derived(
     out: &mut String,
     snap: &Snapshot,
     labels: &str,
-    spans: &[std::ops::Range<usize>],
+    spans: &[Span],
     counts: &mut [u32],
     opts: &RenderOptions,
     format: Format,
@@ -575,8 +598,8 @@ fn render_derived(
             let mut first = true;
             match p.device.and_then(|i| spans.get(i)) {
                 Some(span) => {
-                    out.push_str(&labels[span.clone()]);
-                    first = span.is_empty();
+                    out.push_str(&labels[span.all()]);
+                    first = span.all().is_empty();
                 }
                 None => {
                     if opts.host_label {
@@ -605,14 +628,7 @@ fn render_derived(
 
 /// `gpumon_gpu_info{…} 1`: one series per answering device, with the facts that do not belong on
 /// every series.
-fn render_info(
-    out: &mut String,
-    snap: &Snapshot,
-    labels: &str,
-    spans: &[std::ops::Range<usize>],
-    opts: &RenderOptions,
-    format: Format,
-) {
+fn render_info(out: &mut String, snap: &Snapshot, labels: &str, spans: &[Span], opts: &RenderOptions, format: Format) {
     if !snap.devices.iter().any(DeviceSample::is_up) {
         return;
     }
@@ -636,8 +652,8 @@ fn render_info(
         let info = &*dev.info;
         out.push_str(INFO);
         out.push('{');
-        out.push_str(&labels[span.clone()]);
-        let mut first = span.is_empty();
+        out.push_str(&labels[span.all()]);
+        let mut first = span.all().is_empty();
         let mut opt = |out: &mut String, key: &str, v: Option<&str>| {
             if let Some(v) = v {
                 push_label(out, &mut first, key, v);
