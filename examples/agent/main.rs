@@ -13,6 +13,8 @@
 
 #[path = "../../src/bin/gpumon-agent/app.rs"]
 mod app;
+#[path = "../../src/bin/gpumon-agent/attribution.rs"]
+mod attribution;
 #[path = "../../src/bin/gpumon-agent/backend.rs"]
 mod backend;
 #[path = "../../src/bin/gpumon-agent/config.rs"]

@@ -726,6 +726,11 @@ catalogue! {
     StepEnergy { "step_energy", Steps, Joules, Gauge, "Energy the GPU used over the training run's last reported step.",
         label: None, dcgm: None, otel: hw("gpumon.step.energy"),
         scope: Device, labels: &["job", "rank"] }
+
+    /// Failures of the attribution sources ([`crate::attribution`]), per source.
+    AttributionFailures { "attribution_failures", Processes, Count, Counter, "Failures of gpumon's attribution sources since the agent started: processes whose /proc entries could not be read (source=proc), failed kubelet pod-resources calls (source=kubelet).",
+        label: None, dcgm: None, otel: hw("gpumon.attribution.failures"),
+        scope: Host, labels: &["source"] }
 }
 
 impl MetricId {
@@ -851,6 +856,20 @@ impl Snapshot {
         }
         self.visit_diagnosis(&mut f);
         self.visit_steps(&mut f);
+        self.visit_attribution(&mut f);
+    }
+
+    /// Attribution: failures per source ([`MetricId::AttributionFailures`]), about the host.
+    fn visit_attribution<'a>(&'a self, f: &mut impl FnMut(DerivedPoint<'a>)) {
+        let Some(summary) = &self.attribution else { return };
+        for (source, n) in summary.failures() {
+            f(DerivedPoint {
+                id: MetricId::AttributionFailures,
+                value: Value::Int(n),
+                device: None,
+                labels: [source, "", "", ""],
+            });
+        }
     }
 
     fn visit_diagnosis<'a>(&'a self, f: &mut impl FnMut(DerivedPoint<'a>)) {

@@ -41,6 +41,9 @@ pub struct Snapshot {
     /// sampling succeeded.
     #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "SamplingState::is_ok"))]
     pub sampling: SamplingState,
+    /// The attribution stage's counters ([`crate::attribution`]); `None` when attribution is off.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub attribution: Option<crate::attribution::AttributionSummary>,
 }
 
 /// Whether a tick's sample succeeded; see [`Snapshot::sampling`].
@@ -84,6 +87,7 @@ impl Snapshot {
             devices,
             diagnosis: None,
             steps: None,
+            attribution: None,
             sampling: SamplingState::Ok,
         }
     }
@@ -360,6 +364,49 @@ impl DeviceSample {
         OwnerLabels::merge(self.owners.iter().map(|o| &**o))
     }
 
+    /// The process with this pid, if the device lists it.
+    pub fn process(&self, pid: u32) -> Option<&ProcessSample> {
+        self.processes.iter().find(|p| p.pid == pid)
+    }
+
+    /// The owner labels of one of this device's points: a per-process point
+    /// ([`Family::Processes`], labelled with its pid) carries its process's own owner, every
+    /// other point the device's merged [`owner_labels`](Self::owner_labels).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use gpumon_core::attribution::Owner;
+    /// use gpumon_core::{DeviceInfo, DeviceSample, Family, ProcessSample};
+    ///
+    /// let mut gpu = DeviceSample::new(Arc::new(DeviceInfo::new(0, "GPU-1", "GPU")));
+    /// for (pid, user) in [(10, "alice"), (11, "bob")] {
+    ///     let mut owner = Owner::default();
+    ///     owner.user = Some(user.into());
+    ///     let mut p = ProcessSample::new(pid);
+    ///     p.memory_used = Some(1 << 30);
+    ///     p.owner = Some(Arc::new(owner));
+    ///     gpu.owners.push(p.owner.clone().unwrap());
+    ///     gpu.processes.push(p);
+    /// }
+    /// gpu.visit_points(|p| {
+    ///     let user = gpu.point_owner_labels(&p).user;
+    ///     match p.id.family() {
+    ///         Family::Processes => assert!(matches!(user, Some("alice" | "bob"))),
+    ///         _ => assert_eq!(user, Some(gpumon_core::attribution::SHARED)),
+    ///     }
+    /// });
+    /// ```
+    pub fn point_owner_labels(&self, point: &crate::metric::Point<'_>) -> OwnerLabels<'_> {
+        match (point.id.family(), point.label) {
+            (Family::Processes, Some(crate::metric::LabelValue::Int(pid))) => u32::try_from(pid)
+                .ok()
+                .and_then(|pid| self.process(pid))
+                .map(ProcessSample::owner_labels)
+                .unwrap_or_default(),
+            _ => self.owner_labels(),
+        }
+    }
+
     /// Records a per-metric failure.
     pub fn record_failure(&mut self, family: Family, reason: FailureReason) {
         self.errors.push(MetricFailure { family, reason });
@@ -623,6 +670,11 @@ impl ProcessSample {
     /// A process with only its pid known.
     pub fn new(pid: u32) -> Self {
         Self { pid, ..Self::default() }
+    }
+
+    /// The owner labels of this process's series (none when its owner is unknown).
+    pub fn owner_labels(&self) -> OwnerLabels<'_> {
+        self.owner.as_deref().map(crate::attribution::Owner::labels).unwrap_or_default()
     }
 }
 

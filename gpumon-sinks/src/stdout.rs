@@ -205,6 +205,26 @@ pub fn format_human_line(out: &mut String, snapshot: &Snapshot, device: &DeviceS
             out.push_str(name);
         }
     }
+    // Who holds it (attribution on): the pod, else the container; then the user.
+    let owners = device.owner_labels();
+    match (owners.namespace, owners.pod, owners.container) {
+        (Some(ns), Some(pod), _) => {
+            let _ = write!(out, " | Pod: {ns}/{pod}");
+        }
+        (None, Some(pod), _) => {
+            let _ = write!(out, " | Pod: {pod}");
+        }
+        (Some(ns), None, _) => {
+            let _ = write!(out, " | Namespace: {ns}");
+        }
+        (None, None, Some(container)) => {
+            let _ = write!(out, " | Container: {container}");
+        }
+        (None, None, None) => {}
+    }
+    if let Some(user) = owners.user {
+        let _ = write!(out, " | User: {user}");
+    }
     if !device.errors.is_empty() {
         let _ = write!(out, " | {} metric error(s)", device.errors.len());
     }
@@ -448,6 +468,34 @@ mod tests {
         out.clear();
         format_snapshot(&mut out, &snapshot(), StdoutFormat::Json).unwrap();
         assert!(!out.contains("\"sampling\""), "{out}");
+    }
+
+    #[test]
+    fn human_lines_name_the_pod_or_container_and_the_user() {
+        use gpumon_core::attribution::Owner;
+        let mut snap = snapshot();
+        let mut pod = Owner::default();
+        pod.namespace = Some("team-a".into());
+        pod.pod = Some("train-0".into());
+        let mut alice = Owner::default();
+        alice.user = Some("alice".into());
+        alice.container = Some("0123456789ab".into());
+        snap.devices[0].owners = vec![Arc::new(pod), Arc::new(alice.clone())];
+        snap.devices[1].owners = vec![Arc::new(alice)];
+        let mut out = String::new();
+        format_snapshot(&mut out, &snap, StdoutFormat::Human).unwrap();
+        let lines: Vec<_> = out.lines().collect();
+        assert!(lines[0].ends_with(" | Throttled: hw_thermal_slowdown | Pod: team-a/train-0 | User: alice"), "{out}");
+        assert!(lines[1].ends_with(" | Power: n/a | Container: 0123456789ab | User: alice"), "{out}");
+        // JSON carries the owners themselves.
+        out.clear();
+        format_snapshot(&mut out, &snap, StdoutFormat::Json).unwrap();
+        assert!(
+            out.contains(
+                r#""owners":[{"namespace":"team-a","pod":"train-0"},{"container":"0123456789ab","user":"alice"}]"#
+            ),
+            "{out}"
+        );
     }
 
     #[test]

@@ -223,6 +223,17 @@ fn assert_semantic_conventions(request: &[Json]) {
     );
     assert_eq!(one("gpumon.gpu.xid.errors", ("gpumon.xid", "79"))["type"], "sum");
     assert!(one("gpumon.gpu.process.memory.usage", ("process.pid", "1000"))["value"].as_u64().is_some());
+    // Attribution: the GPU's owners on its points, a process's own on its points.
+    let util = one("hw.gpu.utilization", ("hw.gpu.task", "general"));
+    for (k, v) in [("k8s.namespace.name", "team-a"), ("k8s.pod.name", "train-0"), ("k8s.container.name", "trainer")] {
+        assert_eq!(util["attributes"][k], v, "{util}");
+    }
+    assert_eq!(util["attributes"]["user.name"], "root", "{util}");
+    let process = one("gpumon.gpu.process.memory.usage", ("process.pid", "1000"));
+    assert_eq!(process["attributes"]["user.name"], "root", "{process}");
+    assert!(process["attributes"].get("k8s.pod.name").is_none(), "{process}");
+    let unknown = one("gpumon.gpu.process.memory.usage", ("process.pid", "1001"));
+    assert!(unknown["attributes"].get("user.name").is_none(), "{unknown}");
     assert_eq!(one("gpumon.gpu.clock_event.active", ("gpumon.reason", "sw_power_cap"))["value"], 1);
 }
 

@@ -15,8 +15,25 @@
 //! knows is absent. Two pods of one namespace time-slicing a GPU therefore give
 //! `namespace="team-a", pod="(shared)"`. `SHARED` cannot be a Kubernetes name (DNS-1123) nor a
 //! Unix user name, so it never collides with a real owner.
+//!
+//! A process in a Kubernetes pod has no `container` label of its own (its cgroup gives the
+//! container's id, kept in [`Owner::container_id`], not its name), so the kubelet's pod of a GPU
+//! and that pod's processes agree on every label they both know: the GPU reads
+//! `namespace`, `pod`, `container` from the kubelet and `user` from its processes.
+//!
+//! # Pieces
+//! - [`cgroup`]: the pure parser of `/proc/<pid>/cgroup` (container runtimes, pods, units);
+//! - [`procfs`]: [`ProcOwners`](procfs::ProcOwners), the per-pid owner cache over a proc root;
+//! - [`Attributor`] (built from an [`AttributionConfig`]): the processor;
+//! - [`AllocationCache`]: GPU → pod allocations, filled by the kubelet client.
 
 use std::sync::Arc;
+
+pub mod cgroup;
+mod processor;
+pub mod procfs;
+
+pub use processor::{AttributionConfig, Attributor};
 
 /// The label value of a device label on which the device's owners disagree.
 pub const SHARED: &str = "(shared)";
@@ -80,8 +97,9 @@ pub struct Owner {
     /// Kubernetes pod name.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub pod: Option<String>,
-    /// Container: the Kubernetes container name when known, else the runtime's container id
-    /// shortened to 12 characters (as `docker ps` shows it).
+    /// Container: the Kubernetes container name (from the kubelet) for a pod; the runtime's
+    /// container id shortened to 12 characters (as `docker ps` shows it) for a container outside
+    /// Kubernetes; `None` for a pod's process seen only through its cgroup.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub container: Option<String>,
     /// Full container id from the cgroup path.
@@ -279,6 +297,30 @@ impl AttributionStats {
     /// The most recent failure's message, if any.
     pub fn last_error(&self) -> Option<String> {
         self.last_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+}
+
+/// The attribution counters as of one tick, carried by the snapshot
+/// ([`Snapshot::attribution`](crate::Snapshot::attribution)) so that every sink exports them
+/// as `attribution_failures{source}` ([`MetricId::AttributionFailures`](crate::MetricId)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct AttributionSummary {
+    /// [`AttributionStats::proc_read_failures`] since the agent started.
+    pub proc_read_failures: u64,
+    /// [`AttributionStats::kubelet_failures`]; `None` when no kubelet source is configured.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub kubelet_failures: Option<u64>,
+}
+
+impl AttributionSummary {
+    /// The `source` label values and their failure counts, `proc` first.
+    pub fn failures(&self) -> impl Iterator<Item = (&'static str, u64)> {
+        [("proc", Some(self.proc_read_failures)), ("kubelet", self.kubelet_failures)]
+            .into_iter()
+            .filter_map(|(source, n)| n.map(|n| (source, n)))
     }
 }
 

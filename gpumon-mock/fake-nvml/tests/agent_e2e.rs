@@ -10,41 +10,10 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 
+use common::agent;
 use serde_json::Value;
-
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
-
-fn agent() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().unwrap();
-            let profile_dir = exe.ancestors().nth(2).unwrap().to_path_buf(); // target/<profile>
-            let release = profile_dir.file_name().is_some_and(|n| n == "release");
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let out = Command::new(cargo)
-                .args(["build", "--example", "agent"])
-                .args(release.then_some("--release"))
-                .current_dir(workspace())
-                .output()
-                .expect("cargo build --example agent");
-            assert!(
-                out.status.success(),
-                "cargo build --example agent failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let bin = profile_dir.join("examples/agent");
-            assert!(bin.is_file(), "{} missing", bin.display());
-            bin
-        })
-        .clone()
-}
 
 fn run(args: &[&str], env: &[(&str, &str)]) -> Value {
     let mut cmd = Command::new(agent());

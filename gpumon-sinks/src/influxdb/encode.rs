@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
+use gpumon_core::attribution::OwnerLabels;
 use gpumon_core::{
     DeviceInfo, DeviceSample, Family, FindingEvent, LabelValue, MetricId, Scope, Snapshot, Transition, Value,
 };
@@ -133,7 +134,7 @@ impl LineProtocolEncoder {
                     let Some(device) = snapshot.device(&gpu.uuid) else { continue };
                     let start = out.len();
                     out.push_str(&self.step_measurement);
-                    self.write_device_tags(out, host, mock, &device.info);
+                    self.write_device_tags(out, host, mock, &device.info, device.owner_labels());
                     out.push_str(",job=");
                     write_tag(out, &run.job);
                     if !run.rank_label.is_empty() {
@@ -215,7 +216,7 @@ impl LineProtocolEncoder {
             let start = out.len();
             out.push_str(&self.measurements[p.id as usize]);
             match p.device.and_then(|i| snapshot.devices.get(i)) {
-                Some(device) => self.write_device_tags(out, host, mock, &device.info),
+                Some(device) => self.write_device_tags(out, host, mock, &device.info, device.owner_labels()),
                 None => {
                     if mock {
                         out.push_str(",backend=mock");
@@ -300,9 +301,10 @@ impl LineProtocolEncoder {
         let ts = i64::try_from(timestamp_nanos).unwrap_or(i64::MAX);
 
         // Pass 1: every unlabelled value on one wide line.
+        let owners = device.owner_labels();
         let start = out.len();
         out.push_str(&self.measurements[MetricId::DeviceUp as usize]);
-        self.write_device_tags(out, host, mock, &device.info);
+        self.write_device_tags(out, host, mock, &device.info, owners);
         out.push(' ');
         let mut fields = 0;
         device.visit_points(|p| {
@@ -328,7 +330,16 @@ impl LineProtocolEncoder {
                 fields = 0;
                 line_start = out.len();
                 out.push_str(&self.measurements[p.id as usize]);
-                self.write_device_tags(out, host, mock, &device.info);
+                // A process's line carries its own owner; every other line the device's.
+                let owners = match (key.0, label) {
+                    (Family::Processes, LabelValue::Int(pid)) => u32::try_from(pid)
+                        .ok()
+                        .and_then(|pid| device.process(pid))
+                        .map(|p| p.owner_labels())
+                        .unwrap_or_default(),
+                    _ => owners,
+                };
+                self.write_device_tags(out, host, mock, &device.info, owners);
                 out.push(',');
                 out.push_str(&self.label_keys[p.id as usize]);
                 out.push('=');
@@ -351,13 +362,23 @@ impl LineProtocolEncoder {
         encoded
     }
 
-    /// `,backend=mock,gpu=…,host=…,mig=…,mig_ci=…,mig_gi=…,mig_profile=…,name=…,uuid=…` (keys in
-    /// sorted order, which InfluxDB indexes fastest; `backend` only for simulated data), then the
-    /// extra tags. Empty values are left out.
-    fn write_device_tags(&self, out: &mut String, host: &str, mock: bool, info: &DeviceInfo) {
+    /// `,backend=mock,container=…,gpu=…,host=…,mig=…,mig_ci=…,mig_gi=…,mig_profile=…,name=…,
+    /// namespace=…,pod=…,user=…,uuid=…` (keys in sorted order, which InfluxDB indexes fastest;
+    /// `backend` only for simulated data; the owner tags `container`, `namespace`, `pod`, `user`
+    /// only with attribution on), then the extra tags. Empty values are left out.
+    fn write_device_tags(&self, out: &mut String, host: &str, mock: bool, info: &DeviceInfo, owners: OwnerLabels<'_>) {
+        let tag = |out: &mut String, key: &str, value: Option<&str>| {
+            if let Some(v) = value.filter(|v| !v.is_empty()) {
+                out.push(',');
+                out.push_str(key);
+                out.push('=');
+                write_tag(out, v);
+            }
+        };
         if mock {
             out.push_str(",backend=mock");
         }
+        tag(out, "container", owners.container);
         let _ = write!(out, ",gpu={}", info.index);
         if !host.is_empty() {
             out.push_str(",host=");
@@ -375,6 +396,9 @@ impl LineProtocolEncoder {
             out.push_str(",name=");
             write_tag(out, &info.name);
         }
+        tag(out, "namespace", owners.namespace);
+        tag(out, "pod", owners.pod);
+        tag(out, "user", owners.user);
         if !info.uuid.is_empty() {
             out.push_str(",uuid=");
             write_tag(out, &info.uuid);

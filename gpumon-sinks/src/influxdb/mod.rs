@@ -24,6 +24,7 @@
 //! | `gpu_steps` | `job`, `rank` | `step_utilization`, `step_utilization_max`, `step_memory_peak`, `step_energy` (last reported step) | one per training run while it is tracked |
 //! | `gpu_steps` | `job`, `rank` (host tags only) | `training_step`, `step_duration` | one per training run |
 //! | `gpu_steps` | `reason` (host tags only) | `steps_rejected` (counter) | 4, with a steps socket |
+//! | `gpu_processes` | `source` (host tags only) | `attribution_failures` (counter) | 1–2, with attribution on |
 //! | `gpu_step` | `job`, `rank` | `step` (integer), `duration_seconds`, `utilization_mean`, `utilization_max`, `memory_peak_bytes`, `energy_joules` | one per training step reported at this snapshot (`gpumon_core::steps`) |
 //!
 //! A run without a rank has no `rank` tag. Derived series (findings, training steps) come from the catalogue like the rest
@@ -52,12 +53,17 @@
 //!
 //! | tag | value | when |
 //! |---|---|---|
+//! | `container` | the GPU's owners' container, merged (`(shared)` where they disagree) | attribution on and known |
 //! | `gpu` | NVML index (for a MIG instance: its parent's) | always |
 //! | `host` | [`SystemInfo::hostname`](gpumon_core::SystemInfo::hostname) | unless empty |
 //! | `mig`, `mig_ci`, `mig_gi` | MIG device index, compute and GPU instance ids | MIG instances |
 //! | `mig_profile` | e.g. `1g.10gb` | MIG, when known |
 //! | `name` | product name | unless empty |
+//! | `namespace`, `pod`, `user` | the GPU's owners, merged like `container` | attribution on and known |
 //! | `uuid` | `GPU-…` / `MIG-…` | unless empty |
+//!
+//! A `gpu_processes` line carries its own process's owner tags instead of the GPU's (see
+//! `docs/attribution.md`).
 //!
 //! plus any `tags` from the configuration. Empty tag values are left out (line protocol cannot
 //! express them).
@@ -207,6 +213,52 @@ mod tests {
             format!("gpu_processes,{tags},pid=4242 process_memory_used=1000i,process_sm_utilization=0.25 1700000000123456789")
         );
         assert_eq!(n.fields, 6 + 9 + 2 + 2);
+    }
+
+    #[test]
+    fn owner_tags_sort_in_and_processes_carry_their_own() {
+        use gpumon_core::attribution::Owner;
+        let mut snap = snapshot();
+        let mut pod = Owner::default();
+        pod.namespace = Some("team a".into());
+        pod.pod = Some("train-0".into());
+        pod.container = Some("trainer".into());
+        let mut proc_owner = Owner::default();
+        proc_owner.user = Some("alice".into());
+        proc_owner.container = Some("0123456789ab".into());
+        let d = &mut snap.devices[0];
+        d.processes[0].owner = Some(Arc::new(proc_owner));
+        d.owners = vec![Arc::new(pod), d.processes[0].owner.clone().unwrap()];
+        let mut summary = gpumon_core::attribution::AttributionSummary::default();
+        summary.proc_read_failures = 4;
+        snap.attribution = Some(summary);
+        let mut out = String::new();
+        encode_snapshot(&snap, &mut out);
+        let lines: Vec<&str> = out.lines().collect();
+        let mig = r#"mig=1,mig_ci=0,mig_gi=2,mig_profile=1g.10gb,name=NVIDIA\ A100\,\ "80GB""#;
+        assert!(
+            lines[0].starts_with(&format!(
+                r"gpu,container=(shared),gpu=3,host=node\ 1,{mig},namespace=team\ a,pod=train-0,user=alice,uuid=MIG-abc up=1i,"
+            )),
+            "{out}"
+        );
+        let process = lines.iter().find(|l| l.starts_with("gpu_processes,")).unwrap();
+        assert_eq!(
+            *process,
+            format!(
+                r"gpu_processes,container=0123456789ab,gpu=3,host=node\ 1,{mig},user=alice,uuid=MIG-abc,pid=4242 process_memory_used=1000i,process_sm_utilization=0.25 1700000000123456789"
+            )
+        );
+        assert!(
+            lines.contains(&r"gpu_processes,host=node\ 1,source=proc attribution_failures=4i 1700000000123456789"),
+            "{out}"
+        );
+        // Without attribution, no owner tag at all.
+        out.clear();
+        encode_snapshot(&snapshot(), &mut out);
+        for key in ["container=", "namespace=", "pod=", "user=", "source="] {
+            assert!(!out.contains(key), "{key} in {out}");
+        }
     }
 
     #[test]

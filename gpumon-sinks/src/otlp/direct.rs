@@ -35,7 +35,8 @@ pub(crate) struct Direct {
     resource_field: Vec<u8>,
     scope_field: Vec<u8>,
     instruments: Vec<InstrumentState>,
-    /// Per device position: the attribute set the cache gave, and its protobuf form.
+    /// Per device position: the attribute set last converted, and its protobuf form (a device's
+    /// points and its processes' points have different sets; converted only to build a point).
     devices: Vec<(Arc<[opentelemetry::KeyValue]>, Vec<KeyValue>)>,
     /// `start_time_unix_nano` of every cumulative series: when the sink was created.
     start_time: u64,
@@ -88,8 +89,10 @@ enum OwnedLabel {
 #[derive(Debug)]
 struct SeriesKey {
     device: usize,
-    /// Address of the device's cached attribute set (changes when the identity changes).
-    base: usize,
+    /// The attribute set the cache gave (a new one when the device's identity or owners, or the
+    /// process's owner, change). Held, not just its address, so that the address cannot be
+    /// reused by a later set while this key compares against it.
+    base: Arc<[opentelemetry::KeyValue]>,
     id: MetricId,
     attribute: Option<(&'static str, &'static str)>,
     label: Option<OwnedLabel>,
@@ -97,15 +100,11 @@ struct SeriesKey {
     derived: Vec<String>,
 }
 
-fn base_address(base: &Arc<[opentelemetry::KeyValue]>) -> usize {
-    Arc::as_ptr(base).cast::<()>() as usize
-}
-
 impl SeriesKey {
     fn of(s: &Series<'_>) -> SeriesKey {
         SeriesKey {
             device: s.device,
-            base: base_address(s.base),
+            base: s.base.clone(),
             id: s.id,
             attribute: s.attribute,
             label: s.label.map(|(_, v)| match v {
@@ -127,7 +126,7 @@ impl SeriesKey {
             && self.derived.len() == s.derived.keys.len()
             && self.derived.iter().zip(s.derived.pairs()).all(|(a, (_, b))| a == b)
             && self.device == s.device
-            && self.base == base_address(s.base)
+            && Arc::ptr_eq(&self.base, s.base)
             && self.id == s.id
             && self.attribute == s.attribute
     }
@@ -348,14 +347,6 @@ impl Direct {
             st.seen = 0;
         }
         plan.walk(snapshot, cache, |series| {
-            if devices.len() <= series.device {
-                // Placeholders (each its own allocation): replaced just below.
-                devices.resize_with(series.device + 1, || (Arc::from(Vec::new()), Vec::new()));
-            }
-            let device = &mut devices[series.device];
-            if !Arc::ptr_eq(&device.0, series.base) {
-                *device = (series.base.clone(), series.base.iter().map(proto_kv).collect());
-            }
             let st = &mut instruments[series.instrument];
             let n = st.seen;
             st.seen += 1;
@@ -371,6 +362,14 @@ impl Direct {
             st.attrs.truncate(n);
             points.truncate(n);
             st.keys.push(SeriesKey::of(&series));
+            if devices.len() <= series.device {
+                // Placeholders (each its own allocation): replaced just below.
+                devices.resize_with(series.device + 1, || (Arc::from(Vec::new()), Vec::new()));
+            }
+            let device = &mut devices[series.device];
+            if !Arc::ptr_eq(&device.0, series.base) {
+                *device = (series.base.clone(), series.base.iter().map(proto_kv).collect());
+            }
             let mut attributes = Vec::with_capacity(device.1.len() + 2);
             attributes.extend_from_slice(&device.1);
             if let Some((k, v)) = series.attribute {
@@ -952,5 +951,91 @@ mod tests {
         assert_eq!(ids.len(), 2);
         let back = all_points(&direct.request_of(&plan, &mut cache, &one)).len();
         assert_eq!(back, n1);
+    }
+
+    fn owner(
+        ns: Option<&str>,
+        pod: Option<&str>,
+        container: Option<&str>,
+        user: Option<&str>,
+    ) -> gpumon_core::attribution::SharedOwner {
+        let mut o = gpumon_core::attribution::Owner::default();
+        o.namespace = ns.map(Into::into);
+        o.pod = pod.map(Into::into);
+        o.container = container.map(Into::into);
+        o.user = user.map(Into::into);
+        Arc::new(o)
+    }
+
+    /// The owner attributes (and `process.pid`) of every point of `name`, in order.
+    fn owner_attrs(r: &ExportMetricsServiceRequest, name: &str) -> Vec<Vec<(String, String)>> {
+        const KEYS: [&str; 6] =
+            ["k8s.namespace.name", "k8s.pod.name", "k8s.container.name", "container.id", "user.name", "process.pid"];
+        all_points(r)
+            .into_iter()
+            .filter(|(m, _)| m.name == name)
+            .map(|(_, p)| attrs(p).into_iter().filter(|(k, _)| KEYS.contains(&k.as_str())).collect())
+            .collect()
+    }
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn owner_attributes_follow_the_owners_and_processes_carry_their_own() {
+        let plan = Plan::new();
+        let mut cache = AttributeCache::default();
+        let mut direct = offline(&plan);
+        let pod = owner(Some("team-a"), Some("train-0"), Some("trainer"), None);
+        let root = owner(None, None, None, Some("root"));
+        let docker = owner(None, None, Some("0123456789ab"), Some("alice"));
+        let snap = |owners: Vec<gpumon_core::attribution::SharedOwner>, process_owner| {
+            let mut s = snapshot(UNIX_EPOCH, 1.0);
+            let mut p = gpumon_core::ProcessSample::new(42);
+            p.memory_used = Some(7);
+            p.owner = process_owner;
+            s.devices[0].processes.push(p);
+            s.devices[0].owners = owners;
+            s
+        };
+
+        let r = direct.request_of(&plan, &mut cache, &snap(vec![pod.clone(), root.clone()], Some(root.clone())));
+        let device = pairs(&[
+            ("k8s.container.name", "trainer"),
+            ("k8s.namespace.name", "team-a"),
+            ("k8s.pod.name", "train-0"),
+            ("user.name", "root"),
+        ]);
+        assert_eq!(owner_attrs(&r, "hw.gpu.utilization"), [device]);
+        assert_eq!(
+            owner_attrs(&r, "gpumon.gpu.process.memory.usage"),
+            [pairs(&[("process.pid", "42"), ("user.name", "root")])]
+        );
+
+        // The owners change (the pod went, a Docker container of alice runs): the cached device
+        // and process attributes are rebuilt, not reused.
+        let r = direct.request_of(&plan, &mut cache, &snap(vec![docker.clone()], Some(docker.clone())));
+        let outside = pairs(&[("container.id", "0123456789ab"), ("user.name", "alice")]);
+        let mut process = outside.clone();
+        assert_eq!(owner_attrs(&r, "hw.gpu.utilization"), [outside]);
+        process.insert(1, ("process.pid".to_owned(), "42".to_owned()));
+        assert_eq!(owner_attrs(&r, "gpumon.gpu.process.memory.usage"), [process]);
+
+        // Nobody known: no owner attribute at all; the SDK pipeline agrees.
+        let r = direct.request_of(&plan, &mut cache, &snap(vec![], None));
+        assert_eq!(owner_attrs(&r, "hw.gpu.utilization"), [Vec::<(String, String)>::new()]);
+        let enc = plan.encode(&snap(vec![pod.clone()], None), &mut cache);
+        let slot = plan.instruments.iter().position(|i| i.name == "hw.gpu.utilization").unwrap();
+        let owners: Vec<_> = enc.by_instrument[slot][0]
+            .attributes
+            .iter()
+            .filter(|kv| kv.key.as_str().starts_with("k8s.") || kv.key.as_str().starts_with("user."))
+            .map(|kv| (kv.key.as_str().to_owned(), kv.value.to_string()))
+            .collect();
+        assert_eq!(
+            owners,
+            pairs(&[("k8s.namespace.name", "team-a"), ("k8s.pod.name", "train-0"), ("k8s.container.name", "trainer")])
+        );
     }
 }

@@ -10,8 +10,10 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use gpumon_core::attribution::{OwnerLabels, SharedOwner};
 use gpumon_core::{
-    DeviceInfo, LabelValue, MetricId, MetricKind, Snapshot, SystemInfo, Unit, Value, MAX_DERIVED_LABELS,
+    DeviceInfo, DeviceSample, Family, LabelValue, MetricId, MetricKind, ProcessSample, Snapshot, SystemInfo, Unit,
+    Value, MAX_DERIVED_LABELS,
 };
 use opentelemetry::metrics::Meter;
 use opentelemetry::{KeyValue, StringValue};
@@ -148,6 +150,7 @@ pub(crate) fn label_key(label: &'static str) -> Cow<'static, str> {
         "kind" => Cow::Borrowed("gpumon.kind"),
         "severity" => Cow::Borrowed("gpumon.severity"),
         "family" => Cow::Borrowed("gpumon.family"),
+        "source" => Cow::Borrowed("gpumon.source"),
         // A label added to the catalogue later lands in the extension namespace as well; the
         // generated docs table lists it, so the mapping stays visible.
         other => Cow::Owned(format!("gpumon.{other}")),
@@ -172,28 +175,143 @@ pub(crate) struct Encoded {
 /// The latest snapshot's observations, read by every instrument's callback.
 pub(crate) type Shared = Arc<ArcSwap<Encoded>>;
 
-/// Per-device attribute sets, rebuilt only when the device's identity changes.
+/// Per-device attribute sets, rebuilt only when the device's identity or its owners change, and
+/// per-process ones (the device's identity plus the process's owner), forgotten once the process
+/// is gone.
 #[derive(Debug, Default)]
 pub(crate) struct AttributeCache {
     devices: HashMap<String, CachedDevice>,
     /// The (empty) device attribute set of points about the host: one `Arc`, so its address is
     /// stable like a device's.
     host: Arc<[KeyValue]>,
+    /// Walks so far; a process entry not touched by the latest walk is dropped.
+    walk: u64,
 }
 
-/// A device's identity, the driver version, and the attributes built from them.
-type CachedDevice = (Arc<DeviceInfo>, Option<String>, Arc<[KeyValue]>);
+/// A device's identity, the driver version, its owners and the attributes built from them.
+#[derive(Debug)]
+struct CachedDevice {
+    info: Arc<DeviceInfo>,
+    driver: Option<String>,
+    owners: Vec<SharedOwner>,
+    /// The identity attributes, without owners (the base of the process sets).
+    identity: Vec<KeyValue>,
+    /// Identity plus the merged owner attributes: what every device point carries.
+    attrs: Arc<[KeyValue]>,
+    processes: HashMap<u32, CachedProcess>,
+}
+
+/// pid → (its owner, identity plus that owner's attributes, the walk that last used it).
+type CachedProcess = (Option<SharedOwner>, Arc<[KeyValue]>, u64);
+
+fn same_owners(a: &[SharedOwner], b: &[SharedOwner]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(a, b)| Arc::ptr_eq(a, b) || **a == **b)
+}
+
+fn same_owner(a: Option<&SharedOwner>, b: Option<&SharedOwner>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || **a == **b,
+        _ => false,
+    }
+}
 
 impl AttributeCache {
-    pub(crate) fn device(&mut self, system: &SystemInfo, info: &Arc<DeviceInfo>) -> Arc<[KeyValue]> {
-        if let Some((cached, driver, attrs)) = self.devices.get(&info.uuid) {
-            if (Arc::ptr_eq(cached, info) || **cached == **info) && *driver == system.driver_version {
+    /// The attribute set of `device`'s points: identity and merged owners.
+    pub(crate) fn device(&mut self, system: &SystemInfo, device: &DeviceSample) -> Arc<[KeyValue]> {
+        match self.entry(system, device) {
+            Some(entry) => entry.attrs.clone(),
+            None => with_owners(device_attributes(system, &device.info), device.owner_labels()).into(),
+        }
+    }
+
+    /// The attribute set of a per-process point of `device`: identity and the process's owner.
+    pub(crate) fn process(
+        &mut self,
+        system: &SystemInfo,
+        device: &DeviceSample,
+        process: &ProcessSample,
+    ) -> Arc<[KeyValue]> {
+        let walk = self.walk;
+        let Some(entry) = self.entry(system, device) else {
+            return with_owners(device_attributes(system, &device.info), process.owner_labels()).into();
+        };
+        let owner = process.owner.as_ref();
+        if let Some((cached, attrs, used)) = entry.processes.get_mut(&process.pid) {
+            if same_owner(cached.as_ref(), owner) {
+                *used = walk;
                 return attrs.clone();
             }
         }
-        let attrs: Arc<[KeyValue]> = device_attributes(system, info).into();
-        self.devices.insert(info.uuid.clone(), (info.clone(), system.driver_version.clone(), attrs.clone()));
+        let attrs: Arc<[KeyValue]> = with_owners(entry.identity.clone(), process.owner_labels()).into();
+        entry.processes.insert(process.pid, (owner.cloned(), attrs.clone(), walk));
         attrs
+    }
+
+    /// The device's entry, rebuilt when its identity changed and its owner attributes when its
+    /// owners did. (`None` cannot happen: the entry is inserted first if missing.)
+    fn entry(&mut self, system: &SystemInfo, device: &DeviceSample) -> Option<&mut CachedDevice> {
+        let info = &device.info;
+        let fresh = self
+            .devices
+            .get(&info.uuid)
+            .is_some_and(|c| (Arc::ptr_eq(&c.info, info) || *c.info == **info) && c.driver == system.driver_version);
+        if !fresh {
+            let identity = device_attributes(system, info);
+            let cached = CachedDevice {
+                info: info.clone(),
+                driver: system.driver_version.clone(),
+                owners: device.owners.clone(),
+                attrs: with_owners(identity.clone(), device.owner_labels()).into(),
+                identity,
+                processes: HashMap::new(),
+            };
+            self.devices.insert(info.uuid.clone(), cached);
+        }
+        let entry = self.devices.get_mut(&info.uuid)?;
+        if !same_owners(&entry.owners, &device.owners) {
+            entry.attrs = with_owners(entry.identity.clone(), device.owner_labels()).into();
+            entry.owners = device.owners.clone();
+        }
+        Some(entry)
+    }
+
+    /// Starts a walk over a snapshot.
+    fn begin(&mut self) {
+        self.walk += 1;
+    }
+
+    /// Ends a walk: forgets the processes it did not see.
+    fn end(&mut self) {
+        let walk = self.walk;
+        for device in self.devices.values_mut() {
+            device.processes.retain(|_, (_, _, used)| *used == walk);
+        }
+    }
+}
+
+/// `attrs` followed by the owner attributes of `labels`.
+fn with_owners(mut attrs: Vec<KeyValue>, labels: OwnerLabels<'_>) -> Vec<KeyValue> {
+    owner_attributes(&mut attrs, labels);
+    attrs
+}
+
+/// The owner attributes ([`gpumon_core::attribution`]): `k8s.namespace.name`, `k8s.pod.name`,
+/// `k8s.container.name` (`container.id` for a container outside Kubernetes, whose label is its
+/// short id) and `user.name`, those that are known.
+pub(crate) fn owner_attributes(attrs: &mut Vec<KeyValue>, labels: OwnerLabels<'_>) {
+    let kubernetes = labels.namespace.is_some() || labels.pod.is_some();
+    for (label, value) in labels.pairs() {
+        let key = match label {
+            "namespace" => "k8s.namespace.name",
+            "pod" => "k8s.pod.name",
+            "container" if kubernetes => "k8s.container.name",
+            "container" => "container.id",
+            "user" => "user.name",
+            // A label added to OwnerLabels later: under the extension namespace until mapped.
+            _ => continue,
+        };
+        attrs.push(KeyValue::new(key, s(value)));
     }
 }
 
@@ -280,14 +398,31 @@ impl Plan {
     /// Visits every data point `snapshot` produces, in order, `hw.status`'s `failed`
     /// complement included (right before the `ok` series).
     pub(crate) fn walk(&self, snapshot: &Snapshot, cache: &mut AttributeCache, mut f: impl FnMut(Series<'_>)) {
+        cache.begin();
         for (index, device) in snapshot.devices.iter().enumerate() {
-            let base = cache.device(&snapshot.system, &device.info);
+            let base = cache.device(&snapshot.system, device);
+            // A process's points carry its own owner (consecutive points share one lookup).
+            let mut process_base: Option<(u32, Arc<[KeyValue]>)> = None;
             device.visit_points(|p| {
                 let d = p.id.descriptor();
+                let process = match (d.family, p.label) {
+                    (Family::Processes, Some(LabelValue::Int(pid))) => u32::try_from(pid).ok(),
+                    _ => None,
+                };
+                if let Some(pid) = process {
+                    if process_base.as_ref().is_none_or(|(cached, _)| *cached != pid) {
+                        process_base =
+                            device.process(pid).map(|proc| (pid, cache.process(&snapshot.system, device, proc)));
+                    }
+                }
+                let base = match (process, &process_base) {
+                    (Some(pid), Some((cached, attrs))) if *cached == pid => attrs,
+                    _ => &base,
+                };
                 let series = Series {
                     instrument: self.slot(p.id),
                     device: index,
-                    base: &base,
+                    base,
                     id: p.id,
                     attribute: d.otel.attribute,
                     label: match (d.label, p.label) {
@@ -308,7 +443,7 @@ impl Plan {
         snapshot.visit_derived(|p| {
             let d = p.id.descriptor();
             let (device, base) = match p.device.filter(|&i| i < snapshot.devices.len()) {
-                Some(i) => (i, cache.device(&snapshot.system, &snapshot.devices[i].info)),
+                Some(i) => (i, cache.device(&snapshot.system, &snapshot.devices[i])),
                 None => (snapshot.devices.len(), host_base.clone()),
             };
             let series = Series {
@@ -326,6 +461,7 @@ impl Plan {
             status_complement(&series, &mut f);
             f(series);
         });
+        cache.end();
     }
 
     /// Turns a snapshot into per-instrument observations (the SDK pipeline).

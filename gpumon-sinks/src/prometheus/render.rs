@@ -14,7 +14,10 @@ use std::fmt::Write as _;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use gpumon_core::{AgentStats, DeviceSample, LabelValue, MetricId, MetricKind, Snapshot, SystemInfo, Telemetry, Value};
+use gpumon_core::attribution::OwnerLabels;
+use gpumon_core::{
+    AgentStats, DeviceSample, Family, LabelValue, MetricId, MetricKind, Snapshot, SystemInfo, Telemetry, Value,
+};
 
 use super::Naming;
 
@@ -356,6 +359,19 @@ fn device_labels(out: &mut String, dev: &DeviceSample, system: &SystemInfo, opts
     }
 }
 
+/// The owner labels ([`gpumon_core::attribution`]) of a device's or a process's series, after
+/// the device labels: `namespace`, `pod`, `container`, `user` in native naming; in dcgm naming
+/// dcgm-exporter's pod labels `namespace`, `pod`, `container` only (dcgm-exporter has no user
+/// label). Absent labels are not written.
+fn owner_labels(out: &mut String, first: &mut bool, labels: OwnerLabels<'_>, naming: Naming) {
+    for (key, value) in labels.pairs() {
+        if naming == Naming::Dcgm && key == "user" {
+            continue;
+        }
+        push_label(out, first, key, value);
+    }
+}
+
 /// `backend="mock"` on every series of simulated data, so that mock values can never pass for a
 /// GPU's in a query or on a dashboard; real (NVML) series carry no such label.
 fn mock_label(out: &mut String, first: &mut bool, system: &SystemInfo) {
@@ -422,18 +438,46 @@ pub(crate) fn render(
     }
 }
 
+/// Where one device's labels sit in the shared label buffer: its identity labels from `start`
+/// to `identity`, then its owner labels to `end`.
+#[derive(Clone, Copy)]
+struct Span {
+    start: usize,
+    identity: usize,
+    end: usize,
+}
+
+impl Span {
+    /// Identity and owners: the labels of every series of the device.
+    fn all(self) -> std::ops::Range<usize> {
+        self.start..self.end
+    }
+
+    /// Identity only: the prefix of a process series, which adds its own process's owner.
+    fn identity(self) -> std::ops::Range<usize> {
+        self.start..self.identity
+    }
+}
+
 /// Renders every device family; `down_line` (the backend-down `gpumon_up 0`) goes into the
 /// `gpumon_up` family, which every device has.
 fn render_devices(out: &mut String, snap: &Snapshot, opts: &RenderOptions, format: Format, down_line: Option<&str>) {
     let system = &*snap.system;
 
-    // Label prefixes, one per device, in one buffer.
-    let mut labels = String::with_capacity(snap.devices.len() * 96);
+    // Label prefixes, one per device, in one buffer: the device's identity, then its owners.
+    // A process series takes the identity part only and adds its own process's owner.
+    // Room for the identity (~96 bytes), and the owner labels when attribution is on, so that
+    // the buffer is allocated once per scrape.
+    let per_device = if snap.devices.iter().any(|d| !d.owners.is_empty()) { 224 } else { 96 };
+    let mut labels = String::with_capacity(snap.devices.len() * per_device);
     let mut spans = Vec::with_capacity(snap.devices.len());
     for dev in &snap.devices {
         let start = labels.len();
         device_labels(&mut labels, dev, system, opts);
-        spans.push(start..labels.len());
+        let identity = labels.len();
+        let mut first = identity == start;
+        owner_labels(&mut labels, &mut first, dev.owner_labels(), opts.naming);
+        spans.push(Span { start, identity, end: labels.len() });
     }
 
     // All points, then a counting sort by metric so every family is contiguous; the order
@@ -472,11 +516,24 @@ fn render_devices(out: &mut String, snap: &Snapshot, opts: &RenderOptions, forma
         let (header, scale) = metric_header(id, format, opts.naming);
         write_header(out, &header);
         let label_key = id.descriptor().label;
+        let per_process = id.family() == Family::Processes;
         for &idx in &order[k..k + n] {
             let e = &entries[idx as usize];
             out.push_str(header.sample);
             out.push('{');
-            out.push_str(&labels[spans[e.device as usize].clone()]);
+            let span = spans[e.device as usize];
+            match (per_process, e.label) {
+                (true, Some(LabelValue::Int(pid))) => {
+                    let identity = span.identity();
+                    let mut first = identity.is_empty();
+                    out.push_str(&labels[identity]);
+                    let process = u32::try_from(pid).ok().and_then(|pid| snap.devices[e.device as usize].process(pid));
+                    if let Some(process) = process {
+                        owner_labels(out, &mut first, process.owner_labels(), opts.naming);
+                    }
+                }
+                _ => out.push_str(&labels[span.all()]),
+            }
             if let (Some(key), Some(v)) = (label_key, e.label) {
                 out.push(',');
                 out.push_str(key);
@@ -512,7 +569,7 @@ fn render_derived(
     out: &mut String,
     snap: &Snapshot,
     labels: &str,
-    spans: &[std::ops::Range<usize>],
+    spans: &[Span],
     counts: &mut [u32],
     opts: &RenderOptions,
     format: Format,
@@ -546,8 +603,8 @@ fn render_derived(
             let mut first = true;
             match p.device.and_then(|i| spans.get(i)) {
                 Some(span) => {
-                    out.push_str(&labels[span.clone()]);
-                    first = span.is_empty();
+                    out.push_str(&labels[span.all()]);
+                    first = span.all().is_empty();
                 }
                 None => {
                     if opts.host_label {
@@ -576,14 +633,7 @@ fn render_derived(
 
 /// `gpumon_gpu_info{…} 1`: one series per answering device, with the facts that do not belong on
 /// every series.
-fn render_info(
-    out: &mut String,
-    snap: &Snapshot,
-    labels: &str,
-    spans: &[std::ops::Range<usize>],
-    opts: &RenderOptions,
-    format: Format,
-) {
+fn render_info(out: &mut String, snap: &Snapshot, labels: &str, spans: &[Span], opts: &RenderOptions, format: Format) {
     if !snap.devices.iter().any(DeviceSample::is_up) {
         return;
     }
@@ -607,8 +657,8 @@ fn render_info(
         let info = &*dev.info;
         out.push_str(INFO);
         out.push('{');
-        out.push_str(&labels[span.clone()]);
-        let mut first = span.is_empty();
+        out.push_str(&labels[span.all()]);
+        let mut first = span.all().is_empty();
         let mut opt = |out: &mut String, key: &str, v: Option<&str>| {
             if let Some(v) = v {
                 push_label(out, &mut first, key, v);

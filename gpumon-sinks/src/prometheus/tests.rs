@@ -289,6 +289,7 @@ fn every_family_has_help_and_type_in_every_format() {
         (FindingKind::Imbalance, Severity::Info, None),
     ]));
     snap.steps = Some(steps(&snap.devices));
+    snap.attribution = attributed().attribution;
     for naming in [Naming::Native, Naming::Dcgm] {
         for format in [Format::Text, Format::OpenMetrics] {
             let text = render_with(naming, format, snap.clone());
@@ -922,4 +923,102 @@ async fn a_gpu_whose_xids_are_not_watched_exports_metric_failure_and_a_self_metr
         }
         agent.shutdown(Duration::from_secs(5)).await.unwrap();
     }
+}
+
+/// A GPU allocated to a pod, running a process of alice in a Docker container, one of root, and
+/// one whose owner is unknown; a second GPU nobody is known to hold.
+pub(crate) fn attributed() -> Snapshot {
+    use gpumon_core::attribution::Owner;
+    let owner = |f: &dyn Fn(&mut Owner)| {
+        let mut o = Owner::default();
+        f(&mut o);
+        Arc::new(o)
+    };
+    let pod = owner(&|o| {
+        o.namespace = Some("team-a".into());
+        o.pod = Some("train-0".into());
+        o.container = Some("trainer".into());
+    });
+    let alice = owner(&|o| {
+        o.container = Some("0123456789ab".into());
+        o.user = Some("alice".into());
+    });
+    let root = owner(&|o| o.user = Some("root".into()));
+    let mut info = DeviceInfo::new(0, "GPU-aaaa", "NVIDIA H100");
+    info.pci_bus_id = Some("00000000:17:00.0".into());
+    let mut gpu = DeviceSample::new(Arc::new(info));
+    gpu.utilization.gpu = Some(0.5);
+    for (pid, owner) in [(10, Some(alice.clone())), (11, Some(root.clone())), (12, None)] {
+        let mut p = ProcessSample::new(pid);
+        p.memory_used = Some(1 << 30);
+        p.owner = owner;
+        gpu.processes.push(p);
+    }
+    gpu.owners = vec![pod, alice, root];
+    let mut idle = DeviceSample::new(Arc::new(DeviceInfo::new(1, "GPU-bbbb", "NVIDIA H100")));
+    idle.utilization.gpu = Some(0.0);
+    let mut snap = Snapshot::new(Arc::new(system()), vec![gpu, idle]);
+    let mut summary = gpumon_core::attribution::AttributionSummary::default();
+    summary.proc_read_failures = 2;
+    summary.kubelet_failures = Some(1);
+    snap.attribution = Some(summary);
+    snap
+}
+
+#[test]
+fn owner_labels_are_on_every_device_series_and_processes_carry_their_own() {
+    for format in [Format::Text, Format::OpenMetrics] {
+        let text = render_with(Naming::Native, format, attributed());
+        check_structure(&text, format);
+        let lines = series(&text);
+        let has = |line: &str| assert!(lines.contains(&line), "missing {line}\n{text}");
+        let device = r#"gpu="0",uuid="GPU-aaaa",host="node-1""#;
+        // alice's Docker container is not the pod's container: the GPU's container is shared.
+        let owners = r#"namespace="team-a",pod="train-0",container="(shared)",user="(shared)""#;
+        has(&format!("gpumon_utilization_ratio{{{device},{owners}}} 0.5"));
+        has(&format!("gpumon_process_memory_used_bytes{{{device},container=\"0123456789ab\",user=\"alice\",pid=\"10\"}} 1073741824"));
+        has(&format!("gpumon_process_memory_used_bytes{{{device},user=\"root\",pid=\"11\"}} 1073741824"));
+        has(&format!("gpumon_process_memory_used_bytes{{{device},pid=\"12\"}} 1073741824"));
+        // The info series and the other GPU: no owners, no empty labels.
+        assert!(lines.iter().any(|l| l.starts_with(&format!("gpumon_gpu_info{{{device},{owners},name="))), "{text}");
+        has(r#"gpumon_utilization_ratio{gpu="1",uuid="GPU-bbbb",host="node-1"} 0"#);
+        assert!(!text.contains("=\"\""), "{text}");
+        // The failures of each source, about the host.
+        has(r#"gpumon_attribution_failures_total{host="node-1",source="proc"} 2"#);
+        has(r#"gpumon_attribution_failures_total{host="node-1",source="kubelet"} 1"#);
+    }
+}
+
+#[test]
+fn dcgm_naming_uses_dcgm_exporters_pod_labels_and_no_user() {
+    let text = render_with(Naming::Dcgm, Format::Text, attributed());
+    let lines = series(&text);
+    let line = r#"DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-aaaa",pci_bus_id="00000000:17:00.0",device="nvidia0",modelName="NVIDIA H100",Hostname="node-1",DCGM_FI_DRIVER_VERSION="570.86.15",namespace="team-a",pod="train-0",container="(shared)"} 50"#;
+    assert!(lines.contains(&line), "{text}");
+    assert!(!text.contains("user="), "{text}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("gpumon_process_memory_used_bytes{")
+            && l.ends_with(
+                r#"Hostname="node-1",DCGM_FI_DRIVER_VERSION="570.86.15",container="0123456789ab",pid="10"} 1073741824"#
+            )),
+        "{text}"
+    );
+}
+
+#[test]
+fn owner_label_values_are_escaped_and_read_back_by_remote_write() {
+    use gpumon_core::attribution::Owner;
+    let mut snap = attributed();
+    let mut odd = Owner::default();
+    odd.namespace = Some("we\"ird\\ns\n".into());
+    snap.devices[1].owners = vec![Arc::new(odd)];
+    let text = render_with(Naming::Native, Format::Text, snap.clone());
+    assert!(text.contains(r#"host="node-1",namespace="we\"ird\\ns\n"} 0"#), "{text}");
+    let mut namespaces = Vec::new();
+    super::series::visit_series(&mut String::new(), &snap, None, &RenderOptions::default(), |s| {
+        if s.name == "gpumon_utilization_ratio" {
+            namespaces.push(s.labels.iter().find(|(k, _)| *k == "namespace").map(|(_, v)| v.to_string()));
+        }
+    });
+    assert_eq!(namespaces, [Some("team-a".to_owned()), Some("we\"ird\\ns\n".to_owned())]);
 }

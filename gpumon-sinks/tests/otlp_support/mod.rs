@@ -136,9 +136,29 @@ pub fn fleet(gpus: u32, n: u64, extras: bool) -> Snapshot {
     let mut system = SystemInfo::new(gpumon_core::hostname(), "test");
     system.driver_version = Some("570.86.15".into());
     system.cuda_driver_version = Some(12080);
+    if extras {
+        // What the attribution stage attaches: GPU 0 allocated to a pod, its first process
+        // root's, its second one of an unknown owner.
+        use gpumon_core::attribution::Owner;
+        if let Some(d) = devices.first_mut() {
+            let mut pod = Owner::default();
+            pod.namespace = Some("team-a".into());
+            pod.pod = Some("train-0".into());
+            pod.container = Some("trainer".into());
+            let mut root = Owner::default();
+            root.user = Some("root".into());
+            let root = Arc::new(root);
+            d.processes[0].owner = Some(root.clone());
+            d.owners = vec![Arc::new(pod), root];
+        }
+    }
     let first = devices.first().map(|d| (d.info.index, d.info.uuid.clone()));
     let mut snap = Snapshot::new(Arc::new(system), devices).with_seq(n);
     if extras {
+        let mut attribution = gpumon_core::attribution::AttributionSummary::default();
+        attribution.proc_read_failures = 1 + n;
+        attribution.kubelet_failures = Some(0);
+        snap.attribution = Some(attribution);
         // What a diagnosis stage attaches: a finding on the first GPU, one about the host.
         use gpumon_core::{Diagnosis, Finding, FindingCount, FindingKind, Severity};
         let since = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);

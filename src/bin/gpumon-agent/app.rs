@@ -155,6 +155,9 @@ pub struct Cli {
     /// Training steps from other processes: --steps-socket (steps.rs).
     #[command(flatten)]
     pub steps: crate::steps::StepsArgs,
+    /// Who uses which GPU: --attribution, --proc-root, --passwd-file (attribution.rs).
+    #[command(flatten)]
+    pub attribution: crate::attribution::AttributionArgs,
 }
 
 /// A configuration problem: reported with the key and reason, exit code 2.
@@ -183,6 +186,8 @@ struct Settings {
     diagnose: crate::diagnose::Plan,
     /// The steps socket and tracker.
     steps: crate::steps::Plan,
+    /// The attribution stage and the kubelet refresher.
+    attribution: crate::attribution::Plan,
 }
 
 /// `--host` / GPUMON_HOST, else NODE_NAME; blank values count as unset.
@@ -255,7 +260,9 @@ fn resolve(cli: &Cli, file: &FileConfig) -> Result<Settings, ConfigError> {
         Some(list) => DeviceFilter::parse(list).map_err(|e| ConfigError(format!("agent.devices / --devices: {e}")))?,
         None => DeviceFilter::from_env().map_err(|e| ConfigError(format!("environment: {e}")))?,
     };
-    let metrics = resolve_metrics(cli, a)?;
+    let attribution = crate::attribution::resolve(&cli.attribution, &file.attribution)?;
+    let processes_disabled = a.disable.iter().chain(&cli.disable).any(|n| n.trim() == Family::Processes.name());
+    let metrics = attribution.metrics(resolve_metrics(cli, a)?, processes_disabled)?;
     let mut sink_options = SinkOptions::default();
     if let Some(q) = a.sink_queue {
         if q == 0 {
@@ -278,6 +285,7 @@ fn resolve(cli: &Cli, file: &FileConfig) -> Result<Settings, ConfigError> {
         host: host_override(cli),
         diagnose: crate::diagnose::resolve(&cli.diagnose, &file.diagnose, interval)?,
         steps: crate::steps::resolve(&cli.steps, &file.steps)?,
+        attribution,
     })
 }
 
@@ -367,7 +375,8 @@ async fn run(cli: Cli, file: FileConfig, mut settings: Settings) -> ExitCode {
     for sink in sinks {
         builder = builder.boxed_sink(sink, settings.sink_options);
     }
-    // The step tracker before diagnosis: processors run in order.
+    // Attribution first, then the step tracker before diagnosis: processors run in order.
+    builder = settings.attribution.install(builder);
     builder = settings.steps.install(builder);
     builder = settings.diagnose.install(builder);
     let handle = match builder.spawn() {
@@ -379,10 +388,17 @@ async fn run(cli: Cli, file: FileConfig, mut settings: Settings) -> ExitCode {
         let _ = handle.shutdown(settings.shutdown_timeout).await;
         return ExitCode::from(1);
     }
+    if let Err(e) = settings.attribution.start() {
+        eprintln!("gpumon: {e}");
+        settings.steps.stop().await;
+        let _ = handle.shutdown(settings.shutdown_timeout).await;
+        return ExitCode::from(1);
+    }
 
     if settings.once {
         let flushed = handle.flush(settings.shutdown_timeout.max(Duration::from_secs(10))).await;
         settings.steps.stop().await;
+        settings.attribution.stop().await;
         let shut = handle.shutdown(settings.shutdown_timeout).await;
         settings.diagnose.print_report();
         return match (flushed, shut) {
@@ -398,6 +414,7 @@ async fn run(cli: Cli, file: FileConfig, mut settings: Settings) -> ExitCode {
     settings.diagnose.run_until(wait_for_signal()).await;
     tracing::info!("shutting down");
     settings.steps.stop().await;
+    settings.attribution.stop().await;
     let shut = handle.shutdown(settings.shutdown_timeout).await;
     settings.diagnose.print_report();
     match shut {

@@ -34,6 +34,7 @@
 //! [web]                     # gpumon_sinks::web::WebConfig (live web view, see web.rs)
 //! [diagnose]                # see diagnose.rs
 //! [steps]                   # see steps.rs (training steps over a Unix socket)
+//! [attribution]             # see attribution.rs (containers, pods and users of GPU processes)
 //! ```
 //! Unknown keys are errors: a typo must not silently turn a setting off.
 
@@ -78,6 +79,8 @@ pub struct FileConfig {
     pub diagnose: crate::diagnose::DiagnoseSection,
     #[serde(default)]
     pub steps: crate::steps::StepsSection,
+    #[serde(default)]
+    pub attribution: crate::attribution::AttributionSection,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -10,6 +10,7 @@
 //! binary only when built with the `mock` feature.
 
 mod app;
+mod attribution;
 mod backend;
 mod config;
 mod diagnose;

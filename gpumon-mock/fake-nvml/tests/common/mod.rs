@@ -5,7 +5,42 @@
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// `target/<profile>/examples/agent`, brought up to date with `cargo build --example agent` (a
+/// no-op when `cargo test --workspace` just built it; without it a stale binary from an earlier
+/// build would be tested).
+pub fn agent() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().unwrap();
+            let profile_dir = exe.ancestors().nth(2).unwrap().to_path_buf(); // target/<profile>
+            let release = profile_dir.file_name().is_some_and(|n| n == "release");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let out = Command::new(cargo)
+                .args(["build", "--example", "agent"])
+                .args(release.then_some("--release"))
+                .current_dir(workspace())
+                .output()
+                .expect("cargo build --example agent");
+            assert!(
+                out.status.success(),
+                "cargo build --example agent failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let bin = profile_dir.join("examples/agent");
+            assert!(bin.is_file(), "{} missing", bin.display());
+            bin
+        })
+        .clone()
+}
 
 /// The cdylib cargo built for this package: `target/<profile>/libgpumon_fake_nvml.so`, found from
 /// the test binary (`target/<profile>/deps/<test>-<hash>`).

@@ -1,0 +1,370 @@
+//! The owner of a process, read from a proc file system: its cgroup (container, pod, systemd
+//! unit) and its real user and group, named from a passwd file.
+//!
+//! # Where it reads
+//! - `<proc root>/<pid>/stat` — field 22, the process's start time (clock ticks since boot),
+//!   which tells a reused pid from the process that had it before;
+//! - `<proc root>/<pid>/cgroup` — parsed by [`cgroup::parse`];
+//! - `<proc root>/<pid>/status` — the real ids on its `Uid:` and `Gid:` lines;
+//! - the passwd file (`name:x:uid:…`) — the user name of the uid.
+//!
+//! The proc root is `/proc` by default. An agent running in a container mounts the host's
+//! `/proc` (say at `/host/proc`, read-only) and points [`ProcOwners`] at it, and the host's
+//! `/etc/passwd` (say at `/host/etc/passwd`) for user names: the container's own passwd knows
+//! none of the host's users. NVML reports pids in the host's PID namespace, so the proc root must
+//! be the host's (a container started with the host PID namespace can use its own `/proc`).
+//!
+//! # Cost
+//! A pid is read once: three small files when it first appears (tens of microseconds), nothing
+//! at all on later ticks while it stays in NVML's process list. A pid missing for a tick or two
+//! and back is re-checked by its start time (one small read); a pid gone for longer is
+//! forgotten. The passwd file is read once and again only when a uid is not in it and the
+//! file's modification time has changed.
+//!
+//! # Failures
+//! A process that exits between NVML listing it and the read, an unreadable file (a proc
+//! mounted with `hidepid`), or a file that cannot be parsed: the owner is what could be read
+//! (possibly nothing), [`AttributionStats::proc_read_failures`] counts the failure, and it is
+//! logged once per pid. Nothing here ever fails a tick.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{ErrorKind, Read as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::{cgroup, AttributionStats, Owner, SharedOwner};
+
+/// The default proc root.
+pub const DEFAULT_PROC_ROOT: &str = "/proc";
+/// The default passwd file.
+pub const DEFAULT_PASSWD_FILE: &str = "/etc/passwd";
+
+/// Ticks a pid may be missing from the process list before it is forgotten; when it comes back
+/// within them, its start time is checked instead of reading it again.
+const GRACE_TICKS: u64 = 2;
+/// Most pids remembered as already logged (the set is cleared when full).
+const MAX_LOGGED: usize = 4096;
+
+/// Owners of processes by pid, read from a proc root and cached (see the [module docs](self)).
+///
+/// Call [`begin_tick`](Self::begin_tick), then [`owner`](Self::owner) for every pid of the
+/// tick, then [`end_tick`](Self::end_tick), which forgets pids no longer seen. Equal owners are
+/// shared: every process of one container and user gets the same `Arc`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use gpumon_core::attribution::procfs::ProcOwners;
+/// use gpumon_core::attribution::AttributionStats;
+///
+/// let stats = Arc::new(AttributionStats::default());
+/// let mut procs = ProcOwners::new("/proc", "/etc/passwd", stats);
+/// procs.begin_tick();
+/// let me = procs.owner(std::process::id());
+/// procs.end_tick();
+/// # #[cfg(target_os = "linux")]
+/// assert!(me.is_some_and(|o| o.uid.is_some()));
+/// ```
+#[derive(Debug)]
+pub struct ProcOwners {
+    proc_root: PathBuf,
+    passwd: Passwd,
+    entries: HashMap<u32, Entry>,
+    /// One `Arc` per distinct owner; pruned when pids are forgotten.
+    interned: HashSet<SharedOwner>,
+    tick: u64,
+    stats: Arc<AttributionStats>,
+    logged: HashSet<u32>,
+    buf: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    /// Start time from `stat` (`None` when it could not be read).
+    start_time: Option<u64>,
+    owner: Option<SharedOwner>,
+    last_seen: u64,
+}
+
+impl ProcOwners {
+    /// Reads processes under `proc_root` and user names from `passwd_file`, counting failures in
+    /// `stats`. Nothing is read until the first [`owner`](Self::owner) call.
+    pub fn new(proc_root: impl Into<PathBuf>, passwd_file: impl Into<PathBuf>, stats: Arc<AttributionStats>) -> Self {
+        Self {
+            proc_root: proc_root.into(),
+            passwd: Passwd::new(passwd_file.into()),
+            entries: HashMap::new(),
+            interned: HashSet::new(),
+            tick: 0,
+            stats,
+            logged: HashSet::new(),
+            buf: Vec::with_capacity(4096),
+        }
+    }
+
+    /// The proc root processes are read under.
+    pub fn proc_root(&self) -> &Path {
+        &self.proc_root
+    }
+
+    /// Starts a tick: the pids asked for until [`end_tick`](Self::end_tick) are this tick's.
+    pub fn begin_tick(&mut self) {
+        self.tick += 1;
+    }
+
+    /// Ends a tick: forgets pids missing for more than a couple of ticks.
+    pub fn end_tick(&mut self) {
+        let tick = self.tick;
+        let before = self.entries.len();
+        self.entries.retain(|_, e| e.last_seen + GRACE_TICKS >= tick);
+        if self.entries.len() != before {
+            // Owners only the interner still holds belong to no remembered pid.
+            self.interned.retain(|o| Arc::strong_count(o) > 1);
+        }
+    }
+
+    /// How many pids are remembered.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no pid is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The owner of `pid` (`None` when nothing about it could be read or nothing is known). Reads
+    /// nothing for a pid seen on the previous tick.
+    pub fn owner(&mut self, pid: u32) -> Option<SharedOwner> {
+        let tick = self.tick;
+        if let Some(e) = self.entries.get_mut(&pid) {
+            if e.last_seen + 1 >= tick {
+                e.last_seen = tick;
+                return e.owner.clone();
+            }
+            // Back after a gap: the same process only if it started at the same time.
+            let start = e.start_time;
+            if start.is_some() && self.start_time(pid).ok().flatten() == start {
+                if let Some(e) = self.entries.get_mut(&pid) {
+                    e.last_seen = tick;
+                    return e.owner.clone();
+                }
+            }
+        }
+        let entry = self.read(pid);
+        let owner = entry.owner.clone();
+        self.entries.insert(pid, entry);
+        owner
+    }
+
+    /// Reads everything about `pid` afresh.
+    fn read(&mut self, pid: u32) -> Entry {
+        let start_time = match self.start_time(pid) {
+            Ok(Some(t)) => Some(t),
+            Ok(None) => {
+                self.fail(pid, "stat", Failure::Garbage("no start time"));
+                None
+            }
+            Err(e) => {
+                self.fail(pid, "stat", Failure::Io(e));
+                // Gone or unreadable: the other files will not do better.
+                return Entry { start_time: None, owner: None, last_seen: self.tick };
+            }
+        };
+        let mut owner = match self.read_file(pid, "cgroup") {
+            Ok(()) => cgroup::parse(&String::from_utf8_lossy(&self.buf)),
+            Err(e) => {
+                self.fail(pid, "cgroup", Failure::Io(e));
+                Owner::default()
+            }
+        };
+        match self.read_file(pid, "status") {
+            Ok(()) => {
+                let (uid, gid) = real_ids(&String::from_utf8_lossy(&self.buf));
+                if uid.is_none() {
+                    self.fail(pid, "status", Failure::Garbage("no Uid line"));
+                }
+                owner.uid = uid;
+                owner.gid = gid;
+                owner.user = uid.and_then(|uid| self.passwd.name(uid));
+            }
+            Err(e) => self.fail(pid, "status", Failure::Io(e)),
+        }
+        let owner = (!owner.is_unknown()).then(|| self.intern(owner));
+        Entry { start_time, owner, last_seen: self.tick }
+    }
+
+    fn intern(&mut self, owner: Owner) -> SharedOwner {
+        if let Some(o) = self.interned.get(&owner) {
+            return o.clone();
+        }
+        let o = Arc::new(owner);
+        self.interned.insert(o.clone());
+        o
+    }
+
+    /// Field 22 of `<root>/<pid>/stat`; `Ok(None)` when the file is there but unparsable.
+    fn start_time(&mut self, pid: u32) -> std::io::Result<Option<u64>> {
+        self.read_file(pid, "stat")?;
+        Ok(start_time(&self.buf))
+    }
+
+    fn read_file(&mut self, pid: u32, name: &str) -> std::io::Result<()> {
+        let mut path = self.proc_root.clone();
+        path.push(pid.to_string());
+        path.push(name);
+        self.buf.clear();
+        std::fs::File::open(path)?.read_to_end(&mut self.buf)?;
+        Ok(())
+    }
+
+    fn fail(&mut self, pid: u32, file: &str, failure: Failure) {
+        let message = format!("cannot read {}/{pid}/{file}: {failure}", self.proc_root.display());
+        if self.logged.len() >= MAX_LOGGED {
+            self.logged.clear();
+        }
+        if self.logged.insert(pid) {
+            // A process that exited after NVML listed it is routine; anything else (no
+            // permission, garbage) means attribution is not working as deployed.
+            let routine = matches!(&failure, Failure::Io(e) if e.kind() == ErrorKind::NotFound);
+            log_failure(&message, !routine);
+        }
+        self.stats.record_failure(&self.stats.proc_read_failures, message);
+    }
+}
+
+/// Why a proc file gave nothing.
+enum Failure {
+    Io(std::io::Error),
+    Garbage(&'static str),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Io(e) => e.fmt(f),
+            Failure::Garbage(what) => f.write_str(what),
+        }
+    }
+}
+
+/// Field 22 (`starttime`) of a `stat` file: after the command name in parentheses (which may
+/// itself hold spaces and parentheses, hence the last `)`), field 3 onward.
+fn start_time(stat: &[u8]) -> Option<u64> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    rest.split_ascii_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+/// The real uid and gid from a `status` file's `Uid:` and `Gid:` lines.
+fn real_ids(status: &str) -> (Option<u32>, Option<u32>) {
+    let first = |line: &str| line.split_ascii_whitespace().next().and_then(|v| v.parse().ok());
+    let (mut uid, mut gid) = (None, None);
+    for line in status.lines() {
+        if let Some(v) = line.strip_prefix("Uid:") {
+            uid = first(v);
+        } else if let Some(v) = line.strip_prefix("Gid:") {
+            gid = first(v);
+        }
+    }
+    (uid, gid)
+}
+
+/// User names from a passwd file, read lazily and re-read when a uid is missing and the file
+/// has changed since.
+#[derive(Debug)]
+struct Passwd {
+    path: PathBuf,
+    names: HashMap<u32, String>,
+    /// Modification time of the file when read; `None` before the first read.
+    read_at: Option<Option<SystemTime>>,
+    warned: bool,
+}
+
+impl Passwd {
+    fn new(path: PathBuf) -> Self {
+        Self { path, names: HashMap::new(), read_at: None, warned: false }
+    }
+
+    fn name(&mut self, uid: u32) -> Option<String> {
+        if let Some(n) = self.names.get(&uid) {
+            return Some(n.clone());
+        }
+        let modified = std::fs::metadata(&self.path).and_then(|m| m.modified()).ok();
+        if self.read_at != Some(modified) {
+            self.reload(modified);
+        }
+        self.names.get(&uid).cloned()
+    }
+
+    fn reload(&mut self, modified: Option<SystemTime>) {
+        self.read_at = Some(modified);
+        match std::fs::read(&self.path) {
+            Ok(bytes) => self.names = parse_passwd(&String::from_utf8_lossy(&bytes)),
+            Err(e) => {
+                self.names.clear();
+                if !self.warned {
+                    self.warned = true;
+                    let message = format!("cannot read {} ({e}); processes get no user names", self.path.display());
+                    log_failure(&message, true);
+                }
+            }
+        }
+    }
+}
+
+/// `name:password:uid:gid:…` lines; malformed lines are skipped, the first name of a uid wins.
+fn parse_passwd(text: &str) -> HashMap<u32, String> {
+    let mut names = HashMap::new();
+    for line in text.lines() {
+        let mut fields = line.split(':');
+        let (Some(name), Some(_), Some(uid)) = (fields.next(), fields.next(), fields.next()) else { continue };
+        if name.is_empty() || name.starts_with('#') || name.starts_with('+') || name.starts_with('-') {
+            continue;
+        }
+        if let Ok(uid) = uid.trim().parse::<u32>() {
+            names.entry(uid).or_insert_with(|| name.to_owned());
+        }
+    }
+    names
+}
+
+#[cfg(feature = "runtime")]
+fn log_failure(message: &str, warn: bool) {
+    if warn {
+        tracing::warn!("attribution: {message}");
+    } else {
+        tracing::debug!("attribution: {message}");
+    }
+}
+
+#[cfg(not(feature = "runtime"))]
+fn log_failure(_: &str, _: bool) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_start_time_is_field_22_even_with_parentheses_in_the_name() {
+        let stat = b"4242 (a (weird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 987654 1000 10";
+        assert_eq!(start_time(stat), Some(987_654));
+        assert_eq!(start_time(b"4242 (truncated"), None);
+        assert_eq!(start_time(b"4242 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn real_ids_are_the_first_columns() {
+        let status = "Name:\tpython\nUid:\t1000\t0\t0\t0\nGid:\t100\t100\t100\t100\n";
+        assert_eq!(real_ids(status), (Some(1000), Some(100)));
+        assert_eq!(real_ids("Name: x\n"), (None, None));
+    }
+
+    #[test]
+    fn passwd_lines_map_uids_to_the_first_name() {
+        let names = parse_passwd("root:x:0:0:root:/root:/bin/bash\n# comment\nbad line\nalice:x:1000:1000::/home/alice:/bin/sh\ntoor:x:0:0::/:/bin/sh\n+::::::\n");
+        assert_eq!(names.get(&0).map(String::as_str), Some("root"));
+        assert_eq!(names.get(&1000).map(String::as_str), Some("alice"));
+        assert_eq!(names.len(), 2);
+    }
+}
