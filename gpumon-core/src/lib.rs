@@ -21,6 +21,9 @@
 //! - `runtime` (default): [`Agent`], [`AgentHandle`] (tokio).
 //! - `serde` (default): `Serialize`/`Deserialize` for the data model.
 //! - `nvml`: the NVML backend (`NvmlSampler`), loading `libnvidia-ml.so.1` at run time.
+//! - `kubelet`: GPU → pod attribution from the kubelet's pod-resources API
+//!   ([`attribution::kubelet`]; tonic, prost).
+//! - `kubelet-testing`: a test kubelet serving that API on a Unix socket, for tests.
 //!
 //! ## Example
 //! ```

@@ -34,6 +34,9 @@ mod processor;
 pub mod procfs;
 
 pub use processor::{AttributionConfig, Attributor};
+#[cfg(feature = "kubelet")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kubelet")))]
+pub mod kubelet;
 
 /// The label value of a device label on which the device's owners disagree.
 pub const SHARED: &str = "(shared)";
@@ -233,6 +236,11 @@ impl Allocations {
     /// The owners of device `uuid` (empty when it is allocated to no pod).
     pub fn owners(&self, uuid: &str) -> &[SharedOwner] {
         self.by_uuid.get(uuid).map_or(&[], Vec::as_slice)
+    }
+
+    /// Every allocated device's UUID with its owners, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[SharedOwner])> + '_ {
+        self.by_uuid.iter().map(|(uuid, owners)| (uuid.as_str(), owners.as_slice()))
     }
 
     /// How many devices have at least one owner.
