@@ -15,8 +15,17 @@
 //! knows is absent. Two pods of one namespace time-slicing a GPU therefore give
 //! `namespace="team-a", pod="(shared)"`. `SHARED` cannot be a Kubernetes name (DNS-1123) nor a
 //! Unix user name, so it never collides with a real owner.
+//!
+//! # Tenants
+//! [`tenant`] scopes a snapshot to one tenant ([`TenantSelector`], [`Snapshot::scoped_to`]):
+//! only the GPUs its processes (or pods) hold, and nothing that names another tenant.
+//!
+//! [`Snapshot::scoped_to`]: crate::Snapshot::scoped_to
 
 use std::sync::Arc;
+
+pub mod tenant;
+pub use tenant::{Criterion, TenantSelector, TenantSelectorError};
 
 /// The label value of a device label on which the device's owners disagree.
 pub const SHARED: &str = "(shared)";
