@@ -263,7 +263,7 @@ async fn each_scrape_credential_sees_exactly_its_gpus_in_every_series_and_format
     }
 
     // The findings a tenant gets: its own GPUs', without the one that names the other's GPU.
-    let r = request(addr, "/metrics", &[a_cred.clone()]).await;
+    let r = request(addr, "/metrics", std::slice::from_ref(&a_cred)).await;
     let findings: Vec<&str> = r.body.lines().filter(|l| l.starts_with("gpumon_finding_active{")).collect();
     assert_eq!(findings.len(), 1, "{findings:?}");
     assert!(findings[0].contains("uuid=\"GPU-aaaa\"") && findings[0].contains("near_oom"), "{findings:?}");

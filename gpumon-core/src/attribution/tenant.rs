@@ -411,11 +411,12 @@ fn scope_diagnosis(diagnosis: &Diagnosis, view: &Snapshot) -> Diagnosis {
             && names_only(&f.evidence, &nameable)
             && names_only(&f.advice, &nameable)
     };
-    let mut scoped = Diagnosis::default();
-    scoped.active = diagnosis.active.iter().filter(|f| visible(f)).cloned().collect::<Vec<_>>().into();
-    scoped.events = diagnosis.events.iter().filter(|e| visible(&e.finding)).cloned().collect();
-    scoped.raised_total = Arc::from([]);
-    scoped
+    // Every field named: one added to `Diagnosis` later must be decided on here.
+    Diagnosis {
+        active: diagnosis.active.iter().filter(|f| visible(f)).cloned().collect::<Vec<_>>().into(),
+        events: diagnosis.events.iter().filter(|e| visible(&e.finding)).cloned().collect(),
+        raised_total: Arc::from([]),
+    }
 }
 
 /// Whether every word of `text` that looks like a GPU or MIG UUID (contains `GPU-` or `MIG-`)

@@ -36,15 +36,16 @@ impl Access {
         Self { admin, tenants }
     }
 
-    /// The scope of `req`, or the `401` to answer it with.
+    /// The scope of `req`; `None` when it may read nothing (answer with
+    /// [`unauthorized`](Self::unauthorized)).
     ///
     /// Without any credential configured every request reads everything (as before tenants
     /// existed). Otherwise the `Authorization` header must match the admin's or a tenant's
     /// credential; it is compared with every one of them in constant time, so the answer's
     /// timing says neither which credential nearly matched nor how far.
-    pub(crate) fn authenticate(&self, req: &Request<Incoming>) -> Result<Scope<'_>, Response<Body>> {
+    pub(crate) fn authenticate(&self, req: &Request<Incoming>) -> Option<Scope<'_>> {
         if self.admin.is_none() && self.tenants.is_empty() {
-            return Ok(Scope::All);
+            return Some(Scope::All);
         }
         let header = req.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok());
         let presented = Presented::parse(header);
@@ -61,15 +62,15 @@ impl Access {
             }
         }
         match (admin, found) {
-            (true, _) => Ok(Scope::All),
-            (false, Some(index)) => Ok(Scope::Tenant { index, tenant: &self.tenants[index] }),
-            (false, None) => Err(self.unauthorized()),
+            (true, _) => Some(Scope::All),
+            (false, Some(index)) => Some(Scope::Tenant { index, tenant: &self.tenants[index] }),
+            (false, None) => None,
         }
     }
 
     /// `401` with one challenge per scheme in use (Basic first: a browser takes the first scheme
     /// it knows).
-    fn unauthorized(&self) -> Response<Body> {
+    pub(crate) fn unauthorized(&self) -> Response<Body> {
         let mut r = text_response(StatusCode::UNAUTHORIZED, "unauthorized\n");
         let auths = || self.admin.iter().chain(self.tenants.iter().map(|t| &t.auth));
         if auths().any(|a| matches!(a, Auth::Basic { .. })) {

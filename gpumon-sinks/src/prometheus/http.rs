@@ -514,9 +514,8 @@ fn respond(handle: &PrometheusHandle, settings: &Settings, req: &Request<Incomin
             }
         }
     } else {
-        let scope = match settings.access.authenticate(req) {
-            Ok(scope) => scope,
-            Err(unauthorized) => return unauthorized,
+        let Some(scope) = settings.access.authenticate(req) else {
+            return settings.access.unauthorized();
         };
         let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
         let format = handle.negotiate(accept);

@@ -89,9 +89,9 @@
 
 mod config;
 mod render;
-mod tenants;
 #[cfg(feature = "remote-write")]
 pub(crate) mod series;
+mod tenants;
 
 #[cfg(feature = "prometheus-http")]
 pub(crate) mod access;
@@ -112,9 +112,9 @@ use gpumon_core::{BuildError, Sink, SinkError, Snapshot, Telemetry};
 
 pub use config::{Auth, Naming, PrometheusConfig, TlsConfig, DEFAULT_LISTEN};
 pub use render::{escape_label_value, Format, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
-pub use tenants::{BasicCredentials, TenantConfig};
 #[cfg(feature = "prometheus-http")]
 pub(crate) use tenants::resolve as resolve_tenants;
+pub use tenants::{BasicCredentials, TenantConfig};
 
 #[cfg(feature = "pushgateway")]
 #[cfg_attr(docsrs, doc(cfg(feature = "pushgateway")))]

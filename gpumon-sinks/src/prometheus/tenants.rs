@@ -111,7 +111,11 @@ pub(crate) struct Tenant {
 /// # Errors
 /// [`BuildError::InvalidConfig`] for a missing, empty, doubled or ambiguous credential or name;
 /// [`BuildError::Io`] for a token file that cannot be read.
-pub(crate) fn resolve(section: &str, admin: Option<&Auth>, tenants: &[TenantConfig]) -> Result<Vec<Tenant>, BuildError> {
+pub(crate) fn resolve(
+    section: &str,
+    admin: Option<&Auth>,
+    tenants: &[TenantConfig],
+) -> Result<Vec<Tenant>, BuildError> {
     let mut resolved: Vec<Tenant> = Vec::with_capacity(tenants.len());
     for (i, t) in tenants.iter().enumerate() {
         let key = format!("{section}.tenants[{i}]");
@@ -168,10 +172,9 @@ fn check_credential(auth: &Auth, key: &str) -> Result<(), BuildError> {
         Auth::Bearer { token } if token.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) => {
             Err(BuildError::invalid(key, "the token must not contain whitespace or control characters"))
         }
-        Auth::Basic { username, .. } if username.is_empty() || username.contains(':') => Err(BuildError::invalid(
-            format!("{key}.username"),
-            "must be non-empty and must not contain `:`",
-        )),
+        Auth::Basic { username, .. } if username.is_empty() || username.contains(':') => {
+            Err(BuildError::invalid(format!("{key}.username"), "must be non-empty and must not contain `:`"))
+        }
         _ => Ok(()),
     }
 }

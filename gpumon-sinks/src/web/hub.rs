@@ -189,15 +189,15 @@ impl Hub {
         inner.clients.retain(|c| {
             let Some((_, event)) = events.iter().find(|(s, _)| *s == c.scope) else { return true };
             match c.tx.try_send(event.clone()) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                // Too slow: close its connection now, so neither its queue nor the socket's
-                // buffers hold memory any longer. Its EventSource reconnects when it can.
-                c.close.notify_one();
-                dropped += 1;
-                false
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    // Too slow: close its connection now, so neither its queue nor the socket's
+                    // buffers hold memory any longer. Its EventSource reconnects when it can.
+                    c.close.notify_one();
+                    dropped += 1;
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
             }
         });
         self.clients.store(inner.clients.len(), Ordering::Release);

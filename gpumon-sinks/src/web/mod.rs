@@ -161,6 +161,8 @@ impl WebSink {
     }
 
     /// The sink without a listener (benchmarks, embedders serving [`WebHandle`] themselves).
+    /// `auth`, `tls` and `tenants` belong to the listener and are not used; [`WebHandle`]
+    /// serves the unscoped view.
     ///
     /// # Errors
     /// [`BuildError::InvalidConfig`] naming the key.

@@ -48,9 +48,9 @@ fn route(hub: &Arc<Hub>, req: &Request<Incoming>, settings: &Settings) -> Respon
     // data routes answer with the caller's view (a tenant's is scoped per request or, for live
     // streams, per tick and tenant — never one reader's rendering for another).
     let scope = match settings.access.authenticate(req) {
-        Ok(Scope::All) => None,
-        Ok(Scope::Tenant { index, .. }) => Some(index),
-        Err(unauthorized) => return unauthorized,
+        Some(Scope::All) => None,
+        Some(Scope::Tenant { index, .. }) => Some(index),
+        None => return settings.access.unauthorized(),
     };
     let mut r = match req.uri().path() {
         "/api/snapshot" => match hub.latest_for(scope) {

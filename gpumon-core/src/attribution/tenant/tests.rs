@@ -72,13 +72,14 @@ fn config_form_takes_a_table_or_the_text_and_rejects_with_the_reason() {
 }
 
 fn owner(ns: Option<&str>, ctr: Option<&str>, user: Option<&str>, uid: Option<u32>, gid: Option<u32>) -> Owner {
-    let mut o = Owner::default();
-    o.namespace = ns.map(Into::into);
-    o.container = ctr.map(Into::into);
-    o.user = user.map(Into::into);
-    o.uid = uid;
-    o.gid = gid;
-    o
+    Owner {
+        namespace: ns.map(Into::into),
+        container: ctr.map(Into::into),
+        user: user.map(Into::into),
+        uid,
+        gid,
+        ..Owner::default()
+    }
 }
 
 #[test]
@@ -183,21 +184,22 @@ fn fixture() -> Fixture {
     let finding = |kind, uuid: Option<(u32, &str)>, evidence: &str| {
         Finding::new(kind, Severity::Warning, uuid, since, evidence, "advice")
     };
-    let mut diagnosis = Diagnosis::default();
-    diagnosis.active = vec![
+    let active: Vec<Finding> = vec![
         finding(FindingKind::NearOom, Some((0, "GPU-0")), "memory 97 % used"),
         finding(FindingKind::NearOom, Some((1, "GPU-1")), "memory 98 % used"),
         finding(FindingKind::Imbalance, Some((0, "GPU-0")), "utilisation 3 % while GPU 1 (GPU-1) runs at 90 %"),
         finding(FindingKind::Imbalance, Some((3, "GPU-3")), "utilisation 0 % while GPU 2 (GPU-2) runs at 90 %"),
         finding(FindingKind::MemoryBound, Some((5, "MIG-5a")), "on MIG-5a of GPU-5"),
         finding(FindingKind::HardwareErrors, None, "host-level"),
-    ]
-    .into();
-    diagnosis.events = vec![
-        FindingEvent::new(Transition::Raised, diagnosis.active[0].clone(), None),
-        FindingEvent::new(Transition::Raised, diagnosis.active[1].clone(), None),
     ];
-    diagnosis.raised_total = vec![FindingCount::new(FindingKind::NearOom, 2)].into();
+    let diagnosis = Diagnosis {
+        events: vec![
+            FindingEvent::new(Transition::Raised, active[0].clone(), None),
+            FindingEvent::new(Transition::Raised, active[1].clone(), None),
+        ],
+        active: active.into(),
+        raised_total: vec![FindingCount::new(FindingKind::NearOom, 2)].into(),
+    };
     snapshot.diagnosis = Some(diagnosis);
     let mut steps = Steps::default();
     steps.runs.push(RunSteps::new("job-of-team-b", Some(0)));
@@ -448,10 +450,11 @@ fn build(plain: &[GenDevice], mig_parts: &[GenDevice], parent_alloc: Who, a: &Te
         active.push(Finding::new(FindingKind::Imbalance, Severity::Info, device, since, evidence, "advice"));
     }
     active.push(Finding::new(FindingKind::HardwareErrors, Severity::Critical, None, since, "host of b", "advice"));
-    let mut diagnosis = Diagnosis::default();
-    diagnosis.events = active.iter().map(|f| FindingEvent::new(Transition::Raised, f.clone(), None)).collect();
-    diagnosis.active = active.into();
-    diagnosis.raised_total = vec![FindingCount::new(FindingKind::Imbalance, 9)].into();
+    let diagnosis = Diagnosis {
+        events: active.iter().map(|f| FindingEvent::new(Transition::Raised, f.clone(), None)).collect(),
+        active: active.into(),
+        raised_total: vec![FindingCount::new(FindingKind::Imbalance, 9)].into(),
+    };
     let mut snapshot = Snapshot::new(Arc::new(SystemInfo::new("node-1", "nvml")), devices);
     snapshot.diagnosis = Some(diagnosis);
     let mut steps = Steps::default();
