@@ -464,7 +464,11 @@ fn build(plain: &[GenDevice], mig_parts: &[GenDevice], parent_alloc: Who, a: &Te
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    // Cheap (well under a second): 256 cases unless `PROPTEST_CASES` says otherwise.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn a_tenants_view_never_names_the_other_tenant(
