@@ -3,6 +3,7 @@
 
 Usage:
   web-browser.py URL [--at SECONDS]... [--screenshot OUT.png [--full-page]] [--size 1280x900]
+                 [--header 'Name: value']...
 
 Opens URL in a fresh headless Chromium profile and, at each --at time (seconds after the page
 started loading; default 3), probes the live DOM: the GPU cards (data-gpu-uuid, name, figures),
@@ -59,6 +60,9 @@ def main():
     ap.add_argument("--screenshot")
     ap.add_argument("--size", default="1280x900")
     ap.add_argument("--full-page", action="store_true", help="screenshot the whole page, not the window")
+    ap.add_argument("--header", action="append", default=[],
+                    help="send this header with every request of the page, its fetches and its live stream "
+                         "(e.g. 'Authorization: Basic …')")
     ap.add_argument("--chromium", default=os.environ.get("GPUMON_TEST_CHROMIUM") or shutil.which("chromium") or "chromium")
     args = ap.parse_args()
     times = sorted(args.at or [3.0])
@@ -116,6 +120,10 @@ def main():
         session = call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Log"):
             call(f"{domain}.enable", {}, session)
+        if args.header:
+            headers = dict(h.split(":", 1) for h in args.header)
+            call("Network.enable", {}, session)
+            call("Network.setExtraHTTPHeaders", {"headers": {k.strip(): v.strip() for k, v in headers.items()}}, session)
         call("Emulation.setDeviceMetricsOverride",
              {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session)
         t0 = time.monotonic()

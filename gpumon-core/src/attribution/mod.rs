@@ -26,6 +26,12 @@
 //! - [`procfs`]: [`ProcOwners`](procfs::ProcOwners), the per-pid owner cache over a proc root;
 //! - [`Attributor`] (built from an [`AttributionConfig`]): the processor;
 //! - [`AllocationCache`]: GPU → pod allocations, filled by the kubelet client.
+//!
+//! # Tenants
+//! [`tenant`] scopes a snapshot to one tenant ([`TenantSelector`], [`Snapshot::scoped_to`]):
+//! only the GPUs its processes (or pods) hold, and nothing that names another tenant.
+//!
+//! [`Snapshot::scoped_to`]: crate::Snapshot::scoped_to
 
 use std::sync::Arc;
 
@@ -37,6 +43,9 @@ pub use processor::{AttributionConfig, Attributor};
 #[cfg(feature = "kubelet")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kubelet")))]
 pub mod kubelet;
+
+pub mod tenant;
+pub use tenant::{Criterion, TenantSelector, TenantSelectorError};
 
 /// The label value of a device label on which the device's owners disagree.
 pub const SHARED: &str = "(shared)";

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::TenantConfig;
+
 /// The scrape address used when [`PrometheusConfig::listen`] is not set: `127.0.0.1:9400`
 /// (dcgm-exporter's port, on loopback only; set `listen = "0.0.0.0:9400"` to expose it).
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9400));
@@ -139,8 +141,14 @@ pub struct PrometheusConfig {
     pub listen: Option<SocketAddr>,
     /// Metric and label names: `"native"` (default) or `"dcgm"`.
     pub naming: Naming,
-    /// Require credentials on `/metrics` (`/health` stays open for probes).
+    /// Require credentials on `/metrics` (`/health` stays open for probes). With
+    /// [`tenants`](Self::tenants), this is the admin credential: it reads every GPU.
     pub auth: Option<Auth>,
+    /// Tenants: each credential reads only its tenant's view of the GPUs (`[[prometheus.tenants]]`,
+    /// see [`TenantConfig`] and `docs/tenancy.md`). When tenants are configured, a scrape
+    /// without a credential gets `401` (unless no credential is configured at all).
+    #[serde(default)]
+    pub tenants: Vec<TenantConfig>,
     /// Serve HTTPS (feature `prometheus-tls`).
     pub tls: Option<TlsConfig>,
     /// Most connections served at once (default 64). When all are taken, the oldest idle
@@ -189,6 +197,7 @@ impl Default for PrometheusConfig {
             listen: None,
             naming: Naming::Native,
             auth: None,
+            tenants: Vec::new(),
             tls: None,
             max_connections: 64,
             header_read_timeout: Duration::from_secs(10),

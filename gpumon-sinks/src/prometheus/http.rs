@@ -15,13 +15,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use gpumon_core::BuildError;
 use hyper::body::{Frame, Incoming, SizeHint};
-use hyper::header::{HeaderValue, ACCEPT, ALLOW, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::header::{HeaderValue, ACCEPT, ALLOW, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 
-use super::{Auth, PrometheusConfig, PrometheusHandle, TlsConfig};
+use super::access::{Access, Scope};
+use super::{PrometheusConfig, PrometheusHandle, TlsConfig};
 
 /// How long a connection over the limit waits for a slot before it is closed.
 const ADMISSION_WAIT: Duration = Duration::from_secs(1);
@@ -36,7 +37,8 @@ pub(crate) struct Settings {
     pub(crate) connection_timeout: Duration,
     pub(crate) max_header_bytes: usize,
     pub(crate) max_headers: usize,
-    pub(crate) auth: Option<Auth>,
+    /// Who may read what: the admin credential, the tenants' (or nobody's: open).
+    pub(crate) access: Access,
     /// `SO_SNDBUF` of accepted sockets (`None`: the kernel's autotuning). Caps what a client that
     /// stops reading a live stream can hold in kernel memory, and makes it fall behind sooner.
     #[cfg(feature = "web")]
@@ -56,7 +58,7 @@ impl Settings {
         connection_timeout: Duration,
         max_header_bytes: usize,
         max_headers: usize,
-        auth: Option<Auth>,
+        access: Access,
         tls: Option<&TlsConfig>,
     ) -> Result<Self, BuildError> {
         #[cfg(not(feature = "prometheus-tls"))]
@@ -75,7 +77,7 @@ impl Settings {
             connection_timeout,
             max_header_bytes,
             max_headers,
-            auth,
+            access,
             #[cfg(feature = "web")]
             send_buffer: None,
             #[cfg(feature = "prometheus-tls")]
@@ -252,6 +254,7 @@ impl Server {
         addr: SocketAddr,
         config: &PrometheusConfig,
         handle: PrometheusHandle,
+        access: Access,
     ) -> Result<Self, BuildError> {
         let settings = Settings::new(
             "prometheus",
@@ -261,7 +264,7 @@ impl Server {
             config.connection_timeout,
             config.max_header_bytes,
             config.max_headers,
-            config.auth.clone(),
+            access,
             config.tls.as_ref(),
         )?;
         Self::bind_with(addr, settings, Arc::new(Scrape(handle)))
@@ -468,23 +471,6 @@ pub(crate) fn text_response(status: StatusCode, body: &'static str) -> Response<
     r
 }
 
-/// The `401` answer (with `WWW-Authenticate`) when `auth` is configured and the request does not
-/// satisfy it; `None` when the request may proceed.
-pub(crate) fn reject_unauthorized(auth: Option<&Auth>, req: &Request<Incoming>) -> Option<Response<Body>> {
-    let auth = auth?;
-    let given = req.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok());
-    if authorized(auth, given) {
-        return None;
-    }
-    let mut r = text_response(StatusCode::UNAUTHORIZED, "unauthorized\n");
-    let challenge = match auth {
-        Auth::Bearer { .. } => "Bearer realm=\"gpumon\"",
-        Auth::Basic { .. } => "Basic realm=\"gpumon\", charset=\"UTF-8\"",
-    };
-    r.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
-    Some(r)
-}
-
 /// The `405` answer unless the method is GET or HEAD.
 pub(crate) fn reject_method(req: &Request<Incoming>) -> Option<Response<Body>> {
     if req.method() == Method::GET || req.method() == Method::HEAD {
@@ -528,12 +514,17 @@ fn respond(handle: &PrometheusHandle, settings: &Settings, req: &Request<Incomin
             }
         }
     } else {
-        if let Some(r) = reject_unauthorized(settings.auth.as_ref(), req) {
-            return r;
-        }
+        let Some(scope) = settings.access.authenticate(req) else {
+            return settings.access.unauthorized();
+        };
         let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
         let format = handle.negotiate(accept);
-        let body = handle.render(format);
+        // A tenant's view is scoped per request, from the same snapshot; nothing rendered for
+        // one reader is kept for another.
+        let body = match scope {
+            Scope::All => handle.render(format),
+            Scope::Tenant { tenant, .. } => handle.render_for(format, &tenant.selector),
+        };
         let mut r = Response::new(Body::full(body));
         r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
         r
@@ -543,39 +534,6 @@ fn respond(handle: &PrometheusHandle, settings: &Settings, req: &Request<Incomin
         *response.body_mut() = Body::empty();
     }
     response
-}
-
-/// Byte-wise comparison whose time does not depend on where the inputs differ.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Whether an `Authorization` header value satisfies `auth`.
-pub(crate) fn authorized(auth: &Auth, header: Option<&str>) -> bool {
-    let Some(header) = header else { return false };
-    let (scheme, rest) = header.trim().split_once(' ').unwrap_or((header, ""));
-    let rest = rest.trim();
-    match auth {
-        Auth::Bearer { token } => {
-            scheme.eq_ignore_ascii_case("bearer") && constant_time_eq(rest.as_bytes(), token.as_bytes())
-        }
-        Auth::Basic { username, password } => {
-            if !scheme.eq_ignore_ascii_case("basic") {
-                return false;
-            }
-            use base64::Engine as _;
-            let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(rest) else { return false };
-            let Some(colon) = decoded.iter().position(|&b| b == b':') else { return false };
-            let (user, pass) = (&decoded[..colon], &decoded[colon + 1..]);
-            // Evaluate both so the time does not tell which one was wrong.
-            let user_ok = constant_time_eq(user, username.as_bytes());
-            let pass_ok = constant_time_eq(pass, password.as_bytes());
-            user_ok & pass_ok
-        }
-    }
 }
 
 #[cfg(feature = "prometheus-tls")]
@@ -631,35 +589,5 @@ mod tls {
             })?;
         server.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(tokio_rustls::TlsAcceptor::from(Arc::new(server)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bearer_auth() {
-        let auth = Auth::bearer("t0ken");
-        assert!(authorized(&auth, Some("Bearer t0ken")));
-        assert!(authorized(&auth, Some("bearer t0ken")));
-        assert!(!authorized(&auth, Some("Bearer t0ke")));
-        assert!(!authorized(&auth, Some("Bearer t0kenX")));
-        assert!(!authorized(&auth, Some("Basic t0ken")));
-        assert!(!authorized(&auth, Some("t0ken")));
-        assert!(!authorized(&auth, None));
-    }
-
-    #[test]
-    fn basic_auth() {
-        use base64::Engine as _;
-        let auth = Auth::basic("prom", "pa:ss");
-        let enc = |s: &str| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(s));
-        assert!(authorized(&auth, Some(&enc("prom:pa:ss"))));
-        assert!(!authorized(&auth, Some(&enc("prom:pa:sX"))));
-        assert!(!authorized(&auth, Some(&enc("prox:pa:ss"))));
-        assert!(!authorized(&auth, Some(&enc("prompa:ss"))));
-        assert!(!authorized(&auth, Some("Basic !!!not-base64")));
-        assert!(!authorized(&auth, Some(&enc("prom:pa:ss").replace("Basic", "Bearer"))));
     }
 }

@@ -21,6 +21,12 @@
 //! the first `healthcheck`/`export` (which the agent always runs inside its runtime). It stops
 //! when the sink is shut down or dropped.
 //!
+//! **Tenants.** [`PrometheusConfig::tenants`] maps credentials to tenant selectors: a scrape
+//! with a tenant's credential gets only the series of the GPUs that tenant holds, and nothing
+//! that names another tenant ([`PrometheusHandle::render_for`]; `docs/tenancy.md`). The
+//! [`auth`](PrometheusConfig::auth) credential still reads everything; with tenants and no
+//! `auth`, a scrape without credentials gets `401`.
+//!
 //! Endpoints: `GET /metrics` (auth applies), `GET /health` (readiness: `200 ok` while the last
 //! sample succeeded, `503` with the reason otherwise), `GET /live` (liveness: `200` while the
 //! process serves, also while sampling fails); the probes never need auth. `404` for any other
@@ -88,7 +94,10 @@ mod config;
 mod render;
 #[cfg(feature = "remote-write")]
 pub(crate) mod series;
+mod tenants;
 
+#[cfg(feature = "prometheus-http")]
+pub(crate) mod access;
 #[cfg(feature = "prometheus-http")]
 pub(crate) mod http;
 
@@ -101,10 +110,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwapOption;
+use gpumon_core::attribution::TenantSelector;
 use gpumon_core::{BuildError, Sink, SinkError, Snapshot, Telemetry};
 
 pub use config::{Auth, Naming, PrometheusConfig, TlsConfig, DEFAULT_LISTEN};
 pub use render::{escape_label_value, Format, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
+#[cfg(feature = "prometheus-http")]
+pub(crate) use tenants::resolve as resolve_tenants;
+pub use tenants::{BasicCredentials, TenantConfig};
 
 #[cfg(feature = "pushgateway")]
 #[cfg_attr(docsrs, doc(cfg(feature = "pushgateway")))]
@@ -198,16 +211,31 @@ impl PrometheusHandle {
     pub fn render_to(&self, out: &mut String, format: Format) {
         let start = out.len();
         let snapshot = self.shared.snapshot.load();
+        self.render_snapshot(out, snapshot.as_deref(), format);
+        self.shared.size_hint.store(out.len() - start, Ordering::Relaxed);
+    }
+
+    /// The exposition that the tenant `tenant` may read: the latest snapshot
+    /// [scoped](Snapshot::scoped_to) to it — only the GPUs it holds, only its own processes and
+    /// owner labels — plus the agent's self-metrics (which name no tenant). What the scrape
+    /// endpoint answers a tenant's credential with; see `docs/tenancy.md`.
+    pub fn render_for(&self, format: Format, tenant: &TenantSelector) -> String {
+        let snapshot = self.shared.snapshot.load_full().map(|s| s.scoped_to(tenant));
+        let mut out = String::with_capacity(self.shared.size_hint.load(Ordering::Relaxed) + 256);
+        self.render_snapshot(&mut out, snapshot.as_ref(), format);
+        out
+    }
+
+    fn render_snapshot(&self, out: &mut String, snapshot: Option<&Snapshot>, format: Format) {
         let telemetry = self.shared.telemetry.load();
         let opts = &self.shared.opts;
         if self.shared.staleness == Staleness::FromAgent {
             let stale_after = self.stale_after(telemetry.as_deref()).map(|(max, _)| max);
             let opts = RenderOptions { stale_after, ..opts.clone() };
-            render::render(out, snapshot.as_deref(), telemetry.as_deref(), &opts, format);
+            render::render(out, snapshot, telemetry.as_deref(), &opts, format);
         } else {
-            render::render(out, snapshot.as_deref(), telemetry.as_deref(), opts, format);
+            render::render(out, snapshot, telemetry.as_deref(), opts, format);
         }
-        self.shared.size_hint.store(out.len() - start, Ordering::Relaxed);
     }
 
     /// The format to answer a request with this `Accept` header (honours
@@ -302,6 +330,13 @@ impl PrometheusSinkBuilder {
         self
     }
 
+    /// Adds a tenant: its credential on `/metrics` reads only its own view (see
+    /// [`PrometheusConfig::tenants`]).
+    pub fn with_tenant(mut self, tenant: TenantConfig) -> Self {
+        self.config.tenants.push(tenant);
+        self
+    }
+
     /// Serves HTTPS with these PEM files (feature `prometheus-tls`).
     pub fn with_tls(mut self, tls: TlsConfig) -> Self {
         self.config.tls = Some(tls);
@@ -380,9 +415,9 @@ impl PrometheusSinkBuilder {
         if c.stale_after.is_some_and(|d| d.is_zero()) {
             return Err(BuildError::invalid("prometheus.stale_after", "must be greater than zero"));
         }
-        if self.listen.is_none() && (c.auth.is_some() || c.tls.is_some()) {
+        if self.listen.is_none() && (c.auth.is_some() || c.tls.is_some() || !c.tenants.is_empty()) {
             return Err(BuildError::invalid(
-                "prometheus.auth/prometheus.tls",
+                "prometheus.auth/prometheus.tls/prometheus.tenants",
                 "only apply to the HTTP listener; add one with `with_http_listener` (feature `prometheus-http`)",
             ));
         }
@@ -398,7 +433,11 @@ impl PrometheusSinkBuilder {
 
         #[cfg(feature = "prometheus-http")]
         let server = match self.listen {
-            Some(addr) => Some(http::Server::bind(addr, &self.config, handle.clone())?),
+            Some(addr) => {
+                let tenants = resolve_tenants("prometheus", c.auth.as_ref(), &c.tenants)?;
+                let access = access::Access::new(c.auth.clone(), tenants);
+                Some(http::Server::bind(addr, &self.config, handle.clone(), access)?)
+            }
             None => None,
         };
         Ok(PrometheusSink {

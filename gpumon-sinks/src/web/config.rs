@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::prometheus::{Auth, TlsConfig};
+use crate::prometheus::{Auth, TenantConfig, TlsConfig};
 
 /// The address used when [`WebConfig::listen`] is not set: `127.0.0.1:9401` (next to the
 /// Prometheus endpoint's 9400, on loopback only; set `listen = "0.0.0.0:9401"` to expose it).
@@ -26,6 +26,11 @@ pub struct WebConfig {
     /// Require credentials on every path (the same forms as the Prometheus endpoint's). A browser
     /// asks for Basic credentials itself; `EventSource` then sends them along.
     pub auth: Option<Auth>,
+    /// Tenants: each credential reads only its tenant's view, on every path
+    /// (`[[web.tenants]]`; the same form as the Prometheus endpoint's, see
+    /// [`TenantConfig`]). With tenants, a request without a credential gets `401` (unless no
+    /// credential is configured at all).
+    pub tenants: Vec<TenantConfig>,
     /// Serve HTTPS (feature `prometheus-tls`, shared with the Prometheus endpoint).
     pub tls: Option<TlsConfig>,
     /// Most live streams (`/api/stream`) at once (default 128); one more gets `503`.
@@ -55,6 +60,7 @@ impl Default for WebConfig {
         Self {
             listen: None,
             auth: None,
+            tenants: Vec::new(),
             tls: None,
             max_clients: 128,
             client_buffer: 8,

@@ -1,5 +1,10 @@
 //! What the web view holds: the latest snapshot, a bounded history of chart values, and the live
 //! clients with their bounded queues.
+//!
+//! With tenants, every reader has a scope: `None` (everything) or `Some(i)`, the `i`-th tenant
+//! of the configuration. A tenant's snapshot is [scoped](Snapshot::scoped_to) on request; its
+//! history holds only the GPUs it held at each tick (recorded per point); its live events are
+//! rendered once per tick and tenant and sent only to that tenant's clients.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -7,6 +12,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use bytes::Bytes;
+use gpumon_core::attribution::TenantSelector;
 use gpumon_core::{DeviceInfo, DeviceSample, Snapshot, Telemetry};
 use tokio::sync::{mpsc, Notify};
 
@@ -19,6 +25,9 @@ struct Point {
     /// Seconds since the Unix epoch.
     t: f64,
     gpus: Vec<(Arc<DeviceInfo>, [Option<f64>; 5])>,
+    /// Which tenants held each GPU at this tick: [`Hub::words`] words per GPU, bit `i % 64` of
+    /// word `i / 64` for tenant `i`. Empty without tenants.
+    held: Vec<u64>,
 }
 
 fn values(d: &DeviceSample) -> [Option<f64>; 5] {
@@ -40,12 +49,15 @@ pub(crate) struct Client {
 struct Sender {
     tx: mpsc::Sender<Bytes>,
     close: Arc<Notify>,
+    /// Whose view it streams (`None`: everything).
+    scope: Option<usize>,
 }
 
 #[derive(Default)]
 struct Inner {
     latest: Option<Arc<Snapshot>>,
-    /// The latest event, as sent to live clients (a new client gets it first).
+    /// The latest event of the unscoped view, as sent to live clients (a new client gets it
+    /// first). Tenants' events are never kept here.
     latest_event: Option<Bytes>,
     history: VecDeque<Point>,
     clients: Vec<Sender>,
@@ -61,10 +73,12 @@ pub(crate) struct Hub {
     clients: AtomicUsize,
     dropped: AtomicU64,
     telemetry: OnceLock<Telemetry>,
+    /// The tenants' selectors, in configuration order.
+    tenants: Vec<TenantSelector>,
 }
 
 impl Hub {
-    pub(crate) fn new(max_clients: usize, client_buffer: usize, history: usize) -> Self {
+    pub(crate) fn new(max_clients: usize, client_buffer: usize, history: usize, tenants: Vec<TenantSelector>) -> Self {
         Self {
             name: "web",
             max_clients,
@@ -74,7 +88,32 @@ impl Hub {
             clients: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
             telemetry: OnceLock::new(),
+            tenants,
         }
+    }
+
+    /// Bitset words per GPU in [`Point::held`].
+    fn words(&self) -> usize {
+        self.tenants.len().div_ceil(64)
+    }
+
+    /// `snapshot` as `scope` may see it.
+    fn view(&self, snapshot: &Arc<Snapshot>, scope: Option<usize>) -> Arc<Snapshot> {
+        match scope {
+            None => snapshot.clone(),
+            Some(i) => Arc::new(match self.tenants.get(i) {
+                Some(tenant) => snapshot.scoped_to(tenant),
+                // Not a tenant of this hub (cannot happen: scopes come from the same
+                // configuration); show nothing rather than everything.
+                None => Snapshot::new(snapshot.system.clone(), Vec::new()).with_taken_at(snapshot.taken_at),
+            }),
+        }
+    }
+
+    /// The live event of `snapshot` for `scope`.
+    fn event_for(&self, snapshot: &Arc<Snapshot>, scope: Option<usize>) -> Bytes {
+        let t = snapshot.timestamp_nanos() as f64 / 1e9;
+        event(&self.view(snapshot, scope), t)
     }
 
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -93,45 +132,73 @@ impl Hub {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn latest(&self) -> Option<Arc<Snapshot>> {
-        self.inner().latest.clone()
+    /// The latest snapshot as `scope` may see it.
+    pub(crate) fn latest_for(&self, scope: Option<usize>) -> Option<Arc<Snapshot>> {
+        let latest = self.inner().latest.clone()?;
+        Some(self.view(&latest, scope))
     }
 
-    /// Takes a snapshot in: history point, latest, and one event to every live client. Never
-    /// waits: a client whose queue is full is disconnected and counted.
+    /// Takes a snapshot in: history point, latest, and one event to every live client (rendered
+    /// once per scope that has clients). Never waits: a client whose queue is full is
+    /// disconnected and counted.
     pub(crate) fn publish(&self, snapshot: Arc<Snapshot>) {
         let t = snapshot.timestamp_nanos() as f64 / 1e9;
-        // Serialise outside the lock, and only when someone listens.
-        let mut event = (self.clients.load(Ordering::Acquire) > 0).then(|| event(&snapshot, t));
-        let mut inner = self.inner();
-        if event.is_none() && !inner.clients.is_empty() {
-            // A client subscribed since the check above: it must not miss this tick.
-            event = Some(self::event(&snapshot, t));
+        // Serialise outside the lock, and only for the views someone listens to.
+        let mut events: Vec<(Option<usize>, Bytes)> = Vec::new();
+        if self.clients.load(Ordering::Acquire) > 0 {
+            let mut scopes: Vec<Option<usize>> = if self.tenants.is_empty() {
+                vec![None]
+            } else {
+                self.inner().clients.iter().map(|c| c.scope).collect()
+            };
+            scopes.sort_unstable();
+            scopes.dedup();
+            events = scopes.into_iter().map(|s| (s, self.event_for(&snapshot, s))).collect();
         }
-        // Reuse the oldest point's vector once the ring is full: no allocation per tick.
-        let mut gpus = if inner.history.len() >= self.history {
-            inner.history.pop_front().map(|p| p.gpus).unwrap_or_default()
+        let words = self.words();
+        let held_now: Vec<Vec<bool>> = self.tenants.iter().map(|tenant| tenant.held_devices(&snapshot)).collect();
+        let mut inner = self.inner();
+        // Clients that subscribed since the look above must not miss this tick.
+        for scope in inner.clients.iter().map(|c| c.scope) {
+            if !events.iter().any(|(s, _)| *s == scope) {
+                events.push((scope, self.event_for(&snapshot, scope)));
+            }
+        }
+        // Reuse the oldest point's vectors once the ring is full: no allocation per tick.
+        let (mut gpus, mut held) = if inner.history.len() >= self.history {
+            inner.history.pop_front().map(|p| (p.gpus, p.held)).unwrap_or_default()
         } else {
-            Vec::with_capacity(snapshot.devices.len())
+            (Vec::with_capacity(snapshot.devices.len()), Vec::new())
         };
         gpus.clear();
         gpus.extend(snapshot.devices.iter().map(|d| (d.info.clone(), values(d))));
-        inner.history.push_back(Point { t, gpus });
-        inner.latest = Some(snapshot);
-        inner.latest_event = event.clone();
-        let Some(event) = event else { return };
-        let event: Bytes = event;
-        let mut dropped = 0u64;
-        inner.clients.retain(|c| match c.tx.try_send(event.clone()) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                // Too slow: close its connection now, so neither its queue nor the socket's
-                // buffers hold memory any longer. Its EventSource reconnects when it can.
-                c.close.notify_one();
-                dropped += 1;
-                false
+        held.clear();
+        held.resize(snapshot.devices.len() * words, 0);
+        for (tenant, devices) in held_now.iter().enumerate() {
+            for (gpu, _) in devices.iter().enumerate().filter(|(_, &h)| h) {
+                held[gpu * words + tenant / 64] |= 1 << (tenant % 64);
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+        inner.history.push_back(Point { t, gpus, held });
+        inner.latest = Some(snapshot);
+        inner.latest_event = events.iter().find(|(s, _)| s.is_none()).map(|(_, e)| e.clone());
+        if events.is_empty() {
+            return;
+        }
+        let mut dropped = 0u64;
+        inner.clients.retain(|c| {
+            let Some((_, event)) = events.iter().find(|(s, _)| *s == c.scope) else { return true };
+            match c.tx.try_send(event.clone()) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    // Too slow: close its connection now, so neither its queue nor the socket's
+                    // buffers hold memory any longer. Its EventSource reconnects when it can.
+                    c.close.notify_one();
+                    dropped += 1;
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            }
         });
         self.clients.store(inner.clients.len(), Ordering::Release);
         drop(inner);
@@ -144,8 +211,8 @@ impl Hub {
         }
     }
 
-    /// A new live client, or `None` when `max_clients` are connected.
-    pub(crate) fn subscribe(&self) -> Option<Client> {
+    /// A new live client of `scope`'s view, or `None` when `max_clients` are connected.
+    pub(crate) fn subscribe_as(&self, scope: Option<usize>) -> Option<Client> {
         let mut inner = self.inner();
         inner.clients.retain(|c| !c.tx.is_closed());
         if inner.clients.len() >= self.max_clients {
@@ -157,21 +224,27 @@ impl Hub {
         let close = Arc::new(Notify::new());
         let retry = Bytes::from_static(b"retry: 2000\n\n");
         let _ = tx.try_send(retry);
-        let first = match (&inner.latest_event, &inner.latest) {
-            (Some(e), _) => Some(e.clone()),
-            (None, Some(s)) => Some(event(s, s.timestamp_nanos() as f64 / 1e9)),
-            (None, None) => None,
+        let first = match (scope, &inner.latest_event, &inner.latest) {
+            (None, Some(e), _) => Some(e.clone()),
+            (_, _, Some(s)) => Some(self.event_for(s, scope)),
+            (_, _, None) => None,
         };
         if let Some(first) = first {
             let _ = tx.try_send(first);
         }
-        inner.clients.push(Sender { tx, close: close.clone() });
+        inner.clients.push(Sender { tx, close: close.clone(), scope });
         self.clients.store(inner.clients.len(), Ordering::Release);
         Some(Client { rx, close })
     }
 
-    /// `/api/history`: the points of the last `seconds` (before the latest point), JSON.
-    pub(crate) fn history_json(&self, seconds: f64) -> String {
+    /// `/api/history`: the points of the last `seconds` (before the latest point), JSON; for a
+    /// tenant, each point holds only the GPUs the tenant held at that tick.
+    pub(crate) fn history_json_for(&self, seconds: f64, scope: Option<usize>) -> String {
+        let words = self.words();
+        let held_by = |p: &Point, gpu: usize| match scope {
+            None => true,
+            Some(i) => p.held.get(gpu * words + i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0),
+        };
         let inner = self.inner();
         let newest = inner.history.back().map_or(0.0, |p| p.t);
         let mut out = String::with_capacity(256 + inner.history.len() * 64);
@@ -187,7 +260,8 @@ impl Hub {
                 out.push(',');
             }
             first = false;
-            write_point(&mut out, p.t, p.gpus.iter().map(|(i, v)| (i.uuid.as_str(), v)));
+            let gpus = p.gpus.iter().enumerate().filter(|(g, _)| held_by(p, *g));
+            write_point(&mut out, p.t, gpus.map(|(_, (i, v))| (i.uuid.as_str(), v)));
         }
         out.push_str("]}");
         out

@@ -11,6 +11,12 @@
 //! | `/api/history?seconds=N` | charted values of the last N seconds (default 300), from a ring of [`WebConfig::history`] samples |
 //! | `/api/stream` | `text/event-stream`: the latest snapshot at once, then one `snapshot` event per tick |
 //!
+//! Tenants ([`WebConfig::tenants`]): a request with a tenant's credential gets that tenant's
+//! view on every data route — the snapshot, the history (each point holds only the GPUs the
+//! tenant held at that tick) and the live stream (rendered per tenant, sent only to its
+//! clients) — as the Prometheus endpoint does; see `docs/tenancy.md`. In a browser, use Basic
+//! credentials (a browser asks for them; `EventSource` then sends them along).
+//!
 //! Safety: GET and HEAD only; a Content-Security-Policy without inline script (`script-src
 //! 'self'`); the page puts names into the DOM as text only. At most [`WebConfig::max_clients`]
 //! live streams, each with a queue of [`WebConfig::client_buffer`] events: a client that falls
@@ -43,6 +49,7 @@ pub use assets::{page_weight, page_weight_gzip};
 pub use config::{WebConfig, DEFAULT_LISTEN};
 pub use serve::CSP as CONTENT_SECURITY_POLICY;
 
+use crate::prometheus::access::Access;
 use crate::prometheus::http::{Server, Settings};
 use hub::Hub;
 
@@ -85,12 +92,12 @@ impl WebHandle {
     /// Opens a live client in-process, as `/api/stream` does (`None` when
     /// [`WebConfig::max_clients`] are open): the events, as the bytes sent on the wire.
     pub fn subscribe(&self) -> Option<LiveClient> {
-        self.hub.subscribe().map(|c| LiveClient { rx: c.rx })
+        self.hub.subscribe_as(None).map(|c| LiveClient { rx: c.rx })
     }
 
-    /// `/api/history?seconds=N` as JSON.
+    /// `/api/history?seconds=N` as JSON (every GPU: the admin's view).
     pub fn history_json(&self, seconds: f64) -> String {
-        self.hub.history_json(seconds)
+        self.hub.history_json_for(seconds, None)
     }
 }
 
@@ -132,7 +139,10 @@ impl WebSink {
     /// [`BuildError::InvalidConfig`] naming the key (`web.max_clients`, `web.tls.cert`, …);
     /// [`BuildError::Io`] when the address cannot be bound or a TLS file cannot be read.
     pub fn from_config(config: &WebConfig) -> Result<WebSink, BuildError> {
-        let sink = Self::without_listener(config)?;
+        config.validate()?;
+        let tenants = crate::prometheus::resolve_tenants("web", config.auth.as_ref(), &config.tenants)?;
+        let selectors = tenants.iter().map(|t| t.selector.clone()).collect();
+        let sink = Self::with_hub(config, selectors);
         let mut settings = Settings::new(
             "web",
             "web view",
@@ -141,7 +151,7 @@ impl WebSink {
             config.connection_timeout,
             config.max_header_bytes,
             config.max_headers,
-            config.auth.clone(),
+            Access::new(config.auth.clone(), tenants),
             config.tls.as_ref(),
         )?;
         settings.send_buffer = Some(SEND_BUFFER);
@@ -151,13 +161,19 @@ impl WebSink {
     }
 
     /// The sink without a listener (benchmarks, embedders serving [`WebHandle`] themselves).
+    /// `auth`, `tls` and `tenants` belong to the listener and are not used; [`WebHandle`]
+    /// serves the unscoped view.
     ///
     /// # Errors
     /// [`BuildError::InvalidConfig`] naming the key.
     pub fn without_listener(config: &WebConfig) -> Result<WebSink, BuildError> {
         config.validate()?;
-        let hub = Arc::new(Hub::new(config.max_clients, config.client_buffer, config.history));
-        Ok(WebSink { hub, server: None, shut_down: false })
+        Ok(Self::with_hub(config, Vec::new()))
+    }
+
+    fn with_hub(config: &WebConfig, tenants: Vec<gpumon_core::attribution::TenantSelector>) -> WebSink {
+        let hub = Arc::new(Hub::new(config.max_clients, config.client_buffer, config.history, tenants));
+        WebSink { hub, server: None, shut_down: false }
     }
 
     /// A handle on this sink's state; stays valid after the sink moves into an agent.

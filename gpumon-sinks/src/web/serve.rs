@@ -9,7 +9,8 @@ use hyper::{Request, Response, StatusCode};
 
 use super::assets;
 use super::hub::Hub;
-use crate::prometheus::http::{reject_method, reject_unauthorized, text_response, Body, Handler, Settings};
+use crate::prometheus::access::Scope;
+use crate::prometheus::http::{reject_method, text_response, Body, Handler, Settings};
 
 /// The web view's Content-Security-Policy: no inline script or style, nothing from elsewhere (the
 /// page's own files and its own API only).
@@ -43,11 +44,16 @@ fn route(hub: &Arc<Hub>, req: &Request<Incoming>, settings: &Settings) -> Respon
         return r;
     }
     let head = req.method() == hyper::Method::HEAD;
-    if let Some(r) = reject_unauthorized(settings.auth.as_ref(), req) {
-        return r;
-    }
+    // Every path, the page's files included, needs a credential when any is configured; the
+    // data routes answer with the caller's view (a tenant's is scoped per request or, for live
+    // streams, per tick and tenant — never one reader's rendering for another).
+    let scope = match settings.access.authenticate(req) {
+        Some(Scope::All) => None,
+        Some(Scope::Tenant { index, .. }) => Some(index),
+        None => return settings.access.unauthorized(),
+    };
     let mut r = match req.uri().path() {
-        "/api/snapshot" => match hub.latest() {
+        "/api/snapshot" => match hub.latest_for(scope) {
             // No GPU data this tick (a sampling-failed snapshot): the page's live stream shows
             // why; an API client gets what it would before the first sample, and the reason.
             Some(s) if s.sampling_failure().is_some() => {
@@ -62,7 +68,7 @@ fn route(hub: &Arc<Hub>, req: &Request<Incoming>, settings: &Settings) -> Respon
             None => json(StatusCode::SERVICE_UNAVAILABLE, "{\"error\":\"no snapshot yet\"}"),
         },
         "/api/history" => match seconds(req.uri().query()) {
-            Ok(s) => json(StatusCode::OK, hub.history_json(s)),
+            Ok(s) => json(StatusCode::OK, hub.history_json_for(s, scope)),
             Err(msg) => {
                 let body = serde_json::json!({ "error": msg }).to_string();
                 json(StatusCode::BAD_REQUEST, body)
@@ -79,7 +85,7 @@ fn route(hub: &Arc<Hub>, req: &Request<Incoming>, settings: &Settings) -> Respon
             r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
             r
         }
-        "/api/stream" => match hub.subscribe() {
+        "/api/stream" => match hub.subscribe_as(scope) {
             Some(client) => {
                 let mut r = Response::new(Body::stream(client.rx, client.close));
                 let h = r.headers_mut();

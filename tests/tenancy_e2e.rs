@@ -1,0 +1,188 @@
+//! Tenant scopes end to end with real processes: two `sleep` processes running as two different
+//! Unix users, the fake libnvidia-ml reporting one on GPU 0 and the other on GPU 1
+//! (`GPUMON_FAKE_NVML_PIDS`), the example agent with attribution on (`--attribution`: owners
+//! from the real `/proc`, each process's `uid`), and two tenants selected by uid. Each tenant's
+//! token scrapes exactly its GPU and its process; the other's never appear.
+//!
+//! Needs root (to start processes as other users) and the attribution processor; runs under
+//! scripts/test.sh (`#[ignore]` otherwise). Not being root is a failure with a message, never a
+//! pass.
+#![cfg(all(feature = "agent", feature = "prometheus", feature = "nvml"))]
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpumon_mock::test_env::require_env;
+
+mod common;
+use common::{agent, free_port};
+
+/// Unix users no system has names for (attribution reports the uid).
+const UID_A: u32 = 60_001;
+const UID_B: u32 = 60_002;
+
+/// Kills a child when the test ends, also on a failed assertion.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `sleep 300` as `uid` (and gid = uid).
+fn sleeper(uid: u32) -> Killed {
+    let child = Command::new("sleep")
+        .arg("300")
+        .uid(uid)
+        .gid(uid)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start `sleep 300` as uid {uid}: {e}"));
+    Killed(child)
+}
+
+/// The fake's cdylib, `target/<profile>/libgpumon_fake_nvml.so` (built here when missing).
+fn fake_nvml() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.ancestors().nth(2).unwrap().to_path_buf(); // target/<profile>
+    let lib = profile_dir.join("libgpumon_fake_nvml.so");
+    if !lib.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let release = profile_dir.file_name().is_some_and(|n| n == "release");
+        let status = Command::new(cargo)
+            .args(["build", "-p", "gpumon-fake-nvml", "--lib"])
+            .args(release.then_some("--release"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo build -p gpumon-fake-nvml");
+        assert!(status.success(), "cargo build -p gpumon-fake-nvml failed");
+    }
+    assert!(lib.is_file(), "{} missing", lib.display());
+    lib
+}
+
+/// `GET /metrics` with `token`: the whole answer, or `None` while nothing listens.
+fn scrape(port: u16, token: &str) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// Scrapes with `token` until `done` holds (20 s: the agent starts, attribution refreshes).
+fn scrape_until(port: u16, token: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
+    let started = Instant::now();
+    loop {
+        if let Some(r) = scrape(port, token).filter(|r| done(r)) {
+            return r;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The value of `label` on every series line that has it.
+fn label_values(body: &str, label: &str) -> BTreeSet<String> {
+    let needle = format!(",{label}=\"");
+    let needle_first = format!("{{{label}=\"");
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let i = l
+                .find(&needle)
+                .map(|i| i + needle.len())
+                .or_else(|| l.find(&needle_first).map(|i| i + needle_first.len()))?;
+            let rest = &l[i..];
+            Some(rest[..rest.find('"')?].to_owned())
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs scripts/test.sh (root, to run processes as other users; the fake libnvidia-ml)"]
+fn each_tenant_scrapes_exactly_the_gpu_its_real_process_holds() {
+    let _ = require_env("GPUMON_TEST_BACKENDS");
+    let euid = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX);
+    assert_eq!(
+        euid, 0,
+        "this test starts processes as uids {UID_A} and {UID_B} and must run as root (scripts/test.sh runs as \
+         root in CI); as uid {euid} it cannot test anything"
+    );
+    let a = sleeper(UID_A);
+    let b = sleeper(UID_B);
+    let (pid_a, pid_b) = (a.0.id(), b.0.id());
+
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("gpumon-tenancy-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nbackend = \"nvml\"\ninterval = \"200ms\"\nenable = [\"processes\"]\n\
+             [prometheus]\nlisten = \"127.0.0.1:{port}\"\nauth = {{ bearer = {{ token = \"tok-admin\" }} }}\n\
+             [[prometheus.tenants]]\nname = \"a\"\nselector = {{ user = {UID_A} }}\nbearer = \"tok-a\"\n\
+             [[prometheus.tenants]]\nname = \"b\"\nselector = {{ user = {UID_B} }}\nbearer = \"tok-b\"\n"
+        ),
+    )
+    .unwrap();
+    let child = agent()
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--nvml-library")
+        .arg(fake_nvml())
+        .arg("--attribution")
+        .env("GPUMON_FAKE_NVML_PROFILE", "h100x8")
+        .env("GPUMON_FAKE_NVML_PIDS", format!("0={pid_a},1={pid_b}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut agent = Killed(child);
+    // A quick exit (an unknown flag, a bad config) is reported with its stderr.
+    std::thread::sleep(Duration::from_millis(300));
+    if let Ok(Some(status)) = agent.0.try_wait() {
+        let mut err = String::new();
+        let _ = agent.0.stderr.take().map(|mut e| e.read_to_string(&mut err));
+        panic!("the agent exited ({status}); does it have --attribution (the attribution branch)?\n{err}");
+    }
+
+    // The admin view: GPU 0 and GPU 1's UUIDs, and both processes.
+    let admin = scrape_until(port, "tok-admin", "both processes on the admin's scrape", |r| {
+        r.contains(&format!("pid=\"{pid_a}\"")) && r.contains(&format!("pid=\"{pid_b}\""))
+    });
+    let uuid_of = |gpu: &str| -> String {
+        let line = admin
+            .lines()
+            .find(|l| l.starts_with("gpumon_gpu_info{") && l.contains(&format!("{{gpu=\"{gpu}\",")))
+            .unwrap_or_else(|| panic!("no gpumon_gpu_info for GPU {gpu}:\n{admin}"));
+        label_values(line, "uuid").into_iter().next().unwrap()
+    };
+    let (uuid_0, uuid_1) = (uuid_of("0"), uuid_of("1"));
+    assert_eq!(label_values(&admin, "uuid").len(), 8, "{admin}");
+
+    for (token, own_uuid, own_pid, other_uuid, other_pid) in
+        [("tok-a", &uuid_0, pid_a, &uuid_1, pid_b), ("tok-b", &uuid_1, pid_b, &uuid_0, pid_a)]
+    {
+        let what = format!("{token}'s process {own_pid} (attribution must report its uid)");
+        let r = scrape_until(port, token, &what, |r| r.contains(&format!("pid=\"{own_pid}\"")));
+        assert!(r.starts_with("HTTP/1.1 200"), "{token}: {r}");
+        assert_eq!(label_values(&r, "uuid"), [own_uuid.clone()].into(), "{token}: every series is its GPU's:\n{r}");
+        assert_eq!(label_values(&r, "pid"), [own_pid.to_string()].into(), "{token}: only its process:\n{r}");
+        assert!(!r.contains(other_uuid.as_str()), "{token} sees the other's GPU:\n{r}");
+        assert!(!r.contains(&format!("pid=\"{other_pid}\"")), "{token} sees the other's process:\n{r}");
+        let other_uid = if token == "tok-a" { UID_B } else { UID_A };
+        assert!(!r.contains(&format!("=\"{other_uid}\"")), "{token} sees the other's uid:\n{r}");
+    }
+    let r = scrape(port, "tok-unknown").expect("the agent still serves");
+    assert!(r.starts_with("HTTP/1.1 401"), "{r}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,104 @@
+//! The web page for a tenant, in headless Chromium (scripts/web-browser.py with the tenant's
+//! `Authorization` header on every request, the live stream included): the page loads and goes
+//! live with the tenant's credential, and shows only what the tenant holds. On the mock nobody
+//! owns a process, so the tenant's page has the host but no GPU card, while the admin's has all
+//! eight.
+//!
+//! `#[ignore = "needs scripts/test.sh (chromium)"]`, like tests/web_browser.rs.
+#![cfg(all(feature = "agent", feature = "web"))]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpumon_mock::test_env::require_env;
+use serde_json::Value;
+
+mod common;
+use common::{agent, free_port};
+
+/// Kills the agent when the test ends, also on a failed assertion.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `Authorization: Basic base64(user:password)`.
+fn basic(user: &str, password: &str) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes = format!("{user}:{password}").into_bytes();
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    format!("Authorization: Basic {out}")
+}
+
+fn browse(url: &str, header: &str) -> Value {
+    let chromium = require_env("GPUMON_TEST_CHROMIUM");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/web-browser.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(url)
+        .args(["--chromium", &chromium, "--header", header, "--at", "3"])
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "web-browser.py failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("web-browser.py prints JSON")
+}
+
+#[test]
+#[ignore = "needs scripts/test.sh (chromium)"]
+fn a_tenants_page_goes_live_and_shows_only_its_gpus() {
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("gpumon-web-tenancy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nbackend = \"mock\"\ninterval = \"500ms\"\nenable = [\"processes\"]\n\
+             [mock]\nprofile = \"h100x8\"\n\
+             [web]\nlisten = \"127.0.0.1:{port}\"\nauth = {{ basic = {{ username = \"ops\", password = \"pw-ops\" }} }}\n\
+             [[web.tenants]]\nname = \"team-a\"\nselector = {{ namespace = \"team-a\" }}\n\
+             basic = {{ username = \"team-a\", password = \"pw-a\" }}\n"
+        ),
+    )
+    .unwrap();
+    let _agent =
+        Running(agent().arg("--config").arg(&cfg).stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().unwrap());
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the agent's web view did not listen within 20 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(1500)); // a few samples
+
+    let admin = browse(&format!("{base}/"), &basic("ops", "pw-ops"));
+    let tenant = browse(&format!("{base}/"), &basic("team-a", "pw-a"));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (who, run) in [("admin", &admin), ("team-a", &tenant)] {
+        assert_eq!(run["exceptions"], serde_json::json!([]), "{who}: script errors");
+        assert_eq!(run["console_errors"], serde_json::json!([]), "{who}: console errors (a 401 shows here)");
+        let probe = &run["probes"][0];
+        assert_eq!(probe["conn"], "live", "{who}: the live stream did not connect: {probe}");
+        assert!(probe["host"].as_str().is_some_and(|h| h.contains("mock")), "{who}: no host summary: {probe}");
+    }
+    assert_eq!(admin["probes"][0]["cards"].as_array().unwrap().len(), 8);
+    // Nobody is known to own the mock's processes: the tenant holds no GPU and sees none.
+    assert_eq!(tenant["probes"][0]["cards"], serde_json::json!([]), "{}", tenant["probes"][0]);
+    assert_eq!(tenant["probes"][0]["processes"], Value::Null, "{}", tenant["probes"][0]);
+}
