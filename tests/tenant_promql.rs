@@ -296,10 +296,8 @@ async fn query(http: &reqwest::Client, base: &str, q: &str) -> Vec<(BTreeMap<Str
 fn assert_rows(what: &str, got: &[(BTreeMap<String, String>, f64)], want: &[Row]) {
     let got: BTreeMap<BTreeSet<(String, String)>, f64> =
         got.iter().map(|(l, v)| (l.iter().map(|(k, v)| (k.clone(), v.clone())).collect(), *v)).collect();
-    let want: BTreeMap<BTreeSet<(String, String)>, f64> = want
-        .iter()
-        .map(|(l, v)| (l.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(), *v))
-        .collect();
+    let want: BTreeMap<BTreeSet<(String, String)>, f64> =
+        want.iter().map(|(l, v)| (l.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(), *v)).collect();
     assert_eq!(got, want, "{what}");
 }
 
