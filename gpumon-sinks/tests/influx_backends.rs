@@ -639,9 +639,13 @@ async fn every_dashboard_query_returns_data() {
             .replace("${gpu:regex}", ".*")
             .replace("$gpu", ".*")
     };
-    // Template variables: every one is a query, and every one returns values.
-    let vars = dash["templating"]["list"].as_array().unwrap();
-    assert_eq!(vars.len(), 2, "the dashboard's template variables (host, gpu)");
+    // Template variables: the data-source picker (an InfluxDB one), then queries that all return
+    // values.
+    let (sources, vars): (Vec<&Json>, Vec<&Json>) =
+        dash["templating"]["list"].as_array().unwrap().iter().partition(|v| v["type"] == "datasource");
+    assert_eq!(sources.len(), 1, "one data-source variable");
+    assert_eq!((sources[0]["name"].as_str(), sources[0]["query"].as_str()), (Some("datasource"), Some("influxdb")));
+    assert_eq!(vars.len(), 2, "the dashboard's query variables (host, gpu)");
     for var in vars {
         assert_eq!(var["type"], "query", "variable {}", var["name"]);
         {
