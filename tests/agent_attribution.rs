@@ -19,14 +19,17 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
 #[test]
 fn bad_attribution_settings_exit_2_naming_the_key() {
     let dir = temp_dir("config");
-    let cases = [
+    let mut cases = vec![
         ("[attribution]\nenabled = true\nproc_root = \"/nonexistent/proc\"\n", "attribution.proc_root"),
         ("[attribution]\nenabled = true\npasswd_file = \"/nonexistent/passwd\"\n", "attribution.passwd_file"),
-        ("[attribution]\nkubelet = true\n", "attribution.kubelet"),
         ("[attribution]\nkubelet_refresh = \"0s\"\n", "attribution.kubelet_refresh"),
         ("[attribution]\nenable = true\n", "enable"),
         ("[attribution]\nenabled = true\n[agent]\ndisable = [\"processes\"]\n", "processes"),
     ];
+    if !cfg!(feature = "kubelet") {
+        // A build without the kubelet client refuses to be asked for it.
+        cases.push(("[attribution]\nkubelet = true\n", "attribution.kubelet"));
+    }
     for (i, (text, key)) in cases.into_iter().enumerate() {
         let path = dir.join(format!("{i}.toml"));
         std::fs::write(&path, text).unwrap();

@@ -31,10 +31,8 @@ use crate::app::ConfigError;
 pub const DEFAULT_KUBELET_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 /// How often the kubelet is asked for its allocations.
 pub const DEFAULT_KUBELET_REFRESH: Duration = Duration::from_secs(10);
-/// Whether this build has the kubelet pod-resources client.
-// INTEGRATION (kubelet client, branch `kube`): `cfg!(feature = "kubelet")` once the root crate
-// has a `kubelet` feature enabling `gpumon-core/kubelet`.
-const KUBELET_IN_BUILD: bool = false;
+/// Whether this build has the kubelet pod-resources client (the `kubelet` feature, default).
+const KUBELET_IN_BUILD: bool = cfg!(feature = "kubelet");
 
 /// The flags of this module (flattened into the agent's command line).
 #[derive(Debug, clap::Args)]
@@ -183,19 +181,23 @@ impl Plan {
     }
 }
 
-/// INTEGRATION (kubelet client, branch `kube`): start the pod-resources refresher that fills
-/// `cache` every `plan.refresh` and counts its failures in `stats` — with the kube helper's API:
-///
-/// ```text
-/// #[cfg(feature = "kubelet")]
-/// {
-///     use gpumon::core::attribution::kubelet::{spawn_refresher, KubeletConfig};
-///     let config = KubeletConfig::new(plan.socket.clone()).with_refresh(plan.refresh);
-///     return Ok(Box::new(spawn_refresher(config, cache, stats)));
-/// }
-/// ```
-/// The handle is kept until [`Plan::stop`]. Until then `kubelet = true` is refused by
-/// [`resolve`] (`KUBELET_IN_BUILD`), so this is never reached.
+/// Starts the pod-resources refresher that fills `cache` every `plan.refresh`, off the sampling
+/// path, and counts its failures in `stats` (docs/kubernetes.md). The returned handle stops the
+/// refresher when dropped ([`Plan::stop`]).
+#[cfg(feature = "kubelet")]
+fn spawn_kubelet(
+    plan: &KubeletPlan,
+    cache: AllocationCache,
+    stats: Arc<AttributionStats>,
+) -> Result<Box<dyn std::any::Any + Send>, String> {
+    use gpumon::core::attribution::kubelet::{spawn_refresher, KubeletConfig};
+    let config = KubeletConfig::new(plan.socket.clone()).with_refresh(plan.refresh);
+    Ok(Box::new(spawn_refresher(config, cache, stats)))
+}
+
+/// Without the `kubelet` feature `kubelet = true` is refused by [`resolve`], so this is never
+/// reached; it says so if it were.
+#[cfg(not(feature = "kubelet"))]
 fn spawn_kubelet(
     plan: &KubeletPlan,
     cache: AllocationCache,

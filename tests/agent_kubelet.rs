@@ -1,0 +1,191 @@
+//! The agent against a test kubelet: a real pod-resources v1 gRPC server on a Unix socket
+//! (`gpumon_core::attribution::kubelet::testing::TestKubelet`). The agent attaches the pod labels
+//! to exactly the GPUs and MIG instances the kubelet lists; when the kubelet goes away the
+//! failures are counted, the stale labels go after the documented bound, and sampling never
+//! stops. Everything runs in-process and on a socket in a temp dir: no external service.
+#![cfg(all(feature = "agent", feature = "prometheus", feature = "kubelet", feature = "tls"))]
+
+use std::collections::BTreeMap;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use gpumon::core::attribution::kubelet::testing::{container, devices, pod, TestKubelet};
+use gpumon::core::Snapshot;
+
+mod common;
+use common::{agent, free_port, run};
+
+struct Agent(Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn scrape(port: u16) -> Option<String> {
+    gpumon::sinks::tls::install_crypto_provider();
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let response = reqwest::blocking::Client::new().get(url).timeout(Duration::from_secs(2)).send().ok()?;
+    response.text().ok()
+}
+
+/// `metric{labels} value` lines of `name`, as (uuid → label map).
+fn series(text: &str, name: &str) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with(&format!("{name}{{"))) {
+        let body = &line[name.len() + 1..line.rfind('}').unwrap()];
+        let labels: BTreeMap<String, String> = body
+            .split("\",")
+            .filter_map(|kv| kv.split_once("=\""))
+            .map(|(k, v)| (k.to_owned(), v.trim_end_matches('"').to_owned()))
+            .collect();
+        if let Some(uuid) = labels.get("uuid") {
+            out.insert(uuid.clone(), labels);
+        }
+    }
+    out
+}
+
+fn owner_of(labels: &BTreeMap<String, String>) -> Option<(String, String, String)> {
+    Some((labels.get("namespace")?.clone(), labels.get("pod")?.clone(), labels.get("container")?.clone()))
+}
+
+fn counter(text: &str, line_prefix: &str) -> Option<u64> {
+    text.lines().find(|l| l.starts_with(line_prefix)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok())
+}
+
+/// Polls `f` every 50 ms until it gives a value, for at most `timeout`.
+fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_agent_labels_exactly_the_gpus_and_mig_instances_the_kubelet_lists() {
+    // The mock fleet's identities: 8 A100s, some in MIG mode.
+    let (code, stdout, stderr) =
+        run(agent().args(["--backend", "mock", "--mock-profile", "a100x8-mig", "--once", "--stdout-format", "json"]));
+    assert_eq!(code, 0, "{stderr}");
+    let fleet: Snapshot = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    let gpus: Vec<&str> = fleet.devices.iter().filter(|d| d.info.mig.is_none()).map(|d| d.info.uuid.as_str()).collect();
+    let migs: Vec<&str> = fleet.devices.iter().filter(|d| d.info.mig.is_some()).map(|d| d.info.uuid.as_str()).collect();
+    assert!(gpus.len() >= 3 && !migs.is_empty(), "fleet: {gpus:?} {migs:?}");
+
+    let dir = std::env::temp_dir().join(format!("gpumon-agent-kubelet-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("proc")).unwrap();
+    let socket = dir.join("kubelet.sock");
+    // The test kubelet serves on this runtime's workers; the test itself stays synchronous
+    // (blocking scrapes).
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut kubelet = {
+        let _in_runtime = rt.enter();
+        TestKubelet::start(&socket).unwrap()
+    };
+    // team-a's trainer holds GPU 0 and a time-sliced replica of GPU 1; team-b's server holds
+    // one MIG instance; a CPU-only resource is not a GPU.
+    kubelet.set_pods([
+        pod(
+            "team-a",
+            "train-0",
+            [container(
+                "trainer",
+                [
+                    devices("nvidia.com/gpu", [gpus[0]]),
+                    devices("nvidia.com/gpu.shared", [format!("{}::3", gpus[1]).as_str()]),
+                    devices("example.com/fpga", [gpus[2]]),
+                ],
+            )],
+        ),
+        pod("team-b", "infer-0", [container("server", [devices("nvidia.com/mig-1g.5gb", [migs[0]])])]),
+    ]);
+
+    let config = dir.join("gpumon.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[attribution]\nenabled = true\nkubelet = true\nkubelet_socket = \"{}\"\nkubelet_refresh = \"1s\"\n",
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let child = agent()
+        .args(["--backend", "mock", "--mock-profile", "a100x8-mig", "--interval", "200ms", "--stdout-format", "json"])
+        .args(["--prometheus-listen", &format!("127.0.0.1:{port}")])
+        // An empty proc root: the mock's simulated pids must not pick up owners from this machine.
+        .arg("--proc-root")
+        .arg(dir.join("proc"))
+        .arg("--config")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _agent = Agent(child);
+
+    let expected: BTreeMap<&str, (&str, &str, &str)> = [
+        (gpus[0], ("team-a", "train-0", "trainer")),
+        (gpus[1], ("team-a", "train-0", "trainer")),
+        (migs[0], ("team-b", "infer-0", "server")),
+    ]
+    .into();
+    let text = wait_for(Duration::from_secs(30), || {
+        let text = scrape(port)?;
+        let util = series(&text, "gpumon_gpu_info");
+        (util.values().filter_map(owner_of).count() == expected.len()).then_some(text)
+    })
+    .unwrap_or_else(|| panic!("no pod labels within 30 s: {:?}", scrape(port)));
+    let info = series(&text, "gpumon_gpu_info");
+    assert_eq!(info.len(), fleet.devices.len(), "{text}");
+    for (uuid, labels) in &info {
+        let want = expected.get(uuid.as_str()).map(|(n, p, c)| ((*n).to_owned(), (*p).to_owned(), (*c).to_owned()));
+        assert_eq!(owner_of(labels), want, "{uuid}: {labels:?}");
+    }
+    // Every series of a held GPU carries its pod, not only the info series.
+    let memory = series(&text, "gpumon_memory_used_bytes");
+    assert_eq!(memory.get(gpus[0]).and_then(owner_of), Some(("team-a".into(), "train-0".into(), "trainer".into())));
+    assert!(memory.get(gpus[3]).is_some_and(|l| !l.contains_key("namespace")), "{text}");
+    assert_eq!(counter_for(&text, "kubelet").unwrap_or(0), 0, "the kubelet answered: {text}");
+
+    // The kubelet goes away: failures are counted, the labels go after the bound (3 failed
+    // refreshes at 1 s), and sampling goes on throughout.
+    let seq_before = counter(&text, "gpumon_samples_total").expect("gpumon_samples_total");
+    rt.block_on(kubelet.stop());
+    let text = wait_for(Duration::from_secs(30), || {
+        let text = scrape(port)?;
+        let labelled = series(&text, "gpumon_gpu_info").values().filter_map(owner_of).count();
+        (labelled == 0 && counter_for(&text, "kubelet").is_some_and(|n| n >= 3)).then_some(text)
+    })
+    .unwrap_or_else(|| panic!("labels not cleared / failures not counted: {:?}", scrape(port)));
+    assert_eq!(series(&text, "gpumon_gpu_info").len(), fleet.devices.len(), "every device still exported: {text}");
+    let after = counter(&text, "gpumon_samples_total").expect("gpumon_samples_total");
+    assert!(after > seq_before + 10, "samples {seq_before} → {after}: sampling stalled without the kubelet");
+
+    // Back again: the labels return without restarting the agent.
+    rt.block_on(kubelet.restart()).unwrap();
+    wait_for(Duration::from_secs(30), || {
+        let text = scrape(port)?;
+        (series(&text, "gpumon_gpu_info").values().filter_map(owner_of).count() == expected.len()).then_some(())
+    })
+    .unwrap_or_else(|| panic!("labels did not come back: {:?}", scrape(port)));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `gpumon_attribution_failures_total{…source="<source>"}`'s value.
+fn counter_for(text: &str, source: &str) -> Option<u64> {
+    text.lines()
+        .find(|l| l.starts_with("gpumon_attribution_failures_total{") && l.contains(&format!("source=\"{source}\"")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
