@@ -111,21 +111,17 @@ fn the_agent_labels_exactly_the_gpus_and_mig_instances_the_kubelet_lists() {
     ]);
 
     let config = dir.join("gpumon.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[attribution]\nenabled = true\nkubelet = true\nkubelet_socket = \"{}\"\nkubelet_refresh = \"1s\"\n",
-            socket.display()
-        ),
-    )
-    .unwrap();
+    // The refresh interval has no flag; the kubelet itself is asked for on the command line.
+    std::fs::write(&config, "[attribution]\nkubelet_refresh = \"1s\"\n").unwrap();
     let port = free_port();
     let child = agent()
         .args(["--backend", "mock", "--mock-profile", "a100x8-mig", "--interval", "200ms", "--stdout-format", "json"])
         .args(["--prometheus-listen", &format!("127.0.0.1:{port}")])
         // An empty proc root: the mock's simulated pids must not pick up owners from this machine.
-        .arg("--proc-root")
+        .args(["--attribution", "--kubelet", "--proc-root"])
         .arg(dir.join("proc"))
+        .arg("--kubelet-socket")
+        .arg(&socket)
         .arg("--config")
         .arg(&config)
         .stdout(Stdio::null())

@@ -50,6 +50,14 @@ pub struct AttributionArgs {
     /// mounted e.g. at /host/etc/passwd).
     #[arg(long, env = "GPUMON_PASSWD_FILE", value_name = "FILE")]
     pub passwd_file: Option<PathBuf>,
+    /// Ask the kubelet's pod-resources API which pod holds each GPU and MIG device, and label
+    /// their series with namespace, pod and container (`[attribution] kubelet`).
+    /// See docs/kubernetes.md.
+    #[arg(long)]
+    pub kubelet: bool,
+    /// The kubelet's pod-resources socket (default /var/lib/kubelet/pod-resources/kubelet.sock).
+    #[arg(long, env = "GPUMON_KUBELET_SOCKET", value_name = "PATH")]
+    pub kubelet_socket: Option<PathBuf>,
 }
 
 /// The `[attribution]` section.
@@ -87,10 +95,10 @@ pub struct Plan {
 /// Resolves `[attribution]` and the flags; every error names the key.
 pub fn resolve(args: &AttributionArgs, file: &AttributionSection) -> Result<Plan, ConfigError> {
     let processes = args.attribution || file.enabled.unwrap_or(false);
-    let kubelet = file.kubelet.unwrap_or(false);
+    let kubelet = args.kubelet || file.kubelet.unwrap_or(false);
     if kubelet && !KUBELET_IN_BUILD {
         return Err(ConfigError(
-            "attribution.kubelet: this build of gpumon-agent has no kubelet client (build with the `kubelet` feature)"
+            "attribution.kubelet / --kubelet: this build of gpumon-agent has no kubelet client (build with the `kubelet` feature)"
                 .into(),
         ));
     }
@@ -98,9 +106,10 @@ pub fn resolve(args: &AttributionArgs, file: &AttributionSection) -> Result<Plan
     if refresh < Duration::from_secs(1) {
         return Err(ConfigError(format!("attribution.kubelet_refresh: {refresh:?} is below the minimum of 1s")));
     }
-    let socket = file.kubelet_socket.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_KUBELET_SOCKET));
+    let socket = (args.kubelet_socket.clone().or_else(|| file.kubelet_socket.clone()))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_KUBELET_SOCKET));
     if socket.as_os_str().is_empty() {
-        return Err(ConfigError("attribution.kubelet_socket: empty path".into()));
+        return Err(ConfigError("attribution.kubelet_socket / --kubelet-socket: empty path".into()));
     }
     let proc_root = args.proc_root.clone().or_else(|| file.proc_root.clone());
     let passwd_file = args.passwd_file.clone().or_else(|| file.passwd_file.clone());
@@ -216,7 +225,7 @@ mod tests {
     }
 
     fn no_flags() -> AttributionArgs {
-        AttributionArgs { attribution: false, proc_root: None, passwd_file: None }
+        AttributionArgs { attribution: false, proc_root: None, passwd_file: None, kubelet: false, kubelet_socket: None }
     }
 
     #[test]
@@ -239,7 +248,7 @@ mod tests {
     #[test]
     fn paths_from_flags_win_and_bad_ones_name_their_key() {
         let dir = std::env::temp_dir();
-        let args = AttributionArgs { attribution: true, proc_root: Some(dir.clone()), passwd_file: None };
+        let args = AttributionArgs { attribution: true, proc_root: Some(dir.clone()), ..no_flags() };
         assert!(resolve(&args, &section("proc_root = \"/nonexistent/proc\"")).is_ok(), "the flag wins");
         for (text, key) in [
             ("enabled = true\nproc_root = \"/nonexistent/proc\"", "attribution.proc_root"),
@@ -288,6 +297,11 @@ mod tests {
             let (kubelet, _, _) = plan.kubelet.as_ref().unwrap();
             assert_eq!(kubelet.refresh, Duration::from_secs(30));
             assert_eq!(kubelet.socket, PathBuf::from(DEFAULT_KUBELET_SOCKET));
+            // The flags turn it on too, and their socket wins over the file's.
+            let args = AttributionArgs { kubelet: true, kubelet_socket: Some("/run/k.sock".into()), ..no_flags() };
+            let plan = resolve(&args, &section("kubelet_socket = \"/x.sock\"")).unwrap();
+            let (kubelet, _, _) = plan.kubelet.as_ref().unwrap();
+            assert_eq!(kubelet.socket, PathBuf::from("/run/k.sock"));
             assert!(!plan.processes, "pods alone do not need the processes family");
         } else {
             let e = resolve(&no_flags(), &section("kubelet = true")).unwrap_err();
