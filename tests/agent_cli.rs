@@ -10,6 +10,8 @@ use gpumon_mock::MockSampler;
 
 mod common;
 use common::{agent, run};
+#[cfg(feature = "prometheus")]
+use gpumon_mock::test_env::{http_get, listening_addr, AgentLog};
 
 fn expected_first_sample(profile: &str) -> Snapshot {
     let sampler = MockSampler::from_profile_name(profile).unwrap();
@@ -275,7 +277,7 @@ fn once_fails_when_its_only_sample_cannot_be_delivered() {
 struct Served {
     child: std::process::Child,
     addr: std::net::SocketAddr,
-    stderr: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    stderr: AgentLog,
 }
 
 #[cfg(feature = "prometheus")]
@@ -289,38 +291,13 @@ impl Served {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let stderr = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let log = stderr.clone();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                if let Some(addr) = line.split("listening addr=").nth(1) {
-                    let _ = tx.send(addr.trim().parse::<std::net::SocketAddr>().unwrap());
-                }
-                log.lock().unwrap().push(line);
-            }
-        });
-        let addr = match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(addr) => addr,
-            Err(e) => {
-                let _ = child.kill();
-                panic!("no `listening addr=` in the agent's log ({e}): {:?}", stderr.lock().unwrap());
-            }
-        };
+        let (addr, stderr) = listening_addr(&mut child);
         Served { child, addr, stderr }
     }
 
     /// `GET path`: (status code, body).
     fn get(&self, path: &str) -> (u16, String) {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(self.addr).unwrap();
-        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        let code = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("not HTTP: {out}"));
-        let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-        (code, body)
+        http_get(self.addr, path)
     }
 
     /// Scrapes `/metrics` until `done` holds for the body (10 s at most).

@@ -2,13 +2,14 @@
 //! Unix socket, the step series on the Prometheus endpoint, the socket file's lifecycle.
 #![cfg(all(feature = "mock", feature = "prometheus"))]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 use common::agent;
+use gpumon_mock::test_env::{http_get, listening_addr};
 
 struct Served {
     child: std::process::Child,
@@ -26,31 +27,12 @@ impl Served {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                if let Some(addr) = line.split("listening addr=").nth(1) {
-                    let _ = tx.send(addr.trim().parse::<std::net::SocketAddr>().unwrap());
-                }
-            }
-        });
-        let addr = match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(addr) => addr,
-            Err(e) => {
-                let _ = child.kill();
-                panic!("no `listening addr=` in the agent's log ({e})");
-            }
-        };
+        let (addr, _log) = listening_addr(&mut child);
         Served { child, addr }
     }
 
     fn metrics(&self) -> String {
-        let mut s = std::net::TcpStream::connect(self.addr).unwrap();
-        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default()
+        http_get(self.addr, "/metrics").1
     }
 
     fn scrape_until(&self, what: &str, done: impl Fn(&[&str]) -> bool) -> String {

@@ -6,8 +6,6 @@
 //! thread-local counter), so the test harness's other threads cannot disturb the figures.
 #![cfg(all(feature = "stdout", feature = "prometheus", feature = "influxdb", feature = "otlp"))]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::Arc;
 
 use gpumon::core::{DeviceFilter, MetricSet, SampleRequest, Sampler, Sink, Snapshot};
@@ -17,46 +15,12 @@ use gpumon::sinks::prometheus::{Format, PrometheusSink};
 use gpumon::sinks::stdout::{format_snapshot, StdoutFormat, StdoutSink};
 use gpumon_mock::MockSampler;
 
-struct Counting;
-
-thread_local! {
-    // `const` and `Copy`: no lazy initialisation and no destructor, so the allocator may use it.
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count() {
-    // `try_with`: the slot is gone while a thread is torn down.
-    let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-}
-
-// SAFETY: forwards to `System`; counting touches only a thread-local `Cell`.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count();
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+#[path = "common/alloc.rs"]
+mod counting;
+use counting::{allocations, Counting};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-/// Allocations on this thread while `f` runs.
-fn allocations(f: impl FnOnce()) -> u64 {
-    let before = ALLOCS.with(Cell::get);
-    f();
-    ALLOCS.with(Cell::get) - before
-}
 
 /// Eight consecutive snapshots of `profile` (different values, like consecutive ticks).
 fn snapshots(profile: &str) -> Vec<Arc<Snapshot>> {

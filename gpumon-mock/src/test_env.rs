@@ -324,3 +324,55 @@ fn serve_connection<S: std::io::Read + std::io::Write>(stream: S, state: &StubSt
         }
     }
 }
+
+/// The lines an agent wrote to stderr so far, collected by [`listening_addr`].
+pub type AgentLog = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// Reads a spawned agent's stderr (which must be piped) until it logs the address its HTTP
+/// listener bound (`listening addr=…`, as with `--prometheus-listen 127.0.0.1:0`), for at most
+/// 20 s; keeps collecting the rest of its log in the returned [`AgentLog`].
+///
+/// # Panics
+///
+/// When no address is logged in time (the child is killed; the message carries its log).
+pub fn listening_addr(child: &mut std::process::Child) -> (std::net::SocketAddr, AgentLog) {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().expect("the agent's stderr must be piped");
+    let log = AgentLog::default();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let collected = log.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(addr) = line.split("listening addr=").nth(1) {
+                if let Ok(addr) = addr.trim().parse::<std::net::SocketAddr>() {
+                    let _ = tx.send(addr);
+                }
+            }
+            collected.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(line);
+        }
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+        Ok(addr) => (addr, log),
+        Err(e) => {
+            let _ = child.kill();
+            let lines = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+            panic!("no `listening addr=` in the agent's log ({e}): {lines:?}");
+        }
+    }
+}
+
+/// `GET path` over a fresh loopback connection: (status code, body).
+///
+/// # Panics
+///
+/// When the server cannot be reached or does not answer HTTP.
+pub fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let code = out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("not HTTP: {out}"));
+    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (code, body)
+}

@@ -5,10 +5,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use gpumon_mock::test_env::{http_get, listening_addr};
 
 /// Children that live as long as the test (killed on drop).
 struct Sleepers(Vec<Child>);
@@ -58,31 +59,12 @@ impl Served {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start the agent");
-        let (tx, rx) = std::sync::mpsc::channel();
-        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                if let Some(addr) = line.split("listening addr=").nth(1) {
-                    let _ = tx.send(addr.trim().parse::<std::net::SocketAddr>().unwrap());
-                }
-            }
-        });
-        let addr = match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(addr) => addr,
-            Err(e) => {
-                let _ = child.kill();
-                panic!("no `listening addr=` in the agent's log ({e})");
-            }
-        };
+        let (addr, _log) = listening_addr(&mut child);
         Served { child, addr }
     }
 
     fn metrics(&self) -> String {
-        let mut s = std::net::TcpStream::connect(self.addr).unwrap();
-        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default()
+        http_get(self.addr, "/metrics").1
     }
 
     /// Scrapes until every pid has a process series (10 s at most); returns those series.
