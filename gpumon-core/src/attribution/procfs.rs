@@ -137,29 +137,34 @@ impl ProcOwners {
     /// nothing for a pid seen on the previous tick.
     pub fn owner(&mut self, pid: u32) -> Option<SharedOwner> {
         let tick = self.tick;
-        if let Some(e) = self.entries.get_mut(&pid) {
-            if e.last_seen + 1 >= tick {
+        let remembered_start = match self.entries.get_mut(&pid) {
+            Some(e) if e.last_seen + 1 >= tick => {
                 e.last_seen = tick;
                 return e.owner.clone();
             }
+            Some(e) => Some(e.start_time),
+            None => None,
+        };
+        // `stat` is read once here, whether it confirms a remembered pid or starts a fresh read.
+        let start = self.start_time(pid);
+        if let Some(remembered @ Some(_)) = remembered_start {
             // Back after a gap: the same process only if it started at the same time.
-            let start = e.start_time;
-            if start.is_some() && self.start_time(pid).ok().flatten() == start {
+            if matches!(&start, Ok(now) if *now == remembered) {
                 if let Some(e) = self.entries.get_mut(&pid) {
                     e.last_seen = tick;
                     return e.owner.clone();
                 }
             }
         }
-        let entry = self.read(pid);
+        let entry = self.read(pid, start);
         let owner = entry.owner.clone();
         self.entries.insert(pid, entry);
         owner
     }
 
-    /// Reads everything about `pid` afresh.
-    fn read(&mut self, pid: u32) -> Entry {
-        let start_time = match self.start_time(pid) {
+    /// Reads everything about `pid` afresh, given what its `stat` said.
+    fn read(&mut self, pid: u32, start: std::io::Result<Option<u64>>) -> Entry {
+        let start_time = match start {
             Ok(Some(t)) => Some(t),
             Ok(None) => {
                 self.fail(pid, "stat", Failure::Garbage("no start time"));
@@ -210,9 +215,7 @@ impl ProcOwners {
     }
 
     fn read_file(&mut self, pid: u32, name: &str) -> std::io::Result<()> {
-        let mut path = self.proc_root.clone();
-        path.push(pid.to_string());
-        path.push(name);
+        let path = self.proc_root.join(format!("{pid}/{name}"));
         self.buf.clear();
         std::fs::File::open(path)?.read_to_end(&mut self.buf)?;
         Ok(())

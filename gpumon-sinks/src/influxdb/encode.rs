@@ -331,14 +331,7 @@ impl LineProtocolEncoder {
                 line_start = out.len();
                 out.push_str(&self.measurements[p.id as usize]);
                 // A process's line carries its own owner; every other line the device's.
-                let owners = match (key.0, label) {
-                    (Family::Processes, LabelValue::Int(pid)) => u32::try_from(pid)
-                        .ok()
-                        .and_then(|pid| device.process(pid))
-                        .map(|p| p.owner_labels())
-                        .unwrap_or_default(),
-                    _ => owners,
-                };
+                let owners = if key.0 == Family::Processes { device.point_owner_labels(&p) } else { owners };
                 self.write_device_tags(out, host, mock, &device.info, owners);
                 out.push(',');
                 out.push_str(&self.label_keys[p.id as usize]);

@@ -56,14 +56,15 @@ fn route(hub: &Arc<Hub>, req: &Request<Incoming>, settings: &Settings) -> Respon
         "/api/snapshot" => match hub.latest_for(scope) {
             // No GPU data this tick (a sampling-failed snapshot): the page's live stream shows
             // why; an API client gets what it would before the first sample, and the reason.
-            Some(s) if s.sampling_failure().is_some() => {
-                let reason = s.sampling_failure().unwrap_or_default();
-                let body = serde_json::json!({ "error": format!("last sample failed: {reason}") }).to_string();
-                json(StatusCode::SERVICE_UNAVAILABLE, body)
-            }
-            Some(s) => match serde_json::to_vec(&*s) {
-                Ok(body) => json(StatusCode::OK, body),
-                Err(_) => text_response(StatusCode::INTERNAL_SERVER_ERROR, "cannot serialise the snapshot\n"),
+            Some(s) => match s.sampling_failure() {
+                Some(reason) => {
+                    let body = serde_json::json!({ "error": format!("last sample failed: {reason}") }).to_string();
+                    json(StatusCode::SERVICE_UNAVAILABLE, body)
+                }
+                None => match serde_json::to_vec(&*s) {
+                    Ok(body) => json(StatusCode::OK, body),
+                    Err(_) => text_response(StatusCode::INTERNAL_SERVER_ERROR, "cannot serialise the snapshot\n"),
+                },
             },
             None => json(StatusCode::SERVICE_UNAVAILABLE, "{\"error\":\"no snapshot yet\"}"),
         },

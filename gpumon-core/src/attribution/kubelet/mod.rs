@@ -19,9 +19,10 @@
 //! # What is not mapped
 //! - Devices from Dynamic Resource Allocation claims (`dynamic_resources`): their ids are DRA
 //!   device names (`gpu-0`), not UUIDs. They are ignored for now.
-//! - Device ids that are not UUIDs: the NVIDIA device plugin's `deviceIDStrategy: index` gives
-//!   `0`, `1`, … These are stored as they come and match no GPU's UUID, so use the default
-//!   `uuid` strategy.
+//! - Device ids that are not UUIDs are stored as they come: with the NVIDIA device plugin's
+//!   `deviceIDStrategy: index` (`0`, `1`, `0:1` for a MIG instance) the attribution stage falls
+//!   back to matching a device's NVML index (and MIG index) when its UUID has no allocation;
+//!   the default `uuid` strategy needs no fallback.
 //!
 //! # Example
 //! ```no_run
