@@ -330,6 +330,7 @@ impl AgentBuilder {
             scheduled: self.scheduled,
             hostname: self.hostname.map(|name| HostOverride { name, last: None }),
             last_system: None,
+            last_failure: None,
         };
         let handle = AgentHandle { control: control_tx, subscribers, telemetry };
         Ok((agent, handle))
@@ -407,6 +408,8 @@ pub struct Agent {
     hostname: Option<HostOverride>,
     /// The host facts of the last snapshot taken, for the sampling-failed snapshots that follow.
     last_system: Option<Arc<SystemInfo>>,
+    /// The last sampling failure other than `Busy`, for the ticks skipped behind it.
+    last_failure: Option<String>,
 }
 
 /// [`AgentBuilder::hostname`]: the name, and the last backend `SystemInfo` with its patched copy.
@@ -645,7 +648,16 @@ impl Agent {
                 system
             }
         };
-        Arc::new(Snapshot::sampling_failed(system, error.to_string()).with_seq(self.seq))
+        // A tick skipped behind a stuck sample says why that sample is stuck (its timeout), not
+        // only that one is in flight: the cause must not vanish from the sinks after one tick.
+        let reason = match (error, &self.last_failure) {
+            (SampleError::Busy, Some(cause)) => format!("{cause}; {error}"),
+            _ => {
+                self.last_failure = Some(error.to_string());
+                error.to_string()
+            }
+        };
+        Arc::new(Snapshot::sampling_failed(system, reason).with_seq(self.seq))
     }
 
     async fn flush(&mut self, deadline: Deadline) -> Result<(), AgentError> {
