@@ -23,8 +23,8 @@
 //!   few allocations per request are counted too, the same for both rows).
 //! - `diagnose.process (healthy|findings active)`: the diagnosis stage on one tick, past its
 //!   window — nothing raised, or every GPU with an active finding (memory at 97 %: near_oom).
-//! - `runtime.tick`: one unscheduled agent tick (sample on the blocking pool, fan-out to a no-op
-//!   sink, wait for it) — `AgentHandle::flush`.
+//! - `runtime.tick`: one unscheduled agent tick (sample on the agent's sampling thread, fan-out to
+//!   a no-op sink, wait for it) — `AgentHandle::flush`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;

@@ -235,7 +235,13 @@ if [ "$DO_TICK" = 1 ]; then
     }
     LOOP=("$PY" "$REPO/scripts/bench/pynvml_loop.py" --interval 0.1)
     NEW=("$AGENT" --backend nvml --nvml-library "$FAKE_LIB" --log info)
+    # The floor: a program that only wakes on the same grid (one thread, as the pynvml loop; two,
+    # as the agent's sampling thread and runtime), to show what waking alone costs here.
+    FLOOR="$WORK/tick_floor"
+    rustc -O -o "$FLOOR" "$REPO/scripts/bench/tick_floor.rs" || die "cannot build scripts/bench/tick_floor.rs"
     for r in $(seq 1 "$ROUNDS"); do
+        whole floor-1thread "$r" h100x8 run -- "$FLOOR" 100 "$TICK_SAMPLES" 1
+        whole floor-2threads "$r" h100x8 run -- "$FLOOR" 100 "$TICK_SAMPLES" 2
         whole pynvml-loop "$r" h100x8 run -- "${LOOP[@]}" --samples "$TICK_SAMPLES"
         whole gpumon-only4 "$r" h100x8 run -- "${NEW[@]}" --interval 100ms --only "$ONLY" --duration "${TICK_S}s"
         if [ -n "$BEFORE_AGENT" ]; then
@@ -247,6 +253,8 @@ if [ "$DO_TICK" = 1 ]; then
             whole gpumon-only4 "$r" "$fleet" run -- "${NEW[@]}" --interval 100ms --only "$ONLY" --duration "${TICK_S}s"
         done
         # Start-up: one sample and exit, for every configuration and fleet above.
+        whole floor-1thread "$r" h100x8 once -- "$FLOOR" 100 1 1
+        whole floor-2threads "$r" h100x8 once -- "$FLOOR" 100 1 2
         whole pynvml-loop "$r" h100x8 once -- "${LOOP[@]}" --samples 1
         for fleet in h100x8 h100x1 h100x64 a100x8-mig; do
             whole gpumon-only4 "$r" "$fleet" once -- "${NEW[@]}" --only "$ONLY" --once

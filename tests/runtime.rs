@@ -1,39 +1,76 @@
 //! The runtime's scheduling and isolation guarantees, driven with the mock backend and the mock
-//! crate's recording/faulty sinks. Timing tests run on paused tokio time, so they are exact and
-//! fast; the one that hangs inside the (blocking) sampler steps time by hand, because tokio does
-//! not auto-advance time while a `spawn_blocking` task runs.
+//! crate's recording/faulty sinks. The agent samples on its own thread, on a [`ManualClock`] the
+//! tests step by hand, so every tick and every sample timeout happens exactly when a test says;
+//! what follows a step (a sample, an export) happens in real time, so each step is followed by
+//! a wait, under a deadline, for its outcome. Sinks' own timing (delays, shutdown deadlines) is
+//! tokio's real time.
 #![cfg(feature = "stdout")]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gpumon::core::{
-    Agent, AgentError, DeviceFilter, DeviceState, Family, MetricSet, SampleError, SampleRequest, Sampler, SinkOptions,
-    SinkState, Snapshot,
+    Agent, AgentError, AgentHandle, AgentStats, DeviceFilter, DeviceState, Family, ManualClock, MetricSet, SampleError,
+    SampleRequest, Sampler, SinkOptions, SinkState, Snapshot,
 };
 use gpumon_mock::{Behavior, FailKind, Fault, FaultySink, Gate, MockSampler, RecordingSink, Scenario};
-use tokio::time::Instant;
+
+const WAIT: Duration = Duration::from_secs(20);
 
 fn h100x8() -> MockSampler {
     MockSampler::from_profile_name("h100x8").expect("built-in profile")
 }
 
-/// Lets every task that is ready run (the agent, its workers), on the current-thread runtime.
-async fn settle() {
-    for _ in 0..50 {
-        tokio::task::yield_now().await;
+/// Waits, in real time and at most [`WAIT`], until `condition` holds.
+async fn until(what: &str, condition: impl Fn() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 
-#[tokio::test(start_paused = true)]
+/// Lets the agent's tasks run for a moment, so that something that should *not* happen would.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+/// Steps `clock` by `by` and waits until `rec` holds `n` snapshots.
+async fn tick(clock: &ManualClock, by: Duration, rec: &RecordingSink, n: usize) {
+    clock.advance(by);
+    assert!(rec.wait_for(n, WAIT).await, "expected {n} snapshots, got {}", rec.len());
+}
+
+fn ticks(s: &AgentStats) -> u64 {
+    s.samples_taken + s.sample_failures + s.skipped_ticks
+}
+
+fn stats(handle: &AgentHandle) -> AgentStats {
+    handle.stats()
+}
+
+#[tokio::test]
 async fn samples_on_the_interval_and_numbers_snapshots() {
+    let clock = ManualClock::new();
     let rec = RecordingSink::new("rec");
-    let handle = Agent::builder(h100x8()).interval(Duration::from_secs(1)).sink(rec.clone()).spawn().unwrap();
+    let handle = Agent::builder(h100x8())
+        .interval(Duration::from_secs(1))
+        .clock(clock.clone())
+        .sink(rec.clone())
+        .spawn()
+        .unwrap();
     let mut stream = handle.subscribe();
-    let start = Instant::now();
     let mut arrivals = Vec::new();
-    for _ in 0..6 {
-        let s = stream.recv().await.unwrap();
-        arrivals.push((s.seq, start.elapsed()));
+    for i in 0..6 {
+        if i > 0 {
+            settle().await;
+            assert_eq!(rec.len(), i, "nothing before the clock reaches the next tick");
+            clock.advance(Duration::from_millis(999));
+            settle().await;
+            assert_eq!(rec.len(), i, "nothing a millisecond before the tick either");
+            clock.advance(Duration::from_millis(1));
+        }
+        let s = tokio::time::timeout(WAIT, stream.recv()).await.unwrap().unwrap();
+        arrivals.push((s.seq, clock.elapsed()));
     }
     let expected: Vec<_> = (1..=6).map(|i| (i, Duration::from_secs(i - 1))).collect();
     assert_eq!(arrivals, expected, "one snapshot per second, numbered from 1, the first at once");
@@ -42,22 +79,46 @@ async fn samples_on_the_interval_and_numbers_snapshots() {
     assert_eq!(rec.shutdown_count(), 1);
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
+async fn missed_ticks_are_skipped_and_the_schedule_keeps_its_grid() {
+    let clock = ManualClock::new();
+    let rec = RecordingSink::new("rec");
+    let handle = Agent::builder(h100x8())
+        .interval(Duration::from_secs(1))
+        .clock(clock.clone())
+        .sink(rec.clone())
+        .spawn()
+        .unwrap();
+    assert!(rec.wait_for(1, WAIT).await);
+    // 3.5 s at once: one sample (not three to catch up), then the grid goes on at t=4.
+    tick(&clock, Duration::from_millis(3500), &rec, 2).await;
+    settle().await;
+    assert_eq!(rec.len(), 2, "missed ticks are skipped, not made up");
+    clock.advance(Duration::from_millis(499));
+    settle().await;
+    assert_eq!(rec.len(), 2);
+    tick(&clock, Duration::from_millis(1), &rec, 3).await;
+    assert_eq!(handle.stats().skipped_ticks, 0, "a late tick is not a skipped one");
+    handle.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+#[tokio::test]
 async fn a_hung_sink_delays_neither_the_sampler_nor_the_other_sinks() {
+    let clock = ManualClock::new();
     let rec = RecordingSink::new("rec");
     let hung = FaultySink::new("hung").export_behavior(Behavior::Stall);
     let hung_calls = hung.calls();
     let handle = Agent::builder(h100x8())
         .interval(Duration::from_secs(1))
+        .clock(clock.clone())
         .sink(rec.clone())
         .sink_with(hung, SinkOptions::default().capacity(2).export_timeout(Duration::from_secs(3600)))
         .spawn()
         .unwrap();
-    let mut stream = handle.subscribe();
-    let start = Instant::now();
-    for i in 0..11u64 {
-        stream.recv().await.unwrap();
-        assert_eq!(start.elapsed(), Duration::from_secs(i), "tick {i} on time despite the hung sink");
+    assert!(rec.wait_for(1, WAIT).await);
+    until("the hung sink is in its first export", || hung_calls.exports() == 1).await;
+    for i in 2..=11 {
+        tick(&clock, Duration::from_secs(1), &rec, i).await;
     }
     settle().await;
     assert_eq!(rec.len(), 11, "the healthy sink got every snapshot");
@@ -70,19 +131,25 @@ async fn a_hung_sink_delays_neither_the_sampler_nor_the_other_sinks() {
     assert_eq!(handle.stats().samples_taken, 11);
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn shutdown_respects_its_deadline_with_a_hung_sink() {
+    let clock = ManualClock::new();
     let rec = RecordingSink::new("rec");
     let hung = FaultySink::new("hung").export_behavior(Behavior::Stall).shutdown_behavior(Behavior::Stall);
     let handle = Agent::builder(h100x8())
+        .clock(clock.clone())
         .sink(rec.clone())
         .sink_with(hung, SinkOptions::default().export_timeout(Duration::from_secs(3600)))
         .spawn()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(rec.wait_for(1, WAIT).await);
+    tick(&clock, Duration::from_secs(1), &rec, 2).await;
+    tick(&clock, Duration::from_secs(1), &rec, 3).await;
     let start = Instant::now();
     let result = handle.shutdown(Duration::from_secs(2)).await;
-    assert_eq!(start.elapsed(), Duration::from_secs(2), "shutdown returns at its deadline, not later");
+    let took = start.elapsed();
+    assert!(took >= Duration::from_secs(2), "shutdown waits for the hung sink up to its deadline: {took:?}");
+    assert!(took < Duration::from_millis(2500), "and returns at the deadline, not later: {took:?}");
     match result {
         Err(AgentError::Timeout { after, unfinished, failed }) => {
             assert_eq!(after, Duration::from_secs(2));
@@ -97,9 +164,12 @@ async fn shutdown_respects_its_deadline_with_a_hung_sink() {
     assert_eq!(status.iter().find(|s| s.name == "hung").unwrap().state, SinkState::Aborted);
     assert_eq!(status.iter().find(|s| s.name == "rec").unwrap().state, SinkState::ShutDown);
     assert!(matches!(handle.shutdown(Duration::from_secs(1)).await, Err(AgentError::ShutDown)), "idempotent");
+    clock.advance(Duration::from_secs(5));
+    settle().await;
+    assert_eq!(handle.stats().samples_taken, 3, "no tick after shutdown");
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn flush_exports_a_fresh_sample_then_flushes_every_sink() {
     let rec = RecordingSink::new("rec");
     let bad_flush = FaultySink::new("bad-flush").flush_behavior(Behavior::Fail(FailKind::Permanent));
@@ -132,37 +202,51 @@ async fn flush_exports_a_fresh_sample_then_flushes_every_sink() {
     assert_eq!(rec.shutdown_count(), 1);
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn flush_drains_what_is_queued_before_the_flush_sample() {
-    let slow = FaultySink::new("slow").export_behavior(Behavior::Delay(Duration::from_millis(2500)));
+    let clock = ManualClock::new();
+    let slow = FaultySink::new("slow").export_behavior(Behavior::Delay(Duration::from_millis(200)));
+    let slow_calls = slow.calls();
     let slow_rec = slow.recorder();
-    let handle = Agent::builder(h100x8()).sink_with(slow, SinkOptions::default().capacity(8)).spawn().unwrap();
-    tokio::time::sleep(Duration::from_millis(3500)).await; // 4 ticks; the slow sink is behind
+    let handle = Agent::builder(h100x8())
+        .clock(clock.clone())
+        .sink_with(slow, SinkOptions::default().capacity(8))
+        .spawn()
+        .unwrap();
+    until("the first export began", || slow_calls.exports() == 1).await;
+    for n in 2..=4 {
+        clock.advance(Duration::from_secs(1));
+        until("the tick was taken", || handle.stats().samples_taken == n).await;
+    }
+    assert!(slow_rec.len() < 4, "the slow sink is behind");
     handle.flush(Duration::from_secs(60)).await.unwrap();
     let seqs: Vec<_> = slow_rec.snapshots().iter().map(|s| s.seq).collect();
     assert_eq!(seqs, [1, 2, 3, 4, 5], "queued snapshots first, in order, then the flush's own");
     handle.shutdown(Duration::from_secs(30)).await.unwrap();
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn panicking_and_failing_sinks_are_isolated_and_counted() {
+    let clock = ManualClock::new();
     let rec = RecordingSink::new("rec");
     let panics = FaultySink::new("panics").export_behavior(Behavior::Panic);
     let flaky =
         FaultySink::new("flaky").on_export(|i| if i < 3 { Behavior::Fail(FailKind::Transient) } else { Behavior::Ok });
-    let handle = Agent::builder(h100x8()).sink(rec.clone()).sink(panics).sink(flaky).spawn().unwrap();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    settle().await;
-    let status = handle.sink_status();
-    let get = |n: &str| status.iter().find(|s| s.name == n).unwrap().clone();
+    let handle =
+        Agent::builder(h100x8()).clock(clock.clone()).sink(rec.clone()).sink(panics).sink(flaky).spawn().unwrap();
+    assert!(rec.wait_for(1, WAIT).await);
+    tick(&clock, Duration::from_secs(1), &rec, 2).await;
+    tick(&clock, Duration::from_secs(1), &rec, 3).await;
+    let get = |n: &str| handle.sink_status().into_iter().find(|s| s.name == n).unwrap();
+    until("both faulty sinks saw three exports", || get("panics").panics == 3 && get("flaky").failures == 3).await;
     let p = get("panics");
     assert_eq!((p.panics, p.failures, p.consecutive_failures, p.exported), (3, 3, 3, 0));
     assert!(p.last_error.unwrap().contains("panicked"));
     let f = get("flaky");
     assert_eq!((f.failures, f.consecutive_failures, f.exported), (3, 3, 0));
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    settle().await;
-    let f = handle.sink_status().into_iter().find(|s| s.name == "flaky").unwrap();
+    tick(&clock, Duration::from_secs(1), &rec, 4).await;
+    until("the flaky sink's fourth export", || get("flaky").exported == 1).await;
+    let f = get("flaky");
     assert_eq!((f.failures, f.consecutive_failures, f.exported), (3, 0, 1), "a success resets the run");
     assert_eq!(rec.len(), 4);
     assert!(handle.is_running());
@@ -181,13 +265,15 @@ impl Sampler for LeakySampler {
     }
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn hidden_devices_never_reach_a_sink() {
     for sampler in [Box::new(LeakySampler(h100x8())) as Box<dyn Sampler>, Box::new(h100x8())] {
+        let clock = ManualClock::new();
         let rec = RecordingSink::new("rec");
         let filter = DeviceFilter::parse("1,3").unwrap();
-        let handle = Agent::builder(sampler).devices(filter).sink(rec.clone()).spawn().unwrap();
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let handle = Agent::builder(sampler).devices(filter).clock(clock.clone()).sink(rec.clone()).spawn().unwrap();
+        assert!(rec.wait_for(1, WAIT).await);
+        tick(&clock, Duration::from_secs(1), &rec, 2).await;
         handle.shutdown(Duration::from_secs(1)).await.unwrap();
         for s in rec.snapshots() {
             let idx: Vec<_> = s.devices.iter().map(|d| d.info.index).collect();
@@ -197,7 +283,7 @@ async fn hidden_devices_never_reach_a_sink() {
     }
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn a_lost_gpu_is_marked_and_the_others_keep_reporting() {
     let sampler = MockSampler::builder()
         .profile(gpumon_mock::FleetProfile::load("h100x8").unwrap())
@@ -205,9 +291,13 @@ async fn a_lost_gpu_is_marked_and_the_others_keep_reporting() {
         .fault(Fault::DeviceLost { device: 3, at_tick: 2 })
         .build()
         .unwrap();
+    let clock = ManualClock::new();
     let rec = RecordingSink::new("rec");
-    let handle = Agent::builder(sampler).sink(rec.clone()).spawn().unwrap();
-    tokio::time::sleep(Duration::from_millis(4500)).await;
+    let handle = Agent::builder(sampler).clock(clock.clone()).sink(rec.clone()).spawn().unwrap();
+    assert!(rec.wait_for(1, WAIT).await);
+    for n in 2..=5 {
+        tick(&clock, Duration::from_secs(1), &rec, n).await;
+    }
     handle.shutdown(Duration::from_secs(1)).await.unwrap();
     let snaps = rec.snapshots();
     assert_eq!(snaps.len(), 5);
@@ -222,7 +312,7 @@ async fn a_lost_gpu_is_marked_and_the_others_keep_reporting() {
     }
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn a_hanging_sample_is_abandoned_and_ticks_are_skipped_until_it_returns() {
     let gate = Gate::new();
     let sampler = MockSampler::builder()
@@ -230,68 +320,101 @@ async fn a_hanging_sample_is_abandoned_and_ticks_are_skipped_until_it_returns() 
         .fault(Fault::HangUntilReleased { at_tick: 2, gate: gate.clone() })
         .build()
         .unwrap();
+    let clock = ManualClock::new();
     let rec = RecordingSink::new("rec");
     let handle = Agent::builder(sampler)
         .interval(Duration::from_secs(1))
         .sample_timeout(Duration::from_millis(500))
+        .clock(clock.clone())
         .sink(rec.clone())
         .spawn()
         .unwrap();
-    // Ticks at t=0 and t=1 (samples 0 and 1); auto-advance works while nothing blocks.
-    tokio::time::sleep(Duration::from_millis(1900)).await;
-    assert_eq!(rec.len(), 2);
-    // t=2: sample 2 hangs in the backend. Time no longer auto-advances; step it by hand.
-    tokio::time::advance(Duration::from_millis(100)).await;
+    // Ticks at t=0 and t=1 (samples 0 and 1).
+    assert!(rec.wait_for(1, WAIT).await);
+    tick(&clock, Duration::from_secs(1), &rec, 2).await;
+    // t=2: sample 2 hangs in the backend.
+    clock.advance(Duration::from_secs(1));
+    until("the sample hangs at the gate", || gate.waiting() == 1).await;
+    clock.advance(Duration::from_millis(499));
     settle().await;
-    tokio::time::advance(Duration::from_millis(500)).await; // t=2.5: the sample timeout fires
-    settle().await;
-    let stats = handle.stats();
-    assert_eq!((stats.samples_taken, stats.sample_failures, stats.skipped_ticks), (2, 1, 0));
-    assert!(stats.last_sample_error.unwrap().contains("timed out"));
-    for _ in 0..2 {
-        tokio::time::advance(Duration::from_millis(500)).await; // t=3, then t=4: skipped
-        settle().await;
-        tokio::time::advance(Duration::from_millis(500)).await;
+    assert_eq!(ticks(&stats(&handle)), 2, "not abandoned before its timeout");
+    clock.advance(Duration::from_millis(1)); // t=2.5: the sample timeout fires
+    until("the timeout is reported", || stats(&handle).sample_failures == 1).await;
+    let s = stats(&handle);
+    assert_eq!((s.samples_taken, s.sample_failures, s.skipped_ticks), (2, 1, 0));
+    assert!(s.last_sample_error.unwrap().contains("timed out"));
+    assert!(rec.wait_for(3, WAIT).await, "the sinks hear of the timeout at once");
+    // Requests are refused while the sample is stuck, and counted with the skipped ticks.
+    assert!(matches!(handle.snapshot_now().await, Err(AgentError::Sample(SampleError::Busy))));
+    assert_eq!(stats(&handle).skipped_ticks, 1);
+    for n in [2, 3] {
+        clock.advance(Duration::from_millis(500)); // t=3, then t=4: skipped
+        until("the tick is reported skipped", || stats(&handle).skipped_ticks == n).await;
+        clock.advance(Duration::from_millis(500));
         settle().await;
     }
-    assert_eq!(handle.stats().skipped_ticks, 2, "no second sample while the first is stuck");
+    assert_eq!(stats(&handle).skipped_ticks, 3, "no second sample while the first is stuck");
+    assert_eq!(gate.waiting(), 1, "still the one call in the backend");
     gate.release();
-    // The stuck call now returns on its blocking thread, in real time; a tick that comes before
-    // the agent sees it finished is skipped once more. Tick on (paused time, stepped by hand, one
-    // tick per step) until a sample is taken; after each step, wait in real time, under a
-    // deadline, for that tick's outcome (a skip, or a sample run on the blocking pool).
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let ticks = |s: &gpumon::core::AgentStats| s.samples_taken + s.sample_failures + s.skipped_ticks;
-    let mut before = ticks(&handle.stats());
-    tokio::time::advance(Duration::from_millis(500)).await; // t=5: the next tick
-    loop {
-        settle().await;
-        while ticks(&handle.stats()) == before {
-            assert!(std::time::Instant::now() < deadline, "no outcome of the tick: {:?}", handle.stats());
-            std::thread::sleep(Duration::from_millis(1));
-            settle().await;
-        }
-        if handle.stats().samples_taken == 3 {
-            break;
-        }
-        before = ticks(&handle.stats());
-        tokio::time::advance(Duration::from_secs(1)).await;
-    }
-    let stats = handle.stats();
-    assert!(stats.last_sample_ok, "sampling resumed after the hung call returned: {stats:?}");
-    assert_eq!((stats.samples_taken, stats.sample_failures), (3, 1));
-    assert!(stats.skipped_ticks >= 2, "{stats:?}");
+    // At t=4.5 the stuck call returns; its late result is discarded and the next tick, t=5, is
+    // sampled as usual.
+    until("the stuck call returned", || gate.waiting() == 0).await;
+    settle().await;
+    assert_eq!(stats(&handle).samples_taken, 2, "the late result is not counted as a sample");
+    let before = ticks(&stats(&handle));
+    clock.advance(Duration::from_millis(500));
+    until("the t=5 tick is sampled", || ticks(&stats(&handle)) > before).await;
+    let s = stats(&handle);
+    assert!(s.last_sample_ok, "sampling resumed after the hung call returned: {s:?}");
+    assert_eq!((s.samples_taken, s.sample_failures, s.skipped_ticks), (3, 1, 3));
     settle().await;
     let snapshots = rec.snapshots();
     let sampled: Vec<_> = snapshots.iter().filter(|s| s.sampling.is_ok()).map(|s| s.seq).collect();
     assert_eq!(sampled, [1, 2, 3], "the late result of the hung call is discarded, not exported");
     // The sink heard of every tick without data, in order, numbered like the last sample.
     let failed: Vec<_> = snapshots.iter().filter_map(|s| s.sampling_failure().map(|r| (s.seq, r))).collect();
-    assert_eq!(failed.len() as u64, 1 + stats.skipped_ticks, "{failed:?}");
+    assert_eq!(failed.len(), 3, "the timeout and the two skipped ticks: {failed:?}");
     assert!(failed[0].1.contains("timed out"), "{failed:?}");
     assert!(failed[1..].iter().all(|(_, r)| r.contains("already in flight") && r.contains("timed out")), "{failed:?}");
     assert!(failed.iter().all(|(seq, _)| *seq == 2), "{failed:?}");
     assert!(snapshots.iter().filter(|s| !s.sampling.is_ok()).all(|s| s.devices.is_empty()));
+    handle.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_requested_sample_that_hangs_times_out_and_the_next_request_is_served() {
+    let gate = Gate::new();
+    // The mock counts every sample; the first (tick 0) is the flush's.
+    let sampler = MockSampler::builder()
+        .profile(gpumon_mock::FleetProfile::load("h100x8").unwrap())
+        .fault(Fault::HangUntilReleased { at_tick: 0, gate: gate.clone() })
+        .build()
+        .unwrap();
+    let clock = ManualClock::new();
+    let rec = RecordingSink::new("rec");
+    let handle = Agent::builder(sampler)
+        .scheduled(false)
+        .sample_timeout(Duration::from_secs(2))
+        .clock(clock.clone())
+        .sink(rec.clone())
+        .spawn()
+        .unwrap();
+    let flush = tokio::spawn({
+        let handle = handle.clone();
+        async move { handle.flush(Duration::from_secs(60)).await }
+    });
+    until("the flush's sample hangs", || gate.waiting() == 1).await;
+    clock.advance(Duration::from_secs(2));
+    match tokio::time::timeout(WAIT, flush).await.unwrap().unwrap() {
+        Err(AgentError::Sample(SampleError::Timeout(d))) => assert_eq!(d, Duration::from_secs(2)),
+        other => panic!("expected the flush to report the timeout, got {other:?}"),
+    }
+    assert_eq!(rec.len(), 1, "the sinks got the sampling-failed snapshot with the flush");
+    assert!(rec.snapshots()[0].sampling_failure().unwrap().contains("timed out"));
+    gate.release();
+    until("the stuck call returned", || gate.waiting() == 0).await;
+    let again = handle.snapshot_now().await.unwrap();
+    assert_eq!(again.seq, 1, "the abandoned sample took no number");
     handle.shutdown(Duration::from_secs(1)).await.unwrap();
 }
 
@@ -308,38 +431,43 @@ async fn build_rejects_bad_settings_with_the_setting_named() {
     assert!(e.to_string().contains("x.capacity"), "{e}");
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn opt_in_families_are_sampled_only_when_asked() {
     let rec = RecordingSink::new("rec");
     let handle = Agent::builder(h100x8())
         .metrics(MetricSet::default().with(Family::Processes).without(Family::Power))
+        .clock(ManualClock::new())
         .sink(rec.clone())
         .spawn()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(rec.wait_for(1, WAIT).await);
     handle.shutdown(Duration::from_secs(1)).await.unwrap();
     let s = rec.last().unwrap();
     assert!(s.devices.iter().all(|d| d.power.usage_watts.is_none()));
     assert!(s.devices.iter().any(|d| !d.processes.is_empty()));
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn queue_capacity_is_exact_and_every_loss_is_counted() {
+    let clock = ManualClock::new();
     let hung = FaultySink::new("hung").export_behavior(Behavior::Stall);
+    let hung_calls = hung.calls();
     let handle = Agent::builder(h100x8())
+        .clock(clock.clone())
         .sink_with(hung, SinkOptions::default().capacity(3).export_timeout(Duration::from_secs(3600)))
         .spawn()
         .unwrap();
-    let mut stream = handle.subscribe();
-    for _ in 0..10 {
-        stream.recv().await.unwrap();
+    until("the first export is stuck", || hung_calls.exports() == 1).await;
+    for n in 2..=10 {
+        clock.advance(Duration::from_secs(1));
+        until("the tick was taken", || handle.stats().samples_taken == n).await;
     }
     settle().await;
     // 10 published: 1 stuck in export, 3 queued (not 4: the capacity is exact), 6 dropped.
     assert_eq!(handle.sink_status()[0].dropped, 6);
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn flush_reports_a_failed_export_of_its_own_sample() {
     let failing = FaultySink::new("down").export_behavior(Behavior::Fail(FailKind::Transient));
     let handle = Agent::builder(h100x8()).scheduled(false).sink(failing).spawn().unwrap();
@@ -352,7 +480,7 @@ async fn flush_reports_a_failed_export_of_its_own_sample() {
     }
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn shutdown_deadline_counts_from_the_call_even_when_the_agent_is_busy() {
     let gate = Gate::new();
     let sampler = MockSampler::builder()
@@ -360,47 +488,57 @@ async fn shutdown_deadline_counts_from_the_call_even_when_the_agent_is_busy() {
         .fault(Fault::HangUntilReleased { at_tick: 1, gate: gate.clone() })
         .build()
         .unwrap();
+    let clock = ManualClock::new();
     let rec = RecordingSink::new("rec");
-    let handle = Agent::builder(sampler).sample_timeout(Duration::from_secs(30)).sink(rec.clone()).spawn().unwrap();
-    tokio::time::sleep(Duration::from_millis(900)).await; // tick 0 done
-    tokio::time::advance(Duration::from_millis(100)).await; // t=1: tick 1 hangs for up to 30 s
-    settle().await;
-    let shutdown = {
-        let handle = handle.clone();
-        tokio::spawn(async move { handle.shutdown(Duration::from_secs(2)).await })
-    };
-    settle().await;
-    tokio::time::advance(Duration::from_millis(2100)).await;
-    settle().await;
+    let hung = FaultySink::new("hung").shutdown_behavior(Behavior::Stall);
+    let handle = Agent::builder(sampler)
+        .sample_timeout(Duration::from_secs(30))
+        .clock(clock.clone())
+        .sink(rec.clone())
+        .sink_with(hung, SinkOptions::default().export_timeout(Duration::from_secs(3600)))
+        .spawn()
+        .unwrap();
+    assert!(rec.wait_for(1, WAIT).await); // tick 0 done
+    clock.advance(Duration::from_secs(1)); // t=1: tick 1 hangs for up to 30 s
+    until("tick 1 hangs", || gate.waiting() == 1).await;
+    let start = Instant::now();
+    let result = handle.shutdown(Duration::from_secs(2)).await;
+    let took = start.elapsed();
     assert!(
-        shutdown.is_finished(),
-        "shutdown returned at its deadline (+ grace) although the agent was stuck sampling"
+        took < Duration::from_millis(2500),
+        "shutdown returned at its deadline although a sample is in flight: {took:?}"
     );
-    match shutdown.await.unwrap() {
+    match result {
         Err(AgentError::Timeout { after, unfinished, .. }) => {
             assert_eq!(after, Duration::from_secs(2));
-            assert_eq!(unfinished, ["rec"]);
+            assert_eq!(unfinished, ["hung"]);
         }
         other => panic!("expected a timeout, got {other:?}"),
     }
+    assert_eq!(rec.shutdown_count(), 1, "the healthy sink was shut down within the deadline");
     gate.release();
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn a_hostname_override_applies_to_every_snapshot_without_a_copy_per_tick() {
     let backend_host = h100x8().sample(&SampleRequest::new(MetricSet::default(), DeviceFilter::all())).unwrap();
     assert_ne!(backend_host.system.hostname, "node-17");
     let rec = RecordingSink::new("rec");
+    let clock = ManualClock::new();
     let handle = Agent::builder(h100x8())
         .interval(Duration::from_secs(1))
         .hostname("node-17")
+        .clock(clock.clone())
         .sink(rec.clone())
         .spawn()
         .unwrap();
     let mut stream = handle.subscribe();
     let mut seen = Vec::new();
-    for _ in 0..3 {
-        seen.push(stream.recv().await.unwrap());
+    for i in 0..3 {
+        if i > 0 {
+            clock.advance(Duration::from_secs(1));
+        }
+        seen.push(tokio::time::timeout(WAIT, stream.recv()).await.unwrap().unwrap());
     }
     handle.shutdown(Duration::from_secs(1)).await.unwrap();
     for s in &seen {
@@ -437,22 +575,27 @@ impl gpumon::core::Processor for Tagger {
     }
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn processors_run_in_order_before_the_sinks_and_a_panic_costs_only_its_data() {
     let rec = RecordingSink::new("rec");
     let seen_a = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen_b = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let clock = ManualClock::new();
     let handle = Agent::builder(h100x8())
         .interval(Duration::from_secs(1))
         .processor(Tagger { name: "a", panic_on: vec![2], seen: seen_a.clone() })
         .processor(Tagger { name: "b", panic_on: vec![], seen: seen_b.clone() })
+        .clock(clock.clone())
         .sink(rec.clone())
         .spawn()
         .unwrap();
     let mut stream = handle.subscribe();
     let mut names = Vec::new();
-    for _ in 0..3 {
-        let s = stream.recv().await.unwrap();
+    for i in 0..3 {
+        if i > 0 {
+            clock.advance(Duration::from_secs(1));
+        }
+        let s = tokio::time::timeout(WAIT, stream.recv()).await.unwrap().unwrap();
         names.push((s.seq, s.devices[0].info.name.clone()));
     }
     // snapshot_now is not processed: it would distort a processor's notion of ticks.

@@ -83,7 +83,8 @@ pub use telemetry::{AgentStats, SinkState, SinkStatus, Telemetry};
 
 #[cfg(feature = "runtime")]
 pub use runtime::{
-    Agent, AgentBuilder, AgentError, AgentHandle, SinkFailure, SinkOptions, DEFAULT_INTERVAL, MIN_INTERVAL,
+    Agent, AgentBuilder, AgentError, AgentHandle, Clock, ManualClock, SinkFailure, SinkOptions, DEFAULT_INTERVAL,
+    MIN_INTERVAL,
 };
 
 /// This host's name: `/proc/sys/kernel/hostname`, else `$HOSTNAME`, else `"localhost"`.

@@ -28,8 +28,9 @@ impl SampleRequest {
 
 /// A source of GPU samples: NVML, the mock, or anything else.
 ///
-/// NVML is a synchronous C API, so this trait is synchronous; the runtime calls it on tokio's
-/// blocking pool, one call at a time, under a timeout. Implementations keep whatever state they
+/// NVML is a synchronous C API, so this trait is synchronous; the runtime calls it on the agent's
+/// own sampling thread, one call at a time, under a timeout (a call that never returns holds
+/// only that thread, and the sinks still hear of every tick). Implementations keep whatever state they
 /// need between ticks (device handles, `lastSeenTimeStamp`s) behind interior mutability.
 ///
 /// A device that fails as a whole (lost, needs reset) is reported as a

@@ -136,7 +136,7 @@
 //! ```
 //!
 //! [`Fault::HangUntilReleased`] (blocks until a [`Gate`] is released) exists only in Rust, for
-//! tests on paused tokio time.
+//! tests that drive the agent on a [`ManualClock`](gpumon_core::ManualClock) (`tests/runtime.rs`).
 //!
 //! ## Workloads
 //!

@@ -125,7 +125,14 @@ impl std::fmt::Display for Workload {
 ///
 /// Clones share the latch. Once released it stays open.
 #[derive(Clone, Default)]
-pub struct Gate(Arc<(Mutex<bool>, Condvar)>);
+pub struct Gate(Arc<(Mutex<GateState>, Condvar)>);
+
+#[derive(Default)]
+struct GateState {
+    open: bool,
+    /// Threads blocked in `wait` or `wait_timeout` now.
+    waiting: usize,
+}
 
 impl Gate {
     /// A closed gate.
@@ -133,33 +140,45 @@ impl Gate {
         Self::default()
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.0 .0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Opens the gate, waking every waiter.
     pub fn release(&self) {
-        let (lock, cvar) = &*self.0;
-        *lock.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        cvar.notify_all();
+        self.lock().open = true;
+        self.0 .1.notify_all();
     }
 
     /// Whether [`Gate::release`] was called.
     pub fn is_released(&self) -> bool {
-        *self.0 .0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.lock().open
+    }
+
+    /// How many threads are blocked at the gate now: a test knows a hung call has begun (the
+    /// sampler is inside it) when this is above zero.
+    pub fn waiting(&self) -> usize {
+        self.lock().waiting
     }
 
     /// Blocks the calling thread until the gate is released.
     pub fn wait(&self) {
-        let (lock, cvar) = &*self.0;
-        let mut open = lock.lock().unwrap_or_else(PoisonError::into_inner);
-        while !*open {
-            open = cvar.wait(open).unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.lock();
+        state.waiting += 1;
+        while !state.open {
+            state = self.0 .1.wait(state).unwrap_or_else(PoisonError::into_inner);
         }
+        state.waiting -= 1;
     }
 
     /// Blocks until released or `timeout` passes; returns whether it was released.
     pub fn wait_timeout(&self, timeout: Duration) -> bool {
-        let (lock, cvar) = &*self.0;
-        let open = lock.lock().unwrap_or_else(PoisonError::into_inner);
-        let (open, _) = cvar.wait_timeout_while(open, timeout, |o| !*o).unwrap_or_else(PoisonError::into_inner);
-        *open
+        let mut state = self.lock();
+        state.waiting += 1;
+        let (mut state, _) =
+            self.0 .1.wait_timeout_while(state, timeout, |s| !s.open).unwrap_or_else(PoisonError::into_inner);
+        state.waiting -= 1;
+        state.open
     }
 }
 

@@ -7,19 +7,17 @@ mod seam {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use gpumon_core::{Agent, Family, MetricSet, SampleError, Snapshot, SystemInfo};
+    use gpumon_core::{Agent, Family, ManualClock, MetricSet, SampleError, Snapshot, SystemInfo};
     use gpumon_mock::{MockSamplerSeam, RecordingSink};
     use mockall::Sequence;
 
-    /// Polls `cond` for at most ~2 s of real time, moving paused time on by hand (the agent's
-    /// sampler call runs on the blocking pool, where paused time does not auto-advance).
+    /// Polls `cond` for at most ~10 s of real time.
     async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
-        for _ in 0..2000 {
+        for _ in 0..10_000 {
             if cond() {
                 return true;
             }
-            tokio::time::advance(Duration::from_millis(10)).await;
-            std::thread::sleep(Duration::from_millis(1));
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
         cond()
     }
@@ -28,7 +26,7 @@ mod seam {
         Snapshot::new(Arc::new(SystemInfo::new(mark, "seam")), Vec::new())
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn agent_calls_the_sampler_in_order() {
         let metrics = MetricSet::default().with(Family::Processes);
         let mut seq = Sequence::new();
@@ -45,14 +43,19 @@ mod seam {
         let seam = Arc::new(seam);
 
         let rec = RecordingSink::default();
+        let clock = ManualClock::new();
         let handle = Agent::builder_arc(seam.clone())
             .interval(Duration::from_secs(1))
             .metrics(metrics)
+            .clock(clock.clone())
             .sink(rec.clone())
             .spawn()
             .unwrap();
         // The failed first call reaches the sink too, as a sampling-failed snapshot.
-        assert!(rec.wait_for(3, Duration::from_secs(30)).await);
+        for n in 1..=3 {
+            assert!(rec.wait_for(n, Duration::from_secs(30)).await);
+            clock.advance(Duration::from_secs(1));
+        }
         handle.shutdown(Duration::from_secs(5)).await.unwrap();
 
         let snapshots = rec.snapshots();

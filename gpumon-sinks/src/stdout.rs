@@ -164,7 +164,8 @@ pub fn format_human_line(out: &mut String, snapshot: &Snapshot, device: &DeviceS
     out.push_str(" | Util: ");
     match device.utilization.gpu {
         Some(u) => {
-            let _ = write!(out, "{:.0}%", u * 100.0);
+            push_fixed(out, u * 100.0, 0);
+            out.push('%');
         }
         None => out.push_str("n/a"),
     }
@@ -182,19 +183,23 @@ pub fn format_human_line(out: &mut String, snapshot: &Snapshot, device: &DeviceS
     out.push_str(" | Temp: ");
     match device.temperature.gpu {
         Some(t) => {
-            let _ = write!(out, "{t:.0}°C");
+            push_fixed(out, t, 0);
+            out.push_str("°C");
         }
         None => out.push_str("n/a"),
     }
     out.push_str(" | Power: ");
     match device.power.usage_watts {
         Some(p) => {
-            let _ = write!(out, "{p:.1}W");
+            push_fixed(out, p, 1);
+            out.push('W');
         }
         None => out.push_str("n/a"),
     }
     if let Some(sm) = device.clocks.sm {
-        let _ = write!(out, " | SM: {:.0} MHz", sm / 1e6);
+        out.push_str(" | SM: ");
+        push_fixed(out, sm / 1e6, 0);
+        out.push_str(" MHz");
     }
     if let Some(reasons) = device.clock_event_reasons.filter(|r| r.is_throttled()) {
         out.push_str(" | Throttled: ");
@@ -288,6 +293,38 @@ fn push_one_line(out: &mut String, text: &str) {
 }
 
 /// `[hh:mm:ss]` of the snapshot, UTC.
+/// Appends `x` with `decimals` (0–3) decimals, exactly as `format!("{x:.decimals$}")` would,
+/// without its cost: the standard formatter expands the binary value exactly (and for many
+/// values falls back to big-number arithmetic), which made these few numbers the human line's
+/// largest cost. The fast path scales and rounds the value in floating point, and is taken only
+/// when the result cannot differ: a finite value of sane size not within a hair of a rounding
+/// tie; anything else goes to the standard formatter.
+fn push_fixed(out: &mut String, x: f64, decimals: u32) {
+    const SCALE: [f64; 4] = [1.0, 10.0, 100.0, 1000.0];
+    let Some(&scale) = SCALE.get(decimals as usize) else {
+        let _ = write!(out, "{x:.prec$}", prec = decimals as usize);
+        return;
+    };
+    let scaled = x.abs() * scale;
+    let fraction = scaled - scaled.floor();
+    // The scaling may be off by half a unit in the last place: stay clear of ties by more.
+    let margin = (4.0 * f64::EPSILON * scaled).max(1e-9);
+    if !scaled.is_finite() || scaled >= 1e15 || (fraction - 0.5).abs() <= margin {
+        let _ = write!(out, "{x:.prec$}", prec = decimals as usize);
+        return;
+    }
+    // Below 1e15 the rounded value is an exact integer in both f64 and u64.
+    let units = scaled.round() as u64;
+    if x.is_sign_negative() {
+        out.push('-');
+    }
+    let divisor = 10u64.pow(decimals);
+    let _ = write!(out, "{}", units / divisor);
+    if decimals > 0 {
+        let _ = write!(out, ".{:0width$}", units % divisor, width = decimals as usize);
+    }
+}
+
 fn push_clock(out: &mut String, snapshot: &Snapshot) {
     let secs = snapshot.taken_at.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
@@ -419,6 +456,61 @@ mod tests {
     use super::*;
     use gpumon_core::{ClockEventReasons, DeviceInfo, MigInfo, SystemInfo};
     use std::time::Duration;
+
+    fn fixed(x: f64, decimals: u32) -> String {
+        let mut out = String::new();
+        push_fixed(&mut out, x, decimals);
+        out
+    }
+
+    #[test]
+    fn fixed_point_matches_the_standard_formatter_on_awkward_values() {
+        let awkward = [
+            0.0,
+            -0.0,
+            0.25,
+            0.35,
+            0.5,
+            1.5,
+            2.5,
+            -2.5,
+            0.05,
+            0.15,
+            99.95,
+            99.5,
+            312.45,
+            1e-9,
+            -1e-9,
+            1e14,
+            1e15,
+            1e20,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            40.4,
+            78.04,
+            1410.0,
+        ];
+        for x in awkward {
+            for d in 0..=4 {
+                assert_eq!(fixed(x, d), format!("{x:.prec$}", prec = d as usize), "{x:e} with {d} decimals");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn fixed_point_matches_the_standard_formatter(x in proptest::num::f64::ANY, d in 0u32..=3) {
+            proptest::prop_assert_eq!(fixed(x, d), format!("{x:.prec$}", prec = d as usize));
+        }
+
+        #[test]
+        fn fixed_point_matches_on_gpu_sized_values(x in -1.0e6f64..1.0e6, d in 0u32..=3) {
+            proptest::prop_assert_eq!(fixed(x, d), format!("{x:.prec$}", prec = d as usize));
+        }
+    }
 
     fn snapshot() -> Snapshot {
         let mut gpu = DeviceSample::new(Arc::new(DeviceInfo::new(0, "GPU-a", "NVIDIA A100-SXM4-40GB")));

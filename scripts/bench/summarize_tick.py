@@ -15,6 +15,10 @@ import sys
 from collections import defaultdict
 
 
+def new_row(rows):
+    return rows.get(("gpumon-only4", "h100x8"))
+
+
 def main() -> int:
     tick_tsv, attribution_tsv, machine_txt = sys.argv[1:4]
     runs = defaultdict(dict)  # (config, fleet) -> {round: (ms, samples)}
@@ -55,10 +59,22 @@ def main() -> int:
     print("### Ratios (medians; same work: 8 GPUs, utilisation, memory, temperature, power)\n")
     print("| comparison | incl. start-up | per tick without start-up |")
     print("|---|---:|---:|")
-    for a, b in [("pynvml-loop", "gpumon-only4"), ("pynvml-loop", "before-only4"), ("before-only4", "gpumon-only4")]:
+    for a, b in [("pynvml-loop", "gpumon-only4"), ("pynvml-loop", "before-only4"), ("before-only4", "gpumon-only4"),
+                 ("pynvml-loop", "floor-1thread"), ("pynvml-loop", "floor-2threads")]:
         ra, rb = rows.get((a, "h100x8")), rows.get((b, "h100x8"))
         if ra and rb:
             print(f"| {a} ÷ {b} | {ra[0] / rb[0]:.2f}× | {ra[1] / rb[1]:.2f}× |")
+    print()
+    floor1, floor2 = rows.get(("floor-1thread", "h100x8")), rows.get(("floor-2threads", "h100x8"))
+    if floor1 and floor2 and new_row(rows):
+        g = new_row(rows)
+        print("### Against the floor (a program that only wakes on the same grid)\n")
+        print(f"* Waking alone: {floor1[1]:.1f} µs per tick with one thread, {floor2[1]:.1f} µs with two "
+              f"(the agent's shape: sampling thread, then runtime).")
+        print(f"* gpumon-only4 per tick beyond waking on two threads: {g[1] - floor2[1]:.1f} µs "
+              f"(of {g[1]:.1f} µs).")
+        print(f"* The most any program that wakes once per tick could show against the pynvml loop here "
+              f"(pynvml-loop ÷ floor-1thread, incl. start-up): {loop[0] / floor1[0]:.2f}×.\n" if loop else "")
     print()
 
     # Attribution: share of the profile inside the fake libnvidia-ml = the NVML calls themselves.

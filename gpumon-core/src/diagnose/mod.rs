@@ -303,6 +303,8 @@ struct Raised {
 #[derive(Debug)]
 struct Track {
     history: Ring<TickStats>,
+    /// Running counts over `history` for the starvation rule.
+    swings: rules::Swings,
     tallies: Vec<Tally>,
     raised: [Option<Raised>; KINDS],
     counters: Counters,
@@ -403,6 +405,7 @@ impl Processor for Diagnoser {
                 Some(track) => track,
                 None => self.tracks.entry(d.info.uuid.clone()).or_insert_with(|| Track {
                     history: Ring::new(ticks),
+                    swings: rules::Swings::default(),
                     tallies: (0..KINDS).map(|_| Tally::new(ticks)).collect(),
                     raised: Default::default(),
                     counters: Counters::default(),
@@ -430,9 +433,12 @@ impl Processor for Diagnoser {
             for (k, r) in track.raised.iter().enumerate() {
                 active[k] = r.is_some();
             }
-            let holds = rules::evaluate(&stats, &track.history, &host, position, &active, &t);
+            let holds = rules::evaluate(&stats, &track.history, &track.swings, &host, position, &active, &t);
             self.scratch[position].1 = holds;
-            track.history.push(stats);
+            track.swings.entered(&stats, &t);
+            if let Some(left) = track.history.push(stats) {
+                track.swings.left(&left, &t);
+            }
             for (k, &kind) in FindingKind::ALL.iter().enumerate() {
                 let enabled = !self.config.disabled.contains(&kind);
                 track.tallies[k].push(holds[k] && enabled);

@@ -224,6 +224,7 @@ pub(crate) fn slot(kind: FindingKind) -> usize {
 pub(crate) fn evaluate(
     s: &TickStats,
     history: &Ring<TickStats>,
+    swings: &Swings,
     host: &HostContext,
     position: usize,
     active: &Holds,
@@ -261,7 +262,10 @@ pub(crate) fn evaluate(
         }
         // Without the driver's sample buffer, the same shape across ticks: dips and peaks both
         // common within the window, mean low-to-mid.
-        _ => instantaneous_swings(s, history, t),
+        _ => {
+            debug_assert_eq!(swings.n, history.iter().filter(|h| h.util.is_some()).count());
+            instantaneous_swings(s, swings, t)
+        }
     };
     let starved = allocated
         && starved_pattern
@@ -308,20 +312,58 @@ pub(crate) fn evaluate(
 
 /// Starvation without high-resolution windows: over the window (this tick included), at least
 /// a fifth of the ticks near idle and a fifth busy, mean low-to-mid.
-fn instantaneous_swings(s: &TickStats, history: &Ring<TickStats>, t: &Thresholds) -> bool {
-    let (mut n, mut low, mut high, mut sum) = (0usize, 0usize, 0usize, 0.0f64);
-    for u in history.iter().filter_map(|h| h.util).chain(s.util) {
-        n += 1;
-        sum += u;
-        low += usize::from(u <= t.starvation_dip);
-        high += usize::from(u >= t.starvation_peak);
-    }
+fn instantaneous_swings(s: &TickStats, window: &Swings, t: &Thresholds) -> bool {
+    let mut all = *window;
+    all.entered(s, t);
+    let Swings { n, low, high, sum_micros } = all;
     // Too few ticks to see a pattern.
     if n < 5 {
         return false;
     }
     let share = |k: usize| k as f64 / n as f64;
-    share(low) >= 0.2 && share(high) >= 0.2 && sum / n as f64 <= t.starvation_max_mean
+    share(low) >= 0.2 && share(high) >= 0.2 && sum_micros as f64 / 1e6 / n as f64 <= t.starvation_max_mean
+}
+
+/// What [`instantaneous_swings`] needs of a window of utilisation readings, kept up to date as
+/// ticks enter and leave the window rather than re-read from it every tick (a 60 s window at
+/// 100 ms is 600 ticks per GPU per tick, most of the diagnosis stage's cost when it was read).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Swings {
+    /// Readings in the window.
+    n: usize,
+    /// Readings at or below the dip threshold, and at or above the peak threshold.
+    low: usize,
+    high: usize,
+    /// Their sum, in millionths: integers add and subtract exactly, so the running sum never
+    /// drifts from the window's.
+    sum_micros: i64,
+}
+
+impl Swings {
+    /// Counts `s` in (it entered the window).
+    pub(crate) fn entered(&mut self, s: &TickStats, t: &Thresholds) {
+        if let Some(u) = s.util {
+            self.n += 1;
+            self.low += usize::from(u <= t.starvation_dip);
+            self.high += usize::from(u >= t.starvation_peak);
+            self.sum_micros += micros(u);
+        }
+    }
+
+    /// Counts `s` out (it left the window); `t` must be the thresholds it was counted in with.
+    pub(crate) fn left(&mut self, s: &TickStats, t: &Thresholds) {
+        if let Some(u) = s.util {
+            self.n -= 1;
+            self.low -= usize::from(u <= t.starvation_dip);
+            self.high -= usize::from(u >= t.starvation_peak);
+            self.sum_micros -= micros(u);
+        }
+    }
+}
+
+fn micros(u: f64) -> i64 {
+    // A ratio, so far inside i64; a NaN reading counts as 0.
+    (u * 1e6).round() as i64
 }
 
 /// Extra rule-specific check at the moment a finding would be raised.

@@ -126,6 +126,7 @@ struct Gpu {
     carry: Carry,
     /// NVML PCI bus id, read once (without waking the GPU) for the runtime-PM check.
     bus_id: Option<String>,
+    runtime_status: runtime_pm::RuntimeStatus,
 }
 
 #[derive(Debug)]
@@ -350,7 +351,8 @@ impl NvmlSampler {
         if gpu.bus_id.is_none() {
             gpu.bus_id = gpu.info.as_ref().and_then(|i| i.pci_bus_id.clone()).or_else(|| read::bus_id(&self.nvml, d));
         }
-        gpu.bus_id.as_deref().is_some_and(|id| runtime_pm::is_suspended(root, id))
+        let Some(bus_id) = gpu.bus_id.as_deref() else { return false };
+        gpu.runtime_status.is_suspended(root, bus_id)
     }
 
     /// The sample of a suspended GPU: its known identity, else its index and bus id.

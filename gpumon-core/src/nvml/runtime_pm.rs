@@ -13,7 +13,10 @@
 //! [`NvmlSamplerBuilder::wake_suspended`](super::NvmlSamplerBuilder::wake_suspended) (read
 //! suspended GPUs anyway, waking them).
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// Where sysfs is mounted unless configured otherwise.
 pub const DEFAULT_SYSFS_ROOT: &str = "/sys";
@@ -43,6 +46,44 @@ pub fn is_suspended(root: &Path, bus_id: &str) -> bool {
         .is_some_and(|s| s.trim() == "suspended")
 }
 
+/// How long a `runtime_status` file that could not be opened is left alone before the next try.
+pub const REOPEN_AFTER: Duration = Duration::from_secs(30);
+
+/// One GPU's `runtime_status`, read every tick the way [`is_suspended`] reads it, but opened once
+/// and re-read in place (one `pread` per tick instead of a path lookup, `open`, `read` and
+/// `close`; sysfs attributes answer a read at offset 0 afresh each time). A file that cannot be
+/// opened — no sysfs in a container, no runtime PM — counts as awake and is tried again after
+/// [`REOPEN_AFTER`], not every tick; a read that fails (the device went away) closes it.
+#[derive(Debug, Default)]
+pub struct RuntimeStatus {
+    file: Option<File>,
+    /// When an open last failed.
+    failed_at: Option<Instant>,
+}
+
+impl RuntimeStatus {
+    /// Whether the device with NVML bus id `bus_id` under `root` is runtime-suspended.
+    pub fn is_suspended(&mut self, root: &Path, bus_id: &str) -> bool {
+        if self.file.is_none() {
+            if self.failed_at.is_some_and(|at| at.elapsed() < REOPEN_AFTER) {
+                return false;
+            }
+            self.file = runtime_status_path(root, bus_id).and_then(|p| File::open(p).ok());
+            self.failed_at = self.file.is_none().then(Instant::now);
+        }
+        let Some(file) = &self.file else { return false };
+        let mut buf = [0u8; 16];
+        match file.read_at(&mut buf, 0) {
+            Ok(n) => buf[..n].trim_ascii() == b"suspended",
+            Err(_) => {
+                self.file = None;
+                self.failed_at = Some(Instant::now());
+                false
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,6 +105,33 @@ mod tests {
         std::fs::write(&p, "active\n").unwrap();
         assert!(!is_suspended(&dir, "00000000:2A:00.0"));
         assert!(!is_suspended(&dir, "00000000:18:00.0"), "missing file = awake");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_kept_open_status_file_follows_every_change_and_a_missing_one_is_not_retried_each_tick() {
+        let dir = std::env::temp_dir().join(format!("gpumon-rtpm-open-{}", std::process::id()));
+        let p = runtime_status_path(&dir, "00000000:2A:00.0").unwrap();
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, "active\n").unwrap();
+        let mut status = RuntimeStatus::default();
+        assert!(!status.is_suspended(&dir, "00000000:2A:00.0"));
+        for (content, suspended) in [("suspended\n", true), ("active\n", false), ("suspended", true), ("", false)] {
+            std::fs::write(&p, content).unwrap();
+            assert_eq!(status.is_suspended(&dir, "00000000:2A:00.0"), suspended, "{content:?}");
+        }
+
+        let mut missing = RuntimeStatus::default();
+        let other = runtime_status_path(&dir, "00000000:18:00.0").unwrap();
+        assert!(!missing.is_suspended(&dir, "00000000:18:00.0"), "missing file = awake");
+        std::fs::create_dir_all(other.parent().unwrap()).unwrap();
+        std::fs::write(&other, "suspended\n").unwrap();
+        assert!(
+            !missing.is_suspended(&dir, "00000000:18:00.0"),
+            "a file that could not be opened is tried again only after REOPEN_AFTER"
+        );
+        missing.failed_at = Some(Instant::now() - REOPEN_AFTER);
+        assert!(missing.is_suspended(&dir, "00000000:18:00.0"), "and then found");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,16 +1,20 @@
 //! The agent: samples on a schedule and fans every snapshot out to its sinks.
 //!
 //! ```text
-//!            tick (interval, MissedTickBehavior::Skip)
-//!               │
-//!   spawn_blocking(sampler.sample) ── under sample_timeout; one in flight at most
+//!   thread "gpumon-sampler"  (sleeps on the Clock until each tick, interval grid, missed ticks skipped)
+//!        sampler.sample ── one in flight at most; the watchdog (a runtime task) abandons it
+//!        processors         after sample_timeout and reports the ticks skipped behind it
 //!               │ Arc<Snapshot>
 //!     ┌─────────┼──────────┬──────────────┐
 //!  queue(cap) queue(cap) queue(cap)   subscribers
 //!     │          │          │
-//!  worker     worker     worker     ← one task per sink: export under export_timeout,
+//!  worker     worker     worker     ← one tokio task per sink: export under export_timeout,
 //!  (sink A)   (sink B)   (sink C)     panics caught, losses counted
 //! ```
+//!
+//! A healthy tick wakes two threads once each: the sampling thread at the tick, and the runtime
+//! when the snapshot lands in the sinks' queues (see `sampling.rs` for why, and for the
+//! watchdog).
 //!
 //! The sampler never waits for a sink: each sink has its own bounded queue that drops its *oldest*
 //! snapshot when full (for monitoring, the freshest data wins) and counts the loss. A sink that
@@ -20,25 +24,30 @@
 //! sink, as a sampling-failed snapshot without devices ([`crate::SamplingState`]), so each sink
 //! can say "up 0" for the host; subscribers get sampled data only.
 
+mod clock;
 mod queue;
+mod sampling;
 mod worker;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::task::JoinHandle;
-use tokio::time::MissedTickBehavior;
 
 use crate::filter::DeviceFilter;
 use crate::metric::MetricSet;
-use crate::model::{Snapshot, SystemInfo};
+use crate::model::Snapshot;
 use crate::processor::{Processor, ProcessorContext};
 use crate::sampler::{SampleError, SampleRequest, Sampler};
 use crate::sink::{BuildError, Sink, SinkError};
 use crate::telemetry::{AgentStats, SinkState, SinkStatus, SinkStatusCell, Telemetry};
 
+use clock::Wakeup;
+pub use clock::{Clock, ManualClock};
 use queue::SinkQueue;
+use sampling::{Book, HostOverride, Outlet, Request, SamplingThread, Shared, State, Watchdog};
 use worker::{Worker, WorkerCommand};
 
 /// The shortest sampling interval the agent accepts.
@@ -144,6 +153,7 @@ pub struct AgentBuilder {
     default_shutdown_deadline: Duration,
     scheduled: bool,
     hostname: Option<Arc<str>>,
+    clock: Clock,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -234,6 +244,40 @@ impl AgentBuilder {
         self
     }
 
+    /// The clock the schedule and the sample timeout run on. Default [`Clock::System`]; tests
+    /// pass a [`ManualClock`] to tick the agent by hand.
+    ///
+    /// The agent samples on a thread of its own, so tokio's paused test time does not drive
+    /// it: under `#[tokio::test(start_paused = true)]` use a [`ManualClock`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use gpumon_core::{Agent, ManualClock, UnavailableSampler};
+    ///
+    /// let clock = ManualClock::new();
+    /// let handle = Agent::builder(UnavailableSampler::new("no GPU in this test"))
+    ///     .interval(Duration::from_secs(10))
+    ///     .clock(clock.clone())
+    ///     .spawn()?;
+    /// // What a tick does happens on the agent's thread, in real time: wait for its outcome.
+    /// async fn ticks_seen(handle: &gpumon_core::AgentHandle, n: u64) {
+    ///     while handle.stats().sample_failures < n {
+    ///         tokio::time::sleep(Duration::from_millis(1)).await;
+    ///     }
+    /// }
+    /// ticks_seen(&handle, 1).await; // the first tick: as soon as the agent runs
+    /// clock.advance(Duration::from_secs(10)); // the second: now, not in 10 s
+    /// ticks_seen(&handle, 2).await;
+    /// handle.shutdown(Duration::from_secs(1)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn clock(mut self, clock: impl Into<Clock>) -> Self {
+        self.clock = clock.into();
+        self
+    }
+
     /// Capacity of the [`AgentHandle::subscribe`] channel. Default 16.
     pub fn subscriber_capacity(mut self, capacity: usize) -> Self {
         self.subscriber_capacity = capacity;
@@ -292,6 +336,7 @@ impl AgentBuilder {
         let telemetry = Telemetry::default();
         telemetry.set_interval(self.interval);
         let mut sinks = Vec::with_capacity(self.sinks.len());
+        let mut outlets = Vec::with_capacity(self.sinks.len());
         for (mut sink, options) in self.sinks {
             let name = sink.name().to_owned();
             // Registered before the sink sees the telemetry, so it can report drops at once.
@@ -300,9 +345,9 @@ impl AgentBuilder {
             let queue = Arc::new(SinkQueue::new(options.capacity));
             let (cmd_tx, cmd_rx) = mpsc::channel(4);
             let worker = Worker { sink, queue: queue.clone(), commands: cmd_rx, status: status.clone(), options };
+            outlets.push(Outlet { queue, status: status.clone() });
             sinks.push(SinkSlot {
                 name,
-                queue,
                 commands: cmd_tx,
                 status,
                 worker: std::sync::Mutex::new(Some(worker)),
@@ -310,27 +355,45 @@ impl AgentBuilder {
             });
         }
 
+        let state = State {
+            stop: false,
+            requests: VecDeque::new(),
+            in_flight: None,
+            next_tick: None,
+            book: Book::new(self.hostname.clone(), self.sampler.name().to_owned()),
+        };
+        let shared = Arc::new(Shared {
+            wakeup: Arc::new(Wakeup::new(state)),
+            progress: tokio::sync::Notify::new(),
+            outlets: outlets.into(),
+            telemetry: telemetry.clone(),
+            clock: self.clock,
+            sample_timeout,
+            interval: self.scheduled.then_some(self.interval),
+            origin: std::sync::OnceLock::new(),
+        });
+        shared.clock.register(&shared.wakeup);
+
         let (control_tx, control_rx) = mpsc::channel(16);
         let (subscribers, _) = broadcast::channel(self.subscriber_capacity);
-        let agent = Agent {
-            sampler: self.sampler,
+        let thread = SamplingThread {
+            shared: shared.clone(),
+            sampler: self.sampler.clone(),
             request: SampleRequest::new(self.metrics, self.devices),
-            interval: self.interval,
-            sample_timeout,
-            sinks,
-            processors: std::sync::Mutex::new(processors),
-            control: control_rx,
+            processors,
             subscribers: subscribers.clone(),
-            telemetry: telemetry.clone(),
-            stuck: None,
-            seq: 0,
-            failing: false,
-            warned_ambiguous: false,
-            default_shutdown_deadline: self.default_shutdown_deadline,
-            scheduled: self.scheduled,
             hostname: self.hostname.map(|name| HostOverride { name, last: None }),
-            last_system: None,
-            last_failure: None,
+            warned_ambiguous: false,
+        };
+        let agent = Agent {
+            sampler_name: self.sampler.name().to_owned(),
+            interval: self.interval,
+            shared,
+            // In a `Mutex` only so that `Agent` is `Sync` (see `SinkSlot::worker`).
+            thread: std::sync::Mutex::new(Some(thread)),
+            sinks,
+            control: control_rx,
+            default_shutdown_deadline: self.default_shutdown_deadline,
         };
         let handle = AgentHandle { control: control_tx, subscribers, telemetry };
         Ok((agent, handle))
@@ -352,7 +415,6 @@ impl AgentBuilder {
 
 struct SinkSlot {
     name: String,
-    queue: Arc<SinkQueue>,
     commands: mpsc::Sender<WorkerCommand>,
     status: SinkStatusCell,
     /// Taken when the agent starts. In a `Mutex` only so that `SinkSlot` is `Sync` (a
@@ -385,62 +447,30 @@ impl Deadline {
 /// The sampling loop. Build one with [`Agent::builder`], then `tokio::spawn(agent.run())`.
 #[must_use = "an agent does nothing until `run` is awaited or spawned"]
 pub struct Agent {
-    sampler: Arc<dyn Sampler>,
-    request: SampleRequest,
+    sampler_name: String,
     interval: Duration,
-    sample_timeout: Duration,
+    shared: Arc<Shared>,
+    /// Taken when the agent starts (see `SinkSlot::worker` for the `Mutex`).
+    thread: std::sync::Mutex<Option<SamplingThread>>,
     sinks: Vec<SinkSlot>,
-    /// In a `Mutex` only so that `Agent` is `Sync` (see `SinkSlot::worker`); locked briefly,
-    /// never across an `.await`.
-    processors: std::sync::Mutex<Vec<Box<dyn Processor>>>,
     control: mpsc::Receiver<Control>,
-    subscribers: broadcast::Sender<Arc<Snapshot>>,
-    telemetry: Telemetry,
-    /// A sample that overran its timeout and is still running on the blocking pool.
-    stuck: Option<JoinHandle<std::thread::Result<Result<Snapshot, SampleError>>>>,
-    seq: u64,
-    /// Whether the last sample failed (to log a run of failures once, not every tick).
-    failing: bool,
-    /// Whether ambiguous device-filter prefixes were already reported.
-    warned_ambiguous: bool,
     default_shutdown_deadline: Duration,
-    scheduled: bool,
-    hostname: Option<HostOverride>,
-    /// The host facts of the last snapshot taken, for the sampling-failed snapshots that follow.
-    last_system: Option<Arc<SystemInfo>>,
-    /// The last sampling failure other than `Busy`, for the ticks skipped behind it.
-    last_failure: Option<String>,
 }
 
-/// [`AgentBuilder::hostname`]: the name, and the last backend `SystemInfo` with its patched copy.
-/// Backends hand out the same `Arc<SystemInfo>` every tick, so the copy is made once, not per
-/// tick, and snapshots keep sharing one `SystemInfo`.
-struct HostOverride {
-    name: Arc<str>,
-    last: Option<(Arc<SystemInfo>, Arc<SystemInfo>)>,
-}
+/// Ends the sampling thread when the agent's future ends, however it ends (a runtime dropped
+/// with the agent still spawned included).
+struct StopOnDrop(Arc<Shared>);
 
-impl HostOverride {
-    fn apply(&mut self, system: &mut Arc<SystemInfo>) {
-        if system.hostname == *self.name {
-            return;
-        }
-        match &self.last {
-            Some((from, to)) if Arc::ptr_eq(from, system) => *system = to.clone(),
-            _ => {
-                let mut patched = SystemInfo::clone(system);
-                patched.hostname = self.name.to_string();
-                let patched = Arc::new(patched);
-                self.last = Some((std::mem::replace(system, patched.clone()), patched));
-            }
-        }
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop();
     }
 }
 
 impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Agent")
-            .field("sampler", &self.sampler.name())
+            .field("sampler", &self.sampler_name)
             .field("interval", &self.interval)
             .field("sinks", &self.sinks.iter().map(|s| s.name.as_str()).collect::<Vec<_>>())
             .finish_non_exhaustive()
@@ -481,6 +511,7 @@ impl Agent {
             default_shutdown_deadline: Duration::from_secs(5),
             scheduled: true,
             hostname: None,
+            clock: Clock::System,
         }
     }
 
@@ -492,185 +523,71 @@ impl Agent {
                 slot.task = Some(tokio::spawn(worker.run()));
             }
         }
-        let mut ticker = tokio::time::interval(self.interval);
-        ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        let _stop = StopOnDrop(self.shared.clone());
+        let thread = self.thread.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let mut exited = match thread.map(SamplingThread::spawn) {
+            Some(Ok(exited)) => Some(exited),
+            Some(Err(e)) => {
+                // Nothing can be sampled; every request is answered with the reason.
+                tracing::error!(error = %e, "cannot start the sampling thread");
+                self.shared.lock().stop = true;
+                None
+            }
+            None => None,
+        };
+        let watchdog = AbortOnDrop(tokio::spawn(Watchdog { shared: self.shared.clone() }.run()));
         loop {
-            tokio::select! {
-                biased;
-                control = self.control.recv() => match control {
-                    Some(Control::SnapshotNow(reply)) => {
-                        let result = self.sample().await.map(Arc::new);
-                        let _ = reply.send(result);
+            match self.control.recv().await {
+                Some(Control::SnapshotNow(reply)) => {
+                    let result = self.request(Request::SnapshotNow).await;
+                    let _ = reply.send(result);
+                }
+                Some(Control::Flush(deadline, reply)) => {
+                    let result = self.flush(deadline).await;
+                    let _ = reply.send(result);
+                }
+                Some(Control::Shutdown(deadline, reply)) => {
+                    let result = self.shutdown(deadline, &mut exited, watchdog).await;
+                    let _ = reply.send(result);
+                    return;
+                }
+                None => {
+                    let deadline = Deadline::from_now(self.default_shutdown_deadline);
+                    if let Err(e) = self.shutdown(deadline, &mut exited, watchdog).await {
+                        tracing::warn!(error = %e, "agent dropped; shutdown incomplete");
                     }
-                    Some(Control::Flush(deadline, reply)) => {
-                        let result = self.flush(deadline).await;
-                        let _ = reply.send(result);
-                    }
-                    Some(Control::Shutdown(deadline, reply)) => {
-                        let result = self.shutdown(deadline).await;
-                        let _ = reply.send(result);
-                        return;
-                    }
-                    None => {
-                        let deadline = Deadline::from_now(self.default_shutdown_deadline);
-                        if let Err(e) = self.shutdown(deadline).await {
-                            tracing::warn!(error = %e, "agent dropped; shutdown incomplete");
-                        }
-                        return;
-                    }
-                },
-                _ = ticker.tick(), if self.scheduled => {
-                    match self.sample().await {
-                        Ok(mut snapshot) => {
-                            self.process(&mut snapshot);
-                            self.publish(Arc::new(snapshot));
-                        }
-                        Err(e) => {
-                            let marker = self.failure_snapshot(&e);
-                            self.push_to_sinks(&marker);
-                        }
-                    }
+                    return;
                 }
             }
         }
     }
 
-    /// Takes one sample on the blocking pool, under the timeout, never two at once.
-    async fn sample(&mut self) -> Result<Snapshot, SampleError> {
-        if let Some(stuck) = &self.stuck {
-            if !stuck.is_finished() {
-                self.telemetry.tick_skipped();
-                tracing::debug!("previous sample still running in the backend; tick skipped");
+    /// Has the sampling thread take a sample now (after the one in flight, if any), under the
+    /// sample timeout; refused at once while a sample is stuck in the backend.
+    async fn request(&self, make: impl FnOnce(sampling::Reply) -> Request) -> Result<Arc<Snapshot>, SampleError> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut state = self.shared.lock();
+            if state.stop {
+                return Err(SampleError::ShutDown);
+            }
+            if state.stuck() {
+                self.shared.telemetry.tick_skipped();
+                tracing::debug!("previous sample still running in the backend; request refused");
                 return Err(SampleError::Busy);
             }
-            // It finished late; its result is stale and is discarded.
-            self.stuck = None;
+            state.requests.push_back(make(tx));
         }
-        let sampler = self.sampler.clone();
-        let request = self.request.clone();
-        let started = Instant::now();
-        let taken_at = SystemTime::now();
-        let mut task = tokio::task::spawn_blocking(move || {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sampler.sample(&request)))
-        });
-        let result = match tokio::time::timeout(self.sample_timeout, &mut task).await {
-            Err(_) => {
-                self.stuck = Some(task);
-                Err(SampleError::Timeout(self.sample_timeout))
-            }
-            Ok(Err(join)) => Err(SampleError::Panicked(join.to_string())),
-            Ok(Ok(Err(payload))) => Err(SampleError::Panicked(panic_message(&*payload))),
-            Ok(Ok(Ok(result))) => result,
-        };
-        let duration = started.elapsed();
-        match result {
-            Ok(mut snapshot) => {
-                // Defence in depth: a backend that ignored the filter still leaks nothing, and a
-                // UUID prefix that turns out to match several GPUs shows none of them.
-                let ambiguous = self.request.devices.apply(&mut snapshot.devices);
-                if !ambiguous.is_empty() && !std::mem::replace(&mut self.warned_ambiguous, true) {
-                    tracing::error!(
-                        prefixes = ?ambiguous,
-                        "device UUID prefixes match more than one GPU; they select nothing (use a longer prefix)"
-                    );
-                }
-                if let Some(host) = &mut self.hostname {
-                    host.apply(&mut snapshot.system);
-                }
-                self.last_system = Some(snapshot.system.clone());
-                self.seq += 1;
-                snapshot.seq = self.seq;
-                snapshot.taken_at = taken_at;
-                snapshot.duration = duration;
-                self.telemetry.sample_ok(duration, taken_at, metric_failures(&snapshot));
-                if std::mem::take(&mut self.failing) {
-                    tracing::info!("sampling recovered");
-                }
-                Ok(snapshot)
-            }
-            Err(e) => {
-                if std::mem::replace(&mut self.failing, true) {
-                    tracing::debug!(error = %e, "sample failed again");
-                } else {
-                    tracing::warn!(error = %e, "sample failed");
-                }
-                self.telemetry.sample_failed(duration, &e);
-                Err(e)
-            }
-        }
-    }
-
-    /// Runs every processor over `snapshot`, in order. A panicking processor loses its derived
-    /// data for this tick (whatever it half-wrote is kept as is), never the tick.
-    fn process(&self, snapshot: &mut Snapshot) {
-        let mut processors = self.processors.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for p in processors.iter_mut() {
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.process(snapshot)));
-            if let Err(payload) = outcome {
-                let message = panic_message(&*payload);
-                if self.telemetry.processor_panicked() == 1 {
-                    tracing::error!(processor = p.name(), panic = %message, "processor panicked; tick shipped without its data");
-                } else {
-                    tracing::debug!(processor = p.name(), panic = %message, "processor panicked again");
-                }
-            }
-        }
-    }
-
-    /// Sends a sampled snapshot to every sink and to the subscribers.
-    fn publish(&self, snapshot: Arc<Snapshot>) {
-        self.push_to_sinks(&snapshot);
-        let _ = self.subscribers.send(snapshot);
-    }
-
-    fn push_to_sinks(&self, snapshot: &Arc<Snapshot>) {
-        for slot in &self.sinks {
-            // Never waits: a full queue drops its oldest entry, and the loss is counted here,
-            // when it happens, not when a stuck sink eventually gets round to noticing.
-            if slot.queue.push(snapshot.clone()) {
-                slot.status.update(|s| s.dropped += 1);
-            }
-        }
-    }
-
-    /// What the sinks get for a tick whose sample failed: a sampling-failed snapshot
-    /// ([`Snapshot::sampling_failed`]) about the host as the last good snapshot named it (before
-    /// any: the host-name override or this host, and the sampler's name as backend), numbered
-    /// like the last snapshot taken, so the sampled snapshots' numbers stay contiguous.
-    /// Subscribers never get one (see [`AgentHandle::subscribe`]).
-    fn failure_snapshot(&mut self, error: &SampleError) -> Arc<Snapshot> {
-        let system = match &self.last_system {
-            Some(system) => system.clone(),
-            None => {
-                let host = self.hostname.as_ref().map_or_else(crate::hostname, |h| h.name.to_string());
-                let system = Arc::new(SystemInfo::new(host, self.sampler.name()));
-                self.last_system = Some(system.clone());
-                system
-            }
-        };
-        // A tick skipped behind a stuck sample says why that sample is stuck (its timeout), not
-        // only that one is in flight: the cause must not vanish from the sinks after one tick.
-        let reason = match (error, &self.last_failure) {
-            (SampleError::Busy, Some(cause)) => format!("{cause}; {error}"),
-            _ => {
-                self.last_failure = Some(error.to_string());
-                error.to_string()
-            }
-        };
-        Arc::new(Snapshot::sampling_failed(system, reason).with_seq(self.seq))
+        self.shared.wakeup.condvar.notify_all();
+        // The thread answers, or the watchdog (timeout), or the thread exits and drops the reply.
+        rx.await.unwrap_or(Err(SampleError::ShutDown))
     }
 
     async fn flush(&mut self, deadline: Deadline) -> Result<(), AgentError> {
-        let sampled = self.sample().await.map(|mut s| {
-            self.process(&mut s);
-            Arc::new(s)
-        });
+        let sampled = self.request(Request::Flush).await;
         let snapshot = match &sampled {
-            Ok(s) => {
-                let _ = self.subscribers.send(s.clone());
-                s.clone()
-            }
-            Err(e) => self.failure_snapshot(e),
+            Ok(s) => s.clone(),
+            Err(e) => self.shared.lock().book.failure_snapshot(e),
         };
         let outcome = self.ask_all(deadline, |reply| WorkerCommand::Flush { snapshot: snapshot.clone(), reply }).await;
         match (sampled, outcome) {
@@ -680,8 +597,25 @@ impl Agent {
         }
     }
 
-    async fn shutdown(&mut self, deadline: Deadline) -> Result<(), AgentError> {
+    async fn shutdown(
+        &mut self,
+        deadline: Deadline,
+        exited: &mut Option<oneshot::Receiver<()>>,
+        watchdog: AbortOnDrop,
+    ) -> Result<(), AgentError> {
         let until = deadline.until;
+        // No tick after this. A sample being taken normally ends within a millisecond or two and
+        // reaches the sinks before they are drained; one that takes longer (a slow or hung
+        // driver call) is not waited for past a short grace, so it cannot eat the sinks' time,
+        // and is counted as dropped if it arrives after they closed. A stuck one is left to its
+        // thread.
+        let stuck = self.shared.lock().stuck();
+        self.shared.stop();
+        drop(watchdog);
+        if let Some(exited) = exited.take().filter(|_| !stuck) {
+            let grace = (tokio::time::Instant::now() + REPLY_GRACE).min(until);
+            let _ = tokio::time::timeout_at(grace, exited).await;
+        }
         let result = self.ask_all(deadline, |reply| WorkerCommand::Shutdown { reply }).await;
         // A worker exits right after replying; whatever is still running at the deadline is
         // abandoned, not waited for.
@@ -732,6 +666,15 @@ impl Agent {
         } else {
             Err(AgentError::Sinks(failed))
         }
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

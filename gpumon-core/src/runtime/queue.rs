@@ -37,20 +37,25 @@ impl SinkQueue {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Enqueues `snapshot`; returns `true` when the queue was full and its oldest entry was
-    /// dropped to make room. Never waits.
-    pub(crate) fn push(&self, snapshot: Arc<Snapshot>) -> bool {
-        let dropped = {
-            let mut st = self.lock();
-            if st.closed {
-                return false;
-            }
-            let dropped = st.items.len() >= self.capacity && st.items.pop_front().is_some();
-            st.items.push_back(snapshot);
-            dropped
-        };
-        self.ready.notify_one();
+    /// Enqueues `snapshot`; returns `true` when a snapshot was lost: the queue was full and its
+    /// oldest entry was dropped to make room, or it is closed (the sink has shut down) and
+    /// `snapshot` itself is dropped. Never waits, and does not wake the consumer: the sampling
+    /// thread enqueues into every sink's queue and wakes the runtime once, whose task then calls
+    /// [`SinkQueue::wake`] for each (a wake from outside the runtime costs a system call; from
+    /// inside, none).
+    pub(crate) fn enqueue(&self, snapshot: Arc<Snapshot>) -> bool {
+        let mut st = self.lock();
+        if st.closed {
+            return true;
+        }
+        let dropped = st.items.len() >= self.capacity && st.items.pop_front().is_some();
+        st.items.push_back(snapshot);
         dropped
+    }
+
+    /// Wakes the consumer to look at the queue.
+    pub(crate) fn wake(&self) {
+        self.ready.notify_one();
     }
 
     /// The oldest queued snapshot, if any, without waiting.
@@ -88,6 +93,12 @@ mod tests {
     use super::*;
     use crate::model::SystemInfo;
 
+    fn push(q: &SinkQueue, snapshot: Arc<Snapshot>) -> bool {
+        let dropped = q.enqueue(snapshot);
+        q.wake();
+        dropped
+    }
+
     fn snap(seq: u64) -> Arc<Snapshot> {
         Arc::new(Snapshot::new(Arc::new(SystemInfo::default()), Vec::new()).with_seq(seq))
     }
@@ -95,7 +106,7 @@ mod tests {
     #[tokio::test]
     async fn holds_exactly_capacity_and_drops_the_oldest() {
         let q = SinkQueue::new(3);
-        let dropped: Vec<bool> = (1..=5).map(|i| q.push(snap(i))).collect();
+        let dropped: Vec<bool> = (1..=5).map(|i| push(&q, snap(i))).collect();
         assert_eq!(dropped, [false, false, false, true, true]);
         let mut seqs = Vec::new();
         while let Some(s) = q.try_pop() {
@@ -118,11 +129,11 @@ mod tests {
             })
         };
         tokio::task::yield_now().await;
-        q.push(snap(1));
+        push(&q, snap(1));
         tokio::task::yield_now().await;
-        q.push(snap(2));
+        push(&q, snap(2));
         q.close();
-        assert!(!q.push(snap(3)), "a closed queue takes nothing");
+        assert!(push(&q, snap(3)), "a closed queue takes nothing, and says the snapshot is lost");
         assert_eq!(consumer.await.unwrap(), [1, 2]);
     }
 }

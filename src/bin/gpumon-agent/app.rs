@@ -304,9 +304,10 @@ pub fn main() -> ExitCode {
         Ok(s) => s,
         Err(e) => return config_failure(&e.0),
     };
-    // One thread runs the agent loop, every sink and the HTTP servers: they only hand snapshots
-    // on and wait for I/O, so a second worker would only add cross-thread wake-ups per tick. What
-    // can block (the driver's calls) runs off this thread, under the sample timeout.
+    // One thread runs the agent's control loop, every sink and the HTTP servers: they only hand
+    // snapshots on and wait for I/O, so a second worker would only add cross-thread wake-ups per
+    // tick. What can block (the driver's calls) runs on the agent's own sampling thread, under
+    // its watchdog; the blocking pool serves what sinks hand it (a stdout pipe, the OTLP SDK).
     let runtime =
         match tokio::runtime::Builder::new_current_thread().thread_name("gpumon-blocking").enable_all().build() {
             Ok(rt) => rt,
@@ -316,10 +317,10 @@ pub fn main() -> ExitCode {
             }
         };
     let code = runtime.block_on(run(cli, file, settings));
-    // Dropping a runtime waits, without limit, for blocking tasks — such as a sample stuck in
-    // the driver, the very fault the sample timeout exists for. The agent has already flushed
-    // and shut down its sinks within its deadline; don't let a stuck thread keep the process
-    // alive after that.
+    // Dropping a runtime waits, without limit, for blocking tasks — such as a write to a stdout
+    // pipe nobody reads. The agent has already flushed and shut down its sinks within its
+    // deadline; don't let a stuck thread keep the process alive after that. (A sample stuck in
+    // the driver is on the agent's own thread, which never holds the process.)
     runtime.shutdown_timeout(Duration::from_millis(500));
     code
 }
