@@ -26,7 +26,8 @@
 # gpustat is measured with /usr/bin/time -v per process (--gpustat-runs of them), startup included,
 # because that is how it is used.
 # Phase 2 ("1 Hz", the deployment figure): gpumon-all at 1 s, alternated with the pynvml loop at
-# 1 s, each for --hz1-seconds (default 60) after the warm-up; CPU as % of one core.
+# 1 s (and with --before-agent BIN, that build with the same sinks: before-all), each for
+# --hz1-seconds (default 60) after the warm-up; CPU as % of one core.
 #
 # Phase 0 ("tick", --tick; runs alone, no backends needed): the whole-process cost per sample,
 # start-up and every thread included, of the pynvml loop and of the agent doing the same work
@@ -377,6 +378,12 @@ hz1_round() {
     run_service 1hz "$r" gpumon-all 1 "$HZ1_SECONDS" "$PROM_URL" -- "${AGENT_BASE[@]}" --interval 1s \
         --stdout-format json --stdout "${PROM_ARGS[@]}" "${INFLUX_ARGS[@]}" "${OTLP_ARGS[@]}"
     run_service 1hz "$r" pynvml-loop 1 "$HZ1_SECONDS" "" -- "$PY" "$REPO/scripts/bench/pynvml_loop.py" --interval 1
+    # With --before-agent, the previous build with the same sinks, in the same alternation.
+    if [ -n "$BEFORE_AGENT" ]; then
+        run_service 1hz "$r" before-all 1 "$HZ1_SECONDS" "$PROM_URL" -- "$BEFORE_AGENT" --backend nvml \
+            --nvml-library "$FAKE_LIB" --log info --interval 1s --stdout-format json --stdout "${PROM_ARGS[@]}" \
+            "${INFLUX_ARGS[@]}" "${OTLP_ARGS[@]}"
+    fi
 }
 
 {

@@ -6,7 +6,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-GPUMON = ["gpumon-json", "gpumon-json-min", "gpumon-prom", "gpumon-influx", "gpumon-otlp", "gpumon-all"]
+GPUMON = ["gpumon-json", "gpumon-json-min", "gpumon-prom", "gpumon-influx", "gpumon-otlp", "gpumon-all", "before-all"]
 PEERS = ["pynvml-loop", "gpustat", "nvitop-exporter"]
 
 

@@ -445,3 +445,58 @@ async fn direct_pipeline_exports_each_snapshot_and_holds_within_an_export_interv
     sink.shutdown().await.unwrap();
     assert_eq!(server.count(), 2, "nothing left to send");
 }
+
+/// The direct pipeline lends its encoding buffer to the HTTP client as the request body and takes
+/// it back after the response (no copy of the ~450 KB an 8-GPU request weighs): every request
+/// must still carry exactly its own snapshot, one after another, plain and gzip.
+#[tokio::test]
+async fn consecutive_direct_requests_each_carry_their_own_snapshot() {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::any_value;
+    use opentelemetry_proto::tonic::metrics::v1::metric;
+    use prost::Message as _;
+    use std::io::Read as _;
+
+    for compression in [Compression::None, Compression::Gzip] {
+        let server = HttpStub::recording();
+        let mut cfg = OtlpConfig::new(format!("http://127.0.0.1:{}", server.addr().port()), Protocol::HttpProtobuf);
+        cfg.compression = Some(compression);
+        let mut sink = OtlpSink::from_config(&cfg).unwrap();
+        for n in [1u32, 3, 2, 2] {
+            sink.export(snapshot((0..n).map(gpu).collect())).await.unwrap();
+        }
+        let gpus_per_request: Vec<usize> = server
+            .requests()
+            .iter()
+            .map(|r| {
+                let body = match compression {
+                    Compression::Gzip => {
+                        assert_eq!(r.header("content-encoding"), Some("gzip"));
+                        let mut plain = Vec::new();
+                        flate2::read::GzDecoder::new(r.body.as_slice()).read_to_end(&mut plain).unwrap();
+                        plain
+                    }
+                    _ => r.body.clone(),
+                };
+                let request = ExportMetricsServiceRequest::decode(body.as_slice()).expect("a whole request");
+                let mut ids = std::collections::BTreeSet::new();
+                for m in request.resource_metrics.iter().flat_map(|r| &r.scope_metrics).flat_map(|s| &s.metrics) {
+                    let points = match &m.data {
+                        Some(metric::Data::Gauge(g)) => &g.data_points,
+                        Some(metric::Data::Sum(s)) => &s.data_points,
+                        _ => continue,
+                    };
+                    for kv in points.iter().flat_map(|p| &p.attributes).filter(|kv| kv.key == "hw.id") {
+                        if let Some(any_value::Value::StringValue(v)) = kv.value.as_ref().and_then(|v| v.value.as_ref())
+                        {
+                            ids.insert(v.clone());
+                        }
+                    }
+                }
+                ids.len()
+            })
+            .collect();
+        assert_eq!(gpus_per_request, [1, 3, 2, 2], "{compression:?}");
+        sink.shutdown().await.unwrap();
+    }
+}

@@ -23,7 +23,9 @@ pub(crate) enum Scope<'a> {
     All,
     /// The view of tenant `index` (its position in the configuration).
     Tenant {
-        /// Position in the configured tenants (the same order everywhere).
+        /// Position in the configured tenants (the same order everywhere). Read by the web
+        /// view only.
+        #[cfg_attr(not(feature = "web"), allow(dead_code))]
         index: usize,
         /// The tenant.
         tenant: &'a Tenant,

@@ -102,6 +102,8 @@ pub(crate) struct Body {
 
 enum BodyKind {
     Once(Option<Bytes>),
+    /// Server-Sent Events: the web view's only (without the `web` feature, never built).
+    #[cfg_attr(not(feature = "web"), allow(dead_code))]
     Stream {
         rx: mpsc::Receiver<Bytes>,
         /// Notified to close the connection at once (a client too slow to keep up).
@@ -123,6 +125,7 @@ impl Body {
     }
 
     /// A body that sends whatever arrives on `rx` and ends when every sender is gone.
+    #[cfg_attr(not(feature = "web"), allow(dead_code))]
     /// `close.notify_one()` closes the whole connection at once, whatever is still queued (or
     /// stuck in the socket's buffers).
     pub(crate) fn stream(rx: mpsc::Receiver<Bytes>, close: Arc<Notify>) -> Self {
