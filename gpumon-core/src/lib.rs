@@ -87,6 +87,48 @@ pub use runtime::{
     MIN_INTERVAL,
 };
 
+/// `error: cause: cause…` — an error and its sources, each cause added unless the text so far
+/// already says it. Many errors (reqwest's, tonic's "transport error") display nothing of the
+/// cause that a person needs, such as "connection refused".
+///
+/// ```
+/// #[derive(Debug)]
+/// struct Send(std::io::Error);
+/// impl std::fmt::Display for Send {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         f.write_str("error sending request")
+///     }
+/// }
+/// impl std::error::Error for Send {
+///     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+///         Some(&self.0)
+///     }
+/// }
+/// let e = Send(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused"));
+/// assert_eq!(gpumon_core::error_chain(&e), "error sending request: connection refused");
+/// ```
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        let next = e.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = e.source();
+    }
+    text
+}
+
+/// Locks `mutex`, ignoring poisoning: every lock in this crate guards state that a panic
+/// elsewhere cannot leave inconsistent in a way that matters (counters, queues, caches), and a
+/// monitor must go on reporting rather than turn one panic into many.
+#[cfg_attr(not(feature = "runtime"), allow(dead_code))]
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// This host's name: `/proc/sys/kernel/hostname`, else `$HOSTNAME`, else `"localhost"`.
 pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")

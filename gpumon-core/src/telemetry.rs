@@ -8,7 +8,7 @@
 #![cfg_attr(not(feature = "runtime"), allow(dead_code))]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 /// Lifecycle of one sink inside the agent.
@@ -122,11 +122,7 @@ pub struct Telemetry {
     inner: Arc<Inner>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding one of these locks cannot leave the counters inconsistent in a way
-    // that matters, so poisoning is ignored rather than propagated as a panic.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use crate::lock;
 
 impl Telemetry {
     /// Copies the current counters.

@@ -12,21 +12,9 @@ use crate::delivery::retry::parse_retry_after;
 #[cfg(feature = "_http-client")]
 pub(crate) const MAX_ERROR_BODY: usize = 4096;
 
-#[cfg_attr(not(any(feature = "_http-client", feature = "otlp")), allow(dead_code))]
 /// `error: source: source…` — reqwest's own `Display` hides the cause (e.g. "connection refused").
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        source = cause.source();
-    }
-    s
-}
+#[cfg(any(feature = "_http-client", feature = "otlp"))]
+pub(crate) use gpumon_core::error_chain;
 
 /// The response's `Retry-After`, when given in seconds.
 #[cfg(feature = "_http-client")]

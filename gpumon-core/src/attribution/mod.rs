@@ -308,12 +308,12 @@ impl AttributionStats {
     /// Adds one to `counter` (one of this struct's) and remembers `message` as the last error.
     pub fn record_failure(&self, counter: &std::sync::atomic::AtomicU64, message: impl Into<String>) {
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        *self.last_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(message.into());
+        *crate::lock(&self.last_error) = Some(message.into());
     }
 
     /// The most recent failure's message, if any.
     pub fn last_error(&self) -> Option<String> {
-        self.last_error.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        crate::lock(&self.last_error).clone()
     }
 }
 

@@ -8,6 +8,8 @@
 //! [`AgentHandle`](super::AgentHandle) calls stay on tokio's time.
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use crate::lock;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -212,10 +214,6 @@ impl ManualClock {
             waiter.notify();
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

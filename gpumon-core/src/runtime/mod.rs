@@ -684,13 +684,13 @@ fn metric_failures(snapshot: &Snapshot) -> u64 {
     snapshot.devices.iter().filter(|d| d.is_up()).map(|d| d.failed_families().count() as u64).sum()
 }
 
-/// The text of a panic payload (`&str` or `String`; empty otherwise).
+/// The text of a panic payload (`&str` or `String`; for any other payload, says so).
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
         .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_default()
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
 }
 
 /// Controls a running [`Agent`]. Cheap to clone; when the last clone is dropped the agent shuts

@@ -12,6 +12,7 @@ use crate::model::Snapshot;
 use crate::sink::{Sink, SinkError};
 use crate::telemetry::{SinkState, SinkStatusCell};
 
+use super::panic_message;
 use super::queue::SinkQueue;
 use super::SinkOptions;
 
@@ -31,14 +32,6 @@ pub(crate) struct Worker {
     pub(crate) commands: mpsc::Receiver<WorkerCommand>,
     pub(crate) status: SinkStatusCell,
     pub(crate) options: SinkOptions,
-}
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".to_owned())
 }
 
 /// Runs one sink call under a timeout, turning a panic into [`SinkError::Panicked`].

@@ -2,6 +2,9 @@
 //! [`TenantSelector`]. A request with a tenant's credential gets only that tenant's view of the
 //! latest snapshot ([`Snapshot::scoped_to`](gpumon_core::Snapshot::scoped_to)); see
 //! `docs/tenancy.md`.
+// The configuration (`[[prometheus.tenants]]`) is parsed with the Prometheus sink; only the
+// HTTP endpoints resolve a credential to a tenant.
+#![cfg_attr(not(feature = "prometheus-http"), allow(dead_code))]
 
 use std::fmt;
 use std::path::PathBuf;

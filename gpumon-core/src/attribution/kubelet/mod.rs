@@ -310,7 +310,7 @@ async fn list(config: &KubeletConfig) -> Result<proto::ListPodResourcesResponse,
             // The status's own Display repeats the code; keep its message and causes.
             let mut message = status.message().to_owned();
             if let Some(cause) = std::error::Error::source(&status) {
-                message = format!("{message}: {}", describe(cause));
+                message = format!("{message}: {}", crate::error_chain(cause));
             }
             Err(KubeletError::Status { socket, code: status.code(), message })
         }
@@ -324,23 +324,8 @@ fn connect_error(socket: &Path, error: tonic::transport::Error) -> KubeletError 
         return KubeletError::SocketMissing { socket: socket.to_owned() };
     }
     // tonic's transport error displays as just "transport error"; the cause is underneath.
-    let reason = io.map_or_else(|| describe(&error), ToString::to_string);
+    let reason = io.map_or_else(|| crate::error_chain(&error), ToString::to_string);
     KubeletError::Connect { socket: socket.to_owned(), reason, source: Box::new(error) }
-}
-
-/// An error and its causes, joined by `: ` (tonic's errors say little on their own).
-fn describe(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(e) = cause {
-        let next = e.to_string();
-        if !text.contains(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        cause = e.source();
-    }
-    text
 }
 
 /// The GPU devices of every container in `reply`, by device id. One [`Owner`] per container,
