@@ -9,8 +9,8 @@
 use std::time::{Duration, Instant};
 
 use gpumon::core::{
-    Agent, AgentError, AgentHandle, AgentStats, DeviceFilter, DeviceState, Family, ManualClock, MetricSet, SampleError,
-    SampleRequest, Sampler, SinkOptions, SinkState, Snapshot,
+    Agent, AgentBuilder, AgentError, AgentStats, DeviceFilter, DeviceState, Family, ManualClock, MetricSet,
+    SampleError, SampleRequest, Sampler, SinkOptions, SinkState, Snapshot,
 };
 use gpumon_mock::{Behavior, FailKind, Fault, FaultySink, Gate, MockSampler, RecordingSink, Scenario};
 
@@ -40,24 +40,33 @@ async fn tick(clock: &ManualClock, by: Duration, rec: &RecordingSink, n: usize) 
     assert!(rec.wait_for(n, WAIT).await, "expected {n} snapshots, got {}", rec.len());
 }
 
+/// The `h100x8` mock whose sample number `tick` (counting from 0, requested samples included)
+/// hangs until `gate` is released.
+fn hangs_at(tick: u64, gate: &Gate) -> MockSampler {
+    MockSampler::builder()
+        .profile(gpumon_mock::FleetProfile::load("h100x8").unwrap())
+        .fault(Fault::HangUntilReleased { at_tick: tick, gate: gate.clone() })
+        .build()
+        .unwrap()
+}
+
+/// `sampler`'s agent builder on a fresh [`ManualClock`], with a [`RecordingSink`] named `rec`;
+/// tests add what they vary (the interval is the default, 1 s).
+fn manual(sampler: impl Sampler) -> (ManualClock, RecordingSink, AgentBuilder) {
+    let clock = ManualClock::new();
+    let rec = RecordingSink::new("rec");
+    let builder = Agent::builder(sampler).clock(clock.clone()).sink(rec.clone());
+    (clock, rec, builder)
+}
+
 fn ticks(s: &AgentStats) -> u64 {
     s.samples_taken + s.sample_failures + s.skipped_ticks
 }
 
-fn stats(handle: &AgentHandle) -> AgentStats {
-    handle.stats()
-}
-
 #[tokio::test]
 async fn samples_on_the_interval_and_numbers_snapshots() {
-    let clock = ManualClock::new();
-    let rec = RecordingSink::new("rec");
-    let handle = Agent::builder(h100x8())
-        .interval(Duration::from_secs(1))
-        .clock(clock.clone())
-        .sink(rec.clone())
-        .spawn()
-        .unwrap();
+    let (clock, rec, builder) = manual(h100x8());
+    let handle = builder.interval(Duration::from_secs(1)).spawn().unwrap();
     let mut stream = handle.subscribe();
     let mut arrivals = Vec::new();
     for i in 0..6 {
@@ -81,14 +90,8 @@ async fn samples_on_the_interval_and_numbers_snapshots() {
 
 #[tokio::test]
 async fn missed_ticks_are_skipped_and_the_schedule_keeps_its_grid() {
-    let clock = ManualClock::new();
-    let rec = RecordingSink::new("rec");
-    let handle = Agent::builder(h100x8())
-        .interval(Duration::from_secs(1))
-        .clock(clock.clone())
-        .sink(rec.clone())
-        .spawn()
-        .unwrap();
+    let (clock, rec, builder) = manual(h100x8());
+    let handle = builder.interval(Duration::from_secs(1)).spawn().unwrap();
     assert!(rec.wait_for(1, WAIT).await);
     // 3.5 s at once: one sample (not three to catch up), then the grid goes on at t=4.
     tick(&clock, Duration::from_millis(3500), &rec, 2).await;
@@ -104,14 +107,11 @@ async fn missed_ticks_are_skipped_and_the_schedule_keeps_its_grid() {
 
 #[tokio::test]
 async fn a_hung_sink_delays_neither_the_sampler_nor_the_other_sinks() {
-    let clock = ManualClock::new();
-    let rec = RecordingSink::new("rec");
+    let (clock, rec, builder) = manual(h100x8());
     let hung = FaultySink::new("hung").export_behavior(Behavior::Stall);
     let hung_calls = hung.calls();
-    let handle = Agent::builder(h100x8())
+    let handle = builder
         .interval(Duration::from_secs(1))
-        .clock(clock.clone())
-        .sink(rec.clone())
         .sink_with(hung, SinkOptions::default().capacity(2).export_timeout(Duration::from_secs(3600)))
         .spawn()
         .unwrap();
@@ -133,15 +133,10 @@ async fn a_hung_sink_delays_neither_the_sampler_nor_the_other_sinks() {
 
 #[tokio::test]
 async fn shutdown_respects_its_deadline_with_a_hung_sink() {
-    let clock = ManualClock::new();
-    let rec = RecordingSink::new("rec");
+    let (clock, rec, builder) = manual(h100x8());
     let hung = FaultySink::new("hung").export_behavior(Behavior::Stall).shutdown_behavior(Behavior::Stall);
-    let handle = Agent::builder(h100x8())
-        .clock(clock.clone())
-        .sink(rec.clone())
-        .sink_with(hung, SinkOptions::default().export_timeout(Duration::from_secs(3600)))
-        .spawn()
-        .unwrap();
+    let handle =
+        builder.sink_with(hung, SinkOptions::default().export_timeout(Duration::from_secs(3600))).spawn().unwrap();
     assert!(rec.wait_for(1, WAIT).await);
     tick(&clock, Duration::from_secs(1), &rec, 2).await;
     tick(&clock, Duration::from_secs(1), &rec, 3).await;
@@ -227,13 +222,11 @@ async fn flush_drains_what_is_queued_before_the_flush_sample() {
 
 #[tokio::test]
 async fn panicking_and_failing_sinks_are_isolated_and_counted() {
-    let clock = ManualClock::new();
-    let rec = RecordingSink::new("rec");
+    let (clock, rec, builder) = manual(h100x8());
     let panics = FaultySink::new("panics").export_behavior(Behavior::Panic);
     let flaky =
         FaultySink::new("flaky").on_export(|i| if i < 3 { Behavior::Fail(FailKind::Transient) } else { Behavior::Ok });
-    let handle =
-        Agent::builder(h100x8()).clock(clock.clone()).sink(rec.clone()).sink(panics).sink(flaky).spawn().unwrap();
+    let handle = builder.sink(panics).sink(flaky).spawn().unwrap();
     assert!(rec.wait_for(1, WAIT).await);
     tick(&clock, Duration::from_secs(1), &rec, 2).await;
     tick(&clock, Duration::from_secs(1), &rec, 3).await;
@@ -268,10 +261,9 @@ impl Sampler for LeakySampler {
 #[tokio::test]
 async fn hidden_devices_never_reach_a_sink() {
     for sampler in [Box::new(LeakySampler(h100x8())) as Box<dyn Sampler>, Box::new(h100x8())] {
-        let clock = ManualClock::new();
-        let rec = RecordingSink::new("rec");
+        let (clock, rec, builder) = manual(sampler);
         let filter = DeviceFilter::parse("1,3").unwrap();
-        let handle = Agent::builder(sampler).devices(filter).clock(clock.clone()).sink(rec.clone()).spawn().unwrap();
+        let handle = builder.devices(filter).spawn().unwrap();
         assert!(rec.wait_for(1, WAIT).await);
         tick(&clock, Duration::from_secs(1), &rec, 2).await;
         handle.shutdown(Duration::from_secs(1)).await.unwrap();
@@ -291,9 +283,8 @@ async fn a_lost_gpu_is_marked_and_the_others_keep_reporting() {
         .fault(Fault::DeviceLost { device: 3, at_tick: 2 })
         .build()
         .unwrap();
-    let clock = ManualClock::new();
-    let rec = RecordingSink::new("rec");
-    let handle = Agent::builder(sampler).clock(clock.clone()).sink(rec.clone()).spawn().unwrap();
+    let (clock, rec, builder) = manual(sampler);
+    let handle = builder.spawn().unwrap();
     assert!(rec.wait_for(1, WAIT).await);
     for n in 2..=5 {
         tick(&clock, Duration::from_secs(1), &rec, n).await;
@@ -315,20 +306,9 @@ async fn a_lost_gpu_is_marked_and_the_others_keep_reporting() {
 #[tokio::test]
 async fn a_hanging_sample_is_abandoned_and_ticks_are_skipped_until_it_returns() {
     let gate = Gate::new();
-    let sampler = MockSampler::builder()
-        .profile(gpumon_mock::FleetProfile::load("h100x8").unwrap())
-        .fault(Fault::HangUntilReleased { at_tick: 2, gate: gate.clone() })
-        .build()
-        .unwrap();
-    let clock = ManualClock::new();
-    let rec = RecordingSink::new("rec");
-    let handle = Agent::builder(sampler)
-        .interval(Duration::from_secs(1))
-        .sample_timeout(Duration::from_millis(500))
-        .clock(clock.clone())
-        .sink(rec.clone())
-        .spawn()
-        .unwrap();
+    let sampler = hangs_at(2, &gate);
+    let (clock, rec, builder) = manual(sampler);
+    let handle = builder.interval(Duration::from_secs(1)).sample_timeout(Duration::from_millis(500)).spawn().unwrap();
     // Ticks at t=0 and t=1 (samples 0 and 1).
     assert!(rec.wait_for(1, WAIT).await);
     tick(&clock, Duration::from_secs(1), &rec, 2).await;
@@ -337,34 +317,34 @@ async fn a_hanging_sample_is_abandoned_and_ticks_are_skipped_until_it_returns() 
     until("the sample hangs at the gate", || gate.waiting() == 1).await;
     clock.advance(Duration::from_millis(499));
     settle().await;
-    assert_eq!(ticks(&stats(&handle)), 2, "not abandoned before its timeout");
+    assert_eq!(ticks(&handle.stats()), 2, "not abandoned before its timeout");
     clock.advance(Duration::from_millis(1)); // t=2.5: the sample timeout fires
-    until("the timeout is reported", || stats(&handle).sample_failures == 1).await;
-    let s = stats(&handle);
+    until("the timeout is reported", || handle.stats().sample_failures == 1).await;
+    let s = handle.stats();
     assert_eq!((s.samples_taken, s.sample_failures, s.skipped_ticks), (2, 1, 0));
     assert!(s.last_sample_error.unwrap().contains("timed out"));
     assert!(rec.wait_for(3, WAIT).await, "the sinks hear of the timeout at once");
     // Requests are refused while the sample is stuck, and counted with the skipped ticks.
     assert!(matches!(handle.snapshot_now().await, Err(AgentError::Sample(SampleError::Busy))));
-    assert_eq!(stats(&handle).skipped_ticks, 1);
+    assert_eq!(handle.stats().skipped_ticks, 1);
     for n in [2, 3] {
         clock.advance(Duration::from_millis(500)); // t=3, then t=4: skipped
-        until("the tick is reported skipped", || stats(&handle).skipped_ticks == n).await;
+        until("the tick is reported skipped", || handle.stats().skipped_ticks == n).await;
         clock.advance(Duration::from_millis(500));
         settle().await;
     }
-    assert_eq!(stats(&handle).skipped_ticks, 3, "no second sample while the first is stuck");
+    assert_eq!(handle.stats().skipped_ticks, 3, "no second sample while the first is stuck");
     assert_eq!(gate.waiting(), 1, "still the one call in the backend");
     gate.release();
     // At t=4.5 the stuck call returns; its late result is discarded and the next tick, t=5, is
     // sampled as usual.
     until("the stuck call returned", || gate.waiting() == 0).await;
     settle().await;
-    assert_eq!(stats(&handle).samples_taken, 2, "the late result is not counted as a sample");
-    let before = ticks(&stats(&handle));
+    assert_eq!(handle.stats().samples_taken, 2, "the late result is not counted as a sample");
+    let before = ticks(&handle.stats());
     clock.advance(Duration::from_millis(500));
-    until("the t=5 tick is sampled", || ticks(&stats(&handle)) > before).await;
-    let s = stats(&handle);
+    until("the t=5 tick is sampled", || ticks(&handle.stats()) > before).await;
+    let s = handle.stats();
     assert!(s.last_sample_ok, "sampling resumed after the hung call returned: {s:?}");
     assert_eq!((s.samples_taken, s.sample_failures, s.skipped_ticks), (3, 1, 3));
     settle().await;
@@ -385,20 +365,9 @@ async fn a_hanging_sample_is_abandoned_and_ticks_are_skipped_until_it_returns() 
 async fn a_requested_sample_that_hangs_times_out_and_the_next_request_is_served() {
     let gate = Gate::new();
     // The mock counts every sample; the first (tick 0) is the flush's.
-    let sampler = MockSampler::builder()
-        .profile(gpumon_mock::FleetProfile::load("h100x8").unwrap())
-        .fault(Fault::HangUntilReleased { at_tick: 0, gate: gate.clone() })
-        .build()
-        .unwrap();
-    let clock = ManualClock::new();
-    let rec = RecordingSink::new("rec");
-    let handle = Agent::builder(sampler)
-        .scheduled(false)
-        .sample_timeout(Duration::from_secs(2))
-        .clock(clock.clone())
-        .sink(rec.clone())
-        .spawn()
-        .unwrap();
+    let sampler = hangs_at(0, &gate);
+    let (clock, rec, builder) = manual(sampler);
+    let handle = builder.scheduled(false).sample_timeout(Duration::from_secs(2)).spawn().unwrap();
     let flush = tokio::spawn({
         let handle = handle.clone();
         async move { handle.flush(Duration::from_secs(60)).await }
@@ -483,18 +452,11 @@ async fn flush_reports_a_failed_export_of_its_own_sample() {
 #[tokio::test]
 async fn shutdown_deadline_counts_from_the_call_even_when_the_agent_is_busy() {
     let gate = Gate::new();
-    let sampler = MockSampler::builder()
-        .profile(gpumon_mock::FleetProfile::load("h100x8").unwrap())
-        .fault(Fault::HangUntilReleased { at_tick: 1, gate: gate.clone() })
-        .build()
-        .unwrap();
-    let clock = ManualClock::new();
-    let rec = RecordingSink::new("rec");
+    let sampler = hangs_at(1, &gate);
+    let (clock, rec, builder) = manual(sampler);
     let hung = FaultySink::new("hung").shutdown_behavior(Behavior::Stall);
-    let handle = Agent::builder(sampler)
+    let handle = builder
         .sample_timeout(Duration::from_secs(30))
-        .clock(clock.clone())
-        .sink(rec.clone())
         .sink_with(hung, SinkOptions::default().export_timeout(Duration::from_secs(3600)))
         .spawn()
         .unwrap();

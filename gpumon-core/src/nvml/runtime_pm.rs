@@ -41,9 +41,7 @@ pub fn runtime_status_path(root: &Path, bus_id: &str) -> Option<PathBuf> {
 /// Whether the device is runtime-suspended. Anything unreadable (no sysfs, no runtime PM, an
 /// odd bus id) counts as awake: measuring is then the safe default.
 pub fn is_suspended(root: &Path, bus_id: &str) -> bool {
-    runtime_status_path(root, bus_id)
-        .and_then(|p| std::fs::read_to_string(p).ok())
-        .is_some_and(|s| s.trim() == "suspended")
+    RuntimeStatus::default().is_suspended(root, bus_id)
 }
 
 /// How long a `runtime_status` file that could not be opened is left alone before the next try.
@@ -95,12 +93,19 @@ mod tests {
         assert_eq!(sysfs_bus_id("garbage"), None);
     }
 
-    #[test]
-    fn reads_runtime_status_from_a_fixture() {
-        let dir = std::env::temp_dir().join(format!("gpumon-rtpm-{}", std::process::id()));
+    /// A sysfs fixture under a temporary `name` holding GPU `00000000:2A:00.0`'s status file,
+    /// with `content`: the directory and the file.
+    fn fixture(name: &str, content: &str) -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
         let p = runtime_status_path(&dir, "00000000:2A:00.0").unwrap();
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(&p, "suspended\n").unwrap();
+        std::fs::write(&p, content).unwrap();
+        (dir, p)
+    }
+
+    #[test]
+    fn reads_runtime_status_from_a_fixture() {
+        let (dir, p) = fixture("gpumon-rtpm", "suspended\n");
         assert!(is_suspended(&dir, "00000000:2A:00.0"));
         std::fs::write(&p, "active\n").unwrap();
         assert!(!is_suspended(&dir, "00000000:2A:00.0"));
@@ -110,10 +115,7 @@ mod tests {
 
     #[test]
     fn a_kept_open_status_file_follows_every_change_and_a_missing_one_is_not_retried_each_tick() {
-        let dir = std::env::temp_dir().join(format!("gpumon-rtpm-open-{}", std::process::id()));
-        let p = runtime_status_path(&dir, "00000000:2A:00.0").unwrap();
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(&p, "active\n").unwrap();
+        let (dir, p) = fixture("gpumon-rtpm-open", "active\n");
         let mut status = RuntimeStatus::default();
         assert!(!status.is_suspended(&dir, "00000000:2A:00.0"));
         for (content, suspended) in [("suspended\n", true), ("active\n", false), ("suspended", true), ("", false)] {

@@ -528,7 +528,8 @@ impl Agent {
         let mut exited = match thread.map(SamplingThread::spawn) {
             Some(Ok(exited)) => Some(exited),
             Some(Err(e)) => {
-                // Nothing can be sampled; every request is answered with the reason.
+                // Nothing can be sampled: the error is logged here, and every request is refused
+                // (`SampleError::ShutDown`).
                 tracing::error!(error = %e, "cannot start the sampling thread");
                 self.shared.lock().stop = true;
                 None

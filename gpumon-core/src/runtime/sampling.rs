@@ -301,8 +301,7 @@ impl SamplingThread {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sampler.sample(request)))
             .unwrap_or_else(|payload| Err(SampleError::Panicked(panic_message(&*payload))));
         let duration = started.elapsed();
-        let shared = self.shared.clone();
-        let mut state = shared.lock();
+        let mut state = self.shared.lock();
         // Out of the watchdog's hands from here: it cannot time out a sample that has returned.
         let in_flight = state.in_flight.take();
         let request = match in_flight {
@@ -330,7 +329,7 @@ impl SamplingThread {
                 snapshot.seq = book.seq;
                 snapshot.taken_at = taken_at;
                 snapshot.duration = duration;
-                shared.telemetry.sample_ok(duration, taken_at, metric_failures(&snapshot));
+                self.shared.telemetry.sample_ok(duration, taken_at, metric_failures(&snapshot));
                 if std::mem::take(&mut book.failing) {
                     tracing::info!("sampling recovered");
                 }
@@ -341,14 +340,14 @@ impl SamplingThread {
                 (Outcome::Sampled(snapshot), request)
             }
             Err(error) => {
-                book.failed(&shared.telemetry, duration, &error);
+                book.failed(&self.shared.telemetry, duration, &error);
                 (Outcome::Failed(error), request)
             }
         }
     }
 
     /// A scheduled tick's outcome goes to the sinks (and a good one to the subscribers).
-    fn deliver(&mut self, outcome: Outcome) {
+    fn deliver(&self, outcome: Outcome) {
         let outlets = &self.shared.outlets;
         match outcome {
             Outcome::Sampled(snapshot) => {
