@@ -317,6 +317,22 @@ impl Fake {
         }
     }
 
+    /// The first tick after `after` at which an XID event can appear: the next ECC burst, the
+    /// model's or an injected one. Nothing else makes XIDs, so an event wait sleeps until then
+    /// (or its timeout), as the driver's wait sleeps until an event; a change of faults or
+    /// configuration wakes it early to look again.
+    pub fn next_xid_tick(&self, after: u64) -> Option<u64> {
+        let model = self.fleet.mock.faults().iter().filter_map(|f| match *f {
+            gpumon_mock::Fault::EccBurst { at_tick, .. } => Some(at_tick),
+            _ => None,
+        });
+        let injected = self.faults.iter().filter_map(|f| match *f {
+            Fault::EccBurst { tick, .. } => Some(tick),
+            _ => None,
+        });
+        model.chain(injected).filter(|&t| t > after).min()
+    }
+
     pub fn tick_start_us(&self, tick: u64) -> u64 {
         self.epoch_us + tick.saturating_mul(tick_us(&self.config.clock))
     }

@@ -1,6 +1,7 @@
 //! The fake's `nvmlEventSetWait` sleeps like the driver's: a wait with nothing to deliver lasts
 //! its whole timeout, and a change that produces an event (here the tick, moved by hand) wakes it
 //! at once — so gpumon's XID watcher can wait in long slices and still count an XID promptly.
+//! On the wall clock it sleeps through quiet ticks until the tick of the next scheduled XID.
 //! And dropping a sampler whose watcher waits in long slices does not wait for the slice.
 
 mod common;
@@ -68,6 +69,57 @@ fn a_quiet_wait_lasts_its_timeout_and_a_tick_change_wakes_it_with_the_event() {
     let (rc, kind, code, took) = waiter.join().unwrap();
     assert_eq!((rc, kind, code), (0, XID_CRITICAL, 48), "the XID of tick 2");
     assert!(took < Duration::from_secs(10), "woken by the change, not by the 20 s timeout: {took:?}");
+}
+
+/// Voluntary context switches of the calling thread so far: each sleep that ends is one.
+fn voluntary_switches() -> u64 {
+    let status = std::fs::read_to_string("/proc/thread-self/status").expect("/proc/thread-self/status");
+    let line = status.lines().find(|l| l.starts_with("voluntary_ctxt_switches:")).expect("voluntary_ctxt_switches");
+    line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("a count")
+}
+
+/// On the wall clock the wait sleeps through quiet ticks, as the driver's sleeps until an event:
+/// with 2 ms ticks, a 400 ms wait with no XID ahead wakes a handful of times, not once per tick
+/// (200 times); and with an ECC burst scheduled ahead, a long wait ends at that tick, with the
+/// event, though nothing else moves.
+#[test]
+fn a_wall_clock_wait_sleeps_through_quiet_ticks_and_wakes_at_the_xid_tick() {
+    let fake = Fake::new("scenario=idle;clock=wall;tick_ms=2;faults=ecc-burst:1@300:48");
+    let (init, create, by_index, register, wait): (Init, Create, ByIndex, Register, Wait) = (
+        fake.raw("nvmlInit_v2"),
+        fake.raw("nvmlEventSetCreate"),
+        fake.raw("nvmlDeviceGetHandleByIndex_v2"),
+        fake.raw("nvmlDeviceRegisterEvents"),
+        fake.raw("nvmlEventSetWait_v2"),
+    );
+    let mut set = std::ptr::null_mut();
+    let mut gpu1 = std::ptr::null_mut();
+    unsafe {
+        assert_eq!(init(), 0);
+        assert_eq!(create(&mut set), 0);
+        assert_eq!(by_index(1, &mut gpu1), 0);
+        assert_eq!(register(gpu1, XID_CRITICAL, set), 0);
+    }
+    let set = set as usize;
+    let started = Instant::now();
+    let (rc, switches) = std::thread::spawn(move || {
+        let mut ev = EventData::default();
+        let before = voluntary_switches();
+        let rc = unsafe { wait(set as *mut _, &mut ev, 400) };
+        (rc, voluntary_switches() - before)
+    })
+    .join()
+    .unwrap();
+    assert_eq!(rc, TIMEOUT, "no XID before tick 300 (600 ms)");
+    assert!(switches < 20, "the wait woke {switches} times in 400 ms of 2 ms ticks");
+
+    // Tick 300 starts 600 ms after nvmlInit: a 20 s wait returns its XID then.
+    let mut ev = EventData::default();
+    assert_eq!(unsafe { wait(set as *mut _, &mut ev, 20_000) }, 0);
+    let took = started.elapsed();
+    assert_eq!((ev.event_type, ev.event_data), (XID_CRITICAL, 48));
+    assert!(took >= Duration::from_millis(550), "delivered before its tick: {took:?}");
+    assert!(took < Duration::from_secs(10), "woken at the XID's tick, not by the 20 s timeout: {took:?}");
 }
 
 #[test]

@@ -79,10 +79,11 @@ fn generation() -> u64 {
     *EVENT_GENERATION.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// `nvmlEventSetWait`: sleeps like the driver's wait. Events only appear when the tick changes
-/// (or the configuration, faults or registrations do), so the wait sleeps until the wall clock's
-/// next tick or the timeout, whichever is first, and is woken early by those changes
-/// ([`wake_event_waiters`]); the model is looked at once per tick, not polled.
+/// `nvmlEventSetWait`: sleeps like the driver's wait. XIDs only come from ECC bursts scheduled at
+/// a tick ([`crate::state::Fake::next_xid_tick`]), so the wait sleeps until the wall clock reaches the next
+/// such tick or the timeout, whichever is first, and is woken early by a change of
+/// configuration, faults, registrations or a manual clock ([`wake_event_waiters`]). A fleet
+/// without scheduled XIDs costs one wake-up per timeout, not one per model tick.
 fn event_wait(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeout_ms: c_uint) -> Result<(), Ret> {
     if data.is_null() {
         return Err(NVML_ERROR_INVALID_ARGUMENT);
@@ -127,7 +128,9 @@ fn event_wait(set: nvmlEventSet_t, data: *mut nvmlEventData_t, timeout_ms: c_uin
             if let Some(state) = fake.event_sets.get_mut(&key) {
                 state.quiet_tick = Some(tick);
             }
-            fake.next_tick_at(tick)
+            // When the wall clock reaches the next tick with an XID (the instant the tick
+            // before it ends); no such tick: only the timeout or a change ends the wait.
+            fake.next_xid_tick(tick).and_then(|t| fake.next_tick_at(t - 1))
         };
         if Instant::now() >= deadline {
             return Err(NVML_ERROR_TIMEOUT);
