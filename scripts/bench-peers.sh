@@ -4,7 +4,7 @@
 # Documented in BENCHMARKS.md (what is measured, how, and one full run's figures).
 #
 #   scripts/bench-peers.sh [--rounds N] [--samples N] [--gpustat-runs N] [--hz1-seconds S]
-#                          [--out DIR] [--no-build] [--skip-1hz] [--skip-fast]
+#                          [--out DIR] [--no-build] [--skip-1hz] [--skip-fast] [--hz1-per-sink]
 #
 # Peers (throw-away venv, scripts/bench/requirements-peers.txt, exact pins, from PyPI):
 #   pynvml-loop     scripts/bench/pynvml_loop.py: the classic polling script (util, memory,
@@ -27,7 +27,10 @@
 # because that is how it is used.
 # Phase 2 ("1 Hz", the deployment figure): gpumon-all at 1 s, alternated with the pynvml loop at
 # 1 s (and with --before-agent BIN, that build with the same sinks: before-all), each for
-# --hz1-seconds (default 60) after the warm-up; CPU as % of one core.
+# --hz1-seconds (default 60) after the warm-up; CPU as % of one core. Alongside them floor-io,
+# scripts/bench/export_floor.rs: a program that moves the same bytes per second as gpumon-all's
+# sinks (sizes read from the agent by scripts/bench/body_sizes.py) and does nothing else: what
+# the sinks' I/O alone costs here. --hz1-per-sink adds each sink on its own at 1 s.
 #
 # Phase 0 ("tick", --tick; runs alone, no backends needed): the whole-process cost per sample,
 # start-up and every thread included, of the pynvml loop and of the agent doing the same work
@@ -63,6 +66,7 @@ DO_TICK=0
 TICK_SAMPLES=200
 BEFORE_AGENT=""
 BEFORE_FAKE_DIR=""
+HZ1_PER_SINK=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS="$2"; shift 2 ;;
@@ -73,6 +77,7 @@ while [ $# -gt 0 ]; do
         --no-build) BUILD=0; shift ;;
         --skip-1hz) DO_1HZ=0; shift ;;
         --skip-fast) DO_FAST=0; shift ;;
+        --hz1-per-sink) HZ1_PER_SINK=1; shift ;;
         --tick) DO_TICK=1; shift ;;
         --tick-samples) TICK_SAMPLES="$2"; shift 2 ;;
         --before-agent) BEFORE_AGENT="$2"; shift 2 ;;
@@ -373,8 +378,28 @@ fast_round() {
         "$WORK/venv/bin/nvitop-exporter" --bind-address 127.0.0.1 --port "$NVITOP_PORT" --interval "$nivs"
 }
 
+# The I/O floor of the 1 Hz phase: the bytes gpumon-all's sinks move, moved by a program that
+# does nothing else (scripts/bench/export_floor.rs), to the same servers and the same scrape loop.
+if [ "$DO_1HZ" = 1 ]; then
+    EXPORT_FLOOR="$WORK/export_floor"
+    rustc -O -o "$EXPORT_FLOOR" "$REPO/scripts/bench/export_floor.rs" || die "cannot build scripts/bench/export_floor.rs"
+    read -r SZ_STDOUT SZ_OTLP SZ_INFLUX SZ_SCRAPE < <("$PY" "$REPO/scripts/bench/body_sizes.py" -- "${AGENT_BASE[@]}") \
+        || die "cannot read the agent's body sizes (scripts/bench/body_sizes.py)"
+    log "bytes per tick: stdout $SZ_STDOUT, OTLP $SZ_OTLP, InfluxDB $SZ_INFLUX, scrape $SZ_SCRAPE"
+    echo "stdout $SZ_STDOUT OTLP $SZ_OTLP InfluxDB $SZ_INFLUX scrape $SZ_SCRAPE" > "$OUT/hz1-bytes.txt"
+fi
+
 hz1_round() {
     local r=$1
+    run_service 1hz "$r" floor-io 1 "$HZ1_SECONDS" "$PROM_URL" -- "$EXPORT_FLOOR" 1000 $((HZ1_SECONDS + WARMUP + 60)) \
+        "$SZ_STDOUT" "http://127.0.0.1:$OTLP_HTTP_PORT/v1/metrics" "$SZ_OTLP" \
+        "http://127.0.0.1:$INFLUX_PORT/write?db=gpumon&precision=ns" "$SZ_INFLUX" "127.0.0.1:$PROM_PORT" "$SZ_SCRAPE"
+    if [ "$HZ1_PER_SINK" = 1 ]; then
+        run_service 1hz "$r" gpumon-json 1 "$HZ1_SECONDS" "" -- "${AGENT_BASE[@]}" --interval 1s --stdout-format json --stdout
+        run_service 1hz "$r" gpumon-prom 1 "$HZ1_SECONDS" "$PROM_URL" -- "${AGENT_BASE[@]}" --interval 1s "${PROM_ARGS[@]}"
+        run_service 1hz "$r" gpumon-influx 1 "$HZ1_SECONDS" "" -- "${AGENT_BASE[@]}" --interval 1s "${INFLUX_ARGS[@]}"
+        run_service 1hz "$r" gpumon-otlp 1 "$HZ1_SECONDS" "" -- "${AGENT_BASE[@]}" --interval 1s "${OTLP_ARGS[@]}"
+    fi
     run_service 1hz "$r" gpumon-all 1 "$HZ1_SECONDS" "$PROM_URL" -- "${AGENT_BASE[@]}" --interval 1s \
         --stdout-format json --stdout "${PROM_ARGS[@]}" "${INFLUX_ARGS[@]}" "${OTLP_ARGS[@]}"
     run_service 1hz "$r" pynvml-loop 1 "$HZ1_SECONDS" "" -- "$PY" "$REPO/scripts/bench/pynvml_loop.py" --interval 1

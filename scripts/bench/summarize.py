@@ -8,6 +8,8 @@ from collections import defaultdict
 
 GPUMON = ["gpumon-json", "gpumon-json-min", "gpumon-prom", "gpumon-influx", "gpumon-otlp", "gpumon-all", "before-all"]
 PEERS = ["pynvml-loop", "gpustat", "nvitop-exporter"]
+# Not a monitor: scripts/bench/export_floor.rs, the sinks' bytes moved and nothing else (1 Hz).
+FLOORS = ["floor-io"]
 
 
 def num(v):
@@ -82,6 +84,13 @@ def main():
                 f"{fmt(s['p50'])} | {fmt(s['p99'])} | {each} |"
             )
         out.append("")
+        floor, everything = hz.get("floor-io"), hz.get("gpumon-all")
+        if floor and everything and floor["core_pct"] and everything["core_pct"]:
+            out.append(
+                f"floor-io moves gpumon-all's bytes and does nothing else: {fmt(floor['core_pct'], 4)} % of a core. "
+                f"gpumon-all spends {fmt(everything['core_pct'] - floor['core_pct'], 4)} % beyond it "
+                "(sampling, encoding, the runtime).\n"
+            )
         peers = [p for p in PEERS if fast.get(p)]
         if peers:
             out.append("### Ratios gpumon / peer (medians) — below 1 means gpumon costs less; (1/N) = N× less\n")
@@ -99,7 +108,7 @@ def main():
                         cells.append((f"{a / b:.3f} (1/{b / a:.1f})" if b / a < 10 else f"{a / b:.4f} (1/{b / a:.0f})") if a and b else "–")
                 out.append(f"| {c} | " + " | ".join(cells) + " |")
             out.append("")
-    hz = {c: summary.get(("1hz", c)) for c in GPUMON + PEERS}
+    hz = {c: summary.get(("1hz", c)) for c in FLOORS + GPUMON + PEERS}
     if any(hz.values()):
         out.append("### At 1 Hz (8 GPUs; medians)\n")
         out.append("| configuration | % of one core | same, excl. fake XID polling | peak RSS MiB | scrape p50 ms | scrape p99 ms | runs (% core each; excl.) |")
@@ -113,6 +122,13 @@ def main():
                 f"{fmt(s['p50'])} | {fmt(s['p99'])} | {each} |"
             )
         out.append("")
+        floor, everything = hz.get("floor-io"), hz.get("gpumon-all")
+        if floor and everything and floor["core_pct"] and everything["core_pct"]:
+            out.append(
+                f"floor-io moves gpumon-all's bytes and does nothing else: {fmt(floor['core_pct'], 4)} % of a core. "
+                f"gpumon-all spends {fmt(everything['core_pct'] - floor['core_pct'], 4)} % beyond it "
+                "(sampling, encoding, the runtime).\n"
+            )
     print("\n".join(out))
 
 

@@ -40,7 +40,19 @@ pub(crate) struct Direct {
     devices: Vec<(Arc<[opentelemetry::KeyValue]>, Vec<KeyValue>)>,
     /// `start_time_unix_nano` of every cumulative series: when the sink was created.
     start_time: u64,
+    /// The encoded request. Kept between exports (lent to the HTTP client and taken back), so
+    /// that an export whose series are those of the last one only rewrites each point's time
+    /// and value in place ([`Direct::encode`]).
     buf: Vec<u8>,
+    /// Where each point's `time_unix_nano` field starts in `buf`, in encoding order; its value
+    /// field follows it directly.
+    time_at: Vec<usize>,
+    /// Bumped whenever [`Direct::update`] changes the series or the resource (not only values).
+    layout: u64,
+    /// `layout` and length of the request in `buf`, as [`Direct::encode`] last wrote it whole.
+    encoded: Option<(u64, usize)>,
+    /// The last update's time was 0 (before the epoch), so its points have no time field.
+    timeless: bool,
     gzip_buf: Vec<u8>,
     points: usize,
     /// gzip the HTTP body.
@@ -298,6 +310,10 @@ impl Direct {
             devices: Vec::new(),
             start_time: unix_nanos(SystemTime::now()),
             buf: Vec::new(),
+            time_at: Vec::new(),
+            layout: 0,
+            encoded: None,
+            timeless: false,
             gzip_buf: Vec::new(),
             points: 0,
             gzip,
@@ -330,6 +346,7 @@ impl Direct {
             return;
         }
         resource.attributes.push(string_kv(MOCK_ATTRIBUTE.0, MOCK_ATTRIBUTE.1));
+        self.layout += 1;
         self.resource_field.clear();
         field_message(&mut self.resource_field, 1, resource);
     }
@@ -341,6 +358,9 @@ impl Direct {
             self.mark_mock();
         }
         let time = unix_nanos(snapshot.taken_at);
+        // A point without a time has no time field: the layout differs, from and back to it.
+        let mut relaid = time == 0 || self.timeless;
+        self.timeless = time == 0;
         let Direct { instruments, devices, start_time, .. } = self;
         let start_time = *start_time;
         for st in instruments.iter_mut() {
@@ -358,6 +378,7 @@ impl Direct {
                 p.value = Some(value);
                 return;
             }
+            relaid = true;
             st.keys.truncate(n);
             st.attrs.truncate(n);
             points.truncate(n);
@@ -406,12 +427,16 @@ impl Direct {
         });
         let mut total = 0;
         for st in instruments.iter_mut() {
+            relaid |= st.keys.len() != st.seen;
             st.keys.truncate(st.seen);
             st.attrs.truncate(st.seen);
             points_mut(&mut st.metric).truncate(st.seen);
             total += st.seen;
         }
         self.points = total;
+        if relaid {
+            self.layout += 1;
+        }
     }
 
     /// Moves the non-empty metrics into the request (and back with [`Direct::restore`]).
@@ -444,8 +469,51 @@ impl Direct {
     /// (a test decodes them and compares), but framed here: prost would recompute the length of
     /// every nested message once per enclosing level, and each point's attributes are encoded
     /// once, when the point is built, not at every export.
+    ///
+    /// When the series are those of the request already in the buffer (the steady state: same
+    /// devices, metrics and labels), only each point's time and value are rewritten there: at
+    /// 1 Hz every byte this touches is cold, and the request for 8 GPUs is ~450 KB, of which the
+    /// times and values are ~6 %. Debug builds check the result against a whole encoding.
     pub(crate) fn encode(&mut self, plan: &Plan, cache: &mut AttributeCache, snapshot: &Snapshot) -> &[u8] {
         self.update(plan, cache, snapshot);
+        if self.encoded == Some((self.layout, self.buf.len())) {
+            self.rewrite_values();
+            #[cfg(debug_assertions)]
+            {
+                let rewritten = std::mem::take(&mut self.buf);
+                self.encode_whole();
+                assert!(rewritten == self.buf, "the values rewritten in place differ from a whole encoding");
+            }
+        } else {
+            self.encode_whole();
+        }
+        &self.buf
+    }
+
+    /// Rewrites every point's time and value in the kept request (same layout).
+    fn rewrite_values(&mut self) {
+        let mut at = self.time_at.iter();
+        for st in &mut self.instruments {
+            if st.seen == 0 {
+                continue;
+            }
+            for p in points_mut(&mut st.metric).iter() {
+                let Some(&i) = at.next() else { return };
+                // Key bytes stay as they are: the layout says they are the same fields.
+                self.buf[i + 1..i + 9].copy_from_slice(&p.time_unix_nano.to_le_bytes());
+                let value = match p.value {
+                    Some(number_data_point::Value::AsDouble(v)) => v.to_le_bytes(),
+                    Some(number_data_point::Value::AsInt(v)) => v.to_le_bytes(),
+                    None => continue,
+                };
+                self.buf[i + 10..i + 18].copy_from_slice(&value);
+            }
+        }
+    }
+
+    /// Encodes the whole request into the buffer and notes where each point's time sits.
+    fn encode_whole(&mut self) {
+        self.time_at.clear();
         // Lengths, bottom up.
         let mut scope_len = self.scope_field.len();
         for st in &mut self.instruments {
@@ -489,6 +557,7 @@ impl Direct {
                     buf.extend_from_slice(&p.start_time_unix_nano.to_le_bytes());
                 }
                 if p.time_unix_nano != 0 {
+                    self.time_at.push(buf.len());
                     key(buf, 3, I64);
                     buf.extend_from_slice(&p.time_unix_nano.to_le_bytes());
                 }
@@ -506,7 +575,7 @@ impl Direct {
             }
             buf.extend_from_slice(&st.sum_fields);
         }
-        &self.buf
+        self.encoded = Some((self.layout, self.buf.len()));
     }
 
     /// The kept request as the generated type (what gRPC sends; tests).
@@ -568,9 +637,10 @@ impl Direct {
         };
         // The client has dropped its handle once the response is read; if it still holds one
         // (a timeout mid-send), the next export starts from a new buffer.
+        // The plain body is the kept request (its bytes are rewritten in place next time).
         let mut reclaimed = body.try_into_mut().map(Vec::from).unwrap_or_default();
-        reclaimed.clear();
         if self.gzip {
+            reclaimed.clear();
             self.gzip_buf = reclaimed;
         } else {
             self.buf = reclaimed;
@@ -860,6 +930,44 @@ mod tests {
             let generated = direct.message();
             assert_eq!(bytes.len(), generated.encoded_len());
             assert_eq!(ExportMetricsServiceRequest::decode(bytes.as_slice()).unwrap(), generated);
+        }
+    }
+
+    /// The steady state rewrites times and values in the kept request; whatever came before,
+    /// the bytes are those a new sink encodes for the same snapshot — through a layout change
+    /// (a second GPU), back, and through a time of 0 (no time field) and back.
+    #[test]
+    fn values_rewritten_in_place_are_the_whole_encoding() {
+        let plan = Plan::new();
+        let mut cache = AttributeCache::default();
+        let mut direct = offline(&plan);
+        let two_gpus = |mut snap: Snapshot| {
+            let mut other = snap.devices[0].clone();
+            other.info = Arc::new(DeviceInfo::new(1, "GPU-1", "Y"));
+            other.utilization.gpu = Some(0.25);
+            snap.devices.push(other);
+            snap
+        };
+        let steps = [
+            (1, snapshot(UNIX_EPOCH + Duration::from_secs(1), 1.0), false),
+            (2, snapshot(UNIX_EPOCH + Duration::from_secs(2), 2.5), true),
+            (3, two_gpus(snapshot(UNIX_EPOCH + Duration::from_secs(3), 3.0)), false),
+            (4, two_gpus(snapshot(UNIX_EPOCH + Duration::from_secs(4), 4.0)), true),
+            (5, snapshot(UNIX_EPOCH + Duration::from_secs(5), 5.0), false),
+            (6, snapshot(UNIX_EPOCH, 6.0), false),
+            (7, snapshot(UNIX_EPOCH + Duration::from_secs(7), 7.0), false),
+            (8, snapshot(UNIX_EPOCH + Duration::from_secs(8), 8.0), true),
+        ];
+        for (n, snap, in_place) in steps {
+            let layout = direct.layout;
+            let bytes = direct.encode(&plan, &mut cache, &snap).to_vec();
+            assert_eq!(direct.layout == layout, in_place, "step {n}: rewritten in place");
+            let mut fresh = offline(&plan);
+            fresh.start_time = direct.start_time;
+            let expected = fresh.encode(&plan, &mut AttributeCache::default(), &snap).to_vec();
+            assert!(bytes == expected, "step {n}: the kept request differs from a new sink's");
+            let r = ExportMetricsServiceRequest::decode(bytes.as_slice()).unwrap();
+            assert!(all_points(&r).iter().all(|(_, p)| p.time_unix_nano == unix_nanos(snap.taken_at)), "step {n}");
         }
     }
 
