@@ -302,6 +302,43 @@ fn an_unreadable_file_gives_what_the_others_say() {
     assert_eq!(stats.proc_read_failures.load(Ordering::Relaxed), 1);
 }
 
+/// A file that failed may be readable later (a transient error, a proc root mounted late): the
+/// partly read owner is read again, whole, after `PARTIAL_REREAD_TICKS` — not every tick — and
+/// an owner once complete is never read again.
+#[test]
+fn a_partly_read_owner_is_read_again_later_and_a_complete_one_never() {
+    use gpumon_core::attribution::procfs::PARTIAL_REREAD_TICKS;
+    let root = ProcRoot::new("partial");
+    root.add(7, 1, 1000, &docker_cgroup());
+    let cgroup = root.proc().join("7/cgroup");
+    std::fs::remove_file(&cgroup).unwrap();
+    std::fs::create_dir(&cgroup).unwrap();
+    let stats = Arc::new(AttributionStats::default());
+    let failures = || stats.proc_read_failures.load(Ordering::Relaxed);
+    let mut procs = ProcOwners::new(root.proc(), root.passwd(), stats.clone());
+    let mut tick = || {
+        procs.begin_tick();
+        let o = procs.owner(7);
+        procs.end_tick();
+        o.expect("the user is known either way")
+    };
+    assert_eq!(tick().container_id, None);
+    std::fs::remove_dir(&cgroup).unwrap();
+    std::fs::write(&cgroup, docker_cgroup()).unwrap();
+    for n in 1..PARTIAL_REREAD_TICKS {
+        assert_eq!(tick().container_id, None, "tick {n}: read again too early");
+    }
+    assert_eq!(failures(), 1);
+    let whole = tick();
+    assert_eq!(whole.container.as_deref(), Some(&DOCKER_ID[..12]), "read again after {PARTIAL_REREAD_TICKS} ticks");
+    assert_eq!(whole.user.as_deref(), Some("alice"));
+    root.remove(7);
+    for _ in 0..2 * PARTIAL_REREAD_TICKS {
+        assert_eq!(tick(), whole);
+    }
+    assert_eq!(failures(), 1, "a complete owner is not read again");
+}
+
 #[test]
 fn a_reused_pid_is_told_apart_by_its_start_time_and_gone_pids_are_forgotten() {
     let root = ProcRoot::new("reuse");

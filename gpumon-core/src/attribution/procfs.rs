@@ -25,7 +25,10 @@
 //! A process that exits between NVML listing it and the read, an unreadable file (a proc
 //! mounted with `hidepid`), or a file that cannot be parsed: the owner is what could be read
 //! (possibly nothing), [`AttributionStats::proc_read_failures`] counts the failure, and it is
-//! logged once per pid. Nothing here ever fails a tick.
+//! logged once per pid. Such a partly read owner is read again, whole, every
+//! [`PARTIAL_REREAD_TICKS`] ticks while the pid stays listed: a failure may pass (too many open
+//! files, a proc root mounted late), and an owner once complete is never read again. Nothing
+//! here ever fails a tick.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{ErrorKind, Read as _};
@@ -43,6 +46,9 @@ pub const DEFAULT_PASSWD_FILE: &str = "/etc/passwd";
 /// Ticks a pid may be missing from the process list before it is forgotten; when it comes back
 /// within them, its start time is checked instead of reading it again.
 const GRACE_TICKS: u64 = 2;
+/// Ticks after which an owner that could only partly be read (a file missing, unreadable or
+/// unparsable) is read again, whole: a minute at 1 s, six seconds at 100 ms.
+pub const PARTIAL_REREAD_TICKS: u64 = 60;
 /// Most pids remembered as already logged (the set is cleared when full).
 const MAX_LOGGED: usize = 4096;
 
@@ -84,6 +90,15 @@ struct Entry {
     start_time: Option<u64>,
     owner: Option<SharedOwner>,
     last_seen: u64,
+    /// The tick of the read, when a file failed; `None` once everything was read.
+    partial_since: Option<u64>,
+}
+
+impl Entry {
+    /// A partly read owner whose time to be read again has come.
+    fn reread_due(&self, tick: u64) -> bool {
+        self.partial_since.is_some_and(|read| tick >= read + PARTIAL_REREAD_TICKS)
+    }
 }
 
 impl ProcOwners {
@@ -138,6 +153,7 @@ impl ProcOwners {
     pub fn owner(&mut self, pid: u32) -> Option<SharedOwner> {
         let tick = self.tick;
         let remembered_start = match self.entries.get_mut(&pid) {
+            Some(e) if e.reread_due(tick) => None,
             Some(e) if e.last_seen + 1 >= tick => {
                 e.last_seen = tick;
                 return e.owner.clone();
@@ -164,6 +180,7 @@ impl ProcOwners {
 
     /// Reads everything about `pid` afresh, given what its `stat` said.
     fn read(&mut self, pid: u32, start: std::io::Result<Option<u64>>) -> Entry {
+        let tick = self.tick;
         let start_time = match start {
             Ok(Some(t)) => Some(t),
             Ok(None) => {
@@ -173,13 +190,15 @@ impl ProcOwners {
             Err(e) => {
                 self.fail(pid, "stat", Failure::Io(e));
                 // Gone or unreadable: the other files will not do better.
-                return Entry { start_time: None, owner: None, last_seen: self.tick };
+                return Entry { start_time: None, owner: None, last_seen: tick, partial_since: Some(tick) };
             }
         };
+        let mut partial = start_time.is_none();
         let mut owner = match self.read_file(pid, "cgroup") {
             Ok(()) => cgroup::parse(&String::from_utf8_lossy(&self.buf)),
             Err(e) => {
                 self.fail(pid, "cgroup", Failure::Io(e));
+                partial = true;
                 Owner::default()
             }
         };
@@ -188,15 +207,19 @@ impl ProcOwners {
                 let (uid, gid) = real_ids(&String::from_utf8_lossy(&self.buf));
                 if uid.is_none() {
                     self.fail(pid, "status", Failure::Garbage("no Uid line"));
+                    partial = true;
                 }
                 owner.uid = uid;
                 owner.gid = gid;
                 owner.user = uid.and_then(|uid| self.passwd.name(uid));
             }
-            Err(e) => self.fail(pid, "status", Failure::Io(e)),
+            Err(e) => {
+                self.fail(pid, "status", Failure::Io(e));
+                partial = true;
+            }
         }
         let owner = (!owner.is_unknown()).then(|| self.intern(owner));
-        Entry { start_time, owner, last_seen: self.tick }
+        Entry { start_time, owner, last_seen: tick, partial_since: partial.then_some(tick) }
     }
 
     fn intern(&mut self, owner: Owner) -> SharedOwner {

@@ -13,15 +13,17 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
+
+use bytes::Bytes;
 
 /// One request's worth of line protocol.
 #[derive(Debug)]
 pub(crate) struct Batch {
     pub(crate) seq: u64,
-    /// Shared, so that a spill or a send can use it outside the lock without copying.
-    pub(crate) body: Arc<[u8]>,
+    /// Shared, so that a spill or a send (the HTTP body itself) can use it outside the lock
+    /// without copying.
+    pub(crate) body: Bytes,
     pub(crate) lines: usize,
     /// The spill file holding this batch, once written.
     pub(crate) file: Option<PathBuf>,
@@ -62,7 +64,7 @@ pub(crate) struct Buffer {
 #[derive(Debug, Default)]
 pub(crate) struct SpillIo {
     dir: Option<PathBuf>,
-    write: Vec<(u64, usize, Arc<[u8]>)>,
+    write: Vec<(u64, usize, Bytes)>,
     delete: Vec<PathBuf>,
 }
 
@@ -143,15 +145,16 @@ impl Buffer {
         self.open_lines == 0 && self.queue.is_empty() && self.inflight.is_none()
     }
 
-    /// Moves the open batch to the queue (the open buffer keeps its capacity).
+    /// Moves the open batch to the queue: its buffer becomes the batch's body, without a copy,
+    /// and the next open batch starts with as much room.
     pub(crate) fn seal(&mut self) {
         if self.open_lines == 0 {
             self.open.clear();
             self.open_since = None;
             return;
         }
-        let body: Arc<[u8]> = Arc::from(self.open.as_slice());
-        self.open.clear();
+        let room = self.open.capacity();
+        let body = Bytes::from(std::mem::replace(&mut self.open, Vec::with_capacity(room)));
         let seq = self.next_seq;
         self.next_seq += 1;
         self.queue.push_back(Batch { seq, body, lines: self.open_lines, file: None });
@@ -266,7 +269,7 @@ impl Buffer {
             match read_spill(&path, lines) {
                 Ok(body) => {
                     loaded += lines;
-                    self.queue.push_back(Batch { seq, body: Arc::from(body), lines, file: Some(path) });
+                    self.queue.push_back(Batch { seq, body: Bytes::from(body), lines, file: Some(path) });
                 }
                 Err(why) => self.quarantine(&path, &why),
             }

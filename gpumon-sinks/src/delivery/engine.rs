@@ -63,8 +63,9 @@ pub(crate) fn server_message(body: &str) -> String {
 /// classified ([`classify`]).
 #[async_trait::async_trait]
 pub(crate) trait Transport: Send + Sync + 'static {
-    /// Sends one batch (the bytes the sink encoded, uncompressed).
-    async fn send(&self, body: &[u8]) -> Result<(), Failure>;
+    /// Sends one batch (the bytes the sink encoded, uncompressed; cloning them is free, so an
+    /// uncompressed request can carry them as its body).
+    async fn send(&self, body: &bytes::Bytes) -> Result<(), Failure>;
 }
 
 /// What a sink calls things, for its log lines and error messages.
@@ -210,6 +211,8 @@ pub(crate) struct Delivery {
     telemetry: Option<Telemetry>,
     /// Dropped items already reported through `telemetry`.
     drops_reported: u64,
+    /// When [`Delivery::append`] last took data.
+    last_append: Option<Instant>,
 }
 
 impl std::fmt::Debug for Delivery {
@@ -258,6 +261,7 @@ impl Delivery {
             shut_down: false,
             telemetry: None,
             drops_reported: 0,
+            last_append: None,
         };
         Ok((delivery, replayed))
     }
@@ -322,22 +326,28 @@ impl Delivery {
     }
 
     /// Appends one snapshot: `encode` writes into the open batch and returns the items it wrote.
-    /// Seals at `batch_items`, enforces the bounds, wakes the writer; returns the current write
-    /// error (the data is taken either way).
+    /// Seals at `batch_items` — or at once when this append comes a whole `batch_interval` after
+    /// the previous one: at such rates a batch would wait out the interval alone and then be
+    /// sent alone anyway, so sealing now saves the writer a wake-up and the data the wait.
+    /// Enforces the bounds, wakes the writer; returns the current write error (the data is
+    /// taken either way).
     pub(crate) fn append(&mut self, encode: impl FnOnce(&mut Vec<u8>) -> usize) -> Result<(), SinkError> {
         if self.shut_down {
             return Err(SinkError::AlreadyShutdown);
         }
         self.ensure_writer();
+        let now = Instant::now();
+        let slow = self.last_append.is_some_and(|t| now.duration_since(t) >= self.batch_interval);
+        self.last_append = Some(now);
         let (wake, dropped_total) = {
             let mut st = self.shared.lock();
             let b = &mut st.buffer;
             let items = encode(&mut b.open);
             if items > 0 && b.open_since.is_none() {
-                b.open_since = Some(Instant::now());
+                b.open_since = Some(now);
             }
             b.open_lines += items;
-            let sealed = b.open_lines >= self.batch_items;
+            let sealed = b.open_lines >= self.batch_items || (slow && b.open_lines > 0);
             if sealed {
                 b.seal();
             }
@@ -492,7 +502,7 @@ struct Writer {
 
 enum Next {
     /// Send the batch now in flight (its body).
-    Send(Arc<[u8]>),
+    Send(bytes::Bytes),
     Wait(Option<Instant>),
     Stop,
 }

@@ -68,7 +68,9 @@ pub struct InfluxConfig {
     pub gzip: bool,
     /// A batch is sent once it holds this many lines (points). Default 5000.
     pub batch_points: usize,
-    /// …or once its first line is this old, whichever comes first. Default 1 s.
+    /// …or once its first line is this old, whichever comes first. Default 1 s. An export that
+    /// comes this long or longer after the previous one is sealed at once (it would be sent
+    /// alone anyway).
     #[serde(deserialize_with = "crate::duration::deserialize")]
     pub batch_interval: Duration,
     /// Timeout of one HTTP request (connect + send + response). Default 5 s.

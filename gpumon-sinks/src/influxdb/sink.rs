@@ -257,7 +257,15 @@ impl Sink for InfluxSink {
         self.delivery.append(|open| {
             scratch.clear();
             let encoded = encoder.encode_snapshot(&snapshot, scratch);
-            open.extend_from_slice(scratch.as_bytes());
+            if open.is_empty() {
+                // The snapshot is the whole batch so far (always, at rates slower than the batch
+                // interval): hand its bytes over instead of copying them; the open batch's empty
+                // buffer becomes the next scratch.
+                let spare = std::mem::replace(open, std::mem::take(scratch).into_bytes());
+                *scratch = String::from_utf8(spare).unwrap_or_default();
+            } else {
+                open.extend_from_slice(scratch.as_bytes());
+            }
             encoded.lines
         })
     }
@@ -279,18 +287,21 @@ struct InfluxTransport {
 
 #[async_trait::async_trait]
 impl Transport for InfluxTransport {
-    async fn send(&self, body: &[u8]) -> Result<(), Failure> {
+    async fn send(&self, body: &bytes::Bytes) -> Result<(), Failure> {
         let ep = &self.endpoint;
         let mut request =
             self.client.post(ep.write_url.clone()).header(reqwest::header::CONTENT_TYPE, "text/plain; charset=utf-8");
         let body = if ep.gzip {
             use std::io::Write as _;
             let mut gz = flate2::write::GzEncoder::new(Vec::with_capacity(body.len() / 4), flate2::Compression::fast());
-            gz.write_all(body)
+            let gzipped = gz
+                .write_all(body)
                 .and_then(|()| gz.finish())
-                .map_err(|e| Failure::Reject { message: format!("gzip: {e}") })?
+                .map_err(|e| Failure::Reject { message: format!("gzip: {e}") })?;
+            bytes::Bytes::from(gzipped)
         } else {
-            body.to_vec()
+            // The batch itself: no copy of ~140 KB per request for 8 GPUs.
+            body.clone()
         };
         if ep.gzip {
             request = request.header(reqwest::header::CONTENT_ENCODING, "gzip");

@@ -213,7 +213,7 @@ struct RemoteWriteTransport {
 
 #[async_trait::async_trait]
 impl Transport for RemoteWriteTransport {
-    async fn send(&self, body: &[u8]) -> Result<(), Failure> {
+    async fn send(&self, body: &bytes::Bytes) -> Result<(), Failure> {
         let target = format!("POST {}", self.url);
         let compressed = compress(body).map_err(|e| Failure::Reject { message: format!("{target}: snappy: {e}") })?;
         let mut request = self

@@ -107,6 +107,30 @@ async fn batches_by_time() {
     }
 }
 
+/// An export that comes a whole batch interval after the previous one is sealed at once: its
+/// batch would wait out the interval alone and be sent alone anyway (the agent at 1 s with the
+/// default 1 s interval). Faster exports are still batched.
+#[tokio::test]
+async fn exports_slower_than_the_batch_interval_are_sent_at_once() {
+    let server = TestServer::start(Reply::status(204)).await;
+    let mut c = config(&server.url);
+    c.batch_interval = Duration::from_secs(2);
+    let mut sink = RemoteWriteSink::from_config(&c).unwrap();
+    sink.export(snapshot(1000)).await.unwrap();
+    sink.export(snapshot(2000)).await.unwrap();
+    sink.flush().await.unwrap();
+    assert_eq!(server.requests(), 1, "back to back: one batch");
+    tokio::time::sleep(c.batch_interval).await;
+    let exported = Instant::now();
+    sink.export(snapshot(3000)).await.unwrap();
+    while server.requests() < 2 {
+        assert!(exported.elapsed() < Duration::from_millis(1500), "not sent at once: waiting out the interval");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let sizes: Vec<usize> = server.received().iter().map(|(_, b)| decode_body(b).timeseries.len()).collect();
+    assert_eq!(sizes, [2 * per_snapshot(), per_snapshot()]);
+}
+
 #[tokio::test]
 async fn server_errors_are_retried_until_accepted() {
     let server = TestServer::start(Reply::with(503, &[], "ingester unavailable")).await;
