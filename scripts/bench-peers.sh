@@ -224,6 +224,13 @@ if [ "$DO_TICK" = 1 ]; then
     BEFORE_FAKE_LIB="${BEFORE_FAKE_DIR:+$BEFORE_FAKE_DIR/libnvidia-ml.so.1}"
     BEFORE_FAKE_LIB="${BEFORE_FAKE_LIB:-$FAKE_LIB}"
     [ -z "$BEFORE_AGENT" ] || [ -x "$BEFORE_AGENT" ] || die "--before-agent $BEFORE_AGENT is not executable"
+    # The same families for the previous build: with --only where it has the flag; otherwise by
+    # disabling the rest of the defaults of its day (a build with more default families, without
+    # --only, would do more work here).
+    BEFORE_SELECT=(--disable "$ONLY_AS_DISABLE")
+    if [ -n "$BEFORE_AGENT" ] && "$BEFORE_AGENT" --help 2>/dev/null | grep -q -- '--only'; then
+        BEFORE_SELECT=(--only "$ONLY")
+    fi
     printf 'round\tconfig\tfleet\tkind\ttask_clock_ms\tsamples\n' > "$TICK"
     # whole CFG ROUND FLEET KIND -- CMD...: perf stat over the whole life of CMD (all threads).
     whole() {
@@ -252,7 +259,7 @@ if [ "$DO_TICK" = 1 ]; then
         whole gpumon-only4 "$r" h100x8 run -- "${NEW[@]}" --interval 100ms --only "$ONLY" --duration "${TICK_S}s"
         if [ -n "$BEFORE_AGENT" ]; then
             whole before-only4 "$r" h100x8 run -- "$BEFORE_AGENT" --backend nvml --nvml-library "$BEFORE_FAKE_LIB" \
-                --log info --interval 100ms --disable "$ONLY_AS_DISABLE" --duration "${TICK_S}s"
+                --log info --interval 100ms "${BEFORE_SELECT[@]}" --duration "${TICK_S}s"
         fi
         whole gpumon-default "$r" h100x8 run -- "${NEW[@]}" --interval 100ms --duration "${TICK_S}s"
         for fleet in h100x1 h100x64 a100x8-mig; do
@@ -268,7 +275,7 @@ if [ "$DO_TICK" = 1 ]; then
         whole gpumon-default "$r" h100x8 once -- "${NEW[@]}" --once
         if [ -n "$BEFORE_AGENT" ]; then
             whole before-only4 "$r" h100x8 once -- "$BEFORE_AGENT" --backend nvml --nvml-library "$BEFORE_FAKE_LIB" \
-                --log info --disable "$ONLY_AS_DISABLE" --once
+                --log info "${BEFORE_SELECT[@]}" --once
         fi
     done
     # What is left per tick: one profile of the agent (same work), by thread and shared object.
