@@ -228,8 +228,11 @@ if [ "$DO_TICK" = 1 ]; then
     # disabling the rest of the defaults of its day (a build with more default families, without
     # --only, would do more work here).
     BEFORE_SELECT=(--disable "$ONLY_AS_DISABLE")
-    if [ -n "$BEFORE_AGENT" ] && "$BEFORE_AGENT" --help 2>/dev/null | grep -q -- '--only'; then
-        BEFORE_SELECT=(--only "$ONLY")
+    if [ -n "$BEFORE_AGENT" ]; then
+        BEFORE_HELP="$("$BEFORE_AGENT" --help 2>/dev/null || true)"
+        if grep -qE -- '--only[[:space:]<=]' <<<"$BEFORE_HELP"; then
+            BEFORE_SELECT=(--only "$ONLY")
+        fi
     fi
     printf 'round\tconfig\tfleet\tkind\ttask_clock_ms\tsamples\n' > "$TICK"
     # whole CFG ROUND FLEET KIND -- CMD...: perf stat over the whole life of CMD (all threads).

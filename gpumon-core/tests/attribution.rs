@@ -339,6 +339,37 @@ fn a_partly_read_owner_is_read_again_later_and_a_complete_one_never() {
     assert_eq!(failures(), 1, "a complete owner is not read again");
 }
 
+/// A re-read that fails again is not counted again (the counter counts processes, not
+/// attempts) and keeps what was known — also when the process's files are gone altogether.
+#[test]
+fn a_re_read_that_fails_again_keeps_the_owner_and_is_not_counted_again() {
+    use gpumon_core::attribution::procfs::PARTIAL_REREAD_TICKS;
+    let root = ProcRoot::new("partial-again");
+    root.add(7, 1, 1000, &docker_cgroup());
+    let cgroup = root.proc().join("7/cgroup");
+    std::fs::remove_file(&cgroup).unwrap();
+    std::fs::create_dir(&cgroup).unwrap();
+    let stats = Arc::new(AttributionStats::default());
+    let mut procs = ProcOwners::new(root.proc(), root.passwd(), stats.clone());
+    let mut ticks = |n: u64| {
+        let mut last = None;
+        for _ in 0..n {
+            procs.begin_tick();
+            last = procs.owner(7);
+            procs.end_tick();
+        }
+        last
+    };
+    let first = ticks(1).expect("the user is known");
+    assert_eq!(first.user.as_deref(), Some("alice"));
+    // Two re-reads: the cgroup file still fails.
+    assert_eq!(ticks(2 * PARTIAL_REREAD_TICKS), Some(first.clone()));
+    // Then every file goes (the process exited but is still listed): still the owner known.
+    root.remove(7);
+    assert_eq!(ticks(2 * PARTIAL_REREAD_TICKS), Some(first));
+    assert_eq!(stats.proc_read_failures.load(Ordering::Relaxed), 1, "counted at the first read only");
+}
+
 #[test]
 fn a_reused_pid_is_told_apart_by_its_start_time_and_gone_pids_are_forgotten() {
     let root = ProcRoot::new("reuse");

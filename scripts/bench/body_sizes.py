@@ -2,8 +2,10 @@
 
 Runs the agent command given after `--` for a few seconds with every sink at 1 s — stdout JSON,
 InfluxDB and OTLP/HTTP pointed at a capturing HTTP server here, Prometheus on a free port that is
-scraped once — and prints one line: `<stdout> <otlp> <influx> <scrape>`, the byte size of the
-first JSON line, of the largest OTLP and InfluxDB request bodies, and of one exposition.
+scraped once — and prints one line: `<stdout> <otlp> <influx> <scrape>`, the byte sizes of the
+longest JSON line, of the largest OTLP and InfluxDB request bodies, and of one exposition.
+(An InfluxDB request may hold two snapshots when two exports fall within one batch interval;
+the largest body is then an upper bound.)
 Loopback only; stdlib only.
 
     python body_sizes.py -- gpumon-agent --backend nvml --nvml-library .../libnvidia-ml.so.1
@@ -56,7 +58,7 @@ def main() -> int:
         "--prometheus-listen", f"127.0.0.1:{prom_port}",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    line = proc.stdout.readline()
+    first = proc.stdout.readline()
     scrape = 0
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline and scrape == 0:
@@ -65,10 +67,10 @@ def main() -> int:
                 scrape = len(r.read())
         except OSError:
             time.sleep(0.1)
-    proc.stdout.read()
+    longest = max([len(first)] + [len(line) for line in proc.stdout])
     proc.wait(timeout=30)
     server.shutdown()
-    got = [len(line), sizes["/v1/metrics"], sizes["/write"], scrape]
+    got = [longest, sizes["/v1/metrics"], sizes["/write"], scrape]
     if 0 in got:
         print(f"body_sizes: a sink moved nothing: stdout otlp influx scrape = {got}", file=sys.stderr)
         return 1

@@ -7,7 +7,8 @@
 //! `influx_bytes` to InfluxDB over kept-alive connections (reading each response), while a second
 //! thread answers every `GET` on `listen_addr` with `scrape_bytes` (the Prometheus exposition).
 //! The sizes are the agent's own for the fleet measured (bench-peers.sh reads them from the
-//! agent), the bodies are filler: the servers answer 4xx, which costs the sender the same. No
+//! agent), the bodies are filler: InfluxDB refuses it (400), the OTLP receiver happens to take
+//! it for an unknown protobuf field (200); either way the sender's cost is the same. No
 //! sampling, no encoding: its CPU, measured like the agent's, is what the sinks' I/O alone costs
 //! on this machine at that rate — the part no encoder change can remove.
 //! Built by bench-peers.sh with plain `rustc -O`; no dependencies.
@@ -24,7 +25,9 @@ fn split_url(url: &str) -> (String, String) {
     }
 }
 
-/// Reads one HTTP response (status line, headers, `Content-Length` body or chunked body).
+/// Reads one HTTP response (status line, headers, `Content-Length` body or chunked body without
+/// extensions — what the servers used here send; a body delimited by closing the connection is
+/// not supported and panics, as does anything else unexpected: this is a benchmark).
 fn read_response(r: &mut BufReader<TcpStream>) {
     let mut line = String::new();
     let mut length = 0usize;

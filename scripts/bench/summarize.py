@@ -84,13 +84,6 @@ def main():
                 f"{fmt(s['p50'])} | {fmt(s['p99'])} | {each} |"
             )
         out.append("")
-        floor, everything = hz.get("floor-io"), hz.get("gpumon-all")
-        if floor and everything and floor["core_pct"] and everything["core_pct"]:
-            out.append(
-                f"floor-io moves gpumon-all's bytes and does nothing else: {fmt(floor['core_pct'], 4)} % of a core. "
-                f"gpumon-all spends {fmt(everything['core_pct'] - floor['core_pct'], 4)} % beyond it "
-                "(sampling, encoding, the runtime).\n"
-            )
         peers = [p for p in PEERS if fast.get(p)]
         if peers:
             out.append("### Ratios gpumon / peer (medians) — below 1 means gpumon costs less; (1/N) = N× less\n")

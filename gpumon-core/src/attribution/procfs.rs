@@ -27,8 +27,9 @@
 //! (possibly nothing), [`AttributionStats::proc_read_failures`] counts the failure, and it is
 //! logged once per pid. Such a partly read owner is read again, whole, every
 //! [`PARTIAL_REREAD_TICKS`] ticks while the pid stays listed: a failure may pass (too many open
-//! files, a proc root mounted late), and an owner once complete is never read again. Nothing
-//! here ever fails a tick.
+//! files, a proc root mounted late). A re-read that fails again is not counted again, and keeps
+//! what was known of the process; an owner once complete is never read again. Nothing here ever
+//! fails a tick.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{ErrorKind, Read as _};
@@ -152,14 +153,14 @@ impl ProcOwners {
     /// nothing for a pid seen on the previous tick.
     pub fn owner(&mut self, pid: u32) -> Option<SharedOwner> {
         let tick = self.tick;
-        let remembered_start = match self.entries.get_mut(&pid) {
-            Some(e) if e.reread_due(tick) => None,
+        let (remembered_start, rereading) = match self.entries.get_mut(&pid) {
+            Some(e) if e.reread_due(tick) => (None, true),
             Some(e) if e.last_seen + 1 >= tick => {
                 e.last_seen = tick;
                 return e.owner.clone();
             }
-            Some(e) => Some(e.start_time),
-            None => None,
+            Some(e) => (Some(e.start_time), false),
+            None => (None, false),
         };
         // `stat` is read once here, whether it confirms a remembered pid or starts a fresh read.
         let start = self.start_time(pid);
@@ -172,23 +173,34 @@ impl ProcOwners {
                 }
             }
         }
-        let entry = self.read(pid, start);
+        // A re-read's failures were counted (and logged) at the first read: the counter counts
+        // processes whose files failed, not attempts.
+        let mut entry = self.read(pid, start, !rereading);
+        if let (true, Some(old)) = (rereading && entry.partial_since.is_some(), self.entries.get(&pid)) {
+            // Still not whole: keep what was known of the same process (a `stat` that fails now
+            // says nothing about which process it was).
+            if entry.start_time.is_none() || entry.start_time == old.start_time {
+                entry.owner = old.owner.clone();
+                entry.start_time = old.start_time;
+            }
+        }
         let owner = entry.owner.clone();
         self.entries.insert(pid, entry);
         owner
     }
 
-    /// Reads everything about `pid` afresh, given what its `stat` said.
-    fn read(&mut self, pid: u32, start: std::io::Result<Option<u64>>) -> Entry {
+    /// Reads everything about `pid` afresh, given what its `stat` said; failures are counted in
+    /// the stats when `count` (always logged once per pid).
+    fn read(&mut self, pid: u32, start: std::io::Result<Option<u64>>, count: bool) -> Entry {
         let tick = self.tick;
         let start_time = match start {
             Ok(Some(t)) => Some(t),
             Ok(None) => {
-                self.fail(pid, "stat", Failure::Garbage("no start time"));
+                self.fail(pid, "stat", Failure::Garbage("no start time"), count);
                 None
             }
             Err(e) => {
-                self.fail(pid, "stat", Failure::Io(e));
+                self.fail(pid, "stat", Failure::Io(e), count);
                 // Gone or unreadable: the other files will not do better.
                 return Entry { start_time: None, owner: None, last_seen: tick, partial_since: Some(tick) };
             }
@@ -197,7 +209,7 @@ impl ProcOwners {
         let mut owner = match self.read_file(pid, "cgroup") {
             Ok(()) => cgroup::parse(&String::from_utf8_lossy(&self.buf)),
             Err(e) => {
-                self.fail(pid, "cgroup", Failure::Io(e));
+                self.fail(pid, "cgroup", Failure::Io(e), count);
                 partial = true;
                 Owner::default()
             }
@@ -206,7 +218,7 @@ impl ProcOwners {
             Ok(()) => {
                 let (uid, gid) = real_ids(&String::from_utf8_lossy(&self.buf));
                 if uid.is_none() {
-                    self.fail(pid, "status", Failure::Garbage("no Uid line"));
+                    self.fail(pid, "status", Failure::Garbage("no Uid line"), count);
                     partial = true;
                 }
                 owner.uid = uid;
@@ -214,7 +226,7 @@ impl ProcOwners {
                 owner.user = uid.and_then(|uid| self.passwd.name(uid));
             }
             Err(e) => {
-                self.fail(pid, "status", Failure::Io(e));
+                self.fail(pid, "status", Failure::Io(e), count);
                 partial = true;
             }
         }
@@ -244,7 +256,7 @@ impl ProcOwners {
         Ok(())
     }
 
-    fn fail(&mut self, pid: u32, file: &str, failure: Failure) {
+    fn fail(&mut self, pid: u32, file: &str, failure: Failure, count: bool) {
         let message = format!("cannot read {}/{pid}/{file}: {failure}", self.proc_root.display());
         if self.logged.len() >= MAX_LOGGED {
             self.logged.clear();
@@ -255,7 +267,9 @@ impl ProcOwners {
             let routine = matches!(&failure, Failure::Io(e) if e.kind() == ErrorKind::NotFound);
             log_failure(&message, !routine);
         }
-        self.stats.record_failure(&self.stats.proc_read_failures, message);
+        if count {
+            self.stats.record_failure(&self.stats.proc_read_failures, message);
+        }
     }
 }
 

@@ -353,8 +353,12 @@ impl Fake {
         s
     }
 
+    /// Forgets the cached samples, and what event sets found at this tick: faults changed, so an
+    /// XID injected at (or before) the current tick must be looked for now, not at the next
+    /// scheduled one.
     pub fn clear_cache(&mut self) {
         self.cache.iter_mut().for_each(|c| *c = None);
+        self.event_sets.values_mut().for_each(|s| s.quiet_tick = None);
     }
 
     /// A function-wide (or, with `gpu`, device-specific) injected fault for `name`.

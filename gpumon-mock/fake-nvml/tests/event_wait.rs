@@ -122,6 +122,43 @@ fn a_wall_clock_wait_sleeps_through_quiet_ticks_and_wakes_at_the_xid_tick() {
     assert!(took < Duration::from_secs(10), "woken at the XID's tick, not by the 20 s timeout: {took:?}");
 }
 
+/// An ECC burst injected at the current tick (on a wall clock whose next tick is far away) is
+/// delivered to a wait already sleeping, at once — not at the wait's timeout.
+#[test]
+fn an_xid_injected_at_the_current_tick_wakes_a_sleeping_wait() {
+    let fake = Fake::new("scenario=idle;clock=wall;tick_ms=600000");
+    let (init, create, by_index, register, wait): (Init, Create, ByIndex, Register, Wait) = (
+        fake.raw("nvmlInit_v2"),
+        fake.raw("nvmlEventSetCreate"),
+        fake.raw("nvmlDeviceGetHandleByIndex_v2"),
+        fake.raw("nvmlDeviceRegisterEvents"),
+        fake.raw("nvmlEventSetWait_v2"),
+    );
+    let mut set = std::ptr::null_mut();
+    let mut gpu1 = std::ptr::null_mut();
+    unsafe {
+        assert_eq!(init(), 0);
+        assert_eq!(create(&mut set), 0);
+        assert_eq!(by_index(1, &mut gpu1), 0);
+        assert_eq!(register(gpu1, XID_CRITICAL, set), 0);
+    }
+    let set = set as usize;
+    // A first wait scans tick 0 and finds nothing.
+    let mut ev = EventData::default();
+    assert_eq!(unsafe { wait(set as *mut _, &mut ev, 50) }, TIMEOUT);
+    let waiter = std::thread::spawn(move || {
+        let mut ev = EventData::default();
+        let started = Instant::now();
+        let rc = unsafe { wait(set as *mut _, &mut ev, 20_000) };
+        (rc, ev.event_data, started.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    fake.inject(&format!("ecc-burst:1@{}:48", fake.tick()));
+    let (rc, code, took) = waiter.join().unwrap();
+    assert_eq!((rc, code), (0, 48), "the injected XID");
+    assert!(took < Duration::from_secs(10), "woken by the injection, not by the 20 s timeout: {took:?}");
+}
+
 #[test]
 fn an_xid_is_counted_promptly_with_a_long_watcher_slice_and_drop_does_not_wait_for_it() {
     let fake = Fake::new("scenario=idle;clock=manual;faults=ecc-burst:1@2:48");

@@ -145,16 +145,19 @@ impl Buffer {
         self.open_lines == 0 && self.queue.is_empty() && self.inflight.is_none()
     }
 
-    /// Moves the open batch to the queue: its buffer becomes the batch's body, without a copy,
-    /// and the next open batch starts with as much room.
+    /// Moves the open batch to the queue: its buffer becomes the batch's body, without a copy
+    /// (trimmed to its length, so that what the bounds count is what is held), and the next
+    /// open batch starts with room for as much.
     pub(crate) fn seal(&mut self) {
         if self.open_lines == 0 {
             self.open.clear();
             self.open_since = None;
             return;
         }
-        let room = self.open.capacity();
-        let body = Bytes::from(std::mem::replace(&mut self.open, Vec::with_capacity(room)));
+        let len = self.open.len();
+        let mut body = std::mem::replace(&mut self.open, Vec::with_capacity(len));
+        body.shrink_to_fit();
+        let body = Bytes::from(body);
         let seq = self.next_seq;
         self.next_seq += 1;
         self.queue.push_back(Batch { seq, body, lines: self.open_lines, file: None });

@@ -7,7 +7,7 @@
 //! - `export` never waits for the network: it appends the encoded snapshot to the open batch and
 //!   returns the current write error, if any, so the agent's status shows what the server said.
 //! - A batch is sealed at `batch_items` items or after `batch_interval` — at once when exports
-//!   come at least `batch_interval` apart (it would be sent alone anyway); batches go out one at
+//!   come about `batch_interval` apart or more (it would be sent alone anyway); batches go out one at
 //!   a time, oldest first.
 //! - Network errors, timeouts, 408, 429 and 5xx are retried with jittered exponential backoff, or
 //!   after the server's `Retry-After`; 401/403/404 hold the data and retry only every

@@ -69,7 +69,7 @@ pub struct InfluxConfig {
     /// A batch is sent once it holds this many lines (points). Default 5000.
     pub batch_points: usize,
     /// …or once its first line is this old, whichever comes first. Default 1 s. An export that
-    /// comes this long or longer after the previous one is sealed at once (it would be sent
+    /// comes about this long or longer after the previous one is sealed at once (it would be sent
     /// alone anyway).
     #[serde(deserialize_with = "crate::duration::deserialize")]
     pub batch_interval: Duration,

@@ -93,8 +93,8 @@
 //!
 //! - `export` encodes the snapshot into the open batch and returns at once; it never waits for
 //!   the network. A background task seals a batch when it reaches `batch_points` lines or its
-//!   first line is `batch_interval` old (an export that comes `batch_interval` or more after the
-//!   previous one is sealed at once: it would be sent alone anyway), and sends batches **one at
+//!   first line is `batch_interval` old (an export that comes about `batch_interval` or more after
+//!   the previous one is sealed at once: it would be sent alone anyway), and sends batches **one at
 //!   a time, in order**, each request's body the batch itself (no copy).
 //! - Network errors, timeouts, HTTP 408, 429 and 5xx are retried with exponential backoff and full
 //!   jitter (`retry_initial` doubling up to `retry_max`); a `Retry-After` (seconds) is honoured.

@@ -258,7 +258,7 @@ impl Sink for InfluxSink {
             scratch.clear();
             let encoded = encoder.encode_snapshot(&snapshot, scratch);
             if open.is_empty() {
-                // The snapshot is the whole batch so far (always, at rates slower than the batch
+                // The snapshot is the whole batch so far (as at rates no faster than the batch
                 // interval): hand its bytes over instead of copying them; the open batch's empty
                 // buffer becomes the next scratch.
                 let spare = std::mem::replace(open, std::mem::take(scratch).into_bytes());

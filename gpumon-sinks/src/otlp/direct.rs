@@ -53,6 +53,13 @@ pub(crate) struct Direct {
     encoded: Option<(u64, usize)>,
     /// The last update's time was 0 (before the epoch), so its points have no time field.
     timeless: bool,
+    /// Debug builds: where the whole encoding is made to check a rewrite against (kept, so that
+    /// the check allocates nothing in the steady state either).
+    #[cfg(debug_assertions)]
+    check: Vec<u8>,
+    /// Exports whose values were rewritten in place (tests).
+    #[cfg(test)]
+    rewrites: usize,
     gzip_buf: Vec<u8>,
     points: usize,
     /// gzip the HTTP body.
@@ -314,6 +321,10 @@ impl Direct {
             layout: 0,
             encoded: None,
             timeless: false,
+            #[cfg(debug_assertions)]
+            check: Vec::new(),
+            #[cfg(test)]
+            rewrites: 0,
             gzip_buf: Vec::new(),
             points: 0,
             gzip,
@@ -478,11 +489,18 @@ impl Direct {
         self.update(plan, cache, snapshot);
         if self.encoded == Some((self.layout, self.buf.len())) {
             self.rewrite_values();
+            #[cfg(test)]
+            {
+                self.rewrites += 1;
+            }
             #[cfg(debug_assertions)]
             {
-                let rewritten = std::mem::take(&mut self.buf);
+                // Encode the whole request into the check buffer and compare; the rewritten
+                // bytes stay the output.
+                let rewritten = std::mem::replace(&mut self.buf, std::mem::take(&mut self.check));
                 self.encode_whole();
                 assert!(rewritten == self.buf, "the values rewritten in place differ from a whole encoding");
+                self.check = std::mem::replace(&mut self.buf, rewritten);
             }
         } else {
             self.encode_whole();
@@ -935,12 +953,18 @@ mod tests {
 
     /// The steady state rewrites times and values in the kept request; whatever came before,
     /// the bytes are those a new sink encodes for the same snapshot — through a layout change
-    /// (a second GPU), back, and through a time of 0 (no time field) and back.
+    /// (a second GPU), back, through a time of 0 (no time field) and back, and through a metric
+    /// that vanishes (no energy reading) and returns. The first export also marks the resource
+    /// as simulated.
     #[test]
     fn values_rewritten_in_place_are_the_whole_encoding() {
         let plan = Plan::new();
         let mut cache = AttributeCache::default();
         let mut direct = offline(&plan);
+        let no_energy = |mut snap: Snapshot| {
+            snap.devices[0].power.energy_joules = None;
+            snap
+        };
         let two_gpus = |mut snap: Snapshot| {
             let mut other = snap.devices[0].clone();
             other.info = Arc::new(DeviceInfo::new(1, "GPU-1", "Y"));
@@ -957,11 +981,14 @@ mod tests {
             (6, snapshot(UNIX_EPOCH, 6.0), false),
             (7, snapshot(UNIX_EPOCH + Duration::from_secs(7), 7.0), false),
             (8, snapshot(UNIX_EPOCH + Duration::from_secs(8), 8.0), true),
+            (9, no_energy(snapshot(UNIX_EPOCH + Duration::from_secs(9), 0.0)), false),
+            (10, no_energy(snapshot(UNIX_EPOCH + Duration::from_secs(10), 0.0)), true),
+            (11, snapshot(UNIX_EPOCH + Duration::from_secs(11), 11.0), false),
         ];
         for (n, snap, in_place) in steps {
-            let layout = direct.layout;
+            let rewrites = direct.rewrites;
             let bytes = direct.encode(&plan, &mut cache, &snap).to_vec();
-            assert_eq!(direct.layout == layout, in_place, "step {n}: rewritten in place");
+            assert_eq!(direct.rewrites == rewrites + 1, in_place, "step {n}: rewritten in place");
             let mut fresh = offline(&plan);
             fresh.start_time = direct.start_time;
             let expected = fresh.encode(&plan, &mut AttributeCache::default(), &snap).to_vec();

@@ -27,8 +27,8 @@
 //! # Delivery
 //!
 //! The InfluxDB writer's, shared (`delivery`, crate-private): batches of `batch_samples` samples or
-//! `batch_interval` (default 2000 / 1 s; sealed at once when exports come at least that far
-//! apart), one request in flight, each bounded by `timeout`
+//! `batch_interval` (default 2000 / 1 s; sealed at once when exports come about that far apart
+//! or more), one request in flight, each bounded by `timeout`
 //! (default 5 s). Network errors, 408, 429 and 5xx are retried with jittered exponential backoff
 //! or after `Retry-After`; 401/403/404 pause for `retry_max`; **any other 4xx (a 400 for an
 //! out-of-order or duplicate sample) drops the batch**: retrying cannot help, and a sender that

@@ -107,7 +107,7 @@ async fn batches_by_time() {
     }
 }
 
-/// An export that comes a whole batch interval after the previous one is sealed at once: its
+/// An export that comes about a batch interval or more after the previous one is sealed at once: its
 /// batch would wait out the interval alone and be sent alone anyway (the agent at 1 s with the
 /// default 1 s interval). Faster exports are still batched.
 #[tokio::test]
