@@ -329,8 +329,7 @@ impl Delivery {
     /// Seals at `batch_items` — or at once when this append comes about a `batch_interval` or more
     /// after the previous one (nine tenths of it: exports on a schedule at that very interval
     /// arrive a little early or late): at such rates a batch would wait out the interval alone
-    /// and then be sent alone anyway, so sealing now saves the writer a wake-up and the data the
-    /// wait.
+    /// and then be sent alone anyway, so sealing now spares the data the wait.
     /// Enforces the bounds, wakes the writer; returns the current write error (the data is
     /// taken either way).
     pub(crate) fn append(&mut self, encode: impl FnOnce(&mut Vec<u8>) -> usize) -> Result<(), SinkError> {
