@@ -626,7 +626,10 @@ async fn every_dashboard_query_returns_data() {
     let host = format!("itest-dash-{}", std::process::id());
     let sink = InfluxSink::from_config(&config(&run)).unwrap();
     let (handle, rec, _) = start_agent(TestSampler::new(&host, &["H100", "H100"]), sink);
-    wait_for(Duration::from_secs(20), "10 snapshots", || rec.snapshots().len() >= 10).await;
+    // 25 snapshots at 100 ms span 2.4 s, so at least two whole one-second buckets hold data: the
+    // rate panels (`non_negative_derivative(…) GROUP BY time(1s)`) need two. Ten snapshots
+    // fell into a single bucket whenever the agent started in the first tenth of a second.
+    wait_for(Duration::from_secs(20), "25 snapshots", || rec.snapshots().len() >= 25).await;
     handle.shutdown(Duration::from_secs(5)).await.expect("clean shutdown");
 
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../dashboards/influxdb.json");
