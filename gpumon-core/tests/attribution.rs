@@ -218,6 +218,15 @@ impl ProcRoot {
         std::fs::write(d.join("cgroup"), cgroup).unwrap();
     }
 
+    /// Puts a directory where `<pid>/<file>` should be, so that reading it fails whoever runs
+    /// the test (root reads any mode-000 file, so a permission bit would not do); its path.
+    fn make_unreadable(&self, pid: u32, file: &str) -> PathBuf {
+        let path = self.proc().join(format!("{pid}/{file}"));
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        path
+    }
+
     fn remove(&self, pid: u32) {
         std::fs::remove_dir_all(self.proc().join(pid.to_string())).unwrap();
     }
@@ -287,11 +296,7 @@ fn a_pid_that_vanished_before_it_was_read_is_counted_once_and_unknown() {
 fn an_unreadable_file_gives_what_the_others_say() {
     let root = ProcRoot::new("unreadable");
     root.add(7, 1, 1000, &docker_cgroup());
-    // A directory where the file should be: reading it fails whoever runs the test (root reads
-    // any mode-000 file, so a permission bit would not do).
-    let cgroup = root.proc().join("7/cgroup");
-    std::fs::remove_file(&cgroup).unwrap();
-    std::fs::create_dir(&cgroup).unwrap();
+    root.make_unreadable(7, "cgroup");
     let stats = Arc::new(AttributionStats::default());
     let mut procs = ProcOwners::new(root.proc(), root.passwd(), stats.clone());
     procs.begin_tick();
@@ -310,9 +315,7 @@ fn a_partly_read_owner_is_read_again_later_and_a_complete_one_never() {
     use gpumon_core::attribution::procfs::PARTIAL_REREAD_TICKS;
     let root = ProcRoot::new("partial");
     root.add(7, 1, 1000, &docker_cgroup());
-    let cgroup = root.proc().join("7/cgroup");
-    std::fs::remove_file(&cgroup).unwrap();
-    std::fs::create_dir(&cgroup).unwrap();
+    let cgroup = root.make_unreadable(7, "cgroup");
     let stats = Arc::new(AttributionStats::default());
     let failures = || stats.proc_read_failures.load(Ordering::Relaxed);
     let mut procs = ProcOwners::new(root.proc(), root.passwd(), stats.clone());
@@ -346,9 +349,7 @@ fn a_re_read_that_fails_again_keeps_the_owner_and_is_not_counted_again() {
     use gpumon_core::attribution::procfs::PARTIAL_REREAD_TICKS;
     let root = ProcRoot::new("partial-again");
     root.add(7, 1, 1000, &docker_cgroup());
-    let cgroup = root.proc().join("7/cgroup");
-    std::fs::remove_file(&cgroup).unwrap();
-    std::fs::create_dir(&cgroup).unwrap();
+    root.make_unreadable(7, "cgroup");
     let stats = Arc::new(AttributionStats::default());
     let mut procs = ProcOwners::new(root.proc(), root.passwd(), stats.clone());
     let mut ticks = |n: u64| {

@@ -31,15 +31,14 @@ type Wait = unsafe extern "C" fn(*mut std::ffi::c_void, *mut EventData, u32) -> 
 const XID_CRITICAL: u64 = 0x8;
 const TIMEOUT: u32 = 10;
 
-#[test]
-fn a_quiet_wait_lasts_its_timeout_and_a_tick_change_wakes_it_with_the_event() {
-    let fake = Fake::new("scenario=idle;clock=manual;faults=ecc-burst:1@2:48");
-    let (init, create, by_index, register, wait): (Init, Create, ByIndex, Register, Wait) = (
+/// Initialises the fake, creates an event set with GPU 1 registered for critical XIDs, and
+/// returns the set (as an address, to cross threads) and `nvmlEventSetWait_v2`.
+fn xid_set_on_gpu1(fake: &Fake) -> (usize, Wait) {
+    let (init, create, by_index, register): (Init, Create, ByIndex, Register) = (
         fake.raw("nvmlInit_v2"),
         fake.raw("nvmlEventSetCreate"),
         fake.raw("nvmlDeviceGetHandleByIndex_v2"),
         fake.raw("nvmlDeviceRegisterEvents"),
-        fake.raw("nvmlEventSetWait_v2"),
     );
     let mut set = std::ptr::null_mut();
     let mut gpu1 = std::ptr::null_mut();
@@ -49,7 +48,13 @@ fn a_quiet_wait_lasts_its_timeout_and_a_tick_change_wakes_it_with_the_event() {
         assert_eq!(by_index(1, &mut gpu1), 0);
         assert_eq!(register(gpu1, XID_CRITICAL, set), 0);
     }
-    let set = set as usize;
+    (set as usize, fake.raw("nvmlEventSetWait_v2"))
+}
+
+#[test]
+fn a_quiet_wait_lasts_its_timeout_and_a_tick_change_wakes_it_with_the_event() {
+    let fake = Fake::new("scenario=idle;clock=manual;faults=ecc-burst:1@2:48");
+    let (set, wait) = xid_set_on_gpu1(&fake);
 
     // Nothing happens: the wait returns TIMEOUT, and not before its timeout.
     let started = Instant::now();
@@ -85,22 +90,7 @@ fn voluntary_switches() -> u64 {
 #[test]
 fn a_wall_clock_wait_sleeps_through_quiet_ticks_and_wakes_at_the_xid_tick() {
     let fake = Fake::new("scenario=idle;clock=wall;tick_ms=2;faults=ecc-burst:1@300:48");
-    let (init, create, by_index, register, wait): (Init, Create, ByIndex, Register, Wait) = (
-        fake.raw("nvmlInit_v2"),
-        fake.raw("nvmlEventSetCreate"),
-        fake.raw("nvmlDeviceGetHandleByIndex_v2"),
-        fake.raw("nvmlDeviceRegisterEvents"),
-        fake.raw("nvmlEventSetWait_v2"),
-    );
-    let mut set = std::ptr::null_mut();
-    let mut gpu1 = std::ptr::null_mut();
-    unsafe {
-        assert_eq!(init(), 0);
-        assert_eq!(create(&mut set), 0);
-        assert_eq!(by_index(1, &mut gpu1), 0);
-        assert_eq!(register(gpu1, XID_CRITICAL, set), 0);
-    }
-    let set = set as usize;
+    let (set, wait) = xid_set_on_gpu1(&fake);
     let started = Instant::now();
     let (rc, switches) = std::thread::spawn(move || {
         let mut ev = EventData::default();
@@ -127,22 +117,7 @@ fn a_wall_clock_wait_sleeps_through_quiet_ticks_and_wakes_at_the_xid_tick() {
 #[test]
 fn an_xid_injected_at_the_current_tick_wakes_a_sleeping_wait() {
     let fake = Fake::new("scenario=idle;clock=wall;tick_ms=600000");
-    let (init, create, by_index, register, wait): (Init, Create, ByIndex, Register, Wait) = (
-        fake.raw("nvmlInit_v2"),
-        fake.raw("nvmlEventSetCreate"),
-        fake.raw("nvmlDeviceGetHandleByIndex_v2"),
-        fake.raw("nvmlDeviceRegisterEvents"),
-        fake.raw("nvmlEventSetWait_v2"),
-    );
-    let mut set = std::ptr::null_mut();
-    let mut gpu1 = std::ptr::null_mut();
-    unsafe {
-        assert_eq!(init(), 0);
-        assert_eq!(create(&mut set), 0);
-        assert_eq!(by_index(1, &mut gpu1), 0);
-        assert_eq!(register(gpu1, XID_CRITICAL, set), 0);
-    }
-    let set = set as usize;
+    let (set, wait) = xid_set_on_gpu1(&fake);
     // A first wait scans tick 0 and finds nothing.
     let mut ev = EventData::default();
     assert_eq!(unsafe { wait(set as *mut _, &mut ev, 50) }, TIMEOUT);
