@@ -1,11 +1,17 @@
 //! Cost of the diagnosis stage per tick for 8 and 64 mock devices, measured side by side with
 //! the bare mock sample and a whole tick through the runtime, so its share reads as a ratio.
 //! Two cases: healthy training (nothing raised) and every GPU with an active finding (the
-//! steady state of a diagnosed problem).
+//! steady state of a diagnosed problem). A third, `process_first_window_100ms`, is what an agent
+//! pays in its first window: at 100 ms the 30 s window is 300 ticks per GPU, and until it is full
+//! every tick writes window memory never touched before (page faults, cache misses). A fourth,
+//! `process_cold_100ms`, is a tick as an agent sleeping between ticks runs it: the diagnoser's
+//! state evicted from every cache (a 64 MiB sweep before each tick, not timed), the snapshot warm
+//! (the sampler has just written it). Hot loops hide what a 100 ms sleep costs: there, the lines
+//! and pages a tick touches count more than its instructions.
 //!
 //! `cargo bench --bench diagnose`
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use gpumon::core::diagnose::{DiagnoseConfig, Diagnoser};
@@ -13,8 +19,12 @@ use gpumon::core::{Agent, DeviceFilter, MetricSet, Processor, ProcessorContext, 
 use gpumon::mock::MockSampler;
 
 fn diagnoser() -> Diagnoser {
+    diagnoser_at(Duration::from_secs(1))
+}
+
+fn diagnoser_at(interval: Duration) -> Diagnoser {
     let mut d = Diagnoser::new(DiagnoseConfig::default()).unwrap();
-    d.attach(&ProcessorContext::new(Duration::from_secs(1)));
+    d.attach(&ProcessorContext::new(interval));
     d
 }
 
@@ -32,6 +42,31 @@ fn ticks(sampler: &MockSampler, full: bool) -> Vec<Snapshot> {
             s
         })
         .collect()
+}
+
+/// Writes one byte per cache line of `sweep` (64 MiB: more than any last-level cache, and
+/// 16 384 pages, more than any TLB holds).
+fn evict(sweep: &mut [u8]) {
+    for line in sweep.chunks_mut(64) {
+        line[0] = line[0].wrapping_add(1);
+    }
+    std::hint::black_box(&sweep);
+}
+
+/// Reads what diagnosis reads of a snapshot, as the sampler has just written it.
+fn warm(snapshot: &Snapshot) {
+    for d in &snapshot.devices {
+        std::hint::black_box((
+            d.info.uuid.as_bytes().iter().map(|b| u32::from(*b)).sum::<u32>(),
+            d.utilization.gpu,
+            d.memory.used,
+            d.windows.gpu_utilization.map(|w| w.mean),
+            d.power.usage_watts,
+            d.clocks.sm,
+            d.pcie.tx_bytes_per_second,
+            d.xid_errors.len(),
+        ));
+    }
 }
 
 fn diagnose(c: &mut Criterion) {
@@ -61,6 +96,53 @@ fn diagnose(c: &mut Criterion) {
                 })
             });
         }
+
+        // Fresh diagnosers, each fed its first window of ticks; all kept alive until the batch
+        // ends, so each one's window is new memory (as in a new agent), not the last one's.
+        let mut snapshots = ticks(&sampler, false);
+        group.bench_with_input(BenchmarkId::new("process_first_window_100ms", devices), &devices, |b, _| {
+            b.iter_custom(|iters| {
+                let window = diagnoser_at(Duration::from_millis(100)).window_ticks() as u64;
+                let mut alive = Vec::new();
+                let mut took = Duration::ZERO;
+                let mut done = 0;
+                while done < iters {
+                    let mut d = diagnoser_at(Duration::from_millis(100));
+                    let n = (iters - done).min(window);
+                    let start = Instant::now();
+                    for i in 0..n {
+                        d.process(&mut snapshots[i as usize % 16]);
+                    }
+                    took += start.elapsed();
+                    alive.push(d);
+                    done += n;
+                }
+                took
+            })
+        });
+
+        // Past the window at 100 ms (full rings), then one tick at a time with cold caches.
+        let mut d = diagnoser_at(Duration::from_millis(100));
+        for i in 0..d.window_ticks() + 16 {
+            d.process(&mut snapshots[i % 16]);
+        }
+        let mut sweep = vec![0u8; 64 << 20];
+        let mut i = 0;
+        group.bench_with_input(BenchmarkId::new("process_cold_100ms", devices), &devices, |b, _| {
+            b.iter_custom(|iters| {
+                let mut took = Duration::ZERO;
+                for _ in 0..iters {
+                    evict(&mut sweep);
+                    i += 1;
+                    let snapshot = &mut snapshots[i % 16];
+                    warm(snapshot);
+                    let start = Instant::now();
+                    d.process(snapshot);
+                    took += start.elapsed();
+                }
+                took
+            })
+        });
 
         for (case, with) in [("runtime_tick_without_diagnosis", false), ("runtime_tick_with_diagnosis", true)] {
             let handle = rt.block_on(async {

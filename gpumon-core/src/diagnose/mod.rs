@@ -60,8 +60,8 @@ use crate::finding::{Diagnosis, Finding, FindingCount, FindingEvent, FindingKind
 use crate::model::Snapshot;
 use crate::processor::{Processor, ProcessorContext};
 
-use rules::{Counters, Holds, HostContext, TickStats, KINDS};
-use window::{Ring, Tally};
+use rules::{Counters, Holds, HostContext, Past, TickStats, KINDS};
+use window::{Ring, Tallies};
 
 /// Default diagnosis window: long enough that a few slow steps or one checkpoint save do not
 /// raise anything, short enough that a starving job is named within half a minute.
@@ -299,14 +299,50 @@ struct Raised {
     raised_at: SystemTime,
 }
 
+/// The findings raised on one device. Every tick asks which kinds are raised; only a raise or a
+/// clear needs the findings themselves, which are large (evidence, advice), so they live out of
+/// line and a tick reads one word instead of nine findings' worth of cache lines.
+#[derive(Debug, Default)]
+struct RaisedSet {
+    /// Bit `k` set: kind `k` (in [`FindingKind::ALL`] order) is raised.
+    mask: u16,
+    findings: Box<[Option<Raised>; KINDS]>,
+}
+
+impl RaisedSet {
+    fn is_raised(&self, k: usize) -> bool {
+        self.mask & (1 << k) != 0
+    }
+
+    fn raise(&mut self, k: usize, raised: Raised) {
+        self.mask |= 1 << k;
+        self.findings[k] = Some(raised);
+    }
+
+    fn clear(&mut self, k: usize) -> Option<Raised> {
+        self.mask &= !(1 << k);
+        self.findings[k].take()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Raised> {
+        self.findings.iter().flatten()
+    }
+
+    fn clear_all(&mut self) -> impl Iterator<Item = Raised> + '_ {
+        self.mask = 0;
+        self.findings.iter_mut().filter_map(Option::take)
+    }
+}
+
 /// Everything diagnosis remembers about one device.
 #[derive(Debug)]
 struct Track {
-    history: Ring<TickStats>,
+    history: Ring<Past>,
     /// Running counts over `history` for the starvation rule.
     swings: rules::Swings,
-    tallies: Vec<Tally>,
-    raised: [Option<Raised>; KINDS],
+    /// Which conditions held on each tick of the window, per kind.
+    tallies: Tallies<KINDS>,
+    raised: RaisedSet,
     counters: Counters,
     /// `seq` of the last snapshot the device was in.
     seen: u64,
@@ -325,8 +361,8 @@ pub struct Diagnoser {
     raised_total: Arc<[FindingCount]>,
     /// Tick counter of its own, so snapshots without a `seq` (fed by hand) still work.
     tick: u64,
-    /// Scratch, reused every tick: per device position, its stats and answers.
-    scratch: Vec<(TickStats, Holds)>,
+    /// Scratch, reused every tick: per device position, its stats.
+    scratch: Vec<TickStats>,
 }
 
 impl Diagnoser {
@@ -406,8 +442,8 @@ impl Processor for Diagnoser {
                 None => self.tracks.entry(d.info.uuid.clone()).or_insert_with(|| Track {
                     history: Ring::new(ticks),
                     swings: rules::Swings::default(),
-                    tallies: (0..KINDS).map(|_| Tally::new(ticks)).collect(),
-                    raised: Default::default(),
+                    tallies: Tallies::new(ticks),
+                    raised: RaisedSet::default(),
                     counters: Counters::default(),
                     seen: 0,
                 }),
@@ -419,41 +455,38 @@ impl Processor for Diagnoser {
                     host.offer(level, position);
                 }
             }
-            self.scratch.push((stats, [false; KINDS]));
+            self.scratch.push(stats);
         }
 
         // 2. Ask every rule, update the windows, raise and clear.
+        let enabled: Holds = std::array::from_fn(|k| !self.config.disabled.contains(&FindingKind::ALL[k]));
         let mut events = Vec::new();
         let mut changed = false;
         let mut new_counts: Option<Vec<FindingCount>> = None;
         for (position, d) in snapshot.devices.iter().enumerate() {
             let Some(track) = self.tracks.get_mut(d.info.uuid.as_str()) else { continue };
-            let stats = self.scratch[position].0;
-            let mut active = [false; KINDS];
-            for (k, r) in track.raised.iter().enumerate() {
-                active[k] = r.is_some();
-            }
+            let stats = self.scratch[position];
+            let active: Holds = std::array::from_fn(|k| track.raised.is_raised(k));
             let holds = rules::evaluate(&stats, &track.history, &track.swings, &host, position, &active, &t);
-            self.scratch[position].1 = holds;
-            track.swings.entered(&stats, &t);
-            if let Some(left) = track.history.push(stats) {
-                track.swings.left(&left, &t);
+            track.swings.entered(stats.util, &t);
+            if let Some(left) = track.history.push(stats.past()) {
+                track.swings.left(left.util.get(), &t);
             }
+            track.tallies.push(std::array::from_fn(|k| holds[k] && enabled[k]));
             for (k, &kind) in FindingKind::ALL.iter().enumerate() {
-                let enabled = !self.config.disabled.contains(&kind);
-                track.tallies[k].push(holds[k] && enabled);
-                let yes = track.tallies[k].yes();
+                let enabled = enabled[k];
+                let yes = track.tallies.yes(k);
                 let raise = match kind {
                     FindingKind::HardwareErrors => holds[k],
                     _ => yes >= raise_at,
                 };
-                if track.raised[k].is_none() && enabled && raise && rules::confirm_raise(kind, &track.history) {
+                if !track.raised.is_raised(k) && enabled && raise && rules::confirm_raise(kind, &track.history) {
                     let peer = host
                         .busiest_other(position)
                         .map(|(l, p)| (snapshot.devices[p].info.index, snapshot.devices[p].info.uuid.as_str(), l));
-                    let held = track.tallies[k].trailing_yes().max(1);
+                    let held = track.tallies.trailing_yes(k).max(1);
                     let since = track.history.iter().rev().nth(held - 1).map_or(at, |s| s.at);
-                    let mut evidence = rules::evidence(kind, &track.history, peer);
+                    let mut evidence = rules::evidence(kind, &stats, &track.history, peer);
                     // With a step tracker before this stage: the step time and the GPU's idle
                     // share of it, the number a starving loader costs.
                     if kind == FindingKind::DataloaderStarvation {
@@ -475,18 +508,18 @@ impl Processor for Diagnoser {
                         finding: finding.clone(),
                         held_for: None,
                     });
-                    track.raised[k] = Some(Raised { finding, raised_at: at });
+                    track.raised.raise(k, Raised { finding, raised_at: at });
                     changed = true;
                     let counts = new_counts.get_or_insert_with(|| self.raised_total.to_vec());
                     match counts.iter_mut().find(|c| c.kind == kind) {
                         Some(c) => c.raised += 1,
                         None => counts.push(FindingCount { kind, raised: 1 }),
                     }
-                } else if track.raised[k].is_some() && (!enabled || clears(kind, yes, clear_at)) {
-                    if let Some(r) = track.raised[k].take() {
+                } else if track.raised.is_raised(k) && (!enabled || clears(kind, yes, clear_at)) {
+                    if let Some(r) = track.raised.clear(k) {
                         let mut finding = r.finding;
                         finding.evidence =
-                            format!("no longer holds; now: {}", rules::evidence(kind, &track.history, None));
+                            format!("no longer holds; now: {}", rules::evidence(kind, &stats, &track.history, None));
                         let held_for = at.duration_since(r.raised_at).ok();
                         events.push(FindingEvent { transition: Transition::Cleared, finding, held_for });
                         changed = true;
@@ -502,7 +535,7 @@ impl Processor for Diagnoser {
             if track.seen == tick {
                 return true;
             }
-            for r in track.raised.iter_mut().filter_map(Option::take) {
+            for r in track.raised.clear_all() {
                 let mut finding = r.finding;
                 finding.evidence = "the GPU is no longer in the snapshot".to_owned();
                 let held_for = at.duration_since(r.raised_at).ok();
@@ -514,7 +547,7 @@ impl Processor for Diagnoser {
 
         if changed {
             let mut active: Vec<Finding> =
-                self.tracks.values().flat_map(|t| t.raised.iter().flatten().map(|r| r.finding.clone())).collect();
+                self.tracks.values().flat_map(|t| t.raised.iter().map(|r| r.finding.clone())).collect();
             active.sort_by(|a, b| (a.gpu, a.kind, &a.uuid).cmp(&(b.gpu, b.kind, &b.uuid)));
             self.active = Arc::from(active);
         }

@@ -2,7 +2,8 @@
 //!
 //! Every rule answers one question per device and tick — "does my condition hold now?" — from
 //! [`TickStats`] (the few numbers diagnosis needs, copied out of the sample) and the host
-//! context (the busiest other GPU). Turning those answers into raised and cleared findings
+//! context (the busiest other GPU). The window keeps a smaller [`Past`] of each tick: what
+//! evidence and the multi-tick rules read back. Turning those answers into raised and cleared findings
 //! (the window, the hysteresis) is the job of `mod.rs`, the same for every rule.
 
 use std::fmt::Write as _;
@@ -56,6 +57,62 @@ pub(crate) struct TickStats {
     pub(crate) nvlink_errors_new: u64,
     /// NVLink links down this tick.
     pub(crate) nvlink_down: u64,
+}
+
+/// What the window keeps of one tick: the numbers evidence averages and the multi-tick rules
+/// read back, and nothing that only the current tick needs.
+///
+/// Kept small on purpose. The window holds `window / interval` of these per GPU (300 at 100 ms),
+/// and until it is full every tick writes one where the process never wrote before: a cache miss
+/// per line, a page fault per page. This is 160 bytes on x86-64; [`TickStats`], with its
+/// `Option<f64>`s, 376 (a test holds that it is more than twice the size).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Past {
+    pub(crate) at: SystemTime,
+    pub(crate) util: Reading,
+    pub(crate) level: Reading,
+    pub(crate) hires_min: Reading,
+    pub(crate) hires_max: Reading,
+    pub(crate) memory_controller: Reading,
+    pub(crate) sm_activity: Reading,
+    pub(crate) dram: Reading,
+    pub(crate) power: Reading,
+    pub(crate) sm_clock: Reading,
+    pub(crate) pcie_peak_bytes_per_second: Reading,
+    pub(crate) temperature: Reading,
+    /// Bytes, exact in an `f64` up to 8 PiB.
+    pub(crate) memory_used: Reading,
+    /// Clock-event reason bits; 0 when none were read (no bit is set either way).
+    pub(crate) reasons: u64,
+    pub(crate) ecc_new: u64,
+    pub(crate) xid_new: u64,
+    pub(crate) nvlink_errors_new: u64,
+    /// The code of the tick's last XID, when it had one.
+    pub(crate) xid_code: Reading,
+    pub(crate) remap_trouble: bool,
+}
+
+impl Past {
+    fn has_reason(&self, bits: u64) -> bool {
+        self.reasons & bits != 0
+    }
+}
+
+/// An `Option<f64>` in 8 bytes instead of 16: NaN stands for "not read". A NaN reading from a
+/// backend is not a number to average either, so it reads back as absent too.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reading(f64);
+
+impl Reading {
+    pub(crate) fn get(self) -> Option<f64> {
+        (!self.0.is_nan()).then_some(self.0)
+    }
+}
+
+impl From<Option<f64>> for Reading {
+    fn from(v: Option<f64>) -> Self {
+        Reading(v.unwrap_or(f64::NAN))
+    }
 }
 
 /// Counters kept from one tick to the next to turn totals into "new since last tick".
@@ -137,6 +194,31 @@ impl TickStats {
             remap_trouble: d.ecc.remapped_rows_pending == Some(true) || d.ecc.remapped_rows_failure == Some(true),
             nvlink_errors_new,
             nvlink_down,
+        }
+    }
+
+    /// What the window keeps of this tick.
+    pub(crate) fn past(&self) -> Past {
+        Past {
+            at: self.at,
+            util: self.util.into(),
+            level: self.level.into(),
+            hires_min: self.hires_min.into(),
+            hires_max: self.hires_max.into(),
+            memory_controller: self.memory_controller.into(),
+            sm_activity: self.sm_activity.into(),
+            dram: self.dram.into(),
+            power: self.power.into(),
+            sm_clock: self.sm_clock.into(),
+            pcie_peak_bytes_per_second: self.pcie_peak_bytes_per_second.into(),
+            temperature: self.temperature.into(),
+            memory_used: self.memory_used.map(|b| b as f64).into(),
+            reasons: self.reasons.unwrap_or(0),
+            ecc_new: self.ecc_new,
+            xid_new: self.xid_new,
+            nvlink_errors_new: self.nvlink_errors_new,
+            xid_code: self.xid_code.map(|c| c as f64).into(),
+            remap_trouble: self.remap_trouble,
         }
     }
 
@@ -223,7 +305,7 @@ pub(crate) fn slot(kind: FindingKind) -> usize {
 /// per-tick hysteresis of threshold rules).
 pub(crate) fn evaluate(
     s: &TickStats,
-    history: &Ring<TickStats>,
+    history: &Ring<Past>,
     swings: &Swings,
     host: &HostContext,
     position: usize,
@@ -263,7 +345,7 @@ pub(crate) fn evaluate(
         // Without the driver's sample buffer, the same shape across ticks: dips and peaks both
         // common within the window, mean low-to-mid.
         _ => {
-            debug_assert_eq!(swings.n, history.iter().filter(|h| h.util.is_some()).count());
+            debug_assert_eq!(swings.n, history.iter().filter(|h| h.util.get().is_some()).count());
             instantaneous_swings(s, swings, t)
         }
     };
@@ -314,7 +396,7 @@ pub(crate) fn evaluate(
 /// a fifth of the ticks near idle and a fifth busy, mean low-to-mid.
 fn instantaneous_swings(s: &TickStats, window: &Swings, t: &Thresholds) -> bool {
     let mut all = *window;
-    all.entered(s, t);
+    all.entered(s.util, t);
     let Swings { n, low, high, sum_micros } = all;
     // Too few ticks to see a pattern.
     if n < 5 {
@@ -340,9 +422,9 @@ pub(crate) struct Swings {
 }
 
 impl Swings {
-    /// Counts `s` in (it entered the window).
-    pub(crate) fn entered(&mut self, s: &TickStats, t: &Thresholds) {
-        if let Some(u) = s.util {
+    /// Counts a tick's utilisation reading in (the tick entered the window).
+    pub(crate) fn entered(&mut self, util: Option<f64>, t: &Thresholds) {
+        if let Some(u) = util {
             self.n += 1;
             self.low += usize::from(u <= t.starvation_dip);
             self.high += usize::from(u >= t.starvation_peak);
@@ -350,9 +432,10 @@ impl Swings {
         }
     }
 
-    /// Counts `s` out (it left the window); `t` must be the thresholds it was counted in with.
-    pub(crate) fn left(&mut self, s: &TickStats, t: &Thresholds) {
-        if let Some(u) = s.util {
+    /// Counts a tick's reading out (it left the window); `t` must be the thresholds it was counted
+    /// in with.
+    pub(crate) fn left(&mut self, util: Option<f64>, t: &Thresholds) {
+        if let Some(u) = util {
             self.n -= 1;
             self.low -= usize::from(u <= t.starvation_dip);
             self.high -= usize::from(u >= t.starvation_peak);
@@ -367,11 +450,11 @@ fn micros(u: f64) -> i64 {
 }
 
 /// Extra rule-specific check at the moment a finding would be raised.
-pub(crate) fn confirm_raise(kind: FindingKind, history: &Ring<TickStats>) -> bool {
+pub(crate) fn confirm_raise(kind: FindingKind, history: &Ring<Past>) -> bool {
     match kind {
         // "Almost full *and not shrinking*": a job that is freeing memory is not about to OOM.
         FindingKind::NearOom => match (history.first(), history.last()) {
-            (Some(first), Some(last)) => match (first.memory_used, last.memory_used) {
+            (Some(first), Some(last)) => match (first.memory_used.get(), last.memory_used.get()) {
                 (Some(a), Some(b)) => b >= a,
                 _ => true,
             },
@@ -452,8 +535,8 @@ struct Mean {
 }
 
 impl Mean {
-    fn add(&mut self, v: Option<f64>) {
-        if let Some(v) = v {
+    fn add(&mut self, v: Reading) {
+        if let Some(v) = v.get() {
             self.sum += v;
             self.n += 1;
         }
@@ -463,7 +546,7 @@ impl Mean {
     }
 }
 
-fn summarize(history: &Ring<TickStats>, reason_bits: u64) -> Summary {
+fn summarize(history: &Ring<Past>, reason_bits: u64) -> Summary {
     let mut s = Summary::default();
     for h in history.iter() {
         s.ticks += 1;
@@ -476,7 +559,7 @@ fn summarize(history: &Ring<TickStats>, reason_bits: u64) -> Summary {
         s.power.add(h.power);
         s.sm_clock.add(h.sm_clock);
         s.pcie.add(h.pcie_peak_bytes_per_second);
-        if let Some(t) = h.temperature {
+        if let Some(t) = h.temperature.get() {
             s.temperature_max = Some(s.temperature_max.map_or(t, |m: f64| m.max(t)));
         }
         if h.has_reason(reason_bits) {
@@ -515,11 +598,19 @@ fn memory_phrase(out: &mut String, s: &TickStats) {
     }
 }
 
-/// The evidence sentence for `kind` on a device, from its window `history` (newest last).
-/// `peer` names the busiest other GPU for imbalance: (index, uuid, level).
-pub(crate) fn evidence(kind: FindingKind, history: &Ring<TickStats>, peer: Option<(u32, &str, f64)>) -> String {
+/// The evidence sentence for `kind` on a device, from this tick's stats `now` and its window
+/// `history` (newest last, `now` included). `peer` names the busiest other GPU for imbalance:
+/// (index, uuid, level).
+pub(crate) fn evidence(
+    kind: FindingKind,
+    now: &TickStats,
+    history: &Ring<Past>,
+    peer: Option<(u32, &str, f64)>,
+) -> String {
     use FindingKind as K;
-    let Some(now) = history.last() else { return String::new() };
+    if history.last().is_none() {
+        return String::new();
+    }
     let reasons = match kind {
         K::ThermalThrottling => {
             ClockEventReasons::SW_THERMAL_SLOWDOWN
@@ -585,8 +676,8 @@ pub(crate) fn evidence(kind: FindingKind, history: &Ring<TickStats>, peer: Optio
         K::NearOom => {
             if let (Some(r), Some(used)) = (now.memory_ratio(), now.memory_used) {
                 let _ = write!(out, "memory {:.1} % used ({:.1} GiB)", r * 100.0, gib(used));
-                if let Some(first) = history.first().and_then(|f| f.memory_used) {
-                    let delta = used as f64 - first as f64;
+                if let Some(first) = history.first().and_then(|f| f.memory_used.get()) {
+                    let delta = used as f64 - first;
                     let _ = write!(out, ", {:+.2} GiB over {secs:.0} s", delta / 1_073_741_824.0);
                 }
             }
@@ -614,7 +705,8 @@ pub(crate) fn evidence(kind: FindingKind, history: &Ring<TickStats>, peer: Optio
                         out.push_str(", ");
                     }
                     let _ = write!(out, "{xid} new XID event(s)");
-                    if let Some(code) = history.iter().rev().find(|h| h.xid_new > 0).and_then(|h| h.xid_code) {
+                    if let Some(code) = history.iter().rev().find(|h| h.xid_new > 0).and_then(|h| h.xid_code.get()) {
+                        let code = code as u64;
                         let _ = write!(out, " (last XID {code})");
                     }
                 }

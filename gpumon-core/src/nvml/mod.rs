@@ -408,19 +408,18 @@ impl NvmlSampler {
             }
             return;
         }
-        // Identity: cached while the GPU answers; re-read after it was lost (it may be another
-        // board now).
-        let uuid = match &gpu.uuid {
-            Some(u) if !gpu.lost => u.clone(),
-            _ => match d.uuid() {
-                Ok(u) => u,
+        // Identity: cached while the GPU answers (not copied: this runs for every GPU every
+        // tick); re-read after it was lost (it may be another board now).
+        if gpu.uuid.is_none() || gpu.lost {
+            match d.uuid() {
+                Ok(u) => gpu.uuid = Some(u),
                 Err(_) => {
                     // A GPU without a readable UUID cannot be reported; show it lost by index.
                     give_up(self, gpu, out);
                     return;
                 }
-            },
-        };
+            }
+        }
         if gpu.lost {
             // Re-discovered: fresh static info and MIG layout, re-armed XID watch.
             gpu.lost = false;
@@ -430,9 +429,8 @@ impl NvmlSampler {
                 x.register(index);
             }
         }
-        gpu.handle = Some(handle);
-        gpu.uuid = Some(uuid.clone());
-        if !filter.may_allow_gpu(index, &uuid) {
+        let uuid = gpu.uuid.as_deref().unwrap_or_default();
+        if !filter.may_allow_gpu(index, uuid) {
             return;
         }
         let info = match &gpu.info {
@@ -443,7 +441,7 @@ impl NvmlSampler {
                 }
                 i
             }
-            None => match read::static_info(&self.nvml, &d, index, uuid) {
+            None => match read::static_info(&self.nvml, &d, index, uuid.to_owned()) {
                 Ok(i) => {
                     let i = Arc::new(i);
                     gpu.migs = self.discover_migs(&d, &i);
