@@ -378,9 +378,16 @@ impl Snapshot {
     /// own processes and owners, and only the derived data that is about those devices and
     /// names nobody else. See the [module docs](crate::attribution::tenant) for the rules.
     pub fn scoped_to(&self, tenant: &TenantSelector) -> Snapshot {
-        let held = tenant.held_devices(self);
+        self.scoped_to_held(tenant, &tenant.held_devices(self))
+    }
+
+    /// [`Snapshot::scoped_to`] for a caller that already has `held`, which must be
+    /// `tenant.held_devices(self)` (a caller that needs both computes them once). A device past
+    /// the end of `held` is not held.
+    pub fn scoped_to_held(&self, tenant: &TenantSelector, held: &[bool]) -> Snapshot {
+        debug_assert_eq!(held.len(), self.devices.len(), "held is one flag per device");
         let devices: Vec<DeviceSample> =
-            self.devices.iter().zip(&held).filter(|(_, &h)| h).map(|(d, _)| scope_device(d, tenant)).collect();
+            self.devices.iter().zip(held).filter(|(_, &h)| h).map(|(d, _)| scope_device(d, tenant)).collect();
         // Built from `new` rather than cloned, so that a field added to `Snapshot` later stays
         // out of tenant views until someone decides it is tenant-neutral.
         let mut view = Snapshot::new(self.system.clone(), devices)

@@ -97,23 +97,25 @@ impl Hub {
         self.tenants.len().div_ceil(64)
     }
 
-    /// `snapshot` as `scope` may see it.
-    fn view(&self, snapshot: &Arc<Snapshot>, scope: Option<usize>) -> Arc<Snapshot> {
+    /// `snapshot` as `scope` may see it; `held`, when the caller has it, is every tenant's
+    /// [`TenantSelector::held_devices`] of `snapshot`, in configuration order.
+    fn view(&self, snapshot: &Arc<Snapshot>, scope: Option<usize>, held: Option<&[Vec<bool>]>) -> Arc<Snapshot> {
         match scope {
             None => snapshot.clone(),
-            Some(i) => Arc::new(match self.tenants.get(i) {
-                Some(tenant) => snapshot.scoped_to(tenant),
+            Some(i) => Arc::new(match (self.tenants.get(i), held.and_then(|h| h.get(i))) {
+                (Some(tenant), Some(held)) => snapshot.scoped_to_held(tenant, held),
+                (Some(tenant), None) => snapshot.scoped_to(tenant),
                 // Not a tenant of this hub (cannot happen: scopes come from the same
                 // configuration); show nothing rather than everything.
-                None => Snapshot::new(snapshot.system.clone(), Vec::new()).with_taken_at(snapshot.taken_at),
+                (None, _) => Snapshot::new(snapshot.system.clone(), Vec::new()).with_taken_at(snapshot.taken_at),
             }),
         }
     }
 
-    /// The live event of `snapshot` for `scope`.
-    fn event_for(&self, snapshot: &Arc<Snapshot>, scope: Option<usize>) -> Bytes {
+    /// The live event of `snapshot` for `scope`; `held` as for [`Hub::view`].
+    fn event_for(&self, snapshot: &Arc<Snapshot>, scope: Option<usize>, held: Option<&[Vec<bool>]>) -> Bytes {
         let t = snapshot.timestamp_nanos() as f64 / 1e9;
-        event(&self.view(snapshot, scope), t)
+        event(&self.view(snapshot, scope, held), t)
     }
 
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -135,7 +137,7 @@ impl Hub {
     /// The latest snapshot as `scope` may see it.
     pub(crate) fn latest_for(&self, scope: Option<usize>) -> Option<Arc<Snapshot>> {
         let latest = self.inner().latest.clone()?;
-        Some(self.view(&latest, scope))
+        Some(self.view(&latest, scope, None))
     }
 
     /// Takes a snapshot in: history point, latest, and one event to every live client (rendered
@@ -143,6 +145,8 @@ impl Hub {
     /// disconnected and counted.
     pub(crate) fn publish(&self, snapshot: Arc<Snapshot>) {
         let t = snapshot.timestamp_nanos() as f64 / 1e9;
+        // Which GPUs each tenant holds: once per tick, for the history and for every view.
+        let held_now: Vec<Vec<bool>> = self.tenants.iter().map(|tenant| tenant.held_devices(&snapshot)).collect();
         // Serialise outside the lock, and only for the views someone listens to.
         let mut events: Vec<(Option<usize>, Bytes)> = Vec::new();
         if self.clients.load(Ordering::Acquire) > 0 {
@@ -153,15 +157,14 @@ impl Hub {
             };
             scopes.sort_unstable();
             scopes.dedup();
-            events = scopes.into_iter().map(|s| (s, self.event_for(&snapshot, s))).collect();
+            events = scopes.into_iter().map(|s| (s, self.event_for(&snapshot, s, Some(&held_now)))).collect();
         }
         let words = self.words();
-        let held_now: Vec<Vec<bool>> = self.tenants.iter().map(|tenant| tenant.held_devices(&snapshot)).collect();
         let mut inner = self.inner();
         // Clients that subscribed since the look above must not miss this tick.
         for scope in inner.clients.iter().map(|c| c.scope) {
             if !events.iter().any(|(s, _)| *s == scope) {
-                events.push((scope, self.event_for(&snapshot, scope)));
+                events.push((scope, self.event_for(&snapshot, scope, Some(&held_now))));
             }
         }
         // Reuse the oldest point's vectors once the ring is full: no allocation per tick.
@@ -226,7 +229,7 @@ impl Hub {
         let _ = tx.try_send(retry);
         let first = match (scope, &inner.latest_event, &inner.latest) {
             (None, Some(e), _) => Some(e.clone()),
-            (_, _, Some(s)) => Some(self.event_for(s, scope)),
+            (_, _, Some(s)) => Some(self.event_for(s, scope, None)),
             (_, _, None) => None,
         };
         if let Some(first) = first {
