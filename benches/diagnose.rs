@@ -5,8 +5,8 @@
 //! pays in its first window: at 100 ms the 30 s window is 300 ticks per GPU, and until it is full
 //! every tick writes window memory never touched before (page faults, cache misses). A fourth,
 //! `process_cold_100ms`, is a tick as an agent sleeping between ticks runs it: the diagnoser's
-//! state evicted from every cache (a 64 MiB sweep before each tick, not timed), the snapshot warm
-//! (the sampler has just written it). Hot loops hide what a 100 ms sleep costs: there, the lines
+//! state evicted from every cache (a 64 MiB sweep before each tick, not timed), the snapshot's
+//! most-read fields warmed again (the sampler has just written it; the rest of it stays cold). Hot loops hide what a 100 ms sleep costs: there, the lines
 //! and pages a tick touches count more than its instructions.
 //!
 //! `cargo bench --bench diagnose`

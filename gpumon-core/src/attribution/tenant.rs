@@ -381,11 +381,16 @@ impl Snapshot {
         self.scoped_to_held(tenant, &tenant.held_devices(self))
     }
 
-    /// [`Snapshot::scoped_to`] for a caller that already has `held`, which must be
-    /// `tenant.held_devices(self)` (a caller that needs both computes them once). A device past
-    /// the end of `held` is not held.
+    /// [`Snapshot::scoped_to`] for a caller that has already computed
+    /// `held = tenant.held_devices(self)` for another purpose (the web view keeps every tenant's
+    /// holdings in its history), so that it is computed once per tick. The view shows exactly
+    /// the devices `held` marks: pass the result of that call for this snapshot and tenant, and
+    /// nothing else. A `held` of the wrong length (one computed for another snapshot) is
+    /// ignored and the holdings are computed afresh.
     pub fn scoped_to_held(&self, tenant: &TenantSelector, held: &[bool]) -> Snapshot {
-        debug_assert_eq!(held.len(), self.devices.len(), "held is one flag per device");
+        if held.len() != self.devices.len() {
+            return self.scoped_to(tenant);
+        }
         let devices: Vec<DeviceSample> =
             self.devices.iter().zip(held).filter(|(_, &h)| h).map(|(d, _)| scope_device(d, tenant)).collect();
         // Built from `new` rather than cloned, so that a field added to `Snapshot` later stays

@@ -15,8 +15,8 @@ use crate::model::{ClockEventReasons, DeviceSample};
 use super::window::Ring;
 use super::Thresholds;
 
-/// What diagnosis reads from one device at one tick. `Copy`, so a window of them is a flat
-/// array allocated once.
+/// What diagnosis reads from one device at one tick. Read once per device per tick into a
+/// scratch vector reused from tick to tick; the window keeps its smaller [`Past`].
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TickStats {
     pub(crate) at: SystemTime,
@@ -422,9 +422,16 @@ pub(crate) struct Swings {
 }
 
 impl Swings {
-    /// Counts a tick's utilisation reading in (the tick entered the window).
+    /// Readings in the window (for tests).
+    #[cfg(test)]
+    pub(crate) fn readings(&self) -> usize {
+        self.n
+    }
+
+    /// Counts a tick's utilisation reading in (the tick entered the window). A NaN reading is
+    /// no reading, as [`Reading`] keeps it in the window: in and out must agree.
     pub(crate) fn entered(&mut self, util: Option<f64>, t: &Thresholds) {
-        if let Some(u) = util {
+        if let Some(u) = util.filter(|u| !u.is_nan()) {
             self.n += 1;
             self.low += usize::from(u <= t.starvation_dip);
             self.high += usize::from(u >= t.starvation_peak);
@@ -435,7 +442,7 @@ impl Swings {
     /// Counts a tick's reading out (it left the window); `t` must be the thresholds it was counted
     /// in with.
     pub(crate) fn left(&mut self, util: Option<f64>, t: &Thresholds) {
-        if let Some(u) = util {
+        if let Some(u) = util.filter(|u| !u.is_nan()) {
             self.n -= 1;
             self.low -= usize::from(u <= t.starvation_dip);
             self.high -= usize::from(u >= t.starvation_peak);
@@ -445,7 +452,7 @@ impl Swings {
 }
 
 fn micros(u: f64) -> i64 {
-    // A ratio, so far inside i64; a NaN reading counts as 0.
+    // A ratio, so far inside i64 (NaN never gets here: `Swings` skips it).
     (u * 1e6).round() as i64
 }
 

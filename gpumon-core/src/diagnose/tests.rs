@@ -480,7 +480,37 @@ fn bad_configuration_names_the_key() {
     assert!(Diagnoser::new(DiagnoseConfig { raise_share: 0.1, clear_share: 0.2, ..DiagnoseConfig::default() }).is_err());
 }
 
-#[cfg(feature = "serde")]
+#[test]
+fn a_nan_utilisation_reading_is_not_read_and_leaves_the_window_as_it_entered() {
+    // Starvation without high-resolution windows, from the swings across ticks; one tick in the
+    // middle reads NaN. It must count neither in nor out (it used to count in as a reading of 0
+    // and, once kept as `Past`, not out), and the pattern must still be found.
+    let mut rig = Rig::new(10);
+    let starving = |util: f64| {
+        let mut d = busy(0);
+        d.windows.gpu_utilization = None;
+        d.gpm.sm_activity = None;
+        d.gpm.dram_bandwidth = None;
+        d.utilization.memory = Some(0.1);
+        d.utilization.gpu = Some(util);
+        d
+    };
+    let mut raised = false;
+    for tick in 0..40 {
+        let util = match tick {
+            12 => f64::NAN,
+            t if t % 2 == 0 => 0.02,
+            _ => 0.9,
+        };
+        let d = rig.step(vec![starving(util)]);
+        raised |= first_raise(&d, FindingKind::DataloaderStarvation).is_some();
+        let track = rig.d.tracks.values().next().unwrap();
+        let readings = track.history.iter().filter(|h| h.util.get().is_some()).count();
+        assert_eq!(track.swings.readings(), readings, "tick {tick}");
+    }
+    assert!(raised, "the swings still show starvation");
+}
+
 #[test]
 fn the_window_keeps_every_reading_it_reads_back_in_a_smaller_record() {
     let mut d = busy(0);
@@ -526,6 +556,7 @@ fn the_window_keeps_every_reading_it_reads_back_in_a_smaller_record() {
     assert!(past * 2 < full, "Past {past} bytes, TickStats {full} bytes");
 }
 
+#[cfg(feature = "serde")]
 #[test]
 fn thresholds_deserialize_with_defaults_and_reject_unknown_keys() {
     let t: Thresholds = serde_json::from_str(r#"{"near_oom_raise": 0.9, "near_oom_clear": 0.85}"#).unwrap();

@@ -216,6 +216,29 @@ fn pids(d: &DeviceSample) -> Vec<u32> {
 }
 
 #[test]
+fn a_view_from_holdings_computed_beforehand_is_the_same_view() {
+    let f = fixture();
+    for selector in ["namespace=team-a", "user=bob", "namespace=team-b", "user=0"] {
+        let tenant = sel(selector);
+        let direct = f.snapshot.scoped_to(&tenant);
+        let held = tenant.held_devices(&f.snapshot);
+        let given = f.snapshot.scoped_to_held(&tenant, &held);
+        assert_eq!(uuids(&given), uuids(&direct), "{selector}");
+        for (a, b) in given.devices.iter().zip(&direct.devices) {
+            assert_eq!((pids(a), a.owners.len()), (pids(b), b.owners.len()), "{selector}");
+        }
+        assert_eq!(
+            given.diagnosis.as_ref().map(|d| d.active.len()),
+            direct.diagnosis.as_ref().map(|d| d.active.len()),
+            "{selector}"
+        );
+        // Holdings of another length (another snapshot's) are not trusted.
+        let wrong = vec![true; held.len() + 1];
+        assert_eq!(uuids(&f.snapshot.scoped_to_held(&tenant, &wrong)), uuids(&direct), "{selector}");
+    }
+}
+
+#[test]
 fn a_tenant_sees_the_gpus_its_processes_or_pods_hold_and_only_its_own_processes() {
     let f = fixture();
     let view = f.snapshot.scoped_to(&sel("namespace=team-a"));
