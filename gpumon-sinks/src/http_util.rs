@@ -50,6 +50,8 @@ pub(crate) async fn read_body_capped(mut response: reqwest::Response, cap: usize
 /// the workspace) behind the small interface the sink tests were written against, plus a TLS
 /// variant with the test certificate.
 #[cfg(all(test, feature = "_http-client"))]
+// Each client sink's tests use part of it; a build with one sink leaves the rest unused.
+#[allow(dead_code)]
 pub(crate) mod test_server {
     pub(crate) use gpumon_mock::test_env::HttpReply as Reply;
     use gpumon_mock::test_env::HttpStub;

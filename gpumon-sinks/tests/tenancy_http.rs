@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use gpumon_core::attribution::{Owner, SharedOwner, TenantSelector};
 use gpumon_core::{
@@ -344,6 +344,8 @@ fn bad_tenant_config_is_a_build_error_naming_the_key() {
 
 #[cfg(feature = "web")]
 mod web {
+    use std::time::Instant;
+
     use gpumon_sinks::web::{WebConfig, WebSink};
     use serde_json::Value;
 

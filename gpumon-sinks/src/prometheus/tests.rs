@@ -1005,6 +1005,7 @@ fn dcgm_naming_uses_dcgm_exporters_pod_labels_and_no_user() {
     );
 }
 
+#[cfg(feature = "remote-write")]
 #[test]
 fn owner_label_values_are_escaped_and_read_back_by_remote_write() {
     use gpumon_core::attribution::Owner;
