@@ -155,7 +155,8 @@ def lookup(w, path):
 def implemented():
     names = set()
     for f in glob.glob(os.path.join(REPO, "gpumon-mock/fake-nvml/src/exports/*.rs")):
-        names |= set(re.findall(r"\bfn (nvml\w+)\s*\(", open(f).read()))
+        with open(f, encoding="utf-8") as src:
+            names |= set(re.findall(r"\bfn (nvml\w+)\s*\(", src.read()))
     return names
 
 
