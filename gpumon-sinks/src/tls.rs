@@ -245,7 +245,7 @@ mod imp {
                 "{key}.insecure_skip_verify is set: the server's certificate is NOT verified; the connection is \
                  encrypted but anyone on the path can impersonate the server"
             );
-            builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+            builder.dangerous().with_custom_certificate_verifier(Verifier::new(provider, Trust::Anything))
         } else if let Some(path) = &tls.ca_file {
             let setting = format!("{key}.ca_file");
             let mut roots = RootCertStore::empty();
@@ -307,7 +307,7 @@ mod imp {
             .with_safe_default_protocol_versions()
             .map_err(|e| BuildError::invalid(key, format!("the installed rustls crypto provider cannot do TLS: {e}")))?
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(SystemRootsOnFirstUse { provider, verifier: OnceLock::new() }))
+            .with_custom_certificate_verifier(Verifier::new(provider, Trust::SystemOnFirstUse(OnceLock::new())))
             .with_no_client_auth();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(config)
@@ -351,15 +351,31 @@ mod imp {
         Ok(endpoint.connect_with_connector_lazy(connector))
     }
 
-    /// Verifies against the system's CA certificates ([`native_roots`]), loaded at the first
-    /// certificate to verify rather than when the client is built.
+    /// A certificate verifier of our own: which certificates it trusts is [`Trust`]; the
+    /// handshake signatures are checked the same way whatever it trusts (so the key exchange is
+    /// with the holder of the presented certificate).
     #[derive(Debug)]
-    struct SystemRootsOnFirstUse {
+    struct Verifier {
         provider: Arc<CryptoProvider>,
-        verifier: OnceLock<Result<Arc<WebPkiServerVerifier>, String>>,
+        trust: Trust,
     }
 
-    impl ServerCertVerifier for SystemRootsOnFirstUse {
+    #[derive(Debug)]
+    enum Trust {
+        /// `insecure_skip_verify`: any certificate.
+        Anything,
+        /// The system's CA certificates ([`native_roots`]), loaded at the first certificate to
+        /// verify rather than when the client is built.
+        SystemOnFirstUse(OnceLock<Result<Arc<WebPkiServerVerifier>, String>>),
+    }
+
+    impl Verifier {
+        fn new(provider: Arc<CryptoProvider>, trust: Trust) -> Arc<Self> {
+            Arc::new(Self { provider, trust })
+        }
+    }
+
+    impl ServerCertVerifier for Verifier {
         fn verify_server_cert(
             &self,
             end_entity: &CertificateDer<'_>,
@@ -368,7 +384,8 @@ mod imp {
             ocsp: &[u8],
             now: UnixTime,
         ) -> Result<ServerCertVerified, rustls::Error> {
-            let verifier = self.verifier.get_or_init(|| {
+            let Trust::SystemOnFirstUse(system) = &self.trust else { return Ok(ServerCertVerified::assertion()) };
+            let verifier = system.get_or_init(|| {
                 native_roots().and_then(|roots| {
                     WebPkiServerVerifier::builder_with_provider(roots, self.provider.clone())
                         .build()
@@ -401,46 +418,6 @@ mod imp {
 
         fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
             self.provider.signature_verification_algorithms.supported_schemes()
-        }
-    }
-
-    /// `insecure_skip_verify`: accepts any certificate, but still checks the handshake
-    /// signatures (so the key exchange is with the holder of the presented certificate).
-    #[derive(Debug)]
-    struct NoVerify(Arc<CryptoProvider>);
-
-    impl ServerCertVerifier for NoVerify {
-        fn verify_server_cert(
-            &self,
-            _end_entity: &CertificateDer<'_>,
-            _intermediates: &[CertificateDer<'_>],
-            _server_name: &ServerName<'_>,
-            _ocsp: &[u8],
-            _now: UnixTime,
-        ) -> Result<ServerCertVerified, rustls::Error> {
-            Ok(ServerCertVerified::assertion())
-        }
-
-        fn verify_tls12_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-        }
-
-        fn verify_tls13_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-        }
-
-        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            self.0.signature_verification_algorithms.supported_schemes()
         }
     }
 }
