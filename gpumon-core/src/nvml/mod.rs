@@ -27,7 +27,8 @@
 //! | XID | an event set on a dedicated thread; counted per code with the last-seen time |
 //!
 //! ## Errors
-//! `NotSupported` (or a symbol an old driver lacks) → the value is `None`. `NoPermission`,
+//! `NotSupported` (or a symbol an old driver lacks) → the value is `None`; a call that answered
+//! `NotSupported` is left alone on that device for 30 s, then asked again. `NoPermission`,
 //! `Timeout`, `Unknown` (drivers answer "[Unknown Error]" for single fields of a healthy GPU)
 //! and anything else → `None` plus a [`MetricFailure`](crate::MetricFailure) (`Unknown` as
 //! `FailureReason::Other("NVML unknown error")`). `GpuLost` / `ResetRequired` — or any failure
@@ -375,7 +376,15 @@ impl NvmlSampler {
         DeviceSample::lost(info)
     }
 
-    fn read_gpu(&self, index: u32, gpu: &mut Gpu, req: &SampleRequest, recheck_mig: bool, out: &mut Vec<DeviceSample>) {
+    fn read_gpu(
+        &self,
+        index: u32,
+        gpu: &mut Gpu,
+        req: &SampleRequest,
+        recheck_mig: bool,
+        now: Instant,
+        out: &mut Vec<DeviceSample>,
+    ) {
         let filter: &DeviceFilter = &req.devices;
         // Reports the GPU lost (if the filter may show it) and drops its handle and state.
         let give_up = |this: &Self, gpu: &mut Gpu, out: &mut Vec<DeviceSample>| {
@@ -460,9 +469,7 @@ impl NvmlSampler {
         let mut lost = false;
         if filter.allows(&info) {
             let mut sample = DeviceSample::new(info.clone());
-            let mut r = Reader { sample: &mut sample, lost: false };
-            read::families(&self.nvml, &d, req.metrics, &mut gpu.carry, &mut r);
-            lost = r.lost;
+            lost = self.read_families(&d, req, &mut gpu.carry, &mut sample, now);
             if !lost {
                 if let (true, Some(x)) = (req.metrics.contains(Family::Xid), &self.xid) {
                     // Not watched is not "no XID errors": say so in the sample.
@@ -481,9 +488,7 @@ impl NvmlSampler {
                 }
                 let md = self.device(mig.handle);
                 let mut sample = DeviceSample::new(mig.info.clone());
-                let mut r = Reader { sample: &mut sample, lost: false };
-                read::families(&self.nvml, &md, req.metrics, &mut mig.carry, &mut r);
-                if r.lost {
+                if self.read_families(&md, req, &mut mig.carry, &mut sample, now) {
                     lost = true;
                     break;
                 }
@@ -496,6 +501,25 @@ impl NvmlSampler {
             out.retain(|s| s.info.mig.as_ref().is_none_or(|m| m.parent_uuid != info.uuid));
             out.push(DeviceSample::lost(info));
         }
+    }
+
+    /// Reads the requested families of one device (a GPU or a MIG instance) into `sample`;
+    /// returns whether the device was lost meanwhile.
+    fn read_families(
+        &self,
+        d: &Device<'_>,
+        req: &SampleRequest,
+        carry: &mut Carry,
+        sample: &mut DeviceSample,
+        now: Instant,
+    ) -> bool {
+        // Lent to the reader for this sample (the reads also borrow the rest of `carry`).
+        let mut unsupported = std::mem::take(&mut carry.unsupported);
+        let mut r = Reader { sample, lost: false, unsupported: &mut unsupported, now };
+        read::families(&self.nvml, d, req.metrics, carry, &mut r);
+        let lost = r.lost;
+        carry.unsupported = unsupported;
+        lost
     }
 
     /// The MIG instances of a GPU as NVML lists them now: `(handle, uuid)` in NVML's order, or
@@ -532,6 +556,9 @@ impl NvmlSampler {
         if layout.len() == known.len() && layout.iter().zip(&known).all(|((h, u), (kh, ku))| h == kh && u == ku) {
             return;
         }
+        // A new layout may come with a new MIG mode, which changes what the parent supports
+        // (its utilisation, for one): ask it everything again.
+        gpu.carry.unsupported = read::Unsupported::default();
         let mut fresh = self.discover_migs(d, parent);
         for m in &mut fresh {
             if let Some(old) = gpu.migs.iter_mut().find(|o| o.info.uuid == m.info.uuid && o.handle == m.handle) {
@@ -613,7 +640,7 @@ impl Sampler for NvmlSampler {
         }
         let mut devices = Vec::with_capacity(n);
         for (i, gpu) in state.gpus.iter_mut().enumerate().take(n) {
-            self.read_gpu(i as u32, gpu, request, recheck_mig, &mut devices);
+            self.read_gpu(i as u32, gpu, request, recheck_mig, started, &mut devices);
         }
         drop(state);
         // A UUID prefix matching several GPUs selects none of them, here as in the runtime.

@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::mem;
 use std::os::raw::{c_uint, c_ulonglong};
+use std::panic::Location;
 use std::ptr;
+use std::time::{Duration, Instant};
 
 use nvml_wrapper::enum_wrappers::device::{
     Clock, EccCounter, MemoryError, PcieUtilCounter, Sampling, TemperatureSensor, TemperatureThreshold,
@@ -24,21 +26,90 @@ const FI_DEV_MEMORY_TEMP: u32 = 82;
 /// `nvmlDeviceGetPcieThroughput` reports KB/s; NVML's KB is 1024 bytes.
 const PCIE_KB: f64 = 1024.0;
 
+/// How long a call the driver answered `NotSupported` is left alone before it is asked again.
+/// Support is a property of the board and the driver; it changes only with a reset (MIG mode,
+/// ECC mode), after which the GPU is usually re-discovered anyway. The same period as the
+/// runtime-PM file's retry.
+pub(crate) const REPROBE_UNSUPPORTED: Duration = Duration::from_secs(30);
+
+/// The calls of one device that answered `NotSupported`, each with when it did: skipped until
+/// [`REPROBE_UNSUPPORTED`] has passed. An H100 answers `NotSupported` to five of the default
+/// families' calls (no NVENC, no fan, …); asking again every tick cost a driver call, an error
+/// conversion and a classification each, per GPU per tick.
+///
+/// A call is its call site in this module (`#[track_caller]`), and an index for the sites that
+/// make several calls in a loop.
+#[derive(Debug, Default)]
+pub(crate) struct Unsupported {
+    calls: Vec<(&'static Location<'static>, u8, Instant)>,
+}
+
+impl Unsupported {
+    /// Whether the call at `site` is known unsupported at `now` (and forgets it once it is due
+    /// to be asked again).
+    fn skips(&mut self, site: &'static Location<'static>, index: u8, now: Instant) -> bool {
+        let Some(i) = self.calls.iter().position(|&(s, n, _)| ptr::eq(s, site) && n == index) else {
+            return false;
+        };
+        if now.saturating_duration_since(self.calls[i].2) < REPROBE_UNSUPPORTED {
+            return true;
+        }
+        self.calls.swap_remove(i);
+        false
+    }
+
+    fn note(&mut self, site: &'static Location<'static>, index: u8, now: Instant) {
+        self.calls.push((site, index, now));
+    }
+
+    /// How many calls are being skipped (tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.calls.len()
+    }
+}
+
 /// Collects values into a sample, turning errors into absent values, per-metric failures or a
 /// lost device. Once the device is lost, no further call is made.
 pub(crate) struct Reader<'s> {
     pub(crate) sample: &'s mut DeviceSample,
     pub(crate) lost: bool,
+    /// The device's calls known unsupported (from its [`Carry`]).
+    pub(crate) unsupported: &'s mut Unsupported,
+    /// When this sample began (one clock read per sample, not per call).
+    pub(crate) now: Instant,
 }
 
 impl Reader<'_> {
+    /// Makes the call `read` at the caller's call site, unless that call answered
+    /// `NotSupported` less than [`REPROBE_UNSUPPORTED`] ago.
+    #[track_caller]
     pub(crate) fn get<T>(&mut self, family: Family, read: impl FnOnce() -> Result<T, NvmlError>) -> Option<T> {
+        self.get_nth(0, family, read)
+    }
+
+    /// [`Reader::get`] for a call site that makes several calls (a loop): `index` tells them
+    /// apart.
+    #[track_caller]
+    pub(crate) fn get_nth<T>(
+        &mut self,
+        index: u8,
+        family: Family,
+        read: impl FnOnce() -> Result<T, NvmlError>,
+    ) -> Option<T> {
         if self.lost {
+            return None;
+        }
+        let site = Location::caller();
+        if self.unsupported.skips(site, index, self.now) {
             return None;
         }
         match read() {
             Ok(v) => Some(v),
             Err(e) => {
+                if matches!(e, NvmlError::NotSupported) {
+                    self.unsupported.note(site, index, self.now);
+                }
                 self.note(family, &e);
                 None
             }
@@ -71,6 +142,8 @@ pub(crate) struct Carry {
     pub(crate) gpm_prev: Option<usize>,
     /// NVLink links with their static facts, once discovered (empty: no NVLink).
     pub(crate) nvlink: Option<Vec<crate::model::NvlinkLink>>,
+    /// Calls that answered `NotSupported`, skipped for a while ([`Unsupported`]).
+    pub(crate) unsupported: Unsupported,
 }
 
 /// A sample type and how its values convert to base units.
@@ -343,8 +416,8 @@ fn remapped_rows(nvml: &Nvml, d: &Device<'_>) -> Result<(u32, u32, u32, u32), Nv
 
 fn processes(nvml: &Nvml, d: &Device<'_>, carry: &mut Carry, r: &mut Reader<'_>) {
     let mut list: Vec<ProcessSample> = Vec::new();
-    for get in [Device::running_compute_processes, Device::running_graphics_processes] {
-        for p in r.get(Family::Processes, || get(d)).unwrap_or_default() {
+    for (i, get) in [Device::running_compute_processes, Device::running_graphics_processes].into_iter().enumerate() {
+        for p in r.get_nth(i as u8, Family::Processes, || get(d)).unwrap_or_default() {
             if list.iter().any(|q| q.pid == p.pid) {
                 continue;
             }
@@ -391,7 +464,7 @@ fn windows(d: &Device<'_>, carry: &mut Carry, r: &mut Reader<'_>) {
     let mut out: [Option<WindowStats>; 5] = [None; 5];
     for (i, (kind, decode)) in SAMPLING.iter().enumerate() {
         let seen = carry.samples_seen[i];
-        if let Some(samples) = r.get(Family::HighResolution, || d.samples(*kind, seen)) {
+        if let Some(samples) = r.get_nth(i as u8, Family::HighResolution, || d.samples(*kind, seen)) {
             if let Some(max) = samples.iter().map(|s| s.timestamp).max() {
                 carry.samples_seen[i] = Some(max);
             }
@@ -497,5 +570,55 @@ pub(crate) fn free_gpm_sample(nvml: &Nvml, s: usize) {
     if let Ok(free) = nvml_sym(nvml.lib().nvmlGpmSampleFree.as_ref()) {
         // SAFETY: `s` came from nvmlGpmSampleAlloc and is freed once.
         let _ = unsafe { free(s as sys::nvmlGpmSample_t) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn here() -> &'static Location<'static> {
+        Location::caller()
+    }
+
+    #[test]
+    fn an_unsupported_call_is_skipped_until_it_is_due_again_and_only_that_call() {
+        let (a, b) = (here(), here());
+        let t0 = Instant::now();
+        let mut u = Unsupported::default();
+        assert!(!u.skips(a, 0, t0), "nothing known yet");
+        u.note(a, 0, t0);
+        assert!(u.skips(a, 0, t0 + Duration::from_secs(1)));
+        assert!(u.skips(a, 0, t0 + REPROBE_UNSUPPORTED - Duration::from_millis(1)));
+        assert!(!u.skips(a, 1, t0 + Duration::from_secs(1)), "another call of the same site");
+        assert!(!u.skips(b, 0, t0 + Duration::from_secs(1)), "another site");
+        // Due: asked again, and forgotten until it answers NotSupported once more.
+        assert!(!u.skips(a, 0, t0 + REPROBE_UNSUPPORTED));
+        assert_eq!(u.len(), 0);
+        assert!(!u.skips(a, 0, t0 + REPROBE_UNSUPPORTED + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_reader_remembers_not_supported_only() {
+        let mut sample = DeviceSample::new(std::sync::Arc::new(DeviceInfo::new(0, "GPU-0", "test")));
+        let mut unsupported = Unsupported::default();
+        let now = Instant::now();
+        let mut calls = [0; 3];
+        for _ in 0..3 {
+            let mut r = Reader { sample: &mut sample, lost: false, unsupported: &mut unsupported, now };
+            for (i, answer) in
+                [NvmlError::NotSupported, NvmlError::NoPermission, NvmlError::Unknown].into_iter().enumerate()
+            {
+                let got: Option<u32> = r.get_nth(i as u8, Family::Power, || {
+                    calls[i] += 1;
+                    Err(answer)
+                });
+                assert_eq!(got, None);
+            }
+        }
+        // NotSupported was asked once; the errors that may pass are asked every time.
+        assert_eq!(calls, [1, 3, 3]);
+        assert_eq!(unsupported.len(), 1);
     }
 }

@@ -102,6 +102,30 @@ fn not_supported_is_absent_without_error() {
 }
 
 #[test]
+fn a_call_that_answered_not_supported_is_not_asked_again_every_tick() {
+    // An H100 has no NVENC: the encoder utilisation is NotSupported, the decoder's is not.
+    let fake = Fake::new("profile=h100x8;clock=manual;faults=notsupported:nvmlDeviceGetPowerUsage@3");
+    let s = sampler(&fake);
+    let ticks = 5;
+    for tick in 0..ticks {
+        fake.set_tick(tick);
+        let snap = s.sample(&all()).unwrap();
+        for (i, d) in snap.devices.iter().enumerate() {
+            assert_eq!(d.utilization.encoder, None, "GPU {i} tick {tick}");
+            assert!(d.utilization.decoder.is_some(), "GPU {i} tick {tick}");
+            assert_eq!(d.power.usage_watts.is_none(), i == 3, "GPU {i} tick {tick}");
+            assert!(d.errors.is_empty(), "GPU {i}: {:?}", d.errors);
+        }
+    }
+    // Asked once per GPU (the first tick); the supported calls every tick.
+    assert_eq!(fake.calls("nvmlDeviceGetEncoderUtilization"), 8);
+    assert_eq!(fake.calls("nvmlDeviceGetDecoderUtilization"), 8 * ticks);
+    // Per GPU and per call: GPU 3's power usage is asked once, the other GPUs' every tick.
+    assert_eq!(fake.calls("nvmlDeviceGetPowerUsage"), 1 + 7 * ticks);
+    assert_eq!(fake.calls("nvmlDeviceGetEnforcedPowerLimit"), 8 * ticks);
+}
+
+#[test]
 fn no_permission_is_absent_with_a_metric_failure() {
     let fake = Fake::new("clock=manual;faults=nopermission:nvmlDeviceGetTotalEnergyConsumption@2");
     let s = sampler(&fake);
