@@ -1,6 +1,7 @@
 //! Guards the allocation claims of BENCHMARKS.md: once a snapshot exists, the encoders and the
 //! sink side of the tick path allocate nothing per tick in the steady state (their buffers are
-//! reused), whatever the fleet size.
+//! reused), whatever the fleet size; nor does the diagnosis stage while no finding is raised or
+//! cleared.
 //!
 //! A counting global allocator counts the allocations of the *current thread* only (a
 //! thread-local counter), so the test harness's other threads cannot disturb the figures.
@@ -8,7 +9,10 @@
 
 use std::sync::Arc;
 
-use gpumon::core::{DeviceFilter, MetricSet, SampleRequest, Sampler, Sink, Snapshot};
+use std::time::Duration;
+
+use gpumon::core::diagnose::{DiagnoseConfig, Diagnoser};
+use gpumon::core::{DeviceFilter, MetricSet, Processor, ProcessorContext, SampleRequest, Sampler, Sink, Snapshot};
 use gpumon::sinks::influxdb::LineProtocolEncoder;
 use gpumon::sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};
 use gpumon::sinks::prometheus::{Format, PrometheusSink};
@@ -115,4 +119,44 @@ fn a_prometheus_scrape_allocates_a_constant_few_whatever_the_fleet() {
     }
     assert!(per_scrape[0] <= 12.0, "8 GPUs: {} allocations per scrape", per_scrape[0]);
     assert_eq!(per_scrape[0], per_scrape[1], "allocations per scrape, 8 vs 64 GPUs");
+}
+
+#[test]
+fn diagnosis_allocates_nothing_per_tick_while_no_finding_is_raised_or_cleared() {
+    // A raise or a clear builds the finding's text and a new active list (an event, a few
+    // allocations); a tick that changes nothing reads the snapshot, updates the windows and
+    // shares the unchanged lists. Both a healthy fleet and one whose every GPU holds a finding.
+    for fleet in FLEETS {
+        for findings_held in [false, true] {
+            let mut ticks: Vec<Snapshot> = snapshots(fleet).iter().map(|s| (**s).clone()).collect();
+            if findings_held {
+                // Memory 97 % full on every GPU: the memory-pressure finding holds every tick.
+                for s in &mut ticks {
+                    for d in &mut s.devices {
+                        d.memory.used = d.memory.total.map(|t| t / 100 * 97);
+                    }
+                }
+            }
+            let len = ticks.len();
+            let mut diagnoser = Diagnoser::new(DiagnoseConfig::default()).unwrap();
+            diagnoser.attach(&ProcessorContext::new(Duration::from_secs(1)));
+            // Past the 30-tick window, so that what is raised has been raised.
+            for i in 0..64 {
+                diagnoser.process(&mut ticks[i % len]);
+            }
+            let raised = ticks[0].diagnosis.as_ref().map_or(0, |d| d.active.len());
+            if findings_held {
+                assert!(raised >= ticks[0].devices.len(), "{fleet}: {raised} findings raised, one per GPU expected");
+            } else {
+                assert_eq!(raised, 0, "{fleet}: healthy fleet");
+            }
+            // The snapshot's previous diagnosis is dropped by the assignment, not allocated.
+            let n = allocations(|| {
+                for i in 0..48 {
+                    diagnoser.process(&mut ticks[i % len]);
+                }
+            });
+            assert_eq!(n, 0, "{fleet}: diagnosis, findings held: {findings_held}");
+        }
+    }
 }

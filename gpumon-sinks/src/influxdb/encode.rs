@@ -304,7 +304,11 @@ impl LineProtocolEncoder {
         let owners = device.owner_labels();
         let start = out.len();
         out.push_str(&self.measurements[MetricId::DeviceUp as usize]);
+        let tags_start = out.len();
         self.write_device_tags(out, host, mock, &device.info, owners);
+        // Every labelled line but a process's carries the same tags: escaped once, here, and
+        // copied from this line (an H100 has 18 NVLink lines, each with the GPU's name and UUID).
+        let device_tags = tags_start..out.len();
         out.push(' ');
         let mut fields = 0;
         device.visit_points(|p| {
@@ -331,8 +335,11 @@ impl LineProtocolEncoder {
                 line_start = out.len();
                 out.push_str(&self.measurements[p.id as usize]);
                 // A process's line carries its own owner; every other line the device's.
-                let owners = if key.0 == Family::Processes { device.point_owner_labels(&p) } else { owners };
-                self.write_device_tags(out, host, mock, &device.info, owners);
+                if key.0 == Family::Processes {
+                    self.write_device_tags(out, host, mock, &device.info, device.point_owner_labels(&p));
+                } else {
+                    out.extend_from_within(device_tags.clone());
+                }
                 out.push(',');
                 out.push_str(&self.label_keys[p.id as usize]);
                 out.push('=');
