@@ -179,6 +179,61 @@ fn browser_shows_findings_with_advice_and_processes() {
     assert_eq!(probe["steps"], Value::Null, "no steps section without steps in the snapshot");
 }
 
+#[test]
+#[ignore = "needs scripts/test.sh (chromium)"]
+fn browser_shows_owners_of_gpus_and_processes_as_text() {
+    // A user name that would be markup if the page built elements from it.
+    const USER: &str = "<img src=x onerror=alert(3)>";
+    // GPU 0's first simulated process (the mock's pids are the profile's), given an owner by a
+    // fixture proc root; the other simulated pids have none.
+    let out =
+        agent().args(["--backend", "mock", "--once", "--stdout-format", "json", "--enable", "processes"]).output();
+    let out = out.expect("run the example agent");
+    let plain: Value = serde_json::from_slice(out.stdout.split(|&b| b == b'\n').next().unwrap()).unwrap();
+    let gpu0 = &plain["devices"][0];
+    let pid = gpu0["processes"][0]["pid"].as_u64().expect("the mock's GPU 0 has processes");
+    let dir = shots_dir().join("owners");
+    let proc_dir = dir.join("proc").join(pid.to_string());
+    std::fs::create_dir_all(&proc_dir).unwrap();
+    std::fs::write(proc_dir.join("stat"), format!("{pid} (python) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0"))
+        .unwrap();
+    std::fs::write(proc_dir.join("status"), "Uid:\t1234\t1234\t1234\t1234\nGid:\t1234\t1234\t1234\t1234\n").unwrap();
+    std::fs::write(proc_dir.join("cgroup"), "0::/user.slice/user-1234.slice/session-7.scope\n").unwrap();
+    std::fs::write(dir.join("passwd"), format!("{USER}:x:1234:1234::/home/u:/bin/sh\n")).unwrap();
+    let proc_root = dir.join("proc");
+    let passwd = dir.join("passwd");
+    let (_agent, base) = start(&[
+        "--backend",
+        "mock",
+        "--attribution",
+        "--proc-root",
+        proc_root.to_str().unwrap(),
+        "--passwd-file",
+        passwd.to_str().unwrap(),
+    ]);
+    let run = browse(&format!("{base}/"), &[3.0], &dir.join("owners.png"));
+    assert_clean(&run);
+    let probe = &run["probes"][0];
+    let expected = format!("user {USER}");
+    for card in probe["cards"].as_array().unwrap() {
+        if card["uuid"] == gpu0["info"]["uuid"] {
+            assert_eq!(card["owner"], expected.as_str(), "GPU 0 is held by the fixture's user: {card}");
+            assert_eq!(card["owner_children"], 0, "no element made from the owner");
+        } else {
+            assert_eq!(card["owner"], Value::Null, "no owner known, none shown: {card}");
+        }
+    }
+    // The process table: an owner column, the fixture's process with its user, the others empty.
+    let rows = probe["process_rows"].as_array().unwrap();
+    let row = |r: &Value| r.as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_owned()).collect::<Vec<_>>();
+    let mine: Vec<_> = rows.iter().map(row).filter(|r| r[1] == pid.to_string()).collect();
+    assert_eq!(mine.len(), 1, "{rows:?}");
+    assert_eq!(mine[0][3], expected, "{rows:?}");
+    assert!(rows.iter().map(row).filter(|r| r[1] != pid.to_string()).all(|r| r[3].is_empty()), "{rows:?}");
+    assert!(probe["tags"].get("img").is_none(), "an <img> was created: {}", probe["tags"]);
+    assert_eq!(probe["pwned"], false);
+}
+
 /// Not a browser test: with --web-listen the web view is an exporting sink, so `--backend auto`
 /// never falls back to simulated GPUs (no GPU here: failed samples rather than a mock's data).
 #[test]

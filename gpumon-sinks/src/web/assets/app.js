@@ -30,6 +30,29 @@ function gib(bytes) {
   return bytes == null ? "–" : (bytes / 2 ** 30).toFixed(1) + " GiB";
 }
 
+// Who holds a GPU or runs a process, as the exporters label it (gpumon_core::attribution::
+// OwnerLabels::merge): each of namespace, pod, container, user is the owners' common value,
+// "(shared)" where they disagree, left out where none knows it. "" when nothing is known.
+const SHARED = "(shared)";
+function ownerText(owners) {
+  const merged = {};
+  for (const o of owners || []) {
+    if (!o) continue;
+    for (const k of ["namespace", "pod", "container", "user"]) {
+      const v = o[k];
+      if (v == null) continue;
+      merged[k] = merged[k] === undefined || merged[k] === v ? v : SHARED;
+    }
+  }
+  const parts = [];
+  if (merged.namespace !== undefined || merged.pod !== undefined) {
+    parts.push("pod " + [merged.namespace, merged.pod].filter((x) => x !== undefined).join("/"));
+  }
+  if (merged.container !== undefined) parts.push("container " + merged.container);
+  if (merged.user !== undefined) parts.push("user " + merged.user);
+  return parts.join(" · ");
+}
+
 // ---------------------------------------------------------------------------------- cards
 function card(dev) {
   const uuid = dev.info.uuid;
@@ -42,6 +65,9 @@ function card(dev) {
   h.appendChild(el("span", "name", dev.info.name));
   card.appendChild(h);
   card.appendChild(el("div", "uuid", uuid));
+  const owner = el("div", "owner");
+  owner.hidden = true;
+  card.appendChild(owner);
   const badges = el("div", "badges");
   card.appendChild(badges);
   const figs = el("div", "figs");
@@ -63,7 +89,7 @@ function card(dev) {
   card.dataset.index = String(dev.info.index);
   grid.insertBefore(card, after || null);
   document.getElementById("empty").hidden = true;
-  g = { card, badges, figs: figEls, chartBox: charts, charts: [], data: [[], [], [], [], [], []] };
+  g = { card, owner, badges, figs: figEls, chartBox: charts, charts: [], data: [[], [], [], [], [], []] };
   gpus.set(uuid, g);
   makeCharts(g);
   return g;
@@ -128,6 +154,10 @@ function render(s) {
       g.figs[i].textContent = v == null ? "–" : FIELDS[i].fmt(v);
     });
     if (dev.memory?.total != null) g.figs[1].title = gib(dev.memory.used) + " of " + gib(dev.memory.total);
+    // With attribution on: who holds the GPU (its pods, then its processes' owners).
+    const who = ownerText(dev.owners);
+    g.owner.textContent = who;
+    g.owner.hidden = who === "";
     const up = dev.state === undefined || dev.state === "ok";
     g.card.classList.toggle("down", !up);
     g.card.title = up ? "" : "state: " + dev.state;
@@ -215,7 +245,8 @@ function processes(devices) {
   rows.sort((a, b) => a[0] - b[0] || a[1].pid - b[1].pid);
   for (const [gpu, p] of rows) {
     const tr = el("tr");
-    [gpu, p.pid, p.name ?? "", gib(p.memory_used), p.sm_utilization != null ? (p.sm_utilization * 100).toFixed(0) + " %" : "–"]
+    const sm = p.sm_utilization != null ? (p.sm_utilization * 100).toFixed(0) + " %" : "–";
+    [gpu, p.pid, p.name ?? "", ownerText([p.owner]), gib(p.memory_used), sm]
       .forEach((v) => tr.appendChild(el("td", null, v)));
     body.appendChild(tr);
   }
