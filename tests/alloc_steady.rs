@@ -8,7 +8,6 @@
 #![cfg(all(feature = "stdout", feature = "prometheus", feature = "influxdb", feature = "otlp"))]
 
 use std::sync::Arc;
-
 use std::time::Duration;
 
 use gpumon::core::diagnose::{DiagnoseConfig, Diagnoser};

@@ -28,7 +28,8 @@
 //!
 //! ## Errors
 //! `NotSupported` (or a symbol an old driver lacks) → the value is `None`; a call that answered
-//! `NotSupported` is left alone on that device for 30 s, then asked again. `NoPermission`,
+//! `NotSupported` is left alone on that device for 30 s, then asked again (at once after the MIG
+//! check sees the MIG mode change). `NoPermission`,
 //! `Timeout`, `Unknown` (drivers answer "[Unknown Error]" for single fields of a healthy GPU)
 //! and anything else → `None` plus a [`MetricFailure`](crate::MetricFailure) (`Unknown` as
 //! `FailureReason::Other("NVML unknown error")`). `GpuLost` / `ResetRequired` — or any failure
@@ -125,6 +126,8 @@ struct Gpu {
     migs: Vec<Mig>,
     lost: bool,
     carry: Carry,
+    /// The MIG mode at the last MIG check (`None`: not checked yet).
+    mig_enabled: Option<bool>,
     /// NVML PCI bus id, read once (without waking the GPU) for the runtime-PM check.
     bus_id: Option<String>,
     runtime_status: runtime_pm::RuntimeStatus,
@@ -522,16 +525,17 @@ impl NvmlSampler {
         lost
     }
 
-    /// The MIG instances of a GPU as NVML lists them now: `(handle, uuid)` in NVML's order, or
-    /// `None` when the GPU did not answer (lost) — then nothing is changed.
-    fn mig_layout(&self, d: &Device<'_>) -> Option<Vec<(usize, String)>> {
+    /// Whether MIG is on, and the MIG instances of a GPU as NVML lists them now: `(handle,
+    /// uuid)` in NVML's order; `None` when the GPU did not answer (lost) — then nothing is
+    /// changed.
+    fn mig_layout(&self, d: &Device<'_>) -> Option<(bool, Vec<(usize, String)>)> {
         let enabled = match d.mig_mode() {
             Ok(m) => m.current == 1,
             Err(e) if identity_lost(&e) => return None,
             Err(_) => false,
         };
         if !enabled {
-            return Some(Vec::new());
+            return Some((false, Vec::new()));
         }
         let count = match d.mig_device_count() {
             Ok(n) => n,
@@ -545,20 +549,23 @@ impl NvmlSampler {
             // SAFETY: only compared / stored; see `device`.
             layout.push((unsafe { md.handle() } as usize, uuid));
         }
-        Some(layout)
+        Some((true, layout))
     }
 
     /// Picks up MIG instances created or destroyed since the last look; instances that stay
     /// keep their carried state.
     fn recheck_migs(&self, d: &Device<'_>, parent: &Arc<DeviceInfo>, gpu: &mut Gpu) {
-        let Some(layout) = self.mig_layout(d) else { return };
+        let Some((enabled, layout)) = self.mig_layout(d) else { return };
+        // The MIG mode decides what the parent supports (its utilisation, for one): when it
+        // changed, with or without instances yet, the parent's calls are all asked again.
+        if gpu.mig_enabled != Some(enabled) {
+            gpu.mig_enabled = Some(enabled);
+            gpu.carry.unsupported = read::Unsupported::default();
+        }
         let known: Vec<(usize, &str)> = gpu.migs.iter().map(|m| (m.handle, m.info.uuid.as_str())).collect();
         if layout.len() == known.len() && layout.iter().zip(&known).all(|((h, u), (kh, ku))| h == kh && u == ku) {
             return;
         }
-        // A new layout may come with a new MIG mode, which changes what the parent supports
-        // (its utilisation, for one): ask it everything again.
-        gpu.carry.unsupported = read::Unsupported::default();
         let mut fresh = self.discover_migs(d, parent);
         for m in &mut fresh {
             if let Some(old) = gpu.migs.iter_mut().find(|o| o.info.uuid == m.info.uuid && o.handle == m.handle) {

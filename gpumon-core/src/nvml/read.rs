@@ -27,15 +27,16 @@ const FI_DEV_MEMORY_TEMP: u32 = 82;
 const PCIE_KB: f64 = 1024.0;
 
 /// How long a call the driver answered `NotSupported` is left alone before it is asked again.
-/// Support is a property of the board and the driver; it changes only with a reset (MIG mode,
-/// ECC mode), after which the GPU is usually re-discovered anyway. The same period as the
+/// Support is a property of the board, its driver and its modes (MIG, ECC); a mode can change
+/// while the agent runs, and this period bounds how long a stale answer hides a value (the MIG
+/// check also starts the parent afresh when it sees the mode change). The same period as the
 /// runtime-PM file's retry.
 pub(crate) const REPROBE_UNSUPPORTED: Duration = Duration::from_secs(30);
 
 /// The calls of one device that answered `NotSupported`, each with when it did: skipped until
-/// [`REPROBE_UNSUPPORTED`] has passed. An H100 answers `NotSupported` to five of the default
-/// families' calls (no NVENC, no fan, …); asking again every tick cost a driver call, an error
-/// conversion and a classification each, per GPU per tick.
+/// [`REPROBE_UNSUPPORTED`] has passed. The fake's H100 model answers `NotSupported` to five of
+/// the default families' calls (encoder utilisation, fan, retired pages); asking again every
+/// tick cost a driver call, an error conversion and a classification each, per GPU per tick.
 ///
 /// A call is its call site in this module (`#[track_caller]`), and an index for the sites that
 /// make several calls in a loop.
@@ -48,7 +49,8 @@ impl Unsupported {
     /// Whether the call at `site` is known unsupported at `now` (and forgets it once it is due
     /// to be asked again).
     fn skips(&mut self, site: &'static Location<'static>, index: u8, now: Instant) -> bool {
-        let Some(i) = self.calls.iter().position(|&(s, n, _)| ptr::eq(s, site) && n == index) else {
+        // Compared by value: one call site need not have one address.
+        let Some(i) = self.calls.iter().position(|&(s, n, _)| n == index && (ptr::eq(s, site) || *s == *site)) else {
             return false;
         };
         if now.saturating_duration_since(self.calls[i].2) < REPROBE_UNSUPPORTED {

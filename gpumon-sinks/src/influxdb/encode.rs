@@ -306,9 +306,7 @@ impl LineProtocolEncoder {
         out.push_str(&self.measurements[MetricId::DeviceUp as usize]);
         let tags_start = out.len();
         self.write_device_tags(out, host, mock, &device.info, owners);
-        // Every labelled line but a process's carries the same tags: escaped once, here, and
-        // copied from this line (an H100 has 18 NVLink lines, each with the GPU's name and UUID).
-        let device_tags = tags_start..out.len();
+        let tags_end = out.len();
         out.push(' ');
         let mut fields = 0;
         device.visit_points(|p| {
@@ -317,6 +315,10 @@ impl LineProtocolEncoder {
             }
         });
         finish_line(out, start, fields, ts, &mut encoded);
+        // Every labelled line but a process's carries the same tags: escaped once, above, and
+        // copied from that line (an H100 has 18 NVLink lines, each with the GPU's name and UUID)
+        // — while the line is there: a line without fields is taken back out.
+        let device_tags = (fields > 0).then_some(tags_start..tags_end);
 
         // Pass 2: labelled values, one line per (family, label value). `visit_points` yields the
         // values of one label consecutively.
@@ -335,10 +337,12 @@ impl LineProtocolEncoder {
                 line_start = out.len();
                 out.push_str(&self.measurements[p.id as usize]);
                 // A process's line carries its own owner; every other line the device's.
-                if key.0 == Family::Processes {
-                    self.write_device_tags(out, host, mock, &device.info, device.point_owner_labels(&p));
-                } else {
-                    out.extend_from_within(device_tags.clone());
+                match &device_tags {
+                    Some(tags) if key.0 != Family::Processes => out.extend_from_within(tags.clone()),
+                    _ => {
+                        let owners = if key.0 == Family::Processes { device.point_owner_labels(&p) } else { owners };
+                        self.write_device_tags(out, host, mock, &device.info, owners);
+                    }
                 }
                 out.push(',');
                 out.push_str(&self.label_keys[p.id as usize]);

@@ -248,11 +248,11 @@ mod tests {
         let device_tags = format!(
             r",container=(shared),gpu=3,host=node\ 1,{mig},namespace=team\ a,pod=train-0,user=alice,uuid=MIG-abc,"
         );
-        for prefix in ["gpu_clock_events,", "gpu_xid,"] {
-            let labelled: Vec<_> = lines.iter().filter(|l| l.starts_with(prefix)).collect();
-            assert!(!labelled.is_empty(), "no {prefix} line in {out}");
+        for measurement in ["gpu_clock_events", "gpu_xid"] {
+            let labelled: Vec<_> = lines.iter().filter(|l| l.starts_with(&format!("{measurement},"))).collect();
+            assert!(!labelled.is_empty(), "no {measurement} line in {out}");
             for line in labelled {
-                assert!(line.contains(&device_tags), "{line}");
+                assert!(line.starts_with(&format!("{measurement}{device_tags}")), "{line}");
             }
         }
         let process = lines.iter().find(|l| l.starts_with("gpu_processes,")).unwrap();
