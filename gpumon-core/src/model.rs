@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::attribution::{OwnerLabels, SharedOwner};
-use crate::metric::Family;
+use crate::metric::{Family, LabelValue, MetricId};
 
 /// One sampling tick: every visible device's values at one instant.
 #[derive(Clone, Debug, PartialEq)]
@@ -397,13 +397,34 @@ impl DeviceSample {
     /// });
     /// ```
     pub fn point_owner_labels(&self, point: &crate::metric::Point<'_>) -> OwnerLabels<'_> {
-        match (point.id.family(), point.label) {
-            (Family::Processes, Some(crate::metric::LabelValue::Int(pid))) => u32::try_from(pid)
-                .ok()
-                .and_then(|pid| self.process(pid))
-                .map(ProcessSample::owner_labels)
-                .unwrap_or_default(),
-            _ => self.owner_labels(),
+        match self.process_of(point.id, point.label) {
+            Some(process) => process.map(ProcessSample::owner_labels).unwrap_or_default(),
+            None => self.owner_labels(),
+        }
+    }
+
+    /// Which process a point of metric `id` with `label` is about: `None` for a point about
+    /// the device, `Some(None)` for a per-process point ([`Family::Processes`], labelled with
+    /// its pid) whose pid the device does not list, `Some(Some(process))` otherwise. The one
+    /// place the exporters learn whose owner a point carries.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use gpumon_core::{DeviceInfo, DeviceSample, LabelValue, MetricId, ProcessSample};
+    ///
+    /// let mut gpu = DeviceSample::new(Arc::new(DeviceInfo::new(0, "GPU-1", "GPU")));
+    /// gpu.processes.push(ProcessSample::new(10));
+    /// let memory = MetricId::ProcessMemoryUsed;
+    /// assert_eq!(gpu.process_of(memory, Some(LabelValue::Int(10))).flatten().map(|p| p.pid), Some(10));
+    /// assert!(gpu.process_of(memory, Some(LabelValue::Int(11))).is_some_and(|p| p.is_none()));
+    /// assert!(gpu.process_of(MetricId::DeviceUp, None).is_none());
+    /// ```
+    pub fn process_of(&self, id: MetricId, label: Option<LabelValue<'_>>) -> Option<Option<&ProcessSample>> {
+        match (id.family(), label) {
+            (Family::Processes, Some(LabelValue::Int(pid))) => {
+                Some(u32::try_from(pid).ok().and_then(|pid| self.process(pid)))
+            }
+            _ => None,
         }
     }
 

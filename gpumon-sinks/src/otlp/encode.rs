@@ -12,8 +12,8 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use gpumon_core::attribution::{OwnerLabels, SharedOwner};
 use gpumon_core::{
-    DeviceInfo, DeviceSample, Family, LabelValue, MetricId, MetricKind, ProcessSample, Snapshot, SystemInfo, Unit,
-    Value, MAX_DERIVED_LABELS,
+    DeviceInfo, DeviceSample, LabelValue, MetricId, MetricKind, ProcessSample, Snapshot, SystemInfo, Unit, Value,
+    MAX_DERIVED_LABELS,
 };
 use opentelemetry::metrics::Meter;
 use opentelemetry::{KeyValue, StringValue};
@@ -405,18 +405,14 @@ impl Plan {
             let mut process_base: Option<(u32, Arc<[KeyValue]>)> = None;
             device.visit_points(|p| {
                 let d = p.id.descriptor();
-                let process = match (d.family, p.label) {
-                    (Family::Processes, Some(LabelValue::Int(pid))) => u32::try_from(pid).ok(),
-                    _ => None,
-                };
-                if let Some(pid) = process {
-                    if process_base.as_ref().is_none_or(|(cached, _)| *cached != pid) {
-                        process_base =
-                            device.process(pid).map(|proc| (pid, cache.process(&snapshot.system, device, proc)));
+                let process = device.process_of(p.id, p.label).flatten();
+                if let Some(proc) = process {
+                    if process_base.as_ref().is_none_or(|(cached, _)| *cached != proc.pid) {
+                        process_base = Some((proc.pid, cache.process(&snapshot.system, device, proc)));
                     }
                 }
                 let base = match (process, &process_base) {
-                    (Some(pid), Some((cached, attrs))) if *cached == pid => attrs,
+                    (Some(proc), Some((cached, attrs))) if *cached == proc.pid => attrs,
                     _ => &base,
                 };
                 let series = Series {

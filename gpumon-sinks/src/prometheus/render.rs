@@ -15,9 +15,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpumon_core::attribution::OwnerLabels;
-use gpumon_core::{
-    AgentStats, DeviceSample, Family, LabelValue, MetricId, MetricKind, Snapshot, SystemInfo, Telemetry, Value,
-};
+use gpumon_core::{AgentStats, DeviceSample, LabelValue, MetricId, MetricKind, Snapshot, SystemInfo, Telemetry, Value};
 
 use super::Naming;
 
@@ -516,23 +514,22 @@ fn render_devices(out: &mut String, snap: &Snapshot, opts: &RenderOptions, forma
         let (header, scale) = metric_header(id, format, opts.naming);
         write_header(out, &header);
         let label_key = id.descriptor().label;
-        let per_process = id.family() == Family::Processes;
         for &idx in &order[k..k + n] {
             let e = &entries[idx as usize];
             out.push_str(header.sample);
             out.push('{');
             let span = spans[e.device as usize];
-            match (per_process, e.label) {
-                (true, Some(LabelValue::Int(pid))) => {
+            // A process's series: the device's identity, then its process's own owner.
+            match snap.devices[e.device as usize].process_of(e.id, e.label) {
+                Some(process) => {
                     let identity = span.identity();
                     let mut first = identity.is_empty();
                     out.push_str(&labels[identity]);
-                    let process = u32::try_from(pid).ok().and_then(|pid| snap.devices[e.device as usize].process(pid));
                     if let Some(process) = process {
                         owner_labels(out, &mut first, process.owner_labels(), opts.naming);
                     }
                 }
-                _ => out.push_str(&labels[span.all()]),
+                None => out.push_str(&labels[span.all()]),
             }
             if let (Some(key), Some(v)) = (label_key, e.label) {
                 out.push(',');
