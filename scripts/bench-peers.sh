@@ -38,7 +38,9 @@
 # default), --tick-samples samples each at 100 ms, alternated for --rounds rounds; plus the
 # agent with every default family, on 1 / 8 / 64 GPUs and the MIG fleet, and one `--once` run
 # of each (the start-up cost, shown separately). With --before-agent BIN [--before-fake DIR] a
-# previous build runs in the same alternation (before/after in one run). CPU is
+# previous build runs in the same alternation (before/after in one run), right next to this
+# build and in ABBA order (this build first in odd rounds, second in even ones; so in the 1 Hz
+# phase). CPU is
 # `perf stat -e task-clock` over the whole process (all threads, from exec to exit). Then one
 # `perf record` of the agent attributes what is left per tick (thread, shared object).
 #   scripts/bench-peers.sh --tick [--rounds N] [--tick-samples N] [--before-agent BIN --before-fake DIR]
@@ -259,11 +261,18 @@ if [ "$DO_TICK" = 1 ]; then
         whole floor-1thread "$r" h100x8 run -- "$FLOOR" 100 "$TICK_SAMPLES" 1
         whole floor-2threads "$r" h100x8 run -- "$FLOOR" 100 "$TICK_SAMPLES" 2
         whole pynvml-loop "$r" h100x8 run -- "${LOOP[@]}" --samples "$TICK_SAMPLES"
-        whole gpumon-only4 "$r" h100x8 run -- "${NEW[@]}" --interval 100ms --only "$ONLY" --duration "${TICK_S}s"
-        if [ -n "$BEFORE_AGENT" ]; then
+        # This build and the previous one run back to back, in ABBA order (odd rounds this build
+        # first, even rounds the previous one): a fixed order gave whichever ran second a
+        # different machine (caches, the VM's other tenants) every round.
+        this_only4() {
+            whole gpumon-only4 "$r" h100x8 run -- "${NEW[@]}" --interval 100ms --only "$ONLY" --duration "${TICK_S}s"
+        }
+        before_only4() {
+            [ -n "$BEFORE_AGENT" ] || return 0
             whole before-only4 "$r" h100x8 run -- "$BEFORE_AGENT" --backend nvml --nvml-library "$BEFORE_FAKE_LIB" \
                 --log info --interval 100ms "${BEFORE_SELECT[@]}" --duration "${TICK_S}s"
-        fi
+        }
+        if [ $((r % 2)) = 1 ]; then this_only4; before_only4; else before_only4; this_only4; fi
         whole gpumon-default "$r" h100x8 run -- "${NEW[@]}" --interval 100ms --duration "${TICK_S}s"
         for fleet in h100x1 h100x64 a100x8-mig; do
             whole gpumon-only4 "$r" "$fleet" run -- "${NEW[@]}" --interval 100ms --only "$ONLY" --duration "${TICK_S}s"
@@ -410,15 +419,22 @@ hz1_round() {
         run_service 1hz "$r" gpumon-influx 1 "$HZ1_SECONDS" "" -- "${AGENT_BASE[@]}" --interval 1s "${INFLUX_ARGS[@]}"
         run_service 1hz "$r" gpumon-otlp 1 "$HZ1_SECONDS" "" -- "${AGENT_BASE[@]}" --interval 1s "${OTLP_ARGS[@]}"
     fi
-    run_service 1hz "$r" gpumon-all 1 "$HZ1_SECONDS" "$PROM_URL" -- "${AGENT_BASE[@]}" --interval 1s \
-        --stdout-format json --stdout "${PROM_ARGS[@]}" "${INFLUX_ARGS[@]}" "${OTLP_ARGS[@]}"
+    # With --before-agent, the previous build with the same sinks, back to back with this one in
+    # ABBA order (odd rounds this build first), as in the tick phase.
+    local order=(this before)
+    [ $((r % 2)) = 1 ] || order=(before this)
+    local which
+    for which in "${order[@]}"; do
+        if [ "$which" = this ]; then
+            run_service 1hz "$r" gpumon-all 1 "$HZ1_SECONDS" "$PROM_URL" -- "${AGENT_BASE[@]}" --interval 1s \
+                --stdout-format json --stdout "${PROM_ARGS[@]}" "${INFLUX_ARGS[@]}" "${OTLP_ARGS[@]}"
+        elif [ -n "$BEFORE_AGENT" ]; then
+            run_service 1hz "$r" before-all 1 "$HZ1_SECONDS" "$PROM_URL" -- "$BEFORE_AGENT" --backend nvml \
+                --nvml-library "$FAKE_LIB" --log info --interval 1s --stdout-format json --stdout "${PROM_ARGS[@]}" \
+                "${INFLUX_ARGS[@]}" "${OTLP_ARGS[@]}"
+        fi
+    done
     run_service 1hz "$r" pynvml-loop 1 "$HZ1_SECONDS" "" -- "$PY" "$REPO/scripts/bench/pynvml_loop.py" --interval 1
-    # With --before-agent, the previous build with the same sinks, in the same alternation.
-    if [ -n "$BEFORE_AGENT" ]; then
-        run_service 1hz "$r" before-all 1 "$HZ1_SECONDS" "$PROM_URL" -- "$BEFORE_AGENT" --backend nvml \
-            --nvml-library "$FAKE_LIB" --log info --interval 1s --stdout-format json --stdout "${PROM_ARGS[@]}" \
-            "${INFLUX_ARGS[@]}" "${OTLP_ARGS[@]}"
-    fi
 }
 
 {
