@@ -257,6 +257,15 @@ if [ "$DO_TICK" = 1 ]; then
     # as the agent's sampling thread and runtime), to show what waking alone costs here.
     FLOOR="$WORK/tick_floor"
     rustc -O -o "$FLOOR" "$REPO/scripts/bench/tick_floor.rs" || die "cannot build scripts/bench/tick_floor.rs"
+    # ROUND: the same-work run of this build, and of --before-agent (none without it).
+    this_only4() {
+        whole gpumon-only4 "$1" h100x8 run -- "${NEW[@]}" --interval 100ms --only "$ONLY" --duration "${TICK_S}s"
+    }
+    before_only4() {
+        [ -n "$BEFORE_AGENT" ] || return 0
+        whole before-only4 "$1" h100x8 run -- "$BEFORE_AGENT" --backend nvml --nvml-library "$BEFORE_FAKE_LIB" \
+            --log info --interval 100ms "${BEFORE_SELECT[@]}" --duration "${TICK_S}s"
+    }
     for r in $(seq 1 "$ROUNDS"); do
         whole floor-1thread "$r" h100x8 run -- "$FLOOR" 100 "$TICK_SAMPLES" 1
         whole floor-2threads "$r" h100x8 run -- "$FLOOR" 100 "$TICK_SAMPLES" 2
@@ -264,15 +273,7 @@ if [ "$DO_TICK" = 1 ]; then
         # This build and the previous one run back to back, in ABBA order (odd rounds this build
         # first, even rounds the previous one): a fixed order gave whichever ran second a
         # different machine (caches, the VM's other tenants) every round.
-        this_only4() {
-            whole gpumon-only4 "$r" h100x8 run -- "${NEW[@]}" --interval 100ms --only "$ONLY" --duration "${TICK_S}s"
-        }
-        before_only4() {
-            [ -n "$BEFORE_AGENT" ] || return 0
-            whole before-only4 "$r" h100x8 run -- "$BEFORE_AGENT" --backend nvml --nvml-library "$BEFORE_FAKE_LIB" \
-                --log info --interval 100ms "${BEFORE_SELECT[@]}" --duration "${TICK_S}s"
-        }
-        if [ $((r % 2)) = 1 ]; then this_only4; before_only4; else before_only4; this_only4; fi
+        if [ $((r % 2)) = 1 ]; then this_only4 "$r"; before_only4 "$r"; else before_only4 "$r"; this_only4 "$r"; fi
         whole gpumon-default "$r" h100x8 run -- "${NEW[@]}" --interval 100ms --duration "${TICK_S}s"
         for fleet in h100x1 h100x64 a100x8-mig; do
             whole gpumon-only4 "$r" "$fleet" run -- "${NEW[@]}" --interval 100ms --only "$ONLY" --duration "${TICK_S}s"

@@ -222,6 +222,17 @@ mod imp {
         Ok(certs)
     }
 
+    /// A client configuration with `provider` and its safe protocol versions, before its
+    /// verifier is chosen. `key` names the TLS table in errors.
+    fn config_builder(
+        provider: &Arc<CryptoProvider>,
+        key: &str,
+    ) -> Result<rustls::ConfigBuilder<ClientConfig, rustls::WantsVerifier>, BuildError> {
+        ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| BuildError::invalid(key, format!("the installed rustls crypto provider cannot do TLS: {e}")))
+    }
+
     /// The rustls client configuration for `url` (whose scheme is https), offering `alpn`.
     /// `key` names the TLS table in errors (`influxdb.tls`).
     ///
@@ -235,10 +246,7 @@ mod imp {
         alpn: &[&[u8]],
     ) -> Result<ClientConfig, BuildError> {
         let provider = install_crypto_provider();
-        let builder =
-            ClientConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions().map_err(
-                |e| BuildError::invalid(key, format!("the installed rustls crypto provider cannot do TLS: {e}")),
-            )?;
+        let builder = config_builder(&provider, key)?;
         let builder = if tls.insecure_skip_verify {
             tracing::warn!(
                 url,
@@ -303,9 +311,7 @@ mod imp {
     /// TLS. This one trusts the same certificates, read when a TLS connection first needs them
     /// (a redirect to `https://`).
     fn plain_http_config(provider: Arc<CryptoProvider>, key: &str) -> Result<ClientConfig, BuildError> {
-        let mut config = ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| BuildError::invalid(key, format!("the installed rustls crypto provider cannot do TLS: {e}")))?
+        let mut config = config_builder(&provider, key)?
             .dangerous()
             .with_custom_certificate_verifier(Verifier::new(provider, Trust::SystemOnFirstUse(OnceLock::new())))
             .with_no_client_auth();
