@@ -5,13 +5,17 @@
 #
 #   scripts/bench-peers.sh [--rounds N] [--samples N] [--gpustat-runs N] [--hz1-seconds S]
 #                          [--out DIR] [--no-build] [--skip-1hz] [--skip-fast] [--hz1-per-sink]
+#                          [--profile NAME]
 #
 # Peers (throw-away venv, scripts/bench/requirements-peers.txt, exact pins, from PyPI):
 #   pynvml-loop     scripts/bench/pynvml_loop.py: the classic polling script (util, memory,
 #                   temperature, power per GPU; one JSON line per round to /dev/null)
 #   gpustat         `gpustat --json`, one process per sample
 #   nvitop-exporter scraped by scripts/bench/scrape_loop.py, the same loop that scrapes gpumon
-# gpumon (release build of examples/agent, default features, --backend nvml on the fake):
+# gpumon (the gpumon-agent binary, default features, --backend nvml on the fake), built with
+# --profile (default `profiling`: the code of `dist`, the profile deploy/ and docs/deploy.md ship —
+# fat LTO, one codegen unit — with its symbols kept so perf can attribute it; `release` is thin
+# LTO, what `cargo run --release` builds):
 #   gpumon-json     stdout JSON lines to /dev/null
 #   gpumon-prom     Prometheus endpoint, scraped by scrape_loop.py
 #   gpumon-influx   InfluxDB 1.x writer (private InfluxDB on 127.0.0.1)
@@ -69,6 +73,7 @@ TICK_SAMPLES=200
 BEFORE_AGENT=""
 BEFORE_FAKE_DIR=""
 HZ1_PER_SINK=0
+PROFILE=profiling
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS="$2"; shift 2 ;;
@@ -84,7 +89,8 @@ while [ $# -gt 0 ]; do
         --tick-samples) TICK_SAMPLES="$2"; shift 2 ;;
         --before-agent) BEFORE_AGENT="$2"; shift 2 ;;
         --before-fake) BEFORE_FAKE_DIR="$2"; shift 2 ;;
-        -h|--help) sed -n '2,47p' "$0"; exit 0 ;;
+        --profile) PROFILE="$2"; shift 2 ;;
+        -h|--help) sed -n '2,51p' "$0"; exit 0 ;;
         *) echo "bench-peers.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -151,10 +157,11 @@ PY="$WORK/venv/bin/python"
 # dev-dependencies, which switch on tokio's `test-util`, whose paused-clock bookkeeping adds a
 # wake-up to every blocking task and a lock to every clock read.)
 if [ "$BUILD" = 1 ]; then
-    log "building the agent (release, default features)"
-    cargo build --release --bin gpumon-agent >&2
+    log "building the agent (profile $PROFILE, default features)"
+    cargo build --profile "$PROFILE" --bin gpumon-agent >&2
 fi
-AGENT="$TARGET/release/gpumon-agent"
+# Cargo names the dev profile's folder `debug`.
+AGENT="$TARGET/$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")/gpumon-agent"
 [ -x "$AGENT" ] || die "$AGENT not found (drop --no-build)"
 [ -x "$REPO/scripts/fake-nvml-dir.sh" ] || die "scripts/fake-nvml-dir.sh not found"
 if [ "$BUILD" = 1 ]; then
@@ -210,7 +217,7 @@ if [ "$DO_TICK" = 1 ]; then
     {
         echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
         echo "git: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (dirty)')"
-        echo "args: tick rounds=$ROUNDS tick_samples=$TICK_SAMPLES before_agent=${BEFORE_AGENT:-none}"
+        echo "args: tick rounds=$ROUNDS tick_samples=$TICK_SAMPLES profile=$PROFILE before_agent=${BEFORE_AGENT:-none}"
         echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
         echo "kernel: $(uname -r)"
         echo "rustc: $(rustc --version)"
@@ -441,7 +448,7 @@ hz1_round() {
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "git: $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (dirty)')"
-    echo "args: rounds=$ROUNDS samples=$SAMPLES gpustat_runs=$GPUSTAT_RUNS hz1_seconds=$HZ1_SECONDS warmup=${WARMUP}s"
+    echo "args: rounds=$ROUNDS samples=$SAMPLES gpustat_runs=$GPUSTAT_RUNS hz1_seconds=$HZ1_SECONDS warmup=${WARMUP}s profile=$PROFILE"
     echo "kernel: $(uname -r)"
     echo "rustc: $(rustc --version)"
     echo "python: $("$PY" --version)"

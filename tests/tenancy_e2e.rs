@@ -13,14 +13,13 @@ use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt as _;
 use std::os::unix::process::CommandExt as _;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpumon_mock::test_env::require_env;
 
 mod common;
-use common::{agent, free_port};
+use common::{agent, fake_nvml, free_port};
 
 /// Unix users no system has names for (attribution reports the uid).
 const UID_A: u32 = 60_001;
@@ -46,26 +45,6 @@ fn sleeper(uid: u32) -> Killed {
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start `sleep 300` as uid {uid}: {e}"));
     Killed(child)
-}
-
-/// The fake's cdylib, `target/<profile>/libgpumon_fake_nvml.so` (built here when missing).
-fn fake_nvml() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.ancestors().nth(2).unwrap().to_path_buf(); // target/<profile>
-    let lib = profile_dir.join("libgpumon_fake_nvml.so");
-    if !lib.is_file() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let release = profile_dir.file_name().is_some_and(|n| n == "release");
-        let status = Command::new(cargo)
-            .args(["build", "-p", "gpumon-fake-nvml", "--lib"])
-            .args(release.then_some("--release"))
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo build -p gpumon-fake-nvml");
-        assert!(status.success(), "cargo build -p gpumon-fake-nvml failed");
-    }
-    assert!(lib.is_file(), "{} missing", lib.display());
-    lib
 }
 
 /// `GET /metrics` with `token`: the whole answer, or `None` while nothing listens.

@@ -26,3 +26,23 @@ pub fn run(cmd: &mut Command) -> (i32, String, String) {
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
+
+/// The fake's cdylib, `target/<profile>/libgpumon_fake_nvml.so` (built here when missing).
+pub fn fake_nvml() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.ancestors().nth(2).unwrap().to_path_buf(); // target/<profile>
+    let lib = profile_dir.join("libgpumon_fake_nvml.so");
+    if !lib.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let release = profile_dir.file_name().is_some_and(|n| n == "release");
+        let status = Command::new(cargo)
+            .args(["build", "-p", "gpumon-fake-nvml", "--lib"])
+            .args(release.then_some("--release"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo build -p gpumon-fake-nvml");
+        assert!(status.success(), "cargo build -p gpumon-fake-nvml failed");
+    }
+    assert!(lib.is_file(), "{} missing", lib.display());
+    lib
+}

@@ -12,7 +12,6 @@ use nvml_wrapper::enum_wrappers::device::{
 };
 use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::error::{nvml_sym, nvml_try, nvml_try_count, NvmlError};
-use nvml_wrapper::struct_wrappers::device::FieldValueSample;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings as sys;
@@ -159,6 +158,14 @@ const SAMPLING: [SampleKind; 5] = [
     (Sampling::MemoryClock, |v| v * 1e6),
 ];
 
+/// One field of `nvmlDeviceGetFieldValues`; `None` when the driver returns no entry. The field's
+/// own error is the call's: a board without the sensor answers the call but the field
+/// `NotSupported`, and [`Reader::get`] must see that to leave the call alone for a while.
+fn field_value(d: &Device<'_>, id: u32) -> Result<Option<SampleValue>, NvmlError> {
+    let Some(field) = d.field_values_for(&[FieldId(id)])?.into_iter().next() else { return Ok(None) };
+    field.and_then(|f| f.value).map(Some)
+}
+
 fn sample_value(v: &SampleValue) -> f64 {
     match *v {
         SampleValue::F64(v) => v,
@@ -297,16 +304,8 @@ pub(crate) fn families(nvml: &Nvml, d: &Device<'_>, set: MetricSet, carry: &mut 
     }
     if set.contains(Family::Temperature) {
         r.sample.temperature.gpu = r.get(Family::Temperature, || d.temperature(TemperatureSensor::Gpu)).map(f64::from);
-        r.sample.temperature.memory = r
-            .get(Family::Temperature, || d.field_values_for(&[FieldId(FI_DEV_MEMORY_TEMP)]))
-            .and_then(|v| v.into_iter().next())
-            .and_then(|v: Result<FieldValueSample, NvmlError>| match v.and_then(|f| f.value) {
-                Ok(v) => Some(sample_value(&v)),
-                Err(e) => {
-                    r.note(Family::Temperature, &e);
-                    None
-                }
-            });
+        r.sample.temperature.memory =
+            r.get(Family::Temperature, || field_value(d, FI_DEV_MEMORY_TEMP)).flatten().map(|v| sample_value(&v));
     }
     if set.contains(Family::Power) {
         r.sample.power.usage_watts = r.get(Family::Power, || d.power_usage()).map(|mw| f64::from(mw) / 1000.0);

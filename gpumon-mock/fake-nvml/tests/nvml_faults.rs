@@ -126,6 +126,31 @@ fn a_call_that_answered_not_supported_is_not_asked_again_every_tick() {
 }
 
 #[test]
+fn a_field_the_board_lacks_is_not_asked_again_every_tick() {
+    // The field-values call for the memory temperature succeeds on every board; on a board
+    // without the sensor (the fake's RTX 4090 model) the field itself answers NotSupported.
+    let temperature = || SampleRequest::new([Family::Temperature].into_iter().collect(), DeviceFilter::all());
+    let ticks = 5;
+    for (profile, gpus, has_sensor) in [("rtx4090x2", 2u64, false), ("h100x8", 8, true)] {
+        let fake = Fake::new(&format!("profile={profile};clock=manual"));
+        let s = sampler(&fake);
+        for tick in 0..ticks {
+            fake.set_tick(tick);
+            let snap = s.sample(&temperature()).unwrap();
+            assert_eq!(snap.devices.len() as u64, gpus);
+            for (i, d) in snap.devices.iter().enumerate() {
+                assert_eq!(d.temperature.memory.is_some(), has_sensor, "{profile} GPU {i} tick {tick}");
+                assert!(d.temperature.gpu.is_some(), "{profile} GPU {i} tick {tick}");
+                assert!(d.errors.is_empty(), "{profile} GPU {i}: {:?}", d.errors);
+            }
+        }
+        // Without the sensor: asked on the first tick only; with it, every tick.
+        let expected = if has_sensor { gpus * ticks } else { gpus };
+        assert_eq!(fake.calls("nvmlDeviceGetFieldValues"), expected, "{profile}");
+    }
+}
+
+#[test]
 fn no_permission_is_absent_with_a_metric_failure() {
     let fake = Fake::new("clock=manual;faults=nopermission:nvmlDeviceGetTotalEnergyConsumption@2");
     let s = sampler(&fake);

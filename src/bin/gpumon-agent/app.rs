@@ -354,7 +354,8 @@ async fn run(cli: Cli, file: FileConfig, mut settings: Settings) -> ExitCode {
     // Any sink but stdout sends the data out of this process, where simulated values could be
     // taken for real ones.
     let exporting = sinks.iter().any(|s| s.name() != sinks::STDOUT);
-    let sampler = match backend::select(settings.backend, exporting, &cli, &file) {
+    let watch_xid = settings.metrics.contains(Family::Xid);
+    let sampler = match backend::select(settings.backend, exporting, watch_xid, &cli, &file) {
         Ok(s) => s,
         Err(backend::BackendError::Config(e)) => return config_failure(&e),
         Err(backend::BackendError::Unavailable(e)) => {

@@ -19,19 +19,22 @@ pub enum BackendError {
 
 /// The sampler for `backend`. `exporting`: a sink other than stdout is configured, so the data
 /// leaves this process (a scrape endpoint, a database, a collector) and must never be simulated
-/// unless `--backend mock` asked for it.
+/// unless `--backend mock` asked for it. `watch_xid`: the `xid` family is sampled; without it
+/// NVML's XID watcher (a thread, an event set, a registration per GPU at start-up) is not
+/// started, since nothing would read its counts.
 pub fn select(
     backend: Backend,
     exporting: bool,
+    watch_xid: bool,
     cli: &Cli,
     file: &FileConfig,
 ) -> Result<Arc<dyn Sampler>, BackendError> {
     match backend {
         Backend::Mock => crate::mock::sampler(cli, file),
-        Backend::Nvml => nvml(cli, file).map_err(BackendError::Unavailable),
-        Backend::Auto => match nvml(cli, file) {
+        Backend::Nvml => nvml(cli, file, watch_xid).map_err(BackendError::Unavailable),
+        Backend::Auto => match nvml(cli, file, watch_xid) {
             Ok(s) => Ok(s),
-            Err(reason) if exporting => lazy_nvml(cli, file, &reason),
+            Err(reason) if exporting => lazy_nvml(cli, file, watch_xid, &reason),
             Err(reason) if crate::mock::AVAILABLE => {
                 let sampler = crate::mock::sampler(cli, file)?;
                 // One clear line, on stderr so stdout stays data-only.
@@ -54,8 +57,8 @@ pub fn mock_profile_name(cli: &Cli, file: &FileConfig) -> String {
 }
 
 #[cfg(feature = "nvml")]
-fn nvml_builder(cli: &Cli, file: &FileConfig) -> gpumon::core::nvml::NvmlSamplerBuilder {
-    let mut builder = gpumon::core::nvml::NvmlSampler::builder();
+fn nvml_builder(cli: &Cli, file: &FileConfig, watch_xid: bool) -> gpumon::core::nvml::NvmlSamplerBuilder {
+    let mut builder = gpumon::core::nvml::NvmlSampler::builder().xid_events(watch_xid);
     if let Some(path) = cli.nvml_library.clone().or_else(|| file.nvml.library.clone()) {
         builder = builder.library_path(path);
     }
@@ -66,8 +69,8 @@ fn nvml_builder(cli: &Cli, file: &FileConfig) -> gpumon::core::nvml::NvmlSampler
 }
 
 #[cfg(feature = "nvml")]
-fn nvml(cli: &Cli, file: &FileConfig) -> Result<Arc<dyn Sampler>, String> {
-    nvml_builder(cli, file).build().map(|s| Arc::new(s) as Arc<dyn Sampler>).map_err(|e| e.to_string())
+fn nvml(cli: &Cli, file: &FileConfig, watch_xid: bool) -> Result<Arc<dyn Sampler>, String> {
+    nvml_builder(cli, file, watch_xid).build().map(|s| Arc::new(s) as Arc<dyn Sampler>).map_err(|e| e.to_string())
 }
 
 /// NVML did not load, but sinks export: no simulated data. The lazy sampler retries NVML with
@@ -75,19 +78,19 @@ fn nvml(cli: &Cli, file: &FileConfig) -> Result<Arc<dyn Sampler>, String> {
 /// sinks get no device data, the Prometheus endpoint serves `gpumon_up 0`, `/health` answers
 /// 503 and `/live` 200.
 #[cfg(feature = "nvml")]
-fn lazy_nvml(cli: &Cli, file: &FileConfig, reason: &str) -> Result<Arc<dyn Sampler>, BackendError> {
+fn lazy_nvml(cli: &Cli, file: &FileConfig, watch_xid: bool, reason: &str) -> Result<Arc<dyn Sampler>, BackendError> {
     tracing::warn!(
         "NVML unavailable ({reason}); exporting no GPU data (gpumon_up 0) and retrying NVML with backoff — simulated data is exported only with --backend mock"
     );
-    Ok(Arc::new(nvml_builder(cli, file).build_lazy()))
+    Ok(Arc::new(nvml_builder(cli, file, watch_xid).build_lazy()))
 }
 
 #[cfg(not(feature = "nvml"))]
-fn nvml(_: &Cli, _: &FileConfig) -> Result<Arc<dyn Sampler>, String> {
+fn nvml(_: &Cli, _: &FileConfig, _: bool) -> Result<Arc<dyn Sampler>, String> {
     Err("this agent was built without the `nvml` feature".to_owned())
 }
 
 #[cfg(not(feature = "nvml"))]
-fn lazy_nvml(_: &Cli, _: &FileConfig, reason: &str) -> Result<Arc<dyn Sampler>, BackendError> {
+fn lazy_nvml(_: &Cli, _: &FileConfig, _: bool, reason: &str) -> Result<Arc<dyn Sampler>, BackendError> {
     Err(BackendError::Unavailable(reason.to_owned()))
 }
