@@ -48,6 +48,7 @@
 # `perf stat -e task-clock` over the whole process (all threads, from exec to exit). Then one
 # `perf record` of the agent attributes what is left per tick (thread, shared object).
 #   scripts/bench-peers.sh --tick [--rounds N] [--tick-samples N] [--before-agent BIN --before-fake DIR]
+#                          [--profile NAME]
 #
 # Output: DIR (default target/bench-peers/<timestamp>) gets raw.tsv (one line per run), the
 # per-run tool outputs, and summary.md (medians + gpumon/peer ratios), which is also printed.
@@ -90,7 +91,7 @@ while [ $# -gt 0 ]; do
         --before-agent) BEFORE_AGENT="$2"; shift 2 ;;
         --before-fake) BEFORE_FAKE_DIR="$2"; shift 2 ;;
         --profile) PROFILE="$2"; shift 2 ;;
-        -h|--help) sed -n '2,51p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set -euo pipefail/{/^#/p}' "$0"; exit 0 ;;
         *) echo "bench-peers.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -160,8 +161,13 @@ if [ "$BUILD" = 1 ]; then
     log "building the agent (profile $PROFILE, default features)"
     cargo build --profile "$PROFILE" --bin gpumon-agent >&2
 fi
-# Cargo names the dev profile's folder `debug`.
-AGENT="$TARGET/$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")/gpumon-agent"
+# Cargo's folder for a profile: its name, but `debug` for dev and test, `release` for bench.
+case "$PROFILE" in
+    dev|test) PROFILE_DIR=debug ;;
+    bench) PROFILE_DIR=release ;;
+    *) PROFILE_DIR="$PROFILE" ;;
+esac
+AGENT="$TARGET/$PROFILE_DIR/gpumon-agent"
 [ -x "$AGENT" ] || die "$AGENT not found (drop --no-build)"
 [ -x "$REPO/scripts/fake-nvml-dir.sh" ] || die "scripts/fake-nvml-dir.sh not found"
 if [ "$BUILD" = 1 ]; then

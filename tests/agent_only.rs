@@ -1,14 +1,13 @@
 //! `--only` / `agent.only`: the agent samples exactly the families named.
 #![cfg(all(feature = "agent", feature = "stdout"))]
 
-use std::io::BufRead;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use gpumon::core::{DeviceFilter, Family, MetricSet, SampleRequest, Sampler, Snapshot};
 use gpumon_mock::MockSampler;
 
 mod common;
-use common::{fake_nvml, run};
+use common::run;
 
 /// The example agent on the mock's a100x4, one sample as JSON.
 fn agent() -> Command {
@@ -86,40 +85,52 @@ fn bad_only_settings_exit_2_naming_the_key() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// The names of the threads of a running process.
-fn threads(pid: u32) -> Vec<String> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
-    tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .map(|c| c.trim().to_owned())
-        .collect()
-}
+/// The XID watcher on the fake libnvidia-ml (needs the NVML backend).
+#[cfg(feature = "nvml")]
+mod xid_watcher {
+    use std::io::BufRead;
+    use std::process::Stdio;
 
-#[test]
-fn the_xid_watcher_runs_only_when_xid_events_are_sampled() {
-    // On the fake libnvidia-ml: the watcher is NVML's (a thread blocked in the event wait, an
-    // event set, a registration per GPU at start-up); without the `xid` family nothing reads it.
-    for (families, watched) in [(None, true), (Some("utilization,memory"), false), (Some("memory,xid"), true)] {
-        let mut cmd = common::agent();
-        cmd.args(["--backend", "nvml", "--nvml-library"])
-            .arg(fake_nvml())
-            .args(["--interval", "100ms", "--duration", "20s", "--stdout-format", "json"])
-            .env("GPUMON_FAKE_NVML_PROFILE", "h100x8")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        if let Some(f) = families {
-            cmd.args(["--only", f]);
+    use super::common::{self, fake_nvml};
+    use gpumon::core::Snapshot;
+
+    /// The names of the threads of a running process.
+    fn threads(pid: u32) -> Vec<String> {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+        tasks
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .map(|c| c.trim().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn the_xid_watcher_runs_only_when_xid_events_are_sampled() {
+        // On the fake libnvidia-ml: the watcher is NVML's (a thread blocked in the event wait, an
+        // event set, a registration per GPU at start-up); without the `xid` family nothing reads it.
+        for (families, watched) in [(None, true), (Some("utilization,memory"), false), (Some("memory,xid"), true)] {
+            let mut cmd = common::agent();
+            cmd.args(["--backend", "nvml", "--nvml-library"])
+                .arg(fake_nvml())
+                .args(["--interval", "100ms", "--duration", "20s", "--stdout-format", "json"])
+                .env("GPUMON_FAKE_NVML_PROFILE", "h100x8")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            if let Some(f) = families {
+                cmd.args(["--only", f]);
+            }
+            let mut child = cmd.spawn().unwrap();
+            // Once the first snapshot is out, every thread the sampler starts is running.
+            let mut first = String::new();
+            std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut first).unwrap();
+            let names = threads(child.id());
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            let snapshot: Snapshot = serde_json::from_str(&first).unwrap_or_else(|e| {
+                panic!("{families:?}: {e}: {first:?}; stderr: {}", String::from_utf8_lossy(&out.stderr))
+            });
+            assert_eq!(snapshot.devices.len(), 8, "{families:?}");
+            assert!(names.iter().any(|n| n == "gpumon-sampler"), "{families:?}: {names:?}");
+            assert_eq!(names.iter().any(|n| n == "gpumon-nvml-xid"), watched, "{families:?}: {names:?}");
         }
-        let mut child = cmd.spawn().unwrap();
-        // Once the first snapshot is out, every thread the sampler starts is running.
-        let mut first = String::new();
-        std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut first).unwrap();
-        let names = threads(child.id());
-        let _ = child.kill();
-        let _ = child.wait();
-        let snapshot: Snapshot = serde_json::from_str(&first).unwrap_or_else(|e| panic!("{families:?}: {e}: {first}"));
-        assert_eq!(snapshot.devices.len(), 8, "{families:?}");
-        assert!(names.iter().any(|n| n == "gpumon-sampler"), "{families:?}: {names:?}");
-        assert_eq!(names.iter().any(|n| n == "gpumon-nvml-xid"), watched, "{families:?}: {names:?}");
     }
 }

@@ -180,7 +180,10 @@ impl NvmlSamplerBuilder {
         self
     }
 
-    /// Whether to watch XID events on a background thread (default: yes).
+    /// Whether to watch XID events on a background thread (default: yes). Without the watcher,
+    /// samples carry no XID counts even when a request asks for [`Family::Xid`], and no failure
+    /// says so: turn it off only when no request will ask (the agent does when the `xid`
+    /// family is not sampled).
     pub fn xid_events(mut self, on: bool) -> Self {
         self.xid_events = on;
         self
