@@ -7,7 +7,7 @@
 use gpumon::core::Snapshot;
 
 mod common;
-use common::{agent, run};
+use common::{agent, proc_root_owning, run};
 
 fn temp_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("gpumon-agent-attribution-{name}-{}", std::process::id()));
@@ -56,17 +56,12 @@ fn attribution_turns_on_processes_and_reads_the_proc_root_it_is_given() {
     assert!(plain.attribution.is_none() && plain.devices[0].owners.is_empty());
 
     let dir = temp_dir("run");
-    let d = dir.join("proc").join(pid.to_string());
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::write(d.join("stat"), format!("{pid} (python) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0")).unwrap();
-    std::fs::write(d.join("status"), "Uid:\t1234\t1234\t1234\t1234\nGid:\t1234\t1234\t1234\t1234\n").unwrap();
-    std::fs::write(d.join("cgroup"), "0::/user.slice/user-1234.slice/session-7.scope\n").unwrap();
-    std::fs::write(dir.join("passwd"), "carol:x:1234:1234::/home/carol:/bin/sh\n").unwrap();
+    let (proc_root, passwd) = proc_root_owning(&dir, pid, "carol");
     let (code, stdout, stderr) = run(agent()
         .args(["--backend", "mock", "--once", "--stdout-format", "json", "--attribution", "--proc-root"])
-        .arg(dir.join("proc"))
+        .arg(proc_root)
         .arg("--passwd-file")
-        .arg(dir.join("passwd")));
+        .arg(passwd));
     assert_eq!(code, 0, "{stderr}");
     let snap: Snapshot = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
     let gpu = &snap.devices[0];

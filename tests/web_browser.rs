@@ -15,7 +15,7 @@ use gpumon_mock::test_env::require_env;
 use serde_json::Value;
 
 mod common;
-use common::{agent, free_port};
+use common::{agent, free_port, proc_root_owning};
 
 fn http() -> reqwest::blocking::Client {
     #[cfg(feature = "tls")]
@@ -193,15 +193,7 @@ fn browser_shows_owners_of_gpus_and_processes_as_text() {
     let gpu0 = &plain["devices"][0];
     let pid = gpu0["processes"][0]["pid"].as_u64().expect("the mock's GPU 0 has processes");
     let dir = shots_dir().join("owners");
-    let proc_dir = dir.join("proc").join(pid.to_string());
-    std::fs::create_dir_all(&proc_dir).unwrap();
-    std::fs::write(proc_dir.join("stat"), format!("{pid} (python) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0"))
-        .unwrap();
-    std::fs::write(proc_dir.join("status"), "Uid:\t1234\t1234\t1234\t1234\nGid:\t1234\t1234\t1234\t1234\n").unwrap();
-    std::fs::write(proc_dir.join("cgroup"), "0::/user.slice/user-1234.slice/session-7.scope\n").unwrap();
-    std::fs::write(dir.join("passwd"), format!("{USER}:x:1234:1234::/home/u:/bin/sh\n")).unwrap();
-    let proc_root = dir.join("proc");
-    let passwd = dir.join("passwd");
+    let (proc_root, passwd) = proc_root_owning(&dir, u32::try_from(pid).unwrap(), USER);
     let (_agent, base) = start(&[
         "--backend",
         "mock",

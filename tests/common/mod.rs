@@ -1,7 +1,7 @@
 //! What the agent tests share: launching the example agent as a user runs it, and loopback ports.
 #![allow(dead_code)] // each test crate uses its own subset
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// `target/<profile>/examples/agent`, which `cargo test` builds alongside the tests, with no
@@ -45,4 +45,19 @@ pub fn fake_nvml() -> PathBuf {
     }
     assert!(lib.is_file(), "{} missing", lib.display());
     lib
+}
+
+/// A fixture proc root under `dir` in which `pid` (a process of the mock's) runs as uid 1234 in
+/// the systemd unit `session-7.scope`, and a passwd file that names uid 1234 `user`: the
+/// `--proc-root` and `--passwd-file` of an agent with `--attribution`.
+pub fn proc_root_owning(dir: &Path, pid: u32, user: &str) -> (PathBuf, PathBuf) {
+    let proc_root = dir.join("proc");
+    let d = proc_root.join(pid.to_string());
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("stat"), format!("{pid} (python) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0")).unwrap();
+    std::fs::write(d.join("status"), "Uid:\t1234\t1234\t1234\t1234\nGid:\t1234\t1234\t1234\t1234\n").unwrap();
+    std::fs::write(d.join("cgroup"), "0::/user.slice/user-1234.slice/session-7.scope\n").unwrap();
+    let passwd = dir.join("passwd");
+    std::fs::write(&passwd, format!("{user}:x:1234:1234::/home/u:/bin/sh\n")).unwrap();
+    (proc_root, passwd)
 }
