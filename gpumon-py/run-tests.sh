@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Builds the gpumon wheel and runs the Python tests against it in a clean virtualenv:
+# Builds the release wheel and runs the Python tests against it in a clean virtualenv:
 #
 #   gpumon-py/run-tests.sh [pytest args...]
 #
-# 1. maturin (pinned in pyproject.toml) in a build virtualenv of its own, reused while its
-#    version matches;
-# 2. `maturin build` — the dev profile (debug, like `cargo test`): it shares CARGO_TARGET_DIR
-#    with the cargo build, so CI compiles only the extension itself; a release build would
-#    recompile every dependency with optimisations, minutes on 2 cores. GPUMON_PY_RELEASE=1
-#    builds the release wheel instead (what `pip install ./gpumon-py` builds);
+# 1. the wheel people install: build-wheel.sh (release code, stripped, manylinux2014, abi3;
+#    ~6 min on 2 cores from a cold cache). GPUMON_PY_DEV=1 builds a dev-profile wheel with
+#    plain maturin instead (shares `cargo test`'s build, for quick local runs; not for CI);
+# 2. the sdist, built with maturin (pinned in pyproject.toml);
 # 3. the example agent (target/debug/examples/agent) for the StepClient tests;
-# 4. a NEW virtualenv with only the wheel and tests/requirements.txt, then pytest.
+# 4. a NEW virtualenv: the wheel installed with a PATH that has no cargo or rustc and
+#    --only-binary (nothing compiled; the time it takes is printed), then tests/requirements.txt
+#    (pytest, transformers, lightning with torch: ~2.5 min and ~5 GB from an empty pip cache);
+# 5. pytest, which also checks the wheel's tags and the sdist's one-line "needs Rust" error
+#    (GPUMON_TEST_WHEEL, GPUMON_TEST_SDIST).
 #
 # Environment: GPUMON_PY_BASE (the Python that makes the virtualenvs; default /usr/bin/python3,
 # else python3), GPUMON_PY_WORK (work dir; default $TMPDIR/gpumon-py-tests). Tests that need
@@ -26,31 +28,59 @@ log() { printf '[%s] gpumon-py/run-tests.sh: %s\n' "$(date +%H:%M:%S)" "$*" >&2;
 mkdir -p "$WORK"
 t0=$(date +%s)
 
-maturin_req="$(sed -n 's/.*"\(maturin==[^"]*\)".*/\1/p' "$HERE/pyproject.toml" | head -n1)"
-[ -n "$maturin_req" ] || { log "ERROR: no pinned maturin in pyproject.toml"; exit 1; }
-bvenv="$WORK/build-venv"
-if [ "$(cat "$bvenv/.maturin" 2>/dev/null)" != "$maturin_req" ]; then
-    log "build virtualenv with $maturin_req"
-    "$BASE" -m venv --clear "$bvenv"
-    "$bvenv/bin/pip" install -q "$maturin_req"
-    echo "$maturin_req" > "$bvenv/.maturin"
-fi
-
-profile=(); [ "${GPUMON_PY_RELEASE:-0}" = 1 ] && profile=(--release)
 rm -rf "$WORK/wheels"
-log "maturin build ${profile[*]:-(dev profile)}"
-"$bvenv/bin/maturin" build --quiet -m "$HERE/Cargo.toml" -i "$BASE" --out "$WORK/wheels" "${profile[@]}" >&2
-wheel="$(ls "$WORK"/wheels/gpumon-*.whl)"
+if [ "${GPUMON_PY_DEV:-0}" = 1 ]; then
+    maturin_req="$(sed -n 's/.*"\(maturin==[^"]*\)".*/\1/p' "$HERE/pyproject.toml" | head -n1)"
+    bvenv="$WORK/dev-build-venv"
+    if [ "$(cat "$bvenv/.maturin" 2>/dev/null)" != "$maturin_req" ]; then
+        "$BASE" -m venv --clear "$bvenv"
+        "$bvenv/bin/pip" install -q "$maturin_req"
+        echo "$maturin_req" > "$bvenv/.maturin"
+    fi
+    log "maturin build --profile dev (GPUMON_PY_DEV=1: not the release wheel)"
+    "$bvenv/bin/maturin" build --quiet -m "$HERE/Cargo.toml" -i "$BASE" --profile dev --out "$WORK/wheels" >&2
+    wheel="$(ls "$WORK"/wheels/gpumon_nvml-*.whl)"
+else
+    QUIET="${QUIET:-1}" GPUMON_PY_WORK="$WORK/build" "$HERE/build-wheel.sh" "$WORK/wheels" >/dev/null
+    wheel="$(ls "$WORK"/wheels/gpumon_nvml-*.whl)"
+fi
 log "built $(basename "$wheel") ($(( $(date +%s) - t0 )) s)"
+maturin=""
+for m in "$WORK/build/build-venv/bin/maturin" "$WORK/dev-build-venv/bin/maturin"; do
+    [ -x "$m" ] && { maturin="$m"; break; }
+done
+[ -n "$maturin" ] || { log "ERROR: no maturin in $WORK"; exit 1; }
+rm -f "$WORK"/wheels/gpumon_nvml-*.tar.gz
+"$maturin" sdist -m "$HERE/Cargo.toml" --out "$WORK/wheels" >&2
+sdist="$(ls "$WORK"/wheels/gpumon_nvml-*.tar.gz)"
+log "sdist $(basename "$sdist")"
 
 # The features of scripts/test.sh's `cargo test --workspace --all-features`: there, a no-op.
 (cd "$REPO" && cargo build -q --workspace --all-features --example agent)
 export GPUMON_TEST_AGENT="${CARGO_TARGET_DIR:-$REPO/target}/debug/examples/agent"
 
+# A PATH without Rust: what a user without a toolchain has. The wheel must install there.
+norust="$WORK/norust-bin"
+rm -rf "$norust"; mkdir -p "$norust"
+norust_path="$norust"
+IFS=: read -r -a dirs <<< "$PATH"
+for d in "${dirs[@]}"; do
+    [ -n "$d" ] && [ -d "$d" ] || continue
+    if [ -x "$d/cargo" ] || [ -x "$d/rustc" ]; then continue; fi
+    norust_path="$norust_path:$d"
+done
+if PATH="$norust_path" command -v cargo >/dev/null || PATH="$norust_path" command -v rustc >/dev/null; then
+    log "ERROR: could not make a PATH without cargo/rustc"; exit 1
+fi
+
 tvenv="$WORK/test-venv"
 "$BASE" -m venv --clear "$tvenv"
-"$tvenv/bin/pip" install -q "$wheel" -r "$HERE/tests/requirements.txt"
+t1=$(date +%s%3N)
+PATH="$norust_path" "$tvenv/bin/pip" install -q --only-binary :all: --no-deps "$wheel"
+log "wheel installed without Rust in $(( $(date +%s%3N) - t1 )) ms ($(( $(stat -c %s "$wheel") / 1024 )) KiB)"
+"$tvenv/bin/pip" install -q -r "$HERE/tests/requirements.txt"
 log "test virtualenv ready ($(( $(date +%s) - t0 )) s); pytest"
+export GPUMON_TEST_WHEEL="$wheel" GPUMON_TEST_SDIST="$sdist" GPUMON_TEST_NORUST_PATH="$norust_path"
 # From the tests directory, so `import gpumon` can only find the installed wheel.
 cd "$HERE/tests"
 exec "$tvenv/bin/python" -m pytest -p no:cacheprovider -rs "$@" .

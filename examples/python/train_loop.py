@@ -1,6 +1,6 @@
 """A training loop that marks its steps with gpumon.
 
-    pip install ./gpumon-py
+    gpumon-py/build-wheel.sh && pip install target/wheels/gpumon_nvml-*.whl   # or: pip install ./gpumon-py
     python examples/python/train_loop.py          # the mock (no NVML here, nothing exported)
     python examples/python/train_loop.py --prometheus 127.0.0.1:9400 --backend mock
     curl -s 127.0.0.1:9400/metrics | grep gpumon_step

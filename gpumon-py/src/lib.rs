@@ -11,14 +11,18 @@ mod options;
 
 use pyo3::prelude::*;
 
+// Declared in the module `gpumon` (the package re-exports them there), not `gpumon._gpumon`:
+// pickle finds a class by its `__module__` and name, and a user catches `gpumon.GpumonError`.
+// Pickling an exception raised in a worker process (multiprocessing's error propagation)
+// needs both.
 pyo3::create_exception!(
-    _gpumon,
+    gpumon,
     GpumonError,
     pyo3::exceptions::PyRuntimeError,
     "A gpumon operation failed (sampling, a listener that cannot bind, a closed Monitor)."
 );
 pyo3::create_exception!(
-    _gpumon,
+    gpumon,
     BackendUnavailableError,
     GpumonError,
     "The backend asked for cannot run (backend=\"nvml\" without NVML)."

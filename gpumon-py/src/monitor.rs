@@ -14,8 +14,12 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::options::{Args, Backend, Settings};
 use crate::{BackendUnavailableError, GpumonError};
 
-/// How long `close()` (and interpreter exit) lets the sinks export what is queued.
+/// How long `close()` (and interpreter exit) may take in all: the final sample that reports the
+/// steps marked since the last tick, every sink's export and flush, and the shutdown. Documented
+/// in `Monitor.close` and the README; a sink still busy then is abandoned and named in the log.
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(5);
+/// `flush()`'s default deadline.
+const FLUSH_DEADLINE: Duration = Duration::from_secs(5);
 /// How long `snapshot()` waits for a sample when none has been taken yet.
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -59,9 +63,26 @@ impl Shared {
     }
 }
 
+/// Reports what the sampling loop has not yet seen, then stops: a final sample (processed, so
+/// the step tracker reports every step marked since the last tick) goes to every sink and each
+/// sink flushes; then the agent shuts down. Both within [`SHUTDOWN_DEADLINE`] in all.
 fn stop(r: Running) {
-    let outcome = r.runtime.block_on(r.agent.shutdown(SHUTDOWN_DEADLINE));
-    match outcome {
+    let until = std::time::Instant::now() + SHUTDOWN_DEADLINE;
+    let left = || until.saturating_duration_since(std::time::Instant::now());
+    let outcome = r.runtime.block_on(async {
+        let flushed = r.agent.flush(left()).await;
+        let shut = r.agent.shutdown(left()).await;
+        (flushed, shut)
+    });
+    match outcome.0 {
+        // A failed final sample (no NVML yet) still flushed the sinks; it is only worth a note.
+        Ok(()) | Err(gpumon_core::AgentError::ShutDown) => {}
+        Err(gpumon_core::AgentError::Sample(e)) => {
+            tracing::debug!(target: "_gpumon", "close: the final sample failed ({e}); steps since the last tick not reported")
+        }
+        Err(e) => tracing::warn!(target: "_gpumon", "close: final flush incomplete: {e}"),
+    }
+    match outcome.1 {
         Ok(()) | Err(gpumon_core::AgentError::ShutDown) => tracing::debug!(target: "_gpumon", "monitor closed"),
         Err(e) => tracing::warn!(target: "_gpumon", "monitor closed, shutdown incomplete: {e}"),
     }
@@ -165,9 +186,11 @@ impl Monitor {
     /// Marks the end of training step `n` (`n` = the last completed step). Cheap: a lock-free
     /// hand-off to the agent, with the GIL kept.
     ///
-    /// Raises ValueError when `n` is negative or not above the last step marked, GpumonError
-    /// after `close()` or in a forked child.
-    fn step(&self, n: i64) -> PyResult<()> {
+    /// Raises TypeError when `n` is not an int (a bool is not a step number), ValueError when it
+    /// is negative or not above the last step marked, GpumonError after `close()` or in a
+    /// forked child.
+    fn step(&self, n: &Bound<'_, PyAny>) -> PyResult<()> {
+        let n = step_number(n)?;
         if self.shared.closed.load(std::sync::atomic::Ordering::Relaxed) || self.shared.is_foreign() {
             return Err(GpumonError::new_err(if self.shared.is_foreign() {
                 "step: this Monitor belongs to the parent process (fork)"
@@ -175,9 +198,6 @@ impl Monitor {
                 "step: the Monitor is closed"
             }));
         }
-        let Ok(n) = u64::try_from(n) else {
-            return Err(PyValueError::new_err(format!("step: {n} is negative")));
-        };
         match self.run.step(n) {
             Ok(()) => Ok(()),
             Err(StepError::NotIncreasing { last, got }) => Err(PyValueError::new_err(format!(
@@ -219,10 +239,57 @@ impl Monitor {
         py.import("json")?.call_method1("loads", (json,))
     }
 
-    /// Stops the agent: the sinks export what is queued (up to 5 s), listeners close. Releases
-    /// the GIL. Calling it again does nothing.
+    /// Reports every step marked so far and sends it to the sinks now: takes a sample at once
+    /// (the step tracker reports the steps marked since the last tick, with the figures of the
+    /// samples taken during them), hands it to every sink and waits — up to `timeout` seconds —
+    /// for each sink to export and flush. Releases the GIL. The Monitor keeps running.
+    ///
+    /// Raises GpumonError when the Monitor is closed, the sample failed (the sinks are still
+    /// flushed) or a sink did not finish in time (named in the message).
+    #[pyo3(signature = (timeout=None))]
+    fn flush(&self, py: Python<'_>, timeout: Option<Bound<'_, PyAny>>) -> PyResult<()> {
+        let deadline = match &timeout {
+            None => FLUSH_DEADLINE,
+            Some(t) => crate::options::duration(t, "timeout")?,
+        };
+        if self.shared.is_foreign() {
+            return Err(GpumonError::new_err("flush: this Monitor belongs to the parent process (fork)"));
+        }
+        let (rt, agent) = {
+            let running = self.shared.running.lock().unwrap_or_else(PoisonError::into_inner);
+            let r = running.as_ref().ok_or_else(|| GpumonError::new_err("flush: the Monitor is closed"))?;
+            (r.runtime.handle().clone(), r.agent.clone())
+        };
+        py.detach(|| {
+            // The flush's sample reaches the subscribers before the flush answers; reading it
+            // here (not waiting for the task that follows them) makes `snapshot()` right after
+            // `flush()` show it.
+            let mut updates = agent.subscribe();
+            let result = rt.block_on(agent.flush(deadline));
+            let mut newest = None;
+            while let Ok(s) = updates.try_recv() {
+                newest = Some(s);
+            }
+            if let Some(s) = newest {
+                keep_newest(&self.shared.latest, s);
+            }
+            result
+        })
+        .map_err(|e| GpumonError::new_err(format!("flush: {e}")))
+    }
+
+    /// Stops the agent. First every step marked so far is reported (a final sample) and every
+    /// sink exports what is queued and flushes; then listeners close. All of it within 5 s; a
+    /// sink still busy then is abandoned (logged). Releases the GIL. Calling it again does
+    /// nothing.
     fn close(&self, py: Python<'_>) {
         py.detach(|| self.shared.close());
+    }
+
+    /// The last step marked with `step()`, or None.
+    #[getter]
+    fn last_step(&self) -> Option<u64> {
+        self.run.last_step()
     }
 
     /// Whether `close()` was called (or the Monitor belongs to the parent of a forked process).
@@ -278,6 +345,19 @@ impl Monitor {
     }
 }
 
+/// `step(n)`'s `n`: an int (or anything with `__index__`, such as a NumPy integer), not a bool
+/// (`step(True)` would be step 1) and not a float.
+fn step_number(n: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if n.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(pyo3::exceptions::PyTypeError::new_err("step: expected an int, got a bool"));
+    }
+    let n: i64 = n.extract().map_err(|_| {
+        let type_name = n.get_type().name().map(|t| t.to_string()).unwrap_or_else(|_| "?".to_owned());
+        pyo3::exceptions::PyTypeError::new_err(format!("step: expected an int, got {type_name}"))
+    })?;
+    u64::try_from(n).map_err(|_| PyValueError::new_err(format!("step: {n} is negative")))
+}
+
 /// Closes every Monitor still open (the `atexit` hook), then stops forwarding log records: the
 /// interpreter is about to finalize.
 #[pyfunction]
@@ -290,6 +370,15 @@ pub fn _atexit(py: Python<'_>) {
         py.detach(|| live.iter().for_each(|s| s.close()));
     }
     crate::logging::silence();
+}
+
+/// Stores `s` as the latest snapshot unless a newer one is there already (`flush()` and the
+/// subscriber task both store).
+fn keep_newest(slot: &Mutex<Option<Arc<Snapshot>>>, s: Arc<Snapshot>) {
+    let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
+    if slot.as_ref().is_none_or(|cur| cur.seq <= s.seq) {
+        *slot = Some(s);
+    }
 }
 
 struct Started {
@@ -347,7 +436,7 @@ fn start(settings: Settings) -> Result<Started, StartError> {
     runtime.spawn(async move {
         loop {
             match updates.recv().await {
-                Ok(s) => *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(s),
+                Ok(s) => keep_newest(&slot, s),
                 Err(RecvError::Lagged(_)) => {}
                 Err(RecvError::Closed) => break,
             }
@@ -384,7 +473,10 @@ fn build(s: &Settings) -> Result<Built, StartError> {
     // Every sink of the Monitor exports (there is no stdout sink), so the mock is a fallback
     // only when there is none at all: simulated data must not leave the process by accident.
     let exporting = !sinks.is_empty() || s.otlp_endpoint.is_some();
-    let (sampler, mock) = sampler(s, exporting)?;
+    let (sampler, mock, live) = sampler(s, exporting)?;
+    if live {
+        check_devices(sampler.as_ref(), s)?;
+    }
     if let Some(endpoint) = &s.otlp_endpoint {
         use gpumon_sinks::otlp::{OtlpConfig, OtlpSink};
         let mut cfg = OtlpConfig::default();
@@ -409,7 +501,9 @@ fn build(s: &Settings) -> Result<Built, StartError> {
 
 /// The agent's rule: `auto` is NVML, or the mock only when nothing is exported; with exporting
 /// sinks and no NVML, a lazy NVML sampler that exports no GPU data and retries.
-fn sampler(s: &Settings, exporting: bool) -> Result<(Arc<dyn Sampler>, bool), StartError> {
+/// Returns the sampler, whether it is the mock, and whether it can sample now (not a lazy NVML
+/// sampler waiting for the driver).
+fn sampler(s: &Settings, exporting: bool) -> Result<(Arc<dyn Sampler>, bool, bool), StartError> {
     let nvml = || {
         gpumon_core::nvml::NvmlSampler::builder()
             .build()
@@ -417,18 +511,18 @@ fn sampler(s: &Settings, exporting: bool) -> Result<(Arc<dyn Sampler>, bool), St
             .map_err(|e| e.to_string())
     };
     match s.backend {
-        Backend::Mock => Ok((mock_sampler(s)?, true)),
+        Backend::Mock => Ok((mock_sampler(s)?, true, true)),
         Backend::Nvml => nvml()
-            .map(|n| (n, false))
+            .map(|n| (n, false, true))
             .map_err(|e| StartError::Unavailable(format!("backend=\"nvml\": NVML unavailable ({e})"))),
         Backend::Auto => match nvml() {
-            Ok(n) => Ok((n, false)),
+            Ok(n) => Ok((n, false, true)),
             Err(reason) if exporting => {
                 tracing::warn!(
                     target: "_gpumon",
                     "NVML unavailable ({reason}); exporting no GPU data and retrying NVML — simulated data is exported only with backend=\"mock\""
                 );
-                Ok((Arc::new(gpumon_core::nvml::NvmlSampler::builder().build_lazy()), false))
+                Ok((Arc::new(gpumon_core::nvml::NvmlSampler::builder().build_lazy()), false, false))
             }
             Err(reason) => {
                 tracing::warn!(
@@ -436,10 +530,44 @@ fn sampler(s: &Settings, exporting: bool) -> Result<(Arc<dyn Sampler>, bool), St
                     "NVML unavailable ({reason}); using the MOCK backend (profile `{}`): values are simulated",
                     s.mock_profile
                 );
-                Ok((mock_sampler(s)?, true))
+                Ok((mock_sampler(s)?, true, true))
             }
         },
     }
+}
+
+/// A selection that names a GPU the node does not have is a mistake (`devices="9"` on 8 GPUs),
+/// not a request for an empty snapshot: one enumeration (no metric read) says which entries
+/// match nothing, and the Monitor does not start.
+fn check_devices(sampler: &dyn Sampler, s: &Settings) -> Result<(), StartError> {
+    use gpumon_core::{DeviceFilter, MetricSet, SampleRequest};
+    let Some((source, list)) = &s.device_list else { return Ok(()) };
+    let request = SampleRequest::new(MetricSet::nothing(), DeviceFilter::all());
+    // A backend that cannot enumerate now fails at the first tick with its own error.
+    let Ok(found) = sampler.sample(&request) else { return Ok(()) };
+    let missing: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .filter(|part| match DeviceFilter::parse(part) {
+            Ok(one) if !one.is_all() => !found.devices.iter().any(|d| one.allows(&d.info)),
+            _ => false,
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    // MIG instances carry their parent's index: count GPUs, not devices.
+    let gpus = found.devices.iter().map(|d| d.info.index).collect::<std::collections::BTreeSet<_>>().len();
+    let indices = match gpus {
+        0 => "none".to_owned(),
+        1 => "index 0".to_owned(),
+        n => format!("indices 0-{}", n - 1),
+    };
+    Err(StartError::Config(format!(
+        "{source}: {} matches no device of this node ({gpus} GPUs, {indices})",
+        missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
+    )))
 }
 
 fn mock_sampler(s: &Settings) -> Result<Arc<dyn Sampler>, StartError> {

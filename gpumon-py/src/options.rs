@@ -31,6 +31,10 @@ pub struct Settings {
     pub mock_profile: String,
     pub mock_scenario: Option<String>,
     pub devices: DeviceFilter,
+    /// Where a device selection came from and its list (`("devices", "0,9")`), so that a
+    /// selection naming a GPU the node does not have is an error at start, not an empty
+    /// snapshot. None when every visible device is watched.
+    pub device_list: Option<(String, String)>,
     pub job: String,
     pub rank: Option<u32>,
 }
@@ -101,7 +105,7 @@ impl Args<'_> {
             (None, Some(_)) => return Err(err("influx_db: given without influx_url".to_owned())),
             (None, None) => None,
         };
-        let devices = match &self.devices {
+        let (devices, device_list) = match &self.devices {
             Some(d) => device_arg(d)?,
             None => env_devices(rank)?,
         };
@@ -118,6 +122,7 @@ impl Args<'_> {
             mock_profile: self.mock_profile.unwrap_or_else(|| "h100x8".to_owned()),
             mock_scenario: self.mock_scenario,
             devices,
+            device_list,
             job,
             rank,
         })
@@ -125,7 +130,7 @@ impl Args<'_> {
 }
 
 /// `"1s"`, `"250ms"` (gpumon's duration grammar) or a number of seconds.
-fn duration(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Duration> {
+pub(crate) fn duration(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Duration> {
     if v.is_instance_of::<PyString>() {
         let s: String = v.extract()?;
         let s = s.as_str();
@@ -158,8 +163,11 @@ fn env_rank() -> PyResult<Option<u32>> {
     }
 }
 
+/// A checked selection and where it came from (see [`Settings::device_list`]).
+type Selection = (DeviceFilter, Option<(String, String)>);
+
 /// `devices=`: a CUDA_VISIBLE_DEVICES-style string, or a list of indices / UUIDs.
-fn device_arg(v: &Bound<'_, PyAny>) -> PyResult<DeviceFilter> {
+fn device_arg(v: &Bound<'_, PyAny>) -> PyResult<Selection> {
     let list = if v.is_instance_of::<PyString>() {
         v.extract::<String>()?
     } else if let Ok(i) = v.extract::<i64>() {
@@ -177,27 +185,36 @@ fn device_arg(v: &Bound<'_, PyAny>) -> PyResult<DeviceFilter> {
         }
         parts.join(",")
     };
-    DeviceFilter::parse(&list).map_err(|e| err(format!("devices: {e}")))
+    let filter = DeviceFilter::parse(&list).map_err(|e| err(format!("devices: {e}")))?;
+    let source = (!filter.is_all()).then(|| ("devices".to_owned(), list));
+    Ok((filter, source))
 }
 
 /// The rank's own devices: with a local rank, the rank's entry of `CUDA_VISIBLE_DEVICES` (the
 /// device `torch.cuda.set_device(local_rank)` picks), or the only entry when the launcher gave
 /// each rank one device, or GPU `local_rank` when the variable is unset. Without a rank: what
 /// the environment makes visible (as the agent).
-fn env_devices(rank: Option<u32>) -> PyResult<DeviceFilter> {
+fn env_devices(rank: Option<u32>) -> PyResult<Selection> {
     let cuda = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     let order = std::env::var("CUDA_DEVICE_ORDER").ok();
     let env_err = |e: gpumon_core::FilterParseError| err(format!("environment CUDA_VISIBLE_DEVICES: {e}"));
     let Some(rank) = rank else {
-        return DeviceFilter::from_vars_ordered(cuda, std::env::var("NVIDIA_VISIBLE_DEVICES").ok(), order)
-            .map_err(env_err);
+        // What the environment hides stays hidden; an empty visible set is the environment's
+        // choice (CUDA_VISIBLE_DEVICES="" hides every GPU from CUDA too), not checked.
+        let filter = DeviceFilter::from_vars_ordered(cuda, std::env::var("NVIDIA_VISIBLE_DEVICES").ok(), order)
+            .map_err(env_err)?;
+        return Ok((filter, None));
     };
-    match cuda {
-        None => DeviceFilter::parse(&rank.to_string()).map_err(env_err),
+    let filter = match cuda {
+        None => {
+            let list = rank.to_string();
+            let filter = DeviceFilter::parse(&list).map_err(env_err)?;
+            return Ok((filter, Some((format!("rank {rank} (its GPU, CUDA_VISIBLE_DEVICES unset)"), list))));
+        }
         Some(list) => {
             let entries: Vec<&str> = list.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
             let entry = match entries.as_slice() {
-                [] => return DeviceFilter::parse("none").map_err(env_err),
+                [] => return Ok((DeviceFilter::parse("none").map_err(env_err)?, None)),
                 [only] => *only,
                 many => *many.get(rank as usize).ok_or_else(|| {
                     err(format!(
@@ -206,7 +223,10 @@ fn env_devices(rank: Option<u32>) -> PyResult<DeviceFilter> {
                     ))
                 })?,
             };
-            DeviceFilter::from_vars_ordered(Some(entry.to_owned()), None, order).map_err(env_err)
+            let filter = DeviceFilter::from_vars_ordered(Some(entry.to_owned()), None, order).map_err(env_err)?;
+            (filter, entry.to_owned())
         }
-    }
+    };
+    let (filter, entry) = filter;
+    Ok((filter, Some((format!("rank {rank}'s entry of CUDA_VISIBLE_DEVICES"), entry))))
 }

@@ -57,3 +57,73 @@ def test_one_gpu_step_point_per_reported_step(no_rank_env):
     assert sorted(by_gpu) == ["0", "1"]
     for gpu, steps in by_gpu.items():
         assert sorted(steps) == list(range(1, 11)), gpu
+
+
+def _gpu_steps(job):
+    """{gpu: [step, ...]} of the gpu_step points InfluxDB holds for `job`."""
+    q = f"SELECT step, gpu, backend FROM gpu_step WHERE job = '{job}'"
+    url = f"{URL}/query?" + urllib.parse.urlencode({"db": DB, "q": q, "epoch": "ns"})
+    with urllib.request.urlopen(url, timeout=10) as r:
+        body = json.load(r)
+    by_gpu = {}
+    for s in body["results"][0].get("series", []):
+        cols = s["columns"]
+        for v in s["values"]:
+            row = dict(zip(cols, v))
+            assert row["backend"] == "mock"
+            by_gpu.setdefault(row["gpu"], []).append(int(row["step"]))
+    return by_gpu
+
+
+@pytest.mark.skipif(not URL, reason="needs scripts/test.sh (InfluxDB: GPUMON_TEST_INFLUXDB_URL unset)")
+def test_close_reports_every_marked_step(no_rank_env):
+    # The issue's case: 30 steps of 50 ms at a 1 s interval, then close() at once. Before, the
+    # ~13 steps marked after the last tick never reached InfluxDB (steps 1-17 of 30).
+    job = "py-close-" + uuid.uuid4().hex[:12]
+    m = gpumon.Monitor(backend="mock", interval="1s", influx_url=URL, influx_db=DB, job=job, rank=0,
+                       devices=[0, 1], prometheus_listen="127.0.0.1:0")
+    for n in range(1, 31):
+        time.sleep(0.05)
+        m.step(n)
+    started = time.monotonic()
+    m.close()
+    took = time.monotonic() - started
+    assert took < 5.5, f"close() took {took:.2f} s, over its documented 5 s bound"
+    by_gpu = _gpu_steps(job)
+    assert {g: sorted(s) for g, s in by_gpu.items()} == {"0": list(range(1, 31)), "1": list(range(1, 31))}
+
+
+@pytest.mark.skipif(not URL, reason="needs scripts/test.sh (InfluxDB: GPUMON_TEST_INFLUXDB_URL unset)")
+def test_flush_then_scrape_shows_the_last_step(no_rank_env):
+    from conftest import scrape, series
+
+    job = "py-flush-" + uuid.uuid4().hex[:12]
+    with gpumon.Monitor(backend="mock", interval="1s", influx_url=URL, influx_db=DB, job=job, rank=0,
+                        devices=[0], prometheus_listen="127.0.0.1:0") as m:
+        for n in range(1, 31):
+            time.sleep(0.05)
+            m.step(n)
+        m.flush()
+        text = scrape(m.prometheus_address)
+        assert [v for _, v in series(text, "gpumon_training_step")] == [30.0]
+        # flush() also flushed the InfluxDB writer: the points are there before close().
+        assert sorted(_gpu_steps(job).get("0", [])) == list(range(1, 31))
+
+
+@pytest.mark.skipif(not URL, reason="needs scripts/test.sh (InfluxDB: GPUMON_TEST_INFLUXDB_URL unset)")
+def test_interpreter_exit_reports_every_marked_step(no_rank_env):
+    from conftest import run_python
+
+    job = "py-exit-" + uuid.uuid4().hex[:12]
+    code = f"""
+import time, gpumon
+m = gpumon.Monitor(backend="mock", interval="1s", influx_url={URL!r}, influx_db={DB!r}, job={job!r},
+                   rank=0, devices=[0])
+for n in range(1, 31):
+    time.sleep(0.05)
+    m.step(n)
+# no close(): the atexit hook closes it
+"""
+    p = run_python(code, env={"LOCAL_RANK": "", "CUDA_VISIBLE_DEVICES": ""})
+    assert p.returncode == 0, p.stderr
+    assert sorted(_gpu_steps(job).get("0", [])) == list(range(1, 31))

@@ -110,12 +110,94 @@ def test_step_rejects_bad_marks(no_rank_env):
             m.step(3)
         with pytest.raises(TypeError):
             m.step("6")
+        # A bool is an int to Python, but step(True) is no step number; nor is a float.
+        with pytest.raises(TypeError, match="got a bool"):
+            m.step(True)
+        with pytest.raises(TypeError, match="got float"):
+            m.step(6.0)
+        assert m.last_step == 5
         m.step(6)
+        assert m.last_step == 6
     with pytest.raises(gpumon.GpumonError, match="closed"):
         m.step(7)
     with pytest.raises(gpumon.GpumonError, match="closed"):
         m.snapshot()
     m.close()  # a second close does nothing
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(devices="9"), r"devices: `9` matches no device of this node \(8 GPUs, indices 0-7\)"),
+        (dict(devices=[0, 9]), r"devices: `9` matches no device"),
+        (dict(devices="GPU-no-such-uuid"), r"`GPU-no-such-uuid` matches no device"),
+        (dict(rank=9), r"rank 9 .*: `9` matches no device"),
+        (dict(devices="8", mock_profile="a100x8-mig"), r"`8` matches no device"),
+    ],
+)
+def test_a_device_the_node_lacks_is_an_error(no_rank_env, kwargs, match):
+    # devices="9" on an 8-GPU node used to start and show empty snapshots.
+    with pytest.raises(ValueError, match=match):
+        gpumon.Monitor(backend="mock", **kwargs)
+
+
+def test_mig_instances_and_uuids_are_selectable(no_rank_env):
+    with gpumon.Monitor(backend="mock", mock_profile="a100x8-mig", devices="0:0") as m:
+        (d,) = m.snapshot()["devices"]
+        assert d["info"]["index"] == 0 and d["info"]["mig"]["mig_index"] == 0
+    with gpumon.Monitor(backend="mock") as m:
+        uuid = m.snapshot()["devices"][3]["info"]["uuid"]
+    with gpumon.Monitor(backend="mock", devices=[uuid]) as m:
+        assert [d["info"]["index"] for d in m.snapshot()["devices"]] == [3]
+
+
+def test_exceptions_are_gpumons_and_pickle(no_rank_env):
+    import pickle
+
+    assert gpumon.GpumonError.__module__ == "gpumon"
+    assert issubclass(gpumon.BackendUnavailableError, gpumon.GpumonError)
+    m = gpumon.Monitor(backend="mock")
+    m.close()
+    with pytest.raises(gpumon.GpumonError) as raised:
+        m.step(1)
+    again = pickle.loads(pickle.dumps(raised.value))
+    assert type(again) is gpumon.GpumonError and str(again) == str(raised.value)
+    e = pickle.loads(pickle.dumps(gpumon.BackendUnavailableError("no NVML")))
+    assert type(e) is gpumon.BackendUnavailableError and e.args == ("no NVML",)
+
+
+def _raise_in_worker(_):
+    import gpumon as g
+
+    m = g.Monitor(backend="mock")
+    m.close()
+    m.step(1)  # raises GpumonError in the worker
+
+
+def test_an_error_in_a_worker_process_reaches_the_parent(no_rank_env):
+    # multiprocessing sends a worker's exception back pickled: it must arrive as itself.
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        with pytest.raises(gpumon.GpumonError, match="closed"):
+            pool.map(_raise_in_worker, [0])
+
+
+def test_flush_reports_the_steps_marked_since_the_last_tick(no_rank_env):
+    # A 10 s interval: no tick comes on its own during the test after the first.
+    with gpumon.Monitor(backend="mock", interval="10s", prometheus_listen="127.0.0.1:0", job="f", rank=0,
+                        devices="all") as m:
+        for n in range(1, 6):
+            time.sleep(0.02)
+            m.step(n)
+        m.flush()
+        text = scrape(m.prometheus_address)
+        assert [v for _, v in series(text, "gpumon_training_step")] == [5.0]
+        with pytest.raises(ValueError, match="timeout"):
+            m.flush(timeout="soon")
+        m.flush(timeout=2.5)
+    with pytest.raises(gpumon.GpumonError, match="closed"):
+        m.flush()
 
 
 def test_a_port_in_use_raises_gpumon_error(no_rank_env):

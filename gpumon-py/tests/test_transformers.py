@@ -1,5 +1,10 @@
-"""The Hugging Face callback, driven through transformers' own CallbackHandler (no torch)."""
+"""The Hugging Face callback, driven through transformers' own CallbackHandler (no torch): steps
+marked, each log's figures tied to the step they describe, compact keys, mock data marked, a
+second train(), the last steps reported at the end."""
 
+import ctypes.util
+import logging
+import time
 import types
 
 import pytest
@@ -18,7 +23,9 @@ DEFAULT_CALLBACKS = [DefaultFlowCallback]
 
 import gpumon  # noqa: E402
 from gpumon.integrations.transformers import GpumonCallback, gpu_figures  # noqa: E402
-from conftest import wait_for  # noqa: E402
+from conftest import scrape, series, wait_for  # noqa: E402
+
+COMPACT = {"step", "step_seconds", "utilization", "utilization_min", "memory_peak_gib", "energy_joules"}
 
 
 class Reporter(TrainerCallback):
@@ -28,73 +35,206 @@ class Reporter(TrainerCallback):
         self.logged = []
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        self.logged.append(dict(logs))
+        self.logged.append((state.global_step, dict(logs)))
 
 
-def _args():
+def _args(logging_steps=1, max_steps=6):
     # What DefaultFlowCallback reads; TrainingArguments itself needs torch.
     return types.SimpleNamespace(
-        logging_first_step=False, logging_strategy="steps", logging_steps=2, eval_strategy="no",
-        eval_steps=None, eval_delay=0, save_strategy="no", save_steps=500, max_steps=6,
+        logging_first_step=False, logging_strategy="steps", logging_steps=logging_steps, eval_strategy="no",
+        eval_steps=None, eval_delay=0, save_strategy="no", save_steps=500, max_steps=max_steps,
         run_name="hf-test", include_num_input_tokens_seen=False,
     )
 
 
-def test_callback_feeds_gpu_figures_to_the_reporters(no_rank_env):
-    reporter = Reporter()
-    with gpumon.Monitor(backend="mock", interval="100ms", job="hf", rank=0, devices="all") as monitor:
-        # The Trainer's order: defaults, the reporting callbacks, then user callbacks; the
-        # progress callback last.
-        handler = CallbackHandler(DEFAULT_CALLBACKS + [reporter], None, None, None, None)
-        trainer = types.SimpleNamespace(callback_handler=handler)
-        cb = GpumonCallback(monitor, every_n_steps=2).attach(trainer)
-        types_in_order = [type(c) for c in handler.callbacks]
-        assert types_in_order == [DefaultFlowCallback, GpumonCallback, Reporter]
-        assert cb.attach(trainer) is cb and [type(c) for c in handler.callbacks] == types_in_order  # idempotent
+class Loop:
+    """The parts of Trainer's loop the callbacks see: on_step_end, then Trainer.log (which appends
+    to log_history before on_log), and the run summary log before on_train_end."""
 
-        args, state, control = _args(), TrainerState(logging_steps=2), TrainerControl()
-        handler.on_train_begin(args, state, control)
-        for step in range(1, 7):
-            state.global_step = step
-            control = handler.on_step_end(args, state, control)
-            if control.should_log:
-                handler.on_log(args, state, control, logs={"loss": 1.0 / step})
-        # DefaultFlowCallback asked for a log every 2 steps: 3 logs, each with the GPU figures.
-        assert len(reporter.logged) == 3
-        for logs in reporter.logged:
-            assert "loss" in logs
-            for i in range(8):
-                assert 0.0 <= logs[f"gpu{i}/utilization"] <= 1.0
-                assert logs[f"gpu{i}/memory_used_bytes"] > 0
-                assert logs[f"gpu{i}/power_watts"] > 0
-        # every_n_steps=2 marked steps 2, 4, 6.
-        def last_step():
-            runs = (monitor.snapshot().get("steps") or {}).get("runs", [])
-            return runs and runs[0]["last_step"] == 6 and runs[0]
-        run = wait_for("step 6 in the snapshot", last_step)
-        assert (run["job"], run["rank"]) == ("hf", 0)
-        # A later log carries the per-step figures too.
-        logs = {}
-        handler.on_log(args, state, control, logs=logs)
-        assert set(gpu_figures(monitor.snapshot())) == set(logs)
-        assert "gpu0/step_utilization_mean" in logs and "gpumon/step_duration_seconds" in logs
+    def __init__(self, handler, args):
+        self.handler, self.args = handler, args
+        self.state, self.control = TrainerState(logging_steps=args.logging_steps), TrainerControl()
+
+    def log(self, logs):
+        self.state.log_history.append({**logs, "step": self.state.global_step})
+        self.handler.on_log(self.args, self.state, self.control, logs=logs)
+
+    def train(self, steps, step_seconds):
+        self.state.global_step = 0
+        self.handler.on_train_begin(self.args, self.state, self.control)
+        for _ in range(steps):
+            time.sleep(step_seconds)
+            self.state.global_step += 1
+            self.control = self.handler.on_step_end(self.args, self.state, self.control)
+            if self.control.should_log:
+                self.control.should_log = False
+                self.log({"loss": 1.0 / self.state.global_step})
+        self.log({"train_runtime": 1.0})
+        self.handler.on_train_end(self.args, self.state, self.control)
+
+
+def _handler(cb, *more):
+    handler = CallbackHandler(DEFAULT_CALLBACKS + list(more), None, None, None, None)
+    cb.attach(types.SimpleNamespace(callback_handler=handler))
+    return handler
+
+
+def test_attach_puts_the_callback_before_the_reporters(no_rank_env):
+    reporter = Reporter()
+    handler = CallbackHandler(DEFAULT_CALLBACKS + [reporter], None, None, None, None)
+    trainer = types.SimpleNamespace(callback_handler=handler)
+    cb = GpumonCallback(gpumon.StepClient("/nonexistent.sock")).attach(trainer)
+    order = [type(c) for c in handler.callbacks]
+    assert order == [DefaultFlowCallback, GpumonCallback, Reporter]
+    assert cb.attach(trainer) is cb and [type(c) for c in handler.callbacks] == order  # idempotent
+
+
+def test_callbacks_list_placement_is_fixed_at_train_begin(no_rank_env):
+    # Trainer(callbacks=[cb]) and ms-swift's `extra_callbacks` put the callback after the
+    # reporters; at on_train_begin it moves itself before them, so they get the figures.
+    reporter = Reporter()
+    with gpumon.Monitor(backend="mock", interval="100ms", job="late", rank=0, devices="0") as m:
+        cb = GpumonCallback(m)
+        handler = CallbackHandler(DEFAULT_CALLBACKS + [reporter, cb], None, None, None, None)
+        Loop(handler, _args(logging_steps=1, max_steps=3)).train(3, 0.12)
+        assert [type(c) for c in handler.callbacks] == [DefaultFlowCallback, GpumonCallback, Reporter]
+    assert _figured(reporter, "mock_gpu")
+
+
+def _figured(reporter, prefix):
+    return [(gs, logs) for gs, logs in reporter.logged if f"{prefix}/step" in logs]
+
+
+def test_steps_longer_than_the_interval_log_their_own_figures(no_rank_env):
+    # 300 ms steps, 100 ms interval: every step is read within a tick of its end; at each log the
+    # newest reported step is the one before (or, if a tick fell in between, this one).
+    reporter = Reporter()
+    with gpumon.Monitor(backend="mock", interval="100ms", job="hf", rank=0, devices="0,1") as m:
+        cb = GpumonCallback(m)
+        loop = Loop(_handler(cb, reporter), _args(logging_steps=1, max_steps=6))
+        loop.train(6, 0.3)
+        assert m.last_step == 6
+    figured = _figured(reporter, "mock_gpu")
+    steps = [int(logs["mock_gpu/step"]) for _, logs in figured]
+    assert steps == sorted(set(steps)), "each step's figures are logged once, in order"
+    for global_step, logs in figured:
+        if "train_runtime" not in logs:
+            assert int(logs["mock_gpu/step"]) in (global_step - 1, global_step)
+        # The step's own duration, not an interval's or another step's.
+        assert logs["mock_gpu/step_seconds"] == pytest.approx(0.3, abs=0.08)
+        keys = set(k.split("/", 1)[1] for k in logs if k.startswith("mock_gpu/"))
+        # Energy needs a sample before the step as its baseline: from the second step on.
+        assert keys == COMPACT if logs["mock_gpu/step"] > 1 else keys == COMPACT - {"energy_joules"}
+        assert not any(k.startswith("gpu") for k in logs), "mock figures are never unmarked"
+    # The run summary log (just before on_train_end) carries the last step: nothing lost.
+    assert steps[-1] == 6 and "train_runtime" in figured[-1][1]
+    # log_history holds the same figures as the logs of the same step.
+    for entry in loop.state.log_history:
+        logged = [logs for gs, logs in figured if gs == entry["step"] and logs.get("loss") == entry.get("loss")]
+        if logged:
+            assert {k: v for k, v in entry.items() if k.startswith("mock_gpu/")} == {
+                k: v for k, v in logged[0].items() if k.startswith("mock_gpu/")}
+    assert sum(1 for e in loop.state.log_history if "mock_gpu/step" in e) == len(figured)
+
+
+def test_steps_shorter_than_the_interval_share_a_sample_and_say_which(no_rank_env):
+    # 20 ms steps, 200 ms interval: about ten steps per tick; a log only gets figures once a new
+    # step was reported, and they name the last step of that tick, never a later one.
+    reporter = Reporter()
+    with gpumon.Monitor(backend="mock", interval="200ms", job="hf", rank=0, devices="0") as m:
+        loop = Loop(_handler(GpumonCallback(m, per_gpu=True), reporter), _args(logging_steps=1, max_steps=40))
+        loop.train(40, 0.02)
+    figured = _figured(reporter, "mock_gpu")
+    assert 2 <= len(figured) < 40
+    steps = [int(logs["mock_gpu/step"]) for _, logs in figured]
+    assert steps == sorted(set(steps)) and steps[-1] == 40
+    for global_step, logs in figured:
+        assert logs["mock_gpu/step"] <= global_step
+        assert logs["mock_gpu/step_seconds"] < 0.1  # the mean of the steps sharing the tick
+        # per_gpu: GPU 0's keys, equal to the compact ones on a one-GPU run.
+        assert logs["mock_gpu0/utilization"] == pytest.approx(logs["mock_gpu/utilization"])
+        assert logs["mock_gpu0/memory_peak_bytes"] / 2**30 == pytest.approx(logs["mock_gpu/memory_peak_gib"])
+
+
+def test_thirty_steps_all_reported_at_train_end(no_rank_env):
+    # The issue's case: 50 ms steps, 1 s interval, the callback's user-supplied Monitor; right
+    # after train() the endpoint shows step 30 (on_train_end flushed), and every step's mark
+    # was read.
+    with gpumon.Monitor(backend="mock", interval="1s", prometheus_listen="127.0.0.1:0", job="hf30", rank=0,
+                        devices="all") as m:
+        loop = Loop(_handler(GpumonCallback(m)), _args(logging_steps=10, max_steps=30))
+        loop.train(30, 0.05)
+        text = scrape(m.prometheus_address)
+        assert [v for _, v in series(text, "gpumon_training_step")] == [30.0]
+
+
+def test_a_second_train_marks_and_logs_again(no_rank_env, caplog):
+    reporter = Reporter()
+    with gpumon.Monitor(backend="mock", interval="100ms", job="twice", rank=0, devices="0") as m:
+        cb = GpumonCallback(m)
+        loop = Loop(_handler(cb, reporter), _args(logging_steps=1, max_steps=3))
+        loop.train(3, 0.25)
+        assert m.last_step == 3
+        first = len(_figured(reporter, "mock_gpu"))
+        with caplog.at_level(logging.INFO, logger="gpumon"):
+            loop.train(3, 0.25)  # global_step restarts at 0
+        # The tracker's run counts on (4, 5, 6); the logs keep the loop's numbering 1..3.
+        assert m.last_step == 6
+        assert any("continue" in r.getMessage() for r in caplog.records)
+    second = _figured(reporter, "mock_gpu")[first:]
+    assert second and [int(l["mock_gpu/step"]) for _, l in second][-1] == 3
+    assert all(1 <= l["mock_gpu/step"] <= 3 for _, l in second)
+
+
+def test_the_callbacks_own_monitor_closes_and_restarts(no_rank_env):
+    reporter = Reporter()
+    cb = GpumonCallback(backend="mock", every_n_steps=2)
+    loop = Loop(_handler(cb, reporter), _args(logging_steps=2, max_steps=4))
+    for _ in range(2):  # a second train() gets a new Monitor
+        loop.train(4, 0.05)
+        assert cb.target is None
+        logs = reporter.logged[-1][1]
+        assert logs["mock_gpu/step"] == 4  # close() reported the last marked step first
+
+
+NO_NVML = ctypes.util.find_library("nvidia-ml") is None
+
+
+@pytest.mark.skipif(not NO_NVML, reason="this machine has libnvidia-ml: the no-NVML rule cannot be seen")
+def test_no_simulated_figures_unless_asked(no_rank_env, caplog):
+    reporter = Reporter()
+    cb = GpumonCallback()  # backend="auto": NVML or nothing
+    with caplog.at_level(logging.WARNING, logger="gpumon"):
+        Loop(_handler(cb, reporter), _args(logging_steps=1, max_steps=3)).train(3, 0.01)
+    assert reporter.logged and all(set(logs) <= {"loss", "train_runtime"} for _, logs in reporter.logged)
+    assert [r for r in caplog.records if "NVML is unavailable" in r.getMessage()], caplog.text
 
 
 def test_callback_with_a_step_client_adds_no_figures(tmp_path):
     client = gpumon.StepClient(tmp_path / "none.sock", job="x", rank=0)
     reporter = Reporter()
-    handler = CallbackHandler(DEFAULT_CALLBACKS + [reporter], None, None, None, None)
-    GpumonCallback(client).attach(types.SimpleNamespace(callback_handler=handler))
+    handler = _handler(GpumonCallback(client), reporter)
     args, state, control = _args(), TrainerState(), TrainerControl()
     state.global_step = 1
     handler.on_step_end(args, state, control)
     handler.on_log(args, state, control, logs={"loss": 0.5})
-    assert reporter.logged == [{"loss": 0.5}]
+    assert reporter.logged == [(1, {"loss": 0.5})]
     assert client.dropped == 1  # the mark was attempted (no agent there)
+
+
+def test_gpu_figures_of_the_latest_sample_are_marked_mock(no_rank_env):
+    with gpumon.Monitor(backend="mock", devices="0,1") as m:
+        figs = gpu_figures(m.snapshot())
+    assert set(figs) == {f"mock_gpu{i}/{k}" for i in (0, 1)
+                         for k in ("utilization", "memory_used_bytes", "power_watts", "temperature_celsius")}
 
 
 def test_callback_bad_arguments():
     with pytest.raises(ValueError):
         GpumonCallback(every_n_steps=0)
+    with pytest.raises(ValueError):
+        GpumonCallback(every_n_steps=True)
     with pytest.raises(TypeError):
         GpumonCallback(monitor_or_client="not a monitor")
+    with pytest.raises(ValueError, match="backend"):
+        GpumonCallback(backend="cuda")

@@ -5,9 +5,14 @@ the GPUs, exports to Prometheus / InfluxDB / OTLP, and turns ``step(n)`` marks i
 GPU figures. ``StepClient`` sends the same marks to an agent already running on the node
 (``gpumon-agent --steps-socket PATH``).
 
-Importing ``gpumon`` imports nothing heavy (no ``transformers``, no ``torch``); the Hugging Face
-integration lives in ``gpumon.integrations.transformers``. Logs go to the ``logging`` logger
-``"gpumon"``; nothing is printed.
+Importing ``gpumon`` imports nothing heavy (no ``transformers``, no ``torch``); the trainer
+integrations live in ``gpumon.integrations.transformers`` (Hugging Face, ms-swift) and
+``gpumon.integrations.lightning`` (PyTorch Lightning); ``gpumon.figures`` turns a snapshot into
+per-step figures. Logs go to the ``logging`` logger ``"gpumon"``; nothing is printed.
+
+The distribution is ``gpumon-nvml`` (``pip install gpumon-nvml``); ``gpumon`` on PyPI is an
+unrelated tool that also installs a top-level ``gpumon`` package, so the two cannot be installed
+in one environment.
 """
 
 import atexit as _atexit
@@ -21,6 +26,7 @@ from ._gpumon import (
 )
 from ._gpumon import _atexit as _close_all
 from .client import StepClient
+from . import figures
 
 __all__ = [
     "Monitor",
@@ -28,6 +34,7 @@ __all__ = [
     "GpumonError",
     "BackendUnavailableError",
     "DEFAULT_JOB",
+    "figures",
     "__version__",
 ]
 

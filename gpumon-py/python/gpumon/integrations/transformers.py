@@ -1,29 +1,41 @@
 """Hugging Face ``transformers`` integration: a ``TrainerCallback`` that marks steps and adds
-the GPU figures to the Trainer's logs.
+each step's GPU figures to the Trainer's logs.
 
 ::
 
     from gpumon.integrations.transformers import GpumonCallback
 
     trainer = Trainer(model=model, args=args, train_dataset=ds)
-    GpumonCallback(every_n_steps=10).attach(trainer)
+    GpumonCallback().attach(trainer)
     trainer.train()
+
+What is logged (see :mod:`gpumon.figures`): at each of the Trainer's logs, the figures of the
+newest step the agent has reported and not yet logged, with ``gpu/step`` naming that step — the
+Trainer logs at its own ``global_step``, which is usually a later one. Compact by default
+(``gpu/step``, ``gpu/step_seconds``, ``gpu/utilization``, ``gpu/utilization_min``,
+``gpu/memory_peak_gib``, ``gpu/energy_joules``); ``per_gpu=True`` adds per-GPU keys. The same
+figures are added to the entry the Trainer has just appended to ``state.log_history``.
 
 ``attach`` places the callback before the reporting callbacks (TensorBoard, W&B, ...): the
 Trainer calls callbacks in order and hands each the same ``logs`` dict, so figures added there
 reach every reporter through the Trainer's own reporting. ``trainer.add_callback`` would put it
 last, after the reporters have already written the logs.
 
-ms-swift runs on the Hugging Face Trainer, so the same callback works there.
+ms-swift runs on the Hugging Face Trainer (its trainers subclass it), so the same callback works
+there: pass it in the trainer's ``callbacks`` list, or ``attach`` it to the trainer ms-swift built.
 """
 
 import logging
+import sys
+import types
 from typing import Any, Dict, Optional, Union
 
 from transformers import TrainerCallback
-from transformers.trainer_callback import DefaultFlowCallback
+from transformers.trainer_callback import CallbackHandler, DefaultFlowCallback
 
 from .. import Monitor, StepClient
+from ..figures import prefix_for  # noqa: F401  (re-exported for users of gpu_figures)
+from ._common import StepMarker
 
 __all__ = ["GpumonCallback", "gpu_figures"]
 
@@ -31,68 +43,62 @@ _log = logging.getLogger("gpumon")
 
 
 def gpu_figures(snapshot: Dict[str, Any], prefix: str = "gpu") -> Dict[str, float]:
-    """Flat ``{"gpu0/utilization": 0.93, ...}`` figures from a ``Monitor.snapshot()`` dict:
-    per device utilisation (0..1), memory used (bytes), power (watts), temperature (°C); and,
-    once steps are marked, the last step's duration and per-GPU step figures."""
+    """Flat ``{"gpu0/utilization": 0.93, ...}`` figures of the *latest sample* in a
+    ``Monitor.snapshot()`` dict: per device utilisation (0..1), memory used (bytes), power
+    (watts), temperature (°C). They describe the moment of the sample, not a step; for a step's
+    figures use :func:`gpumon.figures.step_figures`. Keys start with ``mock_gpu`` on the mock
+    backend."""
+    p = prefix_for(snapshot, prefix)
     out: Dict[str, float] = {}
     for d in snapshot.get("devices", []):
         info = d.get("info", {})
-        key = f"{prefix}{info.get('index', '?')}"
+        key = f"{p}{info.get('index', '?')}"
         if info.get("mig"):
             key += f"_mig{info['mig'].get('mig_index', '?')}"
-        util = (d.get("utilization") or {}).get("gpu")
-        if util is not None:
-            out[f"{key}/utilization"] = float(util)
-        mem = (d.get("memory") or {}).get("used")
-        if mem is not None:
-            out[f"{key}/memory_used_bytes"] = float(mem)
-        power = (d.get("power") or {}).get("usage_watts")
-        if power is not None:
-            out[f"{key}/power_watts"] = float(power)
-        temp = (d.get("temperature") or {}).get("gpu")
-        if temp is not None:
-            out[f"{key}/temperature_celsius"] = float(temp)
-    # The last reported step's figures (Monitor.step), per GPU by UUID.
-    index_of = {(d.get("info") or {}).get("uuid"): (d.get("info") or {}).get("index") for d in snapshot.get("devices", [])}
-    for run in (snapshot.get("steps") or {}).get("runs", []):
-        last = run.get("last")
-        if not last:
-            continue
-        if last.get("duration") is not None:
-            out["gpumon/step_duration_seconds"] = float(last["duration"])
-        for d in last.get("devices", []):
-            key = f"{prefix}{index_of.get(d.get('uuid'), d.get('uuid'))}"
-            for field in ("utilization_mean", "utilization_max", "memory_peak_bytes", "energy_joules"):
-                if d.get(field) is not None:
-                    out[f"{key}/step_{field}"] = float(d[field])
+        for value, name in (
+            ((d.get("utilization") or {}).get("gpu"), "utilization"),
+            ((d.get("memory") or {}).get("used"), "memory_used_bytes"),
+            ((d.get("power") or {}).get("usage_watts"), "power_watts"),
+            ((d.get("temperature") or {}).get("gpu"), "temperature_celsius"),
+        ):
+            if value is not None:
+                out[f"{key}/{name}"] = float(value)
     return out
 
 
 class GpumonCallback(TrainerCallback):
-    """Marks every ``every_n_steps``-th step and adds GPU figures to the Trainer's logs.
+    """Marks every ``every_n_steps``-th step and adds the GPU figures of each reported step to the
+    Trainer's logs.
 
-    :param monitor_or_client: a :class:`gpumon.Monitor` (marks steps and supplies the figures),
-        a :class:`gpumon.StepClient` (marks steps on the node's agent; the figures are the
-        agent's, so none are added to the logs), or ``None``: a ``Monitor`` is started at
-        ``on_train_begin`` with the job named after ``args.run_name`` and closed at
-        ``on_train_end``.
-    :param every_n_steps: mark every N-th step (the logs get figures at every ``on_log``).
+    :param monitor_or_client: a :class:`gpumon.Monitor` (marks steps and supplies the figures;
+        flushed at ``on_train_end``), a :class:`gpumon.StepClient` (marks steps on the node's
+        agent; the figures are the agent's, so none are added to the logs), or ``None``: a
+        ``Monitor`` is started at ``on_train_begin`` with the job named after ``args.run_name``
+        and closed — every marked step reported — at ``on_train_end``.
+    :param every_n_steps: mark every N-th step.
+    :param per_gpu: also log per-GPU keys (``gpu0/utilization``, ...).
+    :param backend: for the callback's own Monitor: ``"auto"`` (NVML; without it no figures, said
+        once in the log), ``"nvml"`` (raises without NVML) or ``"mock"`` (simulated GPUs; every
+        key starts with ``mock_gpu``).
     """
 
-    def __init__(self, monitor_or_client: Optional[Union[Monitor, StepClient]] = None, every_n_steps: int = 1):
-        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
-            raise ValueError(f"every_n_steps: {every_n_steps!r} is not a positive int")
-        if monitor_or_client is not None and not hasattr(monitor_or_client, "step"):
-            raise TypeError("monitor_or_client: expected a gpumon.Monitor, a gpumon.StepClient or None")
-        self.every_n_steps = every_n_steps
-        self._target = monitor_or_client
-        self._owned = False
-        self._last_marked: Optional[int] = None
+    def __init__(
+        self,
+        monitor_or_client: Optional[Union[Monitor, StepClient]] = None,
+        every_n_steps: int = 1,
+        per_gpu: bool = False,
+        backend: str = "auto",
+    ):
+        self._marker = StepMarker(monitor_or_client, every_n_steps, per_gpu, backend)
+
+    @property
+    def every_n_steps(self) -> int:
+        return self._marker.every_n_steps
 
     @property
     def target(self) -> Optional[Union[Monitor, StepClient]]:
         """The Monitor or StepClient steps are marked on."""
-        return self._target
+        return self._marker.target
 
     def attach(self, trainer: Any) -> "GpumonCallback":
         """Adds this callback to ``trainer`` just after the Trainer's own flow callbacks, before
@@ -111,31 +117,46 @@ class GpumonCallback(TrainerCallback):
 
     # -- TrainerCallback ------------------------------------------------------------------------
 
+    def _move_before_reporters(self) -> None:
+        """``Trainer(callbacks=[...])`` and ms-swift's ``extra_callbacks`` add the callback after
+        the reporters, which would then log before it adds the figures. The handler calling us
+        is the caller's ``self`` (``CallbackHandler.call_event``); ``attach`` swaps in a new
+        list, so the call in progress keeps iterating the old one."""
+        frame = sys._getframe(1)
+        for _ in range(4):  # on_train_begin <- call_event (<- on_train_begin of the handler)
+            frame = frame.f_back
+            if frame is None:
+                return
+            handler = frame.f_locals.get("self")
+            if isinstance(handler, CallbackHandler):
+                if self in handler.callbacks:
+                    self.attach(types.SimpleNamespace(callback_handler=handler))
+                return
+
     def on_train_begin(self, args, state, control, **kwargs):
-        if self._target is None:
-            job = getattr(args, "run_name", None) or "train"
-            self._target = Monitor(job=str(job))
-            self._owned = True
+        self._move_before_reporters()
+        job = getattr(args, "run_name", None) or "train"
+        self._marker.begin(str(job), None, int(state.global_step or 0))
 
     def on_step_end(self, args, state, control, **kwargs):
-        step = int(state.global_step)
-        if self._target is None or step % self.every_n_steps != 0:
-            return
-        if self._last_marked is not None and step <= self._last_marked:
-            return  # a resumed or re-entered loop: never mark a step twice
-        self._last_marked = step
-        self._target.step(step)
+        self._marker.mark(int(state.global_step))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs is None or not isinstance(self._target, Monitor) or self._target.closed:
+        if logs is None:
             return
-        try:
-            logs.update(gpu_figures(self._target.snapshot()))
-        except Exception as e:  # a failed sample must not stop training
-            _log.warning("no GPU figures for this log: %s", e)
+        if "train_runtime" in logs:
+            # The Trainer's last log (its run summary), just before on_train_end: report the
+            # steps marked since the last tick now, so the last step's figures reach the logs.
+            self._marker.flush()
+        step, figures = self._marker.figures()
+        if step is None:
+            return
+        logs.update(figures)
+        # Trainer.log appended {**logs, "step": global_step} to log_history before calling the
+        # callbacks; the figures belong in that entry too.
+        history = getattr(state, "log_history", None)
+        if history and isinstance(history[-1], dict) and history[-1].get("step") == state.global_step:
+            history[-1].update(figures)
 
     def on_train_end(self, args, state, control, **kwargs):
-        if self._owned and self._target is not None:
-            self._target.close()
-            self._target = None
-            self._owned = False
+        self._marker.end()
