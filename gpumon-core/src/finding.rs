@@ -50,6 +50,14 @@ kinds! {
     PcieBound = "pcie_bound",
     /// Uncorrectable ECC errors, XID errors, pending/failed row remapping, or the GPU is lost.
     HardwareErrors = "hardware_errors",
+    /// One GPU runs persistently behind a group of busy peers doing the same work.
+    Straggler = "straggler",
+    /// Clocks are held down from outside (HW slowdown, power brake) on a cool GPU below its
+    /// power limit.
+    ExternalSlowdown = "external_slowdown",
+    /// The GPU cycles between busy and idle like a starved one, but idles in turn with the other
+    /// GPUs rather than together: pipeline-parallel bubbles (or unevenly starved ranks).
+    PipelineBubbles = "pipeline_bubbles",
 }
 
 impl FindingKind {

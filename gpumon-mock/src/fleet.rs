@@ -168,6 +168,9 @@ struct Load {
     util_spread: f64,
     /// Spread of the power window's samples, share of the limit.
     power_spread: f64,
+    /// The GPU runs a timeline: `util_window` is exactly the driver's samples in the interval,
+    /// `None` when it took none.
+    timeline: bool,
 }
 
 /// A fleet of mock GPUs: the pure model behind both mocks.
@@ -185,6 +188,8 @@ pub struct MockFleet {
     tick_period: Duration,
     faults: Vec<Fault>,
     epoch: SystemTime,
+    /// By physical GPU index: its timeline when the scenario gives it phases.
+    timelines: Vec<Option<crate::timeline::GpuTimeline>>,
 }
 
 impl MockFleet {
@@ -219,6 +224,26 @@ impl MockFleet {
                 }
             }
         }
+        for (n, p) in scenario.phases.iter().enumerate() {
+            if let Some(&d) = p.gpus.iter().flatten().find(|&&d| d as usize >= gpu_count) {
+                return Err(ConfigError::invalid(
+                    format!("phases[{n}].gpus"),
+                    format!("GPU {d} does not exist; the fleet has {gpu_count} GPUs"),
+                ));
+            }
+        }
+        let timelines = (0..gpu_count as u32)
+            .map(|g| {
+                scenario.has_phases(g).then(|| crate::timeline::GpuTimeline {
+                    gpu: g,
+                    phases: scenario.phases.clone(),
+                    seed,
+                    period: scenario.driver_period_s,
+                    phase_offset: (hash(&[seed, 0xD5, u64::from(g)]) % 1_000_000) as f64 / 1e6
+                        * scenario.driver_period_s,
+                })
+            })
+            .collect();
         let mut system = SystemInfo::new(gpumon_core::hostname(), "mock");
         system.driver_version = Some(profile.driver_version.clone());
         system.cuda_driver_version = Some(profile.cuda_driver_version);
@@ -282,6 +307,7 @@ impl MockFleet {
             tick_period: scenario.tick_period,
             faults: scenario.faults.clone(),
             epoch: SystemTime::now(),
+            timelines,
         })
     }
 
@@ -363,6 +389,16 @@ impl MockFleet {
         self.faults
             .iter()
             .any(|f| matches!(f, Fault::DeviceLost { device, at_tick } if *device == gpu && tick >= *at_tick))
+            || self.timeline(gpu).is_some_and(|t| t.phase_at(self.tick_end(tick)).is_some_and(|p| p.lost))
+    }
+
+    fn timeline(&self, gpu: u32) -> Option<&crate::timeline::GpuTimeline> {
+        self.timelines.get(gpu as usize).and_then(Option::as_ref)
+    }
+
+    /// The simulated time at the end of `tick`'s interval, seconds.
+    fn tick_end(&self, tick: u64) -> f64 {
+        tick as f64 * self.tick_period.as_secs_f64()
     }
 
     /// Samples every device `request.devices` allows at `tick`. Hidden devices are skipped
@@ -483,7 +519,48 @@ impl MockFleet {
             // Without kernels there is nothing to vary: the driver's samples stay at 0–2 %.
             util_spread: 0.01,
             power_spread: 0.05,
+            timeline: false,
         };
+        if let Some(t) = self.timeline(dev.gpu) {
+            let at = t.tick(self.tick_end(tick), self.tick_period.as_secs_f64());
+            let Some(phase) = at.phase else {
+                // No job on it: idle and empty, as before a job starts or after it ends.
+                return Load { util_window: None, timeline: true, ..idle };
+            };
+            let link_share = |share: f64| (link_kbps * share * d.range(stream::PCIE_RX, 0.9, 1.1)) as u64;
+            let activity = at.activity;
+            let mc = phase.memory_controller.map_or(0.45 * activity, |m| m * activity / phase.busy.max(1e-9)).min(1.0);
+            let reasons = phase.reason_bits().unwrap_or(0);
+            let window = WindowStats::from_values(at.window.iter().copied()).map(|mut w| {
+                w.mean = w.mean.clamp(w.min, w.max);
+                w
+            });
+            let power_full = limit_mw as f64 * phase.power;
+            let load = Load {
+                gpu_pct: (at.latest * 100.0).round() as u32,
+                mem_pct: (mc * 100.0).floor() as u32,
+                dec_pct: 0,
+                mem_frac: phase.memory,
+                power_mw: (idle_mw as f64 + (power_full - idle_mw as f64).max(0.0) * activity) as u64,
+                limit_mw,
+                temp_c: phase.temperature_c.unwrap_or(idle_t + 35.0 * activity) as u32,
+                sm_mhz: ((f64::from(max_sm) * phase.sm_clock) as u32).clamp(1, max_sm),
+                mem_mhz: m.max_memory_clock_mhz,
+                video_mhz: (m.max_video_clock_mhz / 3).max(1),
+                reasons,
+                busy: activity > 0.05,
+                tx_kbps: link_share(phase.pcie_rx * 0.1),
+                rx_kbps: link_share(phase.pcie_rx),
+                tensor_share: 0.5,
+                activity: phase.sm_activity.map_or(0.9 * activity, |a| a * activity / phase.busy.max(1e-9)).min(1.0),
+                dram: phase.dram.unwrap_or(mc),
+                util_window: window,
+                util_spread: 0.0,
+                power_spread: 0.03,
+                timeline: true,
+            };
+            return load;
+        }
         // Healthy training; `capped` = one of its short power-cap events (see `power_cap_blip`).
         let training_at = |capped: bool| {
             let gpu_pct = pct(90.0, 99.0, stream::GPU_UTIL);
@@ -760,8 +837,11 @@ impl MockFleet {
             let n = self.window_len();
             let w = |v: f64, spread: f64, hi: f64, s: u64, quantum: f64| window(d, s, n, v, spread, hi, quantum);
             if !mig_mode {
-                s.windows.gpu_utilization =
-                    Some(l.util_window.unwrap_or_else(|| w(ratio(l.gpu_pct), l.util_spread, 1.0, 1, 0.01)));
+                s.windows.gpu_utilization = if l.timeline {
+                    l.util_window
+                } else {
+                    Some(l.util_window.unwrap_or_else(|| w(ratio(l.gpu_pct), l.util_spread, 1.0, 1, 0.01)))
+                };
                 s.windows.memory_utilization = Some(w(ratio(l.mem_pct), 0.04, 1.0, 2, 0.01));
             }
             let limit = mw_to_watts(l.limit_mw);

@@ -217,6 +217,7 @@ mod scenario;
 mod seam;
 mod sinks;
 pub mod test_env;
+mod timeline;
 
 pub use error::ConfigError;
 pub use fleet::{nvlink_share, DeviceKind, MockDevice, MockFleet, DEFAULT_SEED};
@@ -228,3 +229,4 @@ pub use scenario::{Fault, Gate, Scenario, Workload, UNKNOWN_ERROR};
 #[cfg_attr(docsrs, doc(cfg(feature = "mockall")))]
 pub use seam::MockSamplerSeam;
 pub use sinks::{Behavior, FailKind, FaultyCalls, FaultySink, NullSink, RecordingSink};
+pub use timeline::{Phase, Shape, DEFAULT_DRIVER_PERIOD_S};

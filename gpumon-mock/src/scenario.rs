@@ -328,6 +328,11 @@ pub struct Scenario {
     pub faults: Vec<Fault>,
     /// Seed for workloads unless the sampler is given one.
     pub seed: Option<u64>,
+    /// Phases over simulated time ([`crate::timeline`]): a GPU that any phase names runs them
+    /// instead of its [`Workload`] — idle and empty outside them.
+    pub phases: Vec<crate::Phase>,
+    /// The driver's utilisation sampling period for GPUs on phases, seconds (default 1/6 s).
+    pub driver_period_s: f64,
 }
 
 impl Default for Scenario {
@@ -348,7 +353,28 @@ impl Scenario {
             tick_period: Duration::from_secs(1),
             faults: Vec::new(),
             seed: None,
+            phases: Vec::new(),
+            driver_period_s: crate::DEFAULT_DRIVER_PERIOD_S,
         }
+    }
+
+    /// Builder-style: adds a phase ([`crate::timeline`]).
+    #[must_use]
+    pub fn with_phase(mut self, phase: crate::Phase) -> Self {
+        self.phases.push(phase);
+        self
+    }
+
+    /// Builder-style: the driver's utilisation sampling period for GPUs on phases.
+    #[must_use]
+    pub fn with_driver_period(mut self, period: Duration) -> Self {
+        self.driver_period_s = period.as_secs_f64();
+        self
+    }
+
+    /// Whether physical GPU `device` runs phases rather than a [`Workload`].
+    pub fn has_phases(&self, device: u32) -> bool {
+        self.phases.iter().any(|p| p.gpus.as_ref().is_none_or(|g| g.contains(&device)))
     }
 
     /// Builder-style: GPU `device` runs `workload`.
@@ -442,6 +468,14 @@ impl Scenario {
             device_workloads.insert(i, w);
         }
         let faults = raw.faults.into_iter().enumerate().map(|(i, f)| f.into_fault(i)).collect::<Result<_, _>>()?;
+        for (i, p) in raw.phases.iter().enumerate() {
+            p.validate(i)?;
+        }
+        let driver_period_s = match raw.driver_period_ms {
+            None => crate::DEFAULT_DRIVER_PERIOD_S,
+            Some(0) => return Err(ConfigError::invalid("driver_period_ms", "must be above 0")),
+            Some(ms) => ms as f64 / 1000.0,
+        };
         Ok(Self {
             name: raw.name.unwrap_or_else(|| origin.to_owned()),
             description: raw.description,
@@ -450,6 +484,8 @@ impl Scenario {
             tick_period,
             faults,
             seed: raw.seed,
+            phases: raw.phases,
+            driver_period_s,
         })
     }
 }
@@ -466,6 +502,9 @@ struct ScenarioToml {
     devices: BTreeMap<String, Workload>,
     #[serde(default)]
     faults: Vec<FaultToml>,
+    driver_period_ms: Option<u64>,
+    #[serde(default)]
+    phases: Vec<crate::Phase>,
 }
 
 #[derive(Clone, Copy, Deserialize)]

@@ -165,6 +165,13 @@ thresholds! {
     starvation_peak: 0.60,
     /// Starvation: mean utilisation at or below this. 70 %: above it the loss is small.
     starvation_max_mean: 0.70,
+    /// Starvation: mean utilisation at or above this. 15 %: below it the GPU mostly waits with
+    /// short bursts — an inference server between requests looks the same, and NVML alone
+    /// cannot tell a loader that starves a GPU that badly from one.
+    starvation_min_mean: 0.15,
+    /// Pipeline bubbles: mean utilisation at or below this. 85 %: stages idling in turn lose
+    /// their idle share even when each is busy most of the time.
+    bubbles_max_mean: 0.85,
     /// Starvation: the memory controller stays below this (busy memory means memory-bound).
     starvation_max_memory_controller: 0.50,
     /// Memory-bound: SM activity at or below this. 50 %: healthy training keeps SMs busier.
@@ -195,6 +202,12 @@ thresholds! {
     pcie_link_share: 0.50,
     /// PCIe-bound: utilisation at or below this (the GPU waits for the copies).
     pcie_max_level: 0.50,
+    /// Straggler: the other allocated GPUs' mean utilisation at or above this (they are busy
+    /// with the same work). 75 %.
+    straggler_peers: 0.75,
+    /// Straggler: this GPU at least this far below its peers' mean. 20 points: peers doing the
+    /// same synchronous work stay within a few points of each other.
+    straggler_gap: 0.20,
 }
 
 /// Settings of the diagnosis stage.
@@ -212,7 +225,16 @@ pub struct DiagnoseConfig {
     pub disabled: Vec<FindingKind>,
     /// The rules' thresholds.
     pub thresholds: Thresholds,
+    /// How long a GPU may hold memory without having run before `idle_allocated` counts it:
+    /// loading a model, compiling kernels and warming up hold the GPU idle for tens of
+    /// seconds at the start of a job. A GPU that has run (utilisation at or above 50 %) since
+    /// its memory was allocated gets no grace. Default [`DEFAULT_IDLE_GRACE`].
+    pub idle_grace: Duration,
 }
+
+/// Default [`DiagnoseConfig::idle_grace`]: a minute, longer than a typical compile / warm-up
+/// phase; with the default window a job that never runs is named about 1.5 minutes in.
+pub const DEFAULT_IDLE_GRACE: Duration = Duration::from_secs(60);
 
 impl Default for DiagnoseConfig {
     fn default() -> Self {
@@ -222,6 +244,7 @@ impl Default for DiagnoseConfig {
             clear_share: 0.2,
             disabled: Vec::new(),
             thresholds: Thresholds::default(),
+            idle_grace: DEFAULT_IDLE_GRACE,
         }
     }
 }
@@ -231,6 +254,13 @@ impl DiagnoseConfig {
     #[must_use]
     pub fn with_window(mut self, window: Duration) -> Self {
         self.window = window;
+        self
+    }
+
+    /// Sets [`DiagnoseConfig::idle_grace`].
+    #[must_use]
+    pub fn with_idle_grace(mut self, grace: Duration) -> Self {
+        self.idle_grace = grace;
         self
     }
 
@@ -346,6 +376,9 @@ struct Track {
     counters: Counters,
     /// `seq` of the last snapshot the device was in.
     seen: u64,
+    /// Ticks the GPU has held memory (this allocation), and whether it has run since.
+    allocated_ticks: usize,
+    ran: bool,
 }
 
 /// The diagnosis stage. Add it to an agent with
@@ -356,6 +389,8 @@ pub struct Diagnoser {
     ticks: usize,
     raise_at: usize,
     clear_at: usize,
+    /// [`DiagnoseConfig::idle_grace`] in ticks.
+    grace_ticks: usize,
     tracks: HashMap<String, Track>,
     active: Arc<[Finding]>,
     raised_total: Arc<[FindingCount]>,
@@ -378,6 +413,7 @@ impl Diagnoser {
             ticks: 1,
             raise_at: 1,
             clear_at: 0,
+            grace_ticks: 0,
             tracks: HashMap::new(),
             active: Arc::from(Vec::new()),
             raised_total: Arc::from(Vec::new()),
@@ -409,6 +445,7 @@ impl Diagnoser {
         self.ticks = n;
         self.raise_at = ((self.config.raise_share * n as f64).ceil() as usize).clamp(1, n);
         self.clear_at = ((self.config.clear_share * n as f64).floor() as usize).min(self.raise_at - 1);
+        self.grace_ticks = (self.config.idle_grace.as_secs_f64() / interval.as_secs_f64()).ceil() as usize;
         // Windows are sized from the interval: start afresh.
         self.tracks.clear();
     }
@@ -431,7 +468,7 @@ impl Processor for Diagnoser {
         let tick = self.tick;
         let at = snapshot.taken_at;
         let t = self.config.thresholds;
-        let (ticks, raise_at, clear_at) = (self.ticks, self.raise_at, self.clear_at);
+        let (ticks, raise_at, clear_at, grace_ticks) = (self.ticks, self.raise_at, self.clear_at, self.grace_ticks);
 
         // 1. Read every device once; note the busiest allocated GPUs for the comparisons.
         self.scratch.clear();
@@ -446,6 +483,8 @@ impl Processor for Diagnoser {
                     raised: RaisedSet::default(),
                     counters: Counters::default(),
                     seen: 0,
+                    allocated_ticks: 0,
+                    ran: false,
                 }),
             };
             track.seen = tick;
@@ -453,6 +492,10 @@ impl Processor for Diagnoser {
             if stats.allocated(&t) {
                 if let Some(level) = stats.level {
                     host.offer(level, position);
+                }
+                if stats.util.is_some() {
+                    host.readable += 1;
+                    host.busy_now += usize::from(stats.busy_now(&t));
                 }
             }
             self.scratch.push(stats);
@@ -467,10 +510,33 @@ impl Processor for Diagnoser {
             let Some(track) = self.tracks.get_mut(d.info.uuid.as_str()) else { continue };
             let stats = self.scratch[position];
             let active: Holds = std::array::from_fn(|k| track.raised.is_raised(k));
-            let holds = rules::evaluate(&stats, &track.history, &track.swings, &host, position, &active, &t);
-            track.swings.entered(stats.util, &t);
-            if let Some(left) = track.history.push(stats.past()) {
-                track.swings.left(left.util.get(), &t);
+            let allocated = stats.allocated(&t);
+            if allocated {
+                track.allocated_ticks = track.allocated_ticks.saturating_add(1);
+                track.ran |= stats.level.is_some_and(|l| l >= 0.5);
+            } else {
+                track.allocated_ticks = 0;
+                track.ran = false;
+            }
+            // In ticks, like the window: a stage fed snapshots faster than real time (a replay,
+            // a test) keeps the same semantics.
+            let past_grace = track.ran || track.allocated_ticks > grace_ticks;
+            let together =
+                allocated && host.idle_together(stats.util.is_some(), stats.idle_now(&t), stats.busy_now(&t));
+            let holds = rules::evaluate(
+                &stats,
+                &track.history,
+                &track.swings,
+                &host,
+                position,
+                &active,
+                together,
+                past_grace,
+                &t,
+            );
+            track.swings.entered(stats.swing(together, &t));
+            if let Some(left) = track.history.push(stats.past(together)) {
+                track.swings.left(left.swing(&t));
             }
             track.tallies.push(std::array::from_fn(|k| holds[k] && enabled[k]));
             for (k, &kind) in FindingKind::ALL.iter().enumerate() {
@@ -486,7 +552,8 @@ impl Processor for Diagnoser {
                         .map(|(l, p)| (snapshot.devices[p].info.index, snapshot.devices[p].info.uuid.as_str(), l));
                     let held = track.tallies.trailing_yes(k).max(1);
                     let since = track.history.iter().rev().nth(held - 1).map_or(at, |s| s.at);
-                    let mut evidence = rules::evidence(kind, &stats, &track.history, peer);
+                    let window = (yes, track.history.iter().count());
+                    let mut evidence = rules::evidence(kind, &stats, &track.history, peer, window, &t);
                     // With a step tracker before this stage: the step time and the GPU's idle
                     // share of it, the number a starving loader costs.
                     if kind == FindingKind::DataloaderStarvation {
@@ -518,8 +585,11 @@ impl Processor for Diagnoser {
                 } else if track.raised.is_raised(k) && (!enabled || clears(kind, yes, clear_at)) {
                     if let Some(r) = track.raised.clear(k) {
                         let mut finding = r.finding;
-                        finding.evidence =
-                            format!("no longer holds; now: {}", rules::evidence(kind, &stats, &track.history, None));
+                        let window = (yes, track.history.iter().count());
+                        finding.evidence = format!(
+                            "no longer holds; now: {}",
+                            rules::evidence(kind, &stats, &track.history, None, window, &t)
+                        );
                         let held_for = at.duration_since(r.raised_at).ok();
                         events.push(FindingEvent { transition: Transition::Cleared, finding, held_for });
                         changed = true;

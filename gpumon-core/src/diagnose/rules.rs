@@ -90,6 +90,9 @@ pub(crate) struct Past {
     /// The code of the tick's last XID, when it had one.
     pub(crate) xid_code: Reading,
     pub(crate) remap_trouble: bool,
+    /// The latest reading was near idle and so were most other allocated GPUs' (see
+    /// [`Swings`]): idle *together*, as data-parallel ranks starved by their loaders are.
+    pub(crate) idle_together: bool,
 }
 
 impl Past {
@@ -197,8 +200,8 @@ impl TickStats {
         }
     }
 
-    /// What the window keeps of this tick.
-    pub(crate) fn past(&self) -> Past {
+    /// What the window keeps of this tick; `idle_together` from the host's other GPUs.
+    pub(crate) fn past(&self, idle_together: bool) -> Past {
         Past {
             at: self.at,
             util: self.util.into(),
@@ -219,7 +222,18 @@ impl TickStats {
             nvlink_errors_new: self.nvlink_errors_new,
             xid_code: self.xid_code.map(|c| c as f64).into(),
             remap_trouble: self.remap_trouble,
+            idle_together,
         }
+    }
+
+    /// Whether the latest driver sample says the GPU is near idle (the starvation dip).
+    pub(crate) fn idle_now(&self, t: &Thresholds) -> bool {
+        self.util.is_some_and(|u| u <= t.starvation_dip)
+    }
+
+    /// Whether the latest driver sample says the GPU is busy (the starvation peak).
+    pub(crate) fn busy_now(&self, t: &Thresholds) -> bool {
+        self.util.is_some_and(|u| u >= t.starvation_peak)
     }
 
     pub(crate) fn memory_ratio(&self) -> Option<f64> {
@@ -269,10 +283,35 @@ pub(crate) struct HostContext {
     /// The two busiest allocated GPUs: (level, position in the snapshot).
     pub(crate) busiest: Option<(f64, usize)>,
     pub(crate) second: Option<(f64, usize)>,
+    /// Sum and count of every allocated GPU's level: the peers' mean for the straggler rule.
+    pub(crate) sum: f64,
+    pub(crate) n: usize,
+    /// Allocated GPUs with a reading now, and how many of them read busy now.
+    pub(crate) readable: usize,
+    pub(crate) busy_now: usize,
 }
 
 impl HostContext {
+    /// The mean level of the allocated GPUs other than one at `level`, when there are at least
+    /// two of them (a group to fall behind).
+    pub(crate) fn peers_mean(&self, level: f64) -> Option<f64> {
+        (self.n >= 3).then(|| (self.sum - level) / (self.n - 1) as f64)
+    }
+
+    /// Whether this GPU reads near idle now (`self_idle`) while most other allocated GPUs do
+    /// *not* read busy — idle together. Not "all others idle": each GPU's driver samples at its
+    /// own moments, so ranks idle together read idle or in-between a sample apart, while
+    /// pipeline stages idle in turn see the others busy. With no other GPU, idleness is
+    /// "together" by definition. `self_busy`: this GPU reads busy (it is counted in `busy_now`).
+    pub(crate) fn idle_together(&self, self_readable: bool, self_idle: bool, self_busy: bool) -> bool {
+        let others = self.readable - usize::from(self_readable);
+        let others_busy = self.busy_now - usize::from(self_busy);
+        self_idle && (others == 0 || others_busy * 2 < others)
+    }
+
     pub(crate) fn offer(&mut self, level: f64, position: usize) {
+        self.sum += level;
+        self.n += 1;
         if self.busiest.is_none_or(|(l, _)| level > l) {
             self.second = self.busiest;
             self.busiest = Some((level, position));
@@ -293,16 +332,18 @@ impl HostContext {
 /// Which conditions hold on one device at one tick, in [`FindingKind::ALL`] order.
 pub(crate) type Holds = [bool; KINDS];
 /// How many kinds there are.
-pub(crate) const KINDS: usize = 9;
+pub(crate) const KINDS: usize = 12;
 
 /// Position of `kind` in [`Holds`].
 pub(crate) fn slot(kind: FindingKind) -> usize {
     FindingKind::ALL.iter().position(|k| *k == kind).unwrap_or(0)
 }
 
-/// Evaluates every rule for one device. `history` holds this device's earlier ticks (for the
+/// Evaluates every rule for one device. `swings` sums up this device's earlier ticks (for the
 /// rules that need more than one tick); `active` says which findings are raised now (for the
-/// per-tick hysteresis of threshold rules).
+/// per-tick hysteresis of threshold rules); `together`: the GPU reads idle now and so do most
+/// other allocated GPUs; `past_grace`: it has run, or held memory longer than the idle grace.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn evaluate(
     s: &TickStats,
     history: &Ring<Past>,
@@ -310,6 +351,8 @@ pub(crate) fn evaluate(
     host: &HostContext,
     position: usize,
     active: &Holds,
+    together: bool,
+    past_grace: bool,
     t: &Thresholds,
 ) -> Holds {
     use FindingKind as K;
@@ -338,30 +381,59 @@ pub(crate) fn evaluate(
         None => false,
     };
 
-    let starved_pattern = match (s.hires_min, s.hires_max, level) {
-        (Some(min), Some(max), Some(l)) => {
-            min <= t.starvation_dip && max >= t.starvation_peak && l <= t.starvation_max_mean
-        }
-        // Without the driver's sample buffer, the same shape across ticks: dips and peaks both
-        // common within the window, mean low-to-mid.
-        _ => {
-            debug_assert_eq!(swings.n, history.iter().filter(|h| h.util.get().is_some()).count());
-            instantaneous_swings(s, swings, t)
-        }
+    // Starvation is busy and idle in turn. Within one interval when the driver's buffer holds
+    // enough samples to show both; across the window's ticks otherwise — whatever the number
+    // of samples per interval (one, none: the latest reading), the window's low and high
+    // readings are both common.
+    let within_interval = match (s.hires_min, s.hires_max) {
+        (Some(min), Some(max)) => min <= t.starvation_dip && max >= t.starvation_peak,
+        _ => false,
     };
-    let starved = allocated
-        && starved_pattern
+    let mut all = *swings;
+    all.entered(s.swing(together, t));
+    // Across ticks, the GPU must also go back and forth: a long evaluation pause is as low and
+    // as high over the window, once each.
+    let cycling = (within_interval || (all.busy_and_idle() && back_and_forth(history, s.swing(together, t), t)))
         && !memory_bound
         && !pcie_bound
         && s.memory_controller.is_none_or(|m| m < t.starvation_max_memory_controller);
+    // The level over the window, not this interval's: one interval of a cycle longer than it
+    // is all busy or all idle.
+    let mean = all.mean();
+    // Idle *together* (data-parallel ranks waiting on their loaders, steps in lockstep) or *in
+    // turn* (pipeline stages waiting on each other): told apart by whether the other GPUs read
+    // idle at the ticks this one does.
+    let staggered = all.staggered();
+    let starved = allocated
+        && cycling
+        && !staggered
+        && mean.is_some_and(|m| (t.starvation_min_mean..=t.starvation_max_mean).contains(&m));
+    let bubbles = allocated && cycling && staggered && mean.is_some_and(|m| m <= t.bubbles_max_mean);
 
     let busy_peer = host.busiest_other(position).filter(|(l, _)| *l >= t.imbalance_busy);
     let imbalance = allocated && level.is_some_and(|l| l <= t.imbalance_idle) && busy_peer.is_some();
+    // A job that has not run yet (loading, compiling) gets a grace period; one that ran and
+    // stopped, or has held the GPU idle for longer, does not.
     let idle_allocated = allocated
+        && past_grace
+        // Nothing ran within the window: a server answering a burst of requests now and then
+        // is idle most of the time, but not idle.
+        && all.active == 0
         && !imbalance
         && busy_peer.is_none()
         && level.is_some_and(|l| l <= t.idle_level)
         && s.hires_max.is_none_or(|m| m <= t.idle_peak);
+    // One GPU persistently behind a group of busy peers doing the same work.
+    let straggler = allocated
+        && !imbalance
+        && !starved
+        && !bubbles
+        && match (level, level.and_then(|l| host.peers_mean(l))) {
+            (Some(l), Some(peers)) => {
+                peers >= t.straggler_peers && l > t.imbalance_idle && l <= peers - t.straggler_gap
+            }
+            _ => false,
+        };
 
     let thermal_reason = s.has_reason(ClockEventReasons::SW_THERMAL_SLOWDOWN | ClockEventReasons::HW_THERMAL_SLOWDOWN)
         || (s.has_reason(ClockEventReasons::HW_SLOWDOWN)
@@ -370,6 +442,15 @@ pub(crate) fn evaluate(
     let power = !thermal
         && s.has_reason(ClockEventReasons::SW_POWER_CAP | ClockEventReasons::HW_POWER_BRAKE_SLOWDOWN)
         && matches!((s.power, s.power_limit), (Some(p), Some(l)) if l > 0.0 && p >= t.power_limit_ratio * l)
+        && s.sm_clock_reduced(t);
+
+    // Told to slow down from outside the GPU (the board's HW slowdown input, a power brake from
+    // the chassis or PSU) while it is cool and below its power limit.
+    let cool = matches!((s.temperature, s.temperature_slowdown), (Some(c), Some(slow)) if c < slow - 5.0);
+    let external = !thermal
+        && !power
+        && cool
+        && s.has_reason(ClockEventReasons::HW_SLOWDOWN | ClockEventReasons::HW_POWER_BRAKE_SLOWDOWN)
         && s.sm_clock_reduced(t);
 
     // Hysteresis on the level itself: once raised, near-OOM holds down to the lower mark.
@@ -389,36 +470,129 @@ pub(crate) fn evaluate(
     holds[slot(K::NearOom)] = near_oom;
     holds[slot(K::PcieBound)] = pcie_bound;
     holds[slot(K::HardwareErrors)] = hardware;
+    holds[slot(K::Straggler)] = straggler;
+    holds[slot(K::ExternalSlowdown)] = external;
+    holds[slot(K::PipelineBubbles)] = bubbles;
     holds
 }
 
-/// Starvation without high-resolution windows: over the window (this tick included), at least
-/// a fifth of the ticks near idle and a fifth busy, mean low-to-mid.
-fn instantaneous_swings(s: &TickStats, window: &Swings, t: &Thresholds) -> bool {
-    let mut all = *window;
-    all.entered(s.util, t);
-    let Swings { n, low, high, sum_micros } = all;
-    // Too few ticks to see a pattern.
-    if n < 5 {
-        return false;
-    }
-    let share = |k: usize| k as f64 / n as f64;
-    share(low) >= 0.2 && share(high) >= 0.2 && sum_micros as f64 / 1e6 / n as f64 <= t.starvation_max_mean
+/// One tick's part in [`Swings`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SwingReading {
+    /// The interval's lowest driver sample (else the latest reading) was near idle.
+    low: bool,
+    /// Its highest (else the latest) was busy.
+    high: bool,
+    /// Its highest was above the idle peak: something ran.
+    active: bool,
+    /// The interval's level, in millionths.
+    level_micros: i64,
+    /// The latest reading was near idle …
+    idle_now: bool,
+    /// … and so were most other allocated GPUs'.
+    idle_together: bool,
 }
 
-/// What [`instantaneous_swings`] needs of a window of utilisation readings, kept up to date as
-/// ticks enter and leave the window rather than re-read from it every tick (a 60 s window at
-/// 100 ms is 600 ticks per GPU per tick, most of the diagnosis stage's cost when it was read).
+/// A reading from the numbers a tick keeps; `None` without any utilisation. A NaN is no number:
+/// [`Reading`] keeps it as absent, and in and out must agree.
+fn swing_reading(
+    util: Option<f64>,
+    hires_min: Option<f64>,
+    hires_max: Option<f64>,
+    level: Option<f64>,
+    idle_together: bool,
+    t: &Thresholds,
+) -> Option<SwingReading> {
+    let ok = |v: Option<f64>| v.filter(|v| !v.is_nan());
+    let (util, hires_min, hires_max, level) = (ok(util), ok(hires_min), ok(hires_max), ok(level));
+    let lo = hires_min.or(util)?;
+    let hi = hires_max.or(util)?;
+    let level = level.or(util)?;
+    let idle_now = util.is_some_and(|u| u <= t.starvation_dip);
+    Some(SwingReading {
+        low: lo <= t.starvation_dip,
+        high: hi >= t.starvation_peak,
+        active: hi > t.idle_peak,
+        level_micros: micros(level),
+        idle_now,
+        idle_together: idle_now && idle_together,
+    })
+}
+
+impl TickStats {
+    /// This tick's part in the swings.
+    pub(crate) fn swing(&self, idle_together: bool, t: &Thresholds) -> Option<SwingReading> {
+        swing_reading(self.util, self.hires_min, self.hires_max, self.level, idle_together, t)
+    }
+}
+
+impl Past {
+    /// The part it played in the swings (with the thresholds it was counted in with).
+    pub(crate) fn swing(&self, t: &Thresholds) -> Option<SwingReading> {
+        swing_reading(
+            self.util.get(),
+            self.hires_min.get(),
+            self.hires_max.get(),
+            self.level.get(),
+            self.idle_together,
+            t,
+        )
+    }
+}
+
+/// Whether the readings went from idle to busy or back at least four times over the window
+/// (this tick included): two cycles or more. An interval whose own samples hold both counts as
+/// one change. Read from the window only when the counts already show the pattern (a starving
+/// GPU), so a healthy tick never scans.
+fn back_and_forth(history: &Ring<Past>, now: Option<SwingReading>, t: &Thresholds) -> bool {
+    let mut last: Option<bool> = None;
+    let mut changes = 0;
+    for r in history.iter().map(|h| h.swing(t)).chain([now]).flatten() {
+        let state = match (r.low, r.high) {
+            (true, false) => Some(true),
+            (false, true) => Some(false),
+            (true, true) => {
+                changes += 1;
+                None
+            }
+            (false, false) => continue,
+        };
+        if let (Some(l), Some(s)) = (last, state) {
+            changes += usize::from(l != s);
+        }
+        last = state.or(last);
+        if changes >= 4 {
+            return true;
+        }
+    }
+    false
+}
+
+/// Busy and idle in turn across the window's ticks, whatever each interval holds: kept up to
+/// date as ticks enter and leave the window rather than re-read from it every tick (a 60 s
+/// window at 100 ms is 600 ticks per GPU per tick, most of the diagnosis stage's cost when it
+/// was read).
+///
+/// A tick counts as *low* when its lowest driver sample — or, with none in the interval, the
+/// latest reading — is at or below the dip, and *high* when its highest is at or above the
+/// peak. With ten samples per interval a starving GPU's ticks are both low and high; with one,
+/// they alternate; with a driver period longer than the interval, the latest reading repeats
+/// and still alternates at the driver's pace.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Swings {
-    /// Readings in the window.
+    /// Ticks with a reading in the window.
     n: usize,
-    /// Readings at or below the dip threshold, and at or above the peak threshold.
     low: usize,
     high: usize,
-    /// Their sum, in millionths: integers add and subtract exactly, so the running sum never
-    /// drifts from the window's.
+    /// Ticks on which something ran (a reading above the idle peak).
+    active: usize,
+    /// Sum of the ticks' levels, in millionths: integers add and subtract exactly, so the
+    /// running sum never drifts from the window's.
     sum_micros: i64,
+    /// Ticks whose latest reading was near idle, and those of them when most other allocated
+    /// GPUs' were too.
+    idle_now: usize,
+    idle_together: usize,
 }
 
 impl Swings {
@@ -428,26 +602,55 @@ impl Swings {
         self.n
     }
 
-    /// Counts a tick's utilisation reading in (the tick entered the window). A NaN reading is
-    /// no reading, as [`Reading`] keeps it in the window: in and out must agree.
-    pub(crate) fn entered(&mut self, util: Option<f64>, t: &Thresholds) {
-        if let Some(u) = util.filter(|u| !u.is_nan()) {
+    /// Counts a tick in (it entered the window).
+    pub(crate) fn entered(&mut self, r: Option<SwingReading>) {
+        if let Some(r) = r {
             self.n += 1;
-            self.low += usize::from(u <= t.starvation_dip);
-            self.high += usize::from(u >= t.starvation_peak);
-            self.sum_micros += micros(u);
+            self.low += usize::from(r.low);
+            self.high += usize::from(r.high);
+            self.active += usize::from(r.active);
+            self.sum_micros += r.level_micros;
+            self.idle_now += usize::from(r.idle_now);
+            self.idle_together += usize::from(r.idle_together);
         }
     }
 
-    /// Counts a tick's reading out (it left the window); `t` must be the thresholds it was counted
-    /// in with.
-    pub(crate) fn left(&mut self, util: Option<f64>, t: &Thresholds) {
-        if let Some(u) = util.filter(|u| !u.is_nan()) {
+    /// Counts a tick out (it left the window); the reading must be the one counted in.
+    pub(crate) fn left(&mut self, r: Option<SwingReading>) {
+        if let Some(r) = r {
             self.n -= 1;
-            self.low -= usize::from(u <= t.starvation_dip);
-            self.high -= usize::from(u >= t.starvation_peak);
-            self.sum_micros -= micros(u);
+            self.low -= usize::from(r.low);
+            self.high -= usize::from(r.high);
+            self.active -= usize::from(r.active);
+            self.sum_micros -= r.level_micros;
+            self.idle_now -= usize::from(r.idle_now);
+            self.idle_together -= usize::from(r.idle_together);
         }
+    }
+
+    /// At least a tenth of the ticks low and a tenth high; five ticks at least (fewer show no
+    /// pattern).
+    fn busy_and_idle(&self) -> bool {
+        if self.n < 5 {
+            return false;
+        }
+        let share = |k: usize| k as f64 / self.n as f64;
+        // A tenth each: a driver sample that straddles a busy/idle edge reads in between, so
+        // when a busy or idle stretch is not much longer than the driver's period few readings
+        // are clearly either. Enough, with the back-and-forth check and the mean's bounds:
+        // healthy work never reads idle, and a pause (checkpoint, evaluation) is one cycle.
+        share(self.low) >= 0.1 && share(self.high) >= 0.1
+    }
+
+    /// The mean level over the window's ticks.
+    fn mean(&self) -> Option<f64> {
+        (self.n > 0).then(|| self.sum_micros as f64 / 1e6 / self.n as f64)
+    }
+
+    /// Idle in turn rather than together: of at least three ticks this GPU read idle, fewer
+    /// than half had most other GPUs idle too.
+    fn staggered(&self) -> bool {
+        self.idle_now >= 3 && self.idle_together * 2 < self.idle_now
     }
 }
 
@@ -476,7 +679,7 @@ pub(crate) fn severity(kind: FindingKind) -> Severity {
     use FindingKind as K;
     match kind {
         K::HardwareErrors => Severity::Critical,
-        K::MemoryBound | K::PowerThrottling => Severity::Info,
+        K::MemoryBound | K::PowerThrottling | K::PipelineBubbles => Severity::Info,
         _ => Severity::Warning,
     }
 }
@@ -511,6 +714,15 @@ pub(crate) fn advice(kind: FindingKind) -> &'static str {
         }
         K::HardwareErrors => {
             "The hardware reports errors: drain the GPU, check nvidia-smi -q and the kernel log for XIDs, and reset or replace it."
+        }
+        K::Straggler => {
+            "This GPU runs behind its peers doing the same work, and every synchronous step waits for it: check its clocks, PCIe link and NVLink, its share of the data, and for other processes on it."
+        }
+        K::ExternalSlowdown => {
+            "The GPU is told to slow down from outside while cool and below its power limit (HW slowdown or power brake): check the node's power supplies, the chassis/BMC event log and the rack's power capping."
+        }
+        K::PipelineBubbles => {
+            "The GPUs idle in turn, not together: pipeline-parallel bubbles — use more micro-batches per step or an interleaved schedule. If this is data-parallel training, the data loaders starve the ranks unevenly: raise num_workers."
         }
     }
 }
@@ -613,12 +825,15 @@ pub(crate) fn evidence(
     now: &TickStats,
     history: &Ring<Past>,
     peer: Option<(u32, &str, f64)>,
+    held: (usize, usize),
+    t: &Thresholds,
 ) -> String {
     use FindingKind as K;
     if history.last().is_none() {
         return String::new();
     }
     let reasons = match kind {
+        K::ExternalSlowdown => ClockEventReasons::HW_SLOWDOWN | ClockEventReasons::HW_POWER_BRAKE_SLOWDOWN,
         K::ThermalThrottling => {
             ClockEventReasons::SW_THERMAL_SLOWDOWN
                 | ClockEventReasons::HW_THERMAL_SLOWDOWN
@@ -634,13 +849,60 @@ pub(crate) fn evidence(
     };
     let mut out = String::with_capacity(160);
     match kind {
-        K::DataloaderStarvation => {
+        K::DataloaderStarvation | K::PipelineBubbles => {
             pct(&mut out, "utilisation mean", s.level.get());
             if let (Some(min), Some(max)) = (s.hires_min.get(), s.hires_max.get()) {
                 let _ = write!(out, ", min {:.0} % / max {:.0} % within the interval", min * 100.0, max * 100.0);
             }
+            let mut sw = Swings::default();
+            history.iter().for_each(|h| sw.entered(h.swing(t)));
+            if sw.n > 0 {
+                let share = |k: usize| k as f64 * 100.0 / sw.n as f64;
+                let _ = write!(
+                    out,
+                    ", idle (≤ {:.0} %) on {:.0} % and busy (≥ {:.0} %) on {:.0} % of the ticks",
+                    t.starvation_dip * 100.0,
+                    share(sw.low),
+                    t.starvation_peak * 100.0,
+                    share(sw.high)
+                );
+            }
+            if sw.idle_now > 0 {
+                let _ = write!(
+                    out,
+                    ", the other GPUs idle at the same time on {} of its {} idle readings",
+                    sw.idle_together, sw.idle_now
+                );
+            }
             memory_phrase(&mut out, now);
             pct(&mut out, "memory controller", s.memory_controller.get());
+        }
+        K::Straggler => {
+            pct(&mut out, "utilisation", s.level.get());
+            if let Some((index, uuid, level)) = peer {
+                let _ = write!(out, " while its peers run at up to {:.0} % (GPU {index}, {uuid})", level * 100.0);
+            }
+            if let Some(c) = s.sm_clock.get() {
+                let _ = write!(out, ", SM clock {:.0} MHz", c / 1e6);
+            }
+        }
+        K::ExternalSlowdown => {
+            if let Some(temp) = s.temperature_max {
+                let _ = write!(out, "temperature up to {temp:.0} °C");
+                if let Some(slow) = now.temperature_slowdown {
+                    let _ = write!(out, " (slowdown at {slow:.0} °C)");
+                }
+            }
+            if let (Some(p), Some(l)) = (s.power.get(), now.power_limit) {
+                let _ = write!(out, ", power {p:.0} W of a {l:.0} W limit");
+            }
+            if let Some(c) = s.sm_clock.get() {
+                let _ = write!(out, ", SM clock {:.0} MHz", c / 1e6);
+                if let Some(max) = now.sm_clock_max {
+                    let _ = write!(out, " of {:.0} MHz max", max / 1e6);
+                }
+            }
+            let _ = write!(out, ", HW slowdown / power brake active on {} of {} ticks", s.reason_ticks, s.ticks);
         }
         K::MemoryBound => {
             pct(&mut out, "SM activity", s.sm_activity.get().or(s.level.get()));
@@ -655,7 +917,10 @@ pub(crate) fn evidence(
             memory_phrase(&mut out, now);
         }
         K::IdleAllocated => {
-            pct(&mut out, "utilisation", s.level.get());
+            // The rule's own test, and how often it held: a bursty GPU idle on most ticks has a
+            // window mean above the idle level, and saying only the mean would contradict it.
+            let _ = write!(out, "utilisation at most {:.0} % on {} of {} ticks", t.idle_level * 100.0, held.0, held.1);
+            pct(&mut out, "window mean", s.level.get());
             memory_phrase(&mut out, now);
             if let Some(n) = now.processes {
                 let _ = write!(out, ", {n} process(es) attached");

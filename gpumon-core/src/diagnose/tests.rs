@@ -1,6 +1,7 @@
 //! Rule and window tests on synthetic snapshots (tick time, no clock). The scenario-level
 //! contract (every mock scenario raises exactly its findings) is tested in gpumon-mock.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -170,6 +171,11 @@ fn imbalance_is_found_on_the_idle_twin_and_names_the_busy_one() {
 #[test]
 fn idle_allocated_without_a_busy_peer() {
     let mut rig = Rig::new(10);
+    // Past the warm-up grace from the first tick (its own test is below).
+    rig.d =
+        Diagnoser::new(DiagnoseConfig::default().with_window(Duration::from_secs(10)).with_idle_grace(Duration::ZERO))
+            .unwrap();
+    rig.d.attach(&ProcessorContext::new(Duration::from_secs(1)));
     let mut last = None;
     for _ in 0..12 {
         let gpus = (0..2)
@@ -206,7 +212,9 @@ fn starvation_from_high_resolution_dips() {
     assert_eq!(kinds_on(&d), [(Some(0), FindingKind::DataloaderStarvation)]);
     let e = &d.active[0].evidence;
     assert!(
-        e.starts_with("utilisation mean 31 %, min 2 % / max 96 % within the interval, 70.0 GiB of 80.0 GiB"),
+        e.starts_with(
+            "utilisation mean 31 %, min 2 % / max 96 % within the interval, idle (≤ 10 %) on 100 % and busy (≥ 60 %) on 100 % of the ticks, 70.0 GiB of 80.0 GiB"
+        ),
         "{e}"
     );
 }
@@ -524,7 +532,7 @@ fn the_window_keeps_every_reading_it_reads_back_in_a_smaller_record() {
     let _ = TickStats::read(&d, at, &mut counters);
     d.xid_errors[0].count = 5;
     let stats = TickStats::read(&d, at, &mut counters);
-    let past = stats.past();
+    let past = stats.past(false);
     assert_eq!(past.at, stats.at);
     for (kept, read) in [
         (past.util, stats.util),
@@ -547,7 +555,7 @@ fn the_window_keeps_every_reading_it_reads_back_in_a_smaller_record() {
     assert_eq!((past.xid_new, past.xid_code.get()), (3, Some(79.0)));
     assert_eq!((past.ecc_new, past.nvlink_errors_new, past.remap_trouble), (0, 0, true));
     // Not read stays not read, and so does a NaN reading.
-    let bare = TickStats::read(&DeviceSample::new(info(1)), at, &mut rules::Counters::default()).past();
+    let bare = TickStats::read(&DeviceSample::new(info(1)), at, &mut rules::Counters::default()).past(false);
     assert_eq!((bare.util.get(), bare.memory_used.get(), bare.xid_code.get(), bare.reasons), (None, None, None, 0));
     assert_eq!(rules::Reading::from(Some(f64::NAN)).get(), None);
     // The claim in `Past`'s documentation: less than half the size of the stats it keeps
@@ -601,4 +609,142 @@ proptest! {
             prop_assert!(rig.step(vec![d]).active.is_empty());
         }
     }
+}
+
+/// A GPU holding memory whose utilisation is `util` (instantaneous), with a one-sample window
+/// when `window` (as a driver sampling at the interval gives), none otherwise.
+fn one_sample(index: u32, util: f64, window: bool) -> DeviceSample {
+    let mut d = busy(index);
+    d.utilization.gpu = Some(util);
+    d.utilization.memory = Some(0.1);
+    d.windows = Default::default();
+    d.windows.gpu_utilization = window.then_some(WindowStats { min: util, max: util, mean: util, count: 1 });
+    d.gpm = Default::default();
+    d
+}
+
+#[test]
+fn starvation_with_one_driver_sample_per_interval_is_found_across_ticks() {
+    // The case: `dataloader-starved` at a 100 ms interval put one sample in each window
+    // (min = max = mean) and nothing was raised.
+    for window in [true, false] {
+        let mut rig = Rig::new(10);
+        let mut raised = None;
+        for tick in 0..20 {
+            let util = if tick % 3 == 0 { 0.92 } else { 0.02 };
+            if first_raise(&rig.step(vec![one_sample(0, util, window)]), FindingKind::DataloaderStarvation).is_some() {
+                raised.get_or_insert(tick);
+            }
+        }
+        let tick = raised.unwrap_or_else(|| panic!("not raised (window: {window})"));
+        // Two cycles to see a pattern, then 80 % of the 10-tick window.
+        assert!(tick < 6 + 8, "raised at tick {tick}");
+    }
+}
+
+#[test]
+fn idling_together_is_starvation_and_in_turn_is_pipeline_bubbles() {
+    // Four GPUs. Together: all idle on the same ticks. In turn: GPU i idles on ticks ≡ i mod 4.
+    let run = |staggered: bool| {
+        let mut rig = Rig::new(10);
+        let mut last = None;
+        for tick in 0..30u32 {
+            let gpus = (0..4)
+                .map(|i| {
+                    let idle = if staggered { tick % 4 == i } else { tick % 4 == 0 || tick % 4 == 1 };
+                    one_sample(i, if idle { 0.02 } else { 0.93 }, true)
+                })
+                .collect();
+            last = Some(rig.step(gpus));
+        }
+        let kinds: BTreeSet<FindingKind> = kinds_on(&last.unwrap()).into_iter().map(|(_, k)| k).collect();
+        kinds
+    };
+    assert_eq!(run(false), BTreeSet::from([FindingKind::DataloaderStarvation]));
+    let in_turn = run(true);
+    assert!(in_turn.contains(&FindingKind::PipelineBubbles) && !in_turn.contains(&FindingKind::DataloaderStarvation));
+}
+
+#[test]
+fn a_straggler_among_busy_peers_is_named_and_twins_stay_imbalance() {
+    let mut rig = Rig::new(10);
+    let mut last = None;
+    for _ in 0..12 {
+        let gpus = (0..8).map(|i| one_sample(i, if i == 5 { 0.6 } else { 0.97 }, true)).collect();
+        last = Some(rig.step(gpus));
+    }
+    let d = last.unwrap();
+    assert_eq!(kinds_on(&d), [(Some(5), FindingKind::Straggler)]);
+    assert!(
+        d.active[0].evidence.starts_with("utilisation 60 % while its peers run at up to 97 %"),
+        "{}",
+        d.active[0].evidence
+    );
+    // Two GPUs, one far behind: imbalance, not a straggler (there is no group to fall behind).
+    let mut rig = Rig::new(10);
+    let mut last = None;
+    for _ in 0..12 {
+        last = Some(rig.step(vec![one_sample(0, 0.97, true), one_sample(1, 0.05, true)]));
+    }
+    assert_eq!(kinds_on(&last.unwrap()), [(Some(1), FindingKind::Imbalance)]);
+}
+
+#[test]
+fn hw_slowdown_on_a_cool_gpu_is_an_external_slowdown() {
+    let mut rig = Rig::new(10);
+    let mut last = None;
+    for _ in 0..12 {
+        let mut d = busy(0);
+        d.clock_event_reasons = Some(ClockEventReasons(ClockEventReasons::HW_SLOWDOWN));
+        d.clocks.sm = d.info.max_clocks.sm.map(|m| m * 0.5);
+        d.temperature.gpu = Some(45.0);
+        last = Some(rig.step(vec![d]));
+    }
+    let d = last.unwrap();
+    assert_eq!(kinds_on(&d), [(Some(0), FindingKind::ExternalSlowdown)]);
+    assert!(d.active[0].evidence.contains("HW slowdown / power brake active on"), "{}", d.active[0].evidence);
+}
+
+#[test]
+fn idle_allocated_waits_for_the_warm_up_grace_unless_the_gpu_has_run() {
+    let idle = |i| one_sample(i, 0.0, true);
+    // 40 s of loading/compiling, then work: nothing raised (the grace is 60 s).
+    let mut rig = Rig::new(10);
+    for tick in 0..100 {
+        let d = if tick < 40 { idle(0) } else { one_sample(0, 0.95, true) };
+        assert!(rig.step(vec![d]).events.is_empty(), "tick {tick}");
+    }
+    // Never runs: raised once the grace is over, within a window.
+    let mut rig = Rig::new(10);
+    let raised = (0..100).find(|_| first_raise(&rig.step(vec![idle(0)]), FindingKind::IdleAllocated).is_some());
+    let tick = raised.expect("raised");
+    assert!((60..=72).contains(&tick), "raised at tick {tick}");
+    // Ran, then stopped: no grace — once the window no longer holds the work (10 ticks), 80 %
+    // of a window idle raises it.
+    let mut rig = Rig::new(10);
+    for _ in 0..5 {
+        rig.step(vec![one_sample(0, 0.95, true)]);
+    }
+    let raised = (0..30).find(|_| first_raise(&rig.step(vec![idle(0)]), FindingKind::IdleAllocated).is_some());
+    assert!(raised.is_some_and(|t| t <= 10 + 8), "{raised:?}");
+}
+
+#[test]
+fn idle_allocated_evidence_quotes_what_the_rule_tested() {
+    // Idle on most ticks, with a little housekeeping (12 %: above the idle level, below the idle
+    // peak) on every tenth; the evidence says how often the rule's own test held.
+    let mut rig = Rig::new(10);
+    rig.d =
+        Diagnoser::new(DiagnoseConfig::default().with_window(Duration::from_secs(10)).with_idle_grace(Duration::ZERO))
+            .unwrap();
+    rig.d.attach(&ProcessorContext::new(Duration::from_secs(1)));
+    let mut evidence = None;
+    for tick in 0..40 {
+        let util = if tick % 10 == 0 { 0.12 } else { 0.0 };
+        if let Some(f) = first_raise(&rig.step(vec![one_sample(0, util, true)]), FindingKind::IdleAllocated) {
+            evidence.get_or_insert(f.evidence.clone());
+        }
+    }
+    let e = evidence.expect("raised");
+    assert!(e.starts_with("utilisation at most 5 % on "), "{e}");
 }

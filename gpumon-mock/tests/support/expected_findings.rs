@@ -52,7 +52,8 @@ pub fn table() -> Vec<Expectation> {
         row("thermal-throttling", Findings::Every(K::ThermalThrottling), 200, 60 + WINDOW_TICKS),
         row("power-capped", Findings::Every(K::PowerThrottling), 120, WINDOW_TICKS),
         row("near-oom", Findings::Every(K::NearOom), 120, WINDOW_TICKS),
-        row("idle-allocated", Findings::Every(K::IdleAllocated), 120, WINDOW_TICKS),
+        // A GPU that never ran gets the warm-up grace (60 s) first.
+        row("idle-allocated", Findings::Every(K::IdleAllocated), 150, 60 + WINDOW_TICKS),
         Expectation {
             scenario: "pcie-bound",
             metrics: default.with(Family::PcieThroughput),

@@ -5,6 +5,7 @@
 //! [diagnose]
 //! enabled = true            # default; --no-diagnose turns it off
 //! window = "30s"            # --diagnose-window; at least the sampling interval
+//! idle_grace = "60s"        # idle_allocated waits this long for a job that has not run yet
 //! disable = ["imbalance"]   # rules switched off (stable kind names)
 //!
 //! [diagnose.thresholds]     # gpumon_core::diagnose::Thresholds, every value a ratio 0–1
@@ -72,6 +73,8 @@ pub struct DiagnoseSection {
     pub enabled: Option<bool>,
     #[serde(default, with = "gpumon::sinks::duration::opt")]
     pub window: Option<Duration>,
+    #[serde(default, with = "gpumon::sinks::duration::opt")]
+    pub idle_grace: Option<Duration>,
     #[serde(default)]
     pub disable: Vec<String>,
     /// Kept as a table so that an unknown or mistyped threshold is reported with its full key.
@@ -95,6 +98,9 @@ pub fn resolve(args: &DiagnoseArgs, file: &DiagnoseSection, interval: Duration) 
     cfg = cfg.disable_by_name(file.disable.iter().map(String::as_str)).map_err(|e| ConfigError(e.to_string()))?;
     if let Some(table) = &file.thresholds {
         cfg = cfg.with_thresholds(thresholds(table)?);
+    }
+    if let Some(grace) = file.idle_grace {
+        cfg = cfg.with_idle_grace(grace);
     }
     let enabled = !args.no_diagnose && file.enabled.unwrap_or(true);
     // Checked even when diagnosis is off, except against the interval: a typo is a typo.

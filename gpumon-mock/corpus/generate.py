@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Writes the diagnosis corpus: one TOML file per workload, each a mock scenario in the phase
+format (gpumon-mock/src/timeline.rs) plus `[expect]`, its labelled verdict. The accuracy test
+(gpumon-mock/tests/accuracy.rs) replays every file at every sampling setting.
+
+    python3 gpumon-mock/corpus/generate.py      # rewrites gpumon-mock/corpus/*.toml
+
+The files are committed; edit this script (not the files) and run it again. Keys of [expect]:
+  findings        [{kind, gpus}], gpus a list of GPU indices or "all"; [] = nothing may be raised
+  raise_within_s  every expected finding is raised by onset_s + this
+  onset_s         when the cause starts (default 0)
+  duration_s      simulated seconds to run
+  profile         the fleet (default a100x4)
+  metrics         extra metric families (e.g. ["pcie_throughput"])
+  visible_above_s the shortest busy or idle stretch; a driver sampling period longer than it
+                  averages the pattern away, and such settings are reported as unsupported
+  interval_at_most_s  longer sampling intervals cannot see the pattern (reported as unsupported)
+  ecc_at_s        inject an ECC burst (XID 48) on GPU `ecc_gpu` at this time
+"""
+
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def toml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(v)
+
+
+def write(name, description, phases, expect, driver=None):
+    lines = [f"# {description}", f'name = "{name}"', f'description = "{description}"']
+    if driver:
+        lines.append(f"driver_period_ms = {driver}")
+    for p in phases:
+        lines.append("")
+        lines.append("[[phases]]")
+        for k, v in p.items():
+            lines.append(f"{k} = {toml_value(v)}")
+    lines.append("")
+    lines.append("[expect]")
+    for k, v in expect.items():
+        lines.append(f"{k} = {toml_value(v)}")
+    with open(os.path.join(HERE, f"{name}.toml"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def every(kind, gpus="all"):
+    return [{"kind": kind, "gpus": gpus}]
+
+
+TRAIN = {"shape": "steady", "busy": 0.95, "memory": 0.85, "memory_controller": 0.45}
+n = 0
+
+# Loader starvation: duty cycles 25-55 %, steps 0.3 s to 3 s, four GPUs in lockstep.
+for duty in (0.25, 0.4, 0.55):
+    for step in (0.3, 1.0, 3.0):
+        busy_s, idle_s = round(duty * step, 3), round((1 - duty) * step, 3)
+        write(
+            f"starved-duty{int(duty * 100)}-step{str(step).replace('.', 'p')}",
+            f"Loader starvation: {busy_s} s of compute then {idle_s} s waiting for input, every GPU in lockstep",
+            [{"shape": "square", "busy_s": busy_s, "idle_s": idle_s, "jitter": 0.1, "memory": 0.7, "memory_controller": 0.15}],
+            {"findings": every("dataloader_starvation"), "raise_within_s": 60, "duration_s": 150,
+             "visible_above_s": min(busy_s, idle_s)},
+        )
+        n += 1
+write("starved-h100x8-jittery", "Loader starvation on eight H100s, 1.5 s steps with 30 % jitter",
+      [{"shape": "square", "busy_s": 0.6, "idle_s": 0.9, "jitter": 0.3, "memory": 0.75, "memory_controller": 0.2}],
+      {"findings": every("dataloader_starvation"), "raise_within_s": 60, "duration_s": 150, "profile": "h100x8",
+       "visible_above_s": 0.6})
+write("starved-after-warmup", "40 s of loading and compiling, then loader starvation (1 s steps, 40 % busy)",
+      [{"until_s": 40, "busy": 0.0, "memory": 0.6},
+       {"from_s": 40, "shape": "square", "busy_s": 0.4, "idle_s": 0.6, "jitter": 0.1, "memory": 0.7, "memory_controller": 0.15}],
+      {"findings": every("dataloader_starvation"), "onset_s": 40, "raise_within_s": 60, "duration_s": 180,
+       "visible_above_s": 0.4})
+n += 2
+
+# Healthy look-alikes: nothing to raise.
+write("training-steady", "Healthy training: 95 % busy, memory 85 %", [TRAIN], {"findings": [], "duration_s": 180})
+write("training-checkpoint-dips", "Healthy training with a 5 s checkpoint dip every 60 s",
+      [dict(TRAIN, shape="dips", period_s=60.0, dip_s=5.0, idle=0.02)], {"findings": [], "duration_s": 240})
+write("training-eval-dips", "Healthy training with a 15 s evaluation pause every 120 s",
+      [dict(TRAIN, shape="dips", period_s=120.0, dip_s=15.0, idle=0.03)], {"findings": [], "duration_s": 300})
+write("warmup-then-training", "A 40 s compile / warm-up phase holding memory, then healthy training",
+      [{"until_s": 40, "busy": 0.0, "memory": 0.6}, dict(TRAIN, from_s=40.0)], {"findings": [], "duration_s": 180})
+write("warmup-ramp-then-training", "A 30 s ramp up from idle, then healthy training",
+      [{"until_s": 30, "shape": "ramp", "idle": 0.0, "busy": 0.95, "memory": 0.8}, dict(TRAIN, from_s=30.0)],
+      {"findings": [], "duration_s": 150})
+write("inference-steady", "An inference server at a steady 35 %", [{"shape": "steady", "busy": 0.35, "memory": 0.4}],
+      {"findings": [], "duration_s": 150})
+write("inference-bursty-200ms", "An inference server: 40 ms bursts every 400 ms (idle 90 % of the time)",
+      [{"shape": "bursts", "busy_s": 0.04, "idle_s": 0.36, "busy": 0.9, "idle": 0.0, "jitter": 0.3, "memory": 0.4}],
+      {"findings": [], "duration_s": 150})
+write("inference-sparse-bursts", "An inference server: 200 ms bursts every 2 s",
+      [{"shape": "bursts", "busy_s": 0.2, "idle_s": 1.8, "busy": 0.9, "idle": 0.0, "jitter": 0.3, "memory": 0.4}],
+      {"findings": [], "duration_s": 150})
+write("job-end-teardown", "Training ends at 120 s: 15 s of teardown with memory held, then nothing",
+      [dict(TRAIN, until_s=120.0), {"from_s": 120, "until_s": 135, "busy": 0.0, "memory": 0.6}],
+      {"findings": [], "duration_s": 240})
+write("idle-fleet", "No job at all: idle, no memory", [{"busy": 0.0, "memory": 0.0}], {"findings": [], "duration_s": 120})
+write("mig-training", "A MIG-partitioned A100 fleet running training on every instance", [TRAIN],
+      {"findings": [], "duration_s": 120, "profile": "a100x8-mig"})
+n += 11
+
+# Pipeline bubbles: stages idle in turn.
+write("pipeline-bubbles-4s", "Four pipeline stages, 3 s busy then 1 s idle, each stage 1 s after the previous",
+      [{"shape": "square", "busy_s": 3.0, "idle_s": 1.0, "stagger_s": 1.0, "memory": 0.75, "memory_controller": 0.2}],
+      {"findings": every("pipeline_bubbles"), "raise_within_s": 60, "duration_s": 150, "visible_above_s": 0.5,
+       "interval_at_most_s": 1.0})
+write("pipeline-bubbles-2s", "Four pipeline stages, 1.5 s busy then 0.5 s idle, staggered by 0.5 s",
+      [{"shape": "square", "busy_s": 1.5, "idle_s": 0.5, "stagger_s": 0.5, "memory": 0.75, "memory_controller": 0.2}],
+      {"findings": every("pipeline_bubbles"), "raise_within_s": 60, "duration_s": 150, "visible_above_s": 0.5,
+       "interval_at_most_s": 0.5})
+n += 2
+
+# Comparisons between GPUs.
+write("straggler-60", "Four GPUs in lockstep; GPU 2 runs at 60 % while the others run at 97 %",
+      [{"busy": 0.97, "memory": 0.8}, {"gpus": [2], "busy": 0.6, "memory": 0.8}],
+      {"findings": every("straggler", [2]), "raise_within_s": 40, "duration_s": 120})
+write("straggler-h100x8", "Eight H100s at 96 %, GPU 5 at 50 % (clocks halved by a bad riser)",
+      [{"busy": 0.96, "memory": 0.8}, {"gpus": [5], "busy": 0.5, "memory": 0.8}],
+      {"findings": every("straggler", [5]), "raise_within_s": 40, "duration_s": 120, "profile": "h100x8"})
+write("twin-idle", "GPUs 0 and 2 train, their twins 1 and 3 hold memory and wait",
+      [{"busy": 0.95, "memory": 0.8}, {"gpus": [1, 3], "busy": 0.06, "memory": 0.8}],
+      {"findings": every("imbalance", [1, 3]), "raise_within_s": 40, "duration_s": 120})
+write("twin-idle-h100x8", "Eight H100s: GPU 7 holds memory and idles while the others train",
+      [{"busy": 0.95, "memory": 0.8}, {"gpus": [7], "busy": 0.03, "memory": 0.8}],
+      {"findings": every("imbalance", [7]), "raise_within_s": 40, "duration_s": 120, "profile": "h100x8"})
+n += 4
+
+# Single-GPU causes.
+write("near-oom", "Training with 97 % of memory used", [dict(TRAIN, memory=0.97)],
+      {"findings": every("near_oom"), "raise_within_s": 40, "duration_s": 120})
+write("thermal", "Training at 90 °C: thermal slowdown, clocks at 60 %",
+      [dict(TRAIN, temperature_c=90.0, sm_clock=0.6, power=0.7, reasons=["hw_thermal_slowdown", "sw_thermal_slowdown"])],
+      {"findings": every("thermal_throttling"), "raise_within_s": 40, "duration_s": 120})
+write("power-capped", "Training pinned at the power limit, clocks at 75 %",
+      [dict(TRAIN, busy=0.98, power=1.0, sm_clock=0.75, reasons=["sw_power_cap"])],
+      {"findings": every("power_throttling"), "raise_within_s": 40, "duration_s": 120})
+write("external-hw-slowdown", "A cool GPU (55 °C) with HW_SLOWDOWN asserted: clocks halved",
+      [dict(TRAIN, temperature_c=55.0, sm_clock=0.5, power=0.5, reasons=["hw_slowdown"])],
+      {"findings": every("external_slowdown"), "raise_within_s": 40, "duration_s": 120})
+write("external-power-brake", "A cool GPU held down by the chassis' power brake",
+      [dict(TRAIN, temperature_c=50.0, sm_clock=0.4, power=0.4, reasons=["hw_power_brake_slowdown"])],
+      {"findings": every("external_slowdown"), "raise_within_s": 40, "duration_s": 120})
+write("memory-bound", "Memory-bandwidth bound: 33 % utilisation, memory controller and DRAM at 80 %",
+      [{"busy": 0.33, "memory": 0.8, "memory_controller": 0.8, "sm_activity": 0.28, "dram": 0.8}],
+      {"findings": every("memory_bound"), "raise_within_s": 40, "duration_s": 120})
+write("pcie-bound", "Host-to-device copies at 80 % of the PCIe link, utilisation 30 %",
+      [{"busy": 0.3, "memory": 0.6, "memory_controller": 0.15, "pcie_rx": 0.8}],
+      {"findings": every("pcie_bound"), "raise_within_s": 40, "duration_s": 120, "metrics": ["pcie_throughput"]})
+write("idle-allocated", "A process holds 40 % of memory and never runs (a hung rank)",
+      [{"busy": 0.0, "memory": 0.4}],
+      {"findings": every("idle_allocated"), "raise_within_s": 100, "duration_s": 150})
+write("finished-left-holding", "Training ends at 60 s and the process keeps its memory, idle",
+      [dict(TRAIN, until_s=60.0), {"from_s": 60, "busy": 0.0, "memory": 0.6}],
+      {"findings": every("idle_allocated"), "onset_s": 60, "raise_within_s": 60, "duration_s": 150})
+write("lost-gpu", "Training; GPU 3 falls off the bus at 60 s",
+      [TRAIN, {"gpus": [3], "from_s": 60, "lost": True}],
+      {"findings": every("hardware_errors", [3]), "onset_s": 60, "raise_within_s": 5, "duration_s": 120})
+write("ecc-burst", "Training; GPU 1 reports uncorrectable ECC errors (XID 48) at 60 s", [TRAIN],
+      {"findings": every("hardware_errors", [1]), "onset_s": 60, "raise_within_s": 5, "duration_s": 120,
+       "ecc_at_s": 60, "ecc_gpu": 1})
+n += 12
+
+# The same workload with the driver's slowest documented period.
+write("starved-slow-driver", "Loader starvation with 3 s steps on a board whose driver samples every second",
+      [{"shape": "square", "busy_s": 1.2, "idle_s": 1.8, "jitter": 0.1, "memory": 0.7, "memory_controller": 0.15}],
+      {"findings": every("dataloader_starvation"), "raise_within_s": 60, "duration_s": 150, "visible_above_s": 1.2},
+      driver=1000)
+n += 1
+print(f"{n} corpus entries written to {HERE}")

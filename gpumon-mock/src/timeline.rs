@@ -1,0 +1,435 @@
+//! Workloads described the way a person describes a job — phases over time with waveforms —
+//! and the driver's own utilisation sampling, independent of how often gpumon samples.
+//!
+//! The built-in [`Workload`](crate::Workload)s are functions of the tick: whatever the interval,
+//! each tick's high-resolution window holds the shape the workload was written for. A real
+//! driver samples utilisation at its own period (NVML: "between 1 second and 1/6 second
+//! depending on the product"), each sample the busy share of the period before it, and
+//! `nvmlDeviceGetSamples` returns the samples taken since the last call: at a 100 ms interval
+//! with a 1/6 s period most windows hold one sample or none; at 2 s, twelve. A [`Phase`] list
+//! describes what the GPU does in simulated seconds; [`DriverSampler`] turns it into the samples
+//! a driver with period `driver_period` would have taken in each interval — one, none or ten.
+//!
+//! ```toml
+//! driver_period_ms = 167        # the driver's sampling period (default 1/6 s)
+//!
+//! [[phases]]                   # a 40 s compile / warm-up: memory held, nothing runs
+//! until_s = 40
+//! shape = "steady"
+//! busy = 0.0
+//! memory = 0.6
+//!
+//! [[phases]]                   # then a loader-starved job: 0.4 s of compute per 1 s step
+//! from_s = 40
+//! shape = "square"
+//! busy_s = 0.4
+//! idle_s = 0.6
+//! jitter = 0.1
+//! memory = 0.7
+//! memory_controller = 0.15
+//! ```
+
+use serde::Deserialize;
+
+use crate::error::ConfigError;
+
+/// The default driver sampling period: 1/6 s, the fastest NVML documents.
+pub const DEFAULT_DRIVER_PERIOD_S: f64 = 1.0 / 6.0;
+
+/// How utilisation moves within a phase.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Shape {
+    /// `busy` throughout.
+    #[default]
+    Steady,
+    /// Cycles of `busy_s` at `busy` then `idle_s` at `idle` (a step: compute, then wait).
+    Square,
+    /// `busy`, with a dip to `idle` of `dip_s` every `period_s` (checkpoints, evaluation).
+    Dips,
+    /// Short bursts: `busy_s` at `busy` every `busy_s + idle_s`, idle otherwise (inference).
+    Bursts,
+    /// From `idle` at the phase's start to `busy` at its end (`until_s` needed).
+    Ramp,
+}
+
+/// One stretch of a GPU's life: what it runs from `from_s` until `until_s`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Phase {
+    /// The physical GPUs it applies to; every GPU when absent.
+    #[serde(default)]
+    pub gpus: Option<Vec<u32>>,
+    /// Start, simulated seconds since the first tick.
+    #[serde(default)]
+    pub from_s: f64,
+    /// End (exclusive); open-ended when absent.
+    #[serde(default)]
+    pub until_s: Option<f64>,
+    /// The waveform.
+    #[serde(default)]
+    pub shape: Shape,
+    /// Utilisation while running, ratio. Default 0.95.
+    #[serde(default = "defaults::busy")]
+    pub busy: f64,
+    /// Utilisation while waiting, ratio. Default 0.01.
+    #[serde(default = "defaults::idle")]
+    pub idle: f64,
+    /// `square`/`bursts`: seconds at `busy` per cycle.
+    #[serde(default = "defaults::one")]
+    pub busy_s: f64,
+    /// `square`/`bursts`: seconds at `idle` per cycle.
+    #[serde(default = "defaults::one")]
+    pub idle_s: f64,
+    /// `dips`: seconds between dips.
+    #[serde(default = "defaults::period")]
+    pub period_s: f64,
+    /// `dips`: how long a dip lasts.
+    #[serde(default = "defaults::dip")]
+    pub dip_s: f64,
+    /// Relative jitter of each cycle's busy time (0.1: ±10 %), drawn per cycle.
+    #[serde(default)]
+    pub jitter: f64,
+    /// Seconds the waveform is shifted by.
+    #[serde(default)]
+    pub offset_s: f64,
+    /// Extra shift per GPU index (pipeline stages idle in turn: GPU `i` is `i × stagger_s` late).
+    #[serde(default)]
+    pub stagger_s: f64,
+    /// Memory used, share of the usable memory. Default 0.7.
+    #[serde(default = "defaults::memory")]
+    pub memory: f64,
+    /// Memory controller utilisation while running, ratio; default 45 % of the utilisation.
+    #[serde(default)]
+    pub memory_controller: Option<f64>,
+    /// GPM SM activity, ratio; default 90 % of the utilisation.
+    #[serde(default)]
+    pub sm_activity: Option<f64>,
+    /// GPM DRAM bandwidth, ratio; default the memory controller's.
+    #[serde(default)]
+    pub dram: Option<f64>,
+    /// SM clock, share of its maximum. Default 0.97.
+    #[serde(default = "defaults::clock")]
+    pub sm_clock: f64,
+    /// Clock-event reasons set in this phase, by name (`sw_power_cap`, `hw_slowdown`,
+    /// `hw_thermal_slowdown`, `sw_thermal_slowdown`, `hw_power_brake_slowdown`, `gpu_idle`).
+    #[serde(default)]
+    pub reasons: Vec<String>,
+    /// GPU temperature, °C; default idle + 35 °C × utilisation.
+    #[serde(default)]
+    pub temperature_c: Option<f64>,
+    /// Power at full utilisation, share of the limit. Default 0.9.
+    #[serde(default = "defaults::power")]
+    pub power: f64,
+    /// PCIe receive traffic, share of the link's bandwidth. Default 0.02.
+    #[serde(default = "defaults::pcie")]
+    pub pcie_rx: f64,
+    /// The GPU is lost (fell off the bus) during this phase.
+    #[serde(default)]
+    pub lost: bool,
+}
+
+mod defaults {
+    pub(super) fn busy() -> f64 {
+        0.95
+    }
+    pub(super) fn idle() -> f64 {
+        0.01
+    }
+    pub(super) fn one() -> f64 {
+        1.0
+    }
+    pub(super) fn period() -> f64 {
+        60.0
+    }
+    pub(super) fn dip() -> f64 {
+        5.0
+    }
+    pub(super) fn memory() -> f64 {
+        0.7
+    }
+    pub(super) fn clock() -> f64 {
+        0.97
+    }
+    pub(super) fn power() -> f64 {
+        0.9
+    }
+    pub(super) fn pcie() -> f64 {
+        0.02
+    }
+}
+
+impl Phase {
+    /// Checks the phase; `i` is its position for the error's key.
+    pub(crate) fn validate(&self, i: usize) -> Result<(), ConfigError> {
+        let key = |k: &str| format!("phases[{i}].{k}");
+        let ratio = |k: &str, v: f64| {
+            if (0.0..=1.0).contains(&v) {
+                Ok(())
+            } else {
+                Err(ConfigError::invalid(key(k), format!("{v} is not a ratio in 0..=1")))
+            }
+        };
+        ratio("busy", self.busy)?;
+        ratio("idle", self.idle)?;
+        ratio("memory", self.memory)?;
+        ratio("sm_clock", self.sm_clock)?;
+        ratio("power", self.power)?;
+        ratio("pcie_rx", self.pcie_rx)?;
+        ratio("jitter", self.jitter)?;
+        for (k, v) in
+            [("memory_controller", self.memory_controller), ("sm_activity", self.sm_activity), ("dram", self.dram)]
+        {
+            if let Some(v) = v {
+                ratio(k, v)?;
+            }
+        }
+        for (k, v) in
+            [("busy_s", self.busy_s), ("idle_s", self.idle_s), ("period_s", self.period_s), ("dip_s", self.dip_s)]
+        {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(ConfigError::invalid(key(k), format!("{v} is not a duration in seconds")));
+            }
+        }
+        if matches!(self.shape, Shape::Square | Shape::Bursts) && self.busy_s + self.idle_s <= 0.0 {
+            return Err(ConfigError::invalid(key("busy_s"), "busy_s + idle_s must be above 0"));
+        }
+        if self.shape == Shape::Dips && self.period_s <= 0.0 {
+            return Err(ConfigError::invalid(key("period_s"), "must be above 0"));
+        }
+        if self.shape == Shape::Ramp && self.until_s.is_none() {
+            return Err(ConfigError::invalid(key("until_s"), "a ramp needs an end"));
+        }
+        if let Some(until) = self.until_s {
+            if until <= self.from_s {
+                return Err(ConfigError::invalid(
+                    key("until_s"),
+                    format!("{until} is not after from_s {}", self.from_s),
+                ));
+            }
+        }
+        self.reason_bits().map_err(|name| {
+            ConfigError::invalid(
+                key("reasons"),
+                format!(
+                    "unknown reason `{name}` (known: {})",
+                    REASONS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                ),
+            )
+        })?;
+        Ok(())
+    }
+
+    /// Whether it applies to physical GPU `gpu` at simulated time `t`.
+    pub(crate) fn covers(&self, gpu: u32, t: f64) -> bool {
+        self.gpus.as_ref().is_none_or(|g| g.contains(&gpu)) && t >= self.from_s && self.until_s.is_none_or(|u| t < u)
+    }
+
+    /// The clock-event reason bits it names; `Err(name)` for an unknown one.
+    pub(crate) fn reason_bits(&self) -> Result<u64, &str> {
+        self.reasons.iter().try_fold(0u64, |bits, name| {
+            REASONS.iter().find(|(n, _)| *n == name.as_str()).map(|(_, b)| bits | b).ok_or(name.as_str())
+        })
+    }
+
+    /// Utilisation at instant `t` on GPU `gpu` (`seed` draws the per-cycle jitter).
+    pub(crate) fn level_at(&self, seed: u64, gpu: u32, t: f64) -> f64 {
+        let local = t - self.from_s - self.offset_s - f64::from(gpu) * self.stagger_s;
+        match self.shape {
+            Shape::Steady => self.busy,
+            Shape::Ramp => {
+                let span = self.until_s.map_or(1.0, |u| u - self.from_s).max(1e-9);
+                let share = ((t - self.from_s) / span).clamp(0.0, 1.0);
+                self.idle + (self.busy - self.idle) * share
+            }
+            Shape::Square | Shape::Bursts => {
+                let cycle = self.busy_s + self.idle_s;
+                let c = (local / cycle).floor();
+                let into = local - c * cycle;
+                let u = unit(seed, gpu, c as i64) * 2.0 - 1.0;
+                let busy_len = (self.busy_s * (1.0 + self.jitter * u)).clamp(0.0, cycle);
+                if into < busy_len {
+                    self.busy
+                } else {
+                    self.idle
+                }
+            }
+            Shape::Dips => {
+                let c = (local / self.period_s).floor();
+                let into = local - c * self.period_s;
+                if into < self.dip_s {
+                    self.idle
+                } else {
+                    self.busy
+                }
+            }
+        }
+    }
+}
+
+/// Clock-event reasons by name, as NVML's `nvmlClocksEventReason*` constants.
+const REASONS: &[(&str, u64)] = &[
+    ("gpu_idle", gpumon_core::ClockEventReasons::GPU_IDLE),
+    ("sw_power_cap", gpumon_core::ClockEventReasons::SW_POWER_CAP),
+    ("hw_slowdown", gpumon_core::ClockEventReasons::HW_SLOWDOWN),
+    ("sw_thermal_slowdown", gpumon_core::ClockEventReasons::SW_THERMAL_SLOWDOWN),
+    ("hw_thermal_slowdown", gpumon_core::ClockEventReasons::HW_THERMAL_SLOWDOWN),
+    ("hw_power_brake_slowdown", gpumon_core::ClockEventReasons::HW_POWER_BRAKE_SLOWDOWN),
+];
+
+/// A uniform draw in `0..1` from (seed, gpu, n): the same every time.
+fn unit(seed: u64, gpu: u32, n: i64) -> f64 {
+    let mut x = seed ^ (u64::from(gpu) << 40) ^ (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    // splitmix64
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// One GPU's timeline: the phases that name it, and how its driver samples utilisation.
+#[derive(Clone, Debug)]
+pub(crate) struct GpuTimeline {
+    pub(crate) gpu: u32,
+    pub(crate) phases: Vec<Phase>,
+    pub(crate) seed: u64,
+    /// The driver's sampling period, seconds.
+    pub(crate) period: f64,
+    /// Where this GPU's driver samples fall within a period: drivers do not sample in step with
+    /// gpumon's ticks, nor with each other.
+    pub(crate) phase_offset: f64,
+}
+
+/// What a GPU does at one tick, as the timeline says.
+#[derive(Clone, Debug)]
+pub(crate) struct TimelineTick<'a> {
+    /// The phase in force at the end of the interval (`None`: no job, the GPU is idle and empty).
+    pub(crate) phase: Option<&'a Phase>,
+    /// The latest driver sample at or before the end of the interval (what
+    /// `nvmlDeviceGetUtilizationRates` returns).
+    pub(crate) latest: f64,
+    /// The driver samples taken within the interval, oldest first.
+    pub(crate) window: Vec<f64>,
+    /// The true busy share of the interval (what energy and GPM activity follow).
+    pub(crate) activity: f64,
+}
+
+impl GpuTimeline {
+    /// The phase in force at `t` (the last one listed that covers it).
+    pub(crate) fn phase_at(&self, t: f64) -> Option<&Phase> {
+        self.phases.iter().rev().find(|p| p.covers(self.gpu, t))
+    }
+
+    fn level_at(&self, t: f64) -> f64 {
+        self.phase_at(t).map_or(0.0, |p| p.level_at(self.seed, self.gpu, t))
+    }
+
+    /// The mean utilisation over `(a, b]`: what one driver sample reports.
+    fn mean_over(&self, a: f64, b: f64) -> f64 {
+        // Midpoint rule over 32 points: a square wave's share is off by at most 1/32 of the
+        // span, well inside the rules' margins (10 % dip, 60 % peak).
+        const N: usize = 32;
+        let step = (b - a) / N as f64;
+        (0..N).map(|k| self.level_at(a + (k as f64 + 0.5) * step)).sum::<f64>() / N as f64
+    }
+
+    /// The driver sample taken at `s`, floored to the driver's 1 % resolution.
+    fn sample(&self, s: f64) -> f64 {
+        (self.mean_over(s - self.period, s) * 100.0).floor().clamp(0.0, 100.0) / 100.0
+    }
+
+    /// The interval `(end - interval, end]`.
+    pub(crate) fn tick(&self, end: f64, interval: f64) -> TimelineTick<'_> {
+        let p = self.period;
+        let last_k = ((end - self.phase_offset) / p).floor();
+        let latest = self.sample(last_k * p + self.phase_offset);
+        let mut window = Vec::new();
+        let mut k = last_k;
+        // Oldest first; at most 64 samples (a 10 s interval at 1/6 s is 60).
+        while window.len() < 64 {
+            let s = k * p + self.phase_offset;
+            if s <= end - interval {
+                break;
+            }
+            window.push(s);
+            k -= 1.0;
+        }
+        window.reverse();
+        let window = window.into_iter().map(|s| self.sample(s)).collect();
+        let activity = self.mean_over(end - interval, end);
+        TimelineTick { phase: self.phase_at(end), latest, window, activity }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn square(busy_s: f64, idle_s: f64) -> Phase {
+        toml::from_str(&format!("shape = \"square\"\nbusy_s = {busy_s}\nidle_s = {idle_s}\nbusy = 0.9\nidle = 0.0"))
+            .unwrap()
+    }
+
+    fn timeline(phases: Vec<Phase>, period: f64) -> GpuTimeline {
+        GpuTimeline { gpu: 0, phases, seed: 1, period, phase_offset: 0.01 }
+    }
+
+    #[test]
+    fn each_interval_holds_the_samples_the_driver_took_in_it() {
+        let t = timeline(vec![square(0.5, 0.5)], 1.0 / 6.0);
+        // 100 ms ticks: 0 or 1 sample each, 6 per 6 ticks; 2 s ticks: 12.
+        let counts: Vec<usize> = (1..=60).map(|k| t.tick(k as f64 * 0.1, 0.1).window.len()).collect();
+        assert!(counts.iter().all(|&n| n <= 1), "{counts:?}");
+        assert_eq!(counts.iter().sum::<usize>(), 36);
+        assert_eq!(t.tick(10.0, 2.0).window.len(), 12);
+        // 1 s driver period at 100 ms: nine windows in ten are empty.
+        let slow = timeline(vec![square(0.5, 0.5)], 1.0);
+        let empty = (1..=100).filter(|&k| slow.tick(k as f64 * 0.1, 0.1).window.is_empty()).count();
+        assert_eq!(empty, 90);
+    }
+
+    #[test]
+    fn a_sample_is_the_busy_share_of_the_period_before_it() {
+        // 0.5 s busy / 0.5 s idle sampled every 1 s: every sample averages a whole cycle.
+        let t = timeline(vec![square(0.5, 0.5)], 1.0);
+        // (From the third second: the first sample also covers the time before the job.)
+        for k in 3..20 {
+            let v = t.tick(k as f64, 1.0).latest;
+            assert!((v - 0.45).abs() <= 0.02, "{v}");
+        }
+        // Sampled every 1/6 s the same job swings between ~0 and ~0.9.
+        let fast = timeline(vec![square(0.5, 0.5)], 1.0 / 6.0);
+        let w = fast.tick(10.0, 2.0).window;
+        assert!(w.iter().any(|&v| v <= 0.05) && w.iter().any(|&v| v >= 0.85), "{w:?}");
+    }
+
+    #[test]
+    fn phases_follow_each_other_and_stagger_by_gpu() {
+        let warm: Phase = toml::from_str("until_s = 40\nbusy = 0.0").unwrap();
+        let run: Phase = toml::from_str("from_s = 40\nbusy = 0.9").unwrap();
+        let t = timeline(vec![warm, run], 1.0 / 6.0);
+        assert_eq!(t.tick(20.0, 1.0).activity, 0.0);
+        assert!((t.tick(60.0, 1.0).activity - 0.9).abs() < 1e-9);
+        let mut staggered = square(1.0, 3.0);
+        staggered.stagger_s = 1.0;
+        let g0 = GpuTimeline { gpu: 0, ..timeline(vec![staggered.clone()], 0.1) };
+        let g1 = GpuTimeline { gpu: 1, ..timeline(vec![staggered], 0.1) };
+        assert!(g0.level_at(0.5) > 0.5 && g1.level_at(0.5) < 0.5);
+        assert!(g0.level_at(1.5) < 0.5 && g1.level_at(1.5) > 0.5);
+    }
+
+    #[test]
+    fn bad_phases_name_the_key() {
+        let mut p = square(0.5, 0.5);
+        p.busy = 1.5;
+        assert!(p.validate(2).unwrap_err().to_string().contains("phases[2].busy"));
+        let mut p = square(0.5, 0.5);
+        p.reasons = vec!["too_hot".into()];
+        assert!(p.validate(0).unwrap_err().to_string().contains("unknown reason `too_hot`"));
+        let ramp: Phase = toml::from_str("shape = \"ramp\"").unwrap();
+        assert!(ramp.validate(0).unwrap_err().to_string().contains("until_s"));
+    }
+}
