@@ -20,6 +20,7 @@
 //! ## Features
 //! - `runtime` (default): [`Agent`], [`AgentHandle`] (tokio).
 //! - `serde` (default): `Serialize`/`Deserialize` for the data model.
+//! - `trace`: record and replay ([`trace`]): the trace format, `RecordSink`, `ReplaySampler`.
 //! - `nvml`: the NVML backend (`NvmlSampler`), loading `libnvidia-ml.so.1` at run time.
 //! - `kubelet`: GPU → pod attribution from the kubelet's pod-resources API
 //!   ([`attribution::kubelet`]; tonic, prost).
@@ -58,6 +59,9 @@ mod sampler;
 mod sink;
 pub mod steps;
 mod telemetry;
+#[cfg(feature = "trace")]
+#[cfg_attr(docsrs, doc(cfg(feature = "trace")))]
+pub mod trace;
 
 #[cfg(feature = "runtime")]
 mod runtime;
@@ -74,7 +78,7 @@ pub use metric::{
 pub use model::{
     ClockEventReasons, Clocks, DeviceInfo, DeviceSample, DeviceState, Ecc, FailureReason, Gpm, Memory, MetricFailure,
     MigInfo, Nvlink, NvlinkLink, NvlinkRemote, NvlinkState, Pcie, Power, ProcessSample, SamplingState, Snapshot,
-    SystemInfo, Temperature, Utilization, WindowStats, Windows, XidCount,
+    SystemInfo, Temperature, Utilization, WindowStats, Windows, XidCount, REPLAY_BACKEND,
 };
 pub use processor::{Processor, ProcessorContext};
 pub use sampler::{BoxError, SampleError, SampleRequest, Sampler, UnavailableSampler};

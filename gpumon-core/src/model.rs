@@ -151,6 +151,9 @@ impl Snapshot {
     }
 }
 
+/// [`SystemInfo::backend`] of replayed data (a trace played back by `gpumon_core::trace`).
+pub const REPLAY_BACKEND: &str = "replay";
+
 /// Host-wide facts, read once by the backend.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -159,7 +162,8 @@ impl Snapshot {
 pub struct SystemInfo {
     /// The host's name (as the agent reports it; used as the `host` label/tag).
     pub hostname: String,
-    /// Which backend produced the data: `"nvml"` or `"mock"`.
+    /// Which backend produced the data: `"nvml"`, `"mock"`, or `"replay"` for a recorded trace
+    /// played back.
     pub backend: String,
     /// NVIDIA driver version, e.g. `"570.86.15"`.
     pub driver_version: Option<String>,
@@ -180,6 +184,28 @@ impl SystemInfo {
     /// GPU's.
     pub fn is_mock(&self) -> bool {
         self.backend == "mock"
+    }
+
+    /// Whether the data is played back from a recorded trace ([`SystemInfo::backend`]
+    /// [`REPLAY_BACKEND`], `"replay"`): it was read from a GPU once, but not now.
+    pub fn is_replay(&self) -> bool {
+        self.backend == REPLAY_BACKEND
+    }
+
+    /// The mark sinks put on data that was not read from a GPU just now: `Some("mock")` for
+    /// simulated data, `Some("replay")` for a replayed trace, `None` for live data. Every sink
+    /// labels each series, point and resource of marked data `backend=<mark>`, so that neither
+    /// can pass for a live GPU's in a query or on a dashboard.
+    ///
+    /// ```
+    /// use gpumon_core::SystemInfo;
+    ///
+    /// assert_eq!(SystemInfo::new("node-1", "replay").marked_backend(), Some("replay"));
+    /// assert_eq!(SystemInfo::new("node-1", "mock").marked_backend(), Some("mock"));
+    /// assert_eq!(SystemInfo::new("node-1", "nvml").marked_backend(), None);
+    /// ```
+    pub fn marked_backend(&self) -> Option<&str> {
+        (self.is_mock() || self.is_replay()).then_some(self.backend.as_str())
     }
 
     /// CUDA version as `"major.minor"`, if known.

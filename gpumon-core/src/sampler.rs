@@ -47,6 +47,16 @@ pub trait Sampler: Send + Sync + 'static {
     /// [`SampleError::Unavailable`] when the backend cannot be reached at all (library missing,
     /// driver not loaded); [`SampleError::Backend`] for any other failure of the whole call.
     fn sample(&self, request: &SampleRequest) -> Result<Snapshot, SampleError>;
+
+    /// Whether the snapshots this sampler returns already carry the tick they stand for — a
+    /// replayed trace's recorded [`Snapshot::seq`], [`Snapshot::taken_at`] and
+    /// [`Snapshot::duration`]. The runtime then keeps all three instead of numbering the
+    /// snapshot and stamping the moment of the call, so that every stage sees the recorded
+    /// ticks and a replay gives the findings the live run gave, however fast it runs.
+    /// Default `false`: a live backend reads the GPUs now.
+    fn keeps_taken_at(&self) -> bool {
+        false
+    }
 }
 
 impl<S: Sampler + ?Sized> Sampler for Box<S> {
@@ -56,6 +66,9 @@ impl<S: Sampler + ?Sized> Sampler for Box<S> {
     fn sample(&self, request: &SampleRequest) -> Result<Snapshot, SampleError> {
         (**self).sample(request)
     }
+    fn keeps_taken_at(&self) -> bool {
+        (**self).keeps_taken_at()
+    }
 }
 
 impl<S: Sampler + ?Sized> Sampler for std::sync::Arc<S> {
@@ -64,6 +77,9 @@ impl<S: Sampler + ?Sized> Sampler for std::sync::Arc<S> {
     }
     fn sample(&self, request: &SampleRequest) -> Result<Snapshot, SampleError> {
         (**self).sample(request)
+    }
+    fn keeps_taken_at(&self) -> bool {
+        (**self).keeps_taken_at()
     }
 }
 

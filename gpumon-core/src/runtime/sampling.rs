@@ -325,10 +325,17 @@ impl SamplingThread {
                     host.apply(&mut snapshot.system);
                 }
                 book.last_system = Some(snapshot.system.clone());
-                book.seq += 1;
-                snapshot.seq = book.seq;
-                snapshot.taken_at = taken_at;
-                snapshot.duration = duration;
+                // A replay's snapshots keep their recorded numbers and times
+                // (`Sampler::keeps_taken_at`): a tick the recording lost stays a gap. The
+                // telemetry below still says when this agent sampled.
+                if self.sampler.keeps_taken_at() {
+                    book.seq = snapshot.seq;
+                } else {
+                    book.seq += 1;
+                    snapshot.seq = book.seq;
+                    snapshot.taken_at = taken_at;
+                    snapshot.duration = duration;
+                }
                 self.shared.telemetry.sample_ok(duration, taken_at, metric_failures(&snapshot));
                 if std::mem::take(&mut book.failing) {
                     tracing::info!("sampling recovered");

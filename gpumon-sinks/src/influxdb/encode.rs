@@ -125,7 +125,7 @@ impl LineProtocolEncoder {
         let mut encoded = Encoded::default();
         let Some(steps) = &snapshot.steps else { return encoded };
         let host = snapshot.system.hostname.as_str();
-        let mock = snapshot.system.is_mock();
+        let mark = snapshot.system.marked_backend();
         for run in &steps.runs {
             let n = run.reported.len();
             for (i, report) in run.reported.iter().enumerate() {
@@ -134,7 +134,7 @@ impl LineProtocolEncoder {
                     let Some(device) = snapshot.device(&gpu.uuid) else { continue };
                     let start = out.len();
                     out.push_str(&self.step_measurement);
-                    self.write_device_tags(out, host, mock, &device.info, device.owner_labels());
+                    self.write_device_tags(out, host, mark, &device.info, device.owner_labels());
                     out.push_str(",job=");
                     write_tag(out, &run.job);
                     if !run.rank_label.is_empty() {
@@ -192,11 +192,12 @@ impl LineProtocolEncoder {
     pub fn encode_snapshot(&self, snapshot: &Snapshot, out: &mut String) -> Encoded {
         let ts = snapshot.timestamp_nanos();
         let mut total = Encoded::default();
-        // Simulated data carries `backend=mock` on every point so that it cannot pass for a
-        // GPU's; real data has no such tag (series stay as they were).
-        let mock = snapshot.system.is_mock();
+        // Simulated and replayed data carry `backend=mock` / `backend=replay` on every point so
+        // that they cannot pass for a live GPU's; live data has no such tag (series stay as
+        // they were).
+        let mark = snapshot.system.marked_backend();
         for device in &snapshot.devices {
-            total += self.encode_device_inner(&snapshot.system.hostname, mock, ts, device, out);
+            total += self.encode_device_inner(&snapshot.system.hostname, mark, ts, device, out);
         }
         total += self.encode_derived(snapshot, out);
         total += self.encode_finding_events(snapshot, out);
@@ -210,17 +211,15 @@ impl LineProtocolEncoder {
     pub fn encode_derived(&self, snapshot: &Snapshot, out: &mut String) -> Encoded {
         let ts = i64::try_from(snapshot.timestamp_nanos()).unwrap_or(i64::MAX);
         let host = snapshot.system.hostname.as_str();
-        let mock = snapshot.system.is_mock();
+        let mark = snapshot.system.marked_backend();
         let mut encoded = Encoded::default();
         snapshot.visit_derived(|p| {
             let start = out.len();
             out.push_str(&self.measurements[p.id as usize]);
             match p.device.and_then(|i| snapshot.devices.get(i)) {
-                Some(device) => self.write_device_tags(out, host, mock, &device.info, device.owner_labels()),
+                Some(device) => self.write_device_tags(out, host, mark, &device.info, device.owner_labels()),
                 None => {
-                    if mock {
-                        out.push_str(",backend=mock");
-                    }
+                    write_mark(out, mark);
                     self.write_host_tags(out, host)
                 }
             }
@@ -257,9 +256,7 @@ impl LineProtocolEncoder {
             }
             let start = out.len();
             out.push_str(&self.finding_measurement);
-            if snapshot.system.is_mock() {
-                out.push_str(",backend=mock");
-            }
+            write_mark(out, snapshot.system.marked_backend());
             if let Some(gpu) = f.gpu.filter(|_| f.uuid.is_some()) {
                 let _ = write!(out, ",gpu={gpu}");
             }
@@ -284,15 +281,15 @@ impl LineProtocolEncoder {
 
     /// Appends one device's lines at `timestamp_nanos`, tagged with `host`. Unlike
     /// [`LineProtocolEncoder::encode_snapshot`] it knows nothing of the backend, so it never
-    /// writes the `backend=mock` tag.
+    /// writes the `backend=mock` (or `replay`) tag.
     pub fn encode_device(&self, host: &str, timestamp_nanos: u64, device: &DeviceSample, out: &mut String) -> Encoded {
-        self.encode_device_inner(host, false, timestamp_nanos, device, out)
+        self.encode_device_inner(host, None, timestamp_nanos, device, out)
     }
 
     fn encode_device_inner(
         &self,
         host: &str,
-        mock: bool,
+        mark: Option<&str>,
         timestamp_nanos: u64,
         device: &DeviceSample,
         out: &mut String,
@@ -305,7 +302,7 @@ impl LineProtocolEncoder {
         let start = out.len();
         out.push_str(&self.measurements[MetricId::DeviceUp as usize]);
         let tags_start = out.len();
-        self.write_device_tags(out, host, mock, &device.info, owners);
+        self.write_device_tags(out, host, mark, &device.info, owners);
         let tags_end = out.len();
         out.push(' ');
         let mut fields = 0;
@@ -341,7 +338,7 @@ impl LineProtocolEncoder {
                     Some(tags) if key.0 != Family::Processes => out.extend_from_within(tags.clone()),
                     _ => {
                         let owners = if key.0 == Family::Processes { device.point_owner_labels(&p) } else { owners };
-                        self.write_device_tags(out, host, mock, &device.info, owners);
+                        self.write_device_tags(out, host, mark, &device.info, owners);
                     }
                 }
                 out.push(',');
@@ -368,9 +365,16 @@ impl LineProtocolEncoder {
 
     /// `,backend=mock,container=…,gpu=…,host=…,mig=…,mig_ci=…,mig_gi=…,mig_profile=…,name=…,
     /// namespace=…,pod=…,user=…,uuid=…` (keys in sorted order, which InfluxDB indexes fastest;
-    /// `backend` only for simulated data; the owner tags `container`, `namespace`, `pod`, `user`
+    /// `backend` only for simulated or replayed data (`SystemInfo::marked_backend`); the owner tags `container`, `namespace`, `pod`, `user`
     /// only with attribution on), then the extra tags. Empty values are left out.
-    fn write_device_tags(&self, out: &mut String, host: &str, mock: bool, info: &DeviceInfo, owners: OwnerLabels<'_>) {
+    fn write_device_tags(
+        &self,
+        out: &mut String,
+        host: &str,
+        mark: Option<&str>,
+        info: &DeviceInfo,
+        owners: OwnerLabels<'_>,
+    ) {
         let tag = |out: &mut String, key: &str, value: Option<&str>| {
             if let Some(v) = value.filter(|v| !v.is_empty()) {
                 out.push(',');
@@ -379,9 +383,7 @@ impl LineProtocolEncoder {
                 write_tag(out, v);
             }
         };
-        if mock {
-            out.push_str(",backend=mock");
-        }
+        write_mark(out, mark);
         tag(out, "container", owners.container);
         let _ = write!(out, ",gpu={}", info.index);
         if !host.is_empty() {
@@ -487,4 +489,13 @@ fn finish_line(out: &mut String, start: usize, fields: usize, ts: i64, encoded: 
 pub fn encode_snapshot(snapshot: &Snapshot, out: &mut String) -> Encoded {
     static DEFAULT: OnceLock<LineProtocolEncoder> = OnceLock::new();
     DEFAULT.get_or_init(LineProtocolEncoder::default).encode_snapshot(snapshot, out)
+}
+
+/// `,backend=mock` or `,backend=replay`: the tag of data not read from a GPU just now
+/// (`SystemInfo::marked_backend`); nothing for live data.
+fn write_mark(out: &mut String, mark: Option<&str>) {
+    if let Some(mark) = mark {
+        out.push_str(",backend=");
+        write_tag(out, mark);
+    }
 }

@@ -389,20 +389,22 @@ mod tests {
     }
 
     #[test]
-    fn simulated_data_is_tagged_on_every_line_and_real_data_is_not() {
-        let mut mock = snapshot();
-        mock.system = Arc::new(SystemInfo::new("node 1", "mock"));
-        let mut out = String::new();
-        let n = encode_snapshot(&mock, &mut out);
-        assert_eq!(n.lines, 12, "{out}");
-        for line in out.lines() {
-            let (measurement, rest) = line.split_once(',').expect("tags");
-            assert!(rest.starts_with("backend=mock,gpu=3,"), "{measurement}: {line}");
-            // Parsed by an independent line-protocol parser: one `backend` tag, value `mock`.
-            let parsed = influxdb_line_protocol::parse_lines(line).next().unwrap().unwrap();
-            let backend: Vec<_> = parsed.series.tag_set.iter().flatten().filter(|(k, _)| *k == "backend").collect();
-            assert_eq!(backend.len(), 1, "{line}");
-            assert_eq!(backend[0].1.to_string(), "mock");
+    fn simulated_and_replayed_data_is_tagged_on_every_line_and_real_data_is_not() {
+        for mark in ["mock", "replay"] {
+            let mut mock = snapshot();
+            mock.system = Arc::new(SystemInfo::new("node 1", mark));
+            let mut out = String::new();
+            let n = encode_snapshot(&mock, &mut out);
+            assert_eq!(n.lines, 12, "{out}");
+            for line in out.lines() {
+                let (measurement, rest) = line.split_once(',').expect("tags");
+                assert!(rest.starts_with(&format!("backend={mark},gpu=3,")), "{measurement}: {line}");
+                // Parsed by an independent line-protocol parser: one `backend` tag, the mark.
+                let parsed = influxdb_line_protocol::parse_lines(line).next().unwrap().unwrap();
+                let backend: Vec<_> = parsed.series.tag_set.iter().flatten().filter(|(k, _)| *k == "backend").collect();
+                assert_eq!(backend.len(), 1, "{line}");
+                assert_eq!(backend[0].1.to_string(), mark);
+            }
         }
         let mut real = snapshot();
         real.system = Arc::new(SystemInfo::new("node 1", "nvml"));

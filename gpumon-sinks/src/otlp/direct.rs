@@ -65,12 +65,13 @@ pub(crate) struct Direct {
     /// gzip the HTTP body.
     gzip: bool,
     transport: Transport,
-    /// Whether the resource already says `gpumon.backend=mock`.
+    /// Whether the resource already says `gpumon.backend=mock` (or `replay`).
     marked_mock: bool,
 }
 
-/// The resource attribute that marks simulated data.
-pub(crate) const MOCK_ATTRIBUTE: (&str, &str) = ("gpumon.backend", "mock");
+/// The resource attribute that marks simulated (`mock`) and replayed (`replay`) data; its value
+/// is [`SystemInfo::marked_backend`](gpumon_core::SystemInfo::marked_backend).
+pub(crate) const BACKEND_ATTRIBUTE: &str = "gpumon.backend";
 
 impl std::fmt::Debug for Direct {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -360,15 +361,15 @@ impl Direct {
         self.points
     }
 
-    /// Adds `gpumon.backend=mock` to the resource (once): simulated data must never pass for a
-    /// GPU's, whoever built the sink. The agent also sets it through the config, so the SDK
-    /// pipeline carries it too; here it is not added twice.
-    fn mark_mock(&mut self) {
+    /// Adds `gpumon.backend=<mark>` (`mock`, `replay`) to the resource (once): simulated or
+    /// replayed data must never pass for a live GPU's, whoever built the sink. The agent also
+    /// sets it through the config, so the SDK pipeline carries it too; here it is not added twice.
+    fn mark_mock(&mut self, mark: &str) {
         let Some(resource) = self.request.resource_metrics[0].resource.as_mut() else { return };
-        if resource.attributes.iter().any(|kv| kv.key == MOCK_ATTRIBUTE.0) {
+        if resource.attributes.iter().any(|kv| kv.key == BACKEND_ATTRIBUTE) {
             return;
         }
-        resource.attributes.push(string_kv(MOCK_ATTRIBUTE.0, MOCK_ATTRIBUTE.1));
+        resource.attributes.push(string_kv(BACKEND_ATTRIBUTE, mark));
         self.layout += 1;
         self.resource_field.clear();
         field_message(&mut self.resource_field, 1, resource);
@@ -376,9 +377,9 @@ impl Direct {
 
     /// Updates the per-instrument data points to `snapshot`.
     fn update(&mut self, plan: &Plan, cache: &mut AttributeCache, snapshot: &Snapshot) {
-        if snapshot.system.is_mock() && !self.marked_mock {
+        if let Some(mark) = snapshot.system.marked_backend().filter(|_| !self.marked_mock) {
             self.marked_mock = true;
-            self.mark_mock();
+            self.mark_mock(mark);
         }
         let time = unix_nanos(snapshot.taken_at);
         // A point without a time has no time field: the layout differs, from and back to it.
@@ -930,6 +931,15 @@ mod tests {
             // The gRPC message (the generated type) says the same.
             assert_eq!(resource_values(&direct.message(), "gpumon.backend").len(), 1);
         }
+        // A replayed trace is marked the same way, with its own value.
+        let mut direct = offline(&plan);
+        let mut replayed = snapshot(UNIX_EPOCH + Duration::from_secs(1), 1.0);
+        replayed.system = Arc::new(SystemInfo::new("h", "replay"));
+        let r = direct.request_of(&plan, &mut cache, &replayed);
+        assert_eq!(
+            resource_values(&r, "gpumon.backend"),
+            [&any(any_value::Value::StringValue("replay".into())).unwrap()]
+        );
     }
 
     #[test]

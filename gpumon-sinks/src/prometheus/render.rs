@@ -370,11 +370,12 @@ fn owner_labels(out: &mut String, first: &mut bool, labels: OwnerLabels<'_>, nam
     }
 }
 
-/// `backend="mock"` on every series of simulated data, so that mock values can never pass for a
-/// GPU's in a query or on a dashboard; real (NVML) series carry no such label.
+/// `backend="mock"` on every series of simulated data and `backend="replay"` on every series of
+/// a replayed trace ([`SystemInfo::marked_backend`]), so that neither can pass for a live GPU's
+/// in a query or on a dashboard; live (NVML) series carry no such label.
 fn mock_label(out: &mut String, first: &mut bool, system: &SystemInfo) {
-    if system.is_mock() {
-        push_label(out, first, "backend", &system.backend);
+    if let Some(mark) = system.marked_backend() {
+        push_label(out, first, "backend", mark);
     }
 }
 
@@ -675,8 +676,8 @@ fn render_info(out: &mut String, snap: &Snapshot, labels: &str, spans: &[Span], 
         opt(out, "architecture", info.architecture.as_deref());
         opt(out, "cuda_version", cuda.as_deref());
         opt(out, "nvml_version", system.nvml_version.as_deref());
-        // Simulated data already carries `backend` on every series (`mock_label`).
-        if !system.is_mock() {
+        // Simulated and replayed data already carry `backend` on every series (`mock_label`).
+        if system.marked_backend().is_none() {
             opt(out, "backend", Some(system.backend.as_str()).filter(|b| !b.is_empty()));
         }
         if let Some(mig) = &info.mig {

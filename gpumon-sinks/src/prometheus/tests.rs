@@ -785,12 +785,14 @@ fn series(text: &str) -> Vec<&str> {
 }
 
 #[test]
-fn simulated_data_is_marked_on_every_series_in_both_namings() {
-    let mut mock = fixture();
-    let mut system = system();
-    system.backend = "mock".into();
-    mock.system = Arc::new(system);
-    for naming in [Naming::Native, Naming::Dcgm] {
+fn simulated_and_replayed_data_is_marked_on_every_series_in_both_namings() {
+    for (backend, naming) in
+        [("mock", Naming::Native), ("mock", Naming::Dcgm), ("replay", Naming::Native), ("replay", Naming::Dcgm)]
+    {
+        let mut mock = fixture();
+        let mut system = system();
+        system.backend = backend.into();
+        mock.system = Arc::new(system);
         for format in [Format::Text, Format::OpenMetrics] {
             let sink = PrometheusSink::builder().naming(naming).build().unwrap();
             sink.handle().set_telemetry(Telemetry::default());
@@ -805,7 +807,11 @@ fn simulated_data_is_marked_on_every_series_in_both_namings() {
             assert_eq!(lines.len(), series(&real.handle().render(format)).len(), "{text}");
             for line in lines {
                 let labels = line.split_once('{').map(|(_, rest)| rest).unwrap_or_else(|| panic!("no labels: {line}"));
-                assert_eq!(labels.matches("backend=\"mock\"").count(), 1, "{naming:?} {format:?}: {line}");
+                assert_eq!(
+                    labels.matches(&format!("backend=\"{backend}\"")).count(),
+                    1,
+                    "{naming:?} {format:?}: {line}"
+                );
             }
         }
     }

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use gpumon::core::trace::{ReplaySampler, ReplaySpeed};
 use gpumon::core::{Agent, AgentError, DeviceFilter, Family, MetricSet, SinkOptions};
 
 use crate::backend;
@@ -26,10 +27,23 @@ pub struct Cli {
     /// TOML config file (see examples/agent/gpumon.example.toml).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Backend: NVML, the mock, or auto: NVML; without NVML, simulated GPUs when stdout is the
-    /// only sink, and otherwise no GPU data (gpumon_up 0) while NVML is retried with backoff.
+    /// Backend: NVML, the mock, a recorded trace (replay, with --replay), or auto: NVML; without
+    /// NVML, simulated GPUs when stdout is the only sink, and otherwise no GPU data (gpumon_up 0)
+    /// while NVML is retried with backoff.
     #[arg(long, value_enum)]
     pub backend: Option<Backend>,
+    /// Record every snapshot to this trace file (gzip JSON lines; docs/replay.md), to replay
+    /// later with --replay.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// Play this trace back (implies --backend replay) through diagnosis and the configured
+    /// sinks, its data marked backend=replay; the agent stops when the trace ends.
+    #[arg(long, value_name = "FILE")]
+    pub replay: Option<PathBuf>,
+    /// Replay speed: 1 real time (default), 2x twice as fast, 0.5 half; max (or 0) as fast as
+    /// the sinks take it.
+    #[arg(long, value_name = "max|FACTOR", value_parser = clap::value_parser!(ReplaySpeed))]
+    pub replay_speed: Option<ReplaySpeed>,
     /// Mock fleet: a built-in name (h100x8, a100x4, h200x8, rtx4090x2, a100x8-mig, ...) or a TOML file.
     #[arg(long, value_name = "NAME|FILE")]
     pub mock_profile: Option<String>,
@@ -188,6 +202,53 @@ struct Settings {
     steps: crate::steps::Plan,
     /// The attribution stage and the kubelet refresher.
     attribution: crate::attribution::Plan,
+    /// `--backend replay`: the trace, opened, and how fast to play it.
+    replay: Option<Replay>,
+}
+
+/// A trace to play back.
+struct Replay {
+    sampler: ReplaySampler,
+    speed: ReplaySpeed,
+}
+
+/// The backend, and the trace when it is `replay`. A trace given (`--replay`, `replay.file`)
+/// without a backend means `replay`; with another backend it is refused, since which one was
+/// meant is not obvious.
+fn resolve_replay(cli: &Cli, file: &FileConfig) -> Result<(Backend, Option<Replay>), ConfigError> {
+    let trace = cli.replay.clone().or_else(|| file.replay.file.clone());
+    let backend = match (cli.backend.or(file.agent.backend), &trace) {
+        (None | Some(Backend::Replay), Some(_)) => Backend::Replay,
+        (Some(Backend::Replay), None) => {
+            return Err(ConfigError("--backend replay: needs the trace to play (--replay FILE or replay.file)".into()))
+        }
+        (Some(other), Some(_)) => {
+            return Err(ConfigError(format!(
+                "--replay / replay.file: a trace is played with --backend replay, not {}",
+                format!("{other:?}").to_lowercase()
+            )))
+        }
+        (backend, None) => backend.unwrap_or_default(),
+    };
+    let Some(path) = trace else { return Ok((backend, None)) };
+    let speed = match (cli.replay_speed, &file.replay.speed) {
+        (Some(speed), _) => speed,
+        (None, Some(toml::Value::String(text))) => {
+            text.parse().map_err(|e| ConfigError(format!("replay.speed: {e}")))?
+        }
+        (None, Some(toml::Value::Integer(n))) => {
+            (*n as f64).to_string().parse().map_err(|e| ConfigError(format!("replay.speed: {e}")))?
+        }
+        (None, Some(toml::Value::Float(f))) => {
+            f.to_string().parse().map_err(|e| ConfigError(format!("replay.speed: {e}")))?
+        }
+        (None, Some(other)) => {
+            return Err(ConfigError(format!("replay.speed: expected \"max\" or a number, got {other}")));
+        }
+        (None, None) => ReplaySpeed::default(),
+    };
+    let sampler = ReplaySampler::open(&path).map_err(|e| ConfigError(format!("--replay / replay.file: {e}")))?;
+    Ok((backend, Some(Replay { sampler, speed })))
 }
 
 /// `--host` / GPUMON_HOST, else NODE_NAME; blank values count as unset.
@@ -249,7 +310,16 @@ fn resolve_metrics(cli: &Cli, a: &config::AgentSection) -> Result<MetricSet, Con
 
 fn resolve(cli: &Cli, file: &FileConfig) -> Result<Settings, ConfigError> {
     let a = &file.agent;
-    let interval = cli.interval.or(a.interval).unwrap_or(gpumon::core::DEFAULT_INTERVAL);
+    let (backend, replay) = resolve_replay(cli, file)?;
+    let mut interval = cli.interval.or(a.interval).unwrap_or(gpumon::core::DEFAULT_INTERVAL);
+    // A replay runs at the recorded interval: the diagnosis windows and the report count ticks
+    // of it, and a window of other ticks would not give the recorded findings.
+    if let Some(recorded) = replay.as_ref().and_then(|r| r.sampler.header().interval) {
+        if cli.interval.or(a.interval).is_some_and(|i| i != recorded) {
+            tracing::warn!(?recorded, "replay: --interval / agent.interval ignored; the trace's interval is used");
+        }
+        interval = recorded;
+    }
     if interval < gpumon::core::MIN_INTERVAL {
         return Err(ConfigError(format!(
             "agent.interval / --interval: {interval:?} is below the minimum of {:?}",
@@ -274,7 +344,7 @@ fn resolve(cli: &Cli, file: &FileConfig) -> Result<Settings, ConfigError> {
         sink_options = sink_options.export_timeout(t);
     }
     Ok(Settings {
-        backend: cli.backend.or(a.backend).unwrap_or_default(),
+        backend,
         interval,
         sample_timeout: cli.sample_timeout.or(a.sample_timeout),
         devices,
@@ -286,6 +356,7 @@ fn resolve(cli: &Cli, file: &FileConfig) -> Result<Settings, ConfigError> {
         diagnose: crate::diagnose::resolve(&cli.diagnose, &file.diagnose, interval)?,
         steps: crate::steps::resolve(&cli.steps, &file.steps)?,
         attribution,
+        replay,
     })
 }
 
@@ -346,15 +417,24 @@ fn init_logging(filter: &str) {
 }
 
 async fn run(cli: Cli, file: FileConfig, mut settings: Settings) -> ExitCode {
-    let marks = sinks::Marks { mock: settings.backend == Backend::Mock, host: settings.host.as_deref() };
+    let mark = match settings.backend {
+        Backend::Mock => Some("mock"),
+        Backend::Replay => Some(gpumon::core::REPLAY_BACKEND),
+        Backend::Auto | Backend::Nvml => None,
+    };
+    let marks = sinks::Marks { backend: mark, host: settings.host.as_deref() };
     let sinks = match sinks::build(&cli, &file, marks).await {
         Ok(s) => s,
         Err(e) => return config_failure(&e.0),
     };
-    // Any sink but stdout sends the data out of this process, where simulated values could be
-    // taken for real ones.
-    let exporting = sinks.iter().any(|s| s.name() != sinks::STDOUT);
+    // Any sink but stdout (and the recording, a local file whose header names the backend)
+    // sends the data out of this process, where simulated values could be taken for real ones.
+    let exporting = sinks.iter().any(|s| s.name() != sinks::STDOUT && s.name() != sinks::RECORD);
     let watch_xid = settings.metrics.contains(Family::Xid);
+    let replay = settings.replay.take();
+    if let Some(replay) = replay {
+        return run_replay(cli, settings, sinks, replay).await;
+    }
     let sampler = match backend::select(settings.backend, exporting, watch_xid, &cli, &file) {
         Ok(s) => s,
         Err(backend::BackendError::Config(e)) => return config_failure(&e),
@@ -430,6 +510,89 @@ async fn run(cli: Cli, file: FileConfig, mut settings: Settings) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `--backend replay`: the trace through the same stages (diagnosis, the report) and sinks,
+/// every snapshot handed to every sink before the next (`ReplayProgress::play`), until the
+/// trace ends, a signal, or `--duration`. The step tracker and attribution are not run: they
+/// read this host now, and the trace carries the recorded steps and owners.
+async fn run_replay(
+    cli: Cli,
+    mut settings: Settings,
+    sinks: Vec<Box<dyn gpumon::core::Sink>>,
+    replay: Replay,
+) -> ExitCode {
+    if cli.steps.steps_socket.is_some() || cli.attribution.attribution {
+        tracing::warn!(
+            "replay: --steps-socket and --attribution are ignored; the trace carries the recorded steps and owners"
+        );
+    }
+    let header = replay.sampler.header();
+    tracing::info!(
+        recorded_by = %header.gpumon_version,
+        backend = %header.backend,
+        host = %header.system.hostname,
+        gpus = header.devices.len(),
+        interval = ?settings.interval,
+        speed = %replay.speed,
+        "replaying a trace"
+    );
+    let progress = replay.sampler.progress();
+    let mut builder = Agent::builder(replay.sampler)
+        .interval(settings.interval)
+        .metrics(settings.metrics)
+        .devices(settings.devices)
+        // Each snapshot is handed out by `play`, never by the clock.
+        .scheduled(false);
+    if let Some(t) = settings.sample_timeout {
+        builder = builder.sample_timeout(t);
+    }
+    if let Some(host) = &settings.host {
+        builder = builder.hostname(host.clone());
+    }
+    for sink in sinks {
+        builder = builder.boxed_sink(sink, settings.sink_options);
+    }
+    builder = settings.diagnose.install(builder);
+    let handle = match builder.spawn() {
+        Ok(h) => h,
+        Err(e) => return config_failure(&e.to_string()),
+    };
+    let flush_deadline = settings.sink_options.export_timeout;
+    let speed = if settings.once { ReplaySpeed::Max } else { replay.speed };
+    let play = async {
+        if settings.once {
+            // One snapshot, as `--once` takes one sample.
+            return match handle.flush(flush_deadline).await {
+                Ok(()) | Err(AgentError::Sample(_)) => progress.error().map_or(Ok(1), Err),
+                Err(e) => {
+                    eprintln!("gpumon: {e}");
+                    Ok(1)
+                }
+            };
+        }
+        progress.play(&handle, speed, flush_deadline).await
+    };
+    let outcome = tokio::select! {
+        outcome = play => Some(outcome),
+        () = settings.diagnose.run_until(wait_for_signal()) => None,
+    };
+    let shut = handle.shutdown(settings.shutdown_timeout).await;
+    settings.diagnose.print_report();
+    let mut code = ExitCode::SUCCESS;
+    match outcome {
+        Some(Ok(played)) => tracing::info!(snapshots = played, "replay finished"),
+        Some(Err(e)) => {
+            eprintln!("gpumon: replay stopped at a bad trace: {e}");
+            code = ExitCode::from(1);
+        }
+        None => tracing::info!(snapshots = progress.played(), "replay interrupted"),
+    }
+    if let Err(e) = shut {
+        eprintln!("gpumon: shutdown incomplete: {e}");
+        code = ExitCode::from(1);
+    }
+    code
 }
 
 async fn wait_for_signal() {

@@ -1,4 +1,4 @@
-//! Chooses the backend: NVML, the mock, or — `auto` — NVML, falling back to the mock only where
+//! Chooses the backend (a trace to replay aside, app.rs): NVML, the mock, or — `auto` — NVML, falling back to the mock only where
 //! simulated data cannot be mistaken for real data (stdout is the only sink).
 
 use std::sync::Arc;
@@ -31,6 +31,8 @@ pub fn select(
 ) -> Result<Arc<dyn Sampler>, BackendError> {
     match backend {
         Backend::Mock => crate::mock::sampler(cli, file),
+        // `app::run_replay` plays traces; a replay never gets here.
+        Backend::Replay => Err(BackendError::Unavailable("the replay backend needs a trace (--replay FILE)".to_owned())),
         Backend::Nvml => nvml(cli, file, watch_xid).map_err(BackendError::Unavailable),
         Backend::Auto => match nvml(cli, file, watch_xid) {
             Ok(s) => Ok(s),

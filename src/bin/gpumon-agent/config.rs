@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! [agent]
-//! backend = "auto"          # auto | nvml | mock
+//! backend = "auto"          # auto | nvml | mock | replay
 //! interval = "1s"           # >= 100ms; durations: 500ms, 2s, 1m 30s or seconds
 //! sample_timeout = "1s"
 //! devices = "0,1"           # CUDA_VISIBLE_DEVICES syntax; default: the environment's, else all
@@ -17,6 +17,13 @@
 //! profile = "h100x8"        # built-in name or TOML file
 //! scenario = "training"     # built-in name or TOML file
 //! seed = 42
+//!
+//! [record]
+//! file = "run.gpumon-trace.gz"   # --record: a trace of every snapshot (docs/replay.md)
+//!
+//! [replay]
+//! file = "run.gpumon-trace.gz"   # --replay: play a trace back (backend "replay")
+//! speed = "max"             # --replay-speed: max (or 0) as fast as possible, 1 real time, 2x, 0.5
 //!
 //! [nvml]
 //! library = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
@@ -55,6 +62,8 @@ pub enum Backend {
     Nvml,
     /// The scripted mock backend.
     Mock,
+    /// A recorded trace played back (`--replay FILE`; docs/replay.md).
+    Replay,
 }
 
 /// The whole configuration file.
@@ -81,6 +90,28 @@ pub struct FileConfig {
     pub steps: crate::steps::StepsSection,
     #[serde(default)]
     pub attribution: crate::attribution::AttributionSection,
+    #[serde(default)]
+    pub record: RecordSection,
+    #[serde(default)]
+    pub replay: ReplaySection,
+}
+
+/// `[record]`: `--record`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordSection {
+    /// The trace to write (created or truncated at start-up).
+    pub file: Option<PathBuf>,
+}
+
+/// `[replay]`: `--replay`, `--replay-speed`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplaySection {
+    /// The trace to play back (with `backend = "replay"`, or alone).
+    pub file: Option<PathBuf>,
+    /// `"max"` (or 0) or a factor of real time: a number (`2`) or a string (`"2x"`).
+    pub speed: Option<toml::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -1,5 +1,6 @@
 //! Builds the configured sinks from the config file and flags (flags win).
 
+use gpumon::core::trace::RecordSink;
 use gpumon::core::Sink;
 use gpumon::sinks::stdout::{StdoutFormat, StdoutSink};
 
@@ -8,14 +9,18 @@ use crate::config::FileConfig;
 
 /// The stdout sink's name: the one sink whose data stays on this machine's terminal.
 pub const STDOUT: &str = "stdout";
+/// The record sink's name: its data stays in a local file, a trace that says which backend
+/// produced it (a mock fallback's trace says `mock`).
+pub const RECORD: &str = "record";
 
 /// What the sinks must say about the data beyond each snapshot: most sinks read both from the
 /// snapshot itself; OTLP puts them on its resource and the Pushgateway the host in its group's
 /// `instance`, both fixed when the sink is built.
 #[derive(Clone, Copy, Debug)]
 pub struct Marks<'a> {
-    /// `--backend mock`: the data is simulated.
-    pub mock: bool,
+    /// `backend=<mark>` on data not read from a GPU just now: `mock` (`--backend mock`,
+    /// simulated) or `replay` (`--backend replay`, a recorded trace).
+    pub backend: Option<&'static str>,
     /// The host name override (`--host`).
     pub host: Option<&'a str>,
 }
@@ -156,8 +161,8 @@ pub async fn build(cli: &Cli, file: &FileConfig, marks: Marks<'_>) -> Result<Vec
                 cfg.protocol = Some(p.parse::<Protocol>().map_err(|e| ConfigError(format!("--otlp-protocol: {e}")))?);
             }
             // Both pipelines take the resource from the config (an explicit key there wins).
-            if marks.mock {
-                cfg.resource_attributes.entry("gpumon.backend".to_owned()).or_insert_with(|| "mock".to_owned());
+            if let Some(mark) = marks.backend {
+                cfg.resource_attributes.entry("gpumon.backend".to_owned()).or_insert_with(|| mark.to_owned());
             }
             if let Some(host) = marks.host {
                 cfg.resource_attributes.entry("host.name".to_owned()).or_insert_with(|| host.to_owned());
@@ -170,6 +175,14 @@ pub async fn build(cli: &Cli, file: &FileConfig, marks: Marks<'_>) -> Result<Vec
         }
         #[cfg(not(feature = "otlp"))]
         feature_missing!("OTLP export", "otlp");
+    }
+
+    // --- record: a trace of every snapshot (gpumon_core::trace, docs/replay.md) -----------------
+    if let Some(path) = cli.record.as_ref().or(file.record.file.as_ref()) {
+        let sink = RecordSink::create(path).map_err(|e| {
+            ConfigError(format!("--record / record.file: cannot create the trace {}: {e}", path.display()))
+        })?;
+        sinks.push(Box::new(sink));
     }
 
     // --- live web view (web.rs) ---------------------------------------------------------------

@@ -139,7 +139,13 @@ function redraw() {
 
 // ---------------------------------------------------------------------------------- snapshot
 function render(s) {
-  document.getElementById("banner").hidden = !(s.system && s.system.backend === "mock");
+  // Data not read from a GPU just now says so: simulated (mock) or a recorded trace (replay).
+  const backend = s.system && s.system.backend;
+  const banner = document.getElementById("banner");
+  banner.hidden = !(backend === "mock" || backend === "replay");
+  if (backend === "replay") {
+    banner.textContent = "REPLAYED DATA — this agent plays back a recorded trace (--backend replay); no value on this page is being read from a GPU now.";
+  }
   host(s);
   for (const dev of s.devices || []) {
     const g = card(dev);
