@@ -159,3 +159,25 @@ fn diagnosis_allocates_nothing_per_tick_while_no_finding_is_raised_or_cleared() 
         }
     }
 }
+
+#[cfg(feature = "remote-write")]
+#[test]
+fn a_remote_write_encode_allocates_a_constant_few_whatever_the_fleet() {
+    use gpumon::sinks::remote_write::encode::Encoder;
+    use gpumon::sinks::remote_write::RemoteWriteConfig;
+    // The series walk keeps the scrape's small per-snapshot scratch (point order, the info
+    // series' CUDA version); the encoder's own buffers (device labels, one series' labels, the
+    // request) are kept between snapshots. Nothing per device or per series.
+    let mut per_snapshot = Vec::new();
+    for fleet in FLEETS {
+        let snaps = snapshots(fleet);
+        let mut encoder = Encoder::from_config(&RemoteWriteConfig::new("http://127.0.0.1:9/api/v1/write"));
+        let mut body = Vec::new();
+        per_snapshot.push(steady(&snaps, |s| {
+            body.clear();
+            assert!(encoder.encode_snapshot(s, &mut body) > 0);
+        }));
+    }
+    assert!(per_snapshot[0] <= 8.0, "8 GPUs: {} allocations per snapshot", per_snapshot[0]);
+    assert_eq!(per_snapshot[0], per_snapshot[1], "allocations per snapshot, 8 vs 64 GPUs");
+}

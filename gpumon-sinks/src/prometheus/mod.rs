@@ -92,7 +92,6 @@
 
 mod config;
 mod render;
-#[cfg(feature = "remote-write")]
 pub(crate) mod series;
 mod tenants;
 

@@ -4,19 +4,20 @@
 //! Hand-rendered rather than through `prometheus-client`'s registry; see the module docs of
 //! [`crate::prometheus`] ("Why not prometheus-client") for the reasons and the measurements.
 //!
-//! The renderer makes one pass over every device's [`DeviceSample::visit_points`], buckets the
-//! points by metric (a counting sort: families must be contiguous in both formats) and writes
-//! each family's `HELP`/`TYPE` (and `UNIT` in OpenMetrics) once, followed by its series. Names,
-//! help texts and types come from the catalogue ([`MetricId::descriptor`]) and are computed once
-//! per process.
+//! *What* is exported — every series' name, labels and value, in exposition order, `up 0` and
+//! the self-metrics included — is the series layer's ([`super::series`]), which remote write
+//! encodes from too. This module is a [`Visitor`] of that walk that only decides *how*: it
+//! writes each family's `HELP`/`TYPE` (and `UNIT` in OpenMetrics) once, from the catalogue
+//! ([`MetricId::descriptor`], computed once per process), then its series as text, escaping
+//! each device's label set once per scrape.
 
 use std::fmt::Write as _;
 use std::sync::OnceLock;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use gpumon_core::attribution::OwnerLabels;
-use gpumon_core::{AgentStats, DeviceSample, LabelValue, MetricId, MetricKind, Snapshot, SystemInfo, Telemetry, Value};
+use gpumon_core::{MetricId, MetricKind, Snapshot, Telemetry, Value};
 
+use super::series::{metric_name, walk, Family, Label, Owners, Scope, Series, Text, Visitor, Walk, INFO, SELF_METRICS};
 use super::Naming;
 
 /// Content type of the Prometheus text format 0.0.4.
@@ -166,19 +167,10 @@ pub(crate) fn push_f64(out: &mut String, v: f64) {
     }
 }
 
-fn push_value(out: &mut String, value: Value, scale: f64) {
-    match value {
-        Value::Int(v) if scale == 1.0 => push_u64(out, v),
-        v => push_f64(out, v.as_f64() * scale),
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
-// Name table, computed once from the catalogue.
+// Family headers, computed once from the catalogue.
 
 struct Names {
-    /// Native sample name (`gpumon_energy_joules_total`).
-    native: String,
     /// Native OpenMetrics family name (without `_total` for counters).
     native_family: String,
     /// OpenMetrics unit, when the family name ends in `_<unit>`.
@@ -194,15 +186,14 @@ fn names() -> &'static [Names] {
             .iter()
             .map(|id| {
                 let d = id.descriptor();
-                let native = d.prometheus_name();
+                let native = metric_name(*id, Naming::Native).0;
                 let native_family = match d.kind {
-                    MetricKind::Counter => native.strip_suffix("_total").unwrap_or(&native).to_owned(),
-                    _ => native.clone(),
+                    MetricKind::Counter => native.strip_suffix("_total").unwrap_or(native),
+                    _ => native,
                 };
                 let unit = d.unit.prometheus_suffix().filter(|u| native_family.ends_with(&format!("_{u}")));
                 Names {
-                    native,
-                    native_family,
+                    native_family: native_family.to_owned(),
                     unit,
                     help_text: escape_help(d.help, Format::Text),
                     help_om: escape_help(d.help, Format::OpenMetrics),
@@ -212,12 +203,11 @@ fn names() -> &'static [Names] {
     })
 }
 
-/// How one metric family is written in one format and naming.
+/// How one metric family is declared in one format and naming (its samples' name is the
+/// series layer's).
 struct FamilyHeader<'a> {
     /// Name on `# HELP`/`# TYPE`/`# UNIT` lines.
     family: &'a str,
-    /// Name on sample lines.
-    sample: &'a str,
     kind: &'static str,
     unit: Option<&'a str>,
     help: &'a str,
@@ -242,8 +232,8 @@ fn write_header(out: &mut String, h: &FamilyHeader<'_>) {
     }
 }
 
-/// The header of a catalogue metric in `format`/`naming`, plus the dcgm scale.
-fn metric_header(id: MetricId, format: Format, naming: Naming) -> (FamilyHeader<'static>, f64) {
+/// The header of a catalogue metric in `format`/`naming`.
+fn metric_header(id: MetricId, format: Format, naming: Naming) -> FamilyHeader<'static> {
     let d = id.descriptor();
     let n = &names()[id as usize];
     let help = match format {
@@ -264,133 +254,70 @@ fn metric_header(id: MetricId, format: Format, naming: Naming) -> (FamilyHeader<
             ("counter", Format::OpenMetrics) => dcgm.name.strip_suffix("_total").unwrap_or(dcgm.name),
             _ => dcgm.name,
         };
-        return (FamilyHeader { family, sample: dcgm.name, kind, unit: None, help }, dcgm.scale);
+        return FamilyHeader { family, kind, unit: None, help };
     }
     let kind = match d.kind {
         MetricKind::Counter => "counter",
         _ => "gauge",
     };
     let (family, unit) = match format {
-        Format::Text => (n.native.as_str(), None),
+        Format::Text => (metric_name(id, Naming::Native).0, None),
         Format::OpenMetrics => (n.native_family.as_str(), n.unit),
     };
-    (FamilyHeader { family, sample: n.native.as_str(), kind, unit, help }, 1.0)
+    FamilyHeader { family, kind, unit, help }
+}
+
+const INFO_HELP: &str = "GPU identity and static facts; always 1.";
+
+/// The header of any family the series layer starts.
+fn family_header(family: Family, format: Format, naming: Naming) -> FamilyHeader<'static> {
+    match (family, format) {
+        (Family::Metric(id), _) => metric_header(id, format, naming),
+        (Family::Info, Format::Text) => FamilyHeader { family: INFO, kind: "gauge", unit: None, help: INFO_HELP },
+        (Family::Info, Format::OpenMetrics) => FamilyHeader {
+            family: INFO.strip_suffix("_info").unwrap_or(INFO),
+            kind: "info",
+            unit: None,
+            help: INFO_HELP,
+        },
+        (Family::Agent(i), Format::Text) => {
+            let m = &SELF_METRICS[i];
+            FamilyHeader { family: m.name, kind: m.kind, unit: None, help: m.help }
+        }
+        (Family::Agent(i), Format::OpenMetrics) => {
+            let m = &SELF_METRICS[i];
+            FamilyHeader { family: m.family, kind: m.kind, unit: m.unit, help: m.help }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Label sets
 
-fn push_label(out: &mut String, first: &mut bool, key: &str, value: &str) {
+fn push_label(out: &mut String, first: &mut bool, (key, value): Label<'_>) {
     if !*first {
         out.push(',');
     }
     *first = false;
     out.push_str(key);
     out.push_str("=\"");
-    escape_label_value(out, value);
+    match value {
+        Text::Str(s) => escape_label_value(out, s),
+        Text::Int(i) => push_u64(out, i),
+        Text::Prefixed(prefix, i) => {
+            out.push_str(prefix);
+            push_u64(out, i);
+        }
+    }
     out.push('"');
-}
-
-fn push_label_u64(out: &mut String, first: &mut bool, key: &str, value: u64) {
-    if !*first {
-        out.push(',');
-    }
-    *first = false;
-    out.push_str(key);
-    out.push_str("=\"");
-    push_u64(out, value);
-    out.push('"');
-}
-
-fn host_key(opts: &RenderOptions) -> &'static str {
-    match (opts.naming, opts.dcgm_lowercase_hostname) {
-        (Naming::Native, _) => "host",
-        (Naming::Dcgm, false) => "Hostname",
-        (Naming::Dcgm, true) => "hostname",
-    }
-}
-
-/// The labels every series of `dev` carries (without braces), escaped.
-fn device_labels(out: &mut String, dev: &DeviceSample, system: &SystemInfo, opts: &RenderOptions) {
-    let info = &*dev.info;
-    let mut first = true;
-    match opts.naming {
-        Naming::Native => {
-            push_label_u64(out, &mut first, "gpu", u64::from(info.index));
-            push_label(out, &mut first, "uuid", &info.uuid);
-            if let Some(mig) = &info.mig {
-                push_label_u64(out, &mut first, "gpu_instance_id", u64::from(mig.gpu_instance_id));
-                if let Some(profile) = &mig.profile {
-                    push_label(out, &mut first, "mig_profile", profile);
-                }
-            }
-            if opts.host_label {
-                push_label(out, &mut first, "host", &system.hostname);
-            }
-            mock_label(out, &mut first, system);
-        }
-        Naming::Dcgm => {
-            // dcgm-exporter's label set and order (rendermetrics/render_metrics.go). For a MIG
-            // instance `UUID` is the parent GPU's, told apart by GPU_I_ID.
-            push_label_u64(out, &mut first, "gpu", u64::from(info.index));
-            let uuid = info.mig.as_ref().map_or(info.uuid.as_str(), |m| m.parent_uuid.as_str());
-            push_label(out, &mut first, "UUID", uuid);
-            if let Some(bus) = &info.pci_bus_id {
-                push_label(out, &mut first, "pci_bus_id", bus);
-            }
-            push_label(out, &mut first, "device", &info.device_node());
-            push_label(out, &mut first, "modelName", &info.name);
-            if let Some(mig) = &info.mig {
-                if let Some(profile) = &mig.profile {
-                    push_label(out, &mut first, "GPU_I_PROFILE", profile);
-                }
-                push_label_u64(out, &mut first, "GPU_I_ID", u64::from(mig.gpu_instance_id));
-            }
-            if opts.host_label {
-                push_label(out, &mut first, host_key(opts), &system.hostname);
-            }
-            if let Some(driver) = &system.driver_version {
-                push_label(out, &mut first, "DCGM_FI_DRIVER_VERSION", driver);
-            }
-            mock_label(out, &mut first, system);
-        }
-    }
-}
-
-/// The owner labels ([`gpumon_core::attribution`]) of a device's or a process's series, after
-/// the device labels: `namespace`, `pod`, `container`, `user` in native naming; in dcgm naming
-/// dcgm-exporter's pod labels `namespace`, `pod`, `container` only (dcgm-exporter has no user
-/// label). Absent labels are not written.
-fn owner_labels(out: &mut String, first: &mut bool, labels: OwnerLabels<'_>, naming: Naming) {
-    for (key, value) in labels.pairs() {
-        if naming == Naming::Dcgm && key == "user" {
-            continue;
-        }
-        push_label(out, first, key, value);
-    }
-}
-
-/// `backend="mock"` on every series of simulated data and `backend="replay"` on every series of
-/// a replayed trace ([`SystemInfo::marked_backend`]), so that neither can pass for a live GPU's
-/// in a query or on a dashboard; live (NVML) series carry no such label.
-fn mock_label(out: &mut String, first: &mut bool, system: &SystemInfo) {
-    if let Some(mark) = system.marked_backend() {
-        push_label(out, first, "backend", mark);
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // The renderer
 
-#[derive(Clone, Copy)]
-struct Entry<'a> {
-    id: MetricId,
-    device: u32,
-    value: Value,
-    label: Option<LabelValue<'a>>,
-}
-
 /// Renders `snapshot` (and the self-metrics from `telemetry`) into `out`, which is appended to.
+/// The series are the series layer's ([`series::walk`](super::series::walk)); this adds the
+/// family headers and the text.
 pub(crate) fn render(
     out: &mut String,
     snapshot: Option<&Snapshot>,
@@ -398,46 +325,14 @@ pub(crate) fn render(
     opts: &RenderOptions,
     format: Format,
 ) {
-    let now = SystemTime::now();
-    let fresh = snapshot.filter(|s| match opts.stale_after {
-        Some(max) => now.duration_since(s.taken_at).map_or(true, |age| age <= max),
-        None => true,
-    });
-    let stats = telemetry.map(Telemetry::stats);
-    // The backend itself is down (NVML not loaded, sampling failing): a `gpumon_up 0` without
-    // device labels, in the same family as the devices' `gpumon_up`, so that one alert on
-    // `gpumon_up == 0` covers a lost GPU and a node whose GPUs cannot be read at all.
-    let backend_down = stats.as_ref().is_some_and(|st| !st.last_sample_ok && st.sample_failures > 0)
-        || fresh.is_some_and(|s| !s.sampling.is_ok());
-    let down_line = backend_down.then(|| {
-        let mut line = String::from(metric_header(MetricId::DeviceUp, format, opts.naming).0.sample);
-        let common = common_labels(snapshot, opts);
-        if !common.is_empty() {
-            line.push('{');
-            line.push_str(&common);
-            line.push('}');
-        }
-        line.push_str(" 0\n");
-        line
-    });
-    let devices_rendered = match fresh {
-        Some(snap) if !snap.devices.is_empty() => {
-            render_devices(out, snap, opts, format, down_line.as_deref());
-            true
-        }
-        _ => false,
-    };
-    if let (Some(line), false) = (&down_line, devices_rendered) {
-        write_header(out, &metric_header(MetricId::DeviceUp, format, opts.naming).0);
-        out.push_str(line);
-    }
-    render_self(out, snapshot, stats.as_ref(), opts, format);
+    let mut writer = TextWriter { out, format, naming: opts.naming, labels: String::new(), spans: Vec::new() };
+    walk(snapshot, telemetry, opts, &mut writer);
     if format == Format::OpenMetrics {
-        out.push_str("# EOF\n");
+        writer.out.push_str("# EOF\n");
     }
 }
 
-/// Where one device's labels sit in the shared label buffer: its identity labels from `start`
+/// Where one device's labels sit in [`TextWriter::labels`]: its identity labels from `start`
 /// to `identity`, then its owner labels to `end`.
 #[derive(Clone, Copy)]
 struct Span {
@@ -458,392 +353,84 @@ impl Span {
     }
 }
 
-/// Renders every device family; `down_line` (the backend-down `gpumon_up 0`) goes into the
-/// `gpumon_up` family, which every device has.
-fn render_devices(out: &mut String, snap: &Snapshot, opts: &RenderOptions, format: Format, down_line: Option<&str>) {
-    let system = &*snap.system;
-
-    // Label prefixes, one per device, in one buffer: the device's identity, then its owners.
-    // A process series takes the identity part only and adds its own process's owner.
-    // Room for the identity (~96 bytes), and the owner labels when attribution is on, so that
-    // the buffer is allocated once per scrape.
-    let per_device = if snap.devices.iter().any(|d| !d.owners.is_empty()) { 224 } else { 96 };
-    let mut labels = String::with_capacity(snap.devices.len() * per_device);
-    let mut spans = Vec::with_capacity(snap.devices.len());
-    for dev in &snap.devices {
-        let start = labels.len();
-        device_labels(&mut labels, dev, system, opts);
-        let identity = labels.len();
-        let mut first = identity == start;
-        owner_labels(&mut labels, &mut first, dev.owner_labels(), opts.naming);
-        spans.push(Span { start, identity, end: labels.len() });
-    }
-
-    // All points, then a counting sort by metric so every family is contiguous; the order
-    // within a family (device, then label) is kept.
-    let mut entries: Vec<Entry<'_>> = Vec::with_capacity(snap.devices.len() * 64);
-    let mut counts = vec![0u32; MetricId::ALL.len()];
-    for (i, dev) in snap.devices.iter().enumerate() {
-        let device = i as u32;
-        dev.visit_points(|p| {
-            counts[p.id as usize] += 1;
-            entries.push(Entry { id: p.id, device, value: p.value, label: p.label });
-        });
-    }
-    let mut next = Vec::with_capacity(counts.len());
-    let mut acc = 0;
-    for c in &counts {
-        next.push(acc);
-        acc += c;
-    }
-    let mut order = vec![0u32; entries.len()];
-    {
-        for (i, e) in entries.iter().enumerate() {
-            let slot = &mut next[e.id as usize];
-            order[*slot as usize] = i as u32;
-            *slot += 1;
-        }
-    }
-
-    // The info series first.
-    render_info(out, snap, &labels, &spans, opts, format);
-
-    let mut k = 0;
-    while k < order.len() {
-        let id = entries[order[k] as usize].id;
-        let n = counts[id as usize] as usize;
-        let (header, scale) = metric_header(id, format, opts.naming);
-        write_header(out, &header);
-        let label_key = id.descriptor().label;
-        for &idx in &order[k..k + n] {
-            let e = &entries[idx as usize];
-            out.push_str(header.sample);
-            out.push('{');
-            let span = spans[e.device as usize];
-            // A process's series: the device's identity, then its process's own owner.
-            match snap.devices[e.device as usize].process_of(e.id, e.label) {
-                Some(process) => {
-                    let identity = span.identity();
-                    let mut first = identity.is_empty();
-                    out.push_str(&labels[identity]);
-                    if let Some(process) = process {
-                        owner_labels(out, &mut first, process.owner_labels(), opts.naming);
-                    }
-                }
-                None => out.push_str(&labels[span.all()]),
-            }
-            if let (Some(key), Some(v)) = (label_key, e.label) {
-                out.push(',');
-                out.push_str(key);
-                out.push_str("=\"");
-                match v {
-                    LabelValue::Int(i) => push_u64(out, i),
-                    LabelValue::Str(s) => escape_label_value(out, s),
-                }
-                out.push('"');
-            }
-            out.push_str("} ");
-            push_value(out, e.value, scale);
-            out.push('\n');
-        }
-        if id == MetricId::DeviceUp {
-            out.push_str(down_line.unwrap_or(""));
-        }
-        k += n;
-    }
-
-    render_derived(out, snap, &labels, &spans, &mut counts, opts, format);
+/// The text exposition as a [`Visitor`] of the series layer.
+struct TextWriter<'o> {
+    out: &'o mut String,
+    format: Format,
+    naming: Naming,
+    /// Every device's labels, escaped, in one buffer (built at the first device series): each
+    /// device's are escaped once per scrape and copied into each of its series.
+    labels: String,
+    spans: Vec<Span>,
 }
 
-/// Derived series (findings; later training steps), after the device families, exported from
-/// the catalogue like every other metric: a device-scoped point gets its device's label set, a
-/// point about the host (host scope, or a host-level finding) only the host label; then the
-/// descriptor's own labels. Nothing here knows which metric it writes.
-///
-/// Points are not collected: one pass counts them per metric (reusing `counts`), then one pass
-/// per metric that has any writes that family contiguously. With no diagnosis attached both are
-/// a single `None` check; in either case a scrape allocates nothing more than before.
-fn render_derived(
-    out: &mut String,
-    snap: &Snapshot,
-    labels: &str,
-    spans: &[Span],
-    counts: &mut [u32],
-    opts: &RenderOptions,
-    format: Format,
-) {
-    counts.fill(0);
-    let mut any = false;
-    snap.visit_derived(|p| {
-        // A sampling-failed snapshot's `up 0` is `render`'s backend-down line, which joins the
-        // devices' `gpumon_up` family; a second family of that name would be invalid.
-        if p.id != MetricId::DeviceUp {
-            counts[p.id as usize] += 1;
-            any = true;
+impl TextWriter<'_> {
+    /// Fills [`Self::labels`] once per walk.
+    fn device_labels(&mut self, walk: &Walk<'_>) {
+        let n = walk.device_count();
+        if !self.spans.is_empty() || n == 0 {
+            return;
         }
-    });
-    if !any {
-        return;
-    }
-    let host = host_key(opts);
-    for id in MetricId::ALL {
-        if counts[*id as usize] == 0 {
-            continue;
-        }
-        let (header, scale) = metric_header(*id, format, opts.naming);
-        write_header(out, &header);
-        snap.visit_derived(|p| {
-            if p.id != *id {
-                return;
-            }
-            out.push_str(header.sample);
-            out.push('{');
+        // Room for the identity (~96 bytes), and the owner labels when attribution is on, so
+        // that the buffer is allocated once per scrape.
+        let per_device = if walk.has_owners() { 224 } else { 96 };
+        self.labels = String::with_capacity(n * per_device);
+        self.spans = Vec::with_capacity(n);
+        let labels = &mut self.labels;
+        for index in 0..n {
+            let start = labels.len();
             let mut first = true;
-            match p.device.and_then(|i| spans.get(i)) {
-                Some(span) => {
-                    out.push_str(&labels[span.all()]);
-                    first = span.all().is_empty();
-                }
-                None => {
-                    if opts.host_label {
-                        push_label(out, &mut first, host, &snap.system.hostname);
-                    }
-                    mock_label(out, &mut first, &snap.system);
-                }
-            }
-            // An empty value means "no such label" (a run without a rank); Prometheus treats an
-            // empty label as an absent one anyway, so leave it out.
-            for (key, value) in p.label_pairs().filter(|(_, v)| !v.is_empty()) {
-                push_label(out, &mut first, key, value);
-            }
-            if first {
-                // No label at all: `name{}` is valid but unusual; write the bare name.
-                out.pop();
-            } else {
-                out.push('}');
-            }
-            out.push(' ');
-            push_value(out, p.value, scale);
-            out.push('\n');
-        });
+            walk.device_labels(index, |l| push_label(labels, &mut first, l));
+            let identity = labels.len();
+            walk.owner_labels(walk.device_owners(index), |l| push_label(labels, &mut first, l));
+            self.spans.push(Span { start, identity, end: labels.len() });
+        }
     }
 }
 
-/// `gpumon_gpu_info{…} 1`: one series per answering device, with the facts that do not belong on
-/// every series.
-fn render_info(out: &mut String, snap: &Snapshot, labels: &str, spans: &[Span], opts: &RenderOptions, format: Format) {
-    if !snap.devices.iter().any(DeviceSample::is_up) {
-        return;
+impl Visitor for TextWriter<'_> {
+    fn family(&mut self, family: Family) {
+        write_header(self.out, &family_header(family, self.format, self.naming));
     }
-    let header = match format {
-        Format::Text => FamilyHeader { family: INFO, sample: INFO, kind: "gauge", unit: None, help: INFO_HELP },
-        Format::OpenMetrics => FamilyHeader {
-            family: INFO.strip_suffix("_info").unwrap_or(INFO),
-            sample: INFO,
-            kind: "info",
-            unit: None,
-            help: INFO_HELP,
-        },
-    };
-    write_header(out, &header);
-    let system = &*snap.system;
-    let cuda = system.cuda_version();
-    for (dev, span) in snap.devices.iter().zip(spans) {
-        if !dev.is_up() {
-            continue;
+
+    fn series(&mut self, walk: &Walk<'_>, s: &Series<'_>) {
+        if let Scope::Device { .. } = s.scope {
+            self.device_labels(walk);
         }
-        let info = &*dev.info;
-        out.push_str(INFO);
+        let out = &mut *self.out;
+        out.push_str(s.name);
         out.push('{');
-        out.push_str(&labels[span.all()]);
-        let mut first = span.all().is_empty();
-        let mut opt = |out: &mut String, key: &str, v: Option<&str>| {
-            if let Some(v) = v {
-                push_label(out, &mut first, key, v);
-            }
-        };
-        match opts.naming {
-            Naming::Native => {
-                opt(out, "name", Some(&info.name));
-                opt(out, "pci_bus_id", info.pci_bus_id.as_deref());
-                opt(out, "driver_version", system.driver_version.as_deref());
-            }
-            Naming::Dcgm => {
-                opt(out, "uuid", Some(&info.uuid));
-            }
-        }
-        opt(out, "serial", info.serial.as_deref());
-        opt(out, "architecture", info.architecture.as_deref());
-        opt(out, "cuda_version", cuda.as_deref());
-        opt(out, "nvml_version", system.nvml_version.as_deref());
-        // Simulated and replayed data already carry `backend` on every series (`mock_label`).
-        if system.marked_backend().is_none() {
-            opt(out, "backend", Some(system.backend.as_str()).filter(|b| !b.is_empty()));
-        }
-        if let Some(mig) = &info.mig {
-            opt(out, "parent_uuid", Some(&mig.parent_uuid));
-            let mut digits = itoa::Buffer::new();
-            opt(out, "compute_instance_id", Some(digits.format(mig.compute_instance_id)));
-        }
-        if !opts.host_label {
-            opt(out, "host", Some(&system.hostname));
-        }
-        out.push_str("} 1\n");
-    }
-}
-
-/// Self-metric names. They describe the agent, not a device, so they are not in the device
-/// catalogue; this table is their one place.
-pub(crate) const INFO: &str = "gpumon_gpu_info";
-const INFO_HELP: &str = "GPU identity and static facts; always 1.";
-const SELF_METRICS: &[(&str, &str, &str, Option<&str>, &str)] = &[
-    // (sample name, family name in OpenMetrics, type, unit, help)
-    (
-        "gpumon_last_sample_success",
-        "gpumon_last_sample_success",
-        "gauge",
-        None,
-        "Whether the agent's last sample succeeded (1) or failed (0).",
-    ),
-    (
-        "gpumon_last_sample_duration_seconds",
-        "gpumon_last_sample_duration_seconds",
-        "gauge",
-        Some("seconds"),
-        "How long the last sample took.",
-    ),
-    (
-        "gpumon_last_sample_timestamp_seconds",
-        "gpumon_last_sample_timestamp_seconds",
-        "gauge",
-        Some("seconds"),
-        "Unix time of the last successful sample.",
-    ),
-    ("gpumon_samples_total", "gpumon_samples", "counter", None, "Samples that produced a snapshot."),
-    (
-        "gpumon_sample_failures_total",
-        "gpumon_sample_failures",
-        "counter",
-        None,
-        "Samples that failed (backend error, timeout, panic).",
-    ),
-    (
-        "gpumon_skipped_ticks_total",
-        "gpumon_skipped_ticks",
-        "counter",
-        None,
-        "Ticks skipped because the previous sample was still running.",
-    ),
-    ("gpumon_sink_exported_total", "gpumon_sink_exported", "counter", None, "Snapshots a sink exported."),
-    (
-        "gpumon_sink_dropped_total",
-        "gpumon_sink_dropped",
-        "counter",
-        None,
-        "Snapshots a sink lost because its queue was full.",
-    ),
-    ("gpumon_sink_failures_total", "gpumon_sink_failures", "counter", None, "Sink calls that failed or timed out."),
-    (
-        "gpumon_sink_consecutive_failures",
-        "gpumon_sink_consecutive_failures",
-        "gauge",
-        None,
-        "Sink failures since its last success.",
-    ),
-    (
-        "gpumon_last_sample_metric_failures",
-        "gpumon_last_sample_metric_failures",
-        "gauge",
-        None,
-        "Metric families that could not be read at the last successful sample, one per GPU and family (gpumon_metric_failure says which).",
-    ),
-];
-
-fn self_header(i: usize, format: Format) -> FamilyHeader<'static> {
-    let (sample, family, kind, unit, help) = SELF_METRICS[i];
-    match format {
-        Format::Text => FamilyHeader { family: sample, sample, kind, unit: None, help },
-        Format::OpenMetrics => FamilyHeader { family, sample, kind, unit, help },
-    }
-}
-
-/// Labels on every series that describes the agent rather than a device: the host, and
-/// `backend="mock"` for simulated data (both from the latest snapshot, if any).
-fn common_labels(snapshot: Option<&Snapshot>, opts: &RenderOptions) -> String {
-    let mut common = String::new();
-    if let Some(s) = snapshot {
         let mut first = true;
-        if opts.host_label {
-            push_label(&mut common, &mut first, host_key(opts), &s.system.hostname);
-        }
-        mock_label(&mut common, &mut first, &s.system);
-    }
-    common
-}
-
-fn render_self(
-    out: &mut String,
-    snapshot: Option<&Snapshot>,
-    stats: Option<&AgentStats>,
-    opts: &RenderOptions,
-    format: Format,
-) {
-    let common = common_labels(snapshot, opts);
-    let line = |out: &mut String, i: usize, extra: Option<(&str, &str)>, v: f64| {
-        out.push_str(SELF_METRICS[i].0);
-        if !common.is_empty() || extra.is_some() {
-            out.push('{');
-            out.push_str(&common);
-            let mut first = common.is_empty();
-            if let Some((k, val)) = extra {
-                push_label(out, &mut first, k, val);
+        match s.scope {
+            Scope::Device { index, owners } => {
+                let span = self.spans[index];
+                let prefix = match owners {
+                    Owners::Device => span.all(),
+                    Owners::Process(_) => span.identity(),
+                };
+                first = prefix.is_empty();
+                out.push_str(&self.labels[prefix]);
+                if let Owners::Process(labels) = owners {
+                    walk.owner_labels(labels, |l| push_label(out, &mut first, l));
+                }
+                for l in s.extra {
+                    push_label(out, &mut first, *l);
+                }
             }
+            Scope::Host => walk.labels(s, |l| push_label(out, &mut first, l)),
+        }
+        if first {
+            // No label at all: `name{}` is valid but unusual; write the bare name.
+            out.pop();
+        } else {
             out.push('}');
         }
         out.push(' ');
-        push_f64(out, v);
+        match s.value {
+            Value::Int(v) => push_u64(out, v),
+            v => push_f64(out, v.as_f64()),
+        }
         out.push('\n');
-    };
-    let secs = |t: SystemTime| t.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-
-    match stats {
-        Some(st) => {
-            write_header(out, &self_header(0, format));
-            line(out, 0, None, if st.last_sample_ok { 1.0 } else { 0.0 });
-            write_header(out, &self_header(1, format));
-            line(out, 1, None, st.last_sample_duration.as_secs_f64());
-            if let Some(t) = st.last_sample_time {
-                write_header(out, &self_header(2, format));
-                line(out, 2, None, secs(t));
-            }
-            for (i, v) in
-                [(3, st.samples_taken), (4, st.sample_failures), (5, st.skipped_ticks), (10, st.metric_failures)]
-            {
-                write_header(out, &self_header(i, format));
-                line(out, i, None, v as f64);
-            }
-            if !st.sinks.is_empty() {
-                type Get = fn(&gpumon_core::SinkStatus) -> u64;
-                let per_sink: [(usize, Get); 4] =
-                    [(6, |s| s.exported), (7, |s| s.dropped), (8, |s| s.failures), (9, |s| s.consecutive_failures)];
-                for (i, get) in per_sink {
-                    write_header(out, &self_header(i, format));
-                    for s in &st.sinks {
-                        line(out, i, Some(("sink", &s.name)), get(s) as f64);
-                    }
-                }
-            }
-        }
-        None => {
-            // No agent attached (an embedder feeding snapshots itself): what the snapshot says
-            // (a sampling-failed one took no sample to time).
-            if let Some(s) = snapshot.filter(|s| s.sampling.is_ok()) {
-                write_header(out, &self_header(1, format));
-                line(out, 1, None, s.duration.as_secs_f64());
-                write_header(out, &self_header(2, format));
-                line(out, 2, None, secs(s.taken_at));
-            }
-        }
     }
 }
 

@@ -790,9 +790,9 @@ fn simulated_and_replayed_data_is_marked_on_every_series_in_both_namings() {
         [("mock", Naming::Native), ("mock", Naming::Dcgm), ("replay", Naming::Native), ("replay", Naming::Dcgm)]
     {
         let mut mock = fixture();
-        let mut system = system();
-        system.backend = backend.into();
-        mock.system = Arc::new(system);
+        let mut simulated = system();
+        simulated.backend = backend.into();
+        mock.system = Arc::new(simulated);
         for format in [Format::Text, Format::OpenMetrics] {
             let sink = PrometheusSink::builder().naming(naming).build().unwrap();
             sink.handle().set_telemetry(Telemetry::default());
@@ -1021,11 +1021,281 @@ fn owner_label_values_are_escaped_and_read_back_by_remote_write() {
     snap.devices[1].owners = vec![Arc::new(odd)];
     let text = render_with(Naming::Native, Format::Text, snap.clone());
     assert!(text.contains(r#"host="node-1",namespace="we\"ird\\ns\n"} 0"#), "{text}");
-    let mut namespaces = Vec::new();
-    super::series::visit_series(&mut String::new(), &snap, None, &RenderOptions::default(), |s| {
-        if s.name == "gpumon_utilization_ratio" {
-            namespaces.push(s.labels.iter().find(|(k, _)| *k == "namespace").map(|(_, v)| v.to_string()));
-        }
-    });
+    let mut out = Vec::new();
+    crate::remote_write::encode::Encoder::new(RenderOptions::default(), []).encode(&snap, None, &mut out);
+    let req = <crate::remote_write::encode::WriteRequest as prost::Message>::decode(out.as_slice()).unwrap();
+    let label = |t: &crate::remote_write::encode::TimeSeries, key: &str| {
+        t.labels.iter().find(|l| l.name == key).map(|l| l.value.clone())
+    };
+    let namespaces: Vec<_> = req
+        .timeseries
+        .iter()
+        .filter(|t| label(t, "__name__").as_deref() == Some("gpumon_utilization_ratio"))
+        .map(|t| label(t, "namespace"))
+        .collect();
     assert_eq!(namespaces, [Some("team-a".to_owned()), Some("we\"ird\\ns\n".to_owned())]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The series layer against the exposition. The text is the scrape's contract (the goldens pin
+// it); these check that the walk, and remote write's encoder on top of it, yield exactly the
+// series a scrape's text parses into. The parser is the one remote write used in production
+// before the series layer (render, then parse back); it stays here as the oracle only.
+
+/// One series as data: name, labels (unescaped, sorted by name, empty values left out, as
+/// remote write sends them), value.
+type Parsed = (String, Vec<(String, String)>, f64);
+
+/// Every sample line of a 0.0.4 exposition, parsed.
+fn parse_exposition(text: &str) -> Vec<Parsed> {
+    text.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| parse_sample_line(l).unwrap_or_else(|| panic!("unparsable sample line: {l}")))
+        .collect()
+}
+
+/// `name{k="v",…} value` or `name value` (the renderer writes no timestamps).
+fn parse_sample_line(line: &str) -> Option<Parsed> {
+    let name_end = line.find(['{', ' '])?;
+    let name = &line[..name_end];
+    let mut rest = &line[name_end..];
+    let mut labels = Vec::new();
+    if let Some(body) = rest.strip_prefix('{') {
+        rest = body;
+        loop {
+            if let Some(after) = rest.strip_prefix('}') {
+                rest = after;
+                break;
+            }
+            let eq = rest.find("=\"")?;
+            let key = &rest[..eq];
+            rest = &rest[eq + 2..];
+            // The value ends at the first `"` not escaped by a backslash.
+            let bytes = rest.as_bytes();
+            let mut i = 0;
+            while i < bytes.len() && bytes[i] != b'"' {
+                i += if bytes[i] == b'\\' { 2 } else { 1 };
+            }
+            if i >= bytes.len() {
+                return None;
+            }
+            labels.push((key.to_owned(), unescape_label_value(&rest[..i])?));
+            rest = &rest[i + 1..];
+            rest = rest.strip_prefix(',').unwrap_or(rest);
+        }
+    }
+    let value = match rest.strip_prefix(' ')? {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        "NaN" => f64::NAN,
+        v => v.parse().ok()?,
+    };
+    Some((name.to_owned(), normalized(labels), value))
+}
+
+fn normalized(mut labels: Vec<(String, String)>) -> Vec<(String, String)> {
+    labels.retain(|(_, v)| !v.is_empty());
+    labels.sort_by(|a, b| a.0.cmp(&b.0));
+    labels
+}
+
+#[test]
+fn the_oracle_parses_escapes_and_special_values() {
+    let (name, labels, v) = parse_sample_line(r#"m{a="x\"y",b="p\\q\nr",c=""} -Inf"#).unwrap();
+    assert_eq!((name.as_str(), v), ("m", f64::NEG_INFINITY));
+    let want = [("a", "x\"y"), ("b", "p\\q\nr")].map(|(k, v)| (k.to_owned(), v.to_owned()));
+    assert_eq!(labels, want, "unescaped, the empty value left out");
+    assert_eq!(parse_sample_line("bare 1.5e-7"), Some(("bare".to_owned(), Vec::new(), 1.5e-7)));
+    assert!(parse_sample_line(r#"m{a="unterminated} 1"#).is_none());
+    assert!(parse_sample_line("m 1 1700000000000").is_none(), "no timestamps expected");
+}
+
+/// The series of `snapshot` as the walk yields them (labels expanded through [`Walk::labels`]).
+///
+/// [`Walk::labels`]: super::series::Walk::labels
+fn walked(snapshot: Option<&Snapshot>, telemetry: Option<&Telemetry>, opts: &RenderOptions) -> Vec<Parsed> {
+    use super::series::{walk, Family, Series, Visitor, Walk};
+    struct Collect(Vec<Parsed>, usize);
+    impl Visitor for Collect {
+        fn family(&mut self, _: Family) {
+            self.1 += 1;
+        }
+        fn series(&mut self, walk: &Walk<'_>, s: &Series<'_>) {
+            let mut labels = Vec::new();
+            walk.labels(s, |(k, v)| {
+                let mut digits = itoa::Buffer::new();
+                let (a, b) = v.parts(&mut digits);
+                labels.push((k.to_owned(), format!("{a}{b}")));
+            });
+            self.0.push((s.name.to_owned(), normalized(labels), s.value.as_f64()));
+        }
+    }
+    let mut c = Collect(Vec::new(), 0);
+    walk(snapshot, telemetry, opts, &mut c);
+    assert!(c.0.is_empty() || c.1 > 0, "series before any family");
+    c.0
+}
+
+/// Snapshots that exercise every kind of series: MIG, a lost GPU, findings (device and host),
+/// steps, owners and processes, attribution failures, every mock family, a MIG mock fleet,
+/// escapes, simulated data, and a failed sample.
+fn series_cases() -> Vec<(&'static str, Snapshot)> {
+    use gpumon_core::{DeviceFilter, MetricSet, SampleRequest, Sampler};
+    let mut with_steps = fixture();
+    with_steps.steps = Some(steps(&with_steps.devices[..2]));
+    let all_families = |profile: &str| {
+        let sampler = gpumon_mock::MockSampler::from_profile_name(profile).unwrap();
+        sampler.sample(&SampleRequest::new(MetricSet::everything(), DeviceFilter::all())).unwrap()
+    };
+    let mut info = DeviceInfo::new(0, "GPU-a", "A \"quoted\" \\ name\nwith newline");
+    info.serial = Some("s\\n".into());
+    let mut odd_system = SystemInfo::new("h\"ost\n", "mock");
+    odd_system.driver_version = Some("5\\7".into());
+    let odd = Snapshot::new(Arc::new(odd_system), vec![DeviceSample::new(Arc::new(info))]);
+    let mut mock = fixture();
+    let mut simulated = system();
+    simulated.backend = "mock".into();
+    mock.system = Arc::new(simulated);
+    vec![
+        ("fixture (MIG, lost GPU, findings)", fixture()),
+        ("steps", with_steps),
+        ("owners, processes, attribution", attributed()),
+        ("mock h100x8, every family", all_families("h100x8")),
+        ("mock a100x8-mig", all_families("a100x8-mig")),
+        ("escapes", odd),
+        ("simulated fixture", mock),
+        ("sampling failed", Snapshot::sampling_failed(Arc::new(system()), "no driver")),
+    ]
+}
+
+fn series_options() -> Vec<RenderOptions> {
+    let dcgm = RenderOptions { naming: Naming::Dcgm, ..RenderOptions::default() };
+    vec![
+        RenderOptions::default(),
+        RenderOptions { host_label: false, ..RenderOptions::default() },
+        dcgm.clone(),
+        RenderOptions { dcgm_lowercase_hostname: true, ..dcgm.clone() },
+        RenderOptions { host_label: false, ..dcgm },
+    ]
+}
+
+/// Telemetry: none (an embedder), a fresh agent's (no sample yet), and a failing agent's with a
+/// sink (`up 0` joins the devices' family; per-sink series).
+async fn series_telemetry() -> Vec<Option<Telemetry>> {
+    let sink = PrometheusSink::builder().build().unwrap();
+    let h = sink.handle();
+    let agent = gpumon_core::Agent::builder(NoDriver).scheduled(false).sink(sink).spawn().unwrap();
+    assert!(agent.flush(Duration::from_secs(5)).await.is_err());
+    let failing = h.shared.telemetry.load_full().map(|t| (*t).clone()).expect("the agent attached telemetry");
+    agent.shutdown(Duration::from_secs(5)).await.unwrap();
+    assert!(failing.stats().sample_failures > 0 && !failing.stats().sinks.is_empty());
+    vec![None, Some(Telemetry::default()), Some(failing)]
+}
+
+#[track_caller]
+fn assert_same_series(want: &[Parsed], got: &[Parsed], what: &str) {
+    let same = |a: &Parsed, b: &Parsed| a.0 == b.0 && a.1 == b.1 && (a.2 == b.2 || a.2.is_nan() && b.2.is_nan());
+    if let Some(i) = (0..want.len().max(got.len())).find(|&i| match (want.get(i), got.get(i)) {
+        (Some(a), Some(b)) => !same(a, b),
+        _ => true,
+    }) {
+        panic!(
+            "{what}: series {i} of {} (exposition) / {} (series layer) differ:\n  exposition: {:?}\n  got:        {:?}",
+            want.len(),
+            got.len(),
+            want.get(i),
+            got.get(i)
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_walk_yields_exactly_the_series_of_the_exposition() {
+    let telemetry = series_telemetry().await;
+    let mut checked = 0;
+    for (case, snap) in series_cases() {
+        for opts in series_options() {
+            for tel in &telemetry {
+                let mut text = String::new();
+                render::render(&mut text, Some(&snap), tel.as_ref(), &opts, Format::Text);
+                let want = parse_exposition(&text);
+                let what = format!("{case}, {opts:?}, telemetry {}", tel.is_some());
+                assert_same_series(&want, &walked(Some(&snap), tel.as_ref(), &opts), &what);
+                checked += want.len();
+            }
+        }
+    }
+    // No snapshot yet, and a stale one: self-metrics only.
+    let stale = RenderOptions { stale_after: Some(Duration::from_secs(1)), ..RenderOptions::default() };
+    for (snap, opts) in [(None, RenderOptions::default()), (Some(fixture()), stale)] {
+        for tel in &telemetry {
+            let mut text = String::new();
+            render::render(&mut text, snap.as_ref(), tel.as_ref(), &opts, Format::Text);
+            assert!(!text.contains("gpumon_utilization_ratio"), "{text}");
+            assert_same_series(&parse_exposition(&text), &walked(snap.as_ref(), tel.as_ref(), &opts), "no devices");
+        }
+    }
+    assert!(checked > 10_000, "only {checked} series compared");
+}
+
+/// What remote write sends is what a scrape shows: for every case, naming and telemetry the
+/// decoded `WriteRequest` holds exactly the series the exposition text parses into, in order.
+#[cfg(feature = "remote-write")]
+#[tokio::test]
+async fn remote_write_encodes_exactly_the_series_a_scrape_parses_into() {
+    use crate::remote_write::encode::{Encoder, WriteRequest};
+    let telemetry = series_telemetry().await;
+    let mut checked = 0;
+    for (case, snap) in series_cases() {
+        for opts in series_options() {
+            for tel in &telemetry {
+                let mut text = String::new();
+                render::render(&mut text, Some(&snap), tel.as_ref(), &opts, Format::Text);
+                let want = parse_exposition(&text);
+                // External labels join every series that lacks them (the series' own wins):
+                // some that no series has, one a device series has, one only the host's have.
+                let external = [("cluster", "eu-1"), ("uuid", "other"), ("pod", "other"), ("Hostname", "other")];
+                let with_external: Vec<Parsed> = want
+                    .iter()
+                    .map(|(name, labels, v)| {
+                        let mut labels = labels.clone();
+                        for (k, ev) in external {
+                            if !labels.iter().any(|(have, _)| have == k) {
+                                labels.push((k.to_owned(), ev.to_owned()));
+                            }
+                        }
+                        (name.clone(), normalized(labels), *v)
+                    })
+                    .collect();
+                for (external, want) in [(&[][..], &want), (&external[..], &with_external)] {
+                    let pairs = external.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
+                    let mut out = Vec::new();
+                    let n = Encoder::new(opts.clone(), pairs).encode(&snap, tel.as_ref(), &mut out);
+                    let req = <WriteRequest as prost::Message>::decode(out.as_slice()).unwrap();
+                    assert_eq!(req.timeseries.len(), n);
+                    let got: Vec<Parsed> = req
+                        .timeseries
+                        .iter()
+                        .map(|t| {
+                            let name = t.labels.iter().find(|l| l.name == "__name__").expect("__name__");
+                            let labels: Vec<_> = t
+                                .labels
+                                .iter()
+                                .filter(|l| l.name != "__name__")
+                                .map(|l| (l.name.clone(), l.value.clone()))
+                                .collect();
+                            // On the wire, sorted byte-wise with `__name__` among them.
+                            let names: Vec<&str> = t.labels.iter().map(|l| l.name.as_str()).collect();
+                            assert!(names.windows(2).all(|w| w[0] < w[1]), "{names:?}");
+                            (name.value.clone(), labels, t.samples[0].value)
+                        })
+                        .collect();
+                    let what = format!("{case}, {opts:?}, telemetry {}, external {}", tel.is_some(), external.len());
+                    assert_same_series(want, &got, &what);
+                    checked += n;
+                }
+            }
+        }
+    }
+    assert!(checked > 10_000, "only {checked} series compared");
 }

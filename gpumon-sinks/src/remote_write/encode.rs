@@ -7,16 +7,24 @@
 //! does not write them. The prost structs are for decoding (tests, embedders); the hot path
 //! writes the same bytes directly, without building a `TimeSeries` per series.
 //!
+//! The series come from the Prometheus family's series layer (`prometheus::series`): the walk
+//! that the scrape endpoint's text renderer consumes too, so names, labels, `up 0` and the
+//! self-metrics are decided in one place, and nothing is rendered as text or parsed here. The
+//! shape is metrics-exporter-prometheus' (one snapshot of the series feeds both its text and its
+//! protobuf renderer; shared/STYLE.md, anchor 1), visited rather than materialised — see the
+//! series layer's docs for why.
+//!
 //! A `WriteRequest` is nothing but repeated field 1 (`TimeSeries`), so the concatenation of
 //! encoded `timeseries` fields from several snapshots is itself a valid `WriteRequest`: a batch
 //! is built by appending, and snappy-compressed whole when sent.
 
+use std::ops::Range;
 use std::time::UNIX_EPOCH;
 
 use gpumon_core::{Snapshot, Telemetry};
-use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
+use prost::encoding::encoded_len_varint;
 
-use crate::prometheus::series::visit_series;
+use crate::prometheus::series::{walk, Family, Label as SeriesLabel, Owners, Scope, Series, Text, Visitor, Walk};
 use crate::prometheus::RenderOptions;
 
 /// `message WriteRequest { repeated TimeSeries timeseries = 1; reserved 2; repeated
@@ -76,47 +84,253 @@ pub struct Encoder {
     opts: RenderOptions,
     /// Sorted by name.
     external: Vec<(String, String)>,
-    text: String,
+    /// Every device's label set, per snapshot.
+    devices: Labels,
+    /// Per device of the snapshot: where its label sets are in `devices`.
+    sets: Vec<DeviceSet>,
+    /// One series' own labels (and a device's while its set is built).
+    own: Labels,
+    /// The last series' `__name__` label.
+    name: (Labels, &'static str),
 }
 
-fn string_field_len(tag_len: usize, s: &str) -> usize {
-    tag_len + encoded_len_varint(s.len() as u64) + s.len()
+/// One device's label sets, as ranges of [`Labels::labels`], each sorted by name.
+#[derive(Debug, Clone)]
+struct DeviceSet {
+    /// Identity and owners: what every series of the device carries.
+    all: Range<usize>,
+    /// Identity only: what a process's series starts with (it adds its process's owner).
+    identity: Range<usize>,
+    /// `all` and the external labels it lacks: the whole label set of a device series with no
+    /// label of its own but its name, which is most of them.
+    whole: Range<usize>,
+    /// Where `__name__` goes in `whole`.
+    name_at: usize,
 }
 
-fn label_len(name: &str, value: &str) -> usize {
-    string_field_len(1, name) + string_field_len(1, value)
+/// Labels encoded as `Label` fields (`TimeSeries` tag 1), back to back, with where each one's
+/// field and name are. Encoding a label as soon as the walk yields it means nothing borrowed
+/// from the walk outlives the call that yielded it, and sorting is a sort of these small
+/// records by their encoded names.
+///
+/// The encoder keeps every device's label set in one of these, sorted by name, built once per
+/// snapshot: most series are a device's and share its labels, so a series costs a merge of
+/// those bytes with its own few labels (name, metric label) rather than a sort and an encoding
+/// of all of them. (The text renderer keeps each device's labels escaped for the same reason.)
+#[derive(Debug, Default)]
+struct Labels {
+    bytes: Vec<u8>,
+    labels: Vec<EncodedLabel>,
 }
 
-fn put_string(out: &mut Vec<u8>, tag: u32, s: &str) {
-    encode_key(tag, WireType::LengthDelimited, out);
-    encode_varint(s.len() as u64, out);
-    out.extend_from_slice(s.as_bytes());
+#[derive(Debug, Clone)]
+struct EncodedLabel {
+    /// The whole field in `bytes`.
+    field: Range<usize>,
+    /// The label's name in `bytes`.
+    name: Range<usize>,
+    /// The name's first 8 bytes as a big-endian number (zero-padded): comparing these orders
+    /// almost every pair of names without a `memcmp` call, which profiling showed dominated
+    /// the merge.
+    prefix: u64,
+}
+
+fn name_prefix(name: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = name.len().min(8);
+    b[..n].copy_from_slice(&name[..n]);
+    u64::from_be_bytes(b)
+}
+
+/// Byte-wise order of two names, as Prometheus sorts labels (upper case sorts before
+/// `__name__`). Equal prefixes mean either the same short name or a tie in the first 8
+/// bytes; names hold no NUL byte, so the zero padding orders a shorter name first, as
+/// byte-wise order does.
+fn name_order(a: (u64, &[u8]), b: (u64, &[u8])) -> std::cmp::Ordering {
+    a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1))
+}
+
+/// Appends a varint: protobuf's base-128 encoding, inlined (prost's is not, and a series
+/// writes a dozen of them).
+#[inline]
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// The key byte of a length-delimited field with `tag` (< 16).
+const fn ld_key(tag: u8) -> u8 {
+    (tag << 3) | 2
+}
+
+impl Labels {
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.labels.clear();
+    }
+
+    /// Encodes one label, unless its value is empty: an empty value is "no label" in
+    /// Prometheus, and receivers reject it on the wire.
+    fn push(&mut self, (k, v): SeriesLabel<'_>) {
+        if v.is_empty() {
+            return;
+        }
+        let mut digits = itoa::Buffer::new();
+        let (a, b) = v.parts(&mut digits);
+        let at = self.bytes.len();
+        let value_len = a.len() + b.len();
+        let body = string_field_len(1, k.len()) + string_field_len(1, value_len);
+        self.bytes.reserve(body + 4);
+        // The field's key and length and the name's key and length, in one copy.
+        let mut head = [0u8; 22];
+        head[0] = ld_key(1);
+        let mut n = 1 + varint_into(&mut head[1..], body as u64);
+        head[n] = ld_key(1);
+        n += 1 + varint_into(&mut head[n + 1..], k.len() as u64);
+        self.bytes.extend_from_slice(&head[..n]);
+        let name = self.bytes.len()..self.bytes.len() + k.len();
+        self.bytes.extend_from_slice(k.as_bytes());
+        put_string(&mut self.bytes, 2, a, b);
+        let prefix = name_prefix(k.as_bytes());
+        self.labels.push(EncodedLabel { field: at..self.bytes.len(), name, prefix });
+    }
+
+    fn name(&self, l: &EncodedLabel) -> &[u8] {
+        &self.bytes[l.name.clone()]
+    }
+
+    fn key<'b>(&'b self, l: &EncodedLabel) -> (u64, &'b [u8]) {
+        (l.prefix, self.name(l))
+    }
+
+    fn has(&self, labels: &[EncodedLabel], name: &str) -> bool {
+        labels.iter().any(|l| self.name(l) == name.as_bytes())
+    }
+
+    /// Sorts the labels byte-wise by name, as Prometheus does (upper case sorts before
+    /// `__name__`).
+    fn sort(&mut self) {
+        let bytes = &self.bytes;
+        self.labels.sort_unstable_by(|a, b| {
+            name_order((a.prefix, &bytes[a.name.clone()]), (b.prefix, &bytes[b.name.clone()]))
+        });
+    }
+
+    /// Appends `from`'s labels in their order, back to back; returns their range in `labels`.
+    fn append(&mut self, from: &Labels) -> Range<usize> {
+        let start = self.labels.len();
+        for l in &from.labels {
+            // The same field at `at` here instead of at `l.field.start` there.
+            let at = self.bytes.len();
+            let moved = |r: &Range<usize>| r.start - l.field.start + at..r.end - l.field.start + at;
+            self.labels.push(EncodedLabel { field: moved(&l.field), name: moved(&l.name), prefix: l.prefix });
+            self.bytes.extend_from_slice(&from.bytes[l.field.clone()]);
+        }
+        start..self.labels.len()
+    }
+
+    /// Where consecutive labels of one [`Self::append`] lie in `bytes`.
+    fn run(&self, labels: &[EncodedLabel]) -> Range<usize> {
+        match (labels.first(), labels.last()) {
+            (Some(first), Some(last)) => first.field.start..last.field.end,
+            _ => 0..0,
+        }
+    }
+}
+
+fn string_field_len(tag_len: usize, len: usize) -> usize {
+    tag_len + encoded_len_varint(len as u64) + len
+}
+
+fn put_string(out: &mut Vec<u8>, tag: u8, a: &str, b: &str) {
+    out.push(ld_key(tag));
+    put_varint(out, (a.len() + b.len()) as u64);
+    out.extend_from_slice(a.as_bytes());
+    if !b.is_empty() {
+        out.extend_from_slice(b.as_bytes());
+    }
 }
 
 /// Appends one `timeseries` field (tag 1) holding `labels` (sorted, non-empty values) and one
+/// sample: [`put_series`] without device labels (the tests' reference).
+#[cfg(test)]
+fn put_labels(out: &mut Vec<u8>, labels: &[SeriesLabel<'_>], value: f64, timestamp_ms: i64) {
+    let mut own = Labels::default();
+    labels.iter().for_each(|l| own.push(*l));
+    put_series(out, &Labels::default(), &[], &own, value, timestamp_ms);
+}
+
+/// Appends one `timeseries` field (tag 1): `labels` (encoded `Label` fields, in order) and one
 /// sample.
-pub(crate) fn put_series(out: &mut Vec<u8>, labels: &[(&str, &str)], value: f64, timestamp_ms: i64) {
+fn put_sample(out: &mut Vec<u8>, labels: &[&[u8]], value: f64, timestamp_ms: i64) {
     let sample_len = 1 + 8 + 1 + encoded_len_varint(timestamp_ms as u64);
-    let mut series_len = 1 + encoded_len_varint(sample_len as u64) + sample_len;
-    for (k, v) in labels {
-        let l = label_len(k, v);
-        series_len += 1 + encoded_len_varint(l as u64) + l;
-    }
-    encode_key(1, WireType::LengthDelimited, out);
-    encode_varint(series_len as u64, out);
-    for (k, v) in labels {
-        encode_key(1, WireType::LengthDelimited, out);
-        encode_varint(label_len(k, v) as u64, out);
-        put_string(out, 1, k);
-        put_string(out, 2, v);
-    }
-    encode_key(2, WireType::LengthDelimited, out);
-    encode_varint(sample_len as u64, out);
-    encode_key(1, WireType::SixtyFourBit, out);
-    out.extend_from_slice(&value.to_le_bytes());
-    encode_key(2, WireType::Varint, out);
+    let labels_len: usize = labels.iter().map(|l| l.len()).sum();
+    let series_len = labels_len + 1 + encoded_len_varint(sample_len as u64) + sample_len;
+    out.push(ld_key(1));
+    put_varint(out, series_len as u64);
+    labels.iter().for_each(|l| out.extend_from_slice(l));
+    finish_sample(out, sample_len, value, timestamp_ms);
+}
+
+/// The `samples` field of a `TimeSeries` (one sample), assembled on the stack and appended in
+/// one copy (byte-by-byte pushes showed in the profile).
+fn finish_sample(out: &mut Vec<u8>, sample_len: usize, value: f64, timestamp_ms: i64) {
+    let mut b = [0u8; 32];
+    b[0] = ld_key(2);
+    let mut n = 1 + varint_into(&mut b[1..], sample_len as u64);
+    // `double value = 1` (fixed 64-bit: wire type 1), `int64 timestamp = 2` (varint: 0).
+    b[n] = (1 << 3) | 1;
+    b[n + 1..n + 9].copy_from_slice(&value.to_le_bytes());
+    b[n + 9] = 2 << 3;
+    n += 10;
     // int64 is written as the two's-complement varint of the u64 (protobuf's rule).
-    encode_varint(timestamp_ms as u64, out);
+    n += varint_into(&mut b[n..], timestamp_ms as u64);
+    out.extend_from_slice(&b[..n]);
+}
+
+/// Writes a varint at the start of `b` (room for 10 bytes); returns its length.
+#[inline]
+fn varint_into(b: &mut [u8], mut v: u64) -> usize {
+    let mut i = 0;
+    while v >= 0x80 {
+        b[i] = (v as u8) | 0x80;
+        v >>= 7;
+        i += 1;
+    }
+    b[i] = v as u8;
+    i + 1
+}
+
+/// Appends one `timeseries` field (tag 1) with the labels `shared` (consecutive labels of
+/// `devices`, sorted) and `own` (sorted), merged by name, and one sample.
+fn put_series(
+    out: &mut Vec<u8>,
+    devices: &Labels,
+    shared: &[EncodedLabel],
+    own: &Labels,
+    value: f64,
+    timestamp_ms: i64,
+) {
+    let sample_len = 1 + 8 + 1 + encoded_len_varint(timestamp_ms as u64);
+    let labels_len = devices.run(shared).len() + own.labels.iter().map(|l| l.field.len()).sum::<usize>();
+    let series_len = labels_len + 1 + encoded_len_varint(sample_len as u64) + sample_len;
+    out.push(ld_key(1));
+    put_varint(out, series_len as u64);
+    // Shared labels lie back to back, so each stretch of them between two own labels is one
+    // copy.
+    let mut rest = shared;
+    for l in &own.labels {
+        let key = own.key(l);
+        let split = rest.iter().position(|s| name_order(devices.key(s), key).is_gt()).unwrap_or(rest.len());
+        out.extend_from_slice(&devices.bytes[devices.run(&rest[..split])]);
+        rest = &rest[split..];
+        out.extend_from_slice(&own.bytes[l.field.clone()]);
+    }
+    out.extend_from_slice(&devices.bytes[devices.run(rest)]);
+    finish_sample(out, sample_len, value, timestamp_ms);
 }
 
 impl Encoder {
@@ -140,38 +354,160 @@ impl Encoder {
     pub(crate) fn new(opts: RenderOptions, external: impl IntoIterator<Item = (String, String)>) -> Self {
         let mut external: Vec<(String, String)> = external.into_iter().collect();
         external.sort();
-        Self { opts, external, text: String::new() }
+        Self {
+            opts,
+            external,
+            devices: Labels::default(),
+            sets: Vec::new(),
+            own: Labels::default(),
+            name: (Labels::default(), ""),
+        }
     }
 
     /// Appends every series the scrape endpoint would show for `snapshot` (and `telemetry`'s
     /// self-metrics) as `timeseries` fields, each with one sample at the snapshot's time; returns
     /// the number of samples.
     pub(crate) fn encode(&mut self, snapshot: &Snapshot, telemetry: Option<&Telemetry>, out: &mut Vec<u8>) -> usize {
-        let ts = timestamp_millis(snapshot);
-        let external = &self.external;
-        let mut n = 0;
-        // One allocation for every series: each series' borrowed labels live in it in turn (the
-        // empty vector is handed from one lifetime to the next; `collect` reuses its storage).
-        let mut spare: Vec<(&'static str, &'static str)> = Vec::with_capacity(24);
-        visit_series(&mut self.text, snapshot, telemetry, &self.opts, |s| {
-            let mut labels: Vec<(&str, &str)> = std::mem::take(&mut spare).into_iter().map(|_| ("", "")).collect();
-            labels.push(("__name__", s.name));
-            // An empty value is "no label" in Prometheus; receivers reject it on the wire.
-            labels.extend(s.labels.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (*k, v.as_ref())));
-            for (k, v) in external {
-                // External labels never override a series' own label (Prometheus' rule).
-                if !labels.iter().any(|(have, _)| have == k) {
-                    labels.push((k, v));
+        self.devices.clear();
+        self.sets.clear();
+        let mut series = SeriesEncoder {
+            out,
+            external: &self.external,
+            devices: &mut self.devices,
+            sets: &mut self.sets,
+            own: &mut self.own,
+            name: &mut self.name,
+            timestamp_ms: timestamp_millis(snapshot),
+            n: 0,
+        };
+        walk(Some(snapshot), telemetry, &self.opts, &mut series);
+        series.n
+    }
+}
+
+/// The series layer's walk, written as `timeseries` fields: no text in between.
+struct SeriesEncoder<'e> {
+    out: &'e mut Vec<u8>,
+    /// Sorted by name.
+    external: &'e [(String, String)],
+    /// This snapshot's device label sets, built at its first device series.
+    devices: &'e mut Labels,
+    /// Ranges of `devices.labels` per device (see [`Encoder`]).
+    sets: &'e mut Vec<DeviceSet>,
+    own: &'e mut Labels,
+    /// The `__name__` label of the series before, encoded: a family's series share it.
+    name: &'e mut (Labels, &'static str),
+    timestamp_ms: i64,
+    n: usize,
+}
+
+/// The `__name__` label of `name` in `cache` (encoded once per family: the series of a family
+/// come one after the other).
+fn name_label<'c>(cache: &'c mut (Labels, &'static str), name: &'static str) -> &'c Labels {
+    let (labels, of) = cache;
+    if !std::ptr::eq(*of, name) {
+        labels.clear();
+        labels.push(("__name__", Text::Str(name)));
+        *of = name;
+    }
+    labels
+}
+
+impl SeriesEncoder<'_> {
+    /// Fills [`Self::devices`] once per walk.
+    fn device_labels(&mut self, walk: &Walk<'_>) {
+        let n = walk.device_count();
+        if !self.sets.is_empty() || n == 0 {
+            return;
+        }
+        let own = &mut *self.own;
+        for index in 0..n {
+            own.clear();
+            walk.device_labels(index, |l| own.push(l));
+            own.sort();
+            let identity = self.devices.append(own);
+            let owners = walk.device_owners(index);
+            let all = if owners.is_empty() {
+                identity.clone()
+            } else {
+                walk.owner_labels(owners, |l| own.push(l));
+                own.sort();
+                self.devices.append(own)
+            };
+            // External labels never override a series' own label (Prometheus' rule).
+            let before = own.labels.len();
+            for (k, v) in self.external {
+                if !own.has(&own.labels, k) {
+                    own.push((k, Text::Str(v)));
                 }
             }
-            // Byte-wise order, as Prometheus sorts (upper case sorts before `__name__`).
-            labels.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            put_series(out, &labels, s.value, ts);
-            n += 1;
-            labels.clear();
-            spare = labels.into_iter().map(|_| ("", "")).collect();
-        });
-        n
+            let whole = if own.labels.len() == before {
+                all.clone()
+            } else {
+                own.sort();
+                self.devices.append(own)
+            };
+            let name = (name_prefix(b"__name__"), &b"__name__"[..]);
+            let name_at =
+                own.labels.iter().position(|l| name_order(own.key(l), name).is_gt()).unwrap_or(own.labels.len());
+            self.sets.push(DeviceSet { all, identity, whole, name_at });
+        }
+    }
+}
+
+impl Visitor for SeriesEncoder<'_> {
+    fn family(&mut self, _: Family) {
+        // Remote write 1.0 carries no family metadata: series only.
+    }
+
+    fn series(&mut self, walk: &Walk<'_>, s: &Series<'_>) {
+        if let (Scope::Device { index, owners: Owners::Device }, []) = (s.scope, s.extra) {
+            // Most series: the device's whole set, its name inserted where it sorts.
+            self.device_labels(walk);
+            let set = &self.sets[index];
+            let whole = &self.devices.labels[set.whole.clone()];
+            let (before, after) = whole.split_at(set.name_at);
+            let name = &name_label(self.name, s.name).bytes;
+            let (before, after) =
+                (&self.devices.bytes[self.devices.run(before)], &self.devices.bytes[self.devices.run(after)]);
+            put_sample(self.out, &[before, name, after], s.value.as_f64(), self.timestamp_ms);
+            self.n += 1;
+            return;
+        }
+        let shared = match s.scope {
+            Scope::Device { index, owners } => {
+                self.device_labels(walk);
+                let DeviceSet { all, identity, .. } = self.sets[index].clone();
+                self.own.clear();
+                match owners {
+                    Owners::Device => all,
+                    Owners::Process(labels) => {
+                        walk.owner_labels(labels, |l| self.own.push(l));
+                        identity
+                    }
+                }
+            }
+            Scope::Host => 0..0,
+        };
+        let own = &mut *self.own;
+        match s.scope {
+            Scope::Device { .. } => s.extra.iter().for_each(|l| own.push(*l)),
+            Scope::Host => {
+                own.clear();
+                walk.labels(s, |l| own.push(l));
+            }
+        }
+        own.append(name_label(self.name, s.name));
+        let shared = &self.devices.labels[shared];
+        for (k, v) in self.external {
+            // External labels never override a series' own label (Prometheus' rule).
+            if !own.has(&own.labels, k) && !self.devices.has(shared, k) {
+                own.push((k, Text::Str(v)));
+            }
+        }
+        own.sort();
+        put_series(self.out, self.devices, shared, own, s.value.as_f64(), self.timestamp_ms);
+        self.n += 1;
     }
 }
 
@@ -298,15 +634,36 @@ mod tests {
         assert_eq!(req.timeseries[a].samples[0].timestamp, 2000);
     }
 
+    /// The buffers are kept from one snapshot to the next: a steady stream of snapshots encodes
+    /// without allocating.
+    #[test]
+    fn buffers_are_kept_between_snapshots() {
+        let mut enc = Encoder::new(RenderOptions::default(), []);
+        assert!(enc.encode(&snapshot_at(1), None, &mut Vec::new()) > 0);
+        let at =
+            |e: &Encoder| (e.devices.bytes.as_ptr(), e.devices.labels.as_ptr(), e.sets.as_ptr(), e.own.bytes.as_ptr());
+        let before = at(&enc);
+        assert!(!enc.devices.labels.is_empty(), "the device's labels were encoded once");
+        assert!(enc.encode(&snapshot_at(2), None, &mut Vec::new()) > 0);
+        assert_eq!(at(&enc), before);
+    }
+
     #[test]
     fn direct_encoding_equals_prost_encoding() {
-        let labels = [("__name__", "m"), ("a", "ü\"x")];
+        // Text, a number and a prefixed number: each label value kind the series layer yields.
+        let labels = [
+            ("__name__", Text::Str("m")),
+            ("a", Text::Str("ü\"x")),
+            ("gpu", Text::Int(17)),
+            ("device", Text::Prefixed("nvidia", 3)),
+        ];
+        let strings = [("__name__", "m"), ("a", "ü\"x"), ("gpu", "17"), ("device", "nvidia3")];
         for (value, ts) in [(1.5, 1_700_000_000_000i64), (f64::NAN, 0), (-0.0, -1)] {
             let mut direct = Vec::new();
-            put_series(&mut direct, &labels, value, ts);
+            put_labels(&mut direct, &labels, value, ts);
             let msg = WriteRequest {
                 timeseries: vec![TimeSeries {
-                    labels: labels.iter().map(|(k, v)| Label { name: (*k).into(), value: (*v).into() }).collect(),
+                    labels: strings.iter().map(|(k, v)| Label { name: (*k).into(), value: (*v).into() }).collect(),
                     samples: vec![Sample { value, timestamp: ts }],
                 }],
             };

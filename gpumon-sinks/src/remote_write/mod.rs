@@ -9,8 +9,9 @@
 //!
 //! **The scrape endpoint's series, exactly**: the same metric names and label sets in the same
 //! [`Naming`](crate::prometheus::Naming) (native or dcgm), the derived series (findings), the
-//! self-metrics, and `backend="mock"` on simulated data — the sink renders through the
-//! exposition renderer and reads its output back, so the two cannot drift. Each series carries
+//! self-metrics, and `backend="mock"` on simulated data — the encoder and the exposition
+//! renderer consume one walk of the series (`prometheus::series`, crate-private), so the two
+//! cannot drift, and no text is rendered or parsed on the way to protobuf. Each series carries
 //! one sample per snapshot at the **snapshot's time** (milliseconds), not the time of sending, so
 //! samples buffered through an outage land where they belong. `external_labels` are added to
 //! every series that lacks them; label names are sorted byte-wise and empty values left out, as
