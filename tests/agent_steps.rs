@@ -147,3 +147,65 @@ fn a_path_in_use_or_not_a_socket_fails_clearly() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("steps.every_n"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn marks_received_before_sigterm_are_reported_at_exit() {
+    // A 3 s interval: the marks below arrive between two ticks, and SIGTERM comes before the
+    // next one. The agent takes one last sample at shutdown, so the steps are reported.
+    use std::io::BufRead;
+    let dir = std::env::temp_dir().join(format!("gpumon-agent-steps-exit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("steps.sock");
+    let mut child = agent()
+        .args(["--backend", "mock", "--interval", "3s", "--config", "/dev/null", "--stdout-format", "json"])
+        .args(["--steps-socket", path.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<serde_json::Value>();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str(&line) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    let started = Instant::now();
+    let mut client = loop {
+        if let Ok(c) = UnixStream::connect(&path) {
+            break c;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the steps socket never accepted");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let last_step = |v: &serde_json::Value| v["steps"]["runs"][0]["last_step"].as_u64();
+    // Step 1, and a tick that reads it (its start is now known to the tracker).
+    writeln!(client, "{{\"job\":\"train\",\"rank\":0,\"step\":1}}").unwrap();
+    loop {
+        let v = rx.recv_timeout(Duration::from_secs(10)).expect("a tick that reads step 1");
+        if last_step(&v) == Some(1) {
+            break;
+        }
+    }
+    for step in 2..=3 {
+        std::thread::sleep(Duration::from_millis(50));
+        writeln!(client, "{{\"job\":\"train\",\"rank\":0,\"step\":{step}}}").unwrap();
+    }
+    // The socket reads the marks at once; give it a moment, then stop the agent.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    assert!(child.wait().unwrap().success());
+    reader.join().unwrap();
+    let rest: Vec<serde_json::Value> = rx.try_iter().collect();
+    let last = rest.last().expect("a last snapshot at shutdown");
+    assert_eq!(last_step(last), Some(3), "{last}");
+    let reported: Vec<u64> = rest
+        .iter()
+        .flat_map(|v| v["steps"]["runs"][0]["reported"].as_array().cloned().unwrap_or_default())
+        .filter_map(|r| r["step"].as_u64())
+        .collect();
+    assert_eq!(reported, [2, 3]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -495,9 +495,18 @@ async fn run(cli: Cli, file: FileConfig, mut settings: Settings) -> ExitCode {
     tracing::info!(interval = ?settings.interval, "agent running; Ctrl-C or SIGTERM to stop");
     settings.diagnose.run_until(wait_for_signal()).await;
     tracing::info!("shutting down");
+    let steps_on = settings.steps.is_serving();
     settings.steps.stop().await;
     settings.attribution.stop().await;
-    let shut = handle.shutdown(settings.shutdown_timeout).await;
+    // Marks read from the socket since the last tick would be lost at exit: one last sample
+    // reports them (and the sinks flush it), within the same shutdown timeout as the rest.
+    let until = tokio::time::Instant::now() + settings.shutdown_timeout;
+    if steps_on {
+        if let Err(e) = handle.flush(settings.shutdown_timeout).await {
+            tracing::warn!(error = %e, "final report of the marked steps incomplete");
+        }
+    }
+    let shut = handle.shutdown(until.saturating_duration_since(tokio::time::Instant::now())).await;
     settings.diagnose.print_report();
     match shut {
         Ok(()) | Err(AgentError::ShutDown) => {

@@ -112,6 +112,11 @@ impl Plan {
         Ok(())
     }
 
+    /// Whether the socket is being served (marks may have arrived since the last tick).
+    pub fn is_serving(&self) -> bool {
+        self.running.is_some()
+    }
+
     /// Stops the socket and removes its file.
     pub async fn stop(&mut self) {
         if let Some((tx, task)) = self.running.take() {
