@@ -16,6 +16,8 @@ The files are committed; edit this script (not the files) and run it again. Keys
                   averages the pattern away, and such settings are reported as unsupported
   interval_at_most_s  longer sampling intervals cannot see the pattern (reported as unsupported)
   ecc_at_s        inject an ECC burst (XID 48) on GPU `ecc_gpu` at this time
+A phase with `steps = true` marks the job's training steps (rank r on GPU r); the test feeds the
+marks to a step tracker ahead of diagnosis.
 """
 
 import os
@@ -37,7 +39,11 @@ def toml_value(v):
     raise TypeError(v)
 
 
+WRITTEN = []
+
+
 def write(name, description, phases, expect, driver=None):
+    WRITTEN.append(name)
     lines = [f"# {description}", f'name = "{name}"', f'description = "{description}"']
     if driver:
         lines.append(f"driver_period_ms = {driver}")
@@ -59,7 +65,6 @@ def every(kind, gpus="all"):
 
 
 TRAIN = {"shape": "steady", "busy": 0.95, "memory": 0.85, "memory_controller": 0.45}
-n = 0
 
 # Loader starvation: duty cycles 25-55 %, steps 0.3 s to 3 s, four GPUs in lockstep.
 for duty in (0.25, 0.4, 0.55):
@@ -72,7 +77,6 @@ for duty in (0.25, 0.4, 0.55):
             {"findings": every("dataloader_starvation"), "raise_within_s": 60, "duration_s": 150,
              "visible_above_s": min(busy_s, idle_s)},
         )
-        n += 1
 write("starved-h100x8-jittery", "Loader starvation on eight H100s, 1.5 s steps with 30 % jitter",
       [{"shape": "square", "busy_s": 0.6, "idle_s": 0.9, "jitter": 0.3, "memory": 0.75, "memory_controller": 0.2}],
       {"findings": every("dataloader_starvation"), "raise_within_s": 60, "duration_s": 150, "profile": "h100x8",
@@ -82,7 +86,6 @@ write("starved-after-warmup", "40 s of loading and compiling, then loader starva
        {"from_s": 40, "shape": "square", "busy_s": 0.4, "idle_s": 0.6, "jitter": 0.1, "memory": 0.7, "memory_controller": 0.15}],
       {"findings": every("dataloader_starvation"), "onset_s": 40, "raise_within_s": 60, "duration_s": 180,
        "visible_above_s": 0.4})
-n += 2
 
 # Healthy look-alikes: nothing to raise.
 write("training-steady", "Healthy training: 95 % busy, memory 85 %", [TRAIN], {"findings": [], "duration_s": 180})
@@ -109,7 +112,6 @@ write("job-end-teardown", "Training ends at 120 s: 15 s of teardown with memory 
 write("idle-fleet", "No job at all: idle, no memory", [{"busy": 0.0, "memory": 0.0}], {"findings": [], "duration_s": 120})
 write("mig-training", "A MIG-partitioned A100 fleet running training on every instance", [TRAIN],
       {"findings": [], "duration_s": 120, "profile": "a100x8-mig"})
-n += 11
 
 # Pipeline bubbles: stages idle in turn.
 write("pipeline-bubbles-4s", "Four pipeline stages, 3 s busy then 1 s idle, each stage 1 s after the previous",
@@ -120,7 +122,6 @@ write("pipeline-bubbles-2s", "Four pipeline stages, 1.5 s busy then 0.5 s idle, 
       [{"shape": "square", "busy_s": 1.5, "idle_s": 0.5, "stagger_s": 0.5, "memory": 0.75, "memory_controller": 0.2}],
       {"findings": every("pipeline_bubbles"), "raise_within_s": 60, "duration_s": 150, "visible_above_s": 0.5,
        "interval_at_most_s": 0.5})
-n += 2
 
 # Comparisons between GPUs.
 write("straggler-60", "Four GPUs in lockstep; GPU 2 runs at 60 % while the others run at 97 %",
@@ -135,7 +136,6 @@ write("twin-idle", "GPUs 0 and 2 train, their twins 1 and 3 hold memory and wait
 write("twin-idle-h100x8", "Eight H100s: GPU 7 holds memory and idles while the others train",
       [{"busy": 0.95, "memory": 0.8}, {"gpus": [7], "busy": 0.03, "memory": 0.8}],
       {"findings": every("imbalance", [7]), "raise_within_s": 40, "duration_s": 120, "profile": "h100x8"})
-n += 4
 
 # Single-GPU causes.
 write("near-oom", "Training with 97 % of memory used", [dict(TRAIN, memory=0.97)],
@@ -170,12 +170,53 @@ write("lost-gpu", "Training; GPU 3 falls off the bus at 60 s",
 write("ecc-burst", "Training; GPU 1 reports uncorrectable ECC errors (XID 48) at 60 s", [TRAIN],
       {"findings": every("hardware_errors", [1]), "onset_s": 60, "raise_within_s": 5, "duration_s": 120,
        "ecc_at_s": 60, "ecc_gpu": 1})
-n += 12
 
 # The same workload with the driver's slowest documented period.
 write("starved-slow-driver", "Loader starvation with 3 s steps on a board whose driver samples every second",
       [{"shape": "square", "busy_s": 1.2, "idle_s": 1.8, "jitter": 0.1, "memory": 0.7, "memory_controller": 0.15}],
       {"findings": every("dataloader_starvation"), "raise_within_s": 60, "duration_s": 150, "visible_above_s": 1.2},
       driver=1000)
-n += 1
-print(f"{n} corpus entries written to {HERE}")
+
+# 2 s steps: a step as long as the default interval's double.
+write("starved-duty40-step2p0", "Loader starvation with 2 s steps: 0.8 s of compute then 1.2 s waiting for input",
+      [{"shape": "square", "busy_s": 0.8, "idle_s": 1.2, "jitter": 0.1, "memory": 0.7, "memory_controller": 0.15}],
+      {"findings": every("dataloader_starvation"), "raise_within_s": 60, "duration_s": 150, "visible_above_s": 0.8})
+
+# With step marks (`steps = true`: the loop marks the end of every cycle, rank r on GPU r): the
+# share of each step the GPU idles decides, at every sampling setting, also where the driver's
+# period averages every idle stretch away.
+MARKED_STARVED = {"shape": "square", "jitter": 0.1, "memory": 0.7, "memory_controller": 0.15, "steps": True}
+for duty in (0.25, 0.4, 0.55):
+    busy_s, idle_s = round(duty * 0.3, 3), round((1 - duty) * 0.3, 3)
+    write(f"starved-marked-duty{int(duty * 100)}-step0p3",
+          f"Loader starvation with step marks: {busy_s} s of compute then {idle_s} s waiting, every GPU in lockstep",
+          [dict(MARKED_STARVED, busy_s=busy_s, idle_s=idle_s)],
+          {"findings": every("dataloader_starvation"), "raise_within_s": 60, "duration_s": 150})
+write("starved-marked-step1p0-slow-driver",
+      "Loader starvation with step marks, 1 s steps 40 % busy, on a board whose driver samples every second",
+      [dict(MARKED_STARVED, busy_s=0.4, idle_s=0.6)],
+      {"findings": every("dataloader_starvation"), "raise_within_s": 60, "duration_s": 150}, driver=1000)
+write("starved-marked-step2p0-slow-driver",
+      "Loader starvation with step marks, 2 s steps 40 % busy, on a board whose driver samples every second",
+      [dict(MARKED_STARVED, busy_s=0.8, idle_s=1.2)],
+      {"findings": every("dataloader_starvation"), "raise_within_s": 60, "duration_s": 150}, driver=1000)
+write("steps-ranks-h100x8",
+      "Ranks 0-3 of a marked job starve on GPUs 0-3 (0.3 s steps, 40 % busy); GPUs 4-7 serve at a steady 40 %, unmarked",
+      [{"gpus": [4, 5, 6, 7], "busy": 0.4, "memory": 0.5},
+       dict(MARKED_STARVED, gpus=[0, 1, 2, 3], busy_s=0.12, idle_s=0.18)],
+      {"findings": every("dataloader_starvation", [0, 1, 2, 3]), "raise_within_s": 60, "duration_s": 150,
+       "profile": "h100x8"})
+write("training-steady-marked", "Healthy training with step marks every 0.5 s: 95 % busy",
+      [dict(TRAIN, steps=True, step_s=0.5)], {"findings": [], "duration_s": 180})
+write("training-checkpoint-dips-marked", "Healthy marked training (0.8 s steps) with a 5 s checkpoint every 60 s",
+      [dict(TRAIN, shape="dips", period_s=60.0, dip_s=5.0, idle=0.02, steps=True, step_s=0.8)],
+      {"findings": [], "duration_s": 240})
+write("straggler-marked-h100x8", "Eight H100s marking 1 s steps at 96 %, GPU 5 at 50 %",
+      [{"busy": 0.96, "memory": 0.8, "steps": True}, {"gpus": [5], "busy": 0.5, "memory": 0.8, "steps": True}],
+      {"findings": every("straggler", [5]), "raise_within_s": 40, "duration_s": 120, "profile": "h100x8"})
+write("pipeline-bubbles-4s-marked", "Four marked pipeline stages, 3 s busy then 1 s idle, each 1 s after the previous",
+      [{"shape": "square", "busy_s": 3.0, "idle_s": 1.0, "stagger_s": 1.0, "memory": 0.75, "memory_controller": 0.2,
+        "steps": True}],
+      {"findings": every("pipeline_bubbles"), "raise_within_s": 60, "duration_s": 150, "visible_above_s": 0.5,
+       "interval_at_most_s": 1.0})
+print(f"{len(WRITTEN)} corpus entries written to {HERE}")

@@ -396,6 +396,36 @@ impl MockFleet {
         self.timelines.get(gpu as usize).and_then(Option::as_ref)
     }
 
+    /// When the training loop on physical GPU `gpu` marked the end of a step during `tick`'s
+    /// interval, oldest first: the cycle ends of the scenario's phases with `steps = true`
+    /// ([`Phase::steps`](crate::Phase::steps)), on the clock of the snapshots' `taken_at`
+    /// ([`MockFleet::epoch`] + simulated time). A test feeds them to
+    /// [`StepRegistry::record_at`](gpumon_core::steps::StepRegistry::record_at) to mark the
+    /// steps a real loop would have marked.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gpumon_mock::{FleetProfile, MockFleet, Scenario};
+    ///
+    /// let scenario = Scenario::from_toml_str(
+    ///     "name = \"marked\"\n[[phases]]\nshape = \"square\"\nbusy_s = 0.2\nidle_s = 0.3\nsteps = true\n",
+    ///     "marked",
+    /// )?
+    /// .with_tick_period(Duration::from_secs(1));
+    /// let fleet = MockFleet::new(&FleetProfile::load("a100x4")?, &scenario, 1)?;
+    /// assert_eq!(fleet.step_marks(0, 3).len(), 2); // 0.5 s steps in the third second
+    /// # Ok::<(), gpumon_mock::ConfigError>(())
+    /// ```
+    pub fn step_marks(&self, gpu: u32, tick: u64) -> Vec<SystemTime> {
+        let Some(timeline) = self.timeline(gpu) else { return Vec::new() };
+        let end = self.tick_end(tick);
+        timeline
+            .step_marks(end - self.tick_period.as_secs_f64(), end)
+            .into_iter()
+            .map(|t| self.epoch + Duration::from_secs_f64(t.max(0.0)))
+            .collect()
+    }
+
     /// The simulated time at the end of `tick`'s interval, seconds.
     fn tick_end(&self, tick: u64) -> f64 {
         tick as f64 * self.tick_period.as_secs_f64()

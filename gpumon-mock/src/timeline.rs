@@ -129,6 +129,14 @@ pub struct Phase {
     /// The GPU is lost (fell off the bus) during this phase.
     #[serde(default)]
     pub lost: bool,
+    /// The job marks its training steps (the steps socket, the Python callback): a step ends
+    /// with every cycle of a `square` or `bursts` phase, and every `step_s` in other shapes.
+    /// [`MockFleet::step_marks`](crate::MockFleet::step_marks) says when.
+    #[serde(default)]
+    pub steps: bool,
+    /// Step length for `steps` in shapes without cycles, seconds. Default 1.
+    #[serde(default = "defaults::one")]
+    pub step_s: f64,
 }
 
 mod defaults {
@@ -186,15 +194,22 @@ impl Phase {
                 ratio(k, v)?;
             }
         }
-        for (k, v) in
-            [("busy_s", self.busy_s), ("idle_s", self.idle_s), ("period_s", self.period_s), ("dip_s", self.dip_s)]
-        {
+        for (k, v) in [
+            ("busy_s", self.busy_s),
+            ("idle_s", self.idle_s),
+            ("period_s", self.period_s),
+            ("dip_s", self.dip_s),
+            ("step_s", self.step_s),
+        ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(ConfigError::invalid(key(k), format!("{v} is not a duration in seconds")));
             }
         }
         if matches!(self.shape, Shape::Square | Shape::Bursts) && self.busy_s + self.idle_s <= 0.0 {
             return Err(ConfigError::invalid(key("busy_s"), "busy_s + idle_s must be above 0"));
+        }
+        if self.steps && self.step_period() <= 0.0 {
+            return Err(ConfigError::invalid(key("step_s"), "steps need a step length above 0"));
         }
         if self.shape == Shape::Dips && self.period_s <= 0.0 {
             return Err(ConfigError::invalid(key("period_s"), "must be above 0"));
@@ -232,6 +247,14 @@ impl Phase {
         self.reasons.iter().try_fold(0u64, |bits, name| {
             REASONS.iter().find(|(n, _)| *n == name.as_str()).map(|(_, b)| bits | b).ok_or(name.as_str())
         })
+    }
+
+    /// How long one marked step lasts: a cycle of `square`/`bursts`, else `step_s`.
+    fn step_period(&self) -> f64 {
+        match self.shape {
+            Shape::Square | Shape::Bursts => self.busy_s + self.idle_s,
+            _ => self.step_s,
+        }
     }
 
     /// Utilisation at instant `t` on GPU `gpu` (`seed` draws the per-cycle jitter).
@@ -321,6 +344,30 @@ impl GpuTimeline {
     /// The phase in force at `t` (the last one listed that covers it).
     pub(crate) fn phase_at(&self, t: f64) -> Option<&Phase> {
         self.phases.iter().rev().find(|p| p.covers(self.gpu, t))
+    }
+
+    /// When the job on this GPU marked the end of a step within `(a, b]`, oldest first: the
+    /// ends of the cycles of phases with `steps`, while the phase is in force.
+    pub(crate) fn step_marks(&self, a: f64, b: f64) -> Vec<f64> {
+        let mut marks = Vec::new();
+        for phase in self.phases.iter().filter(|p| p.steps) {
+            let period = phase.step_period();
+            let origin = phase.from_s + phase.offset_s + f64::from(self.gpu) * phase.stagger_s;
+            // The first cycle end after `a`; cycles end at origin + n × period, n ≥ 1.
+            let mut n = ((a - origin) / period).floor().max(0.0) + 1.0;
+            loop {
+                let at = origin + n * period;
+                if at > b {
+                    break;
+                }
+                if at > a && self.phase_at(at).is_some_and(|p| std::ptr::eq(p, phase)) {
+                    marks.push(at);
+                }
+                n += 1.0;
+            }
+        }
+        marks.sort_by(f64::total_cmp);
+        marks
     }
 
     fn level_at(&self, t: f64) -> f64 {

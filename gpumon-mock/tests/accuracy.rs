@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpumon_core::diagnose::{DiagnoseConfig, Diagnoser};
+use gpumon_core::steps::{StepConfig, StepTracker};
 use gpumon_core::{DeviceFilter, Family, FindingKind, MetricSet, Processor, ProcessorContext, Snapshot, Transition};
 use gpumon_mock::{Fault, FleetProfile, MockFleet, Scenario};
 
@@ -112,12 +113,27 @@ fn run(e: &Entry, interval_ms: u64, driver: f64, seed: u64) -> Run {
     let fleet = MockFleet::new(&e.profile, &scenario, seed).unwrap().with_epoch(epoch);
     let mut diagnoser = Diagnoser::new(DiagnoseConfig::default()).unwrap();
     diagnoser.attach(&ProcessorContext::new(interval));
+    // Entries whose loops mark their steps: the marks go through a step tracker ahead of
+    // diagnosis, as in the agent (rank r on GPU r, numbered as a loop numbers them).
+    let marked = e.scenario.phases.iter().any(|p| p.steps);
+    let (mut tracker, registry) = StepTracker::new(StepConfig::default()).unwrap();
+    let mut step_numbers: BTreeMap<u32, u64> = BTreeMap::new();
     let mut out = Run::default();
     for tick in 1..=ticks {
         let devices = fleet.sample(tick, e.metrics, &DeviceFilter::all());
         out.gpus = out.gpus.max(devices.iter().map(|d| d.info.index + 1).max().unwrap_or(0));
         let at: SystemTime = epoch + interval * tick as u32;
         let mut s = Snapshot::new(fleet.system(), devices).with_seq(tick).with_taken_at(at);
+        if marked {
+            for gpu in 0..fleet.gpu_count() as u32 {
+                for mark in fleet.step_marks(gpu, tick) {
+                    let n = step_numbers.entry(gpu).or_default();
+                    *n += 1;
+                    registry.record_at("corpus", Some(gpu), *n, mark).unwrap();
+                }
+            }
+            tracker.process(&mut s);
+        }
         diagnoser.process(&mut s);
         for ev in &s.diagnosis.as_ref().unwrap().events {
             if ev.transition == Transition::Raised {

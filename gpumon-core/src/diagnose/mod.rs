@@ -379,6 +379,9 @@ struct Track {
     /// Ticks the GPU has held memory (this allocation), and whether it has run since.
     allocated_ticks: usize,
     ran: bool,
+    /// Driver utilisation samples per tick, averaged over recent ticks (exponentially): the
+    /// driver's sampling period is the interval over it.
+    driver_samples_per_tick: Option<f64>,
 }
 
 /// The diagnosis stage. Add it to an agent with
@@ -398,6 +401,8 @@ pub struct Diagnoser {
     tick: u64,
     /// Scratch, reused every tick: per device position, its stats.
     scratch: Vec<TickStats>,
+    /// The sampling interval, seconds.
+    interval_secs: f64,
 }
 
 impl Diagnoser {
@@ -419,6 +424,7 @@ impl Diagnoser {
             raised_total: Arc::from(Vec::new()),
             tick: 0,
             scratch: Vec::new(),
+            interval_secs: 1.0,
         };
         d.set_interval(Duration::from_secs(1));
         Ok(d)
@@ -441,6 +447,7 @@ impl Diagnoser {
 
     fn set_interval(&mut self, interval: Duration) {
         let interval = interval.max(Duration::from_millis(1));
+        self.interval_secs = interval.as_secs_f64();
         let n = (self.config.window.as_secs_f64() / interval.as_secs_f64()).ceil().max(1.0) as usize;
         self.ticks = n;
         self.raise_at = ((self.config.raise_share * n as f64).ceil() as usize).clamp(1, n);
@@ -485,10 +492,22 @@ impl Processor for Diagnoser {
                     seen: 0,
                     allocated_ticks: 0,
                     ran: false,
+                    driver_samples_per_tick: None,
                 }),
             };
             track.seen = tick;
-            let stats = TickStats::read(d, at, &mut track.counters);
+            let mut stats = TickStats::read(d, at, &mut track.counters);
+            if let Some(w) = d.windows.gpu_utilization {
+                // A tenth per tick: steady within a few seconds of ticks, whatever the interval.
+                let n = f64::from(w.count);
+                let avg = track.driver_samples_per_tick.map_or(n, |a| a + (n - a) * 0.1);
+                track.driver_samples_per_tick = Some(avg);
+            }
+            stats.driver_period = track.driver_samples_per_tick.filter(|a| *a > 0.01).map(|a| self.interval_secs / a);
+            if let Some(run) = snapshot.steps.as_ref().and_then(|s| s.for_gpu(d.info.index)) {
+                stats.step_level = run.reported_utilization(&d.info.uuid);
+                stats.step_secs = run.last_duration.map(|d| d.as_secs_f64());
+            }
             if stats.allocated(&t) {
                 if let Some(level) = stats.level {
                     host.offer(level, position);
@@ -557,7 +576,9 @@ impl Processor for Diagnoser {
                     // With a step tracker before this stage: the step time and the GPU's idle
                     // share of it, the number a starving loader costs.
                     if kind == FindingKind::DataloaderStarvation {
-                        if let Some(step) = snapshot.steps.as_ref().and_then(|s| s.evidence_for(&d.info.uuid)) {
+                        if let Some(step) =
+                            snapshot.steps.as_ref().and_then(|s| s.evidence_for(d.info.index, &d.info.uuid))
+                        {
                             evidence.push_str("; ");
                             evidence.push_str(&step);
                         }

@@ -57,6 +57,14 @@ pub(crate) struct TickStats {
     pub(crate) nvlink_errors_new: u64,
     /// NVLink links down this tick.
     pub(crate) nvlink_down: u64,
+    /// The GPU's mean utilisation over the training steps its run reported at this tick (see
+    /// [`Steps::for_gpu`](crate::steps::Steps::for_gpu)); `None` without a step reported.
+    pub(crate) step_level: Option<f64>,
+    /// How long the run's last step took, seconds, when the GPU's run marks steps.
+    pub(crate) step_secs: Option<f64>,
+    /// The driver's utilisation sampling period as observed (the interval over the driver
+    /// samples per interval, averaged over recent ticks); `None` before any was seen.
+    pub(crate) driver_period: Option<f64>,
 }
 
 /// What the window keeps of one tick: the numbers evidence averages and the multi-tick rules
@@ -89,6 +97,8 @@ pub(crate) struct Past {
     pub(crate) nvlink_errors_new: u64,
     /// The code of the tick's last XID, when it had one.
     pub(crate) xid_code: Reading,
+    /// The mean utilisation of the steps reported at the tick.
+    pub(crate) step_level: Reading,
     pub(crate) remap_trouble: bool,
     /// The latest reading was near idle and so were most other allocated GPUs' (see
     /// [`Swings`]): idle *together*, as data-parallel ranks starved by their loaders are.
@@ -197,6 +207,9 @@ impl TickStats {
             remap_trouble: d.ecc.remapped_rows_pending == Some(true) || d.ecc.remapped_rows_failure == Some(true),
             nvlink_errors_new,
             nvlink_down,
+            step_level: None,
+            step_secs: None,
+            driver_period: None,
         }
     }
 
@@ -222,6 +235,7 @@ impl TickStats {
             nvlink_errors_new: self.nvlink_errors_new,
             xid_code: self.xid_code.map(|c| c as f64).into(),
             remap_trouble: self.remap_trouble,
+            step_level: self.step_level.into(),
             idle_together,
         }
     }
@@ -403,11 +417,35 @@ pub(crate) fn evaluate(
     // Idle *together* (data-parallel ranks waiting on their loaders, steps in lockstep) or *in
     // turn* (pipeline stages waiting on each other): told apart by whether the other GPUs read
     // idle at the ticks this one does.
-    let staggered = all.staggered();
-    let starved = allocated
-        && cycling
-        && !staggered
-        && mean.is_some_and(|m| (t.starvation_min_mean..=t.starvation_max_mean).contains(&m));
+    //
+    // Each GPU's latest reading was taken at its own moment, up to a driver period from the
+    // others'. When the steps are shorter than a few periods, their idle stretches are within
+    // that spread, and "together" or "in turn" cannot be told: the steps decide (starvation),
+    // and its evidence names pipeline bubbles as what would look the same.
+    let turns_visible = match (s.step_secs, s.driver_period) {
+        (Some(step), Some(period)) => step >= TURN_PERIODS * period,
+        // The slowest period NVML documents, 1 s.
+        (Some(step), None) => step >= TURN_PERIODS,
+        (None, _) => true,
+    };
+    let staggered = turns_visible && all.staggered();
+    // One GPU persistently behind a group of busy peers doing the same work (a straggler, not
+    // a loader: a starving loader holds back every rank of a data-parallel job alike).
+    let behind_peers = match (level, level.and_then(|l| host.peers_mean(l))) {
+        (Some(l), Some(peers)) => peers >= t.straggler_peers && l > t.imbalance_idle && l <= peers - t.straggler_gap,
+        _ => false,
+    };
+    let band = t.starvation_min_mean..=t.starvation_max_mean;
+    // With step marks: the share of each step the GPU spent idle, whatever the sampling shows.
+    // A loop whose steps keep the GPU busy 15-70 % of the time waits on its host (input, CPU
+    // work) for the rest — also when the driver's sampling period averages every idle stretch
+    // away, which no reading can show.
+    let from_steps = all.step_mean().is_some_and(|m| band.contains(&m))
+        && !memory_bound
+        && !pcie_bound
+        && !behind_peers
+        && s.memory_controller.is_none_or(|m| m < t.starvation_max_memory_controller);
+    let starved = allocated && !staggered && ((cycling && mean.is_some_and(|m| band.contains(&m))) || from_steps);
     let bubbles = allocated && cycling && staggered && mean.is_some_and(|m| m <= t.bubbles_max_mean);
 
     let busy_peer = host.busiest_other(position).filter(|(l, _)| *l >= t.imbalance_busy);
@@ -423,17 +461,7 @@ pub(crate) fn evaluate(
         && busy_peer.is_none()
         && level.is_some_and(|l| l <= t.idle_level)
         && s.hires_max.is_none_or(|m| m <= t.idle_peak);
-    // One GPU persistently behind a group of busy peers doing the same work.
-    let straggler = allocated
-        && !imbalance
-        && !starved
-        && !bubbles
-        && match (level, level.and_then(|l| host.peers_mean(l))) {
-            (Some(l), Some(peers)) => {
-                peers >= t.straggler_peers && l > t.imbalance_idle && l <= peers - t.straggler_gap
-            }
-            _ => false,
-        };
+    let straggler = allocated && !imbalance && !starved && !bubbles && behind_peers;
 
     let thermal_reason = s.has_reason(ClockEventReasons::SW_THERMAL_SLOWDOWN | ClockEventReasons::HW_THERMAL_SLOWDOWN)
         || (s.has_reason(ClockEventReasons::HW_SLOWDOWN)
@@ -491,6 +519,8 @@ pub(crate) struct SwingReading {
     idle_now: bool,
     /// … and so were most other allocated GPUs'.
     idle_together: bool,
+    /// The mean utilisation of the steps reported at the tick, in millionths.
+    step_micros: Option<i64>,
 }
 
 /// A reading from the numbers a tick keeps; `None` without any utilisation. A NaN is no number:
@@ -501,6 +531,7 @@ fn swing_reading(
     hires_max: Option<f64>,
     level: Option<f64>,
     idle_together: bool,
+    step_level: Option<f64>,
     t: &Thresholds,
 ) -> Option<SwingReading> {
     let ok = |v: Option<f64>| v.filter(|v| !v.is_nan());
@@ -516,13 +547,14 @@ fn swing_reading(
         level_micros: micros(level),
         idle_now,
         idle_together: idle_now && idle_together,
+        step_micros: ok(step_level).map(micros),
     })
 }
 
 impl TickStats {
     /// This tick's part in the swings.
     pub(crate) fn swing(&self, idle_together: bool, t: &Thresholds) -> Option<SwingReading> {
-        swing_reading(self.util, self.hires_min, self.hires_max, self.level, idle_together, t)
+        swing_reading(self.util, self.hires_min, self.hires_max, self.level, idle_together, self.step_level, t)
     }
 }
 
@@ -535,6 +567,7 @@ impl Past {
             self.hires_max.get(),
             self.level.get(),
             self.idle_together,
+            self.step_level.get(),
             t,
         )
     }
@@ -593,6 +626,10 @@ pub(crate) struct Swings {
     /// GPUs' were too.
     idle_now: usize,
     idle_together: usize,
+    /// Ticks at which steps were reported, and the sum of their steps' mean utilisation, in
+    /// millionths.
+    steps: usize,
+    step_sum_micros: i64,
 }
 
 impl Swings {
@@ -612,6 +649,10 @@ impl Swings {
             self.sum_micros += r.level_micros;
             self.idle_now += usize::from(r.idle_now);
             self.idle_together += usize::from(r.idle_together);
+            if let Some(m) = r.step_micros {
+                self.steps += 1;
+                self.step_sum_micros += m;
+            }
         }
     }
 
@@ -625,6 +666,10 @@ impl Swings {
             self.sum_micros -= r.level_micros;
             self.idle_now -= usize::from(r.idle_now);
             self.idle_together -= usize::from(r.idle_together);
+            if let Some(m) = r.step_micros {
+                self.steps -= 1;
+                self.step_sum_micros -= m;
+            }
         }
     }
 
@@ -647,12 +692,26 @@ impl Swings {
         (self.n > 0).then(|| self.sum_micros as f64 / 1e6 / self.n as f64)
     }
 
+    /// The mean utilisation of the marked steps over the window, once at least
+    /// [`MIN_STEP_TICKS`] ticks reported steps.
+    fn step_mean(&self) -> Option<f64> {
+        (self.steps >= MIN_STEP_TICKS).then(|| self.step_sum_micros as f64 / 1e6 / self.steps as f64)
+    }
+
     /// Idle in turn rather than together: of at least three ticks this GPU read idle, fewer
     /// than half had most other GPUs idle too.
     fn staggered(&self) -> bool {
         self.idle_now >= 3 && self.idle_together * 2 < self.idle_now
     }
 }
+
+/// How many driver sampling periods a step must span for idle stretches to be told together or
+/// in turn.
+const TURN_PERIODS: f64 = 4.0;
+
+/// Ticks with reported steps the window needs before the steps decide starvation: one slow
+/// step (a checkpoint, an evaluation) must not.
+const MIN_STEP_TICKS: usize = 3;
 
 fn micros(u: f64) -> i64 {
     // A ratio, so far inside i64 (NaN never gets here: `Swings` skips it).
@@ -873,6 +932,29 @@ pub(crate) fn evidence(
                     ", the other GPUs idle at the same time on {} of its {} idle readings",
                     sw.idle_together, sw.idle_now
                 );
+            }
+            if let Some(m) = sw.step_mean() {
+                let _ = write!(
+                    out,
+                    ", its marked steps {:.0} % busy on average ({:.0} % of each step idle, {} ticks with steps)",
+                    m * 100.0,
+                    (1.0 - m).clamp(0.0, 1.0) * 100.0,
+                    sw.steps
+                );
+                let short = match (now.step_secs, now.driver_period) {
+                    (Some(step), Some(period)) => step < TURN_PERIODS * period,
+                    (Some(step), None) => step < TURN_PERIODS,
+                    _ => false,
+                };
+                if kind == K::DataloaderStarvation && (sw.low == 0 || short) {
+                    // Decided from the steps: the readings cannot show whether the GPUs idle
+                    // together or in turn.
+                    out.push_str(
+                        "; its steps are too short for the driver's sampling to show whether the GPUs idle \
+                         together or in turn, so the steps decided: if this GPU is a pipeline stage, these may be \
+                         pipeline bubbles",
+                    );
+                }
             }
             memory_phrase(&mut out, now);
             pct(&mut out, "memory controller", s.memory_controller.get());

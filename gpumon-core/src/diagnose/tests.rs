@@ -748,3 +748,88 @@ fn idle_allocated_evidence_quotes_what_the_rule_tested() {
     let e = evidence.expect("raised");
     assert!(e.starts_with("utilisation at most 5 % on "), "{e}");
 }
+
+/// GPUs whose every reading is a steady `level` (the driver's sampling period averages each
+/// step's busy and idle stretches away), with memory held; GPU `i`'s run (rank `i`) reports a
+/// 0.3 s step at every tick with that mean, when `marked` says so.
+fn averaged_tick(rig: &mut Rig, tick: u64, levels: &[f64], marked: &[bool]) -> Diagnosis {
+    use crate::steps::{DeviceStep, RunSteps, StepReport, Steps};
+    let mut devices = Vec::new();
+    let mut runs = Vec::new();
+    for (i, (&level, &marks)) in levels.iter().zip(marked).enumerate() {
+        let mut d = busy(i as u32);
+        d.utilization.gpu = Some(level);
+        d.windows.gpu_utilization = Some(WindowStats { min: level - 0.02, max: level + 0.02, mean: level, count: 1 });
+        d.utilization.memory = Some(0.1);
+        d.windows.memory_utilization = None;
+        d.gpm = Default::default();
+        if marks {
+            let mut report = StepReport::new(tick, Duration::from_millis(300));
+            let mut g = DeviceStep::new(d.info.uuid.clone());
+            g.utilization_mean = Some(level);
+            report.devices.push(g);
+            let mut run = RunSteps::new("train", Some(i as u32));
+            run.last_duration = Some(report.duration);
+            run.last = Some(report.clone());
+            run.reported = vec![report];
+            runs.push(run);
+        }
+        devices.push(d);
+    }
+    rig.tick += 1;
+    let mut s = Snapshot::new(rig.system.clone(), devices)
+        .with_seq(rig.tick)
+        .with_taken_at(UNIX_EPOCH + Duration::from_secs(1_700_000_000 + rig.tick));
+    if !runs.is_empty() {
+        s.steps = Some(Steps { runs, ..Default::default() });
+    }
+    rig.d.process(&mut s);
+    s.diagnosis.unwrap()
+}
+
+#[test]
+fn marked_steps_decide_starvation_where_the_readings_average_it_away() {
+    // Two GPUs at a steady 40 % in every reading: without steps nothing tells a starving loop
+    // from steady light work, and nothing is raised.
+    let mut unmarked = Rig::new(10);
+    for tick in 1..=20 {
+        let d = averaged_tick(&mut unmarked, tick, &[0.4, 0.4], &[false, false]);
+        assert!(d.active.is_empty(), "{:?}", kinds_on(&d));
+    }
+    // With GPU 0's rank marking its steps, its steps are 60 % idle: starvation, on GPU 0 only
+    // (GPU 1 has no run of its own: rank 0's steps are not its steps).
+    let mut marked = Rig::new(10);
+    let mut evidence = None;
+    for tick in 1..=20 {
+        let d = averaged_tick(&mut marked, tick, &[0.4, 0.4], &[true, false]);
+        if let Some(f) = first_raise(&d, FindingKind::DataloaderStarvation) {
+            assert_eq!(f.gpu, Some(0));
+            evidence = Some(f.evidence.clone());
+        }
+        if tick == 20 {
+            assert_eq!(kinds_on(&d), vec![(Some(0), FindingKind::DataloaderStarvation)]);
+        }
+    }
+    let e = evidence.expect("raised");
+    assert!(e.contains("its marked steps 40 % busy on average (60 % of each step idle"), "{e}");
+    assert!(e.contains("these may be pipeline bubbles"), "{e}");
+    assert!(e.contains("of train rank 0 took 0.30 s, 0.18 s of it idle (40 % mean utilisation)"), "{e}");
+}
+
+#[test]
+fn marked_steps_of_a_busy_loop_or_a_straggler_are_not_starvation() {
+    // Busy steps: nothing.
+    let mut rig = Rig::new(10);
+    for tick in 1..=20 {
+        let d = averaged_tick(&mut rig, tick, &[0.95, 0.94], &[true, true]);
+        assert!(d.active.is_empty(), "{:?}", kinds_on(&d));
+    }
+    // One rank at 55 % among three at 96 %, all marked: a straggler, not a starving loader
+    // (a loader holds back every rank of the job alike).
+    let mut rig = Rig::new(10);
+    let mut last = None;
+    for tick in 1..=20 {
+        last = Some(averaged_tick(&mut rig, tick, &[0.96, 0.96, 0.55, 0.96], &[true; 4]));
+    }
+    assert_eq!(kinds_on(&last.unwrap()), vec![(Some(2), FindingKind::Straggler)]);
+}

@@ -381,6 +381,33 @@ impl StepRegistry {
         cell.mark(step, self.shared.clock.now())
     }
 
+    /// [`StepRegistry::record`] at a given time rather than now: marks read back from a log, or
+    /// made by a simulation whose clock is not the wall clock (the accuracy test marks the mock's
+    /// steps in simulated time). `at` must be on the clock of the snapshots' `taken_at`.
+    ///
+    /// ```
+    /// use std::time::{Duration, UNIX_EPOCH};
+    /// use gpumon_core::steps::{StepConfig, StepTracker};
+    ///
+    /// let (_tracker, steps) = StepTracker::new(StepConfig::default())?;
+    /// let at = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    /// steps.record_at("train", Some(0), 1, at)?;
+    /// steps.record_at("train", Some(0), 2, at + Duration::from_millis(300))?;
+    /// assert!(steps.record_at("train", Some(0), 2, at).is_err()); // steps only go up
+    /// # Ok::<(), gpumon_core::steps::StepError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`StepRegistry::record`].
+    pub fn record_at(&self, job: &str, rank: Option<u32>, step: u64, at: SystemTime) -> Result<(), StepError> {
+        let nanos = at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        let cell = self.find_or_create(job, rank, 0)?;
+        cell.mark(step, nanos)
+    }
+
     /// How many runs are registered.
     pub fn len(&self) -> usize {
         self.shared.count.load(Ordering::Acquire)
@@ -514,6 +541,19 @@ impl RunSteps {
     }
 }
 
+impl RunSteps {
+    /// The mean utilisation of GPU `uuid` over the steps reported at this tick; `None` when none
+    /// was reported or none had a reading.
+    pub fn reported_utilization(&self, uuid: &str) -> Option<f64> {
+        let (sum, n) = self
+            .reported
+            .iter()
+            .filter_map(|s| s.devices.iter().find(|d| d.uuid == uuid)?.utilization_mean)
+            .fold((0.0, 0u32), |(sum, n), u| (sum + u, n + 1));
+        (n > 0).then(|| sum / f64::from(n))
+    }
+}
+
 impl StepReport {
     /// The report of step `step`, which took `duration`; no samples, no GPU.
     pub fn new(step: u64, duration: Duration) -> Self {
@@ -534,25 +574,44 @@ impl Steps {
         self.runs.iter().find(|r| r.job == job && r.rank == rank)
     }
 
-    /// What the last reported step says about the GPU `uuid`, for a finding's evidence:
-    /// `step 42 of train rank 0 took 1.25 s, 0.44 s of it idle (65 % mean utilisation)` — the
-    /// idle share `(1 − mean utilisation) × duration` is the time the GPU waited between steps.
-    /// `None` when no run has reported a step with figures for it.
-    pub fn evidence_for(&self, uuid: &str) -> Option<String> {
-        self.runs.iter().find_map(|run| {
-            let last = run.last.as_ref()?;
-            let gpu = last.devices.iter().find(|d| d.uuid == uuid)?;
-            let mean = gpu.utilization_mean?;
-            let secs = last.duration.as_secs_f64();
-            let rank = run.rank.map(|r| format!(" rank {r}")).unwrap_or_default();
-            Some(format!(
-                "step {} of {}{rank} took {secs:.2} s, {:.2} s of it idle ({:.0} % mean utilisation)",
-                last.step,
-                run.job,
-                (1.0 - mean).clamp(0.0, 1.0) * secs,
-                mean * 100.0
-            ))
-        })
+    /// The run whose steps GPU `index` (`uuid`) works on: the run whose rank is the GPU's index
+    /// (ranks are *local* ranks, and rank `r` drives GPU `r`, as `torch.cuda.set_device(local_rank)`
+    /// does); else, when only one run is registered, that run (a single training loop — the Python
+    /// `Monitor`, which samples only its rank's own GPUs); else a run without a rank. `None` when
+    /// no run fits: a GPU that no marked loop drives has no steps.
+    pub fn for_gpu(&self, index: u32) -> Option<&RunSteps> {
+        self.runs
+            .iter()
+            .find(|r| r.rank == Some(index))
+            .or_else(|| if self.runs.len() == 1 { self.runs.first() } else { None })
+            .or_else(|| self.runs.iter().find(|r| r.rank.is_none()))
+    }
+
+    /// The mean utilisation of GPU `index` (`uuid`) over the steps its run (see
+    /// [`Steps::for_gpu`]) reported at this tick; `None` when none was reported or none had a
+    /// reading. What diagnosis weighs a step by.
+    pub fn reported_utilization(&self, index: u32, uuid: &str) -> Option<f64> {
+        self.for_gpu(index)?.reported_utilization(uuid)
+    }
+
+    /// What the last reported step of GPU `index`'s run (see [`Steps::for_gpu`]) says about it,
+    /// for a finding's evidence: `step 42 of train rank 3 took 1.25 s, 0.44 s of it idle (65 %
+    /// mean utilisation)` — the idle share `(1 − mean utilisation) × duration` is the time the
+    /// GPU waited between steps. `None` when its run has reported no step with figures for it.
+    pub fn evidence_for(&self, index: u32, uuid: &str) -> Option<String> {
+        let run = self.for_gpu(index)?;
+        let last = run.last.as_ref()?;
+        let gpu = last.devices.iter().find(|d| d.uuid == uuid)?;
+        let mean = gpu.utilization_mean?;
+        let secs = last.duration.as_secs_f64();
+        let rank = run.rank.map(|r| format!(" rank {r}")).unwrap_or_default();
+        Some(format!(
+            "step {} of {}{rank} took {secs:.2} s, {:.2} s of it idle ({:.0} % mean utilisation)",
+            last.step,
+            run.job,
+            (1.0 - mean).clamp(0.0, 1.0) * secs,
+            mean * 100.0
+        ))
     }
 }
 

@@ -294,3 +294,66 @@ fn every_step_of_the_first_period_is_reported() {
     assert_eq!(reported, [(1, Duration::from_millis(500)), (2, Duration::from_millis(500))]);
     assert_eq!(r.last_step, Some(2));
 }
+
+#[test]
+fn each_gpu_takes_the_steps_of_its_own_rank() {
+    let ranked = |ranks: &[Option<u32>]| Steps {
+        runs: ranks.iter().map(|r| RunSteps::new("train", *r)).collect(),
+        ..Default::default()
+    };
+    // Rank r drives GPU r; a GPU no rank drives has no steps.
+    let steps = ranked(&[Some(0), Some(1), Some(2)]);
+    assert_eq!(steps.for_gpu(1).and_then(|r| r.rank), Some(1));
+    assert_eq!(steps.for_gpu(2).and_then(|r| r.rank), Some(2));
+    assert!(steps.for_gpu(5).is_none());
+    // A single loop (the Python Monitor of rank 3, sampling its own GPU 6): its steps.
+    assert_eq!(ranked(&[Some(3)]).for_gpu(6).and_then(|r| r.rank), Some(3));
+    // Several runs, none for this GPU's index: the one without a rank.
+    let steps = ranked(&[Some(0), None]);
+    assert_eq!(steps.for_gpu(4).map(|r| r.rank), Some(None));
+}
+
+#[test]
+fn evidence_names_the_rank_of_the_gpu_it_is_about() {
+    let report = |uuid: &str, util: f64| {
+        let mut r = StepReport::new(7, Duration::from_secs(2));
+        let mut g = DeviceStep::new(uuid);
+        g.utilization_mean = Some(util);
+        r.devices.push(g);
+        r
+    };
+    let mut runs = Vec::new();
+    for rank in 0..2u32 {
+        let mut run = RunSteps::new("train", Some(rank));
+        // Every run's report carries every GPU's figures (the tracker sees the whole snapshot).
+        let mut r = report("GPU-0", 0.9);
+        r.devices.extend(report("GPU-1", 0.25).devices);
+        run.last = Some(r);
+        runs.push(run);
+    }
+    let steps = Steps { runs, ..Default::default() };
+    assert_eq!(
+        steps.evidence_for(1, "GPU-1").unwrap(),
+        "step 7 of train rank 1 took 2.00 s, 1.50 s of it idle (25 % mean utilisation)"
+    );
+    assert!(steps.evidence_for(0, "GPU-0").unwrap().starts_with("step 7 of train rank 0 "));
+    assert!(steps.evidence_for(3, "GPU-3").is_none());
+}
+
+#[test]
+fn marks_recorded_at_given_times_are_reported_with_those_durations() {
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let at = |ns: u64| UNIX_EPOCH + Duration::from_nanos(ns);
+    // The first mark of a recorded run has no known start: it sets the step, unreported.
+    steps.record_at("sim", Some(0), 1, at(T0 + SEC / 2)).unwrap();
+    let mut s = snap(1, T0 + SEC, 0.5, 1, 0.0);
+    tracker.process(&mut s);
+    assert!(s.steps.as_ref().unwrap().runs[0].reported.is_empty());
+    steps.record_at("sim", Some(0), 2, at(T0 + 3 * SEC / 2)).unwrap();
+    let mut s = snap(2, T0 + 2 * SEC, 0.5, 1, 0.0);
+    tracker.process(&mut s);
+    let run = &s.steps.as_ref().unwrap().runs[0];
+    assert_eq!(run.reported.len(), 1);
+    assert_eq!(run.reported[0].duration, Duration::from_secs(1));
+    assert!(steps.record_at("sim", Some(0), 2, at(T0 + 2 * SEC)).is_err());
+}
