@@ -23,6 +23,8 @@
 //!   few allocations per request are counted too, the same for both rows).
 //! - `diagnose.process (healthy|findings active)`: the diagnosis stage on one tick, past its
 //!   window — nothing raised, or every GPU with an active finding (memory at 97 %: near_oom).
+//! - `report.process (findings active)`: the run report on one tick after that diagnosis (its
+//!   sums per GPU, and the lost time of each held finding).
 //! - `runtime.tick`: one unscheduled agent tick (sample on the agent's sampling thread, fan-out to
 //!   a no-op sink, wait for it) — `AgentHandle::flush`.
 
@@ -32,7 +34,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpumon::core::diagnose::{DiagnoseConfig, Diagnoser};
+use gpumon::core::diagnose::{DiagnoseConfig, Diagnoser, Sampling};
+use gpumon::core::report::RunReport;
 use gpumon::core::{
     Agent, DeviceFilter, MetricSet, Processor, ProcessorContext, SampleRequest, Sampler, Sink, Snapshot,
 };
@@ -256,6 +259,23 @@ fn main() {
                 diagnoser.process(&mut ticks[i % 16]);
             }
             push(what, measure(warmup, iters, |i| diagnoser.process(&mut ticks[i % 16])));
+            if full {
+                // The run report after it: the per-GPU sums and each held finding's lost time.
+                let (report, _handle) = RunReport::new();
+                let mut report = report.with_diagnosis(
+                    &DiagnoseConfig::default(),
+                    Sampling::new(Duration::from_secs(1), MetricSet::default()),
+                );
+                report.attach(&ProcessorContext::new(Duration::from_secs(1)));
+                for i in 0..64 {
+                    diagnoser.process(&mut ticks[i % 16]);
+                    report.process(&mut ticks[i % 16]);
+                }
+                push(
+                    "report.process (findings active)",
+                    measure(warmup, iters, |i| report.process(&mut ticks[i % 16])),
+                );
+            }
         }
 
         let agent = rt.block_on(async {

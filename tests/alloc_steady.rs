@@ -10,7 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpumon::core::diagnose::{DiagnoseConfig, Diagnoser};
+use gpumon::core::diagnose::{DiagnoseConfig, Diagnoser, Sampling};
+use gpumon::core::report::RunReport;
 use gpumon::core::{DeviceFilter, MetricSet, Processor, ProcessorContext, SampleRequest, Sampler, Sink, Snapshot};
 use gpumon::sinks::influxdb::LineProtocolEncoder;
 use gpumon::sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};
@@ -157,6 +158,45 @@ fn diagnosis_allocates_nothing_per_tick_while_no_finding_is_raised_or_cleared() 
             });
             assert_eq!(n, 0, "{fleet}: diagnosis, findings held: {findings_held}");
         }
+    }
+}
+
+#[test]
+fn the_run_report_allocates_nothing_per_tick_while_findings_are_held() {
+    // The report charges every held finding its lost time on each tick (the overview's time
+    // lost per cause): that bookkeeping must stay allocation-free, like the diagnosis before it.
+    for fleet in FLEETS {
+        let mut ticks: Vec<Snapshot> = snapshots(fleet).iter().map(|s| (**s).clone()).collect();
+        for s in &mut ticks {
+            for d in &mut s.devices {
+                d.memory.used = d.memory.total.map(|t| t / 100 * 97);
+            }
+        }
+        let len = ticks.len();
+        let context = ProcessorContext::new(Duration::from_secs(1));
+        let mut diagnoser = Diagnoser::new(DiagnoseConfig::default()).unwrap();
+        diagnoser.attach(&context);
+        let (report, handle) = RunReport::new();
+        let mut report = report
+            .with_diagnosis(&DiagnoseConfig::default(), Sampling::new(Duration::from_secs(1), MetricSet::default()));
+        report.attach(&context);
+        let mut tick = |i: usize| {
+            diagnoser.process(&mut ticks[i % len]);
+            report.process(&mut ticks[i % len]);
+        };
+        for i in 0..64 {
+            tick(i);
+        }
+        let n = allocations(|| {
+            for i in 0..48 {
+                tick(i);
+            }
+        });
+        assert_eq!(n, 0, "{fleet}: diagnosis + run report, findings held");
+        let r = handle.report();
+        let held = r.gpus.iter().filter(|g| g.findings.iter().any(|f| f.active_at_exit)).count();
+        assert_eq!(held, r.gpus.len(), "{fleet}: a finding held on every GPU");
+        assert!(r.overview.main_cause.is_some());
     }
 }
 

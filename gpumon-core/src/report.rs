@@ -7,6 +7,11 @@
 //! the order they were added, and the report reads the diagnosis events of each tick), keep the
 //! [`ReportHandle`], and call [`ReportHandle::report`] when the run ends.
 //!
+//! The report opens with an [`Overview`] of the whole run — GPUs, wall time, GPU-time idle
+//! while allocated, the main cause with the GPU-time it cost, the time lost per cause, the
+//! driver's measured sampling period and the settings under which rules cannot work — then one
+//! [`GpuReport`] per GPU.
+//!
 //! What is measured, exactly:
 //! - **Utilisation** is the diagnosis "level": the driver's high-resolution mean over the
 //!   interval when the sample carries one, else the instantaneous `utilization.gpu`. Percentiles
@@ -15,11 +20,37 @@
 //! - **Energy** is the sum of the increases of the driver's energy counter between consecutive
 //!   ticks; without that counter (or with fewer than two readings), power × interval summed
 //!   over the ticks. [`GpuReport::energy_source`] says which.
-//! - **Idle while allocated** counts ticks whose level is at or below `idle_level` (5 %) while
-//!   memory used is at least `allocated_memory_ratio` (10 %) of the total — the diagnosis
-//!   thresholds, see [`RunReport::with_thresholds`] — times the interval.
+//! - **Allocated** ticks are those on which memory used is at least `allocated_memory_ratio`
+//!   (10 %) of the total, or a process is on the GPU — the diagnosis' own test, with its
+//!   thresholds (see [`RunReport::with_thresholds`]) — and a utilisation level is known.
+//! - **Idle while allocated** is GPU-time: on each allocated tick, `(1 − level) × interval`.
+//!   A GPU busy 38 % of an interval and idle the rest counts 62 % of that interval, however
+//!   short its idle stretches; a whole idle tick counts (nearly) the whole interval.
+//!   [`GpuReport::idle_allocated_ticks`] still counts the ticks at or below `idle_level` (5 %).
 //! - **Findings**: each raise is one entry; its held time runs from the tick that raised it to
-//!   the tick that cleared it, or — still active — to the last tick seen.
+//!   the tick that cleared it, or — still active — to the last tick seen. Each interval after
+//!   the raising tick, up to and including the clearing one, is charged to the finding.
+//! - **Time lost** ([`FindingReport::lost_gpu_seconds`], summed per kind in
+//!   [`Overview::causes`]) is what each charged interval cost, by kind of cause:
+//!   - utilisation causes (`dataloader_starvation`, `pipeline_bubbles`, `idle_allocated`,
+//!     `imbalance`, `straggler`, `pcie_bound`): the idle GPU-time, `(1 − level) × interval`;
+//!   - `memory_bound`: the idle SM time, `(1 − SM activity) × interval` (GPM's SM activity, else
+//!     the level, as the rule reads it);
+//!   - slowdowns (`thermal_throttling`, `power_throttling`, `external_slowdown`): busy time ×
+//!     clock reduction, `level × (1 − SM clock / max SM clock) × interval` (nothing without the
+//!     clocks);
+//!   - `hardware_errors`: the whole interval while the GPU is lost (nothing while it runs);
+//!   - `near_oom`: nothing — a risk, not a loss.
+//!
+//!   Causes can hold at once on one GPU (a straggler that is also hot), so the per-cause
+//!   figures do not add up to the idle total. The **main cause** is the kind that lost the most
+//!   GPU-time (when none lost any, the one held longest).
+//! - **Driver sampling period**: the driver samples utilisation at its own period (NVML: 1/6 s
+//!   to 1 s by product) and each tick's high-resolution window holds the samples taken since
+//!   the last tick. The period is the GPU-time from each GPU's first window on, divided by the
+//!   driver samples those windows held.
+//! - **Limitations** are [`limitations`] of the settings given
+//!   with [`RunReport::with_diagnosis`], with the device count seen and the measured period.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -51,13 +82,22 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use crate::diagnose::Thresholds;
-use crate::finding::{FindingKind, Severity, Transition};
+use crate::diagnose::{limitations, DiagnoseConfig, Limitation, Sampling, Thresholds};
+use crate::finding::{FindingEvent, FindingKind, Severity, Transition};
 use crate::model::{DeviceSample, Snapshot};
 use crate::processor::{Processor, ProcessorContext};
 
 /// Histogram bins per unit of utilisation: 0.1 % resolution.
 const BINS_PER_UNIT: usize = 1000;
+
+/// How many finding kinds there are: one bit each in [`GpuAcc::open`].
+const KINDS: usize = FindingKind::ALL.len();
+const _: () = assert!(KINDS <= 32, "GpuAcc::open is a u32");
+
+/// Position of `kind` in [`FindingKind::ALL`].
+fn slot(kind: FindingKind) -> usize {
+    FindingKind::ALL.iter().position(|k| *k == kind).unwrap_or(0)
+}
 
 /// Where a GPU's energy figure comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +128,9 @@ pub struct FindingReport {
     pub held_seconds: f64,
     /// Still active when the run ended.
     pub active_at_exit: bool,
+    /// GPU-time this cause cost while it held, seconds (see the [module docs](self) for what
+    /// each kind counts).
+    pub lost_gpu_seconds: f64,
     /// The numbers that raised it.
     pub evidence: String,
     /// What to do about it.
@@ -123,9 +166,12 @@ pub struct GpuReport {
     pub energy_joules: Option<f64>,
     /// Where [`GpuReport::energy_joules`] comes from.
     pub energy_source: Option<EnergySource>,
-    /// Ticks idle (level ≤ `idle_level`) while memory was allocated.
+    /// Whole ticks idle (level ≤ `idle_level`) while allocated.
     pub idle_allocated_ticks: u64,
-    /// Those ticks × the interval, seconds of GPU time.
+    /// GPU-time allocated (ticks allocated with a known level × the interval), seconds.
+    pub allocated_seconds: f64,
+    /// Idle GPU-time while allocated: `(1 − level) × interval` summed over the allocated
+    /// ticks, seconds — idle time within intervals counts, not only whole idle ticks.
     pub idle_allocated_seconds: f64,
     /// Every finding raised on this GPU, in the order raised.
     pub findings: Vec<FindingReport>,
@@ -146,10 +192,61 @@ pub struct Report {
     pub interval_seconds: f64,
     /// Wall time from the first to the last tick, seconds.
     pub wall_seconds: f64,
+    /// The whole run at a glance: what the human form prints first.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub overview: Overview,
     /// Per GPU, ordered by index (then UUID).
     pub gpus: Vec<GpuReport>,
     /// Findings about the host rather than one GPU.
     pub host_findings: Vec<FindingReport>,
+}
+
+/// The run at a glance, over every GPU: [`Report::overview`].
+///
+/// GPU-time is seconds of one GPU: eight GPUs over a minute are 480 GPU-seconds
+/// (divide by 3 600 for GPU-hours).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct Overview {
+    /// GPUs seen during the run.
+    pub gpus: usize,
+    /// GPU-time observed: every GPU's ticks up × the interval, seconds.
+    pub gpu_seconds: f64,
+    /// GPU-time allocated, seconds (the sum of [`GpuReport::allocated_seconds`]).
+    pub allocated_seconds: f64,
+    /// Idle GPU-time while allocated, seconds (the sum of
+    /// [`GpuReport::idle_allocated_seconds`]).
+    pub idle_allocated_seconds: f64,
+    /// The cause that cost the most GPU-time (when none cost any, the one held longest); the
+    /// first of [`Overview::causes`]. `None` when nothing was raised on any GPU.
+    pub main_cause: Option<CauseReport>,
+    /// Per kind raised on any GPU, the time it held and the time it cost; most costly first.
+    pub causes: Vec<CauseReport>,
+    /// The driver's utilisation sampling period measured from the high-resolution windows,
+    /// seconds; `None` without any driver sample.
+    pub driver_sample_period_seconds: Option<f64>,
+    /// Settings under which rules cannot work (see [`limitations`]);
+    /// empty when none, or when the report was not told the settings
+    /// ([`RunReport::with_diagnosis`]).
+    pub limitations: Vec<Limitation>,
+}
+
+/// One kind of finding over the whole run.
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct CauseReport {
+    /// The kind.
+    pub kind: FindingKind,
+    /// GPUs it was raised on.
+    pub gpus: usize,
+    /// Times it was raised, over every GPU.
+    pub raised: usize,
+    /// GPU-time it held: the sum of its findings' [`FindingReport::held_seconds`], seconds.
+    pub active_gpu_seconds: f64,
+    /// GPU-time it cost: the sum of its findings' [`FindingReport::lost_gpu_seconds`], seconds.
+    pub lost_gpu_seconds: f64,
 }
 
 /// A fixed histogram of ratios in `0.0..=1.0`.
@@ -212,7 +309,16 @@ struct GpuAcc {
     counter_joules: f64,
     counter_deltas: u64,
     idle_ticks: u64,
+    allocated_seconds: f64,
+    idle_seconds: f64,
+    /// Driver samples in the high-resolution windows, and the ticks since the first window.
+    driver_samples: u64,
+    driver_ticks: u64,
     findings: Vec<Held>,
+    /// Bit `k` set: a finding of kind `k` (in [`FindingKind::ALL`] order) is open, and
+    /// `open_at[k]` is its position in `findings`.
+    open: u32,
+    open_at: [usize; KINDS],
 }
 
 impl GpuAcc {
@@ -232,7 +338,13 @@ impl GpuAcc {
             counter_joules: 0.0,
             counter_deltas: 0,
             idle_ticks: 0,
+            allocated_seconds: 0.0,
+            idle_seconds: 0.0,
+            driver_samples: 0,
+            driver_ticks: 0,
             findings: Vec::new(),
+            open: 0,
+            open_at: [0; KINDS],
         }
     }
 
@@ -240,6 +352,7 @@ impl GpuAcc {
         if !d.is_up() {
             // A lost GPU breaks the energy counter's chain: a reset may restart it.
             self.last_counter = None;
+            self.charge(|kind| if kind == FindingKind::HardwareErrors { interval } else { 0.0 });
             return;
         }
         self.samples += 1;
@@ -247,6 +360,12 @@ impl GpuAcc {
         if let Some(l) = level {
             self.util.add(l);
             self.util_sum += l;
+        }
+        if let Some(w) = d.windows.gpu_utilization {
+            self.driver_samples += u64::from(w.count);
+        }
+        if self.driver_samples > 0 {
+            self.driver_ticks += 1;
         }
         let total = d.memory.total.or(d.info.memory_total_bytes);
         if total.is_some() {
@@ -270,14 +389,59 @@ impl GpuAcc {
             }
             self.last_counter = Some(e);
         }
-        let allocated =
-            matches!((d.memory.used, total), (Some(u), Some(t)) if t > 0 && u as f64 / t as f64 >= allocated_ratio);
-        if allocated && level.is_some_and(|l| l <= idle_level) {
-            self.idle_ticks += 1;
+        let allocated = !d.processes.is_empty()
+            || matches!((d.memory.used, total), (Some(u), Some(t)) if t > 0 && u as f64 / t as f64 >= allocated_ratio);
+        let busy = level.map(|l| l.clamp(0.0, 1.0));
+        if let (true, Some(busy)) = (allocated, busy) {
+            self.allocated_seconds += interval;
+            self.idle_seconds += (1.0 - busy) * interval;
+            if busy <= idle_level {
+                self.idle_ticks += 1;
+            }
+        }
+        if self.open != 0 {
+            self.charge(|kind| lost(kind, d, busy, interval));
         }
     }
 
-    fn report(&self, uuid: &str, interval: f64, last: Option<SystemTime>) -> GpuReport {
+    /// Adds `cost(kind)` to each open finding's lost time.
+    fn charge(&mut self, cost: impl Fn(FindingKind) -> f64) {
+        let mut bits = self.open;
+        while bits != 0 {
+            let k = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if let Some(h) = self.findings.get_mut(self.open_at[k]) {
+                h.report.lost_gpu_seconds += cost(FindingKind::ALL[k]);
+            }
+        }
+    }
+
+    fn event(&mut self, event: &FindingEvent, at: SystemTime) {
+        let k = slot(event.finding.kind);
+        match event.transition {
+            Transition::Raised => {
+                if self.open & (1 << k) != 0 {
+                    // Raised again without a clear in between: the earlier one ends here.
+                    if let Some(h) = self.findings.get_mut(self.open_at[k]) {
+                        close(h, at, None);
+                    }
+                }
+                self.open |= 1 << k;
+                self.open_at[k] = self.findings.len();
+                self.findings.push(raised(event, at));
+            }
+            Transition::Cleared => {
+                if self.open & (1 << k) != 0 {
+                    self.open &= !(1 << k);
+                    if let Some(h) = self.findings.get_mut(self.open_at[k]) {
+                        close(h, at, event.held_for);
+                    }
+                }
+            }
+        }
+    }
+
+    fn report(&self, uuid: &str, last: Option<SystemTime>) -> GpuReport {
         let n = self.util.count;
         let (energy, source) = if self.counter_deltas > 0 {
             (Some(self.counter_joules), Some(EnergySource::Counter))
@@ -300,10 +464,58 @@ impl GpuAcc {
             energy_joules: energy,
             energy_source: source,
             idle_allocated_ticks: self.idle_ticks,
-            idle_allocated_seconds: self.idle_ticks as f64 * interval,
+            allocated_seconds: self.allocated_seconds,
+            idle_allocated_seconds: self.idle_seconds,
             findings: self.findings.iter().map(|h| finish(h, last)).collect(),
         }
     }
+}
+
+/// The GPU-time one interval of an open finding of `kind` cost, on a GPU that is up with
+/// utilisation level `busy` (see the module docs).
+fn lost(kind: FindingKind, d: &DeviceSample, busy: Option<f64>, interval: f64) -> f64 {
+    use FindingKind as K;
+    match kind {
+        K::DataloaderStarvation
+        | K::PipelineBubbles
+        | K::IdleAllocated
+        | K::Imbalance
+        | K::Straggler
+        | K::PcieBound => busy.map_or(0.0, |b| (1.0 - b) * interval),
+        K::MemoryBound => d.gpm.sm_activity.or(busy).map_or(0.0, |sm| (1.0 - sm.clamp(0.0, 1.0)) * interval),
+        K::ThermalThrottling | K::PowerThrottling | K::ExternalSlowdown => {
+            match (busy, d.clocks.sm, d.info.max_clocks.sm) {
+                (Some(b), Some(clock), Some(max)) if max > 0.0 => b * (1.0 - clock / max).clamp(0.0, 1.0) * interval,
+                _ => 0.0,
+            }
+        }
+        K::NearOom | K::HardwareErrors => 0.0,
+    }
+}
+
+/// A new entry for a raised finding.
+fn raised(event: &FindingEvent, at: SystemTime) -> Held {
+    let f = &event.finding;
+    Held {
+        report: FindingReport {
+            kind: f.kind,
+            severity: f.severity,
+            raised_at: at,
+            held_seconds: 0.0,
+            active_at_exit: false,
+            lost_gpu_seconds: 0.0,
+            evidence: f.evidence.clone(),
+            advice: f.advice.clone(),
+        },
+        open: true,
+    }
+}
+
+/// Closes `h` at `at` (or after `held_for`, as the diagnosis measured it).
+fn close(h: &mut Held, at: SystemTime, held_for: Option<Duration>) {
+    h.open = false;
+    h.report.held_seconds =
+        held_for.or_else(|| at.duration_since(h.report.raised_at).ok()).map_or(0.0, |d| d.as_secs_f64());
 }
 
 /// A finding's entry as of `last`: open ones are held until the last tick.
@@ -321,6 +533,8 @@ struct State {
     interval: Duration,
     idle_level: f64,
     allocated_ratio: f64,
+    /// The settings to list the limitations of ([`RunReport::with_diagnosis`]).
+    diagnosis: Option<(DiagnoseConfig, Sampling)>,
     hostname: String,
     ticks: u64,
     first: Option<SystemTime>,
@@ -330,28 +544,81 @@ struct State {
 }
 
 impl State {
-    fn findings_of(&mut self, uuid: Option<&str>) -> Option<&mut Vec<Held>> {
-        match uuid {
-            None => Some(&mut self.host_findings),
-            Some(u) => self.gpus.get_mut(u).map(|g| &mut g.findings),
-        }
-    }
-
     fn report(&self) -> Report {
         let interval = self.interval.as_secs_f64();
-        let mut gpus: Vec<GpuReport> = self.gpus.iter().map(|(u, g)| g.report(u, interval, self.last)).collect();
+        let mut gpus: Vec<GpuReport> = self.gpus.iter().map(|(u, g)| g.report(u, self.last)).collect();
         gpus.sort_by(|a, b| (a.index, &a.uuid).cmp(&(b.index, &b.uuid)));
         let wall = match (self.first, self.last) {
             (Some(a), Some(b)) => b.duration_since(a).map_or(0.0, |d| d.as_secs_f64()),
             _ => 0.0,
         };
+        let overview = self.overview(&gpus, interval);
         Report {
             hostname: self.hostname.clone(),
             ticks: self.ticks,
             interval_seconds: interval,
             wall_seconds: wall,
+            overview,
             gpus,
             host_findings: self.host_findings.iter().map(|h| finish(h, self.last)).collect(),
+        }
+    }
+
+    fn overview(&self, gpus: &[GpuReport], interval: f64) -> Overview {
+        let mut causes: Vec<CauseReport> = Vec::new();
+        for g in gpus {
+            for (i, f) in g.findings.iter().enumerate() {
+                let first_on_gpu = !g.findings[..i].iter().any(|e| e.kind == f.kind);
+                let c = match causes.iter_mut().find(|c| c.kind == f.kind) {
+                    Some(c) => c,
+                    None => {
+                        causes.push(CauseReport {
+                            kind: f.kind,
+                            gpus: 0,
+                            raised: 0,
+                            active_gpu_seconds: 0.0,
+                            lost_gpu_seconds: 0.0,
+                        });
+                        causes.last_mut().expect("just pushed")
+                    }
+                };
+                c.gpus += usize::from(first_on_gpu);
+                c.raised += 1;
+                c.active_gpu_seconds += f.held_seconds;
+                c.lost_gpu_seconds += f.lost_gpu_seconds;
+            }
+        }
+        causes.sort_by(|a, b| {
+            b.lost_gpu_seconds
+                .total_cmp(&a.lost_gpu_seconds)
+                .then(b.active_gpu_seconds.total_cmp(&a.active_gpu_seconds))
+                .then(a.kind.cmp(&b.kind))
+        });
+        let (samples, ticks) =
+            self.gpus.values().fold((0u64, 0u64), |(s, t), g| (s + g.driver_samples, t + g.driver_ticks));
+        let period = (samples > 0).then(|| ticks as f64 * interval / samples as f64);
+        let limitations = match &self.diagnosis {
+            Some((config, sampling)) => {
+                let mut sampling = *sampling;
+                if !gpus.is_empty() {
+                    sampling = sampling.devices(gpus.len());
+                }
+                if let Some(p) = period.filter(|p| p.is_finite()) {
+                    sampling = sampling.driver_period(Duration::from_secs_f64(p));
+                }
+                limitations(config, &sampling)
+            }
+            None => Vec::new(),
+        };
+        Overview {
+            gpus: gpus.len(),
+            gpu_seconds: gpus.iter().map(|g| g.samples as f64 * interval).sum(),
+            allocated_seconds: gpus.iter().map(|g| g.allocated_seconds).sum(),
+            idle_allocated_seconds: gpus.iter().map(|g| g.idle_allocated_seconds).sum(),
+            main_cause: causes.first().cloned(),
+            causes,
+            driver_sample_period_seconds: period,
+            limitations,
         }
     }
 }
@@ -386,6 +653,7 @@ impl RunReport {
             interval: Duration::from_secs(1),
             idle_level: defaults.idle_level,
             allocated_ratio: defaults.allocated_memory_ratio,
+            diagnosis: None,
             hostname: String::new(),
             ticks: 0,
             first: None,
@@ -406,6 +674,32 @@ impl RunReport {
             s.allocated_ratio = thresholds.allocated_memory_ratio;
         }
         self
+    }
+
+    /// Uses `config`'s thresholds (as [`RunReport::with_thresholds`]) and lists in the overview
+    /// the [`limitations`] of diagnosing with `config` under
+    /// `sampling` — with the number of GPUs seen and the measured driver sampling period when
+    /// the report is read.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gpumon_core::diagnose::{DiagnoseConfig, Sampling};
+    /// use gpumon_core::report::RunReport;
+    /// use gpumon_core::{FindingKind, MetricSet};
+    ///
+    /// let config = DiagnoseConfig::default();
+    /// let sampling = Sampling::new(Duration::from_secs(1), MetricSet::default());
+    /// let (report, handle) = RunReport::new();
+    /// let _report = report.with_diagnosis(&config, sampling);
+    /// // PCIe throughput is opt-in: pcie_bound cannot work, and the report says so.
+    /// let limits = handle.report().overview.limitations;
+    /// assert!(limits.iter().any(|l| l.rules == [FindingKind::PcieBound]));
+    /// ```
+    #[must_use]
+    pub fn with_diagnosis(self, config: &DiagnoseConfig, sampling: Sampling) -> Self {
+        let this = self.with_thresholds(&config.thresholds);
+        this.state.lock().unwrap_or_else(PoisonError::into_inner).diagnosis = Some((config.clone(), sampling));
+        this
     }
 }
 
@@ -438,30 +732,21 @@ impl Processor for RunReport {
         let Some(diagnosis) = &snapshot.diagnosis else { return };
         let at = snapshot.taken_at;
         for event in &diagnosis.events {
-            let f = &event.finding;
-            let Some(list) = s.findings_of(f.uuid.as_deref()) else { continue };
-            match event.transition {
-                Transition::Raised => list.push(Held {
-                    report: FindingReport {
-                        kind: f.kind,
-                        severity: f.severity,
-                        raised_at: at,
-                        held_seconds: 0.0,
-                        active_at_exit: false,
-                        evidence: f.evidence.clone(),
-                        advice: f.advice.clone(),
-                    },
-                    open: true,
-                }),
-                Transition::Cleared => {
-                    if let Some(h) = list.iter_mut().rev().find(|h| h.open && h.report.kind == f.kind) {
-                        h.open = false;
-                        h.report.held_seconds = event
-                            .held_for
-                            .or_else(|| at.duration_since(h.report.raised_at).ok())
-                            .map_or(0.0, |d| d.as_secs_f64());
+            match event.finding.uuid.as_deref() {
+                Some(u) => {
+                    if let Some(g) = s.gpus.get_mut(u) {
+                        g.event(event, at);
                     }
                 }
+                None => match event.transition {
+                    Transition::Raised => s.host_findings.push(raised(event, at)),
+                    Transition::Cleared => {
+                        let kind = event.finding.kind;
+                        if let Some(h) = s.host_findings.iter_mut().rev().find(|h| h.open && h.report.kind == kind) {
+                            close(h, at, event.held_for);
+                        }
+                    }
+                },
             }
         }
     }
@@ -471,8 +756,81 @@ fn gib(bytes: u64) -> f64 {
     bytes as f64 / 1_073_741_824.0
 }
 
+/// `1.234 GPU-h (4442.4 GPU-s)`.
+fn gpu_time(seconds: f64) -> String {
+    format!("{:.3} GPU-h ({seconds:.1} GPU-s)", seconds / 3600.0)
+}
+
+fn percent_of(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 {
+        part / whole * 100.0
+    } else {
+        0.0
+    }
+}
+
+fn write_overview(f: &mut fmt::Formatter<'_>, r: &Report) -> fmt::Result {
+    let o = &r.overview;
+    writeln!(f, "overview")?;
+    writeln!(
+        f,
+        "  GPUs                  {}, wall time {:.1} s, {} observed",
+        o.gpus,
+        r.wall_seconds,
+        gpu_time(o.gpu_seconds)
+    )?;
+    writeln!(
+        f,
+        "  idle while allocated  {} of {:.1} GPU-s allocated ({:.1} %)",
+        gpu_time(o.idle_allocated_seconds),
+        o.allocated_seconds,
+        percent_of(o.idle_allocated_seconds, o.allocated_seconds)
+    )?;
+    match &o.main_cause {
+        Some(c) => writeln!(
+            f,
+            "  main cause            {} on {} GPU(s): {} lost",
+            c.kind,
+            c.gpus,
+            gpu_time(c.lost_gpu_seconds)
+        )?,
+        None => writeln!(f, "  main cause            none: no finding was raised on any GPU")?,
+    }
+    if !o.causes.is_empty() {
+        writeln!(f, "  time lost per cause   (GPU-time; causes can hold at once, so they overlap)")?;
+        for c in &o.causes {
+            writeln!(
+                f,
+                "    {:<22} {:>8.1} GPU-s lost, held {:.1} GPU-s on {} GPU(s), raised {} time(s)",
+                c.kind.name(),
+                c.lost_gpu_seconds,
+                c.active_gpu_seconds,
+                c.gpus,
+                c.raised
+            )?;
+        }
+    }
+    match o.driver_sample_period_seconds {
+        Some(p) => writeln!(
+            f,
+            "  driver sampling       utilisation every {p:.3} s ({:.1} sample(s) per interval)",
+            r.interval_seconds / p
+        )?,
+        None => writeln!(f, "  driver sampling       unknown (no high-resolution utilisation samples)")?,
+    }
+    if o.limitations.is_empty() {
+        writeln!(f, "  limitations           none")?;
+    } else {
+        writeln!(f, "  limitations:")?;
+        for l in &o.limitations {
+            writeln!(f, "    [{}] {l}", l.severity)?;
+        }
+    }
+    Ok(())
+}
+
 fn write_finding(f: &mut fmt::Formatter<'_>, r: &FindingReport) -> fmt::Result {
-    write!(f, "    {} ({}) held {:.1} s", r.kind, r.severity, r.held_seconds)?;
+    write!(f, "    {} ({}) held {:.1} s, {:.1} GPU-s lost", r.kind, r.severity, r.held_seconds, r.lost_gpu_seconds)?;
     if r.active_at_exit {
         f.write_str(", still active at exit")?;
     }
@@ -490,6 +848,7 @@ impl fmt::Display for Report {
             "gpumon run report: host {}, {} tick(s) over {:.1} s, interval {} s",
             self.hostname, self.ticks, self.wall_seconds, self.interval_seconds
         )?;
+        write_overview(f, self)?;
         for g in &self.gpus {
             writeln!(f, "GPU {} {} ({}), {} sample(s)", g.index, g.name, g.uuid, g.samples)?;
             match (g.utilization_mean, g.utilization_p5, g.utilization_p95) {
@@ -521,8 +880,11 @@ impl fmt::Display for Report {
             writeln!(f)?;
             writeln!(
                 f,
-                "  idle while allocated  {:.1} s ({} tick(s))",
-                g.idle_allocated_seconds, g.idle_allocated_ticks
+                "  idle while allocated  {:.1} s of {:.1} s allocated ({:.1} %; {} whole idle tick(s))",
+                g.idle_allocated_seconds,
+                g.allocated_seconds,
+                percent_of(g.idle_allocated_seconds, g.allocated_seconds),
+                g.idle_allocated_ticks
             )?;
             if g.findings.is_empty() {
                 writeln!(f, "  findings      none")?;
@@ -660,13 +1022,251 @@ mod tests {
             d.memory.total = Some(total);
             report.process(&mut snapshot(tick as u64, interval, vec![d]));
         }
-        let idle = ticks.iter().filter(|(u, used)| *u <= 0.05 && *used as f64 / total as f64 >= 0.10).count() as u64;
+        let allocated: Vec<f64> =
+            ticks.iter().filter(|(_, used)| *used as f64 / total as f64 >= 0.10).map(|t| t.0).collect();
+        let idle = allocated.iter().filter(|u| **u <= 0.05).count() as u64;
         let g = &handle.report().gpus[0];
         assert_eq!(g.index, 3);
         assert_eq!(g.idle_allocated_ticks, idle);
-        assert_eq!(g.idle_allocated_seconds, idle as f64 * 0.1);
+        assert!((g.allocated_seconds - allocated.len() as f64 * 0.1).abs() < 1e-12, "{}", g.allocated_seconds);
+        let idle_seconds: f64 = allocated.iter().map(|u| (1.0 - u) * 0.1).sum();
+        assert!(
+            (g.idle_allocated_seconds - idle_seconds).abs() < 1e-12,
+            "{} vs {idle_seconds}",
+            g.idle_allocated_seconds
+        );
         assert_eq!(g.memory_peak_bytes, ticks.iter().map(|t| t.1).max());
         assert_eq!(g.memory_total_bytes, Some(total));
+    }
+
+    /// A sample allocated (40 of 80 GiB) whose high-resolution window reads `mean`, with `count`
+    /// driver samples (none: no window).
+    fn allocated(info: &Arc<DeviceInfo>, mean: f64, count: u32) -> DeviceSample {
+        let mut d = DeviceSample::new(info.clone());
+        d.utilization.gpu = Some(mean);
+        d.memory.used = Some(40 * GIB);
+        d.memory.total = Some(80 * GIB);
+        if count > 0 {
+            d.windows.gpu_utilization = Some(crate::model::WindowStats { min: 0.0, max: 1.0, mean, count });
+        }
+        d
+    }
+
+    #[test]
+    fn idle_within_intervals_counts_not_only_whole_idle_ticks() {
+        // The issue's case: a GPU busy 38 % of every interval in short stretches never has a
+        // whole idle tick, yet is idle 62 % of the time.
+        let interval = Duration::from_secs(1);
+        let (mut report, handle) = attached(interval);
+        let (a, b) = (info(0), info(1));
+        for tick in 0..50u64 {
+            let busy_twin = allocated(&b, 0.9, 6);
+            report.process(&mut snapshot(tick, interval, vec![allocated(&a, 0.38, 6), busy_twin]));
+        }
+        let r = handle.report();
+        let g = &r.gpus[0];
+        assert_eq!(g.idle_allocated_ticks, 0);
+        assert!((g.idle_allocated_seconds - 31.0).abs() < 1e-9, "{}", g.idle_allocated_seconds);
+        assert_eq!(g.allocated_seconds, 50.0);
+        let o = &r.overview;
+        assert_eq!(o.gpus, 2);
+        assert_eq!(o.gpu_seconds, 100.0);
+        assert_eq!(o.allocated_seconds, 100.0);
+        assert!((o.idle_allocated_seconds - 36.0).abs() < 1e-9, "31 + 50 × 0.1: {}", o.idle_allocated_seconds);
+        let text = r.to_string();
+        assert!(
+            text.contains("idle while allocated  31.0 s of 50.0 s allocated (62.0 %; 0 whole idle tick(s))"),
+            "{text}"
+        );
+        assert!(
+            text.contains("idle while allocated  0.010 GPU-h (36.0 GPU-s) of 100.0 GPU-s allocated (36.0 %)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn time_lost_is_counted_per_cause_and_the_costliest_is_the_main_one() {
+        let interval = Duration::from_millis(500);
+        let (mut report, handle) = attached(interval);
+        let starved = info(0);
+        let mut hot = DeviceInfo::new(1, "GPU-1", "NVIDIA H100 80GB HBM3");
+        hot.max_clocks.sm = Some(2000e6);
+        let hot = Arc::new(hot);
+        let membound = info(2);
+        let lost = info(3);
+        let last = 12u64;
+        for tick in 0..=last {
+            let mut s0 = allocated(&starved, 0.4, 3);
+            s0.gpm.sm_activity = Some(0.9); // read by memory_bound only
+            let mut s1 = allocated(&hot, 1.0, 3);
+            s1.clocks.sm = Some(1500e6);
+            let mut s2 = allocated(&membound, 0.95, 3);
+            s2.gpm.sm_activity = Some(0.3);
+            let mut s3 = allocated(&lost, 0.8, 3);
+            if (8..=9).contains(&tick) {
+                s3.state = DeviceState::Lost;
+            }
+            let mut s = snapshot(tick, interval, vec![s0, s1, s2, s3]);
+            let mut events = Vec::new();
+            let raise = |kind, uuid| event(Transition::Raised, kind, Some(uuid), None);
+            match tick {
+                1 => {
+                    events.push(raise(FindingKind::ThermalThrottling, "GPU-1"));
+                    events.push(raise(FindingKind::NearOom, "GPU-1"));
+                    events.push(raise(FindingKind::MemoryBound, "GPU-2"));
+                }
+                2 => events.push(raise(FindingKind::DataloaderStarvation, "GPU-0")),
+                6 => events.push(event(Transition::Cleared, FindingKind::DataloaderStarvation, Some("GPU-0"), None)),
+                7 => events.push(raise(FindingKind::HardwareErrors, "GPU-3")),
+                _ => {}
+            }
+            s.diagnosis = Some(Diagnosis { events, ..Diagnosis::default() });
+            report.process(&mut s);
+        }
+        let r = handle.report();
+        let lost_of = |gpu: usize, kind| {
+            let f = r.gpus[gpu].findings.iter().find(|f| f.kind == kind).unwrap();
+            f.lost_gpu_seconds
+        };
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        // Charged from the tick after the raise to the clearing tick: ticks 3–6, idle 60 %.
+        assert!(close(lost_of(0, FindingKind::DataloaderStarvation), 4.0 * 0.6 * 0.5));
+        // Busy 100 % at 75 % of the max clock: a quarter of ticks 2–12.
+        assert!(close(lost_of(1, FindingKind::ThermalThrottling), 11.0 * 0.25 * 0.5));
+        assert_eq!(lost_of(1, FindingKind::NearOom), 0.0);
+        // SM activity 30 %, whatever the utilisation.
+        assert!(close(lost_of(2, FindingKind::MemoryBound), 11.0 * 0.7 * 0.5));
+        // The two ticks the GPU was lost, whole.
+        assert!(close(lost_of(3, FindingKind::HardwareErrors), 2.0 * 0.5));
+
+        let kinds: Vec<_> = r.overview.causes.iter().map(|c| c.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                FindingKind::MemoryBound,
+                FindingKind::ThermalThrottling,
+                FindingKind::DataloaderStarvation,
+                FindingKind::HardwareErrors,
+                FindingKind::NearOom
+            ]
+        );
+        let main = r.overview.main_cause.as_ref().unwrap();
+        assert_eq!((main.kind, main.gpus, main.raised), (FindingKind::MemoryBound, 1, 1));
+        assert!(close(main.active_gpu_seconds, 11.0 * 0.5));
+        let starvation = &r.overview.causes[2];
+        assert!(close(starvation.active_gpu_seconds, 4.0 * 0.5), "{starvation:?}");
+        let text = r.to_string();
+        assert!(
+            text.contains("main cause            memory_bound on 1 GPU(s): 0.001 GPU-h (3.9 GPU-s) lost"),
+            "{text}"
+        );
+        assert!(text.contains("    dataloader_starvation       1.2 GPU-s lost, held 2.0 GPU-s on 1 GPU(s)"), "{text}");
+        assert!(text.contains("dataloader_starvation (warning) held 2.0 s, 1.2 GPU-s lost"), "{text}");
+    }
+
+    #[test]
+    fn one_cause_on_several_gpus_adds_up_and_without_loss_the_longest_held_leads() {
+        let interval = Duration::from_secs(1);
+        let (mut report, handle) = attached(interval);
+        let gpus = [info(0), info(1)];
+        for tick in 0..10u64 {
+            let mut s = snapshot(tick, interval, gpus.iter().map(|g| allocated(g, 0.9, 0)).collect());
+            let mut events = Vec::new();
+            if tick == 2 || tick == 5 {
+                events.push(event(Transition::Raised, FindingKind::NearOom, Some("GPU-0"), None));
+            }
+            if tick == 4 {
+                events.push(event(Transition::Cleared, FindingKind::NearOom, Some("GPU-0"), None));
+                events.push(event(Transition::Raised, FindingKind::NearOom, Some("GPU-1"), None));
+            }
+            if tick == 3 {
+                events.push(event(Transition::Raised, FindingKind::PowerThrottling, Some("GPU-1"), None));
+            }
+            s.diagnosis = Some(Diagnosis { events, ..Diagnosis::default() });
+            report.process(&mut s);
+        }
+        let o = handle.report().overview;
+        // Power throttling without the clocks costs nothing known; near_oom never costs.
+        assert!(o.causes.iter().all(|c| c.lost_gpu_seconds == 0.0), "{o:#?}");
+        let main = o.main_cause.unwrap();
+        assert_eq!((main.kind, main.gpus, main.raised), (FindingKind::NearOom, 2, 3));
+        // GPU 0: 2 s (ticks 2–4) + 4 s (5–9, open); GPU 1: 5 s (4–9, open).
+        assert_eq!(main.active_gpu_seconds, 2.0 + 4.0 + 5.0);
+        assert_eq!(o.causes[1].kind, FindingKind::PowerThrottling);
+        assert_eq!(o.causes[1].active_gpu_seconds, 6.0);
+        // No high-resolution windows: the driver's period is not known.
+        assert_eq!(o.driver_sample_period_seconds, None);
+    }
+
+    #[test]
+    fn the_driver_sampling_period_is_measured_from_the_windows() {
+        // A 1 s driver under a 100 ms interval: one sample every tenth tick, none between.
+        let interval = Duration::from_millis(100);
+        let (mut report, handle) = attached(interval);
+        let gpu = info(0);
+        for tick in 0..100u64 {
+            let count = u32::from(tick % 10 == 3);
+            report.process(&mut snapshot(tick, interval, vec![allocated(&gpu, 0.5, count)]));
+        }
+        let period = handle.report().overview.driver_sample_period_seconds.unwrap();
+        // From the first window (tick 3) on: 97 ticks, 10 samples.
+        assert!((period - 0.97).abs() < 1e-9, "{period}");
+
+        // A 1/6 s driver under a 1 s interval: six a tick.
+        let interval = Duration::from_secs(1);
+        let (mut report, handle) = attached(interval);
+        for tick in 0..20u64 {
+            report.process(&mut snapshot(tick, interval, vec![allocated(&gpu, 0.5, 6)]));
+        }
+        let r = handle.report();
+        let period = r.overview.driver_sample_period_seconds.unwrap();
+        assert!((period - 1.0 / 6.0).abs() < 1e-9, "{period}");
+        assert!(r.to_string().contains("utilisation every 0.167 s (6.0 sample(s) per interval)"), "{r}");
+    }
+
+    #[test]
+    fn the_settings_given_are_listed_with_the_gpus_seen_and_the_measured_period() {
+        use crate::diagnose::Sampling;
+        use crate::metric::MetricSet;
+        let interval = Duration::from_millis(100);
+        let (report, handle) = RunReport::new();
+        let mut report =
+            report.with_diagnosis(&DiagnoseConfig::default(), Sampling::new(interval, MetricSet::default()));
+        report.attach(&ProcessorContext::new(interval));
+        // Before any tick: the settings alone.
+        let before = handle.report().overview.limitations;
+        assert!(before.iter().any(|l| l.rules == [FindingKind::PcieBound]), "{before:#?}");
+        assert!(!before.iter().any(|l| l.rules.contains(&FindingKind::Imbalance)), "device count unknown yet");
+        let gpu = info(0);
+        for tick in 0..60u64 {
+            let count = u32::from(tick % 5 == 0); // every 500 ms
+            report.process(&mut snapshot(tick, interval, vec![allocated(&gpu, 0.5, count)]));
+        }
+        let r = handle.report();
+        let limits = &r.overview.limitations;
+        // One GPU: the rules that compare GPUs cannot work.
+        assert!(
+            limits.iter().any(|l| l.rules.contains(&FindingKind::Imbalance) && l.reason.contains("1 GPU")),
+            "{limits:#?}"
+        );
+        let starvation = limits.iter().find(|l| l.rules == [FindingKind::DataloaderStarvation]).unwrap();
+        assert!(starvation.reason.contains("(measured here: 500ms)"), "{starvation}");
+        let text = r.to_string();
+        assert!(
+            text.contains(
+                "  limitations:\n    [warning] pcie_bound: PCIe throughput is not sampled; --enable pcie_throughput"
+            ),
+            "{text}"
+        );
+        #[cfg(feature = "serde")]
+        {
+            let v = serde_json::to_value(&r).unwrap();
+            let l = &v["overview"]["limitations"];
+            assert!(
+                l.as_array().unwrap().iter().any(|l| l["rules"][0] == "pcie_bound" && l["severity"] == "warning"),
+                "{l}"
+            );
+        }
     }
 
     #[test]
@@ -806,7 +1406,22 @@ mod tests {
         assert!(text.contains("mean 37.5 %, p5 0.0 %, p95 75.0 %"), "{text}");
         assert!(text.contains("peak 40.0 GiB of 80.0 GiB"), "{text}");
         assert!(text.contains("energy 0.8 kJ"), "{text}");
-        assert!(text.contains("idle_allocated (warning) held 2.0 s, still active at exit"), "{text}");
+        assert!(
+            text.starts_with("gpumon run report: host node-1, 4 tick(s) over 3.0 s, interval 1 s\noverview\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  GPUs                  1, wall time 3.0 s, 0.001 GPU-h (4.0 GPU-s) observed"),
+            "{text}"
+        );
+        // Charged on ticks 2 and 3, idle 50 % and 25 %.
+        assert!(text.contains("idle_allocated (warning) held 2.0 s, 0.8 GPU-s lost, still active at exit"), "{text}");
+        assert!(
+            text.contains("main cause            idle_allocated on 1 GPU(s): 0.000 GPU-h (0.8 GPU-s) lost"),
+            "{text}"
+        );
+        assert!(text.contains("driver sampling       unknown"), "{text}");
+        assert!(text.contains("limitations           none"), "{text}");
         #[cfg(feature = "serde")]
         {
             let json = serde_json::to_string(&r).unwrap();
@@ -815,6 +1430,17 @@ mod tests {
             let v: serde_json::Value = serde_json::from_str(&json).unwrap();
             assert_eq!(v["gpus"][0]["findings"][0]["kind"], "idle_allocated");
             assert_eq!(v["gpus"][0]["energy_source"], "integrated_power");
+            assert_eq!(v["gpus"][0]["findings"][0]["lost_gpu_seconds"], 0.75);
+            let o = &v["overview"];
+            assert_eq!(o["gpus"], 1);
+            assert_eq!(o["gpu_seconds"], 4.0);
+            assert_eq!(o["allocated_seconds"], 4.0);
+            assert_eq!(o["idle_allocated_seconds"], 2.5);
+            assert_eq!(o["main_cause"]["kind"], "idle_allocated");
+            assert_eq!(o["main_cause"]["lost_gpu_seconds"], 0.75);
+            assert_eq!(o["causes"][0]["active_gpu_seconds"], 2.0);
+            assert_eq!(o["driver_sample_period_seconds"], serde_json::Value::Null);
+            assert_eq!(o["limitations"], serde_json::json!([]));
         }
     }
 }

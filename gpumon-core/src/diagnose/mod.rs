@@ -49,8 +49,11 @@
 //! # Ok::<(), gpumon_core::diagnose::DiagnoseConfigError>(())
 //! ```
 
+mod limits;
 mod rules;
 mod window;
+
+pub use limits::{limitations, Limitation, Sampling, MIN_WINDOW_TICKS};
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use gpumon::core::diagnose::Sampling;
 use gpumon::core::trace::{ReplaySampler, ReplaySpeed};
 use gpumon::core::{Agent, AgentError, DeviceFilter, Family, MetricSet, SinkOptions};
 
@@ -460,7 +461,10 @@ async fn run(cli: Cli, file: FileConfig, mut settings: Settings) -> ExitCode {
     // Attribution first, then the step tracker before diagnosis: processors run in order.
     builder = settings.attribution.install(builder);
     builder = settings.steps.install(builder);
-    builder = settings.diagnose.install(builder);
+    let step_marks = cli.steps.steps_socket.is_some() || file.steps.socket.is_some();
+    let sampling = Sampling::new(settings.interval, settings.metrics).step_marks(step_marks);
+    settings.diagnose.say_limitations(&sampling);
+    builder = settings.diagnose.install(builder, sampling);
     let handle = match builder.spawn() {
         Ok(h) => h,
         Err(e) => return config_failure(&e.to_string()),
@@ -546,6 +550,7 @@ async fn run_replay(
         speed = %replay.speed,
         "replaying a trace"
     );
+    let recorded_gpus = header.devices.iter().filter(|d| settings.devices.allows(d)).count();
     let progress = replay.sampler.progress();
     let mut builder = Agent::builder(replay.sampler)
         .interval(settings.interval)
@@ -562,7 +567,9 @@ async fn run_replay(
     for sink in sinks {
         builder = builder.boxed_sink(sink, settings.sink_options);
     }
-    builder = settings.diagnose.install(builder);
+    let sampling = Sampling::new(settings.interval, settings.metrics).devices(recorded_gpus);
+    settings.diagnose.say_limitations(&sampling);
+    builder = settings.diagnose.install(builder, sampling);
     let handle = match builder.spawn() {
         Ok(h) => h,
         Err(e) => return config_failure(&e.to_string()),

@@ -18,9 +18,11 @@
 use std::future::Future;
 use std::time::Duration;
 
-use gpumon::core::diagnose::{DiagnoseConfig, DiagnoseConfigError, Diagnoser, Thresholds, DEFAULT_WINDOW};
+use gpumon::core::diagnose::{
+    limitations, DiagnoseConfig, DiagnoseConfigError, Diagnoser, Limitation, Sampling, Thresholds, DEFAULT_WINDOW,
+};
 use gpumon::core::report::{ReportHandle, RunReport};
-use gpumon::core::AgentBuilder;
+use gpumon::core::{AgentBuilder, Severity};
 use serde::Deserialize;
 
 use crate::app::ConfigError;
@@ -39,8 +41,10 @@ pub struct DiagnoseArgs {
     /// Run this long, then shut down gracefully (as on SIGTERM).
     #[arg(long, value_parser = gpumon::sinks::duration::parse_duration, value_name = "DURATION", conflicts_with = "once")]
     pub duration: Option<Duration>,
-    /// At exit, print a summary per GPU to stdout: utilisation mean/p5/p95, peak memory, mean
-    /// power, energy, idle time while allocated, and every finding with how long it held.
+    /// At exit, print a run report to stdout: an overview (GPUs, idle GPU-time while
+    /// allocated, the main cause and the time lost per cause, the settings under which rules
+    /// cannot work), then per GPU utilisation mean/p5/p95, peak memory, mean power, energy,
+    /// idle time while allocated, and every finding with how long it held and what it cost.
     /// Does not switch the stdout sink on.
     #[arg(long)]
     pub report: bool,
@@ -85,6 +89,8 @@ pub struct DiagnoseSection {
 #[derive(Debug)]
 pub struct Plan {
     diagnoser: Option<Diagnoser>,
+    /// The diagnosis settings, when diagnosis is on (for the limitations of the run).
+    config: Option<DiagnoseConfig>,
     thresholds: Thresholds,
     /// `--duration`.
     pub duration: Option<Duration>,
@@ -109,9 +115,11 @@ pub fn resolve(args: &DiagnoseArgs, file: &DiagnoseSection, interval: Duration) 
         return Err(ConfigError("--duration: must be greater than zero".into()));
     }
     let thresholds = cfg.thresholds;
+    let config = enabled.then(|| cfg.clone());
     let diagnoser = if enabled { Some(Diagnoser::new(cfg).map_err(|e| ConfigError(e.to_string()))?) } else { None };
     Ok(Plan {
         diagnoser,
+        config,
         thresholds,
         duration: args.duration,
         report: args.report_requested().then(|| args.report_format.unwrap_or_default()),
@@ -154,17 +162,38 @@ fn thresholds(table: &toml::Table) -> Result<Thresholds, ConfigError> {
 
 impl Plan {
     /// Adds the diagnosis stage and, when a report was asked for, the report after it
-    /// (processors run in order: the report reads each tick's diagnosis events).
-    pub fn install(&mut self, mut builder: AgentBuilder) -> AgentBuilder {
+    /// (processors run in order: the report reads each tick's diagnosis events). The report
+    /// lists the limitations of diagnosing under `sampling` in its overview.
+    pub fn install(&mut self, mut builder: AgentBuilder, sampling: Sampling) -> AgentBuilder {
         if let Some(d) = self.diagnoser.take() {
             builder = builder.processor(d);
         }
         if self.report.is_some() {
             let (report, handle) = RunReport::new();
-            builder = builder.processor(report.with_thresholds(&self.thresholds));
+            let report = match &self.config {
+                Some(config) => report.with_diagnosis(config, sampling),
+                None => report.with_thresholds(&self.thresholds),
+            };
+            builder = builder.processor(report);
             self.handle = Some(handle);
         }
         builder
+    }
+
+    /// The settings under which diagnosis rules cannot work (none when diagnosis is off).
+    pub fn limitations(&self, sampling: &Sampling) -> Vec<Limitation> {
+        self.config.as_ref().map(|c| limitations(c, sampling)).unwrap_or_default()
+    }
+
+    /// Says at start-up what [`Plan::limitations`] finds: a warning for each rule that cannot
+    /// raise anything under these settings, an info line for each case no setting reveals.
+    pub fn say_limitations(&self, sampling: &Sampling) {
+        for l in self.limitations(sampling) {
+            match l.severity {
+                Severity::Info => tracing::info!("diagnosis limitation: {l}"),
+                _ => tracing::warn!("diagnosis limitation: {l}"),
+            }
+        }
     }
 
     /// Waits for `signal`, or for `--duration` to pass.
