@@ -60,6 +60,9 @@ const NEAR_FULL: f64 = 0.95;
 const POWER_CAP_BLOCK: u64 = 30;
 /// Share of blocks with a power-cap event.
 const POWER_CAP_BLOCK_SHARE: f64 = 0.6;
+/// GPUs on phases: the share of the power limit from which the draw counts as at the limit
+/// (`sw_power_cap` reads only from there on).
+const POWER_CAPPED: f64 = 0.97;
 /// `power-capped`: one tick in this many the draw dips below the limit and the cap lifts.
 const POWER_CAP_RELIEF: u64 = 25;
 
@@ -224,11 +227,14 @@ impl MockFleet {
                 }
             }
         }
+        // A phase may name GPUs beyond the fleet (a scenario written for eight GPUs runs on
+        // four), but not only those: that is a typo or the wrong fleet.
         for (n, p) in scenario.phases.iter().enumerate() {
-            if let Some(&d) = p.gpus.iter().flatten().find(|&&d| d as usize >= gpu_count) {
+            if let Some(gpus) = p.gpus.as_ref().filter(|g| !g.is_empty() && g.iter().all(|&d| d as usize >= gpu_count))
+            {
                 return Err(ConfigError::invalid(
                     format!("phases[{n}].gpus"),
-                    format!("GPU {d} does not exist; the fleet has {gpu_count} GPUs"),
+                    format!("GPU {} does not exist; the fleet has {gpu_count} GPUs", gpus[0]),
                 ));
             }
         }
@@ -552,7 +558,8 @@ impl MockFleet {
             timeline: false,
         };
         if let Some(t) = self.timeline(dev.gpu) {
-            let at = t.tick(self.tick_end(tick), self.tick_period.as_secs_f64());
+            let end = self.tick_end(tick);
+            let at = t.tick(end, self.tick_period.as_secs_f64());
             let Some(phase) = at.phase else {
                 // No job on it: idle and empty, as before a job starts or after it ends.
                 return Load { util_window: None, timeline: true, ..idle };
@@ -560,21 +567,33 @@ impl MockFleet {
             let link_share = |share: f64| (link_kbps * share * d.range(stream::PCIE_RX, 0.9, 1.1)) as u64;
             let activity = at.activity;
             let mc = phase.memory_controller.map_or(0.45 * activity, |m| m * activity / phase.busy.max(1e-9)).min(1.0);
-            let reasons = phase.reason_bits().unwrap_or(0);
+            let mut reasons = phase.reason_bits().unwrap_or(0);
             let window = WindowStats::from_values(at.window.iter().copied()).map(|mut w| {
                 w.mean = w.mean.clamp(w.min, w.max);
                 w
             });
             let power_full = limit_mw as f64 * phase.power;
+            let power_mw = (idle_mw as f64 + (power_full - idle_mw as f64).max(0.0) * activity) as u64;
+            // The power cap holds only while the draw is at the limit: a dip below it lifts it.
+            if (power_mw as f64) < POWER_CAPPED * limit_mw as f64 {
+                reasons &= !ClockEventReasons::SW_POWER_CAP;
+            }
+            // Nothing ran all interval: the clocks drop to idle, as on a GPU with no work.
+            let mut sm_mhz = ((f64::from(max_sm) * phase.sm_clock) as u32).clamp(1, max_sm);
+            if activity < 0.005 {
+                reasons |= ClockEventReasons::GPU_IDLE;
+                sm_mhz = sm_mhz.min(idle.sm_mhz);
+            }
+            let temp_c = phase.temperature_at(end).unwrap_or(idle_t + 35.0 * activity);
             let load = Load {
                 gpu_pct: (at.latest * 100.0).round() as u32,
                 mem_pct: (mc * 100.0).floor() as u32,
                 dec_pct: 0,
-                mem_frac: phase.memory,
-                power_mw: (idle_mw as f64 + (power_full - idle_mw as f64).max(0.0) * activity) as u64,
+                mem_frac: phase.memory_at(end),
+                power_mw,
                 limit_mw,
-                temp_c: phase.temperature_c.unwrap_or(idle_t + 35.0 * activity) as u32,
-                sm_mhz: ((f64::from(max_sm) * phase.sm_clock) as u32).clamp(1, max_sm),
+                temp_c: temp_c.min(m.temperature_shutdown_celsius - 1.0) as u32,
+                sm_mhz,
                 mem_mhz: m.max_memory_clock_mhz,
                 video_mhz: (m.max_video_clock_mhz / 3).max(1),
                 reasons,
@@ -586,7 +605,8 @@ impl MockFleet {
                 dram: phase.dram.unwrap_or(mc),
                 util_window: window,
                 util_spread: 0.0,
-                power_spread: 0.03,
+                // Capped, the firmware holds the draw at the limit: its samples barely move.
+                power_spread: if reasons & ClockEventReasons::SW_POWER_CAP != 0 { 0.015 } else { 0.03 },
                 timeline: true,
             };
             return load;
@@ -1229,6 +1249,58 @@ mod tests {
         }
         let w = window(d, 1, 10, 1.0, 0.1, 1.0, 0.01);
         assert!(w.max <= 1.0);
+    }
+
+    fn phases(src: &str, profile: &str) -> Result<MockFleet, ConfigError> {
+        MockFleet::new(&FleetProfile::load(profile).unwrap(), &Scenario::from_toml_str(src, "test").unwrap(), 1)
+    }
+
+    #[test]
+    fn the_power_cap_lifts_when_the_draw_leaves_the_limit() {
+        // Pinned at the limit, with a 1 s dip to 90 % every 5 s (seconds 0-1, 5-6, …).
+        let f = phases(
+            "[[phases]]\nshape = \"dips\"\nbusy = 0.98\nidle = 0.9\nperiod_s = 5.0\ndip_s = 1.0\npower = 1.0\nreasons = [\"sw_power_cap\"]",
+            "h100x8",
+        )
+        .unwrap();
+        for tick in 1..=10 {
+            let l = f.load(0, tick);
+            let capped = l.reasons & ClockEventReasons::SW_POWER_CAP != 0;
+            let at_limit = l.power_mw as f64 >= POWER_CAPPED * l.limit_mw as f64;
+            assert_eq!(capped, at_limit, "tick {tick}: {l:?}");
+            assert_eq!(capped, tick % 5 != 1, "tick {tick}: the dip is the tick after each 5th second");
+        }
+    }
+
+    #[test]
+    fn a_gpu_with_nothing_running_idles_its_clocks() {
+        let f = phases("[[phases]]\nbusy = 0.0\nmemory = 0.4", "h100x8").unwrap();
+        let l = f.load(0, 3);
+        assert_eq!(l.reasons, ClockEventReasons::GPU_IDLE);
+        assert_eq!(l.sm_mhz, f.devices[0].model.idle_graphics_clock_mhz);
+        assert!(l.mem_frac == 0.4 && !l.busy);
+        // A busy one keeps its phase's clock and reasons.
+        let busy = phases("[[phases]]\nbusy = 0.5\nsm_clock = 0.8", "h100x8").unwrap().load(0, 3);
+        assert!(busy.reasons == 0 && busy.sm_mhz == (1980.0 * 0.8) as u32, "{busy:?}");
+    }
+
+    #[test]
+    fn temperature_stays_below_shutdown() {
+        // V100: slowdown 87 °C, shutdown 90 °C.
+        let f = phases("[[phases]]\ntemperature_c = 95.0", "mixed").unwrap();
+        let v100 = f.mock_devices().iter().find(|d| d.model().key == "v100-sxm2-32gb").unwrap().position();
+        assert_eq!(f.load(v100, 2).temp_c, 89);
+        assert_eq!(f.load(0, 2).temp_c, 91, "H100: shutdown 92 °C");
+    }
+
+    #[test]
+    fn phases_may_name_gpus_beyond_the_fleet_but_not_only_those() {
+        // Written for eight GPUs, run on two: GPU 1 takes the phase, 3, 5 and 7 are not there.
+        let f = phases("[[phases]]\nbusy = 0.9\n[[phases]]\ngpus = [1, 3, 5, 7]\nbusy = 0.1", "rtx4090x2").unwrap();
+        assert!(f.load(0, 3).gpu_pct >= 89 && f.load(f.gpu_position(1).unwrap(), 3).gpu_pct <= 10);
+        let e = phases("[[phases]]\nbusy = 0.9\n[[phases]]\ngpus = [3, 5]\nbusy = 0.1", "rtx4090x2").unwrap_err();
+        assert_eq!(e.key(), Some("phases[1].gpus"), "{e}");
+        assert!(e.to_string().contains("GPU 3 does not exist"), "{e}");
     }
 
     #[test]

@@ -67,12 +67,21 @@
 //! ## Scenarios
 //!
 //! Built-ins: `training` (the default), `idle`, `dataloader-starved`, `memory-bound`,
-//! `imbalance`, `thermal-throttling`, `power-capped`, `near-oom`, `idle-allocated`, `pcie-bound`
-//! (each runs the workload of the same name on every GPU), `lost-gpu` (training; GPU 3 lost from
-//! tick 5) and `ecc-burst` (training; GPU 1 gets 4 uncorrectable ECC errors, XID 48, at tick
-//! 10). Each shows one pattern gpumon's diagnosis recognises, with values clearly on one side of
-//! every rule's threshold (`tests/scenarios.rs` checks that contract on the raw data).
-//! [`Scenario::load`] takes a built-in name or a file path:
+//! `imbalance`, `thermal-throttling`, `power-capped`, `near-oom`, `idle-allocated`, `pcie-bound`,
+//! `lost-gpu` (training; GPU 3 lost from 5 s) and `ecc-burst` (training; GPU 1 gets 4
+//! uncorrectable ECC errors, XID 48, at tick 10). They are written in phases
+//! ([`Phase`]s: what each GPU does over simulated seconds, sampled by a driver every 1/6 s), so
+//! run with one tick per sampling interval ([`Scenario::following_interval`], as the agent does)
+//! each tick's high-resolution window holds what a real driver would have taken in it at any
+//! interval. Each shows one pattern gpumon's diagnosis recognises, with values clearly on one side
+//! of every rule's threshold (`tests/scenarios.rs` checks that contract on the raw data,
+//! `tests/diagnosis.rs` the findings at 100 ms, 1 s and 2 s); their files are in
+//! `gpumon-mock/profiles/scenarios/`.
+//!
+//! A scenario file can also name a [`Workload`] per GPU — the tick-based shapes below, kept for
+//! code ([`Scenario::new`]) and older files: every tick's window holds about ten samples per
+//! second of tick period, whatever the interval. [`Scenario::load`] takes a built-in name or a
+//! file path:
 //!
 //! ```toml
 //! name = "my-scenario"
@@ -139,6 +148,8 @@
 //! tests that drive the agent on a [`ManualClock`](gpumon_core::ManualClock) (`tests/runtime.rs`).
 //!
 //! ## Workloads
+//!
+//! The tick-based [`Workload`]s (not used by the built-in scenarios):
 //!
 //! | workload | GPU util | memory-controller util | memory used | power | other |
 //! |---|---|---|---|---|---|

@@ -1,4 +1,5 @@
-//! Scenarios: which workload each GPU runs, how long a tick is, and which faults strike when.
+//! Scenarios: what each GPU runs (phases over simulated time, or a tick-based workload), how
+//! long a tick is, and which faults strike when.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -29,11 +30,16 @@ const BUILTIN: &[(&str, &str)] = &[
     ("ecc-burst", include_str!("../profiles/scenarios/ecc-burst.toml")),
 ];
 
-/// What a GPU is doing over time. Every value is a pure function of (seed, device, tick).
+/// What a GPU is doing over time, as a function of the tick. Every value is a pure function of
+/// (seed, device, tick).
 ///
 /// Each workload shows one pattern gpumon's diagnosis recognises, with its values clearly on one
 /// side of every threshold (see `docs/diagnosis.md`); `training` and `idle` are the healthy
-/// baselines that must raise nothing.
+/// baselines that must raise nothing. Whatever the tick period, a tick's high-resolution window
+/// holds the shape the workload was written for (about ten driver samples per second of tick);
+/// a real driver samples at its own period. The built-in scenarios are written in phases
+/// ([`Phase`](crate::Phase)) for that reason; workloads remain for code ([`Scenario::new`]) and
+/// scenario files that name them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
@@ -310,7 +316,8 @@ impl Fault {
     }
 }
 
-/// Workloads, tick period and faults for a fleet.
+/// What a fleet runs: phases over simulated time (or tick-based workloads), the tick period
+/// and faults.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Scenario {
@@ -322,13 +329,17 @@ pub struct Scenario {
     pub workload: Workload,
     /// Per-GPU workloads by physical index.
     pub device_workloads: BTreeMap<u32, Workload>,
-    /// Simulated time between ticks (energy integrates power over it). Default 1 s.
+    /// Simulated time between ticks (energy integrates power over it and phases run on it).
+    /// Default 1 s; [`Scenario::following_interval`] makes it the sampling interval unless the
+    /// scenario set it (`tick_period_ms`, [`Scenario::with_tick_period`]).
     pub tick_period: Duration,
+    /// Whether `tick_period` was set rather than defaulted.
+    tick_period_set: bool,
     /// Scheduled faults.
     pub faults: Vec<Fault>,
     /// Seed for workloads unless the sampler is given one.
     pub seed: Option<u64>,
-    /// Phases over simulated time ([`crate::timeline`]): a GPU that any phase names runs them
+    /// Phases over simulated time ([`Phase`](crate::Phase)): a GPU that any phase names runs them
     /// instead of its [`Workload`] — idle and empty outside them.
     pub phases: Vec<crate::Phase>,
     /// The driver's utilisation sampling period for GPUs on phases, seconds (default 1/6 s).
@@ -351,6 +362,7 @@ impl Scenario {
             workload,
             device_workloads: BTreeMap::new(),
             tick_period: Duration::from_secs(1),
+            tick_period_set: false,
             faults: Vec::new(),
             seed: None,
             phases: Vec::new(),
@@ -358,7 +370,7 @@ impl Scenario {
         }
     }
 
-    /// Builder-style: adds a phase ([`crate::timeline`]).
+    /// Builder-style: adds a phase ([`Phase`](crate::Phase)).
     #[must_use]
     pub fn with_phase(mut self, phase: crate::Phase) -> Self {
         self.phases.push(phase);
@@ -395,6 +407,18 @@ impl Scenario {
     #[must_use]
     pub fn with_tick_period(mut self, period: Duration) -> Self {
         self.tick_period = period;
+        self.tick_period_set = true;
+        self
+    }
+
+    /// Builder-style: one tick is one sampling `interval` of simulated time — what a sampler
+    /// called every `interval` sees, driver samples and all — unless the scenario set its own
+    /// tick period. The agent and the Python binding run the mock this way.
+    #[must_use]
+    pub fn following_interval(mut self, interval: Duration) -> Self {
+        if !self.tick_period_set && !interval.is_zero() {
+            self.tick_period = interval;
+        }
         self
     }
 
@@ -403,7 +427,8 @@ impl Scenario {
         self.device_workloads.get(&device).copied().unwrap_or(self.workload)
     }
 
-    /// Names of the built-in scenarios.
+    /// Names of the built-in scenarios. Each is written in phases ([`Phase`](crate::Phase)), so its
+    /// driver samples are what a real driver would take at any interval.
     pub fn builtin_names() -> Vec<&'static str> {
         BUILTIN.iter().map(|(n, _)| *n).collect()
     }
@@ -482,6 +507,7 @@ impl Scenario {
             workload: raw.workload.unwrap_or_default(),
             device_workloads,
             tick_period,
+            tick_period_set: raw.tick_period_ms.is_some(),
             faults,
             seed: raw.seed,
             phases: raw.phases,
@@ -639,11 +665,32 @@ mod tests {
             assert_eq!(s.name, name);
             assert_eq!(s.tick_period, Duration::from_secs(1));
         }
+        // Every built-in is written in phases; only what phases cannot say stays a fault.
+        for name in Scenario::builtin_names() {
+            let s = Scenario::load(name).unwrap();
+            assert!((0..8).all(|g| s.has_phases(g)), "{name}: every GPU runs phases");
+            assert_eq!(s.driver_period_s, crate::DEFAULT_DRIVER_PERIOD_S, "{name}");
+            assert!(!Scenario::builtin_toml(name).unwrap().contains("workload"), "{name}");
+        }
         let lost = Scenario::load("lost-gpu").unwrap();
-        assert_eq!(lost.workload, Workload::Training);
-        assert_eq!(lost.faults, [Fault::DeviceLost { device: 3, at_tick: 5 }]);
-        assert_eq!(Scenario::load("dataloader-starved").unwrap().workload, Workload::DataloaderStarved);
+        assert!(lost.faults.is_empty());
+        assert!(lost.phases.iter().any(|p| p.lost && p.gpus.as_deref() == Some(&[3][..]) && p.from_s == 5.0));
+        assert_eq!(
+            Scenario::load("ecc-burst").unwrap().faults,
+            [Fault::EccBurst { device: 1, at_tick: 10, xid: 48, count: 4 }]
+        );
         assert!(matches!(Scenario::load("nope"), Err(ConfigError::UnknownName { .. })));
+    }
+
+    #[test]
+    fn ticks_follow_the_interval_unless_the_scenario_sets_them() {
+        let ms = Duration::from_millis;
+        assert_eq!(Scenario::builtin("training").unwrap().following_interval(ms(100)).tick_period, ms(100));
+        assert_eq!(Scenario::new(Workload::Idle).following_interval(ms(2000)).tick_period, ms(2000));
+        let set = Scenario::from_toml_str("tick_period_ms = 250", "x").unwrap();
+        assert_eq!(set.following_interval(ms(100)).tick_period, ms(250));
+        let built = Scenario::new(Workload::Idle).with_tick_period(ms(500));
+        assert_eq!(built.following_interval(ms(100)).tick_period, ms(500));
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Workloads described the way a person describes a job — phases over time with waveforms —
 //! and the driver's own utilisation sampling, independent of how often gpumon samples.
 //!
-//! The built-in [`Workload`](crate::Workload)s are functions of the tick: whatever the interval,
-//! each tick's high-resolution window holds the shape the workload was written for. A real
+//! The tick-based [`Workload`](crate::Workload)s are functions of the tick: whatever the
+//! interval, each tick's high-resolution window holds the shape the workload was written for.
+//! The built-in scenarios (`gpumon-mock/profiles/scenarios/`) and the corpus are written in phases. A real
 //! driver samples utilisation at its own period (NVML: "between 1 second and 1/6 second
 //! depending on the product"), each sample the busy share of the period before it, and
 //! `nvmlDeviceGetSamples` returns the samples taken since the last call: at a 100 ms interval
@@ -62,7 +63,8 @@ pub struct Phase {
     /// The physical GPUs it applies to; every GPU when absent.
     #[serde(default)]
     pub gpus: Option<Vec<u32>>,
-    /// Start, simulated seconds since the first tick.
+    /// Start, simulated seconds since the first tick. A phase from 0 (the default) was already
+    /// running before it: the first sample finds the job under way.
     #[serde(default)]
     pub from_s: f64,
     /// End (exclusive); open-ended when absent.
@@ -101,6 +103,10 @@ pub struct Phase {
     /// Memory used, share of the usable memory. Default 0.7.
     #[serde(default = "defaults::memory")]
     pub memory: f64,
+    /// Memory used at `until_s`: it moves linearly from `memory` over the phase (a cache or a
+    /// fragmenting allocator that only grows). Needs `until_s`.
+    #[serde(default)]
+    pub memory_end: Option<f64>,
     /// Memory controller utilisation while running, ratio; default 45 % of the utilisation.
     #[serde(default)]
     pub memory_controller: Option<f64>,
@@ -115,11 +121,19 @@ pub struct Phase {
     pub sm_clock: f64,
     /// Clock-event reasons set in this phase, by name (`sw_power_cap`, `hw_slowdown`,
     /// `hw_thermal_slowdown`, `sw_thermal_slowdown`, `hw_power_brake_slowdown`, `gpu_idle`).
+    /// As on a real GPU, `sw_power_cap` reads only while the draw is at the limit (≥ 97 % of
+    /// it): in a dip the cap lifts. An interval with no activity at all adds `gpu_idle` (and
+    /// the SM clock drops to idle).
     #[serde(default)]
     pub reasons: Vec<String>,
     /// GPU temperature, °C; default idle + 35 °C × utilisation.
     #[serde(default)]
     pub temperature_c: Option<f64>,
+    /// Temperature at `until_s`, °C: it moves linearly from `temperature_c` over the phase
+    /// (cooling that fails). Needs `until_s` and `temperature_c`. Whatever the phase says, a GPU
+    /// reads at most 1 °C below its shutdown temperature.
+    #[serde(default)]
+    pub temperature_end_c: Option<f64>,
     /// Power at full utilisation, share of the limit. Default 0.9.
     #[serde(default = "defaults::power")]
     pub power: f64,
@@ -225,6 +239,18 @@ impl Phase {
                 ));
             }
         }
+        // Values that move over the phase: `x` at `from_s` to `x_end` at `until_s`.
+        if let Some(m) = self.memory_end {
+            ratio("memory_end", m)?;
+        }
+        for (k, end) in [("memory_end", self.memory_end), ("temperature_end_c", self.temperature_end_c)] {
+            if end.is_some() && self.until_s.is_none() {
+                return Err(ConfigError::invalid(key(k), "moves until the phase's end: needs until_s"));
+            }
+        }
+        if self.temperature_end_c.is_some() && self.temperature_c.is_none() {
+            return Err(ConfigError::invalid(key("temperature_end_c"), "moves from temperature_c: set it too"));
+        }
         self.reason_bits().map_err(|name| {
             ConfigError::invalid(
                 key("reasons"),
@@ -239,7 +265,28 @@ impl Phase {
 
     /// Whether it applies to physical GPU `gpu` at simulated time `t`.
     pub(crate) fn covers(&self, gpu: u32, t: f64) -> bool {
-        self.gpus.as_ref().is_none_or(|g| g.contains(&gpu)) && t >= self.from_s && self.until_s.is_none_or(|u| t < u)
+        let started = t >= self.from_s || (self.from_s <= 0.0 && t < 0.0);
+        self.gpus.as_ref().is_none_or(|g| g.contains(&gpu)) && started && self.until_s.is_none_or(|u| t < u)
+    }
+
+    /// Memory used at `t` (`memory`, moving to `memory_end`).
+    pub(crate) fn memory_at(&self, t: f64) -> f64 {
+        self.moving(self.memory, self.memory_end, t)
+    }
+
+    /// Temperature at `t`, when the phase sets one (`temperature_c`, moving to `temperature_end_c`).
+    pub(crate) fn temperature_at(&self, t: f64) -> Option<f64> {
+        self.temperature_c.map(|c| self.moving(c, self.temperature_end_c, t))
+    }
+
+    /// `start` at `from_s`, moving linearly to `end` at `until_s`; `start` throughout without an end.
+    fn moving(&self, start: f64, end: Option<f64>, t: f64) -> f64 {
+        match (end, self.until_s) {
+            (Some(end), Some(until)) => {
+                start + (end - start) * ((t - self.from_s) / (until - self.from_s)).clamp(0.0, 1.0)
+            }
+            _ => start,
+        }
     }
 
     /// The clock-event reason bits it names; `Err(name)` for an unknown one.
@@ -469,6 +516,32 @@ mod tests {
     }
 
     #[test]
+    fn memory_and_temperature_move_over_the_phase() {
+        let p: Phase =
+            toml::from_str("from_s = 10\nuntil_s = 30\nmemory = 0.9\nmemory_end = 0.99\ntemperature_c = 60.0\ntemperature_end_c = 80.0")
+                .unwrap();
+        p.validate(0).unwrap();
+        assert_eq!(p.memory_at(10.0), 0.9);
+        assert!((p.memory_at(20.0) - 0.945).abs() < 1e-12);
+        assert_eq!(p.memory_at(30.0), 0.99);
+        assert_eq!(p.temperature_at(20.0), Some(70.0));
+        // Without an end they stay put.
+        let flat: Phase = toml::from_str("memory = 0.5\ntemperature_c = 50.0").unwrap();
+        assert_eq!((flat.memory_at(1e6), flat.temperature_at(1e6)), (0.5, Some(50.0)));
+        assert_eq!(toml::from_str::<Phase>("busy = 0.5").unwrap().temperature_at(3.0), None);
+    }
+
+    #[test]
+    fn a_phase_from_zero_was_running_before_the_first_sample() {
+        let t = timeline(vec![toml::from_str("busy = 0.9").unwrap()], 1.0 / 6.0);
+        let first = t.tick(0.0, 1.0);
+        assert!(first.phase.is_some() && (first.activity - 0.9).abs() < 1e-9, "{first:?}");
+        // A phase that starts later does not reach back.
+        let later = timeline(vec![toml::from_str("from_s = 5\nbusy = 0.9").unwrap()], 1.0 / 6.0);
+        assert!(later.tick(0.0, 1.0).phase.is_none() && later.tick(4.0, 1.0).activity == 0.0);
+    }
+
+    #[test]
     fn bad_phases_name_the_key() {
         let mut p = square(0.5, 0.5);
         p.busy = 1.5;
@@ -478,5 +551,12 @@ mod tests {
         assert!(p.validate(0).unwrap_err().to_string().contains("unknown reason `too_hot`"));
         let ramp: Phase = toml::from_str("shape = \"ramp\"").unwrap();
         assert!(ramp.validate(0).unwrap_err().to_string().contains("until_s"));
+        let err = |src: &str| toml::from_str::<Phase>(src).unwrap().validate(1).unwrap_err().to_string();
+        assert!(err("until_s = 9\nmemory_end = 1.2").contains("phases[1].memory_end"));
+        let open = err("memory_end = 0.9");
+        assert!(open.contains("phases[1].memory_end") && open.contains("until_s"), "{open}");
+        assert!(err("temperature_c = 60.0\ntemperature_end_c = 80.0").contains("phases[1].temperature_end_c"));
+        let no_start = err("until_s = 9\ntemperature_end_c = 80.0");
+        assert!(no_start.contains("phases[1].temperature_end_c") && no_start.contains("temperature_c"), "{no_start}");
     }
 }

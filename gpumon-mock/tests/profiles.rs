@@ -160,9 +160,13 @@ fn scenario_file_drives_the_fleet() {
     assert_eq!(s[1].ecc.uncorrected, Some(1));
 
     // A scenario naming GPUs the fleet lacks is refused, naming the key.
-    let e =
-        MockFleet::new(&FleetProfile::load("rtx4090x2").unwrap(), &Scenario::load("lost-gpu").unwrap(), 1).unwrap_err();
+    let two = FleetProfile::load("rtx4090x2").unwrap();
+    let one = FleetProfile::load("rtx4090x1").unwrap();
+    let e = MockFleet::new(&one, &Scenario::load("ecc-burst").unwrap(), 1).unwrap_err();
     assert_eq!(e.key(), Some("faults[0].device"), "{e}");
+    // `lost-gpu` loses GPU 3 in a phase that names only it.
+    let e = MockFleet::new(&two, &Scenario::load("lost-gpu").unwrap(), 1).unwrap_err();
+    assert_eq!(e.key(), Some("phases[1].gpus"), "{e}");
     let e = MockFleet::new(
         &FleetProfile::load("rtx4090x2").unwrap(),
         &Scenario::new(Workload::Idle).with_device_workload(7, Workload::Training),

@@ -138,25 +138,14 @@ fn window_shares(run: &Run, gpu: usize, f: impl Fn(&DeviceSample) -> bool) -> (f
 }
 
 #[test]
-fn training_is_healthy_with_only_occasional_power_cap_blips() {
-    let mut capped_somewhere = 0;
+fn training_is_healthy_and_never_capped() {
     for run in runs("training") {
-        run.each(assert_training);
-        for gpu in 0..run.gpus() {
-            let (_, most) = window_shares(&run, gpu, |s| any(reasons(s), POWER));
-            assert!(most <= 0.10, "{} GPU {gpu}: power cap on {most} of a window", run.what);
-            for (t, s) in run.series(gpu) {
-                if any(reasons(s), POWER) {
-                    capped_somewhere += 1;
-                    // A blip: at the limit, clocks trimmed, for one tick.
-                    assert!(power_share(s) >= 0.95 && sm_clock_share(s) < 0.95, "{} tick {t}", run.what);
-                } else {
-                    assert!(power_share(s) < 0.96 && sm_clock_share(s) >= 0.94, "{} tick {t}", run.what);
-                }
-            }
-        }
+        run.each(|s, ctx| {
+            assert_training(s, ctx);
+            assert!(!any(reasons(s), POWER), "{ctx}: {:?}", reasons(s));
+            assert!(power_share(s) < 0.95 && sm_clock_share(s) >= 0.94, "{ctx}");
+        });
     }
-    assert!(capped_somewhere > 0, "training shows its occasional power-cap events");
 }
 
 #[test]
@@ -172,33 +161,41 @@ fn idle_holds_nothing() {
     }
 }
 
+/// A 1 s tick holds six driver samples (one per 1/6 s) of a 1.2 s step — 0.45 s of compute,
+/// 0.75 s waiting: nearly every window spans a wait and a batch.
 #[test]
-fn dataloader_starved_collapses_within_every_interval() {
+fn dataloader_starved_collapses_within_most_intervals() {
     for run in runs("dataloader-starved") {
         run.each(|s, ctx| {
             assert!(allocated(s) && s.memory.used_ratio().unwrap() >= 0.5, "{ctx}");
             let w = s.windows.gpu_utilization.unwrap();
-            assert!(w.min <= 0.05 && w.max >= 0.8, "{ctx}: no dip and recovery in {w:?}");
-            assert!((0.25..=0.5).contains(&w.mean), "{ctx}: mean {w:?}");
+            assert!((5..=7).contains(&w.count), "{ctx}: the driver's samples of one second: {w:?}");
+            assert!((0.15..=0.5).contains(&w.mean), "{ctx}: mean {w:?}");
             assert!(memory_controller_max(s) < 0.3, "{ctx}: memory controller {}", memory_controller_max(s));
             assert!(pcie_share(s) < 0.3, "{ctx}: PCIe {}", pcie_share(s));
             if let Some(sm) = s.gpm.sm_activity {
-                // GPM mirrors the interval's mean utilisation, and DRAM stays quiet.
+                // GPM counts the whole interval's activity (not the driver's samples), and DRAM
+                // stays quiet.
                 let g = s.gpm.graphics_activity.unwrap();
-                assert!((g - w.mean).abs() < 0.005 && sm <= g && sm >= 0.75 * g, "{ctx}: gpm {:?} vs {w:?}", s.gpm);
+                assert!((0.1..=0.5).contains(&g) && sm <= g && sm >= 0.75 * g, "{ctx}: gpm {:?}", s.gpm);
                 assert!(s.gpm.dram_bandwidth.unwrap() < 0.3, "{ctx}: {:?}", s.gpm);
             }
             assert!(!any(reasons(s), THERMAL | POWER | ClockEventReasons::HW_SLOWDOWN), "{ctx}");
-            // The instantaneous reading is one end or the other.
-            let u = s.utilization.gpu.unwrap();
-            assert!(u <= 0.05 || u >= 0.8, "{ctx}: instantaneous {u}");
         });
-        // Without windows a rule sees the instantaneous readings jump: in every 30-tick window
-        // at least 20 % of them near 0, at least 20 % high, mean at most 0.7 (with margin).
         for gpu in 0..run.gpus() {
+            // Within the interval: a sample at the wait (≤ 5 %) and one in a batch (≥ 80 %).
+            let (fewest, _) = window_shares(&run, gpu, |s| {
+                let w = s.windows.gpu_utilization.unwrap();
+                w.min <= 0.05 && w.max >= 0.8
+            });
+            assert!(fewest >= 0.8, "{} GPU {gpu}: dip and batch within only {fewest} of a window's ticks", run.what);
+            // Without windows a rule sees the instantaneous readings jump (the step is not a
+            // whole number of ticks, so the latest sample falls at a new point of it each tick):
+            // in every 30-tick window at least 30 % of them near 0 and 15 % high (the rule asks
+            // for 10 % of each), and their mean at most 0.5.
             let (low, _) = window_shares(&run, gpu, |s| s.utilization.gpu.unwrap() <= 0.10);
             let (high, _) = window_shares(&run, gpu, |s| s.utilization.gpu.unwrap() >= 0.60);
-            assert!(low >= 0.5 && high >= 0.3, "{} GPU {gpu}: low {low} high {high}", run.what);
+            assert!(low >= 0.3 && high >= 0.15, "{} GPU {gpu}: low {low} high {high}", run.what);
             let utils: Vec<f64> = run.series(gpu).map(|(_, s)| s.utilization.gpu.unwrap()).collect();
             for w in utils.windows(WINDOW) {
                 let mean = w.iter().sum::<f64>() / WINDOW as f64;

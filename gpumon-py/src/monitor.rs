@@ -574,11 +574,12 @@ fn mock_sampler(s: &Settings) -> Result<Arc<dyn Sampler>, StartError> {
     use gpumon_mock::{FleetProfile, MockSampler, Scenario};
     let profile = FleetProfile::load(&s.mock_profile)
         .map_err(|e| StartError::Config(format!("mock_profile `{}`: {e}", s.mock_profile)))?;
-    let mut builder = MockSampler::builder().profile(profile);
-    if let Some(name) = &s.mock_scenario {
-        let scenario = Scenario::load(name).map_err(|e| StartError::Config(format!("mock_scenario `{name}`: {e}")))?;
-        builder = builder.scenario(scenario);
-    }
+    let scenario = match &s.mock_scenario {
+        Some(name) => Scenario::load(name).map_err(|e| StartError::Config(format!("mock_scenario `{name}`: {e}")))?,
+        None => Scenario::default(),
+    };
+    // One tick of the mock is one interval of simulated time, as a real driver would see it.
+    let builder = MockSampler::builder().profile(profile).scenario(scenario.following_interval(s.interval));
     let sampler = builder.build().map_err(|e| StartError::Config(format!("mock backend: {e}")))?;
     Ok(Arc::new(sampler))
 }

@@ -11,7 +11,7 @@ mod expected_findings;
 use std::time::Duration;
 
 use common::Fake;
-use expected_findings::{diagnoser, table, Outcome};
+use expected_findings::{diagnoser, faulted, table, Outcome};
 use gpumon_core::nvml::NvmlSampler;
 use gpumon_core::{DeviceFilter, Processor, SampleRequest, Sampler};
 
@@ -23,7 +23,7 @@ fn every_scenario_raises_exactly_its_findings_through_nvml() {
         let ticks = e.ticks.min(e.within.max(60) + 60);
         let spec = format!("profile=h100x8;scenario={};seed=7;clock=manual", e.scenario);
         let fake = Fake::new(&spec);
-        let faulted = gpumon_mock::Scenario::builtin(e.scenario).unwrap().faults.iter().find_map(|f| f.device());
+        let faulted = faulted(&gpumon_mock::Scenario::builtin(e.scenario).unwrap());
         let sampler = NvmlSampler::builder()
             .library_path(fake.library())
             .xid_poll_interval(Duration::from_millis(5))

@@ -68,6 +68,14 @@ pub fn table() -> Vec<Expectation> {
     ]
 }
 
+/// The GPU a scenario's hardware trouble strikes: a fault's device, or the GPU a `lost` phase
+/// names.
+pub fn faulted(scenario: &gpumon_mock::Scenario) -> Option<u32> {
+    scenario.faults.iter().find_map(|f| f.device()).or_else(|| {
+        scenario.phases.iter().filter(|p| p.lost).find_map(|p| p.gpus.as_ref().and_then(|g| g.first().copied()))
+    })
+}
+
 pub fn diagnoser() -> Diagnoser {
     let mut d = Diagnoser::new(DiagnoseConfig::default().with_window(Duration::from_secs(WINDOW_TICKS))).unwrap();
     d.attach(&ProcessorContext::new(Duration::from_secs(1)));

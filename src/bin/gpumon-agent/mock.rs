@@ -18,12 +18,16 @@ pub fn sampler(cli: &Cli, file: &FileConfig) -> Result<Arc<dyn Sampler>, Backend
     let profile_arg = crate::backend::mock_profile_name(cli, file);
     let profile = FleetProfile::load(&profile_arg)
         .map_err(|e| BackendError::Config(format!("mock.profile / --mock-profile `{profile_arg}`: {e}")))?;
-    let mut builder = MockSampler::builder().profile(profile);
-    if let Some(s) = cli.mock_scenario.clone().or_else(|| file.mock.scenario.clone()) {
-        let scenario = Scenario::load(&s)
-            .map_err(|e| BackendError::Config(format!("mock.scenario / --mock-scenario `{s}`: {e}")))?;
-        builder = builder.scenario(scenario);
-    }
+    let scenario = match cli.mock_scenario.clone().or_else(|| file.mock.scenario.clone()) {
+        Some(s) => Scenario::load(&s)
+            .map_err(|e| BackendError::Config(format!("mock.scenario / --mock-scenario `{s}`: {e}")))?,
+        None => Scenario::default(),
+    };
+    // One tick is one sampling interval of simulated time, so each tick's high-resolution
+    // window holds the driver samples a real driver would have taken in it (a scenario's own
+    // `tick_period_ms` wins).
+    let interval = cli.interval.or(file.agent.interval).unwrap_or(gpumon::core::DEFAULT_INTERVAL);
+    let mut builder = MockSampler::builder().profile(profile).scenario(scenario.following_interval(interval));
     if let Some(seed) = cli.mock_seed.or(file.mock.seed) {
         builder = builder.seed(seed);
     }
