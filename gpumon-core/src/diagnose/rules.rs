@@ -72,8 +72,8 @@ pub(crate) struct TickStats {
 ///
 /// Kept small on purpose. The window holds `window / interval` of these per GPU (300 at 100 ms),
 /// and until it is full every tick writes one where the process never wrote before: a cache miss
-/// per line, a page fault per page. This is 160 bytes on x86-64; [`TickStats`], with its
-/// `Option<f64>`s, 376 (a test holds that it is more than twice the size).
+/// per line, a page fault per page. This is 168 bytes on x86-64; [`TickStats`], with its
+/// `Option<f64>`s, 424 (a test holds that it is more than twice the size).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Past {
     pub(crate) at: SystemTime,
