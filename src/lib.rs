@@ -9,6 +9,10 @@
 //! - [`mock`] (`gpumon-mock`, feature `mock`): scripted GPU fleets, workloads and faults.
 //! - [`sinks`] (`gpumon-sinks`): stdout, Prometheus, InfluxDB, OTLP — each behind its feature.
 //!
+//! and assembles an agent from a configuration: [`assembly`] (feature `assembly`) holds the
+//! config schema the `gpumon-agent` binary reads, every default, and the backend rule, shared by
+//! the binary and the Python binding.
+//!
 //! ```no_run
 //! # #[cfg(all(feature = "mock", feature = "stdout"))]
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -31,6 +35,9 @@ pub use gpumon_core as core;
 #[cfg(feature = "mock")]
 pub use gpumon_mock as mock;
 pub use gpumon_sinks as sinks;
+
+#[cfg(feature = "assembly")]
+pub mod assembly;
 
 /// The README's examples, compiled as doctests so they cannot rot.
 #[cfg(all(doctest, feature = "mock", feature = "stdout"))]

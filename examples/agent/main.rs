@@ -17,12 +17,8 @@ mod app;
 mod attribution;
 #[path = "../../src/bin/gpumon-agent/backend.rs"]
 mod backend;
-#[path = "../../src/bin/gpumon-agent/config.rs"]
-mod config;
 #[path = "../../src/bin/gpumon-agent/diagnose.rs"]
 mod diagnose;
-#[path = "../../src/bin/gpumon-agent/mock.rs"]
-mod mock;
 #[path = "../../src/bin/gpumon-agent/sinks.rs"]
 mod sinks;
 #[path = "../../src/bin/gpumon-agent/steps.rs"]
@@ -30,7 +26,22 @@ mod steps;
 #[path = "../../src/bin/gpumon-agent/web.rs"]
 mod web;
 
-use gpumon_mock as mock_crate;
+mod mock {
+    //! The mock backend: the library's with the `mock` feature, and otherwise the library's one
+    //! construction (`gpumon::__mock_sampler!`) over the gpumon-mock dev-dependency.
+
+    use gpumon::assembly::backend::MockFactory;
+
+    #[cfg(not(feature = "mock"))]
+    const DEV_DEPENDENCY: MockFactory = gpumon::__mock_sampler!();
+
+    /// The mock backend, always present in the example agent.
+    #[cfg(not(feature = "mock"))]
+    pub const FACTORY: Option<MockFactory> = Some(DEV_DEPENDENCY);
+    /// The mock backend, always present in the example agent.
+    #[cfg(feature = "mock")]
+    pub const FACTORY: Option<MockFactory> = gpumon::assembly::backend::MOCK;
+}
 
 fn main() -> std::process::ExitCode {
     app::main()

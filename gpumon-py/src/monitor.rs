@@ -11,7 +11,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::options::{Args, Backend, Settings};
+use crate::options::{Args, Settings};
 use crate::{BackendUnavailableError, GpumonError};
 
 /// How long `close()` (and interpreter exit) may take in all: the final sample that reports the
@@ -499,41 +499,45 @@ fn build(s: &Settings) -> Result<Built, StartError> {
     Ok((builder, prometheus_address, if mock { "mock" } else { "nvml" }, run))
 }
 
-/// The agent's rule: `auto` is NVML, or the mock only when nothing is exported; with exporting
-/// sinks and no NVML, a lazy NVML sampler that exports no GPU data and retries.
+/// The agent's rule (`gpumon::assembly::backend::select`): `auto` is NVML, or the mock only when
+/// nothing is exported; with exporting sinks and no NVML, a lazy NVML sampler that exports no
+/// GPU data and retries. Says the outcome in the Monitor's words, through Python's `logging`.
 /// Returns the sampler, whether it is the mock, and whether it can sample now (not a lazy NVML
 /// sampler waiting for the driver).
 fn sampler(s: &Settings, exporting: bool) -> Result<(Arc<dyn Sampler>, bool, bool), StartError> {
-    let nvml = || {
-        gpumon_core::nvml::NvmlSampler::builder()
-            .build()
-            .map(|n| Arc::new(n) as Arc<dyn Sampler>)
-            .map_err(|e| e.to_string())
-    };
-    match s.backend {
-        Backend::Mock => Ok((mock_sampler(s)?, true, true)),
-        Backend::Nvml => nvml()
-            .map(|n| (n, false, true))
-            .map_err(|e| StartError::Unavailable(format!("backend=\"nvml\": NVML unavailable ({e})"))),
-        Backend::Auto => match nvml() {
-            Ok(n) => Ok((n, false, true)),
-            Err(reason) if exporting => {
-                tracing::warn!(
-                    target: "_gpumon",
-                    "NVML unavailable ({reason}); exporting no GPU data and retrying NVML — simulated data is exported only with backend=\"mock\""
-                );
-                Ok((Arc::new(gpumon_core::nvml::NvmlSampler::builder().build_lazy()), false, false))
+    use gpumon::assembly::backend::{self, BackendError, MockError, MockOptions, NvmlOptions, Source};
+    let mut mock = MockOptions::default();
+    mock.profile.clone_from(&s.mock_profile);
+    mock.scenario.clone_from(&s.mock_scenario);
+    mock.interval = s.interval;
+    let selected =
+        backend::select(s.backend, exporting, &NvmlOptions::default(), &mock, backend::MOCK).map_err(|e| match e {
+            BackendError::Mock(MockError::Profile { name, reason }) => {
+                StartError::Config(format!("mock_profile `{name}`: {reason}"))
             }
-            Err(reason) => {
-                tracing::warn!(
-                    target: "_gpumon",
-                    "NVML unavailable ({reason}); using the MOCK backend (profile `{}`): values are simulated",
-                    s.mock_profile
-                );
-                Ok((mock_sampler(s)?, true, true))
+            BackendError::Mock(MockError::Scenario { name, reason }) => {
+                StartError::Config(format!("mock_scenario `{name}`: {reason}"))
             }
-        },
+            BackendError::Mock(e) => StartError::Config(e.to_string()),
+            BackendError::Nvml(reason) => {
+                StartError::Unavailable(format!("backend=\"nvml\": NVML unavailable ({reason})"))
+            }
+            other => StartError::Unavailable(other.to_string()),
+        })?;
+    match &selected.source {
+        Source::LazyNvml { reason } => tracing::warn!(
+            target: "_gpumon",
+            "NVML unavailable ({reason}); exporting no GPU data and retrying NVML — simulated data is exported only with backend=\"mock\""
+        ),
+        Source::MockFallback { reason } => tracing::warn!(
+            target: "_gpumon",
+            "NVML unavailable ({reason}); using the MOCK backend (profile `{}`): values are simulated",
+            s.mock_profile
+        ),
+        _ => {}
     }
+    let (mock, live) = (selected.source.is_mock(), selected.source.is_live());
+    Ok((selected.sampler, mock, live))
 }
 
 /// A selection that names a GPU the node does not have is a mistake (`devices="9"` on 8 GPUs),
@@ -568,18 +572,4 @@ fn check_devices(sampler: &dyn Sampler, s: &Settings) -> Result<(), StartError> 
         "{source}: {} matches no device of this node ({gpus} GPUs, {indices})",
         missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
     )))
-}
-
-fn mock_sampler(s: &Settings) -> Result<Arc<dyn Sampler>, StartError> {
-    use gpumon_mock::{FleetProfile, MockSampler, Scenario};
-    let profile = FleetProfile::load(&s.mock_profile)
-        .map_err(|e| StartError::Config(format!("mock_profile `{}`: {e}", s.mock_profile)))?;
-    let scenario = match &s.mock_scenario {
-        Some(name) => Scenario::load(name).map_err(|e| StartError::Config(format!("mock_scenario `{name}`: {e}")))?,
-        None => Scenario::default(),
-    };
-    // One tick of the mock is one interval of simulated time, as a real driver would see it.
-    let builder = MockSampler::builder().profile(profile).scenario(scenario.following_interval(s.interval));
-    let sampler = builder.build().map_err(|e| StartError::Config(format!("mock backend: {e}")))?;
-    Ok(Arc::new(sampler))
 }

@@ -4,25 +4,16 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+pub use gpumon::assembly::backend::Backend;
 use gpumon_core::DeviceFilter;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyInt, PyString};
 
-/// Which sampler the Monitor runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    /// NVML, or — only when nothing is exported — the mock (see `Monitor`).
-    Auto,
-    /// NVML or an error.
-    Nvml,
-    /// Simulated GPUs, marked as such in every export.
-    Mock,
-}
-
 /// Everything `Monitor.__init__` was given, checked.
 #[derive(Debug)]
 pub struct Settings {
+    /// `auto`, `nvml` or `mock` (the agent's rule, `gpumon::assembly::backend`; no `replay`).
     pub backend: Backend,
     pub interval: Duration,
     pub prometheus_listen: Option<SocketAddr>,
@@ -119,7 +110,7 @@ impl Args<'_> {
             prometheus_listen,
             influx,
             otlp_endpoint: self.otlp_endpoint,
-            mock_profile: self.mock_profile.unwrap_or_else(|| "h100x8".to_owned()),
+            mock_profile: self.mock_profile.unwrap_or_else(|| gpumon::assembly::defaults::MOCK_PROFILE.to_owned()),
             mock_scenario: self.mock_scenario,
             devices,
             device_list,

@@ -13,8 +13,11 @@ use gpumon::core::diagnose::Sampling;
 use gpumon::core::trace::{ReplaySampler, ReplaySpeed};
 use gpumon::core::{Agent, AgentError, DeviceFilter, Family, MetricSet, SinkOptions};
 
+use gpumon::assembly::backend::Backend;
+use gpumon::assembly::config::{self, AgentConfig};
+use gpumon::assembly::defaults;
+
 use crate::backend;
-use crate::config::{self, Backend, FileConfig};
 use crate::sinks;
 
 /// Watch NVIDIA GPUs: sample every GPU through NVML (or the mock backend) and export the samples to
@@ -216,7 +219,7 @@ struct Replay {
 /// The backend, and the trace when it is `replay`. A trace given (`--replay`, `replay.file`)
 /// without a backend means `replay`; with another backend it is refused, since which one was
 /// meant is not obvious.
-fn resolve_replay(cli: &Cli, file: &FileConfig) -> Result<(Backend, Option<Replay>), ConfigError> {
+fn resolve_replay(cli: &Cli, file: &AgentConfig) -> Result<(Backend, Option<Replay>), ConfigError> {
     let trace = cli.replay.clone().or_else(|| file.replay.file.clone());
     let backend = match (cli.backend.or(file.agent.backend), &trace) {
         (None | Some(Backend::Replay), Some(_)) => Backend::Replay,
@@ -309,7 +312,7 @@ fn resolve_metrics(cli: &Cli, a: &config::AgentSection) -> Result<MetricSet, Con
     Ok(metrics)
 }
 
-fn resolve(cli: &Cli, file: &FileConfig) -> Result<Settings, ConfigError> {
+fn resolve(cli: &Cli, file: &AgentConfig) -> Result<Settings, ConfigError> {
     let a = &file.agent;
     let (backend, replay) = resolve_replay(cli, file)?;
     let mut interval = cli.interval.or(a.interval).unwrap_or(gpumon::core::DEFAULT_INTERVAL);
@@ -351,7 +354,7 @@ fn resolve(cli: &Cli, file: &FileConfig) -> Result<Settings, ConfigError> {
         devices,
         metrics,
         sink_options,
-        shutdown_timeout: a.shutdown_timeout.unwrap_or(Duration::from_secs(5)),
+        shutdown_timeout: file.shutdown_timeout(),
         once: cli.once,
         host: host_override(cli),
         diagnose: crate::diagnose::resolve(&cli.diagnose, &file.diagnose, interval)?,
@@ -361,17 +364,42 @@ fn resolve(cli: &Cli, file: &FileConfig) -> Result<Settings, ConfigError> {
     })
 }
 
+/// The flags that set a config key, set onto the config (flags win over the file). The rest
+/// are read beside it (`--once`, `--host`, the report), or still merged where they are read.
+fn flags_onto_config(cli: &Cli, file: &mut AgentConfig) {
+    fn set<T: Clone>(flag: &Option<T>, key: &mut Option<T>) {
+        if flag.is_some() {
+            key.clone_from(flag);
+        }
+    }
+    set(&cli.backend, &mut file.agent.backend);
+    set(&cli.interval, &mut file.agent.interval);
+    set(&cli.sample_timeout, &mut file.agent.sample_timeout);
+    set(&cli.devices, &mut file.agent.devices);
+    set(&cli.mock_profile, &mut file.mock.profile);
+    set(&cli.mock_scenario, &mut file.mock.scenario);
+    set(&cli.mock_seed, &mut file.mock.seed);
+    set(&cli.nvml_library, &mut file.nvml.library);
+    if cli.wake_suspended {
+        file.nvml.wake_suspended = Some(true);
+    }
+    set(&cli.record, &mut file.record.file);
+    set(&cli.replay, &mut file.replay.file);
+    set(&cli.stdout_format, &mut file.stdout.format);
+}
+
 /// Parses the command line, runs the agent, and returns the exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli.log);
-    let file = match &cli.config {
+    let mut file = match &cli.config {
         Some(path) => match config::load(path) {
             Ok(f) => f,
             Err(e) => return config_failure(&e),
         },
-        None => FileConfig::default(),
+        None => AgentConfig::default(),
     };
+    flags_onto_config(&cli, &mut file);
     let settings = match resolve(&cli, &file) {
         Ok(s) => s,
         Err(e) => return config_failure(&e.0),
@@ -417,7 +445,7 @@ fn init_logging(filter: &str) {
         .init();
 }
 
-async fn run(cli: Cli, file: FileConfig, mut settings: Settings) -> ExitCode {
+async fn run(cli: Cli, file: AgentConfig, mut settings: Settings) -> ExitCode {
     let mark = match settings.backend {
         Backend::Mock => Some("mock"),
         Backend::Replay => Some(gpumon::core::REPLAY_BACKEND),
@@ -436,7 +464,7 @@ async fn run(cli: Cli, file: FileConfig, mut settings: Settings) -> ExitCode {
     if let Some(replay) = replay {
         return run_replay(cli, settings, sinks, replay).await;
     }
-    let sampler = match backend::select(settings.backend, exporting, watch_xid, &cli, &file) {
+    let sampler = match backend::select(settings.backend, exporting, watch_xid, &file) {
         Ok(s) => s,
         Err(backend::BackendError::Config(e)) => return config_failure(&e),
         Err(backend::BackendError::Unavailable(e)) => {
@@ -482,7 +510,7 @@ async fn run(cli: Cli, file: FileConfig, mut settings: Settings) -> ExitCode {
     }
 
     if settings.once {
-        let flushed = handle.flush(settings.shutdown_timeout.max(Duration::from_secs(10))).await;
+        let flushed = handle.flush(settings.shutdown_timeout.max(defaults::ONCE_FLUSH_TIMEOUT)).await;
         settings.steps.stop().await;
         settings.attribution.stop().await;
         let shut = handle.shutdown(settings.shutdown_timeout).await;

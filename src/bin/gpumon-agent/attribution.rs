@@ -20,17 +20,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gpumon::assembly::config::AttributionSection;
+use gpumon::assembly::defaults;
 use gpumon::core::attribution::procfs::{DEFAULT_PASSWD_FILE, DEFAULT_PROC_ROOT};
 use gpumon::core::attribution::{AllocationCache, AttributionConfig, AttributionStats};
 use gpumon::core::{AgentBuilder, Family, MetricSet};
-use serde::Deserialize;
 
 use crate::app::ConfigError;
 
-/// The kubelet's pod-resources socket, where the kubelet puts it.
-pub const DEFAULT_KUBELET_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
-/// How often the kubelet is asked for its allocations.
-pub const DEFAULT_KUBELET_REFRESH: Duration = Duration::from_secs(10);
+pub use gpumon::assembly::defaults::{
+    KUBELET_REFRESH as DEFAULT_KUBELET_REFRESH, KUBELET_SOCKET as DEFAULT_KUBELET_SOCKET,
+};
 /// Whether this build has the kubelet pod-resources client (the `kubelet` feature, default).
 const KUBELET_IN_BUILD: bool = cfg!(feature = "kubelet");
 
@@ -60,19 +60,6 @@ pub struct AttributionArgs {
     pub kubelet_socket: Option<PathBuf>,
 }
 
-/// The `[attribution]` section.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AttributionSection {
-    pub enabled: Option<bool>,
-    pub proc_root: Option<PathBuf>,
-    pub passwd_file: Option<PathBuf>,
-    pub kubelet: Option<bool>,
-    pub kubelet_socket: Option<PathBuf>,
-    #[serde(default, with = "gpumon::sinks::duration::opt")]
-    pub kubelet_refresh: Option<Duration>,
-}
-
 /// Where and how often to ask the kubelet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KubeletPlan {
@@ -94,8 +81,8 @@ pub struct Plan {
 
 /// Resolves `[attribution]` and the flags; every error names the key.
 pub fn resolve(args: &AttributionArgs, file: &AttributionSection) -> Result<Plan, ConfigError> {
-    let processes = args.attribution || file.enabled.unwrap_or(false);
-    let kubelet = args.kubelet || file.kubelet.unwrap_or(false);
+    let processes = args.attribution || file.enabled.unwrap_or(defaults::ATTRIBUTION);
+    let kubelet = args.kubelet || file.kubelet.unwrap_or(defaults::KUBELET);
     if kubelet && !KUBELET_IN_BUILD {
         return Err(ConfigError(
             "attribution.kubelet / --kubelet: this build of gpumon-agent has no kubelet client (build with the `kubelet` feature)"
@@ -218,6 +205,8 @@ fn spawn_kubelet(
 
 #[cfg(test)]
 mod tests {
+    use serde::Deserialize;
+
     use super::*;
 
     fn section(text: &str) -> AttributionSection {

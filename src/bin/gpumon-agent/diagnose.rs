@@ -18,6 +18,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use gpumon::assembly::config::DiagnoseSection;
+use gpumon::assembly::defaults;
 use gpumon::core::diagnose::{
     limitations, DiagnoseConfig, DiagnoseConfigError, Diagnoser, Limitation, Sampling, Thresholds, DEFAULT_WINDOW,
 };
@@ -70,21 +72,6 @@ pub enum ReportFormat {
     Json,
 }
 
-/// The `[diagnose]` section.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DiagnoseSection {
-    pub enabled: Option<bool>,
-    #[serde(default, with = "gpumon::sinks::duration::opt")]
-    pub window: Option<Duration>,
-    #[serde(default, with = "gpumon::sinks::duration::opt")]
-    pub idle_grace: Option<Duration>,
-    #[serde(default)]
-    pub disable: Vec<String>,
-    /// Kept as a table so that an unknown or mistyped threshold is reported with its full key.
-    pub thresholds: Option<toml::Table>,
-}
-
 /// Diagnosis and report settings resolved from the file and the flags.
 #[derive(Debug)]
 pub struct Plan {
@@ -108,7 +95,7 @@ pub fn resolve(args: &DiagnoseArgs, file: &DiagnoseSection, interval: Duration) 
     if let Some(grace) = file.idle_grace {
         cfg = cfg.with_idle_grace(grace);
     }
-    let enabled = !args.no_diagnose && file.enabled.unwrap_or(true);
+    let enabled = !args.no_diagnose && file.enabled.unwrap_or(defaults::DIAGNOSE);
     // Checked even when diagnosis is off, except against the interval: a typo is a typo.
     cfg.validate(enabled.then_some(interval)).map_err(|e| window_error(e, args.diagnose_window.is_some()))?;
     if args.duration.is_some_and(|d| d.is_zero()) {

@@ -12,38 +12,16 @@
 mod app;
 mod attribution;
 mod backend;
-mod config;
 mod diagnose;
 mod sinks;
 mod steps;
 mod web;
 
-// The mock backend, when this build has it (`--features mock`).
-#[cfg(feature = "mock")]
-use gpumon::mock as mock_crate;
-#[cfg(feature = "mock")]
-mod mock;
-#[cfg(not(feature = "mock"))]
 mod mock {
-    //! This build has no mock backend.
+    //! The mock backend, when this build has it (`--features mock`).
 
-    use std::sync::Arc;
-
-    use gpumon::core::Sampler;
-
-    use crate::app::Cli;
-    use crate::backend::BackendError;
-    use crate::config::FileConfig;
-
-    /// Whether this build can simulate GPUs.
-    pub const AVAILABLE: bool = false;
-
-    pub fn sampler(_: &Cli, _: &FileConfig) -> Result<Arc<dyn Sampler>, BackendError> {
-        Err(BackendError::Unavailable(
-            "the mock backend is not in this build of gpumon-agent (build with `--features mock`, or use `cargo run --example agent`)"
-                .to_owned(),
-        ))
-    }
+    /// The library's mock backend (`None` without the `mock` feature).
+    pub const FACTORY: Option<gpumon::assembly::backend::MockFactory> = gpumon::assembly::backend::MOCK;
 }
 
 fn main() -> std::process::ExitCode {

@@ -2,10 +2,10 @@
 
 use gpumon::core::trace::RecordSink;
 use gpumon::core::Sink;
-use gpumon::sinks::stdout::{StdoutFormat, StdoutSink};
+use gpumon::sinks::stdout::StdoutSink;
 
 use crate::app::{Cli, ConfigError};
-use crate::config::FileConfig;
+use gpumon::assembly::config::AgentConfig;
 
 /// The stdout sink's name: the one sink whose data stays on this machine's terminal.
 pub const STDOUT: &str = "stdout";
@@ -36,7 +36,7 @@ macro_rules! feature_missing {
 }
 
 /// Every sink the configuration asks for; stdout when nothing else is.
-pub async fn build(cli: &Cli, file: &FileConfig, marks: Marks<'_>) -> Result<Vec<Box<dyn Sink>>, ConfigError> {
+pub async fn build(cli: &Cli, file: &AgentConfig, marks: Marks<'_>) -> Result<Vec<Box<dyn Sink>>, ConfigError> {
     #[cfg(not(any(feature = "otlp", feature = "pushgateway")))]
     let _ = marks; // only the OTLP resource and the Pushgateway group need them
     let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
@@ -189,7 +189,7 @@ pub async fn build(cli: &Cli, file: &FileConfig, marks: Marks<'_>) -> Result<Vec
     sinks.extend(crate::web::build(cli, file)?);
 
     // --- stdout --------------------------------------------------------------------------------
-    let format = cli.stdout_format.or(file.stdout.format).unwrap_or(StdoutFormat::Human);
+    let format = cli.stdout_format.unwrap_or_else(|| file.stdout_format());
     // The run report is output of its own: with --report alone, no per-tick lines.
     let stdout_default = sinks.is_empty() && !cli.diagnose.report_requested();
     let stdout_wanted = cli.stdout || cli.stdout_format.is_some() || file.stdout.enabled.unwrap_or(stdout_default);

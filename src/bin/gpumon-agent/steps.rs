@@ -15,10 +15,11 @@
 
 use std::path::PathBuf;
 
+use gpumon::assembly::config::StepsSection;
+use gpumon::assembly::defaults;
 use gpumon::core::steps::socket::{SocketConfig, StepSocket};
 use gpumon::core::steps::{StepConfig, StepRegistry, StepTracker};
 use gpumon::core::AgentBuilder;
-use serde::Deserialize;
 
 use crate::app::ConfigError;
 
@@ -29,16 +30,6 @@ pub struct StepsArgs {
     /// {"job":"train","rank":0,"step":42}); mode 0660 unless [steps] mode says otherwise.
     #[arg(long, value_name = "PATH")]
     pub steps_socket: Option<PathBuf>,
-}
-
-/// The `[steps]` section.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StepsSection {
-    pub socket: Option<PathBuf>,
-    pub every_n: Option<u64>,
-    pub mode: Option<String>,
-    pub max_connections: Option<usize>,
 }
 
 /// The steps settings resolved from the file and the flags, then the running socket.
@@ -52,7 +43,7 @@ pub struct Plan {
 
 /// Resolves `[steps]` and `--steps-socket`; every error names the key.
 pub fn resolve(args: &StepsArgs, file: &StepsSection) -> Result<Plan, ConfigError> {
-    let every_n = file.every_n.unwrap_or(1);
+    let every_n = file.every_n.unwrap_or(defaults::STEPS_EVERY_N);
     let config = StepConfig::every_n(every_n);
     if every_n == 0 {
         return Err(ConfigError("steps.every_n: must be at least 1".into()));
@@ -69,7 +60,7 @@ pub fn resolve(args: &StepsArgs, file: &StepsSection) -> Result<Plan, ConfigErro
                 }
             }
         }
-        None => 0o660,
+        None => defaults::STEPS_SOCKET_MODE,
     };
     if file.max_connections == Some(0) {
         return Err(ConfigError("steps.max_connections: must be at least 1".into()));

@@ -7,7 +7,7 @@
 use gpumon::core::Sink;
 
 use crate::app::{Cli, ConfigError};
-use crate::config::FileConfig;
+use gpumon::assembly::config::AgentConfig;
 
 /// The web view's flags.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -17,14 +17,8 @@ pub struct WebArgs {
     pub web_listen: Option<String>,
 }
 
-// A build without the sink still parses the section, so that using it is a clear error.
-#[cfg(feature = "web")]
-pub type WebSection = gpumon::sinks::web::WebConfig;
-#[cfg(not(feature = "web"))]
-pub type WebSection = toml::Value;
-
 /// The web sink, when `--web-listen` or `[web]` asks for it.
-pub fn build(cli: &Cli, file: &FileConfig) -> Result<Option<Box<dyn Sink>>, ConfigError> {
+pub fn build(cli: &Cli, file: &AgentConfig) -> Result<Option<Box<dyn Sink>>, ConfigError> {
     if cli.web.web_listen.is_none() && file.web.is_none() {
         return Ok(None);
     }

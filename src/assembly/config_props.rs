@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 
-use super::FileConfig;
+use super::AgentConfig as FileConfig;
 
 /// `(section, key)` for every key the agent reads (sinks' nested tables included).
 const KEYS: &[(&str, &str)] = &[
