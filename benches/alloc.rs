@@ -45,10 +45,8 @@ use gpumon::sinks::influxdb::LineProtocolEncoder;
 use gpumon::sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};
 use gpumon::sinks::prometheus::{Format, PrometheusSink};
 use gpumon::sinks::stdout::{format_snapshot, StdoutFormat};
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::metrics::data::ResourceMetrics;
-use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
+use gpumon_mock::test_kit::DiscardExporter;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 
 /// `System`, counting every allocation (reallocations count as one) and the bytes asked for.
 struct Counting;
@@ -79,26 +77,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-/// Drops every OTLP batch (after touching it).
-#[derive(Debug)]
-struct Discard;
-
-impl PushMetricExporter for Discard {
-    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        black_box(metrics.scope_metrics().count());
-        Ok(())
-    }
-    fn force_flush(&self) -> OTelSdkResult {
-        Ok(())
-    }
-    fn shutdown_with_timeout(&self, _: Duration) -> OTelSdkResult {
-        Ok(())
-    }
-    fn temporality(&self) -> Temporality {
-        Temporality::Cumulative
-    }
-}
 
 struct Row {
     fleet: &'static str,
@@ -204,7 +182,7 @@ fn main() {
         }
 
         let provider = SdkMeterProvider::builder()
-            .with_reader(PeriodicReader::builder(Discard).with_interval(Duration::from_secs(86_400)).build())
+            .with_reader(PeriodicReader::builder(DiscardExporter).with_interval(Duration::from_secs(86_400)).build())
             .build();
         let mut sink = OtlpSink::with_meter_provider(provider.clone());
         push(

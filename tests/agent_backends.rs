@@ -12,7 +12,7 @@
 ))]
 
 use std::collections::BTreeSet;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gpumon::core::{DeviceFilter, MetricSet, SampleRequest, Sampler, Snapshot};
@@ -21,7 +21,8 @@ use gpumon_mock::{FleetProfile, MockSampler};
 use gpumon_mock::test_env::require_env as env;
 
 mod common;
-use common::{agent, free_port};
+use common::{agent, agent_process, PrometheusInstance};
+use gpumon_mock::test_kit::{free_port, Ready};
 
 /// A seed no other test uses, so the fleet's UUIDs are this run's own on shared servers.
 fn unique_seed() -> u64 {
@@ -207,20 +208,6 @@ fn want<T>(v: Option<T>, what: &str) -> Option<T> {
     v
 }
 
-struct Killed(Vec<Child>, Option<(String, String)>);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        if let Some((instance, dir)) = &self.1 {
-            let _ = Command::new(format!("{dir}/stop-prometheus.sh")).env("BACKEND_INSTANCE", instance).status();
-        }
-    }
-}
-
 fn prom_query(port: u16, q: &str) -> Vec<(String, f64)> {
     let body = get_text(&format!("http://127.0.0.1:{port}/api/v1/query"), &[("query", q)]);
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -247,26 +234,19 @@ fn prometheus_scrapes_the_running_agent_in_both_namings() {
     };
 
     let (native_port, dcgm_port, prom_port) = (free_port(), free_port(), free_port());
+    // Prometheus's first scrape must find both agents listening.
     let spawn = |port: u16, naming: &str| {
-        agent()
+        agent_process()
             .args(["--backend", "mock", "--mock-profile", "a100x4", "--mock-seed", &seed.to_string()])
             .args(["--interval", "500ms", "--prometheus-naming", naming])
             .args(["--prometheus-listen", &format!("127.0.0.1:{port}")])
-            .stdout(Stdio::null())
+            .ready(Ready::Port(([127, 0, 0, 1], port).into()))
+            .ready_timeout(Duration::from_secs(30))
             .spawn()
-            .unwrap()
     };
     let dir = env("GPUMON_TEST_BACKENDS_DIR");
     let instance = format!("e2e{seed}");
-    let mut guard = Killed(vec![spawn(native_port, "native"), spawn(dcgm_port, "dcgm")], None);
-    // Prometheus's first scrape must find both agents listening.
-    let started = Instant::now();
-    for port in [native_port, dcgm_port] {
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(started.elapsed() < Duration::from_secs(30), "agent on port {port} not listening after 30 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    let _agents = [spawn(native_port, "native"), spawn(dcgm_port, "dcgm")];
     let status = Command::new(format!("{dir}/start-prometheus.sh"))
         .env("BACKEND_INSTANCE", &instance)
         .env("PROM_PORT", prom_port.to_string())
@@ -274,7 +254,7 @@ fn prometheus_scrapes_the_running_agent_in_both_namings() {
         .status()
         .unwrap();
     assert!(status.success(), "start-prometheus.sh failed");
-    guard.1 = Some((instance, dir));
+    let _prometheus = PrometheusInstance(instance, dir);
 
     let uuid = first.devices[1].info.uuid.clone();
     let wait_for = |q: &str| {

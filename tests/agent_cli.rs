@@ -1,17 +1,16 @@
 //! The example agent as a user runs it: flags, config errors, output, signals.
 #![cfg(all(feature = "agent", feature = "stdout"))]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gpumon::core::{DeviceFilter, DeviceState, MetricSet, SampleRequest, Sampler, Snapshot};
 use gpumon_mock::MockSampler;
 
 mod common;
-use common::{agent, run};
+use common::{agent, agent_process, run};
 #[cfg(feature = "prometheus")]
-use gpumon_mock::test_env::{http_get, listening_addr, AgentLog};
+use gpumon_mock::test_kit::{free_port, http_get, AgentProcess, Credential, Ready, Scrape};
 
 fn expected_first_sample(profile: &str) -> Snapshot {
     let sampler = MockSampler::from_profile_name(profile).unwrap();
@@ -120,28 +119,17 @@ fn invalid_configuration_exits_2_naming_the_key() {
 
 #[test]
 fn sigterm_shuts_down_gracefully() {
-    let mut child = agent()
+    let mut child = agent_process()
         .args(["--backend", "mock", "--interval", "100ms", "--stdout-format", "json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        .stdout_piped()
+        .spawn();
+    let mut lines = child.stdout_lines();
     for _ in 0..3 {
         let line = lines.next().unwrap().unwrap();
         let _: Snapshot = serde_json::from_str(&line).unwrap();
     }
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    assert!(status.success());
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "graceful exit: {status:?}");
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(10), "agent did not exit after SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let status = child.terminate(Duration::from_secs(10));
+    assert!(status.success(), "graceful exit: {status:?}");
     // Whatever it printed until the end is whole JSON lines (the flush on shutdown completed).
     for line in lines {
         let _: Snapshot = serde_json::from_str(&line.unwrap()).unwrap();
@@ -159,8 +147,7 @@ fn example_config_file_is_valid() {
 #[cfg(feature = "prometheus")]
 #[test]
 fn prometheus_endpoint_from_the_config_file_enforces_its_auth() {
-    use std::io::{Read, Write};
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let dir = std::env::temp_dir().join(format!("gpumon-agent-auth-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("auth.toml");
@@ -171,36 +158,19 @@ fn prometheus_endpoint_from_the_config_file_enforces_its_auth() {
         ),
     )
     .unwrap();
-    let mut child = agent().arg("--config").arg(&cfg).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = agent_process().arg("--config").arg(&cfg).spawn();
     let get = |auth: Option<&str>| -> String {
-        let started = Instant::now();
-        loop {
-            match std::net::TcpStream::connect(("127.0.0.1", port)) {
-                Ok(mut s) => {
-                    let header = auth.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-                    write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n{header}Connection: close\r\n\r\n").unwrap();
-                    let mut out = String::new();
-                    s.read_to_string(&mut out).unwrap();
-                    return out;
-                }
-                Err(_) if started.elapsed() < Duration::from_secs(10) => std::thread::sleep(Duration::from_millis(50)),
-                Err(e) => panic!("agent never listened on {port}: {e}"),
-            }
-        }
+        let scrape = Scrape::port(port).credential(auth.map(Credential::bearer));
+        scrape.until("the endpoint to listen", |_| true).raw
     };
     let denied = get(None);
     let wrong = get(Some("guess"));
     // Authorised, the endpoint serves the first sample once it is taken.
-    let started = Instant::now();
-    let allowed = loop {
-        let body = get(Some("s3cret"));
-        if body.contains("gpumon_utilization_ratio{") || started.elapsed() > Duration::from_secs(10) {
-            break body;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let _ = child.kill();
-    let _ = child.wait();
+    let allowed = Scrape::port(port)
+        .bearer("s3cret")
+        .until("the first sample", |r| r.body().contains("gpumon_utilization_ratio{"))
+        .raw;
+    child.kill();
     let _ = std::fs::remove_dir_all(dir);
     assert!(denied.starts_with("HTTP/1.1 401"), "{denied}");
     assert!(denied.to_ascii_lowercase().contains("www-authenticate: bearer"), "{denied}");
@@ -218,17 +188,15 @@ fn sigterm_exits_within_the_deadline_even_with_a_sample_stuck_in_the_backend() {
     let cfg = dir.join("agent.toml");
     std::fs::write(&cfg, "[agent]\ninterval = \"100ms\"\nsample_timeout = \"200ms\"\nshutdown_timeout = \"1s\"\n")
         .unwrap();
-    let mut child = agent()
+    let mut child = agent_process()
         .args(["--backend", "mock", "--stdout-format", "json"])
         .arg("--config")
         .arg(&cfg)
         .arg("--mock-scenario")
         .arg(&scenario)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        .stdout_piped()
+        .spawn();
+    let mut lines = child.stdout_lines();
     // Ticks 0 and 1, then tick 2 hangs for two minutes: its timeout reaches stdout as a
     // sampling-failed snapshot, and from then on a sample is stuck in the backend.
     for _ in 0..2 {
@@ -237,18 +205,9 @@ fn sigterm_exits_within_the_deadline_even_with_a_sample_stuck_in_the_backend() {
     }
     let stuck: Snapshot = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
     assert!(stuck.sampling_failure().is_some_and(|r| r.contains("timed out")), "{stuck:?}");
-    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
     let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(5) {
-            let _ = child.kill();
-            panic!("agent still running 5 s after SIGTERM with a 1 s shutdown deadline");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    // Still running 5 s after SIGTERM, with a 1 s shutdown deadline, is a failure.
+    let status = child.terminate(Duration::from_secs(5));
     assert!(status.success(), "{status:?}");
     assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
     let _ = std::fs::remove_dir_all(dir);
@@ -274,56 +233,19 @@ fn once_fails_when_its_only_sample_cannot_be_delivered() {
 /// A running agent with a Prometheus endpoint on a free port (`--prometheus-listen
 /// 127.0.0.1:0`; the address is read from its log) and its stderr collected.
 #[cfg(feature = "prometheus")]
-struct Served {
-    child: std::process::Child,
-    addr: std::net::SocketAddr,
-    stderr: AgentLog,
+fn serve(args: &[&str]) -> AgentProcess {
+    agent_process()
+        .env("GPUMON_LOG", "info")
+        .args(["--prometheus-listen", "127.0.0.1:0", "--interval", "100ms", "--config", "/dev/null"])
+        .args(args)
+        .ready(Ready::ListeningLog)
+        .spawn()
 }
 
+/// Scrapes `/metrics` until the answer is a 200 whose body satisfies `done` (10 s at most).
 #[cfg(feature = "prometheus")]
-impl Served {
-    fn start(args: &[&str]) -> Served {
-        let mut child = agent()
-            .env("GPUMON_LOG", "info")
-            .args(["--prometheus-listen", "127.0.0.1:0", "--interval", "100ms", "--config", "/dev/null"])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (addr, stderr) = listening_addr(&mut child);
-        Served { child, addr, stderr }
-    }
-
-    /// `GET path`: (status code, body).
-    fn get(&self, path: &str) -> (u16, String) {
-        http_get(self.addr, path)
-    }
-
-    /// Scrapes `/metrics` until `done` holds for the body (10 s at most).
-    fn scrape_until(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
-        let started = Instant::now();
-        loop {
-            let (code, body) = self.get("/metrics");
-            if code == 200 && done(&body) {
-                return body;
-            }
-            assert!(started.elapsed() < Duration::from_secs(10), "never {what}: {body}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn log(&self) -> String {
-        self.stderr.lock().unwrap().join("\n")
-    }
-}
-
-#[cfg(feature = "prometheus")]
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn scrape_until(agent: &AgentProcess, what: &str, done: impl Fn(&str) -> bool) -> String {
+    agent.scrape().until(what, |r| r.status == 200 && done(r.body())).body().to_owned()
 }
 
 /// Series lines of an exposition (no comments).
@@ -338,7 +260,7 @@ fn series(body: &str) -> Vec<&str> {
 #[cfg(feature = "prometheus")]
 #[test]
 fn auto_without_nvml_and_an_exporting_sink_serves_gpumon_up_0_and_no_simulated_gpus() {
-    let agent = Served::start(&[
+    let agent = serve(&[
         "--backend",
         "auto",
         "--nvml-library",
@@ -347,7 +269,7 @@ fn auto_without_nvml_and_an_exporting_sink_serves_gpumon_up_0_and_no_simulated_g
         "node-without-driver",
     ]);
     // Three failed samples: the agent keeps running and serving.
-    let body = agent.scrape_until("three failed samples", |b| {
+    let body = scrape_until(&agent, "three failed samples", |b| {
         series(b).iter().any(|l| {
             l.strip_prefix("gpumon_sample_failures_total{host=\"node-without-driver\"} ")
                 .and_then(|v| v.parse::<u64>().ok())
@@ -362,8 +284,8 @@ fn auto_without_nvml_and_an_exporting_sink_serves_gpumon_up_0_and_no_simulated_g
     let device_series: Vec<_> = lines.iter().filter(|l| l.contains("gpu=\"") || l.contains("uuid=")).collect();
     assert!(device_series.is_empty(), "device series without NVML: {device_series:?}");
     assert!(!body.contains("mock"), "{body}");
-    assert_eq!(agent.get("/health").0, 503);
-    assert_eq!(agent.get("/live"), (200, "live\n".to_owned()));
+    assert_eq!(http_get(agent.addr(), "/health").0, 503);
+    assert_eq!(http_get(agent.addr(), "/live"), (200, "live\n".to_owned()));
     let log = agent.log();
     assert!(log.contains("NVML unavailable") && log.contains("retrying NVML with backoff"), "{log}");
     assert!(!log.contains("MOCK backend"), "{log}");
@@ -376,8 +298,8 @@ fn auto_without_nvml_and_an_exporting_sink_serves_gpumon_up_0_and_no_simulated_g
 #[test]
 fn an_explicit_mock_backend_marks_every_prometheus_series() {
     for naming in ["native", "dcgm"] {
-        let agent = Served::start(&["--backend", "mock", "--mock-profile", "a100x4", "--prometheus-naming", naming]);
-        let body = agent.scrape_until("device series", |b| b.contains("gpumon_gpu_info{"));
+        let agent = serve(&["--backend", "mock", "--mock-profile", "a100x4", "--prometheus-naming", naming]);
+        let body = scrape_until(&agent, "device series", |b| b.contains("gpumon_gpu_info{"));
         let lines = series(&body);
         let devices = lines.iter().filter(|l| l.starts_with("gpumon_gpu_info{")).count();
         assert_eq!(devices, 4, "{body}");

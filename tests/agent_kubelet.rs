@@ -6,29 +6,18 @@
 #![cfg(all(feature = "agent", feature = "prometheus", feature = "kubelet", feature = "tls"))]
 
 use std::collections::BTreeMap;
-use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use gpumon::core::attribution::kubelet::testing::{container, devices, pod, TestKubelet};
 use gpumon::core::Snapshot;
 
 mod common;
-use common::{agent, free_port, run};
+use common::{agent, agent_process, run};
+use gpumon_mock::test_kit::{free_port, Scrape};
 
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn scrape(port: u16) -> Option<String> {
-    gpumon::sinks::tls::install_crypto_provider();
-    let url = format!("http://127.0.0.1:{port}/metrics");
-    let response = reqwest::blocking::Client::new().get(url).timeout(Duration::from_secs(2)).send().ok()?;
-    response.text().ok()
+/// Scrapes `/metrics` every 50 ms until `done` holds for the body (30 s at most).
+fn scrape_until(port: u16, what: &str, done: impl Fn(&str) -> bool) -> String {
+    Scrape::port(port).timeout(Duration::from_secs(30)).until(what, |r| done(r.body())).body().to_owned()
 }
 
 /// `metric{labels} value` lines of `name`, as (uuid → label map).
@@ -54,20 +43,6 @@ fn owner_of(labels: &BTreeMap<String, String>) -> Option<(String, String, String
 
 fn counter(text: &str, line_prefix: &str) -> Option<u64> {
     text.lines().find(|l| l.starts_with(line_prefix)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok())
-}
-
-/// Polls `f` every 50 ms until it gives a value, for at most `timeout`.
-fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if std::time::Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -114,7 +89,7 @@ fn the_agent_labels_exactly_the_gpus_and_mig_instances_the_kubelet_lists() {
     // The refresh interval has no flag; the kubelet itself is asked for on the command line.
     std::fs::write(&config, "[attribution]\nkubelet_refresh = \"1s\"\n").unwrap();
     let port = free_port();
-    let child = agent()
+    let _agent = agent_process()
         .args(["--backend", "mock", "--mock-profile", "a100x8-mig", "--interval", "200ms", "--stdout-format", "json"])
         .args(["--prometheus-listen", &format!("127.0.0.1:{port}")])
         // An empty proc root: the mock's simulated pids must not pick up owners from this machine.
@@ -124,11 +99,7 @@ fn the_agent_labels_exactly_the_gpus_and_mig_instances_the_kubelet_lists() {
         .arg(&socket)
         .arg("--config")
         .arg(&config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _agent = Agent(child);
+        .spawn();
 
     let expected: BTreeMap<&str, (&str, &str, &str)> = [
         (gpus[0], ("team-a", "train-0", "trainer")),
@@ -136,12 +107,9 @@ fn the_agent_labels_exactly_the_gpus_and_mig_instances_the_kubelet_lists() {
         (migs[0], ("team-b", "infer-0", "server")),
     ]
     .into();
-    let text = wait_for(Duration::from_secs(30), || {
-        let text = scrape(port)?;
-        let util = series(&text, "gpumon_gpu_info");
-        (util.values().filter_map(owner_of).count() == expected.len()).then_some(text)
-    })
-    .unwrap_or_else(|| panic!("no pod labels within 30 s: {:?}", scrape(port)));
+    let text = scrape_until(port, "the pod labels", |text| {
+        series(text, "gpumon_gpu_info").values().filter_map(owner_of).count() == expected.len()
+    });
     let info = series(&text, "gpumon_gpu_info");
     assert_eq!(info.len(), fleet.devices.len(), "{text}");
     for (uuid, labels) in &info {
@@ -158,23 +126,19 @@ fn the_agent_labels_exactly_the_gpus_and_mig_instances_the_kubelet_lists() {
     // refreshes at 1 s), and sampling goes on throughout.
     let seq_before = counter(&text, "gpumon_samples_total").expect("gpumon_samples_total");
     rt.block_on(kubelet.stop());
-    let text = wait_for(Duration::from_secs(30), || {
-        let text = scrape(port)?;
-        let labelled = series(&text, "gpumon_gpu_info").values().filter_map(owner_of).count();
-        (labelled == 0 && counter_for(&text, "kubelet").is_some_and(|n| n >= 3)).then_some(text)
-    })
-    .unwrap_or_else(|| panic!("labels not cleared / failures not counted: {:?}", scrape(port)));
+    let text = scrape_until(port, "the labels cleared and the failures counted", |text| {
+        let labelled = series(text, "gpumon_gpu_info").values().filter_map(owner_of).count();
+        labelled == 0 && counter_for(text, "kubelet").is_some_and(|n| n >= 3)
+    });
     assert_eq!(series(&text, "gpumon_gpu_info").len(), fleet.devices.len(), "every device still exported: {text}");
     let after = counter(&text, "gpumon_samples_total").expect("gpumon_samples_total");
     assert!(after > seq_before + 10, "samples {seq_before} → {after}: sampling stalled without the kubelet");
 
     // Back again: the labels return without restarting the agent.
     rt.block_on(kubelet.restart()).unwrap();
-    wait_for(Duration::from_secs(30), || {
-        let text = scrape(port)?;
-        (series(&text, "gpumon_gpu_info").values().filter_map(owner_of).count() == expected.len()).then_some(())
-    })
-    .unwrap_or_else(|| panic!("labels did not come back: {:?}", scrape(port)));
+    scrape_until(port, "the labels back", |text| {
+        series(text, "gpumon_gpu_info").values().filter_map(owner_of).count() == expected.len()
+    });
     let _ = std::fs::remove_dir_all(&dir);
 }
 

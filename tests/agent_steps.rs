@@ -4,61 +4,21 @@
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::agent;
-use gpumon_mock::test_env::{http_get, listening_addr};
+use common::{agent, agent_process};
+use gpumon_mock::test_kit::{AgentProcess, Ready};
 
-struct Served {
-    child: std::process::Child,
-    addr: std::net::SocketAddr,
-}
-
-impl Served {
-    fn start(args: &[&str]) -> Served {
-        let mut child = agent()
-            .env("GPUMON_LOG", "info")
-            .args(["--backend", "mock", "--prometheus-listen", "127.0.0.1:0", "--interval", "100ms"])
-            .args(["--config", "/dev/null"])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (addr, _log) = listening_addr(&mut child);
-        Served { child, addr }
-    }
-
-    fn metrics(&self) -> String {
-        http_get(self.addr, "/metrics").1
-    }
-
-    fn scrape_until(&self, what: &str, done: impl Fn(&[&str]) -> bool) -> String {
-        let started = Instant::now();
-        loop {
-            let body = self.metrics();
-            let series: Vec<&str> = body.lines().filter(|l| !l.starts_with('#')).collect();
-            if done(&series) {
-                return body;
-            }
-            assert!(started.elapsed() < Duration::from_secs(10), "never {what}: {body}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        assert!(Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap().success());
-        self.child.wait().unwrap()
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The agent on the mock with a Prometheus endpoint on a free port and 100 ms ticks.
+fn serve(args: &[&str]) -> AgentProcess {
+    agent_process()
+        .env("GPUMON_LOG", "info")
+        .args(["--backend", "mock", "--prometheus-listen", "127.0.0.1:0", "--interval", "100ms"])
+        .args(["--config", "/dev/null"])
+        .args(args)
+        .ready(Ready::ListeningLog)
+        .spawn()
 }
 
 #[test]
@@ -68,7 +28,7 @@ fn steps_socket_feeds_the_prometheus_endpoint() {
     let path = dir.join("steps.sock");
     // A stale socket left by a killed agent does not stop the next one.
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
-    let mut served = Served::start(&["--steps-socket", path.to_str().unwrap()]);
+    let mut served = serve(&["--steps-socket", path.to_str().unwrap()]);
     // The socket is bound once the agent runs (the Prometheus endpoint may be up first).
     let started = Instant::now();
     let mut client = loop {
@@ -92,12 +52,14 @@ fn steps_socket_feeds_the_prometheus_endpoint() {
     client.write_all(b"this is not json\n").unwrap();
     client.write_all(&[b'x'; 2000]).unwrap();
     client.write_all(b"\n").unwrap();
-    let body = served.scrape_until("the step series", |s| {
+    let body = served.scrape().until("the step series", |r| {
+        let s: Vec<&str> = r.body().lines().filter(|l| !l.starts_with('#')).collect();
         s.iter().any(|l| {
             l.starts_with("gpumon_training_step{") && l.contains("job=\"train\",rank=\"0\"") && l.ends_with(" 5")
         }) && s.iter().any(|l| l.contains("reason=\"oversized\"") && l.ends_with(" 1"))
             && s.iter().any(|l| l.starts_with("gpumon_training_step{") && l.contains("job=\"solo\""))
     });
+    let body = body.body();
     let series: Vec<&str> = body.lines().filter(|l| !l.starts_with('#')).collect();
     // Simulated data stays marked; a run without a rank has no rank label.
     let solo = series.iter().find(|l| l.starts_with("gpumon_training_step{") && l.contains("job=\"solo\"")).unwrap();
@@ -118,7 +80,7 @@ fn steps_socket_feeds_the_prometheus_endpoint() {
     assert!(series.iter().any(|l| l.starts_with("gpumon_step_memory_peak_bytes{")));
 
     drop(client);
-    let status = served.terminate();
+    let status = served.terminate(Duration::from_secs(30));
     assert!(status.success(), "{status:?}");
     assert!(!path.exists(), "the socket file is removed on shutdown");
     let _ = std::fs::remove_dir_all(&dir);
@@ -156,15 +118,13 @@ fn marks_received_before_sigterm_are_reported_at_exit() {
     let dir = std::env::temp_dir().join(format!("gpumon-agent-steps-exit-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("steps.sock");
-    let mut child = agent()
+    let mut child = agent_process()
         .args(["--backend", "mock", "--interval", "3s", "--config", "/dev/null", "--stdout-format", "json"])
         .args(["--steps-socket", path.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .stdout_piped()
+        .spawn();
     let (tx, rx) = std::sync::mpsc::channel::<serde_json::Value>();
-    let stdout = child.stdout.take().unwrap();
+    let stdout = child.take_stdout();
     let reader = std::thread::spawn(move || {
         for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
             if let Ok(v) = serde_json::from_str(&line) {
@@ -195,8 +155,7 @@ fn marks_received_before_sigterm_are_reported_at_exit() {
     }
     // The socket reads the marks at once; give it a moment, then stop the agent.
     std::thread::sleep(Duration::from_millis(200));
-    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
-    assert!(child.wait().unwrap().success());
+    assert!(child.terminate(Duration::from_secs(30)).success());
     reader.join().unwrap();
     let rest: Vec<serde_json::Value> = rx.try_iter().collect();
     let last = rest.last().expect("a last snapshot at shutdown");

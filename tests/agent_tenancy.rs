@@ -4,45 +4,11 @@
 //! owners, so a tenant holds nothing here; `tests/tenancy_e2e.rs` runs real processes.
 #![cfg(all(feature = "agent", feature = "prometheus", feature = "web"))]
 
-use std::io::{Read, Write};
-use std::path::PathBuf;
-use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
-use common::{agent, free_port, run};
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(what: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("gpumon-{what}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-
-    fn file(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Kills the agent when the test ends, also on a failed assertion.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::{agent, agent_process, run};
+use gpumon_mock::test_kit::{free_port, Credential, Scrape, TempDir};
 
 fn config_error(toml: &str) -> String {
     let dir = TempDir::new("tenancy-bad");
@@ -72,34 +38,17 @@ fn a_bad_tenant_is_a_configuration_error_naming_the_key() {
     assert!(e.contains("selector") && e.contains("numeric gid"), "{e}");
 }
 
+/// `GET path` with `credential`, the whole answer (retried while nothing listens, 10 s).
 fn get(port: u16, path: &str, credential: Option<&str>) -> String {
-    let started = Instant::now();
-    loop {
-        match std::net::TcpStream::connect(("127.0.0.1", port)) {
-            Ok(mut s) => {
-                let header = credential.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-                write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n{header}Connection: close\r\n\r\n").unwrap();
-                let mut out = String::new();
-                s.read_to_string(&mut out).unwrap();
-                return out;
-            }
-            Err(_) if started.elapsed() < Duration::from_secs(10) => std::thread::sleep(Duration::from_millis(50)),
-            Err(e) => panic!("agent never listened on {port}: {e}"),
-        }
-    }
+    let scrape = Scrape::port(port).path(path).credential(credential.map(Credential::bearer));
+    scrape.until("the agent to listen", |_| true).raw
 }
 
 /// Polls `path` with `credential` until the answer contains `want` (10 s).
 fn get_until(port: u16, path: &str, credential: Option<&str>, want: &str) -> String {
-    let started = Instant::now();
-    loop {
-        let r = get(port, path, credential);
-        if r.contains(want) {
-            return r;
-        }
-        assert!(started.elapsed() < Duration::from_secs(10), "no {want} on {path}:\n{r}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let scrape =
+        Scrape::port(port).path(path).credential(credential.map(Credential::bearer)).every(Duration::from_millis(100));
+    scrape.until(&format!("{want} on {path}"), |r| r.raw.contains(want)).raw
 }
 
 #[test]
@@ -124,8 +73,7 @@ fn tenants_from_the_config_file_guard_the_scrape_endpoint_and_the_web_view() {
             tenants("web")
         ),
     );
-    let _agent =
-        Running(agent().arg("--config").arg(&cfg).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let _agent = agent_process().arg("--config").arg(&cfg).spawn();
 
     let admin = get_until(prom, "/metrics", Some("tok-admin"), "gpumon_utilization_ratio{");
     assert!(admin.contains("pid=\""), "the mock's processes are there for the admin:\n{admin}");

@@ -5,28 +5,16 @@
 #![cfg(all(feature = "agent", feature = "prometheus"))]
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use gpumon_mock::test_kit::free_port;
+
 mod common;
-use common::{agent, free_port};
+use common::{agent_process, PrometheusInstance};
 
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run this test through scripts/test.sh"))
-}
-
-struct Cleanup(Vec<Child>, Option<(String, String)>);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        if let Some((instance, dir)) = &self.1 {
-            let _ = Command::new(format!("{dir}/stop-prometheus.sh")).env("BACKEND_INSTANCE", instance).status();
-        }
-    }
 }
 
 fn query(port: u16, q: &str) -> Vec<(serde_json::Value, f64)> {
@@ -60,14 +48,11 @@ fn starved_loader_is_diagnosed_scraped_and_alerted() {
     let dir = env("GPUMON_TEST_BACKENDS_DIR");
     let rules = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus/gpumon-alerts.yml");
     let (agent_port, prom_port) = (free_port(), free_port());
-    let child = agent()
+    let _agent = agent_process()
         .args(["--backend", "mock", "--mock-profile", "h100x8", "--mock-scenario", "dataloader-starved"])
         .args(["--interval", "500ms", "--diagnose-window", "3s"])
         .args(["--prometheus-listen", &format!("127.0.0.1:{agent_port}")])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut guard = Cleanup(vec![child], None);
+        .spawn();
     let instance = format!("diag{}", std::process::id());
     let status = Command::new(format!("{dir}/start-prometheus.sh"))
         .env("BACKEND_INSTANCE", &instance)
@@ -77,7 +62,7 @@ fn starved_loader_is_diagnosed_scraped_and_alerted() {
         .status()
         .unwrap();
     assert!(status.success(), "start-prometheus.sh failed");
-    guard.1 = Some((instance, dir));
+    let _prometheus = PrometheusInstance(instance, dir);
 
     // The finding, on every GPU, and nothing else.
     let active = wait_for(prom_port, "gpumon_finding_active", 8);

@@ -10,33 +10,23 @@
 #![cfg(all(feature = "agent", feature = "prometheus", feature = "nvml"))]
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt as _;
 use std::os::unix::process::CommandExt as _;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use gpumon_mock::test_env::require_env;
+use gpumon_mock::test_kit::{free_port, KillOnDrop, Ready, Scrape};
 
 mod common;
-use common::{agent, fake_nvml, free_port};
+use common::{agent_process, fake_nvml};
 
 /// Unix users no system has names for (attribution reports the uid).
 const UID_A: u32 = 60_001;
 const UID_B: u32 = 60_002;
 
-/// Kills a child when the test ends, also on a failed assertion.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `sleep 300` as `uid` (and gid = uid).
-fn sleeper(uid: u32) -> Killed {
+fn sleeper(uid: u32) -> KillOnDrop {
     let child = Command::new("sleep")
         .arg("300")
         .uid(uid)
@@ -44,28 +34,18 @@ fn sleeper(uid: u32) -> Killed {
         .stdin(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start `sleep 300` as uid {uid}: {e}"));
-    Killed(child)
+    KillOnDrop(child)
 }
 
-/// `GET /metrics` with `token`: the whole answer, or `None` while nothing listens.
-fn scrape(port: u16, token: &str) -> Option<String> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
+/// `GET /metrics` with `token`.
+fn scrape(port: u16, token: &str) -> Scrape {
+    Scrape::port(port).bearer(token).timeout(Duration::from_secs(20)).every(Duration::from_millis(100))
 }
 
-/// Scrapes with `token` until `done` holds (20 s: the agent starts, attribution refreshes).
+/// Scrapes with `token` until `done` holds for the whole answer (20 s: the agent starts,
+/// attribution refreshes).
 fn scrape_until(port: u16, token: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
-    let started = Instant::now();
-    loop {
-        if let Some(r) = scrape(port, token).filter(|r| done(r)) {
-            return r;
-        }
-        assert!(started.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    scrape(port, token).until(what, |r| done(&r.raw)).raw
 }
 
 /// The value of `label` on every series line that has it.
@@ -113,7 +93,9 @@ fn each_tenant_scrapes_exactly_the_gpu_its_real_process_holds() {
         ),
     )
     .unwrap();
-    let child = agent()
+    // A quick exit (an unknown flag, a bad config) is reported with its stderr: does it have
+    // --attribution (the attribution branch)?
+    let _agent = agent_process()
         .arg("--config")
         .arg(&cfg)
         .arg("--nvml-library")
@@ -121,18 +103,8 @@ fn each_tenant_scrapes_exactly_the_gpu_its_real_process_holds() {
         .arg("--attribution")
         .env("GPUMON_FAKE_NVML_PROFILE", "h100x8")
         .env("GPUMON_FAKE_NVML_PIDS", format!("0={pid_a},1={pid_b}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut agent = Killed(child);
-    // A quick exit (an unknown flag, a bad config) is reported with its stderr.
-    std::thread::sleep(Duration::from_millis(300));
-    if let Ok(Some(status)) = agent.0.try_wait() {
-        let mut err = String::new();
-        let _ = agent.0.stderr.take().map(|mut e| e.read_to_string(&mut err));
-        panic!("the agent exited ({status}); does it have --attribution (the attribution branch)?\n{err}");
-    }
+        .ready(Ready::Port(([127, 0, 0, 1], port).into()))
+        .spawn();
 
     // The admin view: GPU 0 and GPU 1's UUIDs, and both processes.
     let admin = scrape_until(port, "tok-admin", "both processes on the admin's scrape", |r| {
@@ -161,7 +133,7 @@ fn each_tenant_scrapes_exactly_the_gpu_its_real_process_holds() {
         let other_uid = if token == "tok-a" { UID_B } else { UID_A };
         assert!(!r.contains(&format!("=\"{other_uid}\"")), "{token} sees the other's uid:\n{r}");
     }
-    let r = scrape(port, "tok-unknown").expect("the agent still serves");
+    let r = scrape(port, "tok-unknown").fetch().raw;
     assert!(r.starts_with("HTTP/1.1 401"), "{r}");
     let _ = std::fs::remove_dir_all(dir);
 }

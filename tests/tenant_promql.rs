@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,7 @@ use gpumon::core::{
 };
 use gpumon::sinks::prometheus::{Naming, PrometheusConfig, PrometheusSink};
 use gpumon_mock::test_env::require_env;
+use gpumon_mock::test_kit::{free_port, KillOnDrop, TempDir};
 use serde_json::Value as Json;
 
 const GIB: u64 = 1 << 30;
@@ -256,21 +257,6 @@ fn serve(naming: Naming) -> Served {
     Served { agent, addr }
 }
 
-struct Cleanup {
-    prometheus: Option<Child>,
-    dir: PathBuf,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.prometheus {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 async fn query(http: &reqwest::Client, base: &str, q: &str) -> Vec<(BTreeMap<String, String>, f64)> {
     let url = reqwest::Url::parse_with_params(&format!("{base}/api/v1/query"), &[("query", q)]).unwrap();
     let body = http.get(url).send().await.unwrap().text().await.unwrap();
@@ -310,9 +296,8 @@ async fn documented_tenant_queries_return_the_expected_sums() {
 
     // Two jobs; the dcgm target keeps only its DCGM_* families, because the per-process families
     // keep their native names in dcgm naming and would otherwise be counted twice.
-    let dir = std::env::temp_dir().join(format!("gpumon-tenant-promql-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut cleanup = Cleanup { prometheus: None, dir: dir.clone() };
+    let temp = TempDir::new("tenant-promql");
+    let dir = temp.path();
     let config = format!(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  \
          - job_name: native\n    static_configs:\n      - targets: ['{}']\n  \
@@ -321,9 +306,9 @@ async fn documented_tenant_queries_return_the_expected_sums() {
         native.addr, dcgm.addr
     );
     std::fs::write(dir.join("prometheus.yml"), config).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-    cleanup.prometheus = Some(
+    let prometheus_process = KillOnDrop(
         Command::new(&prometheus)
             .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
             .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
@@ -367,5 +352,5 @@ async fn documented_tenant_queries_return_the_expected_sums() {
 
     native.agent.shutdown(Duration::from_secs(5)).await.unwrap();
     dcgm.agent.shutdown(Duration::from_secs(5)).await.unwrap();
-    drop(cleanup);
+    drop((prometheus_process, temp));
 }

@@ -8,14 +8,15 @@
 #![cfg(all(feature = "agent", feature = "web"))]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use gpumon_mock::test_env::require_env;
+use gpumon_mock::test_kit::{free_port, AgentProcess, Ready};
 use serde_json::Value;
 
 mod common;
-use common::{agent, free_port, proc_root_owning};
+use common::{agent, agent_process, proc_root_owning};
 
 fn http() -> reqwest::blocking::Client {
     #[cfg(feature = "tls")]
@@ -23,39 +24,15 @@ fn http() -> reqwest::blocking::Client {
     reqwest::blocking::Client::builder().timeout(Duration::from_secs(5)).build().unwrap()
 }
 
-/// Kills the agent when the test ends, also on a failed assertion.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(args: &[&str]) -> (Running, String) {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let child = agent()
-        .args(["--web-listen", &listen, "--interval", "500ms"])
+/// The agent with its web view on a free port, once the view serves a snapshot (20 s at most).
+fn start(args: &[&str]) -> (AgentProcess, String) {
+    let addr = ([127, 0, 0, 1], free_port()).into();
+    let running = agent_process()
+        .args(["--web-listen", &format!("{addr}"), "--interval", "500ms"])
         .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("run target/debug/examples/agent (cargo build --example agent)");
-    let running = Running(child);
-    let base = format!("http://{listen}");
-    let client = http();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(r) = client.get(format!("{base}/api/snapshot")).send() {
-            if r.status().is_success() {
-                break;
-            }
-        }
-        assert!(std::time::Instant::now() < deadline, "the agent's web view did not serve a snapshot within 20 s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        .ready(Ready::Http(addr, "/api/snapshot".to_owned()))
+        .spawn();
+    let base = running.url();
     (running, base)
 }
 
@@ -230,26 +207,16 @@ fn browser_shows_owners_of_gpus_and_processes_as_text() {
 /// never falls back to simulated GPUs (no GPU here: failed samples rather than a mock's data).
 #[test]
 fn web_listen_never_gets_the_mock_fallback() {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let child = agent()
+    let addr = ([127, 0, 0, 1], free_port()).into();
+    let listen = format!("{addr}");
+    // The web view comes up: its page answers (with a 2xx).
+    let mut running = agent_process()
         .args(["--backend", "auto", "--web-listen", &listen, "--interval", "200ms"])
         .args(["--nvml-library", "/nonexistent/libnvidia-ml.so.1"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut running = Running(child);
+        .ready(Ready::Http(addr, "/".to_owned()))
+        .spawn();
     let client = http();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let page = loop {
-        if let Ok(r) = client.get(format!("http://{listen}/")).send() {
-            break r;
-        }
-        assert!(std::time::Instant::now() < deadline, "the web view did not come up");
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(page.status().is_success());
     // Wait until a tick has reached the web view: without NVML it is a failed sample, which the
     // snapshot endpoint reports (503, and why) instead of any GPU data, simulated or not.
     let body = loop {
@@ -263,22 +230,7 @@ fn web_listen_never_gets_the_mock_fallback() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(body.contains("/nonexistent/libnvidia-ml.so.1"), "says why: {body}");
-    let _ = running.0.kill();
-    let out = running.0.wait_with_output_ref();
+    running.kill();
+    let out = running.log();
     assert!(!out.contains("MOCK"), "{out}");
-}
-
-trait StderrText {
-    fn wait_with_output_ref(&mut self) -> String;
-}
-
-impl StderrText for Child {
-    fn wait_with_output_ref(&mut self) -> String {
-        let _ = self.wait();
-        let mut s = String::new();
-        if let Some(mut e) = self.stderr.take() {
-            let _ = std::io::Read::read_to_string(&mut e, &mut s);
-        }
-        s
-    }
 }

@@ -8,42 +8,19 @@
 #![cfg(all(feature = "agent", feature = "web"))]
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use gpumon_mock::test_env::require_env;
+use gpumon_mock::test_kit::{free_port, Credential, Ready};
 use serde_json::Value;
 
 mod common;
-use common::{agent, free_port};
-
-/// Kills the agent when the test ends, also on a failed assertion.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::agent_process;
 
 /// `Authorization: Basic base64(user:password)`.
 fn basic(user: &str, password: &str) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let bytes = format!("{user}:{password}").into_bytes();
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    format!("Authorization: Basic {out}")
+    Credential::basic(user, password).header()
 }
 
 fn browse(url: &str, header: &str) -> Value {
@@ -77,14 +54,9 @@ fn a_tenants_page_goes_live_and_shows_only_its_gpus() {
         ),
     )
     .unwrap();
-    let _agent =
-        Running(agent().arg("--config").arg(&cfg).stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().unwrap());
-    let base = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "the agent's web view did not listen within 20 s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // The agent's web view listens within 20 s.
+    let agent = agent_process().arg("--config").arg(&cfg).ready(Ready::Port(([127, 0, 0, 1], port).into())).spawn();
+    let base = agent.url();
     std::thread::sleep(Duration::from_millis(1500)); // a few samples
 
     let admin = browse(&format!("{base}/"), &basic("ops", "pw-ops"));

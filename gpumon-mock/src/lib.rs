@@ -12,6 +12,9 @@
 //! - [`RecordingSink`] keeps every snapshot (clones share storage); [`FaultySink`] fails,
 //!   stalls, sleeps or panics on cue; `MockSamplerSeam` (feature `mockall`) is a `mockall` mock of the sampler
 //!   seam for call-order tests.
+//! - [`test_env`] gates tests on real backends and serves a loopback HTTP stub; `test_kit`
+//!   (feature `test-kit`) is the harness of tests that start an agent process: kill on drop,
+//!   wait for its listener, scrape until a condition with credentials, free ports.
 //!
 //! ## GPU models
 //!
@@ -228,6 +231,9 @@ mod scenario;
 mod seam;
 mod sinks;
 pub mod test_env;
+#[cfg(feature = "test-kit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-kit")))]
+pub mod test_kit;
 mod timeline;
 
 pub use error::ConfigError;

@@ -20,31 +20,9 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use gpumon_core::Sink;
 use gpumon_mock::test_env::HttpStub;
+use gpumon_mock::test_kit::DiscardExporter;
 use gpumon_sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::metrics::data::ResourceMetrics;
-use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
-
-/// Drops every batch (after touching it, so nothing is optimised away).
-#[derive(Debug)]
-struct Discard;
-
-impl PushMetricExporter for Discard {
-    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
-        std::hint::black_box(metrics.scope_metrics().count());
-        Ok(())
-    }
-    fn force_flush(&self) -> OTelSdkResult {
-        Ok(())
-    }
-    fn shutdown_with_timeout(&self, _: Duration) -> OTelSdkResult {
-        Ok(())
-    }
-    fn temporality(&self) -> Temporality {
-        Temporality::Cumulative
-    }
-}
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -55,7 +33,7 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Elements(points as u64));
 
     let provider = SdkMeterProvider::builder()
-        .with_reader(PeriodicReader::builder(Discard).with_interval(Duration::from_secs(86_400)).build())
+        .with_reader(PeriodicReader::builder(DiscardExporter).with_interval(Duration::from_secs(86_400)).build())
         .build();
     let mut sink = OtlpSink::with_meter_provider(provider.clone());
     let mut i = 0;

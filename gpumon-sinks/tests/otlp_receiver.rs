@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use gpumon_core::{Agent, DeviceSample, MetricId, MetricKind, MetricSet, Snapshot, Unit, Value};
 use gpumon_mock::test_env::require_env;
+use gpumon_mock::test_kit::free_port;
 use gpumon_sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};
-use otlp_support::{backends, fleet, free_port, received, requests_of_run, reset, run_id, FleetSampler};
+use otlp_support::{backends, fleet, received, requests_of_run, reset, run_id, FleetSampler};
 use serde_json::Value as Json;
 
 /// The tests share one receiver and reset it: one at a time.

@@ -16,9 +16,10 @@ use std::time::Duration;
 
 use gpumon_core::{Agent, AgentHandle, MetricId, Snapshot};
 use gpumon_mock::test_env::require_env;
+use gpumon_mock::test_kit::{free_port, KillOnDrop, TempDir};
 use gpumon_sinks::prometheus::{Format, Naming, PrometheusConfig, PrometheusSink};
 use serde_json::Value as Json;
-use support::{eventually, free_port, test_snapshot, ChildGuard, TempDir, TestSampler, HOST, NASTY_NAME};
+use support::{eventually, test_snapshot, TestSampler, HOST, NASTY_NAME};
 
 struct Target {
     job: &'static str,
@@ -388,22 +389,22 @@ async fn real_prometheus_scrapes_both_namings_and_formats() {
         start_target("dcgm-text", Naming::Dcgm, false),
     ];
     let dir = TempDir::new("prometheus");
-    let config = write_config(&dir.0, &targets);
+    let config = write_config(dir.path(), &targets);
     let port = free_port();
-    let log = std::fs::File::create(dir.0.join("prometheus.log")).unwrap();
+    let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
     let child = Command::new(&prometheus)
         .arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.0.join("data").display()))
+        .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {prometheus}: {e}"));
-    let _prometheus = ChildGuard(child);
+    let _prometheus = KillOnDrop(child);
     #[cfg(feature = "tls")]
     gpumon_sinks::tls::install_crypto_provider();
     let prom = Prom { base: format!("http://127.0.0.1:{port}"), http: reqwest::Client::new() };
-    let log_tail = || std::fs::read_to_string(dir.0.join("prometheus.log")).unwrap_or_default();
+    let log_tail = || std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default();
 
     eventually(Duration::from_secs(30), "prometheus ready", || async {
         let r = prom.http.get(format!("{}/-/ready", prom.base)).send().await.ok()?;

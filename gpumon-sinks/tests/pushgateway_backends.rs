@@ -13,9 +13,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpumon_core::{Agent, AgentHandle, SinkOptions};
 use gpumon_mock::test_env::require_env;
+use gpumon_mock::test_kit::free_port;
 use gpumon_sinks::prometheus::{Naming, PushgatewayConfig, PushgatewaySink};
 use serde_json::Value as Json;
-use support::{eventually, free_port, test_snapshot, TestSampler};
+use support::{eventually, test_snapshot, TestSampler};
 
 fn backends_dir() -> String {
     require_env("GPUMON_TEST_BACKENDS_DIR")

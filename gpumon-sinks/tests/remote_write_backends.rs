@@ -4,6 +4,7 @@
 //! with `--include-ignored`, and a missing server is a failure.
 #![cfg(feature = "remote-write")]
 
+use gpumon_mock::test_kit::free_port;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Not as _;
 use std::process::Command;
@@ -28,10 +29,6 @@ fn client() -> reqwest::Client {
     #[cfg(feature = "tls")]
     gpumon_sinks::tls::install_crypto_provider();
     reqwest::Client::new()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// An 8-GPU mock snapshot for `host`, taken `ago` before now (millisecond precision, as sent).

@@ -4,16 +4,21 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use gpumon_mock::test_kit::{example_path, AgentBuilder};
+
 /// `target/<profile>/examples/agent`, which `cargo test` builds alongside the tests, with no
 /// GPU-visibility variables from the caller's environment and warn-level logs.
 pub fn agent() -> Command {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(|d| d.parent()).unwrap();
-    let bin: PathBuf = dir.join("examples").join("agent");
+    let bin = example_path("agent");
     assert!(bin.exists(), "{} not built; run `cargo test` (it builds examples)", bin.display());
     let mut cmd = Command::new(bin);
     cmd.env_remove("CUDA_VISIBLE_DEVICES").env_remove("NVIDIA_VISIBLE_DEVICES").env("GPUMON_LOG", "warn");
     cmd
+}
+
+/// [`agent`] as a process of the test kit: killed on drop, its stderr collected.
+pub fn agent_process() -> AgentBuilder {
+    AgentBuilder::from_command(agent())
 }
 
 /// Runs `cmd` to completion: (exit code, stdout, stderr).
@@ -22,9 +27,14 @@ pub fn run(cmd: &mut Command) -> (i32, String, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
 }
 
-/// A port on 127.0.0.1 that was free a moment ago.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// A Prometheus started by the backends dir's `start-prometheus.sh` under `BACKEND_INSTANCE`
+/// (instance, backends dir), stopped with `stop-prometheus.sh` when dropped.
+pub struct PrometheusInstance(pub String, pub String);
+
+impl Drop for PrometheusInstance {
+    fn drop(&mut self) {
+        let _ = Command::new(format!("{}/stop-prometheus.sh", self.1)).env("BACKEND_INSTANCE", &self.0).status();
+    }
 }
 
 /// The fake's cdylib, `target/<profile>/libgpumon_fake_nvml.so` (built here when missing).

@@ -6,43 +6,22 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use gpumon_mock::test_env::{http_get, listening_addr};
+use gpumon_mock::test_kit::{http_get, AgentProcess, KillOnDrop, Ready};
 
-/// Children that live as long as the test (killed on drop).
-struct Sleepers(Vec<Child>);
-
-impl Sleepers {
-    fn start(n: usize) -> Sleepers {
-        Sleepers((0..n).map(|_| Command::new("sleep").arg("60").spawn().expect("spawn sleep")).collect())
-    }
-
-    fn pids(&self) -> Vec<u32> {
-        self.0.iter().map(Child::id).collect()
-    }
-}
-
-impl Drop for Sleepers {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+/// `n` processes that live as long as the test (killed on drop).
+fn sleepers(n: usize) -> Vec<KillOnDrop> {
+    (0..n).map(|_| KillOnDrop(Command::new("sleep").arg("60").spawn().expect("spawn sleep"))).collect()
 }
 
 /// The agent on the fake, scraped over loopback.
-struct Served {
-    child: Child,
-    addr: std::net::SocketAddr,
-}
+struct Served(AgentProcess);
 
 impl Served {
     fn start(fake: &common::Fake, pids: &[u32], extra: &[&str]) -> Served {
         let spec = format!("0={}", pids.iter().map(u32::to_string).collect::<Vec<_>>().join("+"));
-        let mut child = Command::new(common::agent())
+        let agent = AgentProcess::builder(common::agent())
             // GPU 0 only: the other GPUs' simulated pids may name no process (or any process).
             .args(["--backend", "nvml", "--attribution", "--interval", "100ms", "--devices", "0"])
             .args(["--prometheus-listen", "127.0.0.1:0", "--log", "info", "--config", "/dev/null"])
@@ -55,41 +34,25 @@ impl Served {
             .env_remove("GPUMON_PASSWD_FILE")
             .env_remove("CUDA_VISIBLE_DEVICES")
             .env_remove("NVIDIA_VISIBLE_DEVICES")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the agent");
-        let (addr, _log) = listening_addr(&mut child);
-        Served { child, addr }
+            .ready(Ready::ListeningLog)
+            .spawn();
+        Served(agent)
     }
 
     fn metrics(&self) -> String {
-        http_get(self.addr, "/metrics").1
+        http_get(self.0.addr(), "/metrics").1
     }
 
     /// Scrapes until every pid has a process series (10 s at most); returns those series.
     fn process_series(&self, pids: &[u32]) -> Vec<String> {
-        let started = Instant::now();
-        loop {
-            let body = self.metrics();
-            let series: Vec<String> = body
-                .lines()
-                .filter(|l| l.starts_with("gpumon_process_memory_used_bytes{"))
-                .map(str::to_owned)
-                .collect();
-            if pids.iter().all(|p| series.iter().any(|l| l.contains(&format!("pid=\"{p}\"")))) {
-                return series;
-            }
-            assert!(started.elapsed() < Duration::from_secs(10), "no process series for {pids:?}:\n{body}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let of = |body: &str| -> Vec<String> {
+            body.lines().filter(|l| l.starts_with("gpumon_process_memory_used_bytes{")).map(str::to_owned).collect()
+        };
+        let r = self.0.scrape().until(&format!("process series for {pids:?}"), |r| {
+            let series = of(r.body());
+            pids.iter().all(|p| series.iter().any(|l| l.contains(&format!("pid=\"{p}\""))))
+        });
+        of(r.body())
     }
 }
 
@@ -110,8 +73,8 @@ fn line_of(series: &[String], pid: u32) -> &str {
 
 #[test]
 fn real_processes_carry_their_real_user() {
-    let sleepers = Sleepers::start(2);
-    let pids = sleepers.pids();
+    let sleepers = sleepers(2);
+    let pids: Vec<u32> = sleepers.iter().map(KillOnDrop::id).collect();
     let fake = common::Fake::new("clock=manual");
     let agent = Served::start(&fake, &pids, &[]);
     let series = agent.process_series(&pids);
@@ -161,8 +124,8 @@ fn fixture_root(dir: &Path, pods: &[(u32, u32, String)]) -> (PathBuf, PathBuf) {
 fn a_fixture_proc_root_names_containers_and_pods() {
     const DOCKER: &str = "9f2c4e6a8b0d1f3e5a7c9b2d4f6e8a0c1b3d5f7e9a2c4b6d8f0e1a3c5b7d9f2e";
     const K8S: &str = "3b8e1f5a7c9d2e4f6a8b0c1d3e5f7a9b2c4d6e8f0a1b3c5d7e9f2a4b6c8d0e1f";
-    let sleepers = Sleepers::start(2);
-    let pids = sleepers.pids();
+    let sleepers = sleepers(2);
+    let pids: Vec<u32> = sleepers.iter().map(KillOnDrop::id).collect();
     let dir = std::env::temp_dir().join(format!("gpumon-agent-attribution-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let (proc, passwd) = fixture_root(

@@ -117,14 +117,13 @@ fn agent_nvml_on_the_fake_equals_agent_mock_a100x8_mig() {
 /// and the agent's self-metric counts it.
 #[test]
 fn agent_exports_a_gpu_whose_xids_are_not_watched_as_not_monitored() {
-    use std::io::{BufRead, BufReader, Read, Write};
-    use std::process::Stdio;
-    use std::time::{Duration, Instant};
+    use gpumon_mock::test_kit::{AgentProcess, Ready};
+    use std::time::Duration;
 
     let dir = common::Fake::new("clock=manual");
     let ld = dir.dir.to_string_lossy().into_owned();
-    let mut cmd = Command::new(agent());
-    cmd.args(["--backend", "nvml", "--prometheus-listen", "127.0.0.1:0", "--interval", "200ms", "--log", "info"])
+    let child = AgentProcess::builder(agent())
+        .args(["--backend", "nvml", "--prometheus-listen", "127.0.0.1:0", "--interval", "200ms", "--log", "info"])
         .args(["--host", "fake-node", "--config", "/dev/null"])
         .env_remove("GPUMON_FAKE_NVML_SCENARIO")
         .env_remove("GPUMON_FAKE_NVML_SEED")
@@ -134,47 +133,10 @@ fn agent_exports_a_gpu_whose_xids_are_not_watched_as_not_monitored() {
         .env("GPUMON_FAKE_NVML_PROFILE", "a100x4")
         .env("GPUMON_FAKE_NVML_CLOCK", "manual")
         .env("GPUMON_FAKE_NVML_FAULTS", "notsupported:nvmlDeviceRegisterEvents@1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    struct Killed(std::process::Child);
-    impl Drop for Killed {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let mut child = Killed(cmd.spawn().expect("run the agent"));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    std::thread::spawn({
-        let lines = BufReader::new(child.0.stderr.take().unwrap()).lines();
-        let log = log.clone();
-        move || {
-            for line in lines.map_while(Result::ok) {
-                if let Some(addr) = line.split("listening addr=").nth(1) {
-                    let _ = tx.send(addr.trim().parse::<std::net::SocketAddr>().unwrap());
-                }
-                log.lock().unwrap().push(line);
-            }
-        }
-    });
-    let addr = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|e| panic!("no listen address ({e}): {log:?}"));
-    let scrape = || {
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
-        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    };
-    let started = Instant::now();
-    let body = loop {
-        let body = scrape();
-        if body.contains("gpumon_gpu_info{") {
-            break body;
-        }
-        assert!(started.elapsed() < Duration::from_secs(20), "no GPU data: {body}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+        .ready(Ready::ListeningLog)
+        .spawn();
+    let r = child.scrape().timeout(Duration::from_secs(20)).until("GPU data", |r| r.raw.contains("gpumon_gpu_info{"));
+    let body = r.raw;
     let failures: Vec<_> = body.lines().filter(|l| l.starts_with("gpumon_metric_failure{")).collect();
     assert_eq!(failures.len(), 1, "GPU 1 only: {failures:?}");
     assert!(failures[0].starts_with("gpumon_metric_failure{gpu=\"1\","), "{failures:?}");
@@ -182,6 +144,6 @@ fn agent_exports_a_gpu_whose_xids_are_not_watched_as_not_monitored() {
     assert!(body.lines().any(|l| l == "gpumon_last_sample_metric_failures{host=\"fake-node\"} 1"), "{body}");
     // Not monitored is not lost: all four GPUs are up.
     assert_eq!(body.lines().filter(|l| l.starts_with("gpumon_up{") && l.ends_with(" 1")).count(), 4, "{body}");
-    let log = log.lock().unwrap().join("\n");
+    let log = child.log();
     assert!(log.contains("XID errors of this GPU are not monitored"), "warned: {log}");
 }

@@ -281,8 +281,3 @@ pub fn run_id(test: &str) -> String {
     let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_nanos();
     format!("{test}-{}-{nanos}", std::process::id())
 }
-
-/// A port nothing listens on (bound, then released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}

@@ -14,11 +14,6 @@ use gpumon_core::{
 pub const NASTY_NAME: &str = "NVIDIA \"H100\" \\ 80GB\nline λ";
 pub const HOST: &str = "gpumon-test-host";
 
-/// A free loopback port (bind :0, read it, release it).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// The snapshot the test sampler returns at tick `seq`: constant values (so a scraped value can
 /// be compared exactly), four GPUs: a full one, one with a nasty name, a MIG instance of GPU 0,
 /// and a lost one.
@@ -159,34 +154,5 @@ where
             panic!("timed out after {timeout:?} waiting for {what}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// A child process killed (SIGKILL) and reaped when dropped, so a failing test leaves nothing
-/// behind.
-pub struct ChildGuard(pub std::process::Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A fresh temporary directory, removed when dropped.
-pub struct TempDir(pub std::path::PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> Self {
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos();
-        let p = std::env::temp_dir().join(format!("gpumon-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        Self(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
