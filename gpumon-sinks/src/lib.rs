@@ -20,11 +20,17 @@
 #![warn(missing_debug_implementations, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-#[cfg(feature = "_http-client")]
+#[cfg(any(feature = "influxdb-http", feature = "remote-write"))]
 pub(crate) mod delivery;
 
-#[cfg(any(feature = "_http-client", feature = "otlp", feature = "tls"))]
-pub(crate) mod http_util;
+// Each HTTP sink uses part of the layer (InfluxDB no bearer token, OTLP no backoff); only a
+// build with all four uses all of it, and only there is anything unused really dead.
+#[cfg(feature = "_http-client")]
+#[cfg_attr(
+    not(all(feature = "influxdb-http", feature = "remote-write", feature = "pushgateway", feature = "otlp")),
+    allow(dead_code)
+)]
+pub(crate) mod http;
 
 #[cfg(any(feature = "_http-client", feature = "otlp", feature = "tls"))]
 pub mod tls;

@@ -433,8 +433,8 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::http_util::error_chain;
-    use crate::http_util::test_server::{Reply, TestServer};
+    use crate::http::test_server::{Reply, TestServer};
+    use gpumon_core::error_chain;
 
     fn fixture(name: &str) -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/testdata/tls").join(name)

@@ -12,55 +12,10 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::buffer::{Buffer, SpillDone, SpillIo};
-use super::retry::Backoff;
+use crate::http::retry::{Backoff, Failure};
 
-/// How a write failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Failure {
-    /// Network error, timeout, 5xx, 429, 408: retry with backoff (or after Retry-After).
-    Retry { message: String, retry_after: Option<Duration> },
-    /// 401/403/404: the data is fine but the server will not take it until someone fixes the
-    /// credentials or the URL. Keep the data; try again only after `backoff.max`.
-    Hold { message: String },
-    /// Other 4xx: the batch itself was refused; retrying cannot help. Drop it and count it.
-    Reject { message: String },
-}
-
-impl Failure {
-    pub(crate) fn message(&self) -> &str {
-        match self {
-            Failure::Retry { message, .. } | Failure::Hold { message } | Failure::Reject { message } => message,
-        }
-    }
-}
-
-/// Classifies a non-2xx HTTP answer: the one retry policy of every push sink.
-pub(crate) fn classify(status: u16, message: String, retry_after: Option<Duration>) -> Failure {
-    match status {
-        408 | 429 | 500..=599 => Failure::Retry { message, retry_after },
-        401 | 403 | 404 => Failure::Hold { message },
-        _ => Failure::Reject { message },
-    }
-}
-
-/// The server's error text: InfluxDB answers `{"error":"…"}`; Prometheus, Mimir and
-/// VictoriaMetrics plain text. At most 500 characters.
-pub(crate) fn server_message(body: &str) -> String {
-    let body = body.trim();
-    let inner = body
-        .strip_prefix("{\"error\":\"")
-        .and_then(|s| s.strip_suffix("\"}"))
-        .map(|s| s.replace("\\\"", "\"").replace("\\\\", "\\"))
-        .unwrap_or_else(|| body.to_owned());
-    let mut s: String = inner.chars().take(500).collect();
-    if inner.chars().count() > 500 {
-        s.push('…');
-    }
-    s
-}
-
-/// How one sealed batch goes on the wire (compression, headers, auth) and how the answer is
-/// classified ([`classify`]).
+/// How one sealed batch goes on the wire: the sink's request, sent and classified by the shared
+/// HTTP client ([`crate::http`]).
 #[async_trait::async_trait]
 pub(crate) trait Transport: Send + Sync + 'static {
     /// Sends one batch (the bytes the sink encoded, uncompressed; cloning them is free, so an
@@ -305,10 +260,7 @@ impl Delivery {
             Some(f) => {
                 let held = st.buffer.lines();
                 let message = format!("{} ({held} {} buffered)", f.message(), self.unit.items);
-                Err(match f {
-                    Failure::Retry { .. } => SinkError::transient(message),
-                    Failure::Hold { .. } | Failure::Reject { .. } => SinkError::permanent(message),
-                })
+                Err(f.sink_error(message))
             }
         }
     }
@@ -633,10 +585,9 @@ impl Writer {
                                     st.pause = None;
                                 }
                                 Failure::Retry { retry_after, .. } => {
-                                    let (delay, kind) = match retry_after {
-                                        Some(d) => ((*d).min(Duration::from_secs(300)), PauseKind::RetryAfter),
-                                        None => (self.backoff.delay(attempt), PauseKind::Backoff),
-                                    };
+                                    let delay = self.backoff.wait(attempt, *retry_after);
+                                    let kind =
+                                        if retry_after.is_some() { PauseKind::RetryAfter } else { PauseKind::Backoff };
                                     attempt = attempt.saturating_add(1);
                                     st.pause = Some(Pause { until: Instant::now() + delay, kind });
                                     st.buffer.queue.push_front(batch);
@@ -655,37 +606,5 @@ impl Writer {
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retry_classification() {
-        let class = |code| match classify(code, String::new(), None) {
-            Failure::Retry { .. } => "retry",
-            Failure::Hold { .. } => "hold",
-            Failure::Reject { .. } => "reject",
-        };
-        for code in [408, 429, 500, 502, 503, 504] {
-            assert_eq!(class(code), "retry", "{code}");
-        }
-        for code in [401, 403, 404] {
-            assert_eq!(class(code), "hold", "{code}");
-        }
-        for code in [400, 409, 413, 422] {
-            assert_eq!(class(code), "reject", "{code}");
-        }
-        let f = classify(429, "m".into(), Some(Duration::from_secs(3)));
-        assert_eq!(f, Failure::Retry { message: "m".into(), retry_after: Some(Duration::from_secs(3)) });
-    }
-
-    #[test]
-    fn server_messages_are_unwrapped() {
-        assert_eq!(server_message("{\"error\":\"authorization failed\"}\n"), "authorization failed");
-        assert_eq!(server_message("plain text"), "plain text");
-        assert!(server_message(&"x".repeat(2000)).ends_with('…'));
     }
 }

@@ -1,7 +1,7 @@
 //! Delivery shared by the push sinks that batch and retry (InfluxDB, Prometheus remote write):
-//! the outage [`buffer`], the [`retry`] policy (exponential backoff with full jitter,
-//! `Retry-After`), how an HTTP answer is classified ([`classify`]), and the background writer
-//! ([`Delivery`]) that sends sealed batches in order through a sink's [`Transport`].
+//! the outage [`buffer`] and the background writer ([`Delivery`]) that sends sealed batches in
+//! order through a sink's [`Transport`]. What an HTTP answer means and how long to wait before
+//! the next try is the one retry policy of every HTTP sink, in [`crate::http::retry`].
 //!
 //! The semantics, the same for every sink built on it:
 //! - `export` never waits for the network: it appends the encoded snapshot to the open batch and
@@ -13,19 +13,12 @@
 //!   after the server's `Retry-After`; 401/403/404 hold the data and retry only every
 //!   `backoff.max`; any other 4xx refuses the batch for good (dropped, counted, logged once).
 //! - While the server is away the buffer is bounded by items and bytes: the oldest batches are
-//!   dropped, counted, and reported to the agent ([`Telemetry::record_dropped`]).
+//!   dropped, counted, and reported to the agent
+//!   ([`Telemetry::record_dropped`](gpumon_core::Telemetry::record_dropped)).
 //! - `flush` seals and waits until everything is written or an attempt fails; `shutdown` does the
 //!   same once (then spills what is left, where a spill directory is set).
 
-pub(crate) mod retry;
-
-#[cfg(any(feature = "influxdb-http", feature = "remote-write"))]
 pub(crate) mod buffer;
-#[cfg(any(feature = "influxdb-http", feature = "remote-write"))]
 mod engine;
 
-#[cfg(any(feature = "influxdb-http", feature = "remote-write"))]
-pub(crate) use engine::{
-    classify, server_message, Delivery, DeliveryConfig, DeliveryStats, Failure, Shared as DeliveryShared, Transport,
-    Unit,
-};
+pub(crate) use engine::{Delivery, DeliveryConfig, DeliveryStats, Shared as DeliveryShared, Transport, Unit};

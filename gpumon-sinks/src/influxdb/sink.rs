@@ -2,16 +2,14 @@
 //! [`Delivery`](crate::delivery) writer; this file holds the InfluxDB endpoint and transport.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use gpumon_core::{BuildError, Sink, SinkError, Snapshot, Telemetry};
 
 use super::config::{ApiVersion, InfluxConfig};
 use super::encode::LineProtocolEncoder;
-use crate::delivery::retry::Backoff;
-use crate::delivery::{classify, server_message, Delivery, DeliveryConfig, DeliveryStats, Failure, Transport, Unit};
-use crate::http_util::{error_chain, read_body_capped, retry_after, MAX_ERROR_BODY};
-use crate::tls::certificate_hint;
+use crate::delivery::{Delivery, DeliveryConfig, DeliveryStats, Transport, Unit};
+use crate::http::client::{Auth, ClientConfig, HttpClient};
+use crate::http::retry::{Backoff, Failure};
 
 /// The sink's name (status, logs, `Telemetry::record_dropped`).
 const NAME: &str = "influxdb";
@@ -82,16 +80,6 @@ impl From<DeliveryStats> for InfluxStats {
     }
 }
 
-/// Where and how to write.
-#[derive(Debug)]
-struct Endpoint {
-    write_url: reqwest::Url,
-    ping_url: reqwest::Url,
-    basic: Option<(String, Option<String>)>,
-    token: Option<String>,
-    gzip: bool,
-}
-
 /// The InfluxDB sink: encodes each snapshot into a batch and returns at once; a background task
 /// sends batches in order, retrying and buffering through outages. See the [module
 /// docs](crate::influxdb) for the schema and the delivery guarantees.
@@ -104,14 +92,14 @@ pub struct InfluxSink {
     encoder: LineProtocolEncoder,
     /// Reused encode buffer (line protocol is text; the shared buffer holds bytes).
     scratch: String,
-    endpoint: Arc<Endpoint>,
-    client: reqwest::Client,
+    transport: Arc<InfluxTransport>,
+    ping_url: reqwest::Url,
 }
 
 impl std::fmt::Debug for InfluxSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("InfluxSink")
-            .field("write_url", &self.endpoint.write_url.as_str())
+            .field("write_url", &self.transport.write_url.as_str())
             .field("delivery", &self.delivery)
             .finish_non_exhaustive()
     }
@@ -161,21 +149,24 @@ impl InfluxSink {
             }
             q.append_pair("precision", "ns");
         }
-        let endpoint = Arc::new(Endpoint {
-            write_url,
-            ping_url: endpoint_url(&base, "/ping"),
-            basic: config.username.clone().map(|u| (u, config.password.clone())),
-            token: config.token.clone(),
-            gzip: config.gzip,
-        });
-        let builder = reqwest::Client::builder()
-            .timeout(config.timeout)
-            .connect_timeout(config.timeout)
-            .pool_idle_timeout(Duration::from_secs(50))
-            .user_agent(concat!("gpumon/", env!("CARGO_PKG_VERSION")));
-        let client = crate::tls::reqwest_tls(builder, &config.tls, "influxdb.tls", &base)?
-            .build()
-            .map_err(|e| BuildError::Io { what: "influxdb: building the HTTP client".into(), source: Box::new(e) })?;
+        let mut headers = reqwest::header::HeaderMap::new();
+        let text = reqwest::header::HeaderValue::from_static("text/plain; charset=utf-8");
+        headers.insert(reqwest::header::CONTENT_TYPE, text);
+        if config.gzip {
+            headers.insert(reqwest::header::CONTENT_ENCODING, reqwest::header::HeaderValue::from_static("gzip"));
+        }
+        let client = HttpClient::new(ClientConfig {
+            key: NAME,
+            tls: &config.tls,
+            url: &base,
+            timeout: Some(config.timeout),
+            connect_timeout: config.timeout,
+            auth: match &config.token {
+                Some(token) => Auth::Token(token.clone()),
+                None => Auth::basic(config.username.as_ref(), config.password.as_ref()),
+            },
+            headers,
+        })?;
 
         let mut encoder = LineProtocolEncoder::new(&config.measurement);
         for (k, v) in &config.tags {
@@ -190,19 +181,21 @@ impl InfluxSink {
             spill_dir: config.spill_dir.clone(),
             backoff: Backoff { initial: config.retry_initial, max: config.retry_max },
         };
-        let transport = Arc::new(InfluxTransport { endpoint: endpoint.clone(), client: client.clone() });
+        let target = format!("POST {}", redact_url(&write_url));
+        let transport = Arc::new(InfluxTransport { client, write_url, target, gzip: config.gzip });
         // Runs at build time, before the sink is on a runtime: plain blocking I/O is fine here.
-        let (delivery, replayed) = Delivery::new(delivery_config, transport, UNIT).map_err(|e| BuildError::Io {
-            what: format!(
-                "influxdb.spill_dir: cannot use {}",
-                config.spill_dir.as_deref().unwrap_or(std::path::Path::new("")).display()
-            ),
-            source: Box::new(e),
-        })?;
+        let (delivery, replayed) =
+            Delivery::new(delivery_config, transport.clone(), UNIT).map_err(|e| BuildError::Io {
+                what: format!(
+                    "influxdb.spill_dir: cannot use {}",
+                    config.spill_dir.as_deref().unwrap_or(std::path::Path::new("")).display()
+                ),
+                source: Box::new(e),
+            })?;
         if replayed > 0 {
             tracing::info!(sink = NAME, lines = replayed, "replaying batches left in the spill directory");
         }
-        Ok(Self { delivery, encoder, scratch: String::new(), endpoint, client })
+        Ok(Self { delivery, encoder, scratch: String::new(), transport, ping_url: endpoint_url(&base, "/ping") })
     }
 
     /// Copies the writer's counters (lines written, dropped, rejected, buffered, …).
@@ -240,16 +233,9 @@ impl Sink for InfluxSink {
             return Err(SinkError::AlreadyShutdown);
         }
         self.delivery.ensure_writer();
-        let response = self.client.get(self.endpoint.ping_url.clone()).send().await.map_err(|e| {
-            let detail = error_chain(&e);
-            let hint = certificate_hint(&detail, "influxdb.tls");
-            SinkError::transient(format!("GET {}: {detail}{hint}", self.endpoint.ping_url))
-        })?;
-        if response.status().is_success() {
-            Ok(())
-        } else {
-            Err(SinkError::transient(format!("GET {}: HTTP {}", self.endpoint.ping_url, response.status())))
-        }
+        let ping = self.ping_url.clone();
+        let probed = self.transport.client.probe(ping, None).await;
+        probed.map_err(|e| SinkError::transient(e.message(&format!("GET {}", self.ping_url))))
     }
 
     async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
@@ -280,18 +266,19 @@ impl Sink for InfluxSink {
 }
 
 /// Posts line protocol (gzipped unless configured off) with the configured auth.
+#[derive(Debug)]
 struct InfluxTransport {
-    endpoint: Arc<Endpoint>,
-    client: reqwest::Client,
+    client: HttpClient,
+    write_url: reqwest::Url,
+    /// `POST <write URL without its query>`, the start of every error message.
+    target: String,
+    gzip: bool,
 }
 
 #[async_trait::async_trait]
 impl Transport for InfluxTransport {
     async fn send(&self, body: &bytes::Bytes) -> Result<(), Failure> {
-        let ep = &self.endpoint;
-        let mut request =
-            self.client.post(ep.write_url.clone()).header(reqwest::header::CONTENT_TYPE, "text/plain; charset=utf-8");
-        let body = if ep.gzip {
+        let body = if self.gzip {
             use std::io::Write as _;
             let mut gz = flate2::write::GzEncoder::new(Vec::with_capacity(body.len() / 4), flate2::Compression::fast());
             let gzipped = gz
@@ -303,30 +290,8 @@ impl Transport for InfluxTransport {
             // The batch itself: no copy of ~140 KB per request for 8 GPUs.
             body.clone()
         };
-        if ep.gzip {
-            request = request.header(reqwest::header::CONTENT_ENCODING, "gzip");
-        }
-        if let Some((user, password)) = &ep.basic {
-            request = request.basic_auth(user, password.as_ref());
-        }
-        if let Some(token) = &ep.token {
-            request = request.header(reqwest::header::AUTHORIZATION, format!("Token {token}"));
-        }
-        let target = format!("POST {}", redact_url(&ep.write_url));
-        let response = request.body(body).send().await.map_err(|e| {
-            let detail = error_chain(&e);
-            let hint = certificate_hint(&detail, "influxdb.tls");
-            Failure::Retry { message: format!("{target}: {detail}{hint}"), retry_after: None }
-        })?;
-        let status = response.status();
-        if status.is_success() {
-            return Ok(());
-        }
-        let retry_after = retry_after(&response);
-        let text = read_body_capped(response, MAX_ERROR_BODY).await;
-        let server = server_message(&text);
-        let message = format!("{target}: HTTP {status}{}{server}", if server.is_empty() { "" } else { ": " });
-        Err(classify(status.as_u16(), message, retry_after))
+        let request = self.client.request(reqwest::Method::POST, self.write_url.clone()).body(body);
+        self.client.send(request).await.map_err(|e| e.into_failure(&self.target))
     }
 }
 
@@ -340,7 +305,7 @@ fn redact_url(url: &reqwest::Url) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     use super::*;
 
@@ -357,13 +322,13 @@ mod tests {
         let mut c = InfluxConfig::v1("http://h:8086", "my db");
         c.rp = Some("week".into());
         let s = InfluxSink::from_config(&c).unwrap();
-        assert_eq!(s.endpoint.write_url.as_str(), "http://h:8086/write?db=my+db&rp=week&precision=ns");
+        assert_eq!(s.transport.write_url.as_str(), "http://h:8086/write?db=my+db&rp=week&precision=ns");
+        assert_eq!(s.transport.target, "POST http://h:8086/write");
         let s = InfluxSink::from_config(&InfluxConfig::v2("http://h:8086", "o", "b", "t")).unwrap();
-        assert_eq!(s.endpoint.write_url.as_str(), "http://h:8086/api/v2/write?org=o&bucket=b&precision=ns");
-        assert_eq!(s.endpoint.token.as_deref(), Some("t"));
+        assert_eq!(s.transport.write_url.as_str(), "http://h:8086/api/v2/write?org=o&bucket=b&precision=ns");
     }
 
-    use crate::http_util::test_server::{Reply, TestServer};
+    use crate::http::test_server::{Reply, TestServer};
     use gpumon_core::{DeviceInfo, DeviceSample, SystemInfo};
 
     /// One GPU reporting only `up`: one line per snapshot.
@@ -400,6 +365,31 @@ mod tests {
             std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         names.sort();
         names
+    }
+
+    #[tokio::test]
+    async fn writes_gzipped_line_protocol_with_the_configured_auth() {
+        let server = TestServer::start(Reply::status(204)).await;
+        let mut c = InfluxConfig::v2(&server.url, "o", "b", "t0k");
+        c.batch_interval = Duration::from_secs(600);
+        c.gzip = true;
+        let mut sink = InfluxSink::from_config(&c).unwrap();
+        sink.healthcheck().await.unwrap();
+        sink.export(snapshot()).await.unwrap();
+        sink.flush().await.unwrap();
+        let c = InfluxConfig { username: Some("u".into()), password: Some("p".into()), ..config(&server.url) };
+        let mut sink = InfluxSink::from_config(&c).unwrap();
+        sink.export(snapshot()).await.unwrap();
+        sink.flush().await.unwrap();
+        let received = server.received();
+        let heads: Vec<&str> = received.iter().map(|(head, _)| head.as_str()).collect();
+        assert!(heads[0].starts_with("get /ping ") && !heads[0].contains("authorization"), "{}", heads[0]);
+        assert!(heads[1].starts_with("post /api/v2/write?org=o&bucket=b&precision=ns "), "{}", heads[1]);
+        for h in ["authorization: token t0k", "content-encoding: gzip", "content-type: text/plain; charset=utf-8"] {
+            assert!(heads[1].contains(h), "missing {h} in {}", heads[1]);
+        }
+        assert!(heads[2].contains("authorization: basic dtpw") && !heads[2].contains("gzip"), "{}", heads[2]);
+        assert!(received[2].1.starts_with(b"gpu,"), "{:?}", String::from_utf8_lossy(&received[2].1));
     }
 
     #[cfg(feature = "tls")]

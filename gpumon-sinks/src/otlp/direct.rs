@@ -24,7 +24,7 @@ use prost::Message as _;
 use super::config::{Compression, Protocol, Resolved};
 use super::encode::{label_key, to_i64, to_u64, AttributeCache, Plan, Series, Shape};
 use super::SCOPE_NAME;
-use crate::http_util::error_chain;
+use crate::http::client::{Auth, ClientConfig, HttpClient};
 
 /// The request, the per-instrument series and the transport of one direct sink.
 pub(crate) struct Direct {
@@ -687,9 +687,8 @@ enum Transport {
 }
 
 struct HttpTransport {
-    client: reqwest::Client,
+    client: HttpClient,
     url: reqwest::Url,
-    headers: reqwest::header::HeaderMap,
     timeout: Duration,
 }
 
@@ -710,11 +709,16 @@ impl Transport {
         if r.compression == Compression::Gzip {
             headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
         }
-        let builder = reqwest::Client::builder().timeout(r.timeout);
-        let client = crate::tls::reqwest_tls(builder, &r.tls, "otlp.tls", &url)?.build().map_err(|e| {
-            BuildError::Io { what: format!("building the OTLP HTTP client for {}", r.endpoint), source: Box::new(e) }
+        let client = HttpClient::new(ClientConfig {
+            key: "otlp",
+            tls: &r.tls,
+            url: &url,
+            timeout: Some(r.timeout),
+            connect_timeout: r.timeout,
+            auth: Auth::None, // credentials are headers (`otlp.headers`)
+            headers,
         })?;
-        Ok(Transport::Http(HttpTransport { client, url, headers, timeout: r.timeout }))
+        Ok(Transport::Http(HttpTransport { client, url, timeout: r.timeout }))
     }
 
     #[cfg(feature = "otlp-grpc")]
@@ -751,31 +755,14 @@ impl Transport {
 }
 
 impl HttpTransport {
+    /// Posts the request; a retryable failure is transient (the agent counts it and the next
+    /// export tries again), any other permanent, by the one retry table ([`crate::http::retry`]).
     async fn send(&self, body: bytes::Bytes, what: &(dyn Fn() -> String + Sync)) -> Result<(), SinkError> {
-        let sent = self.client.post(self.url.clone()).headers(self.headers.clone()).body(body).send().await;
-        let response = match sent {
-            Ok(r) => r,
-            Err(e) if e.is_timeout() => return Err(SinkError::Timeout(self.timeout)),
-            Err(e) => {
-                let detail = error_chain(&e);
-                let hint = crate::tls::certificate_hint(&detail, "otlp.tls");
-                return Err(SinkError::transient(format!("{} failed: {detail}{hint}", what())));
-            }
-        };
-        let status = response.status();
-        if status.is_success() {
-            // Read the (small) ExportMetricsServiceResponse so the connection goes back to the
-            // pool; its partial_success is not inspected.
-            let _ = response.bytes().await;
-            return Ok(());
-        }
-        let text = response.text().await.unwrap_or_default();
-        let text: String = text.chars().take(200).collect();
-        let message = format!("{} failed: HTTP {status} {text}", what());
-        if status.is_server_error() || status.as_u16() == 429 || status.as_u16() == 408 {
-            Err(SinkError::transient(message))
-        } else {
-            Err(SinkError::permanent(message))
+        let request = self.client.request(reqwest::Method::POST, self.url.clone()).body(body);
+        match self.client.send(request).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_timeout() => Err(SinkError::Timeout(self.timeout)),
+            Err(e) => Err(e.into_failure(&format!("{} failed", what())).into()),
         }
     }
 }
@@ -807,7 +794,7 @@ impl GrpcTransport {
                 // certificate) is in the source chain.
                 let mut detail = format!("{:?}: {}", status.code(), status.message());
                 if let Some(source) = std::error::Error::source(&status) {
-                    let chain = error_chain(source);
+                    let chain = gpumon_core::error_chain(source);
                     if !status.message().contains(&chain) && !chain.contains(status.message()) {
                         detail = format!("{detail} ({chain})");
                     }
@@ -838,15 +825,19 @@ mod tests {
     use std::time::UNIX_EPOCH;
 
     fn offline(plan: &Plan) -> Direct {
-        // With `tls`, reqwest's rustls needs the process-wide provider; whether another test
-        // installed it first must not decide whether this one passes.
-        #[cfg(feature = "tls")]
-        crate::tls::install_crypto_provider();
-        let client = reqwest::Client::new();
-        let transport = Transport::Http(HttpTransport {
-            client,
-            url: reqwest::Url::parse("http://127.0.0.1:9/v1/metrics").unwrap(),
+        let url = reqwest::Url::parse("http://127.0.0.1:9/v1/metrics").unwrap();
+        let config = ClientConfig {
+            key: "otlp",
+            tls: &crate::tls::TlsConfig::default(),
+            url: &url,
+            timeout: Some(Duration::from_secs(1)),
+            connect_timeout: Duration::from_secs(1),
+            auth: Auth::None,
             headers: reqwest::header::HeaderMap::new(),
+        };
+        let transport = Transport::Http(HttpTransport {
+            client: HttpClient::new(config).unwrap(),
+            url,
             timeout: Duration::from_secs(1),
         });
         Direct::with_transport(plan, [("service.name".to_owned(), "t".to_owned())].into_iter(), false, transport)

@@ -500,3 +500,24 @@ async fn consecutive_direct_requests_each_carry_their_own_snapshot() {
         sink.shutdown().await.unwrap();
     }
 }
+
+/// The direct pipeline's OTLP/HTTP answers go through the shared HTTP client: the one retry
+/// table decides transient or permanent, the sink does not retry by itself (the next export is
+/// the next try), and the error carries the status and the collector's message.
+#[tokio::test]
+async fn direct_http_answers_are_classified_by_the_shared_retry_table() {
+    use gpumon_mock::test_env::HttpReply;
+    for (status, retryable) in [(503, true), (429, true), (408, true), (401, false), (404, false), (400, false)] {
+        let server = HttpStub::start(move |_| HttpReply::with(status, &[], "collector says no"));
+        let cfg = OtlpConfig::new(format!("http://127.0.0.1:{}", server.addr().port()), Protocol::HttpProtobuf);
+        let mut sink = OtlpSink::from_config(&cfg).unwrap();
+        let err = sink.export(snapshot(vec![gpu(0)])).await.unwrap_err();
+        assert_eq!(err.is_retryable(), retryable, "{status}: {err}");
+        let text = err.to_string();
+        assert!(text.contains(&format!("HTTP {status}")) && text.contains(": collector says no"), "{text}");
+        assert!(text.contains(&format!("127.0.0.1:{}", server.addr().port())), "{text}");
+        let head = &server.requests()[0];
+        assert!(head.header("user-agent").is_some_and(|ua| ua.starts_with("gpumon/")), "{head:?}");
+        assert_eq!(server.count(), 1, "{status}: not retried by the sink itself");
+    }
+}

@@ -83,8 +83,10 @@
 //!
 //! ## Pushgateway ([`PushgatewaySink`], feature `pushgateway`)
 //! A push sink: every export `PUT`s the 0.0.4 rendering to
-//! `<url>/metrics/job/<job>/<label>/<value>…`, replacing the group; transient failures are
-//! retried with jittered exponential backoff within [`PushgatewayConfig::timeout`].
+//! `<url>/metrics/job/<job>/<label>/<value>…`, replacing the group. Network errors, 408, 429 and
+//! 5xx are retried within [`PushgatewayConfig::timeout`], after the gateway's `Retry-After` or
+//! with jittered exponential backoff (the retry policy every HTTP sink shares); any other answer
+//! ends the export with a permanent error.
 //!
 //! [`Sink::export`]: gpumon_core::Sink::export
 //! [`Snapshot`]: gpumon_core::Snapshot

@@ -11,9 +11,9 @@ use serde::Deserialize;
 
 use super::render::RenderOptions;
 use super::{Format, Naming, PrometheusHandle};
-use crate::delivery::retry::Backoff;
-use crate::http_util::{error_chain, read_body_capped, retry_after, MAX_ERROR_BODY};
-use crate::tls::{certificate_hint, TlsConfig};
+use crate::http::client::{Auth, ClientConfig, HttpClient, HttpError};
+use crate::http::retry::Backoff;
+use crate::tls::TlsConfig;
 
 /// Settings of the Pushgateway sink (`[pushgateway]` in the agent's config file).
 ///
@@ -174,12 +174,19 @@ impl PushgatewaySinkBuilder {
         let mut grouping = c.grouping.clone();
         grouping.entry("instance".to_owned()).or_insert_with(gpumon_core::hostname);
         let group_url = group_url(url.as_str(), &c.job, &grouping);
-        let builder = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(2).min(c.timeout))
-            .user_agent(concat!("gpumon/", env!("CARGO_PKG_VERSION")));
-        let client = crate::tls::reqwest_tls(builder, &c.tls, "pushgateway.tls", &url)?
-            .build()
-            .map_err(|e| BuildError::Io { what: "cannot build the HTTP client".to_owned(), source: e.into() })?;
+        let push_url = reqwest::Url::parse(&group_url).map_err(|e| invalid_url(format!("{group_url}: {e}")))?;
+        // The gateway's readiness endpoint, next to /metrics.
+        let base = group_url.split("/metrics/job/").next().unwrap_or(&group_url);
+        let ready_url = reqwest::Url::parse(&format!("{base}/-/ready")).map_err(|e| invalid_url(e.to_string()))?;
+        let client = HttpClient::new(ClientConfig {
+            key: "pushgateway",
+            tls: &c.tls,
+            url: &url,
+            timeout: None, // each request is bounded by what is left of the export's budget
+            connect_timeout: Duration::from_secs(2).min(c.timeout),
+            auth: Auth::basic(c.username.as_ref(), c.password.as_ref()),
+            headers: reqwest::header::HeaderMap::new(),
+        })?;
         // Each push renders the snapshot it was just given: nothing to hide as stale (the group
         // is replaced every push, and `delete_on_shutdown` removes it when the agent stops).
         let handle = PrometheusHandle::new(
@@ -188,8 +195,10 @@ impl PushgatewaySinkBuilder {
         );
         Ok(PushgatewaySink {
             client,
+            target: format!("error pushing to {group_url}"),
             group_url,
-            auth: c.username.clone().map(|u| (u, c.password.clone())),
+            push_url,
+            ready_url,
             timeout: c.timeout,
             delete_on_shutdown: c.delete_on_shutdown,
             backoff: self.backoff,
@@ -241,9 +250,14 @@ pub(crate) fn group_url(base: &str, job: &str, grouping: &BTreeMap<String, Strin
 
 /// Pushes every snapshot to a Prometheus Pushgateway. See the [module docs](super).
 pub struct PushgatewaySink {
-    client: reqwest::Client,
+    client: HttpClient,
     group_url: String,
-    auth: Option<(String, Option<String>)>,
+    /// `group_url`, parsed.
+    push_url: reqwest::Url,
+    /// `<base>/-/ready`.
+    ready_url: reqwest::Url,
+    /// `error pushing to <group_url>`, the start of every push error.
+    target: String,
     timeout: Duration,
     delete_on_shutdown: bool,
     backoff: Backoff,
@@ -262,16 +276,6 @@ impl std::fmt::Debug for PushgatewaySink {
             .field("shut_down", &self.shut_down)
             .finish_non_exhaustive()
     }
-}
-
-/// Why one attempt failed.
-struct Failure {
-    /// What to log and report (`HTTP 503 …`, `connection refused …`).
-    message: String,
-    /// The kind of failure, for "log once per distinct failure".
-    kind: String,
-    retryable: bool,
-    retry_after: Option<Duration>,
 }
 
 impl PushgatewaySink {
@@ -301,64 +305,21 @@ impl PushgatewaySink {
         self.handle.clone()
     }
 
-    fn request(&self, method: reqwest::Method, timeout: Duration) -> reqwest::RequestBuilder {
-        let mut req = self.client.request(method, &self.group_url).timeout(timeout);
-        if let Some((user, pass)) = &self.auth {
-            req = req.basic_auth(user, pass.as_ref());
-        }
-        req
+    /// One `PUT` of the rendering, bounded by `timeout`.
+    async fn attempt(&self, body: Bytes, timeout: Duration) -> Result<(), HttpError> {
+        let request = self.client.request(reqwest::Method::PUT, self.push_url.clone());
+        let request = request.timeout(timeout).header(reqwest::header::CONTENT_TYPE, Format::Text.content_type());
+        self.client.send(request.body(body)).await
     }
 
-    async fn attempt(&self, body: Bytes, timeout: Duration) -> Result<(), Failure> {
-        let response = self
-            .request(reqwest::Method::PUT, timeout)
-            .header(reqwest::header::CONTENT_TYPE, Format::Text.content_type())
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| {
-                let kind = if e.is_timeout() {
-                    "timeout"
-                } else if e.is_connect() {
-                    "connect"
-                } else {
-                    "request"
-                };
-                Failure {
-                    message: {
-                        let detail = error_chain(&e);
-                        let hint = certificate_hint(&detail, "pushgateway.tls");
-                        format!("{kind} error pushing to {}: {detail}{hint}", self.group_url)
-                    },
-                    kind: kind.to_owned(),
-                    retryable: true,
-                    retry_after: None,
-                }
-            })?;
-        let status = response.status();
-        if status.is_success() {
-            return Ok(());
-        }
-        let retry_after = retry_after(&response);
-        let text = read_body_capped(response, MAX_ERROR_BODY).await;
-        let text: String = text.trim().chars().take(300).collect();
-        Err(Failure {
-            message: format!("HTTP {} from {}: {text}", status.as_u16(), self.group_url),
-            kind: format!("HTTP {}", status.as_u16()),
-            retryable: status.is_server_error()
-                || status == reqwest::StatusCode::TOO_MANY_REQUESTS
-                || status == reqwest::StatusCode::REQUEST_TIMEOUT,
-            retry_after,
-        })
-    }
-
-    fn log_failure(&mut self, f: &Failure) {
+    /// Logs a failure once until its kind (`connect`, `HTTP 503`, …) changes or pushes recover.
+    fn log_failure(&mut self, kind: String, message: &str) {
         if self.failing_since.is_none() {
             self.failing_since = Some(std::time::Instant::now());
         }
-        if self.last_logged.as_deref() != Some(f.kind.as_str()) {
-            tracing::warn!(url = %self.group_url, error = %f.message, "pushgateway push failed (logged once until it changes or recovers)");
-            self.last_logged = Some(f.kind.clone());
+        if self.last_logged.as_deref() != Some(kind.as_str()) {
+            tracing::warn!(url = %self.group_url, error = %message, "pushgateway push failed (logged once until it changes or recovers)");
+            self.last_logged = Some(kind);
         }
     }
 
@@ -398,19 +359,18 @@ impl Sink for PushgatewaySink {
                     self.log_success();
                     return Ok(());
                 }
-                Err(f) => {
-                    let delay = f.retry_after.unwrap_or_else(|| self.backoff.delay(attempt));
+                Err(e) => {
+                    let kind = e.kind();
+                    let failure = e.into_failure(&self.target);
+                    let delay = self.backoff.wait(attempt, failure.retry_after());
                     attempt += 1;
-                    let give_up = !f.retryable || tokio::time::Instant::now() + delay >= deadline;
-                    if give_up {
-                        self.log_failure(&f);
-                        let message =
-                            if attempt > 1 { format!("{} (after {attempt} attempts)", f.message) } else { f.message };
-                        return Err(if f.retryable {
-                            SinkError::transient(message)
-                        } else {
-                            SinkError::permanent(message)
-                        });
+                    if !failure.is_retryable() || tokio::time::Instant::now() + delay >= deadline {
+                        self.log_failure(kind, failure.message());
+                        let message = match attempt {
+                            1 => failure.message().to_owned(),
+                            _ => format!("{} (after {attempt} attempts)", failure.message()),
+                        };
+                        return Err(failure.sink_error(message));
                     }
                     tokio::time::sleep(delay).await;
                 }
@@ -419,27 +379,17 @@ impl Sink for PushgatewaySink {
     }
 
     async fn healthcheck(&mut self) -> Result<(), SinkError> {
-        // The gateway's readiness endpoint, next to /metrics.
-        let base = self.group_url.split("/metrics/job/").next().unwrap_or(&self.group_url);
-        let url = format!("{base}/-/ready");
-        match self.client.get(&url).timeout(self.timeout).send().await {
-            Ok(r) if r.status().is_success() => Ok(()),
-            Ok(r) => Err(SinkError::transient(format!("{url} answered HTTP {}", r.status().as_u16()))),
-            Err(e) => Err(SinkError::transient(format!("{url}: {}", error_chain(&e)))),
-        }
+        let probed = self.client.probe(self.ready_url.clone(), Some(self.timeout)).await;
+        probed.map_err(|e| SinkError::transient(e.message(&format!("GET {}", self.ready_url))))
     }
 
     async fn shutdown(&mut self) -> Result<(), SinkError> {
         if std::mem::replace(&mut self.shut_down, true) || !self.delete_on_shutdown {
             return Ok(());
         }
-        match self.request(reqwest::Method::DELETE, self.timeout).send().await {
-            Ok(r) if r.status().is_success() => Ok(()),
-            Ok(r) => {
-                Err(SinkError::transient(format!("DELETE {} answered HTTP {}", self.group_url, r.status().as_u16())))
-            }
-            Err(e) => Err(SinkError::transient(format!("DELETE {}: {}", self.group_url, error_chain(&e)))),
-        }
+        let request = self.client.request(reqwest::Method::DELETE, self.push_url.clone()).timeout(self.timeout);
+        let deleted = self.client.send(request).await;
+        deleted.map_err(|e| SinkError::transient(e.message(&format!("DELETE {}", self.group_url))))
     }
 }
 
@@ -510,7 +460,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_endless_error_body_is_cut_short() {
-        use crate::http_util::test_server::{Reply, TestServer};
+        use crate::http::test_server::{Reply, TestServer};
         let server = TestServer::start(Reply::Endless { status: 400, prefix: "bad metric name".to_owned() }).await;
         let mut sink = PushgatewaySink::builder(&server.url).timeout(Duration::from_secs(20)).build().unwrap();
         let snapshot = Snapshot::new(Arc::new(gpumon_core::SystemInfo::new("h", "t")), Vec::new());
@@ -521,5 +471,87 @@ mod tests {
         assert!(err.contains("HTTP 400") && err.contains("bad metric namexxx"), "{err}");
         assert!(err.starts_with("permanent"), "{err}");
         assert_eq!(server.requests(), 1);
+    }
+
+    /// A stub answering 503 (with `headers`) `failures` times, then 200; every request recorded.
+    fn flaky(failures: usize, headers: &'static [&'static str]) -> gpumon_mock::test_env::HttpStub {
+        use gpumon_mock::test_env::{HttpReply, HttpStub};
+        let seen = std::sync::atomic::AtomicUsize::new(0);
+        HttpStub::start(move |_| {
+            if seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < failures {
+                HttpReply::with(503, headers, "busy")
+            } else {
+                HttpReply::status(200)
+            }
+        })
+    }
+
+    fn empty_snapshot() -> Arc<Snapshot> {
+        Arc::new(Snapshot::new(Arc::new(gpumon_core::SystemInfo::new("h", "t")), Vec::new()))
+    }
+
+    #[tokio::test]
+    async fn transient_failures_are_retried_within_the_budget() {
+        let server = flaky(2, &[]);
+        let mut sink = PushgatewaySink::builder(server.url()).timeout(Duration::from_secs(10)).build().unwrap();
+        sink.export(empty_snapshot()).await.unwrap();
+        assert_eq!(server.count(), 3, "two 503s, then the push that succeeded");
+
+        // Always busy: the budget runs out, and the error says how often it tried.
+        let server = flaky(usize::MAX, &[]);
+        let mut sink = PushgatewaySink::builder(server.url()).timeout(Duration::from_millis(600)).build().unwrap();
+        let err = sink.export(empty_snapshot()).await.unwrap_err();
+        assert!(err.is_retryable(), "{err}");
+        let text = err.to_string();
+        assert!(text.contains("error pushing to") && text.contains("HTTP 503") && text.contains("busy"), "{text}");
+        assert!(server.count() >= 2 && text.contains(&format!("(after {} attempts)", server.count())), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_retry_after_beyond_the_budget_ends_the_export_at_once() {
+        let server = flaky(usize::MAX, &["Retry-After: 60"]);
+        let mut sink = PushgatewaySink::builder(server.url()).timeout(Duration::from_secs(5)).build().unwrap();
+        let started = std::time::Instant::now();
+        let err = sink.export(empty_snapshot()).await.unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        assert!(err.is_retryable() && err.to_string().contains("HTTP 503"), "{err}");
+        assert_eq!(server.count(), 1);
+    }
+
+    #[tokio::test]
+    async fn auth_failures_are_not_retried() {
+        use crate::http::test_server::{Reply, TestServer};
+        let server = TestServer::start(Reply::with(401, &[], "Unauthorized")).await;
+        let mut sink = PushgatewaySink::builder(&server.url).basic_auth("u", "p").build().unwrap();
+        let err = sink.export(empty_snapshot()).await.unwrap_err().to_string();
+        assert!(err.starts_with("permanent") && err.contains("HTTP 401"), "{err}");
+        assert_eq!(server.requests(), 1);
+    }
+
+    #[tokio::test]
+    async fn pushes_with_auth_probes_without_and_deletes_on_shutdown() {
+        use crate::http::test_server::{Reply, TestServer};
+        let server = TestServer::start(Reply::status(200)).await;
+        let mut sink = PushgatewaySink::builder(&server.url)
+            .basic_auth("u", "p")
+            .grouping("instance", "h1")
+            .delete_on_shutdown(true)
+            .build()
+            .unwrap();
+        sink.healthcheck().await.unwrap();
+        sink.export(empty_snapshot()).await.unwrap();
+        sink.shutdown().await.unwrap();
+        let heads: Vec<String> = server.received().into_iter().map(|(head, _)| head).collect();
+        assert_eq!(heads.len(), 3, "{heads:?}");
+        assert!(heads[0].starts_with("get /-/ready ") && !heads[0].contains("authorization"), "{}", heads[0]);
+        let put = &heads[1];
+        assert!(put.starts_with("put /metrics/job/gpumon/instance/h1 "), "{put}");
+        assert!(put.contains("authorization: basic dtpw") && put.contains("content-type: text/plain"), "{put}");
+        assert!(heads[2].starts_with("delete /metrics/job/gpumon/instance/h1 "), "{}", heads[2]);
+        assert!(heads[2].contains("authorization: basic dtpw"), "{}", heads[2]);
+
+        server.set(Reply::status(503));
+        let err = sink.healthcheck().await.unwrap_err().to_string();
+        assert!(err.contains("/-/ready: HTTP 503"), "{err}");
     }
 }

@@ -2,18 +2,14 @@
 //! the shared [`Delivery`](crate::delivery) writer.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use gpumon_core::{BuildError, Sink, SinkError, Snapshot, Telemetry};
 
 use super::config::RemoteWriteConfig;
 use super::encode::{compress, Encoder};
-use crate::delivery::retry::Backoff;
-use crate::delivery::{
-    classify, server_message, Delivery, DeliveryConfig, DeliveryShared, DeliveryStats, Failure, Transport, Unit,
-};
-use crate::http_util::{error_chain, read_body_capped, retry_after, MAX_ERROR_BODY};
-use crate::tls::certificate_hint;
+use crate::delivery::{Delivery, DeliveryConfig, DeliveryShared, DeliveryStats, Transport, Unit};
+use crate::http::client::{Auth, ClientConfig, HttpClient};
+use crate::http::retry::{Backoff, Failure};
 
 /// The sink's name (status, logs, `Telemetry::record_dropped`).
 const NAME: &str = "remote_write";
@@ -110,29 +106,31 @@ impl RemoteWriteSink {
         config.validate()?;
         let url = reqwest::Url::parse(&config.url)
             .map_err(|e| BuildError::InvalidEndpoint { endpoint: config.url.clone(), reason: e.to_string() })?;
-        let builder = reqwest::Client::builder()
-            .timeout(config.timeout)
-            .connect_timeout(config.timeout)
-            .pool_idle_timeout(Duration::from_secs(50))
-            .user_agent(concat!("gpumon/", env!("CARGO_PKG_VERSION")));
-        let client = crate::tls::reqwest_tls(builder, &config.tls, "remote_write.tls", &url)?.build().map_err(|e| {
-            BuildError::Io { what: "remote_write: building the HTTP client".into(), source: Box::new(e) }
-        })?;
-        let mut headers = reqwest::header::HeaderMap::new();
+        use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_ENCODING, CONTENT_TYPE};
+        let mut headers = HeaderMap::new();
         for (k, v) in &config.headers {
             // validate() checked both.
-            if let (Ok(k), Ok(v)) =
-                (reqwest::header::HeaderName::from_bytes(k.as_bytes()), reqwest::header::HeaderValue::from_str(v))
-            {
+            if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) {
                 headers.insert(k, v);
             }
         }
-        let auth = match (&config.username, &config.bearer_token) {
-            (Some(user), _) => Auth::Basic(user.clone(), config.password.clone()),
-            (None, Some(token)) => Auth::Bearer(token.clone()),
-            (None, None) => Auth::None,
-        };
-        let transport = Arc::new(RemoteWriteTransport { url: url.clone(), client, auth, headers });
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/x-protobuf"));
+        headers.insert(CONTENT_ENCODING, HeaderValue::from_static("snappy"));
+        headers.insert("x-prometheus-remote-write-version", HeaderValue::from_static(PROTOCOL_VERSION));
+        let client = HttpClient::new(ClientConfig {
+            key: NAME,
+            tls: &config.tls,
+            url: &url,
+            timeout: Some(config.timeout),
+            connect_timeout: config.timeout,
+            auth: match &config.bearer_token {
+                Some(token) if config.username.is_none() => Auth::Bearer(token.clone()),
+                _ => Auth::basic(config.username.as_ref(), config.password.as_ref()),
+            },
+            headers,
+        })?;
+        let target = format!("POST {url}");
+        let transport = Arc::new(RemoteWriteTransport { url, client, target });
         let delivery_config = DeliveryConfig {
             batch_items: config.batch_samples,
             batch_interval: config.batch_interval,
@@ -195,52 +193,21 @@ impl Sink for RemoteWriteSink {
     }
 }
 
-#[derive(Debug)]
-enum Auth {
-    None,
-    Basic(String, Option<String>),
-    Bearer(String),
-}
-
 /// Posts one snappy-compressed `WriteRequest` with the headers the spec requires.
 #[derive(Debug)]
 struct RemoteWriteTransport {
     url: reqwest::Url,
-    client: reqwest::Client,
-    auth: Auth,
-    headers: reqwest::header::HeaderMap,
+    client: HttpClient,
+    /// `POST <url>`, the start of every error message.
+    target: String,
 }
 
 #[async_trait::async_trait]
 impl Transport for RemoteWriteTransport {
     async fn send(&self, body: &bytes::Bytes) -> Result<(), Failure> {
-        let target = format!("POST {}", self.url);
-        let compressed = compress(body).map_err(|e| Failure::Reject { message: format!("{target}: snappy: {e}") })?;
-        let mut request = self
-            .client
-            .post(self.url.clone())
-            .headers(self.headers.clone())
-            .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf")
-            .header(reqwest::header::CONTENT_ENCODING, "snappy")
-            .header("X-Prometheus-Remote-Write-Version", PROTOCOL_VERSION);
-        match &self.auth {
-            Auth::None => {}
-            Auth::Basic(user, password) => request = request.basic_auth(user, password.as_ref()),
-            Auth::Bearer(token) => request = request.bearer_auth(token),
-        }
-        let response = request.body(compressed).send().await.map_err(|e| {
-            let detail = error_chain(&e);
-            let hint = certificate_hint(&detail, "remote_write.tls");
-            Failure::Retry { message: format!("{target}: {detail}{hint}"), retry_after: None }
-        })?;
-        let status = response.status();
-        if status.is_success() {
-            return Ok(());
-        }
-        let retry_after = retry_after(&response);
-        let text = read_body_capped(response, MAX_ERROR_BODY).await;
-        let server = server_message(&text);
-        let message = format!("{target}: HTTP {status}{}{server}", if server.is_empty() { "" } else { ": " });
-        Err(classify(status.as_u16(), message, retry_after))
+        let compressed =
+            compress(body).map_err(|e| Failure::Reject { message: format!("{}: snappy: {e}", self.target) })?;
+        let request = self.client.request(reqwest::Method::POST, self.url.clone()).body(compressed);
+        self.client.send(request).await.map_err(|e| e.into_failure(&self.target))
     }
 }

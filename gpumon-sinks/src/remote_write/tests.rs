@@ -9,7 +9,7 @@ use prost::Message as _;
 
 use super::encode::{Encoder, WriteRequest};
 use super::*;
-use crate::http_util::test_server::{Reply, TestServer};
+use crate::http::test_server::{Reply, TestServer};
 use crate::prometheus::RenderOptions;
 
 /// One GPU reporting only `up`, at `ms`.
