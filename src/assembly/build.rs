@@ -385,4 +385,81 @@ mod tests {
         let e = parse_families(&["telepathy".to_owned()], "--enable").unwrap_err().to_string();
         assert!(e.starts_with("--enable: unknown metric family `telepathy`"), "{e}");
     }
+
+    /// Every refusal names its key, before anything runs.
+    #[cfg(feature = "mock")]
+    #[test]
+    fn errors_name_their_key() {
+        let cases = [
+            ("[agent]\ninterval = \"10ms\"\n", Some("agent.interval")),
+            ("[agent]\ndevices = \"gpu0\"\n", Some("agent.devices")),
+            ("[agent]\nsink_queue = 0\n", Some("agent.sink_queue")),
+            ("[agent]\nenable = [\"telepathy\"]\n", Some("agent.enable")),
+            ("[steps]\nsocket = \"/tmp/s\"\nevery_n = 0\n", Some("steps.every_n")),
+            ("[diagnose]\nwindow = \"500ms\"\n", Some("diagnose.window")),
+            ("[attribution]\nenabled = true\n[agent]\ndisable = [\"processes\"]\n", Some("attribution.enabled")),
+            ("[record]\nfile = \"/nonexistent/dir/t.gz\"\n", Some("record.file")),
+            ("[replay]\nfile = \"/nonexistent/t.gz\"\n", Some("replay.file")),
+            ("[agent]\nbackend = \"nvml\"\n[replay]\nfile = \"/x.gz\"\n", Some("replay.file")),
+            ("[agent]\nbackend = \"replay\"\n", None),
+            ("[agent]\nbackend = \"mock\"\n[mock]\nprofile = \"dgx-z9\"\n", None),
+        ];
+        for (text, key) in cases {
+            let e = Assembly::build(&config(text), AssemblyOptions::default()).unwrap_err();
+            assert_eq!(e.key(), key, "{text}: {e}");
+            assert!(e.is_config(), "{text}: {e}");
+            if let Some(key) = key {
+                assert!(e.to_string().starts_with(&format!("{key}: ")), "{e}");
+            }
+        }
+        let e = Assembly::build(&config("[agent]\nbackend = \"mock\"\n"), AssemblyOptions::default().with_mock(None))
+            .unwrap_err();
+        assert!(matches!(e, AssemblyError::Backend(BackendError::NoMock)) && !e.is_config(), "{e}");
+    }
+
+    /// Stdout is the sink when nothing else (and no report) is; the trace keeps the data local,
+    /// so `auto` may still fall back to the mock.
+    #[cfg(feature = "mock")]
+    #[test]
+    fn stdout_by_default_and_the_mock_only_when_nothing_is_exported() {
+        let no_nvml = "[nvml]\nlibrary = \"/nonexistent/libnvidia-ml.so.1\"\n";
+        let local = Assembly::build(&config(no_nvml), AssemblyOptions::default()).unwrap();
+        assert!(matches!(local.source, Some(Source::MockFallback { .. })), "{:?}", local.source);
+        assert!(local.report.is_none() && local.services.is_empty() && local.replay.is_none());
+        let reported = Assembly::build(&config(no_nvml), AssemblyOptions::default().with_report(true)).unwrap();
+        assert!(reported.report.is_some());
+        let dir = std::env::temp_dir().join(format!("gpumon-assembly-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let trace = dir.join("t.gz");
+        let text = format!("{no_nvml}[record]\nfile = {:?}\n", trace.display().to_string());
+        let recorded = Assembly::build(&config(&text), AssemblyOptions::default()).unwrap();
+        assert!(matches!(recorded.source, Some(Source::MockFallback { .. })), "{:?}", recorded.source);
+        drop(recorded);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A listener makes the data leave the process: no simulated data then, and the listener's
+    /// address is handed back; the steps socket is a service to start.
+    #[cfg(all(feature = "mock", feature = "prometheus"))]
+    #[tokio::test]
+    async fn listeners_and_services_are_handed_back() {
+        let dir = std::env::temp_dir().join(format!("gpumon-assembly-steps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("steps.sock");
+        let text = format!(
+            "[agent]\nbackend = \"mock\"\n[prometheus]\nlisten = \"127.0.0.1:0\"\n[steps]\nsocket = {:?}\n",
+            socket.display().to_string()
+        );
+        let mut assembled = Assembly::build(&config(&text), AssemblyOptions::default().with_host("node-7")).unwrap();
+        assert_eq!(assembled.source, Some(Source::Mock));
+        let prometheus = assembled.listeners.prometheus.expect("a listener");
+        assert!(prometheus.addr.port() != 0 && prometheus.url().starts_with("http://127.0.0.1:"), "{prometheus:?}");
+        assert_eq!(assembled.services.steps().map(crate::assembly::StepsSocket::path), Some(socket.as_path()));
+        assert!(!assembled.services.steps_serving());
+        assembled.services.start().unwrap();
+        assert!(assembled.services.steps_serving() && socket.exists());
+        assembled.services.stop().await;
+        assert!(!assembled.services.steps_serving() && !socket.exists(), "the socket file is removed at stop");
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
