@@ -1,21 +1,38 @@
 //! The agent's assembly, in one place: the configuration schema ([`config::AgentConfig`], the
-//! TOML `gpumon-agent --config` reads), every default ([`defaults`]) and the backend rule
-//! ([`backend::select`]). Both faces go through it: the `gpumon-agent` binary maps its flags onto
-//! the config and builds from it; gpumon-py's `Monitor` checks its Python arguments and takes
-//! the backend rule and the defaults from here.
+//! TOML `gpumon-agent --config` reads), every default ([`defaults`]), the backend rule
+//! ([`backend::select`]), and [`Assembly::build`], which turns a config into an agent: the
+//! sampler, every sink, every stage in its order, and the stages' background services.
 //!
 //! The shape is the OpenTelemetry Collector's and vector's: one config schema, read from a file or
-//! mapped from flags, builds the pipeline; the command line only chooses the config.
+//! mapped from flags, builds the pipeline; the command line only chooses the config. The
+//! `gpumon-agent` binary is command line → [`config::AgentConfig`] → [`Assembly::build`]; it
+//! keeps only what a run is (`--once`, `--duration`, how the report is printed, signals) and its
+//! own words for errors (it names the flag beside the key). gpumon-py's `Monitor` takes the
+//! backend rule and the defaults from here.
 //!
-//! Building an agent on the mock from a config string (features `mock` and `stdout`):
+//! What [`Assembly::build`] does, in order:
+//! 1. resolves every section, each error an [`AssemblyError`] naming its key;
+//! 2. builds the sinks — Prometheus, Pushgateway, InfluxDB, remote write, OTLP, the trace
+//!    (`[record]`), the web view, and stdout when asked for or when nothing else is — binding
+//!    their listeners ([`Listeners`]);
+//! 3. selects the sampler by the backend rule (`auto` falls back to the mock only when no sink
+//!    exports; [`Assembled::source`] says what was chosen), or opens the trace to replay;
+//! 4. adds the stages, which run in order on the sampling thread: attribution, the step
+//!    tracker, diagnosis, the run report;
+//! 5. hands back the [`AgentBuilder`](gpumon_core::AgentBuilder) and typed handles for what runs
+//!    beside it: [`Services`] (the steps socket, the kubelet refresher: `start` once the agent
+//!    runs, `stop` before its last flush), the report's [`ReportHandle`](gpumon_core::report::ReportHandle),
+//!    the [`Replay`] progress.
 //!
-//! ```no_run
-//! # #[cfg(all(feature = "mock", feature = "stdout"))]
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! Building an agent on the mock from a config string, one sample, with the run report
+//! (feature `mock`):
+//!
+//! ```
+//! # #[cfg(feature = "mock")]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use gpumon::assembly::{backend, config::AgentConfig};
-//! use gpumon::core::Agent;
-//! use gpumon::sinks::stdout::StdoutSink;
+//! use gpumon::assembly::config::AgentConfig;
+//! use gpumon::assembly::{Assembly, AssemblyOptions};
 //!
 //! let config: AgentConfig = r#"
 //!     [agent]
@@ -24,29 +41,43 @@
 //!     [mock]
 //!     profile = "a100x4"
 //!     scenario = "training"
+//!     [stdout]
+//!     enabled = true
+//!     format = "json"
 //! "#
 //! .parse()?;
-//! // The backend rule: stdout keeps the data on this machine, so nothing is exported.
-//! let selected = backend::select(
-//!     config.backend(),
-//!     false,
-//!     &backend::NvmlOptions::from_config(&config, true),
-//!     &backend::MockOptions::from_config(&config),
-//!     backend::MOCK,
-//! )?;
-//! assert!(selected.source.is_mock());
-//! let handle = Agent::builder_arc(selected.sampler)
-//!     .interval(config.interval())
-//!     .sink(StdoutSink::new(config.stdout_format()))
-//!     .spawn()?;
-//! tokio::time::sleep(Duration::from_secs(2)).await;
-//! handle.shutdown(config.shutdown_timeout()).await?;
-//! # Ok(()) }
+//! let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//! runtime.block_on(async {
+//!     let options = AssemblyOptions::default().with_once(true).with_report(true);
+//!     let mut assembled = Assembly::build(&config, options)?;
+//!     // The backend rule chose the mock, as asked: every sink marks the data `backend="mock"`.
+//!     assert!(assembled.source.as_ref().is_some_and(|s| s.is_mock()));
+//!     let agent = assembled.builder.spawn()?;
+//!     assembled.services.start()?; // nothing configured here: no steps socket, no kubelet
+//!     agent.flush(Duration::from_secs(10)).await?; // the one sample, exported by every sink
+//!     assembled.services.stop().await;
+//!     agent.shutdown(assembled.shutdown_timeout).await?;
+//!     let report = assembled.report.expect("asked for").report();
+//!     assert_eq!(report.gpus.len(), 4);
+//!     Ok::<(), Box<dyn std::error::Error>>(())
+//! })
+//! # }
+//! # #[cfg(not(feature = "mock"))]
+//! # fn main() {}
 //! ```
 
 pub mod backend;
+mod build;
 pub mod config;
 pub mod defaults;
+mod error;
+mod sinks;
+mod stages;
+
+pub use build::{parse_families, Assembled, Assembly, AssemblyOptions, Families, Replay};
+pub use error::{AssemblyError, ServiceError};
+pub use sinks::{Listener, Listeners};
+pub use stages::{KubeletService, Services, StepsSocket};
 
 use std::time::Duration;
 

@@ -1,5 +1,7 @@
-//! The agent's command line, settings and main loop (shared by the `gpumon-agent` binary and
-//! the example agent).
+//! The agent's command line and main loop (shared by the `gpumon-agent` binary and the example
+//! agent): the flags are set onto the config ([`flags_onto_config`]), the library builds the
+//! agent from it (`gpumon::assembly::Assembly`), and this file runs it — `--once`, `--duration`,
+//! signals, the report printed at exit.
 //!
 //! Exit codes: 0 success, 1 runtime failure (sampling or a sink failed in `--once`, shutdown
 //! incomplete, the requested backend unavailable), 2 bad configuration or flags.
@@ -9,16 +11,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use gpumon::core::diagnose::Sampling;
-use gpumon::core::trace::{ReplaySampler, ReplaySpeed};
-use gpumon::core::{Agent, AgentError, DeviceFilter, Family, MetricSet, SinkOptions};
-
 use gpumon::assembly::backend::Backend;
 use gpumon::assembly::config::{self, AgentConfig};
-use gpumon::assembly::defaults;
-
-use crate::backend;
-use crate::sinks;
+use gpumon::assembly::{defaults, parse_families, Assembled, Assembly, AssemblyOptions, Families, Replay};
+use gpumon::core::trace::ReplaySpeed;
+use gpumon::core::{AgentError, Severity};
 
 /// Watch NVIDIA GPUs: sample every GPU through NVML (or the mock backend) and export the samples to
 /// stdout, Prometheus, a Pushgateway, InfluxDB or an OpenTelemetry collector.
@@ -188,73 +185,6 @@ impl<T: std::fmt::Display> From<T> for ConfigError {
     }
 }
 
-/// Everything the agent needs, resolved from file + flags.
-struct Settings {
-    backend: Backend,
-    interval: Duration,
-    sample_timeout: Option<Duration>,
-    devices: DeviceFilter,
-    metrics: MetricSet,
-    sink_options: SinkOptions,
-    shutdown_timeout: Duration,
-    once: bool,
-    /// The host name override (`--host`, GPUMON_HOST, NODE_NAME), if any.
-    host: Option<String>,
-    /// Diagnosis, --duration and the run report.
-    diagnose: crate::diagnose::Plan,
-    /// The steps socket and tracker.
-    steps: crate::steps::Plan,
-    /// The attribution stage and the kubelet refresher.
-    attribution: crate::attribution::Plan,
-    /// `--backend replay`: the trace, opened, and how fast to play it.
-    replay: Option<Replay>,
-}
-
-/// A trace to play back.
-struct Replay {
-    sampler: ReplaySampler,
-    speed: ReplaySpeed,
-}
-
-/// The backend, and the trace when it is `replay`. A trace given (`--replay`, `replay.file`)
-/// without a backend means `replay`; with another backend it is refused, since which one was
-/// meant is not obvious.
-fn resolve_replay(cli: &Cli, file: &AgentConfig) -> Result<(Backend, Option<Replay>), ConfigError> {
-    let trace = cli.replay.clone().or_else(|| file.replay.file.clone());
-    let backend = match (cli.backend.or(file.agent.backend), &trace) {
-        (None | Some(Backend::Replay), Some(_)) => Backend::Replay,
-        (Some(Backend::Replay), None) => {
-            return Err(ConfigError("--backend replay: needs the trace to play (--replay FILE or replay.file)".into()))
-        }
-        (Some(other), Some(_)) => {
-            return Err(ConfigError(format!(
-                "--replay / replay.file: a trace is played with --backend replay, not {}",
-                format!("{other:?}").to_lowercase()
-            )))
-        }
-        (backend, None) => backend.unwrap_or_default(),
-    };
-    let Some(path) = trace else { return Ok((backend, None)) };
-    let speed = match (cli.replay_speed, &file.replay.speed) {
-        (Some(speed), _) => speed,
-        (None, Some(toml::Value::String(text))) => {
-            text.parse().map_err(|e| ConfigError(format!("replay.speed: {e}")))?
-        }
-        (None, Some(toml::Value::Integer(n))) => {
-            (*n as f64).to_string().parse().map_err(|e| ConfigError(format!("replay.speed: {e}")))?
-        }
-        (None, Some(toml::Value::Float(f))) => {
-            f.to_string().parse().map_err(|e| ConfigError(format!("replay.speed: {e}")))?
-        }
-        (None, Some(other)) => {
-            return Err(ConfigError(format!("replay.speed: expected \"max\" or a number, got {other}")));
-        }
-        (None, None) => ReplaySpeed::default(),
-    };
-    let sampler = ReplaySampler::open(&path).map_err(|e| ConfigError(format!("--replay / replay.file: {e}")))?;
-    Ok((backend, Some(Replay { sampler, speed })))
-}
-
 /// `--host` / GPUMON_HOST, else NODE_NAME; blank values count as unset.
 fn host_override(cli: &Cli) -> Option<String> {
     let node_name = || std::env::var("NODE_NAME").ok();
@@ -266,107 +196,50 @@ fn host_override(cli: &Cli) -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
-fn parse_families(names: &[String], key: &str) -> Result<Vec<Family>, ConfigError> {
-    names
-        .iter()
-        .map(|n| n.trim())
-        .filter(|n| !n.is_empty())
-        .map(|n| {
-            Family::from_name(n).ok_or_else(|| {
-                let known: Vec<_> = Family::ALL.iter().map(|f| f.name()).collect();
-                ConfigError(format!("{key}: unknown metric family `{n}` (known: {})", known.join(", ")))
-            })
-        })
-        .collect()
+/// `--only`, `--enable`, `--disable`: the families chosen beside the config. Flags override the
+/// file, so `--only` ignores the file's `enable`/`disable`, while `--enable`/`--disable` refine
+/// the file's `only` (the library's [`Families`]).
+fn families(cli: &Cli) -> Result<Families, ConfigError> {
+    let mut families = match &cli.only {
+        Some(names) => {
+            let only = parse_families(names, "--only")?;
+            if only.is_empty() {
+                return Err(ConfigError("--only: names no metric family".into()));
+            }
+            Families::only(only)
+        }
+        None => Families::default(),
+    };
+    families = families
+        .with_enabled(parse_families(&cli.enable, "--enable")?)
+        .with_disabled(parse_families(&cli.disable, "--disable")?);
+    Ok(families)
 }
 
-/// The families to sample. `--only` (or `agent.only`) is the exact set; flags override the file,
-/// so `--only` ignores the file's `enable`/`disable`, while `--enable`/`--disable` refine the
-/// file's `only`. `only` with `enable`/`disable` from the same source is refused (which would win
-/// is not obvious).
-fn resolve_metrics(cli: &Cli, a: &config::AgentSection) -> Result<MetricSet, ConfigError> {
-    let exact = |names: &[String], key: &str| -> Result<MetricSet, ConfigError> {
-        let families = parse_families(names, key)?;
-        if families.is_empty() {
-            return Err(ConfigError(format!("{key}: names no metric family")));
-        }
-        Ok(families.into_iter().fold(MetricSet::nothing(), MetricSet::with))
-    };
-    if let Some(only) = &cli.only {
-        return exact(only, "--only");
+/// What a run is, beside the config: `--host`, `--once`, `--report`, the families' flags, and
+/// this build's mock.
+fn options(cli: &Cli) -> Result<AssemblyOptions, ConfigError> {
+    if cli.diagnose.duration.is_some_and(|d| d.is_zero()) {
+        return Err(ConfigError("--duration: must be greater than zero".into()));
     }
-    let mut metrics = match &a.only {
-        Some(_) if !a.enable.is_empty() || !a.disable.is_empty() => {
-            return Err(ConfigError("agent.only: cannot be combined with agent.enable or agent.disable".into()));
-        }
-        Some(only) => exact(only, "agent.only")?,
-        None => MetricSet::default(),
-    };
-    for f in parse_families(&a.enable, "agent.enable")?.into_iter().chain(parse_families(&cli.enable, "--enable")?) {
-        metrics = metrics.with(f);
+    let mut options = AssemblyOptions::default()
+        .with_once(cli.once)
+        .with_report(cli.diagnose.report_requested())
+        .with_families(families(cli)?)
+        .with_mock(crate::mock::FACTORY);
+    if let Some(host) = host_override(cli) {
+        options = options.with_host(host);
     }
-    for f in parse_families(&a.disable, "agent.disable")?.into_iter().chain(parse_families(&cli.disable, "--disable")?)
-    {
-        metrics = metrics.without(f);
-    }
-    Ok(metrics)
+    Ok(options)
 }
 
-fn resolve(cli: &Cli, file: &AgentConfig) -> Result<Settings, ConfigError> {
-    let a = &file.agent;
-    let (backend, replay) = resolve_replay(cli, file)?;
-    let mut interval = cli.interval.or(a.interval).unwrap_or(gpumon::core::DEFAULT_INTERVAL);
-    // A replay runs at the recorded interval: the diagnosis windows and the report count ticks
-    // of it, and a window of other ticks would not give the recorded findings.
-    if let Some(recorded) = replay.as_ref().and_then(|r| r.sampler.header().interval) {
-        if cli.interval.or(a.interval).is_some_and(|i| i != recorded) {
-            tracing::warn!(?recorded, "replay: --interval / agent.interval ignored; the trace's interval is used");
-        }
-        interval = recorded;
-    }
-    if interval < gpumon::core::MIN_INTERVAL {
-        return Err(ConfigError(format!(
-            "agent.interval / --interval: {interval:?} is below the minimum of {:?}",
-            gpumon::core::MIN_INTERVAL
-        )));
-    }
-    let devices = match cli.devices.as_ref().or(a.devices.as_ref()) {
-        Some(list) => DeviceFilter::parse(list).map_err(|e| ConfigError(format!("agent.devices / --devices: {e}")))?,
-        None => DeviceFilter::from_env().map_err(|e| ConfigError(format!("environment: {e}")))?,
-    };
-    let attribution = crate::attribution::resolve(&cli.attribution, &file.attribution)?;
-    let processes_disabled = a.disable.iter().chain(&cli.disable).any(|n| n.trim() == Family::Processes.name());
-    let metrics = attribution.metrics(resolve_metrics(cli, a)?, processes_disabled)?;
-    let mut sink_options = SinkOptions::default();
-    if let Some(q) = a.sink_queue {
-        if q == 0 {
-            return Err(ConfigError("agent.sink_queue: must be at least 1".into()));
-        }
-        sink_options = sink_options.capacity(q);
-    }
-    if let Some(t) = a.export_timeout {
-        sink_options = sink_options.export_timeout(t);
-    }
-    Ok(Settings {
-        backend,
-        interval,
-        sample_timeout: cli.sample_timeout.or(a.sample_timeout),
-        devices,
-        metrics,
-        sink_options,
-        shutdown_timeout: file.shutdown_timeout(),
-        once: cli.once,
-        host: host_override(cli),
-        diagnose: crate::diagnose::resolve(&cli.diagnose, &file.diagnose, interval)?,
-        steps: crate::steps::resolve(&cli.steps, &file.steps)?,
-        attribution,
-        replay,
-    })
-}
-
-/// The flags that set a config key, set onto the config (flags win over the file). The rest
-/// are read beside it (`--once`, `--host`, the report), or still merged where they are read.
-fn flags_onto_config(cli: &Cli, file: &mut AgentConfig) {
+/// The flags that set a config key, set onto the config (flags win over the file). The rest are
+/// what a run is ([`options`]): `--once`, `--host`, `--report`, `--duration`, the families.
+///
+/// ## Errors
+///
+/// A flag whose value does not parse (`--prometheus-listen`, `--otlp-protocol`, …).
+pub fn flags_onto_config(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
     fn set<T: Clone>(flag: &Option<T>, key: &mut Option<T>) {
         if flag.is_some() {
             key.clone_from(flag);
@@ -385,7 +258,14 @@ fn flags_onto_config(cli: &Cli, file: &mut AgentConfig) {
     }
     set(&cli.record, &mut file.record.file);
     set(&cli.replay, &mut file.replay.file);
+    if let Some(speed) = cli.replay_speed {
+        file.replay.speed = Some(toml::Value::String(speed.to_string()));
+    }
     set(&cli.stdout_format, &mut file.stdout.format);
+    crate::diagnose::onto_config(&cli.diagnose, &mut file.diagnose);
+    crate::steps::onto_config(&cli.steps, &mut file.steps);
+    crate::attribution::onto_config(&cli.attribution, &mut file.attribution);
+    crate::sinks::onto_config(cli, file)
 }
 
 /// Parses the command line, runs the agent, and returns the exit code.
@@ -399,9 +279,8 @@ pub fn main() -> ExitCode {
         },
         None => AgentConfig::default(),
     };
-    flags_onto_config(&cli, &mut file);
-    let settings = match resolve(&cli, &file) {
-        Ok(s) => s,
+    let options = match flags_onto_config(&cli, &mut file).and_then(|()| options(&cli)) {
+        Ok(options) => options,
         Err(e) => return config_failure(&e.0),
     };
     // One thread runs the agent's control loop, every sink and the HTTP servers: they only hand
@@ -416,7 +295,7 @@ pub fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         };
-    let code = runtime.block_on(run(cli, file, settings));
+    let code = runtime.block_on(run(cli, file, options));
     // Dropping a runtime waits, without limit, for blocking tasks — such as a write to a stdout
     // pipe nobody reads. The agent has already flushed and shut down its sinks within its
     // deadline; don't let a stuck thread keep the process alive after that. (A sample stuck in
@@ -425,7 +304,8 @@ pub fn main() -> ExitCode {
     code
 }
 
-fn config_failure(message: &str) -> ExitCode {
+/// Says a configuration error, exit code 2.
+pub fn config_failure(message: &str) -> ExitCode {
     eprintln!("gpumon: configuration error: {message}");
     ExitCode::from(2)
 }
@@ -445,76 +325,44 @@ fn init_logging(filter: &str) {
         .init();
 }
 
-async fn run(cli: Cli, file: AgentConfig, mut settings: Settings) -> ExitCode {
-    let mark = match settings.backend {
-        Backend::Mock => Some("mock"),
-        Backend::Replay => Some(gpumon::core::REPLAY_BACKEND),
-        Backend::Auto | Backend::Nvml => None,
+async fn run(cli: Cli, file: AgentConfig, options: AssemblyOptions) -> ExitCode {
+    let once = options.once;
+    let mut assembled = match Assembly::build(&file, options) {
+        Ok(assembled) => assembled,
+        Err(e) => return crate::backend::failure(&e, &cli),
     };
-    let marks = sinks::Marks { backend: mark, host: settings.host.as_deref() };
-    let sinks = match sinks::build(&cli, &file, marks).await {
-        Ok(s) => s,
-        Err(e) => return config_failure(&e.0),
-    };
-    // Any sink but stdout (and the recording, a local file whose header names the backend)
-    // sends the data out of this process, where simulated values could be taken for real ones.
-    let exporting = sinks.iter().any(|s| s.name() != sinks::STDOUT && s.name() != sinks::RECORD);
-    let watch_xid = settings.metrics.contains(Family::Xid);
-    let replay = settings.replay.take();
-    if let Some(replay) = replay {
-        return run_replay(cli, settings, sinks, replay).await;
+    if let Some(web) = assembled.listeners.web {
+        tracing::info!("web view on {}", web.url());
     }
-    let sampler = match backend::select(settings.backend, exporting, watch_xid, &file) {
-        Ok(s) => s,
-        Err(backend::BackendError::Config(e)) => return config_failure(&e),
-        Err(backend::BackendError::Unavailable(e)) => {
-            eprintln!("gpumon: {e}");
-            return ExitCode::from(1);
+    if let Some(source) = &assembled.source {
+        crate::backend::say(source, &file);
+    }
+    for l in &assembled.limitations {
+        match l.severity {
+            Severity::Info => tracing::info!("diagnosis limitation: {l}"),
+            _ => tracing::warn!("diagnosis limitation: {l}"),
         }
-    };
-    let mut builder = Agent::builder_arc(sampler)
-        .interval(settings.interval)
-        .metrics(settings.metrics)
-        .devices(settings.devices)
-        .scheduled(!settings.once);
-    if let Some(t) = settings.sample_timeout {
-        builder = builder.sample_timeout(t);
     }
-    if let Some(host) = &settings.host {
-        builder = builder.hostname(host.clone());
+    if let Some(replay) = assembled.replay.take() {
+        return run_replay(cli, assembled, replay, once).await;
     }
-    for sink in sinks {
-        builder = builder.boxed_sink(sink, settings.sink_options);
-    }
-    // Attribution first, then the step tracker before diagnosis: processors run in order.
-    builder = settings.attribution.install(builder);
-    builder = settings.steps.install(builder);
-    let step_marks = cli.steps.steps_socket.is_some() || file.steps.socket.is_some();
-    let sampling = Sampling::new(settings.interval, settings.metrics).step_marks(step_marks);
-    settings.diagnose.say_limitations(&sampling);
-    builder = settings.diagnose.install(builder, sampling);
+    let Assembled { builder, mut services, report, interval, shutdown_timeout, .. } = assembled;
     let handle = match builder.spawn() {
         Ok(h) => h,
         Err(e) => return config_failure(&e.to_string()),
     };
-    if let Err(e) = settings.steps.start() {
+    if let Err(e) = services.start() {
         eprintln!("gpumon: {e}");
-        let _ = handle.shutdown(settings.shutdown_timeout).await;
-        return ExitCode::from(1);
-    }
-    if let Err(e) = settings.attribution.start() {
-        eprintln!("gpumon: {e}");
-        settings.steps.stop().await;
-        let _ = handle.shutdown(settings.shutdown_timeout).await;
+        services.stop().await;
+        let _ = handle.shutdown(shutdown_timeout).await;
         return ExitCode::from(1);
     }
 
-    if settings.once {
-        let flushed = handle.flush(settings.shutdown_timeout.max(defaults::ONCE_FLUSH_TIMEOUT)).await;
-        settings.steps.stop().await;
-        settings.attribution.stop().await;
-        let shut = handle.shutdown(settings.shutdown_timeout).await;
-        settings.diagnose.print_report();
+    if once {
+        let flushed = handle.flush(shutdown_timeout.max(defaults::ONCE_FLUSH_TIMEOUT)).await;
+        services.stop().await;
+        let shut = handle.shutdown(shutdown_timeout).await;
+        crate::diagnose::print_report(&cli.diagnose, report.as_ref());
         return match (flushed, shut) {
             (Ok(()), Ok(())) => ExitCode::SUCCESS,
             (Err(e), _) | (Ok(()), Err(e)) => {
@@ -524,22 +372,21 @@ async fn run(cli: Cli, file: AgentConfig, mut settings: Settings) -> ExitCode {
         };
     }
 
-    tracing::info!(interval = ?settings.interval, "agent running; Ctrl-C or SIGTERM to stop");
-    settings.diagnose.run_until(wait_for_signal()).await;
+    tracing::info!(interval = ?interval, "agent running; Ctrl-C or SIGTERM to stop");
+    crate::diagnose::run_until(cli.diagnose.duration, wait_for_signal()).await;
     tracing::info!("shutting down");
-    let steps_on = settings.steps.is_serving();
-    settings.steps.stop().await;
-    settings.attribution.stop().await;
+    let steps_on = services.steps_serving();
+    services.stop().await;
     // Marks read from the socket since the last tick would be lost at exit: one last sample
     // reports them (and the sinks flush it), within the same shutdown timeout as the rest.
-    let until = tokio::time::Instant::now() + settings.shutdown_timeout;
+    let until = tokio::time::Instant::now() + shutdown_timeout;
     if steps_on {
-        if let Err(e) = handle.flush(settings.shutdown_timeout).await {
+        if let Err(e) = handle.flush(shutdown_timeout).await {
             tracing::warn!(error = %e, "final report of the marked steps incomplete");
         }
     }
     let shut = handle.shutdown(until.saturating_duration_since(tokio::time::Instant::now())).await;
-    settings.diagnose.print_report();
+    crate::diagnose::print_report(&cli.diagnose, report.as_ref());
     match shut {
         Ok(()) | Err(AgentError::ShutDown) => {
             let stats = handle.stats();
@@ -557,55 +404,32 @@ async fn run(cli: Cli, file: AgentConfig, mut settings: Settings) -> ExitCode {
 /// every snapshot handed to every sink before the next (`ReplayProgress::play`), until the
 /// trace ends, a signal, or `--duration`. The step tracker and attribution are not run: they
 /// read this host now, and the trace carries the recorded steps and owners.
-async fn run_replay(
-    cli: Cli,
-    mut settings: Settings,
-    sinks: Vec<Box<dyn gpumon::core::Sink>>,
-    replay: Replay,
-) -> ExitCode {
+async fn run_replay(cli: Cli, assembled: Assembled, replay: Replay, once: bool) -> ExitCode {
     if cli.steps.steps_socket.is_some() || cli.attribution.attribution {
         tracing::warn!(
             "replay: --steps-socket and --attribution are ignored; the trace carries the recorded steps and owners"
         );
     }
-    let header = replay.sampler.header();
+    let Assembled { builder, report, interval, sink_options, shutdown_timeout, .. } = assembled;
+    let header = &replay.header;
     tracing::info!(
         recorded_by = %header.gpumon_version,
         backend = %header.backend,
         host = %header.system.hostname,
         gpus = header.devices.len(),
-        interval = ?settings.interval,
+        interval = ?interval,
         speed = %replay.speed,
         "replaying a trace"
     );
-    let recorded_gpus = header.devices.iter().filter(|d| settings.devices.allows(d)).count();
-    let progress = replay.sampler.progress();
-    let mut builder = Agent::builder(replay.sampler)
-        .interval(settings.interval)
-        .metrics(settings.metrics)
-        .devices(settings.devices)
-        // Each snapshot is handed out by `play`, never by the clock.
-        .scheduled(false);
-    if let Some(t) = settings.sample_timeout {
-        builder = builder.sample_timeout(t);
-    }
-    if let Some(host) = &settings.host {
-        builder = builder.hostname(host.clone());
-    }
-    for sink in sinks {
-        builder = builder.boxed_sink(sink, settings.sink_options);
-    }
-    let sampling = Sampling::new(settings.interval, settings.metrics).devices(recorded_gpus);
-    settings.diagnose.say_limitations(&sampling);
-    builder = settings.diagnose.install(builder, sampling);
+    let progress = replay.progress;
     let handle = match builder.spawn() {
         Ok(h) => h,
         Err(e) => return config_failure(&e.to_string()),
     };
-    let flush_deadline = settings.sink_options.export_timeout;
-    let speed = if settings.once { ReplaySpeed::Max } else { replay.speed };
+    let flush_deadline = sink_options.export_timeout;
+    let speed = if once { ReplaySpeed::Max } else { replay.speed };
     let play = async {
-        if settings.once {
+        if once {
             // One snapshot, as `--once` takes one sample.
             return match handle.flush(flush_deadline).await {
                 Ok(()) | Err(AgentError::Sample(_)) => progress.error().map_or(Ok(1), Err),
@@ -619,10 +443,10 @@ async fn run_replay(
     };
     let outcome = tokio::select! {
         outcome = play => Some(outcome),
-        () = settings.diagnose.run_until(wait_for_signal()) => None,
+        () = crate::diagnose::run_until(cli.diagnose.duration, wait_for_signal()) => None,
     };
-    let shut = handle.shutdown(settings.shutdown_timeout).await;
-    settings.diagnose.print_report();
+    let shut = handle.shutdown(shutdown_timeout).await;
+    crate::diagnose::print_report(&cli.diagnose, report.as_ref());
     let mut code = ExitCode::SUCCESS;
     match outcome {
         Some(Ok(played)) => tracing::info!(snapshots = played, "replay finished"),

@@ -1,63 +1,92 @@
-//! The backend, by the library's rule (`gpumon::assembly::backend`; a trace to replay aside,
-//! app.rs): NVML, the mock, or — `auto` — NVML, falling back to the mock only where simulated data
-//! cannot be mistaken for real data (stdout is the only sink). This file only says the outcome
-//! in the agent's words: on the terminal, naming its flags.
+//! The library's outcome in the agent's words (`gpumon::assembly`): what the backend rule chose
+//! (NVML, the mock, or — `auto` — NVML, falling back to the mock only where simulated data cannot
+//! be mistaken for real data), and why an agent could not be assembled, naming the flag beside
+//! the key it sets. On the terminal; exit code 2 for a bad setting, 1 for a backend that cannot
+//! run here.
 
-use std::sync::Arc;
+use std::process::ExitCode;
 
-use gpumon::assembly::backend::{self, Backend, MockError, MockOptions, NvmlOptions, Source};
+use gpumon::assembly::backend::{BackendError, MockError, MockOptions, Source};
 use gpumon::assembly::config::AgentConfig;
-use gpumon::core::Sampler;
+use gpumon::assembly::AssemblyError;
 
-pub enum BackendError {
-    /// Bad profile/scenario/settings: exit 2.
-    Config(String),
-    /// The requested backend cannot run: exit 1.
-    Unavailable(String),
+use crate::app::{config_failure, Cli};
+
+/// Says why the agent could not be assembled, and returns the exit code.
+pub fn failure(e: &AssemblyError, cli: &Cli) -> ExitCode {
+    let unavailable = |message: &str| {
+        eprintln!("gpumon: {message}");
+        ExitCode::from(1)
+    };
+    match e {
+        AssemblyError::Backend(e) => match e {
+            BackendError::Mock(MockError::Profile { name, reason }) => {
+                config_failure(&format!("mock.profile / --mock-profile `{name}`: {reason}"))
+            }
+            BackendError::Mock(MockError::Scenario { name, reason }) => {
+                config_failure(&format!("mock.scenario / --mock-scenario `{name}`: {reason}"))
+            }
+            BackendError::Mock(e) => config_failure(&e.to_string()),
+            BackendError::NoTrace => {
+                config_failure("--backend replay: needs the trace to play (--replay FILE or replay.file)")
+            }
+            BackendError::Nvml(reason) => unavailable(reason),
+            BackendError::NoMock => unavailable(
+                "the mock backend is not in this build of gpumon-agent (build with `--features mock`, or use `cargo run --example agent`)",
+            ),
+            BackendError::NoMockFallback { reason } => unavailable(&format!(
+                "NVML unavailable ({reason}), and the mock fallback is not in this build (build with `--features mock`, or use `cargo run --example agent`)"
+            )),
+            other => unavailable(&other.to_string()),
+        },
+        AssemblyError::TraceWithBackend { backend } => config_failure(&format!(
+            "--replay / replay.file: a trace is played with --backend replay, not {}",
+            format!("{backend:?}").to_lowercase()
+        )),
+        AssemblyError::FeatureMissing { what, feature, .. } => config_failure(&format!(
+            "{what} is configured, but this agent was built without the `{feature}` feature (cargo run --example agent --features {feature})"
+        )),
+        other => config_failure(&with_flags(other, cli)),
+    }
 }
 
-/// The sampler for `backend`, from the config (the flags already mapped onto it). `exporting`: a
-/// sink other than stdout is configured, so the data leaves this process (a scrape endpoint, a
-/// database, a collector) and must never be simulated unless `--backend mock` asked for it.
-/// `watch_xid`: the `xid` family is sampled; without it NVML's XID watcher (a thread, an event
-/// set, a registration per GPU at start-up) is not started, since nothing would read its counts.
-pub fn select(
-    backend: Backend,
-    exporting: bool,
-    watch_xid: bool,
-    config: &AgentConfig,
-) -> Result<Arc<dyn Sampler>, BackendError> {
-    let mock = MockOptions::from_config(config);
-    let nvml = NvmlOptions::from_config(config, watch_xid);
-    let selected = backend::select(backend, exporting, &nvml, &mock, crate::mock::FACTORY).map_err(|e| match e {
-        backend::BackendError::Mock(MockError::Profile { name, reason }) => {
-            BackendError::Config(format!("mock.profile / --mock-profile `{name}`: {reason}"))
-        }
-        backend::BackendError::Mock(MockError::Scenario { name, reason }) => {
-            BackendError::Config(format!("mock.scenario / --mock-scenario `{name}`: {reason}"))
-        }
-        backend::BackendError::Mock(e) => BackendError::Config(e.to_string()),
-        backend::BackendError::Nvml(reason) => BackendError::Unavailable(reason),
-        backend::BackendError::NoMock => BackendError::Unavailable(
-            "the mock backend is not in this build of gpumon-agent (build with `--features mock`, or use `cargo run --example agent`)"
-                .to_owned(),
-        ),
-        backend::BackendError::NoMockFallback { reason } => BackendError::Unavailable(format!(
-            "NVML unavailable ({reason}), and the mock fallback is not in this build (build with `--features mock`, or use `cargo run --example agent`)"
-        )),
-        // `app::run_replay` plays traces; a replay never gets here.
-        other => BackendError::Unavailable(format!("{other} (--replay FILE)")),
-    })?;
-    match &selected.source {
+/// The error's message with the flag that sets its key named beside it
+/// (`attribution.proc_root / --proc-root: …`).
+fn with_flags(e: &AssemblyError, cli: &Cli) -> String {
+    let message = e.to_string();
+    let Some(key) = e.key() else { return message };
+    let alias = match key {
+        "agent.interval" => "agent.interval / --interval",
+        "agent.devices" => "agent.devices / --devices",
+        "diagnose.window" if cli.diagnose.diagnose_window.is_some() => "--diagnose-window / diagnose.window",
+        "steps.socket" => "--steps-socket / steps.socket",
+        "attribution.enabled" => "attribution.enabled / --attribution",
+        "attribution.kubelet" => "attribution.kubelet / --kubelet",
+        "attribution.kubelet_socket" => "attribution.kubelet_socket / --kubelet-socket",
+        "attribution.proc_root" => "attribution.proc_root / --proc-root",
+        "attribution.passwd_file" => "attribution.passwd_file / --passwd-file",
+        "record.file" => "--record / record.file",
+        "replay.file" => "--replay / replay.file",
+        _ => return message,
+    };
+    match message.strip_prefix(key) {
+        Some(rest) => format!("{alias}{rest}"),
+        None => message,
+    }
+}
+
+/// Says what the backend rule chose, when it was not what was asked for: on stderr, so that
+/// stdout stays data-only.
+pub fn say(source: &Source, config: &AgentConfig) {
+    match source {
         Source::LazyNvml { reason } => tracing::warn!(
             "NVML unavailable ({reason}); exporting no GPU data (gpumon_up 0) and retrying NVML with backoff — simulated data is exported only with --backend mock"
         ),
-        // One clear line, on stderr so stdout stays data-only.
+        // One clear line.
         Source::MockFallback { reason } => eprintln!(
             "gpumon: NVML unavailable ({reason}); running on the MOCK backend with profile `{}` — values are simulated, not read from a GPU (only stdout shows them; exporting sinks never get simulated data unless --backend mock)",
-            mock.profile
+            MockOptions::from_config(config).profile
         ),
         _ => {}
     }
-    Ok(selected.sampler)
 }

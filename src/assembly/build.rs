@@ -1,0 +1,465 @@
+//! [`Assembly::build`]: a config in, an agent out — the sampler by the backend rule, every sink,
+//! every stage in its order, and the stages' background services as typed handles.
+
+use std::time::Duration;
+
+use gpumon_core::diagnose::{Limitation, Sampling};
+use gpumon_core::report::ReportHandle;
+use gpumon_core::trace::{ReplayProgress, ReplaySampler, ReplaySpeed, TraceHeader};
+use gpumon_core::{Agent, AgentBuilder, DeviceFilter, Family, MetricSet, SinkOptions};
+
+use super::backend::{self, Backend, BackendError, MockFactory, MockOptions, NvmlOptions, Source};
+use super::config::{AgentConfig, AgentSection};
+use super::error::AssemblyError;
+use super::sinks::{self, Listeners, Marks};
+use super::stages::{self, Services};
+
+/// Metric families chosen beside the config, over `agent.only` / `agent.enable` /
+/// `agent.disable` (the agent's `--only`, `--enable` and `--disable`): `only` is the exact set,
+/// whatever the config says; `enable` and `disable` refine the config's selection.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Families {
+    /// Exactly these families (the config's `only`, `enable` and `disable` are then ignored).
+    pub only: Option<Vec<Family>>,
+    /// Families turned on over the config's selection.
+    pub enable: Vec<Family>,
+    /// Families turned off over the config's selection.
+    pub disable: Vec<Family>,
+}
+
+impl Families {
+    /// Exactly `families`.
+    pub fn only(families: impl IntoIterator<Item = Family>) -> Self {
+        Self { only: Some(families.into_iter().collect()), ..Self::default() }
+    }
+
+    /// `families` turned on, over the config's selection.
+    pub fn with_enabled(mut self, families: impl IntoIterator<Item = Family>) -> Self {
+        self.enable.extend(families);
+        self
+    }
+
+    /// `families` turned off, over the config's selection.
+    pub fn with_disabled(mut self, families: impl IntoIterator<Item = Family>) -> Self {
+        self.disable.extend(families);
+        self
+    }
+}
+
+/// What the assembly takes beside the config: what a run is rather than what the agent is.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct AssemblyOptions {
+    /// The host name for the `host` label, OTLP's `host.name` and the Pushgateway's `instance`
+    /// (default: the system's).
+    pub host: Option<String>,
+    /// One sample on demand ([`gpumon_core::AgentHandle::flush`]) rather than one per interval.
+    pub once: bool,
+    /// Add the run report after diagnosis ([`Assembled::report`]); with it, stdout is not the
+    /// default sink (the report is output of its own).
+    pub report: bool,
+    /// Metric families chosen beside the config.
+    pub families: Families,
+    /// The mock backend (default [`backend::MOCK`], this build's).
+    pub mock: Option<MockFactory>,
+}
+
+impl Default for AssemblyOptions {
+    fn default() -> Self {
+        Self { host: None, once: false, report: false, families: Families::default(), mock: backend::MOCK }
+    }
+}
+
+impl AssemblyOptions {
+    /// The host name override.
+    pub fn with_host(mut self, host: impl Into<String>) -> Self {
+        self.host = Some(host.into());
+        self
+    }
+
+    /// One sample on demand rather than one per interval.
+    pub fn with_once(mut self, once: bool) -> Self {
+        self.once = once;
+        self
+    }
+
+    /// The run report after diagnosis.
+    pub fn with_report(mut self, report: bool) -> Self {
+        self.report = report;
+        self
+    }
+
+    /// Metric families chosen beside the config.
+    pub fn with_families(mut self, families: Families) -> Self {
+        self.families = families;
+        self
+    }
+
+    /// The mock backend to use (`None`: none in this build).
+    pub fn with_mock(mut self, mock: Option<MockFactory>) -> Self {
+        self.mock = mock;
+        self
+    }
+}
+
+/// A trace being played back (`replay.file`).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Replay {
+    /// How far the sampler has got; [`ReplayProgress::play`] hands every snapshot to every sink.
+    pub progress: ReplayProgress,
+    /// How fast to play it (`replay.speed`).
+    pub speed: ReplaySpeed,
+    /// The trace's header: who recorded it, on which backend and host, at which interval.
+    pub header: TraceHeader,
+    /// The recorded GPUs the device selection keeps.
+    pub gpus: usize,
+}
+
+/// An agent assembled from a config: the builder with every sink and stage added, and what runs
+/// beside it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Assembled {
+    /// The agent: the sampler, the interval, the families and devices, every sink, and the
+    /// stages in order (attribution, the step tracker, diagnosis, the report). Spawn it
+    /// ([`AgentBuilder::spawn`]) or build it.
+    pub builder: AgentBuilder,
+    /// What samples the GPUs, by the backend rule ([`backend::select`]); say a fallback.
+    /// `None` when a trace is replayed ([`Assembled::replay`]).
+    pub source: Option<Source>,
+    /// The trace played back, with `backend = "replay"`: the agent takes no sample on its own
+    /// clock; [`ReplayProgress::play`] hands each recorded snapshot on. The step tracker and
+    /// attribution are not added (they read this host now; the trace carries the recorded steps
+    /// and owners).
+    pub replay: Option<Replay>,
+    /// The stages' background services (the steps socket, the kubelet refresher): start them
+    /// once the agent runs.
+    pub services: Services,
+    /// The run report, when [`AssemblyOptions::report`].
+    pub report: Option<ReportHandle>,
+    /// The settings under which diagnosis rules cannot work (empty when diagnosis is off): say
+    /// them at start-up.
+    pub limitations: Vec<Limitation>,
+    /// The sinks' listeners.
+    pub listeners: Listeners,
+    /// The sampling interval (a replayed trace's own).
+    pub interval: Duration,
+    /// The families sampled.
+    pub metrics: MetricSet,
+    /// Every sink's queue and export timeout.
+    pub sink_options: SinkOptions,
+    /// How long shutdown may take (`agent.shutdown_timeout`).
+    pub shutdown_timeout: Duration,
+}
+
+/// Builds an agent from an [`AgentConfig`]; see the [module docs](super).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Assembly;
+
+impl Assembly {
+    /// Resolves every section of `config` (each error names its key), builds the sinks (binding
+    /// their listeners), selects the sampler by the backend rule — `auto` falls back to the mock
+    /// only when no sink exports — and adds the stages in order: attribution (the stages after it
+    /// read owners), the step tracker (diagnosis reads each tick's steps), diagnosis, and the
+    /// run report (it reads each tick's findings).
+    ///
+    /// ## Errors
+    ///
+    /// [`AssemblyError`]: a bad setting (naming its key), a sink that cannot be built, a section
+    /// this build has no feature for, a trace that cannot be read, or no sampler
+    /// ([`AssemblyError::Backend`]; [`AssemblyError::is_config`] tells a bad setting from a
+    /// backend that cannot run here).
+    ///
+    /// ## Panics
+    ///
+    /// Outside a tokio runtime when a sink serves a listener (Prometheus, the web view).
+    pub fn build(config: &AgentConfig, options: AssemblyOptions) -> Result<Assembled, AssemblyError> {
+        let a = &config.agent;
+        let (backend, replay) = replay(config)?;
+        let mut interval = config.interval();
+        // A replay runs at the recorded interval: the diagnosis windows and the report count
+        // ticks of it, and a window of other ticks would not give the recorded findings.
+        if let Some(recorded) = replay.as_ref().and_then(|(sampler, _)| sampler.header().interval) {
+            if a.interval.is_some_and(|i| i != recorded) {
+                tracing::warn!(?recorded, "replay: --interval / agent.interval ignored; the trace's interval is used");
+            }
+            interval = recorded;
+        }
+        if interval < gpumon_core::MIN_INTERVAL {
+            return Err(AssemblyError::invalid(
+                "agent.interval",
+                format!("{interval:?} is below the minimum of {:?}", gpumon_core::MIN_INTERVAL),
+            ));
+        }
+        let devices = match &a.devices {
+            Some(list) => {
+                DeviceFilter::parse(list).map_err(|e| AssemblyError::invalid("agent.devices", e.to_string()))?
+            }
+            None => DeviceFilter::from_env().map_err(|e| AssemblyError::invalid("environment", e.to_string()))?,
+        };
+        let mut attribution = stages::attribution(&config.attribution)?;
+        let processes = Family::Processes.name();
+        let processes_disabled =
+            a.disable.iter().any(|n| n.trim() == processes) || options.families.disable.contains(&Family::Processes);
+        let metrics = attribution.metrics(metrics(a, &options.families)?, processes_disabled)?;
+        let mut sink_options = SinkOptions::default();
+        if let Some(q) = a.sink_queue {
+            if q == 0 {
+                return Err(AssemblyError::invalid("agent.sink_queue", "must be at least 1"));
+            }
+            sink_options = sink_options.capacity(q);
+        }
+        if let Some(t) = a.export_timeout {
+            sink_options = sink_options.export_timeout(t);
+        }
+        let mut diagnose = stages::diagnose(&config.diagnose, interval)?;
+        let steps = stages::steps(&config.steps)?;
+
+        let mark = match backend {
+            Backend::Mock => Some("mock"),
+            Backend::Replay => Some(gpumon_core::REPLAY_BACKEND),
+            Backend::Auto | Backend::Nvml => None,
+        };
+        let host = options.host.as_deref();
+        let built = sinks::build(config, Marks { backend: mark, host }, options.report)?;
+        let exporting = built.exporting();
+        let listeners = built.listeners;
+
+        let (mut builder, source, replay, sampling) = match replay {
+            Some((sampler, speed)) => {
+                let header = sampler.header().clone();
+                let gpus = header.devices.iter().filter(|d| devices.allows(d)).count();
+                let progress = sampler.progress();
+                // Each snapshot is handed out by `play`, never by the clock.
+                let builder = Agent::builder(sampler).scheduled(false);
+                let sampling = Sampling::new(interval, metrics).devices(gpus);
+                (builder, None, Some(Replay { progress, speed, header, gpus }), sampling)
+            }
+            None => {
+                let nvml = NvmlOptions::from_config(config, metrics.contains(Family::Xid));
+                let mock = MockOptions::from_config(config);
+                let selected = backend::select(backend, exporting, &nvml, &mock, options.mock)?;
+                let builder = Agent::builder_arc(selected.sampler).scheduled(!options.once);
+                let sampling = Sampling::new(interval, metrics).step_marks(config.steps.socket.is_some());
+                (builder, Some(selected.source), None, sampling)
+            }
+        };
+        builder = builder.interval(interval).metrics(metrics).devices(devices);
+        if let Some(t) = a.sample_timeout {
+            builder = builder.sample_timeout(t);
+        }
+        if let Some(host) = host {
+            builder = builder.hostname(host.to_owned());
+        }
+        for sink in built.sinks {
+            builder = builder.boxed_sink(sink, sink_options);
+        }
+        let mut services = Services::default();
+        if replay.is_none() {
+            // Attribution first, then the step tracker before diagnosis: processors run in order.
+            builder = attribution.install(builder);
+            if let Some(tracker) = steps.tracker {
+                builder = builder.processor(tracker);
+            }
+            services = Services { steps: steps.socket, kubelet: attribution.kubelet.take() };
+        }
+        let limitations = diagnose.limitations(&sampling);
+        let (builder, report) = diagnose.install(builder, sampling, options.report);
+        Ok(Assembled {
+            builder,
+            source,
+            replay,
+            services,
+            report,
+            limitations,
+            listeners,
+            interval,
+            metrics,
+            sink_options,
+            shutdown_timeout: config.shutdown_timeout(),
+        })
+    }
+}
+
+/// The backend, and the trace when it is `replay`. A trace (`replay.file`) without a backend
+/// means `replay`; with another backend it is refused, since which one was meant is not obvious.
+fn replay(config: &AgentConfig) -> Result<(Backend, Option<(ReplaySampler, ReplaySpeed)>), AssemblyError> {
+    let trace = config.replay.file.as_ref();
+    let backend = match (config.agent.backend, trace) {
+        (None | Some(Backend::Replay), Some(_)) => Backend::Replay,
+        (Some(Backend::Replay), None) => return Err(BackendError::NoTrace.into()),
+        (Some(other), Some(_)) => return Err(AssemblyError::TraceWithBackend { backend: other }),
+        (backend, None) => backend.unwrap_or_default(),
+    };
+    let Some(path) = trace else { return Ok((backend, None)) };
+    let speed = |text: String| text.parse::<ReplaySpeed>().map_err(|e| AssemblyError::invalid("replay.speed", e));
+    let speed = match &config.replay.speed {
+        Some(toml::Value::String(text)) => speed(text.clone())?,
+        Some(toml::Value::Integer(n)) => speed((*n as f64).to_string())?,
+        Some(toml::Value::Float(f)) => speed(f.to_string())?,
+        Some(other) => {
+            return Err(AssemblyError::invalid("replay.speed", format!("expected \"max\" or a number, got {other}")))
+        }
+        None => ReplaySpeed::default(),
+    };
+    let sampler = ReplaySampler::open(path).map_err(AssemblyError::Trace)?;
+    Ok((backend, Some((sampler, speed))))
+}
+
+/// Metric families by name, for `key`: an unknown name is an error naming the key and every
+/// known family; blank names are skipped.
+///
+/// ## Errors
+///
+/// [`AssemblyError::Invalid`] for the first unknown name.
+pub fn parse_families(names: &[String], key: &str) -> Result<Vec<Family>, AssemblyError> {
+    names
+        .iter()
+        .map(|n| n.trim())
+        .filter(|n| !n.is_empty())
+        .map(|n| {
+            Family::from_name(n).ok_or_else(|| {
+                let known: Vec<_> = Family::ALL.iter().map(|f| f.name()).collect();
+                AssemblyError::invalid(key, format!("unknown metric family `{n}` (known: {})", known.join(", ")))
+            })
+        })
+        .collect()
+}
+
+/// The families to sample. `overrides.only` is the exact set (the config's selection ignored);
+/// `agent.only` is the config's exact set, which `overrides.enable`/`disable` refine. `only`
+/// with `enable`/`disable` in the config is refused (which would win is not obvious).
+fn metrics(a: &AgentSection, overrides: &Families) -> Result<MetricSet, AssemblyError> {
+    let set = |families: &[Family]| families.iter().copied().fold(MetricSet::nothing(), MetricSet::with);
+    if let Some(only) = &overrides.only {
+        return Ok(set(only));
+    }
+    let mut metrics = match &a.only {
+        Some(_) if !a.enable.is_empty() || !a.disable.is_empty() => {
+            return Err(AssemblyError::invalid("agent.only", "cannot be combined with agent.enable or agent.disable"));
+        }
+        Some(only) => {
+            let families = parse_families(only, "agent.only")?;
+            if families.is_empty() {
+                return Err(AssemblyError::invalid("agent.only", "names no metric family"));
+            }
+            set(&families)
+        }
+        None => MetricSet::default(),
+    };
+    for f in parse_families(&a.enable, "agent.enable")?.into_iter().chain(overrides.enable.iter().copied()) {
+        metrics = metrics.with(f);
+    }
+    for f in parse_families(&a.disable, "agent.disable")?.into_iter().chain(overrides.disable.iter().copied()) {
+        metrics = metrics.without(f);
+    }
+    Ok(metrics)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> AgentConfig {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn families_from_the_config_and_beside_it() {
+        let a = config("[agent]\nonly = [\"temperature\"]\n").agent;
+        let only = |fs: &[Family]| fs.iter().copied().fold(MetricSet::nothing(), MetricSet::with);
+        assert_eq!(metrics(&a, &Families::default()).unwrap(), only(&[Family::Temperature]));
+        let power = Families::default().with_enabled([Family::Power]);
+        assert_eq!(metrics(&a, &power).unwrap(), only(&[Family::Temperature, Family::Power]));
+        assert_eq!(metrics(&a, &Families::only([Family::Power])).unwrap(), only(&[Family::Power]));
+        let both = config("[agent]\nonly = [\"power\"]\ndisable = [\"fan\"]\n").agent;
+        assert_eq!(metrics(&both, &Families::default()).unwrap_err().key(), Some("agent.only"));
+        let empty = config("[agent]\nonly = []\n").agent;
+        assert_eq!(
+            metrics(&empty, &Families::default()).unwrap_err().to_string(),
+            "agent.only: names no metric family"
+        );
+        let e = parse_families(&["telepathy".to_owned()], "--enable").unwrap_err().to_string();
+        assert!(e.starts_with("--enable: unknown metric family `telepathy`"), "{e}");
+    }
+
+    /// Every refusal names its key, before anything runs.
+    #[cfg(feature = "mock")]
+    #[test]
+    fn errors_name_their_key() {
+        let cases = [
+            ("[agent]\ninterval = \"10ms\"\n", Some("agent.interval")),
+            ("[agent]\ndevices = \"gpu0\"\n", Some("agent.devices")),
+            ("[agent]\nsink_queue = 0\n", Some("agent.sink_queue")),
+            ("[agent]\nenable = [\"telepathy\"]\n", Some("agent.enable")),
+            ("[steps]\nsocket = \"/tmp/s\"\nevery_n = 0\n", Some("steps.every_n")),
+            ("[diagnose]\nwindow = \"500ms\"\n", Some("diagnose.window")),
+            ("[attribution]\nenabled = true\n[agent]\ndisable = [\"processes\"]\n", Some("attribution.enabled")),
+            ("[record]\nfile = \"/nonexistent/dir/t.gz\"\n", Some("record.file")),
+            ("[replay]\nfile = \"/nonexistent/t.gz\"\n", Some("replay.file")),
+            ("[agent]\nbackend = \"nvml\"\n[replay]\nfile = \"/x.gz\"\n", Some("replay.file")),
+            ("[agent]\nbackend = \"replay\"\n", None),
+            ("[agent]\nbackend = \"mock\"\n[mock]\nprofile = \"dgx-z9\"\n", None),
+        ];
+        for (text, key) in cases {
+            let e = Assembly::build(&config(text), AssemblyOptions::default()).unwrap_err();
+            assert_eq!(e.key(), key, "{text}: {e}");
+            assert!(e.is_config(), "{text}: {e}");
+            if let Some(key) = key {
+                assert!(e.to_string().starts_with(&format!("{key}: ")), "{e}");
+            }
+        }
+        let e = Assembly::build(&config("[agent]\nbackend = \"mock\"\n"), AssemblyOptions::default().with_mock(None))
+            .unwrap_err();
+        assert!(matches!(e, AssemblyError::Backend(BackendError::NoMock)) && !e.is_config(), "{e}");
+    }
+
+    /// Stdout is the sink when nothing else (and no report) is; the trace keeps the data local,
+    /// so `auto` may still fall back to the mock.
+    #[cfg(feature = "mock")]
+    #[test]
+    fn stdout_by_default_and_the_mock_only_when_nothing_is_exported() {
+        let no_nvml = "[nvml]\nlibrary = \"/nonexistent/libnvidia-ml.so.1\"\n";
+        let local = Assembly::build(&config(no_nvml), AssemblyOptions::default()).unwrap();
+        assert!(matches!(local.source, Some(Source::MockFallback { .. })), "{:?}", local.source);
+        assert!(local.report.is_none() && local.services.is_empty() && local.replay.is_none());
+        let reported = Assembly::build(&config(no_nvml), AssemblyOptions::default().with_report(true)).unwrap();
+        assert!(reported.report.is_some());
+        let dir = std::env::temp_dir().join(format!("gpumon-assembly-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let trace = dir.join("t.gz");
+        let text = format!("{no_nvml}[record]\nfile = {:?}\n", trace.display().to_string());
+        let recorded = Assembly::build(&config(&text), AssemblyOptions::default()).unwrap();
+        assert!(matches!(recorded.source, Some(Source::MockFallback { .. })), "{:?}", recorded.source);
+        drop(recorded);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A listener makes the data leave the process: no simulated data then, and the listener's
+    /// address is handed back; the steps socket is a service to start.
+    #[cfg(all(feature = "mock", feature = "prometheus"))]
+    #[tokio::test]
+    async fn listeners_and_services_are_handed_back() {
+        let dir = std::env::temp_dir().join(format!("gpumon-assembly-steps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("steps.sock");
+        let text = format!(
+            "[agent]\nbackend = \"mock\"\n[prometheus]\nlisten = \"127.0.0.1:0\"\n[steps]\nsocket = {:?}\n",
+            socket.display().to_string()
+        );
+        let mut assembled = Assembly::build(&config(&text), AssemblyOptions::default().with_host("node-7")).unwrap();
+        assert_eq!(assembled.source, Some(Source::Mock));
+        let prometheus = assembled.listeners.prometheus.expect("a listener");
+        assert!(prometheus.addr.port() != 0 && prometheus.url().starts_with("http://127.0.0.1:"), "{prometheus:?}");
+        assert_eq!(assembled.services.steps().map(crate::assembly::StepsSocket::path), Some(socket.as_path()));
+        assert!(!assembled.services.steps_serving());
+        assembled.services.start().unwrap();
+        assert!(assembled.services.steps_serving() && socket.exists());
+        assembled.services.stop().await;
+        assert!(!assembled.services.steps_serving() && !socket.exists(), "the socket file is removed at stop");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,196 @@
+//! The sinks, built from their sections in one order: the Prometheus endpoint, the Pushgateway,
+//! InfluxDB, remote write, OTLP, the trace (`[record]`), the web view, and stdout — on when asked
+//! for, or when nothing else (and no run report) is configured.
+//!
+//! A section of a sink compiled out of this build is [`AssemblyError::FeatureMissing`]. Building
+//! binds the listeners (Prometheus, the web view), so it runs inside a tokio runtime.
+
+use std::net::SocketAddr;
+
+use gpumon_core::trace::RecordSink;
+use gpumon_core::Sink;
+use gpumon_sinks::stdout::StdoutSink;
+
+use super::config::AgentConfig;
+use super::error::AssemblyError;
+
+/// The stdout sink's name: the one sink whose data stays on this machine's terminal.
+pub(super) const STDOUT: &str = "stdout";
+/// The record sink's name: its data stays in a local file, a trace that says which backend
+/// produced it (a mock fallback's trace says `mock`).
+pub(super) const RECORD: &str = "record";
+
+/// What the sinks must say about the data beyond each snapshot: most sinks read both from the
+/// snapshot itself; OTLP puts them on its resource and the Pushgateway the host in its group's
+/// `instance`, both fixed when the sink is built.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(any(feature = "otlp", feature = "pushgateway")), allow(dead_code))]
+pub(super) struct Marks<'a> {
+    /// `backend=<mark>` on data not read from a GPU just now: `mock` (simulated) or `replay` (a
+    /// recorded trace).
+    pub(super) backend: Option<&'static str>,
+    /// The host name override.
+    pub(super) host: Option<&'a str>,
+}
+
+/// A listener the assembled agent serves (the Prometheus endpoint, the web view).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Listener {
+    /// The address it is bound to (the port chosen when the config said `:0`).
+    pub addr: SocketAddr,
+    /// Whether it serves https.
+    pub tls: bool,
+}
+
+impl Listener {
+    /// `http://ADDR/` or `https://ADDR/`.
+    pub fn url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}/", self.addr)
+    }
+}
+
+/// The listeners of the assembled agent's sinks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Listeners {
+    /// The Prometheus scrape endpoint (`[prometheus] listen`).
+    pub prometheus: Option<Listener>,
+    /// The live web view (`[web] listen`).
+    pub web: Option<Listener>,
+}
+
+/// The sinks, in order, and their listeners.
+pub(super) struct Built {
+    pub(super) sinks: Vec<Box<dyn Sink>>,
+    pub(super) listeners: Listeners,
+}
+
+impl Built {
+    /// Whether any sink sends the data out of this process, where simulated values could be
+    /// taken for real ones: any but stdout and the trace (a local file whose header names the
+    /// backend).
+    pub(super) fn exporting(&self) -> bool {
+        self.sinks.iter().any(|s| s.name() != STDOUT && s.name() != RECORD)
+    }
+}
+
+#[allow(unused_macros)]
+macro_rules! feature_missing {
+    ($key:literal, $what:literal, $feature:literal) => {
+        return Err(AssemblyError::FeatureMissing { key: $key, what: $what, feature: $feature })
+    };
+}
+
+/// Every sink `config` asks for; stdout when nothing else is and `report` is false (the run
+/// report is output of its own: with it alone, no per-tick lines).
+pub(super) fn build(config: &AgentConfig, marks: Marks<'_>, report: bool) -> Result<Built, AssemblyError> {
+    #[cfg(not(any(feature = "otlp", feature = "pushgateway")))]
+    let _ = marks; // only the OTLP resource and the Pushgateway group need them
+    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+    #[cfg_attr(not(any(feature = "prometheus", feature = "web")), allow(unused_mut))]
+    let mut listeners = Listeners::default();
+
+    // --- Prometheus scrape endpoint ---------------------------------------------------------------
+    if let Some(_section) = &config.prometheus {
+        #[cfg(feature = "prometheus")]
+        {
+            use gpumon_sinks::prometheus::PrometheusSink;
+            let sink = PrometheusSink::from_config(_section).map_err(|e| AssemblyError::sink("prometheus", e))?;
+            listeners.prometheus = sink.local_addr().map(|addr| Listener { addr, tls: _section.tls.is_some() });
+            sinks.push(Box::new(sink));
+        }
+        #[cfg(not(feature = "prometheus"))]
+        feature_missing!("prometheus", "a Prometheus endpoint", "prometheus");
+    }
+
+    // --- Pushgateway ------------------------------------------------------------------------------
+    if let Some(_section) = &config.pushgateway {
+        #[cfg(feature = "pushgateway")]
+        {
+            use gpumon_sinks::prometheus::PushgatewaySink;
+            let mut cfg = _section.clone();
+            // The group's `instance` (this host's name unless configured) is the host label of
+            // everything pushed: the host override sets it like every other sink's.
+            if let Some(host) = marks.host {
+                cfg.grouping.entry("instance".to_owned()).or_insert_with(|| host.to_owned());
+            }
+            let sink = PushgatewaySink::from_config(&cfg).map_err(|e| AssemblyError::sink("pushgateway", e))?;
+            sinks.push(Box::new(sink));
+        }
+        #[cfg(not(feature = "pushgateway"))]
+        feature_missing!("pushgateway", "a Pushgateway", "pushgateway");
+    }
+
+    // --- InfluxDB ---------------------------------------------------------------------------------
+    if let Some(_section) = &config.influxdb {
+        #[cfg(feature = "influxdb")]
+        {
+            use gpumon_sinks::influxdb::InfluxSink;
+            let sink = InfluxSink::from_config(_section).map_err(|e| AssemblyError::sink("influxdb", e))?;
+            sinks.push(Box::new(sink));
+        }
+        #[cfg(not(feature = "influxdb"))]
+        feature_missing!("influxdb", "InfluxDB", "influxdb");
+    }
+
+    // --- Prometheus remote write ------------------------------------------------------------------
+    if let Some(_section) = &config.remote_write {
+        #[cfg(feature = "remote-write")]
+        {
+            use gpumon_sinks::remote_write::RemoteWriteSink;
+            let sink = RemoteWriteSink::from_config(_section).map_err(|e| AssemblyError::sink("remote_write", e))?;
+            sinks.push(Box::new(sink));
+        }
+        #[cfg(not(feature = "remote-write"))]
+        feature_missing!("remote_write", "Prometheus remote write", "remote-write");
+    }
+
+    // --- OTLP -------------------------------------------------------------------------------------
+    if let Some(_section) = &config.otlp {
+        #[cfg(feature = "otlp")]
+        {
+            use gpumon_sinks::otlp::OtlpSink;
+            let mut cfg = _section.clone();
+            // Both pipelines take the resource from the config (an explicit key there wins).
+            if let Some(mark) = marks.backend {
+                cfg.resource_attributes.entry("gpumon.backend".to_owned()).or_insert_with(|| mark.to_owned());
+            }
+            if let Some(host) = marks.host {
+                cfg.resource_attributes.entry("host.name".to_owned()).or_insert_with(|| host.to_owned());
+            }
+            let sink = OtlpSink::from_config(&cfg).map_err(|e| AssemblyError::sink("otlp", e))?;
+            sinks.push(Box::new(sink));
+        }
+        #[cfg(not(feature = "otlp"))]
+        feature_missing!("otlp", "OTLP export", "otlp");
+    }
+
+    // --- record: a trace of every snapshot (gpumon_core::trace, docs/replay.md) --------------------
+    if let Some(path) = &config.record.file {
+        let sink = RecordSink::create(path).map_err(|source| AssemblyError::Record { path: path.clone(), source })?;
+        sinks.push(Box::new(sink));
+    }
+
+    // --- live web view ----------------------------------------------------------------------------
+    // An exporting sink (its name is not `stdout`): with it, `auto` never falls back to simulated
+    // GPUs; the page shows its "simulated data" banner only when the snapshots say `mock`.
+    if let Some(_section) = &config.web {
+        #[cfg(feature = "web")]
+        {
+            use gpumon_sinks::web::WebSink;
+            let sink = WebSink::from_config(_section).map_err(|e| AssemblyError::sink("web", e))?;
+            listeners.web = sink.local_addr().map(|addr| Listener { addr, tls: _section.tls.is_some() });
+            sinks.push(Box::new(sink));
+        }
+        #[cfg(not(feature = "web"))]
+        feature_missing!("web", "the web view", "web");
+    }
+
+    // --- stdout -----------------------------------------------------------------------------------
+    if config.stdout.enabled.unwrap_or(sinks.is_empty() && !report) {
+        sinks.push(Box::new(StdoutSink::new(config.stdout_format())));
+    }
+    Ok(Built { sinks, listeners })
+}
