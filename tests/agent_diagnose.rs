@@ -2,21 +2,14 @@
 #![cfg(all(feature = "agent", feature = "stdout"))]
 
 use std::io::Read;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpumon::core::report::Report;
 use gpumon::core::{FindingKind, Snapshot};
+use gpumon_mock::test_kit::TempDir;
 
 mod common;
-use common::{agent, run};
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpumon-agent-diag-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use common::{agent, agent_process, run};
 
 #[test]
 fn imbalance_report_names_the_idle_twins_and_prints_nothing_else() {
@@ -78,9 +71,8 @@ fn imbalance_report_names_the_idle_twins_and_prints_nothing_else() {
 
 #[test]
 fn a_disabled_rule_raises_nothing() {
-    let dir = temp_dir("disable");
-    let path = dir.join("c.toml");
-    std::fs::write(&path, "[diagnose]\nwindow = \"1s\"\ndisable = [\"imbalance\"]\n").unwrap();
+    let dir = TempDir::new("agent-diag-disable");
+    let path = dir.file("c.toml", "[diagnose]\nwindow = \"1s\"\ndisable = [\"imbalance\"]\n");
     let (code, stdout, stderr) = run(agent()
         .args(["--backend", "mock", "--mock-scenario", "imbalance", "--interval", "100ms", "--duration", "2s"])
         .args(["--report-format", "json", "--config"])
@@ -91,7 +83,6 @@ fn a_disabled_rule_raises_nothing() {
     for g in &report.gpus {
         assert!(g.findings.iter().all(|f| f.kind != FindingKind::Imbalance), "GPU {}: {:?}", g.index, g.findings);
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -148,18 +139,16 @@ fn once_with_a_human_report() {
 
 #[test]
 fn sigterm_prints_the_report() {
-    let mut child = agent()
+    let mut agent = agent_process()
         .args(["--backend", "mock", "--interval", "100ms", "--report-format", "json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .stdout_piped()
+        .spawn();
     std::thread::sleep(Duration::from_millis(800));
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    assert!(status.success());
+    agent.sigterm();
     let mut stdout = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
-    assert!(child.wait().unwrap().success());
+    agent.take_stdout().read_to_string(&mut stdout).unwrap();
+    let status = agent.wait_timeout(Duration::from_secs(30));
+    assert!(status.success(), "{status}; stderr: {}", agent.log());
     let report: Report = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(report.gpus.len(), 8);
     assert!(report.ticks >= 1);
@@ -167,7 +156,7 @@ fn sigterm_prints_the_report() {
 
 #[test]
 fn bad_diagnosis_configuration_exits_2_naming_the_key() {
-    let dir = temp_dir("cfg");
+    let dir = TempDir::new("agent-diag-cfg");
     let cases: [(&str, &[&str], &str); 9] = [
         ("", &["--interval", "1s", "--diagnose-window", "500ms"], "--diagnose-window"),
         ("[diagnose]\nwindow = \"500ms\"\n", &[], "diagnose.window"),
@@ -180,8 +169,7 @@ fn bad_diagnosis_configuration_exits_2_naming_the_key() {
         ("", &["--duration", "soon"], "soon"),
     ];
     for (i, (toml, args, needle)) in cases.iter().enumerate() {
-        let path = dir.join(format!("c{i}.toml"));
-        std::fs::write(&path, toml).unwrap();
+        let path = dir.file(&format!("c{i}.toml"), toml);
         let (code, stdout, stderr) =
             run(agent().args(["--backend", "mock", "--report"]).arg("--config").arg(&path).args(*args));
         assert_eq!(code, 2, "case {i}: {stderr}");
@@ -192,5 +180,4 @@ fn bad_diagnosis_configuration_exits_2_naming_the_key() {
     let (code, _, stderr) = run(agent().args(["--backend", "mock", "--once", "--duration", "1s"]));
     assert_eq!(code, 2);
     assert!(stderr.contains("--duration"), "{stderr}");
-    let _ = std::fs::remove_dir_all(dir);
 }

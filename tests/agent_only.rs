@@ -4,6 +4,7 @@
 use std::process::Command;
 
 use gpumon::core::{DeviceFilter, Family, MetricSet, SampleRequest, Sampler, Snapshot};
+use gpumon_mock::test_kit::TempDir;
 use gpumon_mock::MockSampler;
 
 mod common;
@@ -46,10 +47,8 @@ fn only_samples_exactly_the_families_named() {
 
 #[test]
 fn only_in_the_config_file_and_flags_overriding_it() {
-    let dir = std::env::temp_dir().join(format!("gpumon-agent-only-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("only.toml");
-    std::fs::write(&path, "[agent]\nonly = [\"temperature\"]\ndisable = []\n").unwrap();
+    let dir = TempDir::new("agent-only");
+    let path = dir.file("only.toml", "[agent]\nonly = [\"temperature\"]\ndisable = []\n");
     let (code, stdout, stderr) = run(agent().arg("--config").arg(&path));
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(snapshot(&stdout).devices, first_sample(only(&[Family::Temperature])).devices);
@@ -60,13 +59,11 @@ fn only_in_the_config_file_and_flags_overriding_it() {
     let (code, stdout, stderr) = run(agent().arg("--config").arg(&path).args(["--enable", "power"]));
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(snapshot(&stdout).devices, first_sample(only(&[Family::Temperature, Family::Power])).devices);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn bad_only_settings_exit_2_naming_the_key() {
-    let dir = std::env::temp_dir().join(format!("gpumon-agent-only-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("agent-only-bad");
     let cases: [(&str, &[&str], &str); 5] = [
         ("", &["--only", "telepathy"], "--only: unknown metric family `telepathy`"),
         ("", &["--only", ""], "--only: names no metric family"),
@@ -75,21 +72,18 @@ fn bad_only_settings_exit_2_naming_the_key() {
         ("[agent]\nonly = [\"power\"]\ndisable = [\"fan\"]\n", &[], "agent.only: cannot be combined"),
     ];
     for (i, (toml, args, needle)) in cases.iter().enumerate() {
-        let path = dir.join(format!("c{i}.toml"));
-        std::fs::write(&path, toml).unwrap();
+        let path = dir.file(&format!("c{i}.toml"), toml);
         let (code, stdout, stderr) = run(agent().arg("--config").arg(&path).args(*args));
         assert_eq!(code, 2, "case {i}: {stderr}");
         assert!(stderr.contains(needle), "case {i}: `{needle}` not in: {stderr}");
         assert!(stdout.is_empty(), "case {i}: no data on a config error");
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The XID watcher on the fake libnvidia-ml (needs the NVML backend).
 #[cfg(feature = "nvml")]
 mod xid_watcher {
     use std::io::BufRead;
-    use std::process::Stdio;
 
     use super::common::{self, fake_nvml};
     use gpumon::core::Snapshot;
@@ -108,26 +102,23 @@ mod xid_watcher {
         // On the fake libnvidia-ml: the watcher is NVML's (a thread blocked in the event wait, an
         // event set, a registration per GPU at start-up); without the `xid` family nothing reads it.
         for (families, watched) in [(None, true), (Some("utilization,memory"), false), (Some("memory,xid"), true)] {
-            let mut cmd = common::agent();
-            cmd.args(["--backend", "nvml", "--nvml-library"])
+            let mut agent = common::agent_process()
+                .args(["--backend", "nvml", "--nvml-library"])
                 .arg(fake_nvml())
                 .args(["--interval", "100ms", "--duration", "20s", "--stdout-format", "json"])
                 .env("GPUMON_FAKE_NVML_PROFILE", "h100x8")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
+                .stdout_piped();
             if let Some(f) = families {
-                cmd.args(["--only", f]);
+                agent = agent.args(["--only", f]);
             }
-            let mut child = cmd.spawn().unwrap();
+            let mut agent = agent.spawn();
             // Once the first snapshot is out, every thread the sampler starts is running.
             let mut first = String::new();
-            std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut first).unwrap();
-            let names = threads(child.id());
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            let snapshot: Snapshot = serde_json::from_str(&first).unwrap_or_else(|e| {
-                panic!("{families:?}: {e}: {first:?}; stderr: {}", String::from_utf8_lossy(&out.stderr))
-            });
+            std::io::BufReader::new(agent.take_stdout()).read_line(&mut first).unwrap();
+            let names = threads(agent.id());
+            agent.kill();
+            let snapshot: Snapshot = serde_json::from_str(&first)
+                .unwrap_or_else(|e| panic!("{families:?}: {e}: {first:?}; stderr: {}", agent.log()));
             assert_eq!(snapshot.devices.len(), 8, "{families:?}");
             assert!(names.iter().any(|n| n == "gpumon-sampler"), "{families:?}: {names:?}");
             assert_eq!(names.iter().any(|n| n == "gpumon-nvml-xid"), watched, "{families:?}: {names:?}");

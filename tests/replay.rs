@@ -10,6 +10,7 @@ use gpumon::core::diagnose::{DiagnoseConfig, Diagnoser};
 use gpumon::core::steps::{StepConfig, StepTracker};
 use gpumon::core::trace::{RecordSink, ReplaySampler, ReplaySpeed, TraceReader};
 use gpumon::core::{Agent, Family, MetricSet, Snapshot, Transition};
+use gpumon_mock::test_kit::TempDir;
 use gpumon_mock::{FleetProfile, MockSampler, RecordingSink, Scenario};
 
 const TICKS: u64 = 80;
@@ -84,10 +85,10 @@ async fn replay(trace: &Path) -> Vec<Arc<Snapshot>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replaying_a_recorded_trace_gives_the_live_runs_findings() {
-    let dir = tempfile_dir();
+    let dir = TempDir::new("replay");
     let (mut raised, mut cleared) = (0, 0);
     for scenario in ["dataloader-starved", "imbalance", "thermal-throttling", "ecc-burst", "starved-then-lost"] {
-        let trace = dir.join(format!("{scenario}.gpumon-trace.gz"));
+        let trace = dir.path().join(format!("{scenario}.gpumon-trace.gz"));
         let live = live(scenario, &trace).await;
         let replayed = replay(&trace).await;
         assert_eq!(live.len(), TICKS as usize, "{scenario}");
@@ -121,8 +122,8 @@ async fn replaying_a_recorded_trace_gives_the_live_runs_findings() {
 
 #[test]
 fn the_trace_of_a_live_run_reads_back_whole() {
-    let dir = tempfile_dir();
-    let trace = dir.join("whole.gpumon-trace.gz");
+    let dir = TempDir::new("replay");
+    let trace = dir.path().join("whole.gpumon-trace.gz");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let live = rt.block_on(live("imbalance", &trace));
     let reader = TraceReader::open(&trace).unwrap();
@@ -136,17 +137,4 @@ fn the_trace_of_a_live_run_reads_back_whole() {
         assert!(r.diagnosis.is_none(), "diagnosis is recomputed, never stored");
         assert_eq!((r.seq, &r.devices, &r.system), (l.seq, &l.devices, &l.system));
     }
-}
-
-/// A fresh directory under the system's temporary directory, per test and process.
-fn tempfile_dir() -> std::path::PathBuf {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "gpumon-replay-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }

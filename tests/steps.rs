@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use gpumon::core::steps::socket::{SocketConfig, StepSocket, MAX_LINE};
 use gpumon::core::steps::{StepConfig, StepError, StepReport, StepTracker};
 use gpumon::core::{Agent, AgentHandle, DeviceSample, SinkOptions, Snapshot};
+use gpumon_mock::test_kit::TempDir;
 use gpumon_mock::{MockSampler, RecordingSink};
 
 const INTERVAL: Duration = Duration::from_millis(100);
@@ -251,9 +252,8 @@ fn send(path: &std::path::Path, bytes: &[u8]) {
 /// counted and dropped, and the agent keeps sampling on time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steps_over_the_socket_with_garbage_and_a_flood() {
-    let dir = std::env::temp_dir().join(format!("gpumon-steps-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("steps.sock");
+    let dir = TempDir::new("steps");
+    let path = dir.path().join("steps.sock");
     // A stale socket file from a killed agent is replaced.
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
     assert!(path.exists());
@@ -362,5 +362,4 @@ async fn steps_over_the_socket_with_garbage_and_a_flood() {
     std::fs::write(&path, "precious").unwrap();
     assert!(StepSocket::bind(SocketConfig::new(&path), steps).is_err());
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "precious");
-    let _ = std::fs::remove_dir_all(&dir);
 }
