@@ -21,10 +21,10 @@ mod kubelet {
         let descriptors = protox::compile([PROTO], ["proto"])?;
         tonic_prost_build::configure()
             .build_client(true)
-            // The server is the test kubelet's; its module only compiles with `kubelet-testing`
+            // The server is gpumon-mock's test kubelet's; its module only compiles with `kubelet-server`
             // (tonic's server half).
             .build_server(true)
-            .server_mod_attribute("v1", r#"#[cfg(feature = "kubelet-testing")]"#)
+            .server_mod_attribute("v1", r#"#[cfg(feature = "kubelet-server")]"#)
             // Our own connector dials the Unix socket; no `connect(url)` helper over TCP.
             .build_transport(false)
             .compile_fds(descriptors)?;

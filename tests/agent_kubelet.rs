@@ -1,5 +1,5 @@
 //! The agent against a test kubelet: a real pod-resources v1 gRPC server on a Unix socket
-//! (`gpumon_core::attribution::kubelet::testing::TestKubelet`). The agent attaches the pod labels
+//! (`gpumon_mock::kubelet::TestKubelet`). The agent attaches the pod labels
 //! to exactly the GPUs and MIG instances the kubelet lists; when the kubelet goes away the
 //! failures are counted, the stale labels go after the documented bound, and sampling never
 //! stops. Everything runs in-process and on a socket in a temp dir: no external service.
@@ -8,11 +8,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use gpumon::core::attribution::kubelet::testing::{container, devices, pod, TestKubelet};
 use gpumon::core::Snapshot;
 
 mod common;
 use common::{agent, agent_process, run};
+use gpumon_mock::kubelet::{container, devices, pod, TestKubelet};
 use gpumon_mock::test_kit::{free_port, Scrape};
 
 /// Scrapes `/metrics` every 50 ms until `done` holds for the body (30 s at most).

@@ -24,7 +24,8 @@
 //! - `nvml`: the NVML backend (`NvmlSampler`), loading `libnvidia-ml.so.1` at run time.
 //! - `kubelet`: GPU → pod attribution from the kubelet's pod-resources API
 //!   ([`attribution::kubelet`]; tonic, prost).
-//! - `kubelet-testing`: a test kubelet serving that API on a Unix socket, for tests.
+//! - `kubelet-server`: the server half of that API, which gpumon-mock's test kubelet (its
+//!   feature `test-kubelet`) implements.
 //!
 //! ## Example
 //! ```

@@ -14,7 +14,8 @@
 //!   seam for call-order tests.
 //! - [`test_env`] gates tests on real backends and serves a loopback HTTP stub; `test_kit`
 //!   (feature `test-kit`) is the harness of tests that start an agent process: kill on drop,
-//!   wait for its listener, scrape until a condition with credentials, free ports.
+//!   wait for its listener, scrape until a condition with credentials, free ports; `kubelet`
+//!   (feature `test-kubelet`) is a test kubelet serving the pod-resources API on a Unix socket.
 //!
 //! ## GPU models
 //!
@@ -223,6 +224,9 @@
 mod error;
 mod fleet;
 mod gpus;
+#[cfg(feature = "test-kubelet")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-kubelet")))]
+pub mod kubelet;
 mod profile;
 mod rng;
 mod sampler;

@@ -60,15 +60,13 @@ use super::{AllocationCache, Allocations, AttributionStats, Owner};
 use crate::BoxError;
 
 mod refresher;
-#[cfg(feature = "kubelet-testing")]
-#[cfg_attr(docsrs, doc(cfg(feature = "kubelet-testing")))]
-pub mod testing;
 
 pub use refresher::{spawn_refresher, KubeletRefresher};
 
 /// The kubelet pod-resources v1 API, generated from `proto/podresources/v1/api.proto` (our
 /// copy of the published API: same package, field numbers and types). The client is what
-/// [`list_allocations`] uses; the server (feature `kubelet-testing`) is the test kubelet's.
+/// [`list_allocations`] uses; the server (feature `kubelet-server`) is what gpumon-mock's test
+/// kubelet implements.
 #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
 pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/v1.rs"));

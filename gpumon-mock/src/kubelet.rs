@@ -1,11 +1,12 @@
-//! A test kubelet (feature `kubelet-testing`): a real pod-resources v1 gRPC server on a Unix
+//! A test kubelet (feature `test-kubelet`): a real pod-resources v1 gRPC server on a Unix
 //! socket, serving whatever pods a test gives it, and able to be slow, fail, stop and come back.
 //! Tests of the kubelet client, the attribution processor and the agent use it in place of a
-//! node's kubelet; production builds never compile it.
+//! node's kubelet. It lives here, among the test doubles, and not in `gpumon-core`: the core
+//! only generates the API's server half (feature `kubelet-server`) that it implements.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use gpumon_core::attribution::kubelet::testing::{container, devices, pod, TestKubelet};
+//! use gpumon_mock::kubelet::{container, devices, pod, TestKubelet};
 //! use gpumon_core::attribution::kubelet::{list_allocations, KubeletConfig};
 //!
 //! let dir = std::env::temp_dir().join(format!("gpumon-doc-kubelet-{}", std::process::id()));
@@ -28,8 +29,10 @@ use std::time::Duration;
 use tokio::net::UnixListener;
 use tonic::{Request, Response, Status};
 
-use super::proto::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
-use super::proto::{
+use gpumon_core::attribution::kubelet::proto::pod_resources_lister_server::{
+    PodResourcesLister, PodResourcesListerServer,
+};
+use gpumon_core::attribution::kubelet::proto::{
     AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices, ContainerResources,
     GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest, ListPodResourcesResponse, PodResources,
 };
@@ -51,7 +54,10 @@ struct State {
     calls: AtomicU64,
 }
 
-use crate::lock;
+/// Locks `mutex`, ignoring poisoning: a panicking test thread leaves the state as it was.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 impl TestKubelet {
     /// Listens on `socket` (replacing a stale socket file there) with no pods, inside the
@@ -68,7 +74,7 @@ impl TestKubelet {
         Ok(kubelet)
     }
 
-    /// The socket path, for [`KubeletConfig::new`](super::KubeletConfig::new).
+    /// The socket path, for [`KubeletConfig::new`](gpumon_core::attribution::kubelet::KubeletConfig::new).
     pub fn socket(&self) -> &Path {
         &self.socket
     }

@@ -6,9 +6,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpumon_core::attribution::kubelet::testing::{container, devices, pod, TestKubelet};
 use gpumon_core::attribution::kubelet::{list_allocations, spawn_refresher, KubeletConfig, KubeletError};
 use gpumon_core::attribution::{AllocationCache, Allocations, AttributionStats, OwnerLabels, SHARED};
+use gpumon_mock::kubelet::{container, devices, pod, TestKubelet};
 
 struct Setup {
     _dir: tempfile::TempDir,
