@@ -9,6 +9,7 @@ The files are committed; edit this script (not the files) and run it again. Keys
   findings        [{kind, gpus}], gpus a list of GPU indices or "all"; [] = nothing may be raised
   raise_within_s  every expected finding is raised by onset_s + this
   onset_s         when the cause starts (default 0)
+  cleared_at_s    when the cause ends: the finding must be cleared after it, within clear_within_s
   duration_s      simulated seconds to run
   profile         the fleet (default a100x4)
   metrics         extra metric families (e.g. ["pcie_throughput"])
@@ -176,6 +177,15 @@ write("starved-slow-driver", "Loader starvation with 3 s steps on a board whose 
       [{"shape": "square", "busy_s": 1.2, "idle_s": 1.8, "jitter": 0.1, "memory": 0.7, "memory_controller": 0.15}],
       {"findings": every("dataloader_starvation"), "raise_within_s": 60, "duration_s": 150, "visible_above_s": 1.2},
       driver=1000)
+
+# A cause that ends: the loader is fixed at 90 s; the finding must clear within 60 s of it. The
+# cross-tick pattern holds while the window (30 s) still holds starving ticks, and clearing then
+# takes most of another window (held on at most a fifth of it): up to two windows.
+write("starved-then-fixed", "Loader starvation (1 s steps, 40 % busy) until 90 s, then healthy training",
+      [{"until_s": 90.0, "shape": "square", "busy_s": 0.4, "idle_s": 0.6, "jitter": 0.1, "memory": 0.7,
+       "memory_controller": 0.15}, dict(TRAIN, from_s=90.0)],
+      {"findings": every("dataloader_starvation"), "raise_within_s": 60, "cleared_at_s": 90, "clear_within_s": 60,
+       "duration_s": 180, "visible_above_s": 0.4})
 
 # 2 s steps: a step as long as the default interval's double.
 write("starved-duty40-step2p0", "Loader starvation with 2 s steps: 0.8 s of compute then 1.2 s waiting for input",

@@ -38,6 +38,8 @@ struct Entry {
     expected: Vec<(Option<Vec<u32>>, FindingKind)>,
     onset_s: f64,
     raise_within_s: f64,
+    /// When the cause ends, and how soon after it the finding must be cleared.
+    clear: Option<(f64, f64)>,
     duration_s: f64,
     visible_above_s: Option<f64>,
     interval_at_most_s: Option<f64>,
@@ -85,6 +87,7 @@ fn load(path: &Path) -> Entry {
         expected,
         onset_s: f("onset_s").unwrap_or(0.0),
         raise_within_s: f("raise_within_s").unwrap_or(0.0),
+        clear: f("cleared_at_s").map(|at| (at, f("clear_within_s").unwrap_or(0.0))),
         duration_s: f("duration_s").unwrap_or_else(|| panic!("{name}: duration_s")),
         visible_above_s: f("visible_above_s"),
         interval_at_most_s: f("interval_at_most_s"),
@@ -98,6 +101,7 @@ fn load(path: &Path) -> Entry {
 struct Run {
     gpus: u32,
     raised: BTreeMap<(u32, FindingKind), f64>,
+    cleared: BTreeMap<(u32, FindingKind), f64>,
 }
 
 fn run(e: &Entry, interval_ms: u64, driver: f64, seed: u64) -> Run {
@@ -136,9 +140,16 @@ fn run(e: &Entry, interval_ms: u64, driver: f64, seed: u64) -> Run {
         }
         diagnoser.process(&mut s);
         for ev in &s.diagnosis.as_ref().unwrap().events {
-            if ev.transition == Transition::Raised {
-                let secs = tick as f64 * interval_ms as f64 / 1000.0;
-                out.raised.entry((ev.finding.gpu.unwrap_or(u32::MAX), ev.finding.kind)).or_insert(secs);
+            let secs = tick as f64 * interval_ms as f64 / 1000.0;
+            let key = (ev.finding.gpu.unwrap_or(u32::MAX), ev.finding.kind);
+            match ev.transition {
+                Transition::Raised => {
+                    out.raised.entry(key).or_insert(secs);
+                }
+                Transition::Cleared => {
+                    out.cleared.entry(key).or_insert(secs);
+                }
+                _ => {}
             }
         }
     }
@@ -194,7 +205,15 @@ fn diagnosis_accuracy_on_the_corpus_at_every_sampling_setting() {
                         let setting = format!("{} @ {interval} ms, driver {:.0} ms", e.name, driver * 1000.0);
                         for k in &expected {
                             let s = scores.entry(*k).or_default();
+                            // With an end to the cause: cleared after it ends, within the bound.
+                            let cleared_in_time = e.clear.is_none_or(|(end, within)| {
+                                r.cleared.get(&(gpu, *k)).is_some_and(|&c| c >= end && c <= end + within)
+                            });
                             match r.raised.get(&(gpu, *k)) {
+                                Some(_) if !cleared_in_time => {
+                                    s.fn_ += 1;
+                                    misses.push(format!("not cleared in time {k}: {setting}"));
+                                }
                                 Some(&at) if at <= e.onset_s + e.raise_within_s => {
                                     s.tp += 1;
                                     s.raise_secs += at - e.onset_s;
