@@ -275,6 +275,13 @@ impl TickStats {
     fn has_reason(&self, bits: u64) -> bool {
         self.reasons.is_some_and(|r| r & bits != 0)
     }
+
+    /// The GPU's run marks steps shorter than [`TURN_PERIODS`] driver periods (the observed
+    /// one, else the slowest NVML documents, 1 s): too short to tell idling together from idling
+    /// in turn. `false` without steps.
+    pub(crate) fn steps_too_short_for_turns(&self) -> bool {
+        self.step_secs.is_some_and(|step| step < TURN_PERIODS * self.driver_period.unwrap_or(1.0))
+    }
 }
 
 /// Bytes per second one PCIe lane carries at generation `generation` (after encoding).
@@ -422,13 +429,7 @@ pub(crate) fn evaluate(
     // others'. When the steps are shorter than a few periods, their idle stretches are within
     // that spread, and "together" or "in turn" cannot be told: the steps decide (starvation),
     // and its evidence names pipeline bubbles as what would look the same.
-    let turns_visible = match (s.step_secs, s.driver_period) {
-        (Some(step), Some(period)) => step >= TURN_PERIODS * period,
-        // The slowest period NVML documents, 1 s.
-        (Some(step), None) => step >= TURN_PERIODS,
-        (None, _) => true,
-    };
-    let staggered = turns_visible && all.staggered();
+    let staggered = !s.steps_too_short_for_turns() && all.staggered();
     // One GPU persistently behind a group of busy peers doing the same work (a straggler, not
     // a loader: a starving loader holds back every rank of a data-parallel job alike).
     let behind_peers = match (level, level.and_then(|l| host.peers_mean(l))) {
@@ -941,12 +942,7 @@ pub(crate) fn evidence(
                     (1.0 - m).clamp(0.0, 1.0) * 100.0,
                     sw.steps
                 );
-                let short = match (now.step_secs, now.driver_period) {
-                    (Some(step), Some(period)) => step < TURN_PERIODS * period,
-                    (Some(step), None) => step < TURN_PERIODS,
-                    _ => false,
-                };
-                if kind == K::DataloaderStarvation && (sw.low == 0 || short) {
+                if kind == K::DataloaderStarvation && (sw.low == 0 || now.steps_too_short_for_turns()) {
                     // Decided from the steps: the readings cannot show whether the GPUs idle
                     // together or in turn.
                     out.push_str(
