@@ -53,7 +53,9 @@ fn attribution_turns_on_processes_and_reads_the_proc_root_it_is_given() {
     assert_eq!(code, 0, "{stderr}");
     let plain: Snapshot = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
     let pid = plain.devices[0].processes.first().expect("the mock's GPU 0 has processes").pid;
-    assert!(plain.attribution.is_none() && plain.devices[0].owners.is_empty());
+    assert!(
+        plain.output::<gpumon::core::attribution::AttributionSummary>().is_none() && plain.devices[0].owners.is_empty()
+    );
 
     let dir = temp_dir("run");
     let (proc_root, passwd) = proc_root_owning(&dir, pid, "carol");
@@ -72,6 +74,9 @@ fn attribution_turns_on_processes_and_reads_the_proc_root_it_is_given() {
     // The other simulated pids are not in the fixture: counted, not fatal.
     let pids: std::collections::HashSet<u32> =
         snap.devices.iter().flat_map(|d| d.processes.iter().map(|p| p.pid)).collect();
-    assert_eq!(snap.attribution.unwrap().proc_read_failures, pids.len() as u64 - 1);
+    assert_eq!(
+        snap.output::<gpumon::core::attribution::AttributionSummary>().cloned().unwrap().proc_read_failures,
+        pids.len() as u64 - 1
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -105,7 +105,7 @@ fn snapshots_then_the_report_when_stdout_is_also_asked_for() {
     let (last, snapshots) = lines.split_last().unwrap();
     for line in snapshots {
         let s: Snapshot = serde_json::from_str(line).unwrap();
-        assert!(s.diagnosis.is_some(), "diagnosis is on by default");
+        assert!(s.output::<gpumon::core::Diagnosis>().is_some(), "diagnosis is on by default");
     }
     let report: Report = serde_json::from_str(last).unwrap();
     assert_eq!(report.ticks as usize, snapshots.len(), "the report saw every tick the sink printed");
@@ -116,12 +116,12 @@ fn no_diagnose_leaves_snapshots_without_diagnosis() {
     let (code, stdout, _) = run(agent().args(["--backend", "mock", "--once", "--stdout-format", "json"]));
     assert_eq!(code, 0);
     let s: Snapshot = serde_json::from_str(stdout.trim()).unwrap();
-    assert!(s.diagnosis.is_some());
+    assert!(s.output::<gpumon::core::Diagnosis>().is_some());
     let (code, stdout, _) =
         run(agent().args(["--backend", "mock", "--once", "--stdout-format", "json", "--no-diagnose"]));
     assert_eq!(code, 0);
     let s: Snapshot = serde_json::from_str(stdout.trim()).unwrap();
-    assert!(s.diagnosis.is_none());
+    assert!(s.output::<gpumon::core::Diagnosis>().is_none());
 }
 
 #[test]

@@ -82,7 +82,10 @@ fn the_stage_reads_once_then_allocates_only_the_owner_lists() {
         "{n} allocations over {} ticks, {attributed_devices} attributed devices",
         copies.len()
     );
-    assert_eq!(copies[0].attribution.unwrap().proc_read_failures, 0);
+    assert_eq!(
+        copies[0].output::<gpumon::core::attribution::AttributionSummary>().cloned().unwrap().proc_read_failures,
+        0
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -144,7 +144,7 @@ fn diagnosis_allocates_nothing_per_tick_while_no_finding_is_raised_or_cleared() 
             for i in 0..64 {
                 diagnoser.process(&mut ticks[i % len]);
             }
-            let raised = ticks[0].diagnosis.as_ref().map_or(0, |d| d.active.len());
+            let raised = ticks[0].output::<gpumon::core::Diagnosis>().map_or(0, |d| d.active.len());
             if findings_held {
                 assert!(raised >= ticks[0].devices.len(), "{fleet}: {raised} findings raised, one per GPU expected");
             } else {

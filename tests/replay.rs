@@ -97,23 +97,23 @@ async fn replaying_a_recorded_trace_gives_the_live_runs_findings() {
             let at = format!("{scenario}, seq {}", l.seq);
             // The same findings: raised and cleared at the same tick, with the same evidence,
             // times and totals.
-            assert_eq!(r.diagnosis, l.diagnosis, "{at}");
+            assert_eq!(r.output::<gpumon::core::Diagnosis>(), l.output::<gpumon::core::Diagnosis>(), "{at}");
             // Because the stage saw the same data, at the recorded times.
             assert_eq!((r.seq, r.taken_at, r.duration), (l.seq, l.taken_at, l.duration), "{at}");
             assert_eq!(r.devices, l.devices, "{at}");
-            assert_eq!(r.steps, l.steps, "{at}");
+            assert_eq!(r.output::<gpumon::core::steps::Steps>(), l.output::<gpumon::core::steps::Steps>(), "{at}");
             // Marked: replayed data never passes for a GPU's live data.
             assert_eq!((l.system.backend.as_str(), r.system.backend.as_str()), ("mock", "replay"), "{at}");
             assert_eq!(r.system.hostname, l.system.hostname, "{at}");
         }
         for s in &live {
-            for e in &s.diagnosis.as_ref().unwrap().events {
+            for e in &s.output::<gpumon::core::Diagnosis>().unwrap().events {
                 raised += usize::from(e.transition == Transition::Raised);
                 cleared += usize::from(e.transition == Transition::Cleared);
             }
         }
         if scenario == "dataloader-starved" {
-            let steps = live.iter().filter(|s| s.steps.is_some()).count();
+            let steps = live.iter().filter(|s| s.output::<gpumon::core::steps::Steps>().is_some()).count();
             assert!(steps > 0, "the trace carries the recorded steps");
         }
     }
@@ -134,7 +134,7 @@ fn the_trace_of_a_live_run_reads_back_whole() {
     let read: Vec<Snapshot> = reader.map(Result::unwrap).collect();
     assert_eq!(read.len(), live.len());
     for (r, l) in read.iter().zip(&live) {
-        assert!(r.diagnosis.is_none(), "diagnosis is recomputed, never stored");
+        assert!(r.output::<gpumon::core::Diagnosis>().is_none(), "diagnosis is recomputed, never stored");
         assert_eq!((r.seq, &r.devices, &r.system), (l.seq, &l.devices, &l.system));
     }
 }

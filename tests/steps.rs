@@ -33,7 +33,10 @@ fn agent(every_n: u64) -> (AgentHandle, RecordingSink, gpumon::core::steps::Step
 fn reported(snapshots: &[Arc<Snapshot>], job: &str) -> Vec<(Arc<Snapshot>, StepReport)> {
     let mut out = Vec::new();
     for s in snapshots {
-        let Some(run) = s.steps.as_ref().and_then(|st| st.runs.iter().find(|r| r.job == job)) else { continue };
+        let Some(run) = s.output::<gpumon::core::steps::Steps>().and_then(|st| st.runs.iter().find(|r| r.job == job))
+        else {
+            continue;
+        };
         for r in &run.reported {
             out.push((Arc::clone(s), r.clone()));
         }
@@ -138,7 +141,8 @@ async fn per_step_figures_equal_the_samples_in_each_step() {
     assert!(diff.abs() < 0.05, "durations sum to {total:?}, the loop ran {marked_for:?}");
     assert!(reps[1].1.duration >= Duration::from_millis(330) && reps[1].1.duration < Duration::from_millis(400));
     // The gauges: last step and the last reported figures stay on later snapshots.
-    let last = all.last().unwrap().steps.as_ref().unwrap().run("train", Some(0)).unwrap().clone();
+    let last =
+        all.last().unwrap().output::<gpumon::core::steps::Steps>().unwrap().run("train", Some(0)).unwrap().clone();
     assert_eq!(last.last_step, Some(13));
     assert!(last.reported.is_empty());
     assert_eq!(last.last.as_ref().map(|r| r.step), Some(13));
@@ -166,7 +170,7 @@ async fn every_n_reports_every_nth_step_and_tracks_all() {
     let all = rec.snapshots();
     let numbers: Vec<u64> = reported(&all, "train").iter().map(|(_, r)| r.step).collect();
     assert_eq!(numbers, vec![4, 8, 12, 16]);
-    let last = all.last().unwrap().steps.as_ref().unwrap().runs[0].clone();
+    let last = all.last().unwrap().output::<gpumon::core::steps::Steps>().unwrap().runs[0].clone();
     assert_eq!(last.last_step, Some(18), "the step gauge follows every step");
     assert_eq!(last.last.map(|r| r.step), Some(16), "the figures, the last reported one");
     assert!(last.last_duration.is_some());
@@ -206,7 +210,10 @@ async fn concurrent_callers_of_one_run() {
     stream.recv().await.unwrap();
     handle.shutdown(Duration::from_secs(5)).await.unwrap();
     let last = rec.last().unwrap();
-    assert_eq!(last.steps.as_ref().unwrap().run("train", Some(3)).unwrap().last_step, Some(1_999 * 4 + 3));
+    assert_eq!(
+        last.output::<gpumon::core::steps::Steps>().unwrap().run("train", Some(3)).unwrap().last_step,
+        Some(1_999 * 4 + 3)
+    );
 }
 
 /// A training loop keeps marking while the agent shuts down and after: every mark succeeds
@@ -348,7 +355,7 @@ async fn steps_over_the_socket_with_garbage_and_a_flood() {
     let snap = stream.recv().await.unwrap();
     let mut exported = 0;
     snap.visit_derived(|p| {
-        if p.id == gpumon::core::MetricId::StepsRejected {
+        if p.id() == Some(gpumon::core::MetricId::StepsRejected) {
             exported += 1;
         }
     });

@@ -4,10 +4,20 @@
 //! "it is memory-bound" — with the numbers behind it and one sentence of advice. The diagnosis
 //! stage ([`crate::diagnose::Diagnoser`]) attaches a [`Diagnosis`] to every snapshot: the findings
 //! active at that tick, the ones raised or cleared at that tick, and a running count per kind.
-//! Sinks export them like any other series (see [`crate::Snapshot::visit_derived`]).
+//! [`Diagnosis`] is the diagnosis stage's [`StageOutput`]: its series (`finding_active`,
+//! `findings_raised`) and events (a finding raised or cleared) are defined here, and every sink
+//! exports them like any other stage's (see [`crate::Snapshot::visit_derived`]).
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+
+use crate::metric::{DerivedPoint, MetricId, Value};
+use crate::model::Snapshot;
+use crate::stages::{Event, EventField, EventValue, StageOutput};
+
+/// The key of the diagnosis stage's output (its JSON field).
+pub(crate) const DIAGNOSIS_KEY: &str = "diagnosis";
 
 macro_rules! kinds {
     ($( $(#[$doc:meta])* $kind:ident = $name:literal, )*) => {
@@ -234,6 +244,117 @@ impl Diagnosis {
     /// The active findings on the GPU `uuid`.
     pub fn active_on<'a>(&'a self, uuid: &'a str) -> impl Iterator<Item = &'a Finding> + 'a {
         self.active.iter().filter(move |f| f.uuid.as_deref() == Some(uuid))
+    }
+}
+
+impl StageOutput for Diagnosis {
+    fn key(&self) -> &'static str {
+        DIAGNOSIS_KEY
+    }
+
+    /// Each active finding ([`MetricId::FindingActive`], value 1) and each kind's count of
+    /// findings raised ([`MetricId::FindingsRaised`]). A finding about a GPU the snapshot does
+    /// not carry (filtered away) is skipped, so a device filter hides findings too.
+    fn visit_series<'a>(&'a self, snapshot: &'a Snapshot, f: &mut dyn FnMut(DerivedPoint<'a>)) {
+        for finding in self.active.iter() {
+            let Some(device) = finding_device(snapshot, finding) else { continue };
+            let labels = [finding.kind.name(), finding.severity.name()];
+            f(DerivedPoint::new(MetricId::FindingActive.descriptor(), Value::Int(1), device, &labels));
+        }
+        for count in self.raised_total.iter() {
+            let descriptor = MetricId::FindingsRaised.descriptor();
+            f(DerivedPoint::new(descriptor, Value::Int(count.raised), None, &[count.kind.name()]));
+        }
+    }
+
+    /// One `finding` event per finding raised or cleared at this tick: tags `kind`, `severity`;
+    /// fields `active` (1 raised, 0 cleared), `advice`, `evidence` and, on a clear,
+    /// `held_for_seconds`. Events about a GPU the snapshot does not carry are skipped.
+    fn visit_events<'a>(&'a self, snapshot: &'a Snapshot, f: &mut dyn FnMut(&Event<'_>)) {
+        for event in &self.events {
+            let finding = &event.finding;
+            let Some(device) = finding_device(snapshot, finding) else { continue };
+            let raised = event.transition == Transition::Raised;
+            let held = event.held_for.filter(|_| !raised).map(|d| d.as_secs_f64());
+            let fields: [EventField<'_>; 4] = [
+                ("active", EventValue::Int(i64::from(raised))),
+                ("advice", EventValue::Str(&finding.advice)),
+                ("evidence", EventValue::Str(&finding.evidence)),
+                ("held_for_seconds", EventValue::Float(held.unwrap_or(0.0))),
+            ];
+            let text = |out: &mut String| write_finding_line(out, event);
+            f(&Event {
+                name: "finding",
+                at: snapshot.taken_at,
+                device,
+                tags: &[("kind", finding.kind.name()), ("severity", finding.severity.name())],
+                fields: &fields[..if held.is_some() { 4 } else { 3 }],
+                rows: &crate::stages::no_rows,
+                text: &text,
+            });
+        }
+    }
+
+    /// The findings about the view's devices whose text names no GPU outside the view; no
+    /// host-level findings and no raised counts (they count every tenant's GPUs).
+    fn scoped(&self, view: &Snapshot) -> Option<Arc<dyn StageOutput>> {
+        Some(Arc::new(crate::attribution::tenant::scope_diagnosis(self, view)))
+    }
+
+    #[cfg(feature = "serde")]
+    fn as_serialize(&self) -> Option<&dyn erased_serde::Serialize> {
+        Some(self)
+    }
+}
+
+/// Where a finding's points go: `Some(Some(index))` for a GPU the snapshot carries,
+/// `Some(None)` for a host-level finding, `None` for a GPU filtered away.
+fn finding_device(snapshot: &Snapshot, finding: &Finding) -> Option<Option<usize>> {
+    match &finding.uuid {
+        Some(uuid) => snapshot.devices.iter().position(|d| d.info.uuid == *uuid).map(Some),
+        None => Some(None),
+    }
+}
+
+/// One finding event as a human line:
+/// `FINDING raised gpu 0 GPU-… kind (severity): evidence. Advice: advice` or
+/// `FINDING cleared gpu 0 GPU-… kind after 2m 10s: evidence`.
+pub(crate) fn write_finding_line(out: &mut String, event: &FindingEvent) {
+    use crate::stages::text::{push_duration, push_one_line, sentence};
+    let f = &event.finding;
+    let _ = write!(out, "FINDING {} ", event.transition.name());
+    // The UUID comes from the driver (or a mock profile): kept to one line like the evidence.
+    match (f.gpu, f.uuid.as_deref()) {
+        (Some(gpu), Some(uuid)) => {
+            let _ = write!(out, "gpu {gpu} ");
+            push_one_line(out, uuid);
+            out.push(' ');
+        }
+        (None, Some(uuid)) => {
+            out.push_str("gpu ");
+            push_one_line(out, uuid);
+            out.push(' ');
+        }
+        _ => out.push_str("host "),
+    }
+    out.push_str(f.kind.name());
+    match event.transition {
+        Transition::Cleared => {
+            if let Some(held) = event.held_for {
+                out.push_str(" after ");
+                push_duration(out, held);
+            }
+            out.push_str(": ");
+            push_one_line(out, sentence(&f.evidence));
+        }
+        _ => {
+            let _ = write!(out, " ({}): ", f.severity);
+            push_one_line(out, sentence(&f.evidence));
+            if !f.advice.is_empty() {
+                out.push_str(". Advice: ");
+                push_one_line(out, f.advice.trim_end());
+            }
+        }
     }
 }
 

@@ -54,10 +54,10 @@ mod filter;
 mod finding;
 mod metric;
 mod model;
-mod processor;
 pub mod report;
 mod sampler;
 mod sink;
+pub mod stages;
 pub mod steps;
 mod telemetry;
 #[cfg(feature = "trace")]
@@ -73,17 +73,17 @@ pub mod nvml;
 pub use filter::{DeviceFilter, DeviceOrderError, DeviceSelector, FilterParseError};
 pub use finding::{Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Severity, Transition};
 pub use metric::{
-    DcgmName, DerivedPoint, Descriptor, Family, LabelValue, MetricId, MetricKind, MetricSet, OtelName, Point, Scope,
-    Unit, Value, MAX_DERIVED_LABELS,
+    DcgmName, DerivedPoint, Descriptor, Family, LabelValue, MetricId, MetricKind, MetricSet, OtelName, PerDescriptor,
+    Point, Scope, Unit, Value, MAX_DERIVED_LABELS,
 };
 pub use model::{
     ClockEventReasons, Clocks, DeviceInfo, DeviceSample, DeviceState, Ecc, FailureReason, Gpm, Memory, MetricFailure,
     MigInfo, Nvlink, NvlinkLink, NvlinkRemote, NvlinkState, Pcie, Power, ProcessSample, SamplingState, Snapshot,
     SystemInfo, Temperature, Utilization, WindowStats, Windows, XidCount, REPLAY_BACKEND,
 };
-pub use processor::{Processor, ProcessorContext};
 pub use sampler::{BoxError, SampleError, SampleRequest, Sampler, UnavailableSampler};
 pub use sink::{BuildError, Sink, SinkError};
+pub use stages::{Processor, ProcessorContext, StageOutput, StageOutputs};
 pub use telemetry::{AgentStats, SinkState, SinkStatus, Telemetry};
 
 #[cfg(feature = "runtime")]

@@ -10,7 +10,7 @@
 //! What to sample is chosen per [`Family`] — the unit a backend pays for with one or a few driver
 //! calls — through a [`MetricSet`]. Expensive or high-cardinality families are opt-in.
 
-use crate::model::{ClockEventReasons, DeviceSample, Snapshot, WindowStats};
+use crate::model::{ClockEventReasons, DeviceSample, WindowStats};
 
 /// A group of metrics read together. Selecting a family in a [`MetricSet`] makes the backend
 /// read it; leaving it out costs nothing.
@@ -66,12 +66,15 @@ pub enum Family {
     /// Training steps ([`crate::steps`]): per-step figures derived from the other families when
     /// a training loop marks its steps. Costs the backend nothing.
     Steps,
+    /// Series of a stage outside gpumon's catalogue (an embedder's own,
+    /// [`Descriptor::derived`]). Costs the backend nothing.
+    Derived,
 }
 
 impl Family {
     /// Every family, in declaration order: the sampled families, then the derived ones
     /// ([`Family::Diagnosis`], [`Family::Steps`]) last.
-    pub const ALL: [Family; 22] = [
+    pub const ALL: [Family; 23] = [
         Family::Status,
         Family::Utilization,
         Family::Memory,
@@ -94,6 +97,7 @@ impl Family {
         Family::Nvlink,
         Family::Diagnosis,
         Family::Steps,
+        Family::Derived,
     ];
 
     /// Families that cost noticeably more than the rest, and so are off in [`MetricSet::default`].
@@ -124,6 +128,7 @@ impl Family {
             Family::Nvlink => "nvlink",
             Family::Diagnosis => "diagnosis",
             Family::Steps => "steps",
+            Family::Derived => "derived",
         }
     }
 
@@ -321,8 +326,9 @@ pub const MAX_DERIVED_LABELS: usize = 4;
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Descriptor {
-    /// The metric.
-    pub id: MetricId,
+    /// The catalogue metric; `None` for a series a stage outside the catalogue defines
+    /// ([`Descriptor::derived`]).
+    pub id: Option<MetricId>,
     /// Canonical name: lowercase, `_`-separated, without unit suffix (`memory_used`).
     pub name: &'static str,
     /// The family that selects it.
@@ -347,6 +353,50 @@ pub struct Descriptor {
 }
 
 impl Descriptor {
+    /// The descriptor of a derived series a stage of your own adds (see
+    /// [`crate::stages::StageOutput`]): sinks name, type and describe it from this exactly as
+    /// they do gpumon's own series. `name` is the canonical name (lowercase, `_`-separated,
+    /// without unit suffix; Prometheus gets `gpumon_<name>_<unit>`), `labels` the names of the
+    /// extra labels its points carry (at most [`MAX_DERIVED_LABELS`]), `otel` the OpenTelemetry
+    /// instrument name. A `static` of it is what points refer to.
+    ///
+    /// ```
+    /// use gpumon_core::{Descriptor, Family, MetricKind, Scope, Unit};
+    ///
+    /// static QUEUE: Descriptor = Descriptor::derived(
+    ///     "loader_queue_depth", Family::Derived, Unit::Count, MetricKind::Gauge,
+    ///     "Batches waiting in the data loader's queue.", Scope::Job, &["job"], "acme.loader.queue_depth",
+    /// );
+    /// assert_eq!(QUEUE.prometheus_name(), "gpumon_loader_queue_depth");
+    /// assert_eq!(QUEUE.id, None);
+    /// ```
+    #[allow(clippy::too_many_arguments)] // the table row of one series, named field by field in the docs
+    pub const fn derived(
+        name: &'static str,
+        family: Family,
+        unit: Unit,
+        kind: MetricKind,
+        help: &'static str,
+        scope: Scope,
+        labels: &'static [&'static str],
+        otel: &'static str,
+    ) -> Descriptor {
+        assert!(labels.len() <= MAX_DERIVED_LABELS, "a derived series carries at most MAX_DERIVED_LABELS labels");
+        Descriptor {
+            id: None,
+            name,
+            family,
+            unit,
+            kind,
+            help,
+            label: None,
+            dcgm: None,
+            otel: OtelName { name: otel, attribute: None, up_down: false, unit: None },
+            scope,
+            labels,
+        }
+    }
+
     /// The OpenTelemetry (UCUM) unit: the convention's annotation where it has one, else the
     /// canonical unit's.
     pub fn otel_unit(&self) -> &'static str {
@@ -398,7 +448,7 @@ macro_rules! catalogue {
 
         /// The descriptor table, indexed by `MetricId as usize`.
         static CATALOGUE: &[Descriptor] = &[ $( Descriptor {
-            id: MetricId::$id,
+            id: Some(MetricId::$id),
             name: $name,
             family: Family::$family,
             unit: Unit::$unit,
@@ -740,6 +790,56 @@ impl MetricId {
     }
 }
 
+/// Values a sink derives from a descriptor once per process (a metric's full name, its help
+/// line escaped), looked up per point without allocating.
+///
+/// Catalogue metrics are computed together on first use; a stage's own series
+/// ([`Descriptor::derived`]) on first sight, then kept for the life of the process: there are as
+/// many as the program has `static` descriptors, so the memory is bounded. Series are told
+/// apart by name.
+///
+/// ```
+/// use gpumon_core::{MetricId, PerDescriptor};
+///
+/// static NAMES: PerDescriptor<String> = PerDescriptor::new(|d| d.prometheus_name());
+/// assert_eq!(NAMES.get(MetricId::PowerUsage.descriptor()), "gpumon_power_usage_watts");
+/// ```
+pub struct PerDescriptor<T: 'static> {
+    make: fn(&'static Descriptor) -> T,
+    catalogue: std::sync::OnceLock<Vec<T>>,
+    derived: std::sync::Mutex<Vec<(&'static str, &'static T)>>,
+}
+
+impl<T: Send + Sync + 'static> PerDescriptor<T> {
+    /// A cache that computes a descriptor's value with `make`.
+    pub const fn new(make: fn(&'static Descriptor) -> T) -> Self {
+        Self { make, catalogue: std::sync::OnceLock::new(), derived: std::sync::Mutex::new(Vec::new()) }
+    }
+
+    /// The value for `descriptor`, computed on first use.
+    pub fn get(&'static self, descriptor: &'static Descriptor) -> &'static T {
+        if let Some(id) = descriptor.id {
+            let all =
+                self.catalogue.get_or_init(|| MetricId::ALL.iter().map(|id| (self.make)(id.descriptor())).collect());
+            return &all[id as usize];
+        }
+        let mut derived = crate::lock(&self.derived);
+        if let Some((_, value)) = derived.iter().find(|(name, _)| *name == descriptor.name) {
+            return value;
+        }
+        // Kept for the life of the process: one per `static` descriptor the program defines.
+        let value: &'static T = Box::leak(Box::new((self.make)(descriptor)));
+        derived.push((descriptor.name, value));
+        value
+    }
+}
+
+impl<T> std::fmt::Debug for PerDescriptor<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PerDescriptor").finish_non_exhaustive()
+    }
+}
+
 /// A value in its canonical unit.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Value {
@@ -788,22 +888,25 @@ pub struct Point<'a> {
     pub label: Option<LabelValue<'a>>,
 }
 
-/// One value of one derived series (a finding, a training step), as sinks see it.
+/// One value of one derived series (a finding, a training step, an embedder's own), as sinks
+/// see it.
 ///
 /// Where a [`Point`] belongs to the device whose [`DeviceSample::visit_points`] produced it, a
 /// derived point says itself what it describes: `device` (an index into
-/// [`Snapshot::devices`]) for a device-scoped series, `None` for a host- or job-level one. Its
-/// extra labels are named by [`Descriptor::labels`] and their values are in
-/// [`DerivedPoint::labels`], in the same order. A sink therefore exports derived data from the
-/// descriptor table exactly as it exports utilisation: device labels (or the host label), then
-/// `descriptor.labels` zipped with `labels`.
+/// [`Snapshot::devices`](crate::Snapshot::devices)) for a device-scoped series, `None` for a
+/// host- or job-level one. Its extra labels are named by [`Descriptor::labels`] and their values
+/// are in [`DerivedPoint::labels`], in the same order. A sink therefore exports derived data
+/// from its descriptor exactly as it exports utilisation: device labels (or the host label),
+/// then `descriptor.labels` zipped with `labels`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DerivedPoint<'a> {
-    /// Which metric.
-    pub id: MetricId,
+    /// The series: a catalogue metric's ([`MetricId::descriptor`]) or a stage's own
+    /// ([`Descriptor::derived`]).
+    pub descriptor: &'static Descriptor,
     /// Its value.
     pub value: Value,
-    /// The device it describes, as an index into [`Snapshot::devices`]; `None` for the host.
+    /// The device it describes, as an index into [`Snapshot::devices`](crate::Snapshot::devices);
+    /// `None` for the host.
     pub device: Option<usize>,
     /// Values of the labels [`Descriptor::labels`] names; only the first
     /// `descriptor.labels.len()` are meaningful.
@@ -811,136 +914,25 @@ pub struct DerivedPoint<'a> {
 }
 
 impl<'a> DerivedPoint<'a> {
+    /// A point of `descriptor` about `device` (`None`: the host) with the values of its
+    /// [`labels`](Descriptor::labels), in order (values past the descriptor's labels are
+    /// ignored).
+    pub fn new(descriptor: &'static Descriptor, value: Value, device: Option<usize>, labels: &[&'a str]) -> Self {
+        let mut all = [""; MAX_DERIVED_LABELS];
+        for (slot, value) in all.iter_mut().zip(labels) {
+            *slot = value;
+        }
+        Self { descriptor, value, device, labels: all }
+    }
+
+    /// The catalogue metric, or `None` for a stage's own series.
+    pub fn id(&self) -> Option<MetricId> {
+        self.descriptor.id
+    }
+
     /// The `(name, value)` pairs of this point's extra labels.
     pub fn label_pairs(&self) -> impl Iterator<Item = (&'static str, &'a str)> + '_ {
-        self.id.descriptor().labels.iter().copied().zip(self.labels.iter().copied())
-    }
-}
-
-impl Snapshot {
-    /// Calls `f` once for every derived value this snapshot carries: each active finding
-    /// ([`MetricId::FindingActive`], value 1) and each kind's count of findings raised
-    /// ([`MetricId::FindingsRaised`]), the training steps' series; and, for a sampling-failed
-    /// snapshot ([`Snapshot::sampling_failed`]), one [`MetricId::DeviceUp`] = 0 about the host
-    /// (`device: None`). Nothing when no processing stage attached data and sampling succeeded.
-    ///
-    /// A finding about a GPU that is not in [`Snapshot::devices`] (filtered away) is skipped, so
-    /// a device filter hides findings too. Allocates nothing.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use gpumon_core::{MetricId, Snapshot, SystemInfo};
-    ///
-    /// let snapshot = Snapshot::new(Arc::new(SystemInfo::new("node-1", "example")), Vec::new());
-    /// let mut n = 0;
-    /// snapshot.visit_derived(|p| {
-    ///     let d = p.id.descriptor();
-    ///     for (key, value) in p.label_pairs() {
-    ///         println!("{} {key}={value}", d.prometheus_name());
-    ///     }
-    ///     n += 1;
-    /// });
-    /// assert_eq!(n, 0); // no diagnosis attached
-    /// ```
-    pub fn visit_derived<'a>(&'a self, mut f: impl FnMut(DerivedPoint<'a>)) {
-        if !self.sampling.is_ok() {
-            // The backend could not be read: `up = 0` about the host (no device labels), in the
-            // same series family as each GPU's `up`, so one alert on `up == 0` covers a lost GPU
-            // and a node whose GPUs cannot be read at all.
-            f(DerivedPoint {
-                id: MetricId::DeviceUp,
-                value: Value::Int(0),
-                device: None,
-                labels: [""; MAX_DERIVED_LABELS],
-            });
-        }
-        self.visit_diagnosis(&mut f);
-        self.visit_steps(&mut f);
-        self.visit_attribution(&mut f);
-    }
-
-    /// Attribution: failures per source ([`MetricId::AttributionFailures`]), about the host.
-    fn visit_attribution<'a>(&'a self, f: &mut impl FnMut(DerivedPoint<'a>)) {
-        let Some(summary) = &self.attribution else { return };
-        for (source, n) in summary.failures() {
-            f(DerivedPoint {
-                id: MetricId::AttributionFailures,
-                value: Value::Int(n),
-                device: None,
-                labels: [source, "", "", ""],
-            });
-        }
-    }
-
-    fn visit_diagnosis<'a>(&'a self, f: &mut impl FnMut(DerivedPoint<'a>)) {
-        let Some(diagnosis) = &self.diagnosis else { return };
-        for finding in diagnosis.active.iter() {
-            let device = match &finding.uuid {
-                Some(uuid) => match self.devices.iter().position(|d| d.info.uuid == *uuid) {
-                    Some(i) => Some(i),
-                    None => continue,
-                },
-                None => None,
-            };
-            f(DerivedPoint {
-                id: MetricId::FindingActive,
-                value: Value::Int(1),
-                device,
-                labels: [finding.kind.name(), finding.severity.name(), "", ""],
-            });
-        }
-        for count in diagnosis.raised_total.iter() {
-            f(DerivedPoint {
-                id: MetricId::FindingsRaised,
-                value: Value::Int(count.raised),
-                device: None,
-                labels: [count.kind.name(), "", "", ""],
-            });
-        }
-    }
-
-    /// Training steps: per run the last step and its duration, per GPU the figures of the last
-    /// reported step. An empty `rank` label value means "no rank" (sinks omit the label).
-    fn visit_steps<'a>(&'a self, f: &mut impl FnMut(DerivedPoint<'a>)) {
-        let Some(steps) = &self.steps else { return };
-        if let Some(rejected) = &steps.rejected {
-            for reason in crate::steps::Rejection::ALL {
-                let value = Value::Int(rejected.get(reason));
-                f(DerivedPoint {
-                    id: MetricId::StepsRejected,
-                    value,
-                    device: None,
-                    labels: [reason.name(), "", "", ""],
-                });
-            }
-        }
-        for run in &steps.runs {
-            let labels = [run.job.as_str(), run.rank_label.as_str(), "", ""];
-            if let Some(step) = run.last_step {
-                f(DerivedPoint { id: MetricId::TrainingStep, value: Value::Int(step), device: None, labels });
-            }
-            if let Some(d) = run.last_duration {
-                let value = Value::Float(d.as_secs_f64());
-                f(DerivedPoint { id: MetricId::StepDuration, value, device: None, labels });
-            }
-            let Some(last) = &run.last else { continue };
-            for gpu in &last.devices {
-                let Some(i) = self.devices.iter().position(|d| d.info.uuid == gpu.uuid) else { continue };
-                let device = Some(i);
-                if let Some(v) = gpu.utilization_mean {
-                    f(DerivedPoint { id: MetricId::StepUtilization, value: Value::Float(v), device, labels });
-                }
-                if let Some(v) = gpu.utilization_max {
-                    f(DerivedPoint { id: MetricId::StepUtilizationMax, value: Value::Float(v), device, labels });
-                }
-                if let Some(v) = gpu.memory_peak_bytes {
-                    f(DerivedPoint { id: MetricId::StepMemoryPeak, value: Value::Int(v), device, labels });
-                }
-                if let Some(v) = gpu.energy_joules {
-                    f(DerivedPoint { id: MetricId::StepEnergy, value: Value::Float(v), device, labels });
-                }
-            }
-        }
+        self.descriptor.labels.iter().copied().zip(self.labels.iter().copied())
     }
 }
 
@@ -1132,7 +1124,7 @@ mod tests {
     fn catalogue_is_indexed_by_id() {
         for (i, id) in MetricId::ALL.iter().enumerate() {
             assert_eq!(*id as usize, i);
-            assert_eq!(id.descriptor().id, *id);
+            assert_eq!(id.descriptor().id, Some(*id));
         }
     }
 
@@ -1259,19 +1251,12 @@ mod tests {
 
     #[test]
     fn a_sampling_failed_snapshot_derives_one_host_level_up_0() {
+        use crate::model::Snapshot;
         let system = Arc::new(crate::model::SystemInfo::new("h", "nvml"));
         let mut points = Vec::new();
         let failed = Snapshot::sampling_failed(system.clone(), "no driver");
         failed.visit_derived(|p| points.push(p));
-        assert_eq!(
-            points,
-            [DerivedPoint {
-                id: MetricId::DeviceUp,
-                value: Value::Int(0),
-                device: None,
-                labels: [""; MAX_DERIVED_LABELS]
-            }]
-        );
+        assert_eq!(points, [DerivedPoint::new(MetricId::DeviceUp.descriptor(), Value::Int(0), None, &[])]);
         let mut n = 0;
         Snapshot::new(system, Vec::new()).visit_derived(|_| n += 1);
         assert_eq!(n, 0, "sampled data carries no such point");

@@ -29,21 +29,19 @@ pub struct Snapshot {
     pub system: Arc<SystemInfo>,
     /// One entry per visible device (MIG instances are devices of their own).
     pub devices: Vec<DeviceSample>,
-    /// What the diagnosis stage concluded at this tick; `None` when diagnosis is off.
-    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
-    pub diagnosis: Option<crate::finding::Diagnosis>,
-    /// Training steps ([`crate::steps`]); `None` when no step tracker runs or no run is registered.
-    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
-    pub steps: Option<crate::steps::Steps>,
     /// Whether the backend could be read at this tick. [`SamplingState::Failed`] marks a
     /// *sampling-failed* snapshot ([`Snapshot::sampling_failed`]): no devices, no derived data,
     /// only the host and why — what sinks export as "up 0" for the host. Absent from JSON when
     /// sampling succeeded.
     #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "SamplingState::is_ok"))]
     pub sampling: SamplingState,
-    /// The attribution stage's counters ([`crate::attribution`]); `None` when attribution is off.
-    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
-    pub attribution: Option<crate::attribution::AttributionSummary>,
+    /// What the stages attached at this tick ([`crate::stages`]): diagnosis, training steps,
+    /// attribution counters, an embedder's own. Read one with
+    /// [`Snapshot::output`] (`snapshot.output::<Diagnosis>()`); sinks export them all through
+    /// [`Snapshot::visit_derived`] and [`Snapshot::visit_events`]. In JSON each is a field of
+    /// the snapshot named by its key (`"diagnosis": {…}`).
+    #[cfg_attr(feature = "serde", serde(flatten))]
+    pub outputs: crate::stages::StageOutputs,
 }
 
 /// Whether a tick's sample succeeded; see [`Snapshot::sampling`].
@@ -85,10 +83,8 @@ impl Snapshot {
             duration: Duration::ZERO,
             system,
             devices,
-            diagnosis: None,
-            steps: None,
-            attribution: None,
             sampling: SamplingState::Ok,
+            outputs: crate::stages::StageOutputs::default(),
         }
     }
 

@@ -85,7 +85,7 @@ use std::time::{Duration, SystemTime};
 use crate::diagnose::{limitations, DiagnoseConfig, Limitation, Sampling, Thresholds};
 use crate::finding::{FindingEvent, FindingKind, Severity, Transition};
 use crate::model::{DeviceSample, Snapshot};
-use crate::processor::{Processor, ProcessorContext};
+use crate::stages::{Processor, ProcessorContext};
 
 /// Histogram bins per unit of utilisation: 0.1 % resolution.
 const BINS_PER_UNIT: usize = 1000;
@@ -729,7 +729,7 @@ impl Processor for RunReport {
             };
             acc.add(d, interval, s.idle_level, s.allocated_ratio);
         }
-        let Some(diagnosis) = &snapshot.diagnosis else { return };
+        let Some(diagnosis) = snapshot.output::<crate::Diagnosis>() else { return };
         let at = snapshot.taken_at;
         for event in &diagnosis.events {
             match event.finding.uuid.as_deref() {
@@ -1120,7 +1120,7 @@ mod tests {
                 7 => events.push(raise(FindingKind::HardwareErrors, "GPU-3")),
                 _ => {}
             }
-            s.diagnosis = Some(Diagnosis { events, ..Diagnosis::default() });
+            s.attach(Diagnosis { events, ..Diagnosis::default() });
             report.process(&mut s);
         }
         let r = handle.report();
@@ -1182,7 +1182,7 @@ mod tests {
             if tick == 3 {
                 events.push(event(Transition::Raised, FindingKind::PowerThrottling, Some("GPU-1"), None));
             }
-            s.diagnosis = Some(Diagnosis { events, ..Diagnosis::default() });
+            s.attach(Diagnosis { events, ..Diagnosis::default() });
             report.process(&mut s);
         }
         let o = handle.report().overview;
@@ -1329,7 +1329,7 @@ mod tests {
             if tick == host_raise {
                 events.push(event(Transition::Raised, FindingKind::PcieBound, None, None));
             }
-            s.diagnosis = Some(Diagnosis { events, ..Diagnosis::default() });
+            s.attach(Diagnosis { events, ..Diagnosis::default() });
             report.process(&mut s);
         }
         let r = handle.report();
@@ -1365,7 +1365,7 @@ mod tests {
             d.utilization.gpu = Some(0.9);
             let mut s = snapshot(tick, interval, vec![d]);
             diagnoser.process(&mut s);
-            if s.diagnosis.as_ref().is_some_and(|dg| !dg.events.is_empty()) {
+            if s.output::<crate::Diagnosis>().is_some_and(|dg| !dg.events.is_empty()) {
                 raised_tick.get_or_insert(tick);
             }
             report.process(&mut s);
@@ -1393,7 +1393,7 @@ mod tests {
             d.power.usage_watts = Some(200.0);
             let mut s = snapshot(tick, interval, vec![d]);
             if tick == 1 {
-                s.diagnosis = Some(Diagnosis {
+                s.attach(Diagnosis {
                     events: vec![event(Transition::Raised, FindingKind::IdleAllocated, Some("GPU-0"), None)],
                     ..Diagnosis::default()
                 });

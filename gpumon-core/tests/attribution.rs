@@ -460,8 +460,12 @@ fn device_owners_are_the_pods_then_the_distinct_process_owners() {
     assert_eq!(c.owner_labels().pairs().collect::<Vec<_>>(), [("user", "root")]);
     assert_eq!(c.owners[0].pod_uid.as_deref(), Some(POD_UID));
 
-    assert_eq!(snap.attribution.unwrap().proc_read_failures, 0);
-    assert_eq!(snap.attribution.unwrap().kubelet_failures, None, "no kubelet source");
+    assert_eq!(snap.output::<gpumon_core::attribution::AttributionSummary>().cloned().unwrap().proc_read_failures, 0);
+    assert_eq!(
+        snap.output::<gpumon_core::attribution::AttributionSummary>().cloned().unwrap().kubelet_failures,
+        None,
+        "no kubelet source"
+    );
 }
 
 #[test]
@@ -496,7 +500,10 @@ fn kubelet_allocations_name_the_pod_of_gpus_and_mig_instances() {
     attributor.process(&mut snap);
     assert_eq!(snap.devices[0].owner_labels().pairs().collect::<Vec<_>>(), [("user", "root")]);
     assert!(snap.devices[1].owners.is_empty());
-    assert_eq!(snap.attribution.unwrap().kubelet_failures, Some(0));
+    assert_eq!(
+        snap.output::<gpumon_core::attribution::AttributionSummary>().cloned().unwrap().kubelet_failures,
+        Some(0)
+    );
 
     let mut alloc = Allocations::new();
     alloc.insert("GPU-a", pod("team-a", "train-0", "trainer"));
@@ -516,12 +523,15 @@ fn kubelet_allocations_name_the_pod_of_gpus_and_mig_instances() {
     assert_eq!(labels(1), [("namespace", "team-a"), ("pod", SHARED), ("container", "server")]);
     assert_eq!(labels(2), [("namespace", "team-b"), ("pod", "notebook"), ("container", "jupyter")]);
     assert_eq!(labels(3), [("namespace", "team-c"), ("pod", "batch"), ("container", "job")]);
-    assert_eq!(snap.attribution.unwrap().kubelet_failures, Some(3));
+    assert_eq!(
+        snap.output::<gpumon_core::attribution::AttributionSummary>().cloned().unwrap().kubelet_failures,
+        Some(3)
+    );
 
     // Exported as a host series per source.
     let mut failures = Vec::new();
     snap.visit_derived(|p| {
-        if p.id == MetricId::AttributionFailures {
+        if p.id() == Some(MetricId::AttributionFailures) {
             failures.push((p.labels[0], p.value.as_f64(), p.device));
         }
     });

@@ -139,7 +139,7 @@ fn run(e: &Entry, interval_ms: u64, driver: f64, seed: u64) -> Run {
             tracker.process(&mut s);
         }
         diagnoser.process(&mut s);
-        for ev in &s.diagnosis.as_ref().unwrap().events {
+        for ev in &s.output::<gpumon_core::Diagnosis>().unwrap().events {
             let secs = tick as f64 * interval_ms as f64 / 1000.0;
             let key = (ev.finding.gpu.unwrap_or(u32::MAX), ev.finding.kind);
             match ev.transition {

@@ -121,7 +121,7 @@ fn build(spec: &Spec, json_safe: bool) -> Snapshot {
         vec![FindingCount::new(FindingKind::NearOom, 1), FindingCount::new(FindingKind::Imbalance, 2)].into();
     let mut snapshot = Snapshot::new(Arc::new(SystemInfo::new(spec.host.clone(), "nvml")), devices)
         .with_taken_at(at + Duration::from_secs(5));
-    snapshot.diagnosis = Some(diagnosis);
+    snapshot.attach(diagnosis);
     snapshot
 }
 
@@ -192,7 +192,7 @@ mod influxdb {
             encoder.encode_snapshot(&snapshot, &mut out);
             encoder.encode_derived(&snapshot, &mut out);
             let before = out.len();
-            encoder.encode_finding_events(&snapshot, &mut out);
+            encoder.encode_events(&snapshot, &mut out);
             prop_assert!(out.len() > before, "finding events are written");
             for line in out.lines() {
                 let parsed: Vec<_> = influxdb_line_protocol::parse_lines(line).collect();

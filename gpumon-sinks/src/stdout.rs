@@ -39,10 +39,9 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
-use gpumon_core::steps::{RunSteps, StepReport};
-use gpumon_core::{DeviceSample, FindingEvent, Sink, SinkError, Snapshot, Transition};
+use gpumon_core::{DeviceSample, Sink, SinkError, Snapshot};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// Stdout written in place when writing it cannot block (see [`StdoutSink::new`]).
@@ -235,64 +234,6 @@ pub fn format_human_line(out: &mut String, snapshot: &Snapshot, device: &DeviceS
     }
 }
 
-/// Formats one finding event as a human line (without the trailing newline):
-/// `[hh:mm:ss] FINDING raised gpu 0 GPU-… kind (severity): evidence. Advice: advice` or
-/// `[hh:mm:ss] FINDING cleared gpu 0 GPU-… kind after 2m 10s: evidence`.
-pub fn format_finding_line(out: &mut String, snapshot: &Snapshot, event: &FindingEvent) {
-    push_clock(out, snapshot);
-    let f = &event.finding;
-    let _ = write!(out, " FINDING {} ", event.transition.name());
-    // The UUID comes from the driver (or a mock profile): kept to one line like the evidence.
-    match (f.gpu, f.uuid.as_deref()) {
-        (Some(gpu), Some(uuid)) => {
-            let _ = write!(out, "gpu {gpu} ");
-            push_one_line(out, uuid);
-            out.push(' ');
-        }
-        (None, Some(uuid)) => {
-            out.push_str("gpu ");
-            push_one_line(out, uuid);
-            out.push(' ');
-        }
-        _ => out.push_str("host "),
-    }
-    out.push_str(f.kind.name());
-    match event.transition {
-        Transition::Cleared => {
-            if let Some(held) = event.held_for {
-                out.push_str(" after ");
-                push_duration(out, held);
-            }
-            out.push_str(": ");
-            push_one_line(out, sentence(&f.evidence));
-        }
-        _ => {
-            let _ = write!(out, " ({}): ", f.severity);
-            push_one_line(out, sentence(&f.evidence));
-            if !f.advice.is_empty() {
-                out.push_str(". Advice: ");
-                push_one_line(out, f.advice.trim_end());
-            }
-        }
-    }
-}
-
-/// `text` without its closing full stop (the line adds its own punctuation).
-fn sentence(text: &str) -> &str {
-    text.trim_end_matches(|c: char| c == '.' || c.is_whitespace())
-}
-
-/// Appends `text` with line breaks turned into spaces: one event, one line.
-fn push_one_line(out: &mut String, text: &str) {
-    for (i, part) in text.split(['\n', '\r']).enumerate() {
-        if i > 0 {
-            out.push(' ');
-        }
-        out.push_str(part);
-    }
-}
-
-/// `[hh:mm:ss]` of the snapshot, UTC.
 /// Appends `x` with `decimals` (0–3) decimals, exactly as `format!("{x:.decimals$}")` would,
 /// without its cost: the standard formatter expands the binary value exactly (and for many
 /// values falls back to big-number arithmetic), which made these few numbers the human line's
@@ -325,51 +266,11 @@ fn push_fixed(out: &mut String, x: f64, decimals: u32) {
     }
 }
 
+/// `[hh:mm:ss]` of the snapshot, UTC.
 fn push_clock(out: &mut String, snapshot: &Snapshot) {
     let secs = snapshot.taken_at.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
     let _ = write!(out, "[{h:02}:{m:02}:{s:02}]");
-}
-
-/// `45s`, `2m 10s`, `1h 0m 5s` (whole seconds; under a second: `0s`).
-fn push_duration(out: &mut String, d: Duration) {
-    let secs = d.as_secs();
-    let (h, m, s) = (secs / 3600, (secs / 60) % 60, secs % 60);
-    let _ = match (h, m) {
-        (0, 0) => write!(out, "{s}s"),
-        (0, _) => write!(out, "{m}m {s}s"),
-        _ => write!(out, "{h}h {m}m {s}s"),
-    };
-}
-
-/// Formats one reported training step as a human line (without the trailing newline):
-/// `[hh:mm:ss] STEP job rank R step N in 1.250s | GPU0 util 87% (max 99%) mem 40960 MB energy 512.0 J | …`
-/// (`rank R` only for a run with a rank; a figure the samples did not have is left out; GPUs
-/// the snapshot does not carry are skipped).
-pub fn format_step_line(out: &mut String, snapshot: &Snapshot, run: &RunSteps, report: &StepReport) {
-    push_clock(out, snapshot);
-    out.push_str(" STEP ");
-    push_one_line(out, &run.job);
-    if let Some(rank) = run.rank {
-        let _ = write!(out, " rank {rank}");
-    }
-    let _ = write!(out, " step {} in {:.3}s", report.step, report.duration.as_secs_f64());
-    for gpu in &report.devices {
-        let Some(device) = snapshot.device(&gpu.uuid) else { continue };
-        let _ = write!(out, " | GPU{}", device.info.index);
-        if let Some(mean) = gpu.utilization_mean {
-            let _ = write!(out, " util {:.0}%", mean * 100.0);
-            if let Some(max) = gpu.utilization_max {
-                let _ = write!(out, " (max {:.0}%)", max * 100.0);
-            }
-        }
-        if let Some(peak) = gpu.memory_peak_bytes {
-            let _ = write!(out, " mem {} MB", peak / (1024 * 1024));
-        }
-        if let Some(e) = gpu.energy_joules {
-            let _ = write!(out, " energy {e:.1} J");
-        }
-    }
 }
 
 /// Formats a whole snapshot in `format` into `out`, newline-terminated.
@@ -391,16 +292,13 @@ pub fn format_snapshot(out: &mut String, snapshot: &Snapshot, format: StdoutForm
                 format_human_line(out, snapshot, device);
                 out.push('\n');
             }
-            for event in snapshot.diagnosis.iter().flat_map(|d| &d.events) {
-                format_finding_line(out, snapshot, event);
+            // Each stage's events, in its own words (a finding raised, a step reported).
+            snapshot.visit_events(|event| {
+                push_clock(out, snapshot);
+                out.push(' ');
+                (event.text)(out);
                 out.push('\n');
-            }
-            for run in snapshot.steps.iter().flat_map(|s| &s.runs) {
-                for report in &run.reported {
-                    format_step_line(out, snapshot, run, report);
-                    out.push('\n');
-                }
-            }
+            });
         }
         StdoutFormat::Json => {
             // Serialize straight into `out` (no intermediate String per snapshot): take its bytes,
@@ -605,7 +503,7 @@ mod tests {
     }
 
     fn with_findings() -> Snapshot {
-        use gpumon_core::{Diagnosis, Finding, FindingCount, FindingKind, Severity};
+        use gpumon_core::{Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Severity, Transition};
         let since = UNIX_EPOCH + Duration::from_secs(14 * 3600);
         let starving = Finding::new(
             FindingKind::DataloaderStarvation,
@@ -635,7 +533,7 @@ mod tests {
             FindingCount::new(FindingKind::Imbalance, 4),
         ]);
         let mut snap = snapshot();
-        snap.diagnosis = Some(d);
+        snap.attach(d);
         snap
     }
 
@@ -652,7 +550,9 @@ mod tests {
         assert_eq!(lines[4], "[14:03:07] FINDING cleared host imbalance after 2m 10s: GPU 0 at 90 %, GPU 1 at 85 %. \"quoted\" second line");
         // Active findings without an event print nothing more (only transitions are news).
         let mut snap = with_findings();
-        snap.diagnosis.as_mut().unwrap().events.clear();
+        let mut quiet = snap.output::<gpumon_core::Diagnosis>().unwrap().clone();
+        quiet.events.clear();
+        snap.attach(quiet);
         out.clear();
         format_snapshot(&mut out, &snap, StdoutFormat::Human).unwrap();
         assert_eq!(out.lines().count(), 3);
@@ -674,7 +574,7 @@ mod tests {
         run.reported.push(r);
         let mut steps = Steps::default();
         steps.runs = vec![run, RunSteps::new("idle", None)];
-        snap.steps = Some(steps);
+        snap.attach(steps);
         let mut out = String::new();
         format_snapshot(&mut out, &snap, StdoutFormat::Human).unwrap();
         let lines: Vec<_> = out.lines().collect();
@@ -683,15 +583,6 @@ mod tests {
             lines[3],
             "[14:03:07] STEP train rank 0 step 42 in 1.250s | GPU0 util 87% (max 99%) mem 40960 MB energy 512.0 J"
         );
-    }
-
-    #[test]
-    fn durations_read_naturally() {
-        for (secs, want) in [(0, "0s"), (45, "45s"), (130, "2m 10s"), (3605, "1h 0m 5s"), (90_061, "25h 1m 1s")] {
-            let mut s = String::new();
-            push_duration(&mut s, Duration::from_secs(secs));
-            assert_eq!(s, want);
-        }
     }
 
     #[test]

@@ -733,7 +733,7 @@ async fn findings_are_stored_as_events_and_series() {
         let mut snap =
             Snapshot::new(system.clone(), vec![d]).with_seq(tick + 1).with_taken_at(base + Duration::from_secs(tick));
         diagnoser.process(&mut snap);
-        let diagnosis = snap.diagnosis.as_ref().expect("diagnosis attached");
+        let diagnosis = snap.output::<gpumon_core::Diagnosis>().expect("diagnosis attached");
         events.extend(diagnosis.events.iter().map(|e| (snap.timestamp_nanos(), e.clone())));
         active_ticks += diagnosis.active.iter().filter(|f| f.kind == FindingKind::NearOom).count();
         sink.export(Arc::new(snap)).await.unwrap();

@@ -119,7 +119,7 @@ fn assert_request_is_snapshot(request: &[Json], snapshot: &Snapshot, transport: 
     }
     // Derived series (findings): the device's attributes or none, plus `gpumon.<label>`.
     snapshot.visit_derived(|p| {
-        let d = p.id.descriptor();
+        let d = p.descriptor;
         let mut want: Vec<(String, String)> =
             p.label_pairs().map(|(k, v)| (format!("gpumon.{k}"), v.to_owned())).collect();
         if let Some(i) = p.device {
@@ -131,12 +131,12 @@ fn assert_request_is_snapshot(request: &[Json], snapshot: &Snapshot, transport: 
             .filter(|j| want.iter().all(|(k, v)| attr_matches(&j["attributes"][k.as_str()], v)))
             .filter(|j| p.device.is_some() || j["attributes"].get("hw.id").is_none())
             .collect();
-        assert_eq!(hits.len(), 1, "[{transport}] {:?} {want:?}: {hits:?}", p.id);
+        assert_eq!(hits.len(), 1, "[{transport}] {:?} {want:?}: {hits:?}", p.id());
         let j = hits[0];
         // Int points arrive as ints, float points (step figures) as doubles, each exactly.
         match p.value {
-            Value::Int(v) => assert_eq!(j["value"].as_u64(), Some(v), "[{transport}] {:?}", p.id),
-            Value::Float(v) => assert_eq!(j["value"].as_f64(), Some(v), "[{transport}] {:?}", p.id),
+            Value::Int(v) => assert_eq!(j["value"].as_u64(), Some(v), "[{transport}] {:?}", p.id()),
+            Value::Float(v) => assert_eq!(j["value"].as_f64(), Some(v), "[{transport}] {:?}", p.id()),
         }
         let (kind, monotonic) = if d.kind == MetricKind::Counter { ("sum", Some(true)) } else { ("gauge", None) };
         assert_eq!(j["type"], kind, "[{transport}] type of {}", d.otel.name);
@@ -508,7 +508,7 @@ fn fleet_has_every_metric() {
         seen.insert(p.id);
     });
     snap.visit_derived(|p| {
-        seen.insert(p.id);
+        seen.insert(p.id().expect("catalogue series only"));
     });
     // The suspended state is not part of the fleet (it would change the device counts the
     // backend tests check); its one extra series is checked here.

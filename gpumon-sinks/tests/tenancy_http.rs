@@ -112,12 +112,12 @@ fn snapshot(seq: u64, alice_on_bbbb: bool) -> Arc<Snapshot> {
     ]
     .into();
     d.raised_total = vec![FindingCount::new(FindingKind::NearOom, 5)].into();
-    s.diagnosis = Some(d);
+    s.attach(d);
     let mut steps = gpumon_core::steps::Steps::default();
     let mut run = gpumon_core::steps::RunSteps::new("job-of-b", Some(0));
     run.last_step = Some(3);
     steps.runs.push(run);
-    s.steps = Some(steps);
+    s.attach(steps);
     Arc::new(s)
 }
 

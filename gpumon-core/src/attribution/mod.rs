@@ -318,7 +318,7 @@ impl AttributionStats {
 }
 
 /// The attribution counters as of one tick, carried by the snapshot
-/// ([`Snapshot::attribution`](crate::Snapshot::attribution)) so that every sink exports them
+/// (the attribution stage's [`StageOutput`](crate::StageOutput)) so that every sink exports them
 /// as `attribution_failures{source}` ([`MetricId::AttributionFailures`](crate::MetricId)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -330,6 +330,29 @@ pub struct AttributionSummary {
     /// [`AttributionStats::kubelet_failures`]; `None` when no kubelet source is configured.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub kubelet_failures: Option<u64>,
+}
+
+/// The key of the attribution stage's output (its JSON field).
+pub(crate) const ATTRIBUTION_KEY: &str = "attribution";
+
+impl crate::StageOutput for AttributionSummary {
+    fn key(&self) -> &'static str {
+        ATTRIBUTION_KEY
+    }
+
+    /// Failures per source ([`MetricId::AttributionFailures`](crate::MetricId)), about the host.
+    /// No tenant view carries them: they are the operator's concern and about no tenant's GPUs.
+    fn visit_series<'a>(&'a self, _: &'a crate::Snapshot, f: &mut dyn FnMut(crate::DerivedPoint<'a>)) {
+        for (source, n) in self.failures() {
+            let descriptor = crate::MetricId::AttributionFailures.descriptor();
+            f(crate::DerivedPoint::new(descriptor, crate::Value::Int(n), None, &[source]));
+        }
+    }
+
+    #[cfg(feature = "serde")]
+    fn as_serialize(&self) -> Option<&dyn erased_serde::Serialize> {
+        Some(self)
+    }
 }
 
 impl AttributionSummary {

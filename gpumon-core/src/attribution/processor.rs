@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::procfs::{ProcOwners, DEFAULT_PASSWD_FILE, DEFAULT_PROC_ROOT};
 use super::{AllocationCache, AttributionStats, AttributionSummary, SharedOwner};
 use crate::model::Snapshot;
-use crate::processor::Processor;
+use crate::stages::Processor;
 
 /// Settings of an [`Attributor`]: where processes are read, where user names come from, the
 /// kubelet's allocations (if any) and the counters to report into.
@@ -94,6 +94,7 @@ impl AttributionConfig {
             allocations: self.allocations,
             stats: self.stats,
             key: String::new(),
+            last_summary: None,
         }
     }
 }
@@ -138,6 +139,8 @@ pub struct Attributor {
     stats: Arc<AttributionStats>,
     /// Reused buffer for index-style device ids.
     key: String,
+    /// The output attached last tick, shared again while the counters stand still.
+    last_summary: Option<Arc<AttributionSummary>>,
 }
 
 impl Attributor {
@@ -187,9 +190,16 @@ impl Processor for Attributor {
             }
         }
         self.procs.end_tick();
-        snapshot.attribution = Some(AttributionSummary {
+        let summary = AttributionSummary {
             proc_read_failures: self.stats.proc_read_failures.load(Ordering::Relaxed),
             kubelet_failures: self.allocations.as_ref().map(|_| self.stats.kubelet_failures.load(Ordering::Relaxed)),
-        });
+        };
+        // The counters rarely change: share last tick's output then (no allocation per tick).
+        let output = match &self.last_summary {
+            Some(last) if **last == summary => last.clone(),
+            _ => Arc::new(summary),
+        };
+        self.last_summary = Some(output.clone());
+        snapshot.outputs.insert(output);
     }
 }

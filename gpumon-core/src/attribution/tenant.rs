@@ -399,12 +399,18 @@ impl Snapshot {
             .with_seq(self.seq)
             .with_taken_at(self.taken_at)
             .with_duration(self.duration);
-        view.diagnosis = self.diagnosis.as_ref().map(|d| scope_diagnosis(d, &view));
+        // Each stage decides what of its output a tenant may read (`StageOutput::scoped`); an
+        // output that does not say stays out. Diagnosis keeps the findings about the view's
+        // GPUs; the attribution counters (the operator's concern, about no tenant's GPUs) and
+        // training steps stay out.
+        for output in self.outputs.iter() {
+            if let Some(scoped) = output.scoped(&view) {
+                view.outputs.insert(scoped);
+            }
+        }
         // Whether the backend could be read is a fact about the host, not about any tenant: a
         // tenant's scrape must say "up 0" while sampling fails, like the admin's.
         view.sampling = self.sampling.clone();
-        // `attribution` (failure counters of the host's sources) stays out: it is the
-        // operator's concern and says nothing about the tenant's GPUs.
         view
     }
 }
@@ -418,7 +424,7 @@ fn scope_device(device: &DeviceSample, tenant: &TenantSelector) -> DeviceSample 
 
 /// Findings about the view's devices whose text names no GPU outside the view; no host-level
 /// findings and no raised counts (they count every tenant's GPUs).
-fn scope_diagnosis(diagnosis: &Diagnosis, view: &Snapshot) -> Diagnosis {
+pub(crate) fn scope_diagnosis(diagnosis: &Diagnosis, view: &Snapshot) -> Diagnosis {
     let kept: HashSet<&str> = view.devices.iter().map(|d| d.info.uuid.as_str()).collect();
     // A kept MIG instance shows its parent's UUID anyway (`parent_uuid`); text may name it.
     let mut nameable = kept.clone();

@@ -41,7 +41,7 @@
 //!         .with_seq(tick + 1)
 //!         .with_taken_at(std::time::UNIX_EPOCH + Duration::from_secs(tick));
 //!     diagnoser.process(&mut snapshot);
-//!     last = snapshot.diagnosis;
+//!     last = snapshot.output::<gpumon_core::Diagnosis>().cloned();
 //! }
 //! let active = last.unwrap().active;
 //! assert_eq!(active.len(), 1);
@@ -61,7 +61,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::finding::{Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Transition};
 use crate::model::Snapshot;
-use crate::processor::{Processor, ProcessorContext};
+use crate::stages::{Processor, ProcessorContext};
+use crate::steps::Steps;
 
 use rules::{Counters, Holds, HostContext, Past, TickStats, KINDS};
 use window::{Ring, Tallies};
@@ -400,6 +401,9 @@ pub struct Diagnoser {
     tracks: HashMap<String, Track>,
     active: Arc<[Finding]>,
     raised_total: Arc<[FindingCount]>,
+    /// The output attached last tick: shared again while nothing was raised or cleared, so a
+    /// quiet tick allocates nothing.
+    last: Option<Arc<Diagnosis>>,
     /// Tick counter of its own, so snapshots without a `seq` (fed by hand) still work.
     tick: u64,
     /// Scratch, reused every tick: per device position, its stats.
@@ -425,6 +429,7 @@ impl Diagnoser {
             tracks: HashMap::new(),
             active: Arc::from(Vec::new()),
             raised_total: Arc::from(Vec::new()),
+            last: None,
             tick: 0,
             scratch: Vec::new(),
             interval_secs: 1.0,
@@ -507,7 +512,7 @@ impl Processor for Diagnoser {
                 track.driver_samples_per_tick = Some(avg);
             }
             stats.driver_period = track.driver_samples_per_tick.filter(|a| *a > 0.01).map(|a| self.interval_secs / a);
-            if let Some(run) = snapshot.steps.as_ref().and_then(|s| s.for_gpu(d.info.index)) {
+            if let Some(run) = snapshot.output::<Steps>().and_then(|s| s.for_gpu(d.info.index)) {
                 stats.step_level = run.reported_utilization(&d.info.uuid);
                 stats.step_secs = run.last_duration.map(|d| d.as_secs_f64());
             }
@@ -580,7 +585,7 @@ impl Processor for Diagnoser {
                     // share of it, the number a starving loader costs.
                     if kind == FindingKind::DataloaderStarvation {
                         if let Some(step) =
-                            snapshot.steps.as_ref().and_then(|s| s.evidence_for(d.info.index, &d.info.uuid))
+                            snapshot.output::<Steps>().and_then(|s| s.evidence_for(d.info.index, &d.info.uuid))
                         {
                             evidence.push_str("; ");
                             evidence.push_str(&step);
@@ -649,8 +654,19 @@ impl Processor for Diagnoser {
             counts.sort_by_key(|c| c.kind);
             self.raised_total = Arc::from(counts);
         }
-        snapshot.diagnosis =
-            Some(Diagnosis { active: self.active.clone(), events, raised_total: self.raised_total.clone() });
+        let output = match &self.last {
+            Some(last)
+                if events.is_empty()
+                    && last.events.is_empty()
+                    && Arc::ptr_eq(&last.active, &self.active)
+                    && Arc::ptr_eq(&last.raised_total, &self.raised_total) =>
+            {
+                last.clone()
+            }
+            _ => Arc::new(Diagnosis { active: self.active.clone(), events, raised_total: self.raised_total.clone() }),
+        };
+        self.last = Some(output.clone());
+        snapshot.outputs.insert(output);
     }
 }
 

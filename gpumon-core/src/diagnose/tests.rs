@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::finding::Severity;
 use crate::model::{ClockEventReasons, DeviceInfo, DeviceSample, SystemInfo, WindowStats, XidCount};
-use crate::processor::{Processor, ProcessorContext};
+use crate::stages::{Processor, ProcessorContext};
 
 const GIB: u64 = 1 << 30;
 
@@ -59,7 +59,7 @@ impl Rig {
             .with_seq(self.tick)
             .with_taken_at(UNIX_EPOCH + Duration::from_secs(1_700_000_000 + self.tick));
         self.d.process(&mut s);
-        s.diagnosis.expect("the diagnoser always attaches its diagnosis")
+        s.output::<crate::Diagnosis>().cloned().expect("the diagnoser always attaches its diagnosis")
     }
 }
 
@@ -243,9 +243,9 @@ fn starvation_evidence_quotes_the_step_time_when_steps_are_tracked() {
         let mut s = Snapshot::new(rig.system.clone(), vec![d])
             .with_seq(tick)
             .with_taken_at(UNIX_EPOCH + Duration::from_secs(1_700_000_000 + tick));
-        s.steps = Some(steps);
+        s.attach(steps);
         rig.d.process(&mut s);
-        let diagnosis = s.diagnosis.unwrap();
+        let diagnosis = s.output::<crate::Diagnosis>().cloned().unwrap();
         if let Some(f) = first_raise(&diagnosis, FindingKind::DataloaderStarvation) {
             raised = Some((tick, f.evidence.clone()));
         }
@@ -451,7 +451,7 @@ fn disabled_rules_raise_nothing() {
         gpu.memory.used = Some(79 * GIB);
         let mut s = Snapshot::new(Arc::new(SystemInfo::default()), vec![gpu]).with_seq(tick);
         d.process(&mut s);
-        assert!(s.diagnosis.unwrap().active.is_empty());
+        assert!(s.output::<crate::Diagnosis>().cloned().unwrap().active.is_empty());
     }
 }
 
@@ -781,10 +781,10 @@ fn averaged_tick(rig: &mut Rig, tick: u64, levels: &[f64], marked: &[bool]) -> D
         .with_seq(rig.tick)
         .with_taken_at(UNIX_EPOCH + Duration::from_secs(1_700_000_000 + rig.tick));
     if !runs.is_empty() {
-        s.steps = Some(Steps { runs, ..Default::default() });
+        s.attach(Steps { runs, ..Default::default() });
     }
     rig.d.process(&mut s);
-    s.diagnosis.unwrap()
+    s.output::<crate::Diagnosis>().cloned().unwrap()
 }
 
 #[test]

@@ -39,9 +39,9 @@ use tokio::task::JoinHandle;
 use crate::filter::DeviceFilter;
 use crate::metric::MetricSet;
 use crate::model::Snapshot;
-use crate::processor::{Processor, ProcessorContext};
 use crate::sampler::{SampleError, SampleRequest, Sampler};
 use crate::sink::{BuildError, Sink, SinkError};
+use crate::stages::{Processor, ProcessorContext};
 use crate::telemetry::{AgentStats, SinkState, SinkStatus, SinkStatusCell, Telemetry};
 
 use clock::Wakeup;

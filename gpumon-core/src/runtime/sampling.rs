@@ -26,8 +26,8 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{broadcast, oneshot, Notify};
 
 use crate::model::{Snapshot, SystemInfo};
-use crate::processor::Processor;
 use crate::sampler::{SampleError, SampleRequest, Sampler};
+use crate::stages::Processor;
 use crate::telemetry::{SinkStatusCell, Telemetry};
 
 use super::clock::{Clock, Wakeup};

@@ -2,8 +2,8 @@
 //!
 //! A training loop marks the end of each step with one cheap call, [`TrainingRun::step`]; the
 //! [`StepTracker`] — a [`Processor`](crate::Processor) — turns the marks into per-step GPU figures on the sampling
-//! side and attaches them to every snapshot as [`Snapshot::steps`], which every sink exports from
-//! the descriptor table ([`Snapshot::visit_derived`]): `gpumon_training_step{job,rank}`,
+//! side and attaches them to every snapshot as its [`Steps`] output
+//! (`snapshot.output::<Steps>()`), which every sink exports from the descriptor table ([`Snapshot::visit_derived`]): `gpumon_training_step{job,rank}`,
 //! `gpumon_step_duration_seconds{job,rank}` and, per GPU, `gpumon_step_utilization_ratio`,
 //! `gpumon_step_utilization_max_ratio`, `gpumon_step_memory_peak_bytes`,
 //! `gpumon_step_energy_joules`.
@@ -67,7 +67,7 @@
 //!
 //! # Order with the diagnosis stage
 //! Add the tracker **before** the [`Diagnoser`](crate::diagnose::Diagnoser): processors run in
-//! the order they were added, so diagnosis sees this tick's [`Snapshot::steps`] (the agent does
+//! the order they were added, so diagnosis sees this tick's [`Steps`](crate::steps::Steps) output (the agent does
 //! this). A rule may then read the step time next to utilisation — e.g. the share of a step the
 //! GPU spent idle, `(1 − utilisation mean) × step duration`, is the time the GPU waited between
 //! steps, the signature of a starving data loader.
@@ -460,7 +460,7 @@ impl TrainingRun {
     }
 }
 
-/// What the step tracker attached to one snapshot ([`Snapshot::steps`]).
+/// What the step tracker attached to one snapshot ([`Steps`](crate::steps::Steps) output).
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default))]
@@ -644,7 +644,9 @@ mod opt_secs {
     }
 }
 
+mod output;
 mod tracker;
+pub(crate) use output::STEPS_KEY;
 pub use tracker::StepTracker;
 
 #[cfg(test)]

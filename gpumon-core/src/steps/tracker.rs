@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use super::{DeviceStep, RunCell, RunSteps, StepConfig, StepRegistry, StepReport, Steps};
 use crate::model::{DeviceSample, Snapshot};
-use crate::processor::Processor;
+use crate::stages::Processor;
 
 /// Most steps of one run reported at one tick; when a loop marks more per interval than this
 /// (with `every_n` 1), the most recent ones are reported. Bounds the work and the event volume.
 pub(super) const MAX_REPORTS_PER_TICK: u64 = 64;
 
-/// The [`Processor`] that turns step marks into per-step GPU figures ([`Snapshot::steps`]).
+/// The [`Processor`] that turns step marks into per-step GPU figures ([`Steps`](crate::steps::Steps) output).
 /// Made by [`StepTracker::new`] together with its [`StepRegistry`]; `name()` is `"steps"`.
 #[derive(Debug)]
 pub struct StepTracker {
@@ -205,7 +205,7 @@ impl Processor for StepTracker {
         let rejected = self.registry.rejections();
         if self.runs.is_empty() {
             if rejected.is_some() {
-                snapshot.steps = Some(Steps { runs: Vec::new(), rejected });
+                snapshot.outputs.insert(Arc::new(Steps { runs: Vec::new(), rejected }));
             }
             self.remember(snapshot);
             return;
@@ -285,7 +285,7 @@ impl Processor for StepTracker {
                 reported,
             });
         }
-        snapshot.steps = Some(Steps { runs: out, rejected });
+        snapshot.outputs.insert(Arc::new(Steps { runs: out, rejected }));
         self.remember(snapshot);
     }
 }

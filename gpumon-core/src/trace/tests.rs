@@ -78,7 +78,7 @@ fn a_trace_reads_back_every_snapshot_as_recorded_without_its_diagnosis() {
     let sys = system();
     let infos = [info(0), info(1)];
     let mut snaps: Vec<Snapshot> = (1..=5).map(|t| snapshot(&sys, &infos, t)).collect();
-    snaps[2].diagnosis = Some(Diagnosis::default());
+    snaps[2].attach(Diagnosis::default());
     // A sampling failure and a GPU whose identity changes (MIG re-layout, say) mid-trace.
     snaps.push(Snapshot::sampling_failed(sys.clone(), "driver gone").with_seq(5).with_taken_at(UNIX_EPOCH));
     let mut changed = DeviceInfo::clone(&infos[1]);
@@ -99,7 +99,7 @@ fn a_trace_reads_back_every_snapshot_as_recorded_without_its_diagnosis() {
     assert_eq!(header.devices, vec![DeviceInfo::clone(&infos[0]), DeviceInfo::clone(&infos[1])]);
     let read: Vec<Snapshot> = read.into_iter().map(Result::unwrap).collect();
     for s in &mut snaps {
-        s.diagnosis = None;
+        s.outputs.remove("diagnosis");
     }
     assert_eq!(read, snaps);
     // Identities are shared between snapshots, as a backend shares them.

@@ -95,7 +95,7 @@ pub struct Outcome {
 impl Outcome {
     pub fn observe(&mut self, tick: u64, snapshot: &Snapshot) {
         self.gpus = self.gpus.max(snapshot.devices.len() as u32);
-        let diagnosis = snapshot.diagnosis.as_ref().expect("diagnosis attached");
+        let diagnosis = snapshot.output::<gpumon_core::Diagnosis>().expect("diagnosis attached");
         for e in &diagnosis.events {
             if e.transition == Transition::Raised {
                 let gpu = e.finding.gpu.expect("device finding");

@@ -4,9 +4,8 @@ use std::fmt::Write as _;
 use std::sync::OnceLock;
 
 use gpumon_core::attribution::OwnerLabels;
-use gpumon_core::{
-    DeviceInfo, DeviceSample, Family, FindingEvent, LabelValue, MetricId, Scope, Snapshot, Transition, Value,
-};
+use gpumon_core::stages::{EventField, EventValue};
+use gpumon_core::{Descriptor, DeviceInfo, DeviceSample, Family, LabelValue, MetricId, Scope, Snapshot, Value};
 
 use super::escape::{write_field_key, write_measurement, write_string_field, write_tag};
 
@@ -47,10 +46,6 @@ pub struct LineProtocolEncoder {
     label_keys: Vec<String>,
     /// Pre-escaped `,key=value` pairs added to every line.
     extra_tags: String,
-    /// Escaped `<base>_finding`: one point per finding raised or cleared.
-    finding_measurement: String,
-    /// Escaped `<base>_step`: one point per reported training step and GPU.
-    step_measurement: String,
 }
 
 impl Default for LineProtocolEncoder {
@@ -88,19 +83,7 @@ impl LineProtocolEncoder {
             write_field_key(&mut k, d.name);
             field_keys.push(k);
         }
-        let mut finding_measurement = String::new();
-        write_measurement(&mut finding_measurement, &Self::finding_measurement_name(measurement));
-        let mut step_measurement = String::new();
-        write_measurement(&mut step_measurement, &Self::step_measurement_name(measurement));
-        Self {
-            step_measurement,
-            base: measurement.to_owned(),
-            measurements,
-            field_keys,
-            label_keys,
-            extra_tags: String::new(),
-            finding_measurement,
-        }
+        Self { base: measurement.to_owned(), measurements, field_keys, label_keys, extra_tags: String::new() }
     }
 
     /// The measurement finding events (raise and clear) are written to: `<base>_finding`.
@@ -111,57 +94,6 @@ impl LineProtocolEncoder {
     /// The measurement reported training steps are written to: `<base>_step`.
     pub fn step_measurement_name(base: &str) -> String {
         format!("{base}_step")
-    }
-
-    /// Appends one point per reported training step ([`gpumon_core::steps`]) and GPU, to
-    /// `<base>_step` — what a training callback writing to InfluxDB would: tags the device's
-    /// (`gpu`, `host`, `uuid`, …), `job` and `rank` (absent without one); fields `step` (integer),
-    /// `duration_seconds`, `utilization_mean`, `utilization_max`, `memory_peak_bytes` (integer)
-    /// and `energy_joules` (those the samples had). Several steps reported at one tick would
-    /// share a timestamp and overwrite each other, so the earlier ones are written a nanosecond
-    /// apart before the snapshot's time.
-    pub fn encode_step_events(&self, snapshot: &Snapshot, out: &mut String) -> Encoded {
-        let ts = i64::try_from(snapshot.timestamp_nanos()).unwrap_or(i64::MAX);
-        let mut encoded = Encoded::default();
-        let Some(steps) = &snapshot.steps else { return encoded };
-        let host = snapshot.system.hostname.as_str();
-        let mark = snapshot.system.marked_backend();
-        for run in &steps.runs {
-            let n = run.reported.len();
-            for (i, report) in run.reported.iter().enumerate() {
-                let at = ts.saturating_sub(i64::try_from(n - 1 - i).unwrap_or(0));
-                for gpu in &report.devices {
-                    let Some(device) = snapshot.device(&gpu.uuid) else { continue };
-                    let start = out.len();
-                    out.push_str(&self.step_measurement);
-                    self.write_device_tags(out, host, mark, &device.info, device.owner_labels());
-                    out.push_str(",job=");
-                    write_tag(out, &run.job);
-                    if !run.rank_label.is_empty() {
-                        out.push_str(",rank=");
-                        write_tag(out, &run.rank_label);
-                    }
-                    let _ = write!(out, " step={}i,duration_seconds={}", report.step, report.duration.as_secs_f64());
-                    let mut fields = 2;
-                    for (key, v) in [
-                        ("utilization_mean", gpu.utilization_mean),
-                        ("utilization_max", gpu.utilization_max),
-                        ("energy_joules", gpu.energy_joules),
-                    ] {
-                        if let Some(v) = v.filter(|v| v.is_finite()) {
-                            let _ = write!(out, ",{key}={v}");
-                            fields += 1;
-                        }
-                    }
-                    if let Some(v) = gpu.memory_peak_bytes {
-                        let _ = write!(out, ",memory_peak_bytes={v}i");
-                        fields += 1;
-                    }
-                    finish_line(out, start, fields, at, &mut encoded);
-                }
-            }
-        }
-        encoded
     }
 
     /// Adds a tag to every line (e.g. `cluster=eu-1`). Empty values are ignored (line protocol has
@@ -200,14 +132,14 @@ impl LineProtocolEncoder {
             total += self.encode_device_inner(&snapshot.system.hostname, mark, ts, device, out);
         }
         total += self.encode_derived(snapshot, out);
-        total += self.encode_finding_events(snapshot, out);
-        total += self.encode_step_events(snapshot, out);
+        total += self.encode_events(snapshot, out);
         total
     }
 
-    /// Appends one line per derived point ([`Snapshot::visit_derived`]), from the catalogue: the
-    /// family's measurement (`<base>_diagnosis`), the device's tags (or, for a point about the
-    /// host, only `host`), the descriptor's labels as tags, and one field named after the metric.
+    /// Appends one line per derived point ([`Snapshot::visit_derived`]), from its descriptor:
+    /// the family's measurement (`<base>_diagnosis`; `<base>_derived` for a stage's own
+    /// series), the device's tags (or, for a point about the host, only `host`), the
+    /// descriptor's labels as tags, and one field named after the series.
     pub fn encode_derived(&self, snapshot: &Snapshot, out: &mut String) -> Encoded {
         let ts = i64::try_from(snapshot.timestamp_nanos()).unwrap_or(i64::MAX);
         let host = snapshot.system.hostname.as_str();
@@ -215,14 +147,18 @@ impl LineProtocolEncoder {
         let mut encoded = Encoded::default();
         snapshot.visit_derived(|p| {
             let start = out.len();
-            out.push_str(&self.measurements[p.id as usize]);
-            match p.device.and_then(|i| snapshot.devices.get(i)) {
-                Some(device) => self.write_device_tags(out, host, mark, &device.info, device.owner_labels()),
+            let d = p.descriptor;
+            match p.id() {
+                Some(id) => out.push_str(&self.measurements[id as usize]),
+                // A stage's own series: its family's measurement, escaped piece by piece
+                // (escaping is per character) so that nothing is allocated.
                 None => {
-                    write_mark(out, mark);
-                    self.write_host_tags(out, host)
+                    write_measurement(out, &self.base);
+                    out.push('_');
+                    write_measurement(out, d.family.name());
                 }
             }
+            self.write_about(out, snapshot, host, mark, p.device);
             for (key, value) in p.label_pairs() {
                 if !value.is_empty() {
                     out.push(',');
@@ -232,51 +168,75 @@ impl LineProtocolEncoder {
                 }
             }
             out.push(' ');
-            let fields = usize::from(self.write_field(out, p.id, p.value, true));
+            let fields = usize::from(self.write_field(out, d, p.value, true));
             finish_line(out, start, fields, ts, &mut encoded);
         });
         encoded
     }
 
-    /// Appends one point per finding raised or cleared at this snapshot, to `<base>_finding`:
-    /// tags `gpu`, `host`, `kind`, `severity`, `uuid` (no `gpu`/`uuid` for a host-level finding);
-    /// fields `active` (1i raised, 0i cleared), `advice`, `evidence` and, on a clear,
-    /// `held_for_seconds`. Events about a device the snapshot does not carry (filtered away) are
-    /// skipped, as its series are.
-    pub fn encode_finding_events(&self, snapshot: &Snapshot, out: &mut String) -> Encoded {
-        let ts = i64::try_from(snapshot.timestamp_nanos()).unwrap_or(i64::MAX);
+    /// Appends one point per event of this snapshot ([`Snapshot::visit_events`]) to
+    /// `<base>_<event>` (`gpu_finding`, `gpu_step`): the device's tags (or the host's), the
+    /// event's tags, its fields (strings kept to one line); an event with per-device rows gets
+    /// one point per row instead, with the row's device tags and fields added.
+    pub fn encode_events(&self, snapshot: &Snapshot, out: &mut String) -> Encoded {
+        let host = snapshot.system.hostname.as_str();
+        let mark = snapshot.system.marked_backend();
         let mut encoded = Encoded::default();
-        let Some(diagnosis) = &snapshot.diagnosis else { return encoded };
-        for event in &diagnosis.events {
-            let f = &event.finding;
-            if let Some(uuid) = &f.uuid {
-                if !snapshot.devices.iter().any(|d| d.info.uuid == *uuid) {
-                    continue;
+        snapshot.visit_events(|event| {
+            let ts = event
+                .at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+            let mut line = |out: &mut String, device: Option<usize>, more: &[EventField<'_>]| {
+                let start = out.len();
+                write_measurement(out, &self.base);
+                out.push('_');
+                write_measurement(out, event.name);
+                self.write_about(out, snapshot, host, mark, device);
+                for (key, value) in event.tags.iter().filter(|(_, v)| !v.is_empty()) {
+                    out.push(',');
+                    write_tag(out, key);
+                    out.push('=');
+                    write_tag(out, value);
                 }
+                out.push(' ');
+                let mut fields = 0;
+                for (key, value) in event.fields.iter().chain(more) {
+                    fields += usize::from(write_event_field(out, key, *value, fields == 0));
+                }
+                finish_line(out, start, fields, ts, &mut encoded);
+            };
+            let mut rows = 0;
+            (event.rows)(&mut |row| {
+                rows += 1;
+                if row.device < snapshot.devices.len() {
+                    line(out, Some(row.device), row.fields);
+                }
+            });
+            if rows == 0 {
+                line(out, event.device, &[]);
             }
-            let start = out.len();
-            out.push_str(&self.finding_measurement);
-            write_mark(out, snapshot.system.marked_backend());
-            if let Some(gpu) = f.gpu.filter(|_| f.uuid.is_some()) {
-                let _ = write!(out, ",gpu={gpu}");
-            }
-            if !snapshot.system.hostname.is_empty() {
-                out.push_str(",host=");
-                write_tag(out, &snapshot.system.hostname);
-            }
-            out.push_str(",kind=");
-            out.push_str(f.kind.name());
-            out.push_str(",severity=");
-            out.push_str(f.severity.name());
-            if let Some(uuid) = f.uuid.as_deref().filter(|u| !u.is_empty()) {
-                out.push_str(",uuid=");
-                write_tag(out, uuid);
-            }
-            out.push_str(&self.extra_tags);
-            let fields = write_event_fields(out, event);
-            finish_line(out, start, fields, ts, &mut encoded);
-        }
+        });
         encoded
+    }
+
+    /// The tags of a point about `device` of `snapshot` (its identity and owners), or about the
+    /// host when `None`; each followed by the extra tags.
+    fn write_about(
+        &self,
+        out: &mut String,
+        snapshot: &Snapshot,
+        host: &str,
+        mark: Option<&str>,
+        device: Option<usize>,
+    ) {
+        match device.and_then(|i| snapshot.devices.get(i)) {
+            Some(device) => self.write_device_tags(out, host, mark, &device.info, device.owner_labels()),
+            None => {
+                write_mark(out, mark);
+                self.write_host_tags(out, host)
+            }
+        }
     }
 
     /// Appends one device's lines at `timestamp_nanos`, tagged with `host`. Unlike
@@ -307,7 +267,7 @@ impl LineProtocolEncoder {
         out.push(' ');
         let mut fields = 0;
         device.visit_points(|p| {
-            if p.label.is_none() && self.write_field(out, p.id, p.value, fields == 0) {
+            if p.label.is_none() && self.write_field(out, p.id.descriptor(), p.value, fields == 0) {
                 fields += 1;
             }
         });
@@ -353,7 +313,7 @@ impl LineProtocolEncoder {
                 }
                 out.push(' ');
             }
-            if self.write_field(out, p.id, p.value, fields == 0) {
+            if self.write_field(out, p.id.descriptor(), p.value, fields == 0) {
                 fields += 1;
             }
         });
@@ -423,7 +383,7 @@ impl LineProtocolEncoder {
 
     /// Writes `key=value`; returns false (writing nothing) for NaN and infinities, which
     /// InfluxDB rejects.
-    fn write_field(&self, out: &mut String, id: MetricId, value: Value, first: bool) -> bool {
+    fn write_field(&self, out: &mut String, d: &Descriptor, value: Value, first: bool) -> bool {
         if let Value::Float(v) = value {
             if !v.is_finite() {
                 return false;
@@ -432,7 +392,10 @@ impl LineProtocolEncoder {
         if !first {
             out.push(',');
         }
-        out.push_str(&self.field_keys[id as usize]);
+        match d.id {
+            Some(id) => out.push_str(&self.field_keys[id as usize]),
+            None => write_field_key(out, d.name),
+        }
         out.push('=');
         match value {
             // InfluxDB 1.x has no unsigned type; the few values above i64::MAX saturate.
@@ -447,20 +410,28 @@ impl LineProtocolEncoder {
     }
 }
 
-/// ` active=…i,advice="…",evidence="…"[,held_for_seconds=…]`; returns the number of fields.
-fn write_event_fields(out: &mut String, event: &FindingEvent) -> usize {
-    let raised = event.transition == Transition::Raised;
-    out.push_str(if raised { " active=1i,advice=" } else { " active=0i,advice=" });
-    write_one_line_string(out, &event.finding.advice);
-    out.push_str(",evidence=");
-    write_one_line_string(out, &event.finding.evidence);
-    match event.held_for.filter(|_| !raised) {
-        Some(held) => {
-            let _ = write!(out, ",held_for_seconds={}", held.as_secs_f64());
-            4
-        }
-        None => 3,
+/// `key=value` of an event (`,` first unless `first`); false, writing nothing, for a non-finite
+/// number, which InfluxDB rejects.
+fn write_event_field(out: &mut String, key: &str, value: EventValue<'_>, first: bool) -> bool {
+    if matches!(value, EventValue::Float(v) if !v.is_finite()) {
+        return false;
     }
+    if !first {
+        out.push(',');
+    }
+    write_field_key(out, key);
+    out.push('=');
+    match value {
+        EventValue::Int(v) => {
+            let _ = write!(out, "{v}i");
+        }
+        EventValue::Float(v) => {
+            let _ = write!(out, "{v}");
+        }
+        EventValue::Bool(v) => out.push_str(if v { "true" } else { "false" }),
+        EventValue::Str(v) => write_one_line_string(out, v),
+    }
+    true
 }
 
 /// A string field with line breaks turned into spaces. Parsers accept a newline inside quotes,

@@ -32,8 +32,8 @@
 //! `<measurement>_<Family::name()>`, the device's tags — or, for a point about the host (a
 //! host-level finding, the raised counter), only `host` — then the descriptor's
 //! [`labels`](gpumon_core::Descriptor::labels) as tags. Finding *events* go to
-//! `<measurement>_finding` (tags `gpu`, `host`, `kind`, `severity`, `uuid`; no `gpu`/`uuid` for a
-//! host-level finding), so annotations and "what happened when" queries need no state:
+//! `<measurement>_finding` (the GPU's tags like every line about it — only `host` for a
+//! host-level finding — then `kind`, `severity`), so annotations and "what happened when" queries need no state:
 //! `SELECT * FROM gpu_finding WHERE time > now() - 1d`. Line breaks in evidence and advice are written as
 //! spaces (one point per line).
 //!
@@ -233,7 +233,7 @@ mod tests {
         d.owners = vec![Arc::new(pod), d.processes[0].owner.clone().unwrap()];
         let mut summary = gpumon_core::attribution::AttributionSummary::default();
         summary.proc_read_failures = 4;
-        snap.attribution = Some(summary);
+        snap.attach(summary);
         let mut out = String::new();
         encode_snapshot(&snap, &mut out);
         let lines: Vec<&str> = out.lines().collect();
@@ -307,7 +307,7 @@ mod tests {
         ];
         d.raised_total = Arc::from(vec![FindingCount::new(FindingKind::NearOom, 2)]);
         let mut snap = snapshot();
-        snap.diagnosis = Some(d);
+        snap.attach(d);
         snap
     }
 
@@ -329,7 +329,7 @@ mod tests {
         assert_eq!(
             lines[14],
             format!(
-                r#"gpu_finding,gpu=3,host=node\ 1,kind=near_oom,severity=warning,uuid=MIG-abc active=1i,advice="Reduce the batch size.",evidence="memory 97 % used \"rising\" C:\\" {ts}"#
+                r#"gpu_finding,{tags},kind=near_oom,severity=warning active=1i,advice="Reduce the batch size.",evidence="memory 97 % used \"rising\" C:\\" {ts}"#
             )
         );
         let clear = out.split('\n').find(|l| l.starts_with("gpu_finding,host=")).unwrap();
@@ -345,7 +345,7 @@ mod tests {
         out.clear();
         enc.encode_snapshot(&with_findings(), &mut out);
         assert!(out.contains("\nnv_diagnosis,host=node\\ 1,cluster=eu,kind=near_oom findings_raised=2i "), "{out}");
-        assert!(out.contains("\nnv_finding,host=node\\ 1,kind=imbalance,severity=info,cluster=eu active=0i"), "{out}");
+        assert!(out.contains("\nnv_finding,host=node\\ 1,cluster=eu,kind=imbalance,severity=info active=0i"), "{out}");
         assert_eq!(LineProtocolEncoder::finding_measurement_name("nv"), "nv_finding");
     }
 
@@ -368,9 +368,9 @@ mod tests {
         let solo = RunSteps::new("solo", None);
         let mut steps = Steps::default();
         steps.runs = vec![run, solo];
-        snap.steps = Some(steps);
+        snap.attach(steps);
         let mut out = String::new();
-        LineProtocolEncoder::default().encode_step_events(&snap, &mut out);
+        LineProtocolEncoder::default().encode_events(&snap, &mut out);
         let lines: Vec<&str> = out.lines().collect();
         let tags = r#"gpu=3,host=node\ 1,mig=1,mig_ci=0,mig_gi=2,mig_profile=1g.10gb,name=NVIDIA\ A100\,\ "80GB",uuid=MIG-abc"#;
         assert_eq!(

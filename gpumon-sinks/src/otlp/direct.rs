@@ -22,7 +22,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message as _;
 
 use super::config::{Compression, Protocol, Resolved};
-use super::encode::{label_key, to_i64, to_u64, AttributeCache, Plan, Series, Shape};
+use super::encode::{label_key, to_i64, to_u64, AttributeCache, InstrumentSpec, Plan, Series, Shape};
 use super::SCOPE_NAME;
 use crate::http::client::{Auth, ClientConfig, HttpClient};
 
@@ -113,7 +113,7 @@ struct SeriesKey {
     /// process's owner, change). Held, not just its address, so that the address cannot be
     /// reused by a later set while this key compares against it.
     base: Arc<[opentelemetry::KeyValue]>,
-    id: MetricId,
+    id: Option<MetricId>,
     attribute: Option<(&'static str, &'static str)>,
     label: Option<OwnedLabel>,
     /// A derived point's label values (empty for sampled points).
@@ -266,6 +266,42 @@ fn skeleton(resource: impl Iterator<Item = (String, String)>) -> ExportMetricsSe
     }
 }
 
+/// The per-instrument state of `spec`, before any point.
+fn instrument_state(spec: &InstrumentSpec) -> InstrumentState {
+    let data = match spec.shape {
+        Shape::GaugeF64 | Shape::GaugeI64 => metric::Data::Gauge(Gauge::default()),
+        Shape::CounterF64 | Shape::CounterU64 | Shape::UpDownI64 => metric::Data::Sum(Sum {
+            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+            is_monotonic: spec.shape != Shape::UpDownI64,
+            ..Sum::default()
+        }),
+    };
+    let mut metric = Metric {
+        name: spec.name.to_owned(),
+        description: spec.description.clone(),
+        unit: spec.unit.to_owned(),
+        ..Metric::default()
+    };
+    let header = metric.encode_to_vec();
+    let (data_field, sum_fields) = match &data {
+        metric::Data::Sum(sum) => (SUM_FIELD, sum.encode_to_vec()),
+        _ => (GAUGE_FIELD, Vec::new()),
+    };
+    metric.data = Some(data);
+    InstrumentState {
+        shape: spec.shape,
+        metric,
+        keys: Vec::new(),
+        attrs: Vec::new(),
+        header,
+        data_field,
+        sum_fields,
+        data_len: 0,
+        metric_len: 0,
+        seen: 0,
+    }
+}
+
 impl Direct {
     /// The request part only, without a transport (tests, benches of the encoder).
     fn with_transport(
@@ -274,44 +310,7 @@ impl Direct {
         gzip: bool,
         transport: Transport,
     ) -> Direct {
-        let instruments = plan
-            .instruments
-            .iter()
-            .map(|spec| {
-                let data = match spec.shape {
-                    Shape::GaugeF64 | Shape::GaugeI64 => metric::Data::Gauge(Gauge::default()),
-                    Shape::CounterF64 | Shape::CounterU64 | Shape::UpDownI64 => metric::Data::Sum(Sum {
-                        aggregation_temporality: AggregationTemporality::Cumulative as i32,
-                        is_monotonic: spec.shape != Shape::UpDownI64,
-                        ..Sum::default()
-                    }),
-                };
-                let mut metric = Metric {
-                    name: spec.name.to_owned(),
-                    description: spec.description.clone(),
-                    unit: spec.unit.to_owned(),
-                    ..Metric::default()
-                };
-                let header = metric.encode_to_vec();
-                let (data_field, sum_fields) = match &data {
-                    metric::Data::Sum(sum) => (SUM_FIELD, sum.encode_to_vec()),
-                    _ => (GAUGE_FIELD, Vec::new()),
-                };
-                metric.data = Some(data);
-                InstrumentState {
-                    shape: spec.shape,
-                    metric,
-                    keys: Vec::new(),
-                    attrs: Vec::new(),
-                    header,
-                    data_field,
-                    sum_fields,
-                    data_len: 0,
-                    metric_len: 0,
-                    seen: 0,
-                }
-            })
-            .collect();
+        let instruments = plan.instruments.iter().map(instrument_state).collect();
         let request = skeleton(resource);
         let rm = &request.resource_metrics[0];
         let mut resource_field = Vec::new();
@@ -373,6 +372,15 @@ impl Direct {
         self.layout += 1;
         self.resource_field.clear();
         field_message(&mut self.resource_field, 1, resource);
+    }
+
+    /// Adds the state of the instruments `plan` learnt since (a stage's own series); the next
+    /// encode lays the request out afresh.
+    pub(crate) fn learn(&mut self, plan: &Plan) {
+        for spec in &plan.instruments[self.instruments.len()..] {
+            self.instruments.push(instrument_state(spec));
+        }
+        self.layout += 1;
     }
 
     /// Updates the per-instrument data points to `snapshot`.
@@ -1020,7 +1028,7 @@ mod tests {
             .map(|&(kind, device)| Finding::new(kind, Severity::Warning, device, UNIX_EPOCH, "e", "a"))
             .collect();
         d.raised_total = active.iter().map(|&(kind, _)| FindingCount::new(kind, 2)).collect();
-        snap.diagnosis = Some(d);
+        snap.attach(d);
         snap
     }
 

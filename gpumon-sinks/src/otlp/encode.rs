@@ -12,8 +12,8 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use gpumon_core::attribution::{OwnerLabels, SharedOwner};
 use gpumon_core::{
-    DeviceInfo, DeviceSample, LabelValue, MetricId, MetricKind, ProcessSample, Snapshot, SystemInfo, Unit, Value,
-    MAX_DERIVED_LABELS,
+    Descriptor, DeviceInfo, DeviceSample, LabelValue, MetricId, MetricKind, ProcessSample, Snapshot, SystemInfo, Unit,
+    Value, MAX_DERIVED_LABELS,
 };
 use opentelemetry::metrics::Meter;
 use opentelemetry::{KeyValue, StringValue};
@@ -42,7 +42,11 @@ pub(crate) enum Shape {
 
 impl Shape {
     pub(crate) fn of(id: MetricId) -> Shape {
-        let d = id.descriptor();
+        Shape::of_descriptor(id.descriptor())
+    }
+
+    /// The shape of series `d`.
+    pub(crate) fn of_descriptor(d: &Descriptor) -> Shape {
         // Counts and bytes are integers; ratios, watts, joules, hertz, °C, seconds are doubles.
         let integral = matches!(d.unit, Unit::Count | Unit::Bytes);
         match (d.otel.up_down, d.kind, integral) {
@@ -76,12 +80,17 @@ pub(crate) struct InstrumentSpec {
     pub(crate) members: Vec<MetricId>,
 }
 
-/// The catalogue grouped into instruments.
+/// The catalogue grouped into instruments, and the instruments of the stages' own series
+/// learnt since ([`Plan::learn`]).
 #[derive(Debug)]
 pub(crate) struct Plan {
     pub(crate) instruments: Vec<InstrumentSpec>,
     /// `MetricId as usize` → index into `instruments`.
     slot: Vec<usize>,
+    /// A stage's own series (by name) → index into `instruments`.
+    learnt: Vec<(&'static str, usize)>,
+    /// Scratch of [`Plan::learn`].
+    seen: Vec<&'static Descriptor>,
 }
 
 impl Plan {
@@ -109,11 +118,50 @@ impl Plan {
         for spec in &mut instruments {
             spec.description = describe_members(&spec.members);
         }
-        Plan { instruments, slot }
+        Plan { instruments, slot, learnt: Vec::new(), seen: Vec::new() }
     }
 
     fn slot(&self, id: MetricId) -> usize {
         self.slot[id as usize]
+    }
+
+    /// The instrument of series `d`; `None` for a stage's own series not learnt yet.
+    fn slot_of(&self, d: &Descriptor) -> Option<usize> {
+        match d.id {
+            Some(id) => Some(self.slot(id)),
+            None => self.learnt.iter().find(|(name, _)| *name == d.name).map(|(_, i)| *i),
+        }
+    }
+
+    /// Adds an instrument for every series of `snapshot` outside the catalogue (a stage of the
+    /// embedder's) not seen before; returns the number of instruments before, so that the
+    /// caller sets up the new ones (`instruments[before..]`). Nothing is allocated once every
+    /// series is known.
+    pub(crate) fn learn(&mut self, snapshot: &Snapshot) -> usize {
+        let before = self.instruments.len();
+        let mut seen = std::mem::take(&mut self.seen);
+        snapshot.derived_descriptors(&mut seen);
+        for d in seen.iter().filter(|d| d.id.is_none()) {
+            if self.slot_of(d).is_some() {
+                continue;
+            }
+            let index = match self.instruments.iter().position(|i| i.name == d.otel.name) {
+                Some(i) => i,
+                None => {
+                    self.instruments.push(InstrumentSpec {
+                        name: d.otel.name,
+                        unit: d.otel_unit(),
+                        shape: Shape::of_descriptor(d),
+                        description: d.help.to_owned(),
+                        members: Vec::new(),
+                    });
+                    self.instruments.len() - 1
+                }
+            };
+            self.learnt.push((d.name, index));
+        }
+        self.seen = seen;
+        before
     }
 }
 
@@ -359,7 +407,8 @@ pub(crate) struct Series<'a> {
     /// The device's attribute set (from [`AttributeCache`]: the same `Arc` while the device's
     /// identity is unchanged).
     pub(crate) base: &'a Arc<[KeyValue]>,
-    pub(crate) id: MetricId,
+    /// The catalogue metric; `None` for a stage's own series.
+    pub(crate) id: Option<MetricId>,
     /// The mapping's extra attribute (`hw.gpu.task=general`, `hw.state=failed`, …).
     pub(crate) attribute: Option<(&'static str, &'static str)>,
     /// The catalogue label and its value (the key is the catalogue's, see [`label_key`]).
@@ -386,7 +435,7 @@ impl<'a> DerivedLabels<'a> {
 /// `hw.status` has one series per state, 1 for the current one: before a `hw.state=ok` series,
 /// the `hw.state=failed` one with the opposite value.
 fn status_complement<'a>(series: &Series<'a>, f: &mut impl FnMut(Series<'a>)) {
-    if series.id == MetricId::DeviceUp {
+    if series.id == Some(MetricId::DeviceUp) {
         if let Some((key, _)) = series.attribute {
             let up = series.value.as_f64() > 0.0;
             f(Series { attribute: Some((key, FAILED_STATE)), value: Value::Int(u64::from(!up)), ..*series });
@@ -419,7 +468,7 @@ impl Plan {
                     instrument: self.slot(p.id),
                     device: index,
                     base,
-                    id: p.id,
+                    id: Some(p.id),
                     attribute: d.otel.attribute,
                     label: match (d.label, p.label) {
                         (Some(label), Some(value)) => Some((label, value)),
@@ -437,16 +486,18 @@ impl Plan {
         // host), then the descriptor's labels. Host points use the slot after the last device.
         let host_base = cache.host.clone();
         snapshot.visit_derived(|p| {
-            let d = p.id.descriptor();
+            let d = p.descriptor;
+            // A stage's own series not learnt yet (`Plan::learn` runs before every encode).
+            let Some(instrument) = self.slot_of(d) else { return };
             let (device, base) = match p.device.filter(|&i| i < snapshot.devices.len()) {
                 Some(i) => (i, cache.device(&snapshot.system, &snapshot.devices[i])),
                 None => (snapshot.devices.len(), host_base.clone()),
             };
             let series = Series {
-                instrument: self.slot(p.id),
+                instrument,
                 device,
                 base: &base,
-                id: p.id,
+                id: p.id(),
                 attribute: d.otel.attribute,
                 label: None,
                 derived: DerivedLabels { keys: d.labels, values: p.labels },
@@ -489,11 +540,13 @@ impl Plan {
 }
 
 impl Plan {
-    /// Registers one observable instrument per spec on `meter`, each reading `shared`.
-    pub(crate) fn register(&self, meter: &Meter, shared: &Shared) -> Vec<Registered> {
+    /// Registers one observable instrument per spec from `from` on on `meter`, each reading
+    /// `shared`.
+    pub(crate) fn register(&self, from: usize, meter: &Meter, shared: &Shared) -> Vec<Registered> {
         self.instruments
             .iter()
             .enumerate()
+            .skip(from)
             .map(|(index, spec)| {
                 let name = spec.name;
                 let unit = spec.unit;

@@ -110,6 +110,8 @@ pub struct OtlpSink {
     shared: Shared,
     cache: AttributeCache,
     _instruments: Vec<Registered>,
+    /// The SDK pipeline's meter, for the instruments of series learnt later (a stage's own).
+    meter: Option<Meter>,
     provider: Option<SdkMeterProvider>,
     /// Whether `shutdown` shuts the provider down (only a provider the sink built).
     owns_provider: bool,
@@ -208,9 +210,10 @@ impl OtlpSink {
     pub fn from_meter(meter: Meter) -> OtlpSink {
         let plan = Plan::new();
         let shared: Shared = Arc::new(ArcSwap::from_pointee(Encoded::default()));
-        let instruments = plan.register(&meter, &shared);
+        let instruments = plan.register(0, &meter, &shared);
         let mut sink = OtlpSink::with_plan(plan, instruments);
         sink.shared = shared;
+        sink.meter = Some(meter);
         sink
     }
 
@@ -221,6 +224,7 @@ impl OtlpSink {
             shared: Arc::new(ArcSwap::from_pointee(Encoded::default())),
             cache: AttributeCache::default(),
             _instruments: instruments,
+            meter: None,
             provider: None,
             owns_provider: false,
             flush_on_export: false,
@@ -302,8 +306,25 @@ impl OtlpSink {
     /// The series state is updated as by an export.
     #[doc(hidden)]
     pub fn encode_request(&mut self, snapshot: &Snapshot) -> Option<&[u8]> {
+        self.learn(snapshot);
         let OtlpSink { direct, plan, cache, .. } = self;
         direct.as_mut().map(|d| d.encode(plan, cache, snapshot))
+    }
+
+    /// Sets up an instrument for every series of `snapshot` outside the catalogue not seen
+    /// before (a stage of the embedder's), in whichever pipeline the sink runs.
+    fn learn(&mut self, snapshot: &Snapshot) {
+        let before = self.plan.learn(snapshot);
+        if before == self.plan.instruments.len() {
+            return;
+        }
+        if let Some(direct) = &mut self.direct {
+            direct.learn(&self.plan);
+        }
+        if let Some(meter) = &self.meter {
+            let more = self.plan.register(before, meter, &self.shared);
+            self._instruments.extend(more);
+        }
     }
 
     /// One export through the direct pipeline, under `limit`.
@@ -380,6 +401,7 @@ impl Sink for OtlpSink {
         if self.shut_down {
             return Err(SinkError::AlreadyShutdown);
         }
+        self.learn(&snapshot);
         if self.direct.is_some() {
             if let (Some(interval), Some(last)) = (self.direct_interval, self.last_direct) {
                 if last.elapsed() < interval {

@@ -225,7 +225,7 @@ async fn sdk_pipeline_exports_findings() {
         Finding::new(FindingKind::Imbalance, Severity::Info, None, SystemTime::UNIX_EPOCH, "e", "a"),
     ]);
     d.raised_total = Arc::from(vec![FindingCount::new(FindingKind::DataloaderStarvation, 3)]);
-    snap.diagnosis = Some(d);
+    snap.attach(d);
     sink.export(Arc::new(snap)).await.unwrap();
     let dps = &capture.batches()[0];
     let active = find(dps, "gpumon.finding.active", ("gpumon.kind", "dataloader_starvation"));

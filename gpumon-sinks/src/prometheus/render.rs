@@ -12,10 +12,9 @@
 //! each device's label set once per scrape.
 
 use std::fmt::Write as _;
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use gpumon_core::{MetricId, MetricKind, Snapshot, Telemetry, Value};
+use gpumon_core::{Descriptor, MetricKind, PerDescriptor, Snapshot, Telemetry, Value};
 
 use super::series::{metric_name, walk, Family, Label, Owners, Scope, Series, Text, Visitor, Walk, INFO, SELF_METRICS};
 use super::Naming;
@@ -179,28 +178,23 @@ struct Names {
     help_om: String,
 }
 
-fn names() -> &'static [Names] {
-    static NAMES: OnceLock<Vec<Names>> = OnceLock::new();
-    NAMES.get_or_init(|| {
-        MetricId::ALL
-            .iter()
-            .map(|id| {
-                let d = id.descriptor();
-                let native = metric_name(*id, Naming::Native).0;
-                let native_family = match d.kind {
-                    MetricKind::Counter => native.strip_suffix("_total").unwrap_or(native),
-                    _ => native,
-                };
-                let unit = d.unit.prometheus_suffix().filter(|u| native_family.ends_with(&format!("_{u}")));
-                Names {
-                    native_family: native_family.to_owned(),
-                    unit,
-                    help_text: escape_help(d.help, Format::Text),
-                    help_om: escape_help(d.help, Format::OpenMetrics),
-                }
-            })
-            .collect()
-    })
+/// The family names and help lines of series `d`, computed once per series.
+fn names(d: &'static Descriptor) -> &'static Names {
+    static NAMES: PerDescriptor<Names> = PerDescriptor::new(|d| {
+        let native = metric_name(d, Naming::Native).0;
+        let native_family = match d.kind {
+            MetricKind::Counter => native.strip_suffix("_total").unwrap_or(native),
+            _ => native,
+        };
+        let unit = d.unit.prometheus_suffix().filter(|u| native_family.ends_with(&format!("_{u}")));
+        Names {
+            native_family: native_family.to_owned(),
+            unit,
+            help_text: escape_help(d.help, Format::Text),
+            help_om: escape_help(d.help, Format::OpenMetrics),
+        }
+    });
+    NAMES.get(d)
 }
 
 /// How one metric family is declared in one format and naming (its samples' name is the
@@ -233,9 +227,8 @@ fn write_header(out: &mut String, h: &FamilyHeader<'_>) {
 }
 
 /// The header of a catalogue metric in `format`/`naming`.
-fn metric_header(id: MetricId, format: Format, naming: Naming) -> FamilyHeader<'static> {
-    let d = id.descriptor();
-    let n = &names()[id as usize];
+fn metric_header(d: &'static Descriptor, format: Format, naming: Naming) -> FamilyHeader<'static> {
+    let n = names(d);
     let help = match format {
         Format::Text => n.help_text.as_str(),
         Format::OpenMetrics => n.help_om.as_str(),
@@ -261,7 +254,7 @@ fn metric_header(id: MetricId, format: Format, naming: Naming) -> FamilyHeader<'
         _ => "gauge",
     };
     let (family, unit) = match format {
-        Format::Text => (metric_name(id, Naming::Native).0, None),
+        Format::Text => (metric_name(d, Naming::Native).0, None),
         Format::OpenMetrics => (n.native_family.as_str(), n.unit),
     };
     FamilyHeader { family, kind, unit, help }

@@ -32,7 +32,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use gpumon_core::attribution::OwnerLabels;
 use gpumon_core::{
-    AgentStats, DeviceSample, LabelValue, MetricId, ProcessSample, Snapshot, Telemetry, Value, MAX_DERIVED_LABELS,
+    AgentStats, Descriptor, DeviceSample, LabelValue, MetricId, PerDescriptor, ProcessSample, Snapshot, Telemetry,
+    Value, MAX_DERIVED_LABELS,
 };
 
 use super::render::RenderOptions;
@@ -148,20 +149,15 @@ pub(crate) const SELF_METRICS: [SelfMetric; 11] = [
     ),
 ];
 
-/// The sample name of catalogue metric `id` in `naming`, and the factor its values are
+/// The sample name of series `d` in `naming`, and the factor its values are
 /// multiplied by (dcgm-exporter's units differ from the catalogue's base units for a few).
-pub(crate) fn metric_name(id: MetricId, naming: Naming) -> (&'static str, f64) {
-    let d = id.descriptor();
+pub(crate) fn metric_name(d: &'static Descriptor, naming: Naming) -> (&'static str, f64) {
+    // Native names, computed once per series (`prometheus_name` builds a `String`).
+    static NATIVE: PerDescriptor<String> = PerDescriptor::new(Descriptor::prometheus_name);
     match (naming, d.dcgm) {
         (Naming::Dcgm, Some(dcgm)) => (dcgm.name, dcgm.scale),
-        _ => (native_names()[id as usize].as_str(), 1.0),
+        _ => (NATIVE.get(d).as_str(), 1.0),
     }
-}
-
-/// Native names, computed once from the catalogue (`prometheus_name` builds a `String`).
-fn native_names() -> &'static [String] {
-    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    NAMES.get_or_init(|| MetricId::ALL.iter().map(|id| id.descriptor().prometheus_name()).collect())
 }
 
 /// A label value as the walk yields it. Numbers stay numbers, so that neither consumer has to
@@ -233,14 +229,25 @@ pub(crate) enum Scope<'a> {
 }
 
 /// A series family starts: every series until the next call belongs to it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) enum Family {
-    /// A catalogue metric.
-    Metric(MetricId),
+    /// A metric: a catalogue metric's or a stage's own series.
+    Metric(&'static Descriptor),
     /// [`INFO`].
     Info,
     /// A self-metric: an index into [`SELF_METRICS`].
     Agent(usize),
+}
+
+impl PartialEq for Family {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Family::Metric(a), Family::Metric(b)) => same(a, b),
+            (Family::Info, Family::Info) => true,
+            (Family::Agent(a), Family::Agent(b)) => a == b,
+            _ => false,
+        }
+    }
 }
 
 /// One series: `name{scope labels, extra labels} value`.
@@ -396,7 +403,7 @@ impl<'a> Walk<'a> {
     /// The backend-down `gpumon_up 0`: about the host, no device labels.
     fn down(&self) -> Series<'static> {
         Series {
-            name: metric_name(MetricId::DeviceUp, self.opts.naming).0,
+            name: metric_name(MetricId::DeviceUp.descriptor(), self.opts.naming).0,
             scope: Scope::Host,
             extra: &[],
             value: Value::Int(0),
@@ -426,7 +433,7 @@ pub(crate) fn walk(
     match fresh {
         Some(snap) if !snap.devices.is_empty() => devices(&w, snap, backend_down, visitor),
         _ if backend_down => {
-            visitor.family(Family::Metric(MetricId::DeviceUp));
+            visitor.family(Family::Metric(MetricId::DeviceUp.descriptor()));
             visitor.series(&w, &w.down());
         }
         _ => {}
@@ -483,8 +490,8 @@ fn devices(w: &Walk<'_>, snap: &Snapshot, down: bool, v: &mut impl Visitor) {
     while k < order.len() {
         let id = entries[order[k] as usize].id;
         let n = counts[id as usize] as usize;
-        let (name, scale) = metric_name(id, w.opts.naming);
-        v.family(Family::Metric(id));
+        let (name, scale) = metric_name(id.descriptor(), w.opts.naming);
+        v.family(Family::Metric(id.descriptor()));
         let label_key = id.descriptor().label;
         for &idx in &order[k..k + n] {
             let e = &entries[idx as usize];
@@ -511,7 +518,7 @@ fn devices(w: &Walk<'_>, snap: &Snapshot, down: bool, v: &mut impl Visitor) {
         k += n;
     }
 
-    derived(w, snap, &mut counts, v);
+    derived(w, snap, v);
 }
 
 /// Derived series (findings, training steps, attribution failures), after the device families,
@@ -519,34 +526,27 @@ fn devices(w: &Walk<'_>, snap: &Snapshot, down: bool, v: &mut impl Visitor) {
 /// label set, a point about the host (host scope, or a host-level finding) only the host's; then
 /// the descriptor's own labels. Nothing here knows which metric it yields.
 ///
-/// Points are not collected: one pass counts them per metric (reusing `counts`), then one pass
-/// per metric that has any yields that family contiguously. With no stage's data attached both
-/// are a single `None` check, and nothing is allocated either way.
-fn derived(w: &Walk<'_>, snap: &Snapshot, counts: &mut [u32], v: &mut impl Visitor) {
-    counts.fill(0);
-    let mut any = false;
+/// Points are not collected: one pass lists the series present, then one pass per series yields
+/// that family contiguously. With no stage's data attached nothing is allocated.
+fn derived(w: &Walk<'_>, snap: &Snapshot, v: &mut impl Visitor) {
+    // The series present, in first-seen order (a stage's own series included): empty, and so
+    // never allocated, while no stage attached data.
+    let mut present: Vec<&'static Descriptor> = Vec::new();
     snap.visit_derived(|p| {
         // A sampling-failed snapshot's `up 0` is the walk's backend-down series, which joins
         // the devices' `gpumon_up` family; a second family of that name would be invalid.
-        if p.id != MetricId::DeviceUp {
-            counts[p.id as usize] += 1;
-            any = true;
+        if p.id() != Some(MetricId::DeviceUp) && !present.iter().any(|d| same(d, p.descriptor)) {
+            present.push(p.descriptor);
         }
     });
-    if !any {
-        return;
-    }
-    for id in MetricId::ALL {
-        if counts[*id as usize] == 0 {
-            continue;
-        }
-        let (name, scale) = metric_name(*id, w.opts.naming);
-        v.family(Family::Metric(*id));
+    for descriptor in present {
+        let (name, scale) = metric_name(descriptor, w.opts.naming);
+        v.family(Family::Metric(descriptor));
         snap.visit_derived(|p| {
-            if p.id != *id {
+            if !same(p.descriptor, descriptor) {
                 return;
             }
-            let scope = match p.device.filter(|&i| i < snap.devices.len()) {
+            let scope = match p.device {
                 Some(index) => Scope::Device { index, owners: Owners::Device },
                 None => Scope::Host,
             };
@@ -561,6 +561,11 @@ fn derived(w: &Walk<'_>, snap: &Snapshot, counts: &mut [u32], v: &mut impl Visit
             v.series(w, &Series { name, scope, extra: &extra[..n], value: scaled(p.value, scale) });
         });
     }
+}
+
+/// Whether two descriptors are the same series (one `static`, or two of one name).
+pub(crate) fn same(a: &Descriptor, b: &Descriptor) -> bool {
+    std::ptr::eq(a, b) || a.name == b.name
 }
 
 fn text(s: Option<&str>) -> Option<Text<'_>> {

@@ -44,7 +44,7 @@ fn fixture() -> Snapshot {
     let mut snap = Snapshot::new(Arc::new(system()), vec![gpu, mig, lost])
         .with_taken_at(UNIX_EPOCH + Duration::from_secs(1_700_000_100))
         .with_duration(Duration::from_millis(2));
-    snap.diagnosis = Some(diagnosis(&[
+    snap.attach(diagnosis(&[
         (FindingKind::NearOom, Severity::Warning, Some((0, "GPU-aaaa"))),
         (FindingKind::DataloaderStarvation, Severity::Warning, Some((0, "MIG-bbbb"))),
         // Host-level: no device labels.
@@ -284,12 +284,12 @@ fn every_family_has_help_and_type_in_every_format() {
     unwatched.record_failure(Family::Xid, FailureReason::Other("XID events not monitored".into()));
     devices.push(unwatched);
     let mut snap = Snapshot::new(Arc::new(system()), devices);
-    snap.diagnosis = Some(diagnosis(&[
+    snap.attach(diagnosis(&[
         (FindingKind::NearOom, Severity::Warning, Some((2, "GPU-00000002-1111-2222-3333-444444444444"))),
         (FindingKind::Imbalance, Severity::Info, None),
     ]));
-    snap.steps = Some(steps(&snap.devices));
-    snap.attribution = attributed().attribution;
+    snap.attach(steps(&snap.devices));
+    snap.attach(*attributed().output::<gpumon_core::attribution::AttributionSummary>().unwrap());
     for naming in [Naming::Native, Naming::Dcgm] {
         for format in [Format::Text, Format::OpenMetrics] {
             let text = render_with(naming, format, snap.clone());
@@ -391,7 +391,7 @@ fn findings_carry_device_or_host_labels_and_their_own() {
     assert!(text.contains("\ngpumon_finding_active{kind=\"imbalance\",severity=\"info\"} 1\n"), "{text}");
     // No diagnosis, no finding families (not even their headers).
     let mut plain = fixture();
-    plain.diagnosis = None;
+    plain.outputs.remove("diagnosis");
     assert!(!render_with(Naming::Native, Format::Text, plain).contains("finding"));
 }
 
@@ -757,7 +757,7 @@ fn docs_dcgm_table_is_current() {
 #[test]
 fn training_steps_are_exported_from_the_catalogue_with_no_rank_label_when_there_is_none() {
     let mut snap = fixture();
-    snap.steps = Some(steps(&snap.devices[..1]));
+    snap.attach(steps(&snap.devices[..1]));
     let text = render_with(Naming::Native, Format::Text, snap.clone());
     let lines = series(&text);
     assert!(lines.contains(&"gpumon_training_step{host=\"node-1\",job=\"train\",rank=\"0\"} 42"), "{text}");
@@ -967,7 +967,7 @@ pub(crate) fn attributed() -> Snapshot {
     let mut summary = gpumon_core::attribution::AttributionSummary::default();
     summary.proc_read_failures = 2;
     summary.kubelet_failures = Some(1);
-    snap.attribution = Some(summary);
+    snap.attach(summary);
     snap
 }
 
@@ -1142,7 +1142,7 @@ fn walked(snapshot: Option<&Snapshot>, telemetry: Option<&Telemetry>, opts: &Ren
 fn series_cases() -> Vec<(&'static str, Snapshot)> {
     use gpumon_core::{DeviceFilter, MetricSet, SampleRequest, Sampler};
     let mut with_steps = fixture();
-    with_steps.steps = Some(steps(&with_steps.devices[..2]));
+    with_steps.attach(steps(&with_steps.devices[..2]));
     let all_families = |profile: &str| {
         let sampler = gpumon_mock::MockSampler::from_profile_name(profile).unwrap();
         sampler.sample(&SampleRequest::new(MetricSet::everything(), DeviceFilter::all())).unwrap()

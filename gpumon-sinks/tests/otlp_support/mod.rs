@@ -158,7 +158,7 @@ pub fn fleet(gpus: u32, n: u64, extras: bool) -> Snapshot {
         let mut attribution = gpumon_core::attribution::AttributionSummary::default();
         attribution.proc_read_failures = 1 + n;
         attribution.kubelet_failures = Some(0);
-        snap.attribution = Some(attribution);
+        snap.attach(attribution);
         // What a diagnosis stage attaches: a finding on the first GPU, one about the host.
         use gpumon_core::{Diagnosis, Finding, FindingCount, FindingKind, Severity};
         let since = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
@@ -172,7 +172,7 @@ pub fn fleet(gpus: u32, n: u64, extras: bool) -> Snapshot {
             FindingCount::new(FindingKind::NearOom, 2 + n),
         ]);
         d.active = Arc::from(active);
-        snap.diagnosis = Some(d);
+        snap.attach(d);
         // What a step tracker attaches: a run with rank 0 whose step n+1 was reported, with
         // figures for the first GPU, and the steps socket's rejection counters.
         use gpumon_core::steps::{DeviceStep, RunSteps, StepRejections, StepReport, Steps};
@@ -193,7 +193,7 @@ pub fn fleet(gpus: u32, n: u64, extras: bool) -> Snapshot {
         let mut steps = Steps::default();
         steps.runs = vec![run];
         steps.rejected = Some(StepRejections::default());
-        snap.steps = Some(steps);
+        snap.attach(steps);
     }
     snap
 }

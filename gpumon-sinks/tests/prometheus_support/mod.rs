@@ -96,7 +96,7 @@ pub fn test_snapshot(seq: u64) -> Snapshot {
         .with_seq(seq)
         .with_taken_at(SystemTime::now())
         .with_duration(Duration::from_millis(3));
-    snap.diagnosis = Some(test_diagnosis(&gpu0_uuid));
+    snap.attach(test_diagnosis(&gpu0_uuid));
     snap
 }
 

@@ -200,10 +200,10 @@ fn fixture() -> Fixture {
         active: active.into(),
         raised_total: vec![FindingCount::new(FindingKind::NearOom, 2)].into(),
     };
-    snapshot.diagnosis = Some(diagnosis);
+    snapshot.attach(diagnosis);
     let mut steps = Steps::default();
     steps.runs.push(RunSteps::new("job-of-team-b", Some(0)));
-    snapshot.steps = Some(steps);
+    snapshot.attach(steps);
     Fixture { snapshot, a, b }
 }
 
@@ -228,8 +228,8 @@ fn a_view_from_holdings_computed_beforehand_is_the_same_view() {
             assert_eq!((pids(a), a.owners.len()), (pids(b), b.owners.len()), "{selector}");
         }
         assert_eq!(
-            given.diagnosis.as_ref().map(|d| d.active.len()),
-            direct.diagnosis.as_ref().map(|d| d.active.len()),
+            given.output::<crate::Diagnosis>().map(|d| d.active.len()),
+            direct.output::<crate::Diagnosis>().map(|d| d.active.len()),
             "{selector}"
         );
         // Holdings of another length (another snapshot's) are not trusted.
@@ -291,7 +291,7 @@ fn a_gpu_in_mig_mode_is_held_only_through_an_allocation_of_the_whole_gpu() {
 fn findings_about_kept_gpus_stay_unless_they_name_another_gpu_and_host_data_goes() {
     let f = fixture();
     let view = f.snapshot.scoped_to(&sel("namespace=team-a"));
-    let d = view.diagnosis.as_ref().expect("diagnosis stays on");
+    let d = view.output::<crate::Diagnosis>().expect("diagnosis stays on");
     let kept: Vec<(&str, &str)> = d.active.iter().map(|f| (f.uuid.as_deref().unwrap(), f.evidence.as_str())).collect();
     assert_eq!(
         kept,
@@ -306,7 +306,7 @@ fn findings_about_kept_gpus_stay_unless_they_name_another_gpu_and_host_data_goes
     assert_eq!(d.events.len(), 1);
     assert_eq!(d.events[0].finding.uuid.as_deref(), Some("GPU-0"));
     assert!(d.raised_total.is_empty(), "counts over every tenant's GPUs");
-    assert!(view.steps.is_none(), "a run's job name is its owner's");
+    assert!(view.output::<crate::steps::Steps>().is_none(), "a run's job name is its owner's");
 }
 
 #[test]
@@ -325,7 +325,7 @@ fn a_tenant_with_nothing_gets_an_empty_view_of_the_same_host() {
     let view = f.snapshot.scoped_to(&sel("namespace=team-c"));
     assert!(view.devices.is_empty());
     assert_eq!(view.system.hostname, "node-1");
-    assert!(view.diagnosis.as_ref().is_some_and(|d| d.active.is_empty()));
+    assert!(view.output::<crate::Diagnosis>().is_some_and(|d| d.active.is_empty()));
     // An unattributed process is nobody's: no selector (not even uid 0) gets GPU-4.
     assert!(f.snapshot.scoped_to(&sel("user=0")).devices.is_empty());
 }
@@ -479,10 +479,10 @@ fn build(plain: &[GenDevice], mig_parts: &[GenDevice], parent_alloc: Who, a: &Te
         raised_total: vec![FindingCount::new(FindingKind::Imbalance, 9)].into(),
     };
     let mut snapshot = Snapshot::new(Arc::new(SystemInfo::new("node-1", "nvml")), devices);
-    snapshot.diagnosis = Some(diagnosis);
+    snapshot.attach(diagnosis);
     let mut steps = Steps::default();
     steps.runs.push(RunSteps::new("job-of-b", Some(1)));
-    snapshot.steps = Some(steps);
+    snapshot.attach(steps);
     Generated { snapshot, a_holds }
 }
 

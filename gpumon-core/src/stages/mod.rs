@@ -1,15 +1,28 @@
-//! The processing seam: anything that derives data from a snapshot before the sinks see it.
+//! Stages: what runs between the sampler and the sinks, and what it leaves for them.
 //!
 //! ```text
-//! sampler ──▶ processor 1 ──▶ processor 2 ──▶ … ──▶ Arc<Snapshot> ──▶ sinks, subscribers
+//! sampler ──▶ stage 1 ──▶ stage 2 ──▶ … ──▶ Arc<Snapshot> ──▶ sinks, subscribers
 //! ```
 //!
-//! Diagnosis ([`crate::diagnose::Diagnoser`]), and later training steps and container
-//! attribution, plug in here the way sinks plug in after it — the shape of vector's transforms,
-//! the OpenTelemetry Collector's processors and tracing's `Layer`. A processor runs on the
-//! sampling side, in the order processors were added, once per tick, and may add derived data
-//! to the snapshot (a first-class field of the data model, such as [`Snapshot::diagnosis`]) so
-//! every sink exports it from the descriptor table without special cases.
+//! A stage is one unit, plugged in both ways:
+//! - **in**: a [`Processor`] sees every tick's snapshot on the sampling side, in the order the
+//!   stages were added, and attaches its [`StageOutput`] to [`Snapshot::outputs`];
+//! - **out**: that output describes its own derived series (each with a
+//!   [`Descriptor`](crate::Descriptor), like every catalogue metric) and events, which every
+//!   sink exports through [`Snapshot::visit_derived`] and [`Snapshot::visit_events`] — no sink
+//!   names a stage;
+//!
+//! The built-in stages are attribution ([`crate::attribution`]), training steps
+//! ([`crate::steps`]), diagnosis ([`crate::diagnose`]) and the run report ([`crate::report`]).
+//! The shape is vector's transforms, the OpenTelemetry Collector's processors and tracing's
+//! `Layer` (`shared/STYLE.md`).
+
+mod event;
+mod output;
+
+pub(crate) use event::text;
+pub use event::{no_rows, Event, EventField, EventRow, EventValue};
+pub use output::{AnyOutput, StageOutput, StageOutputs};
 
 use std::time::Duration;
 
