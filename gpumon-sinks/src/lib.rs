@@ -23,13 +23,9 @@
 #[cfg(any(feature = "influxdb-http", feature = "remote-write"))]
 pub(crate) mod delivery;
 
-// Each HTTP sink uses part of the layer (InfluxDB no bearer token, OTLP no backoff); only a
-// build with all four uses all of it, and only there is anything unused really dead.
-#[cfg(feature = "_http-client")]
-#[cfg_attr(
-    not(all(feature = "influxdb-http", feature = "remote-write", feature = "pushgateway", feature = "otlp")),
-    allow(dead_code)
-)]
+// The client half for the push sinks, the server half (and the listener's configuration, which
+// `prometheus` alone parses too) for the scrape endpoint and the web view.
+#[cfg(any(feature = "_http-client", feature = "_http-server", feature = "prometheus"))]
 pub(crate) mod http;
 
 #[cfg(any(feature = "_http-client", feature = "otlp", feature = "tls"))]

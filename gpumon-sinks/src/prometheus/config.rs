@@ -1,13 +1,14 @@
-//! Configuration types shared by the scrape endpoint and the Pushgateway sink.
+//! Configuration types shared by the scrape endpoint and the Pushgateway sink. The listener's
+//! own types (auth, TLS, tenants, limits) are [`crate::http`]'s, shared with the web view.
 
-use std::fmt;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::TenantConfig;
+use crate::http::access::Auth;
+use crate::http::listener::{listener_config, ListenerConfig, TlsConfig};
+use crate::http::tenants::TenantConfig;
 
 /// The scrape address used when [`PrometheusConfig::listen`] is not set: `127.0.0.1:9400`
 /// (dcgm-exporter's port, on loopback only; set `listen = "0.0.0.0:9400"` to expose it).
@@ -38,92 +39,6 @@ impl std::str::FromStr for Naming {
             "dcgm" => Ok(Naming::Dcgm),
             other => Err(format!("unknown naming `{other}` (expected `native` or `dcgm`)")),
         }
-    }
-}
-
-/// Credentials a scrape must present.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-#[non_exhaustive]
-pub enum Auth {
-    /// `Authorization: Bearer <token>`. TOML: `auth = { bearer = { token = "…" } }`.
-    Bearer {
-        /// The token.
-        token: String,
-    },
-    /// HTTP Basic. TOML: `auth = { basic = { username = "…", password = "…" } }`.
-    Basic {
-        /// User name (must not contain `:`).
-        username: String,
-        /// Password.
-        password: String,
-    },
-}
-
-impl Auth {
-    /// Bearer-token auth.
-    pub fn bearer(token: impl Into<String>) -> Self {
-        Auth::Bearer { token: token.into() }
-    }
-
-    /// Basic auth.
-    pub fn basic(username: impl Into<String>, password: impl Into<String>) -> Self {
-        Auth::Basic { username: username.into(), password: password.into() }
-    }
-
-    pub(crate) fn validate(&self) -> Result<(), gpumon_core::BuildError> {
-        self.validate_as("prometheus")
-    }
-
-    /// As `validate`, naming the keys under `section` (`web.auth…`).
-    pub(crate) fn validate_as(&self, section: &str) -> Result<(), gpumon_core::BuildError> {
-        use gpumon_core::BuildError;
-        match self {
-            Auth::Bearer { token } if token.is_empty() => {
-                Err(BuildError::invalid(format!("{section}.auth.bearer.token"), "must not be empty"))
-            }
-            Auth::Bearer { token } if token.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) => {
-                Err(BuildError::invalid(
-                    format!("{section}.auth.bearer.token"),
-                    "must not contain whitespace or control characters",
-                ))
-            }
-            Auth::Basic { username, .. } if username.is_empty() || username.contains(':') => Err(BuildError::invalid(
-                format!("{section}.auth.basic.username"),
-                "must be non-empty and must not contain `:`",
-            )),
-            _ => Ok(()),
-        }
-    }
-}
-
-impl fmt::Debug for Auth {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Auth::Bearer { .. } => f.debug_struct("Bearer").field("token", &"<redacted>").finish(),
-            Auth::Basic { username, .. } => {
-                f.debug_struct("Basic").field("username", username).field("password", &"<redacted>").finish()
-            }
-        }
-    }
-}
-
-/// TLS for the scrape endpoint: PEM files. Build one with [`TlsConfig::new`] (the struct is
-/// `#[non_exhaustive]`).
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[non_exhaustive]
-pub struct TlsConfig {
-    /// Certificate chain, PEM (leaf first).
-    pub cert: PathBuf,
-    /// Private key, PEM (PKCS#8, PKCS#1 or SEC1).
-    pub key: PathBuf,
-}
-
-impl TlsConfig {
-    /// TLS with this certificate chain and private key (PEM files).
-    pub fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
-        Self { cert: cert.into(), key: key.into() }
     }
 }
 
@@ -193,17 +108,18 @@ pub struct PrometheusConfig {
 
 impl Default for PrometheusConfig {
     fn default() -> Self {
+        let l = ListenerConfig::default();
         Self {
-            listen: None,
+            listen: l.listen,
             naming: Naming::Native,
             auth: None,
             tenants: Vec::new(),
-            tls: None,
-            max_connections: 64,
-            header_read_timeout: Duration::from_secs(10),
-            connection_timeout: Duration::from_secs(60),
-            max_header_bytes: 16 * 1024,
-            max_headers: 64,
+            tls: l.tls,
+            max_connections: l.max_connections,
+            header_read_timeout: l.header_read_timeout,
+            connection_timeout: l.connection_timeout,
+            max_header_bytes: l.max_header_bytes,
+            max_headers: l.max_headers,
             host_label: true,
             dcgm_lowercase_hostname: false,
             openmetrics: true,
@@ -212,14 +128,9 @@ impl Default for PrometheusConfig {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn auth_debug_redacts_secrets() {
-        let s = format!("{:?} {:?}", Auth::bearer("s3cret"), Auth::basic("u", "pw-s3cret"));
-        assert!(!s.contains("s3cret"), "{s}");
-        assert!(s.contains("\"u\""));
+impl PrometheusConfig {
+    /// The scrape endpoint's listener settings.
+    pub(crate) fn listener(&self) -> ListenerConfig {
+        listener_config!(self)
     }
 }

@@ -95,12 +95,9 @@
 mod config;
 mod render;
 pub(crate) mod series;
-mod tenants;
 
 #[cfg(feature = "prometheus-http")]
-pub(crate) mod access;
-#[cfg(feature = "prometheus-http")]
-pub(crate) mod http;
+mod serve;
 
 #[cfg(feature = "pushgateway")]
 mod pushgateway;
@@ -114,11 +111,16 @@ use arc_swap::ArcSwapOption;
 use gpumon_core::attribution::TenantSelector;
 use gpumon_core::{BuildError, Sink, SinkError, Snapshot, Telemetry};
 
-pub use config::{Auth, Naming, PrometheusConfig, TlsConfig, DEFAULT_LISTEN};
-pub use render::{escape_label_value, Format, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
 #[cfg(feature = "prometheus-http")]
-pub(crate) use tenants::resolve as resolve_tenants;
-pub use tenants::{BasicCredentials, TenantConfig};
+use crate::http;
+
+pub use config::{Naming, PrometheusConfig, DEFAULT_LISTEN};
+pub use render::{escape_label_value, Format, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
+// The listener's types are the HTTP layer's (shared with the web view); re-exported at the paths
+// they had before, which stay the place to import them from.
+pub use crate::http::access::Auth;
+pub use crate::http::listener::TlsConfig;
+pub use crate::http::tenants::{BasicCredentials, TenantConfig};
 
 #[cfg(feature = "pushgateway")]
 #[cfg_attr(docsrs, doc(cfg(feature = "pushgateway")))]
@@ -396,23 +398,10 @@ impl PrometheusSinkBuilder {
     pub fn build(self) -> Result<PrometheusSink, BuildError> {
         let c = &self.config;
         if let Some(auth) = &c.auth {
-            auth.validate()?;
+            auth.validate("prometheus")?;
         }
-        if c.max_connections == 0 {
-            return Err(BuildError::invalid("prometheus.max_connections", "must be at least 1"));
-        }
-        if c.header_read_timeout.is_zero() {
-            return Err(BuildError::invalid("prometheus.header_read_timeout", "must be greater than zero"));
-        }
-        if c.connection_timeout.is_zero() {
-            return Err(BuildError::invalid("prometheus.connection_timeout", "must be greater than zero"));
-        }
-        if c.max_header_bytes < 8192 {
-            return Err(BuildError::invalid("prometheus.max_header_bytes", "must be at least 8192"));
-        }
-        if c.max_headers == 0 {
-            return Err(BuildError::invalid("prometheus.max_headers", "must be at least 1"));
-        }
+        let listener = c.listener();
+        listener.validate("prometheus")?;
         if c.stale_after.is_some_and(|d| d.is_zero()) {
             return Err(BuildError::invalid("prometheus.stale_after", "must be greater than zero"));
         }
@@ -435,9 +424,11 @@ impl PrometheusSinkBuilder {
         #[cfg(feature = "prometheus-http")]
         let server = match self.listen {
             Some(addr) => {
-                let tenants = resolve_tenants("prometheus", c.auth.as_ref(), &c.tenants)?;
-                let access = access::Access::new(c.auth.clone(), tenants);
-                Some(http::Server::bind(addr, &self.config, handle.clone(), access)?)
+                let tenants = http::tenants::resolve("prometheus", c.auth.as_ref(), &c.tenants)?;
+                let access = http::access::Access::new(c.auth.clone(), tenants);
+                let settings =
+                    http::server::Settings::new("prometheus", "prometheus scrape endpoint", &listener, access)?;
+                Some(http::server::Server::bind(addr, settings, Arc::new(serve::Scrape(handle.clone())))?)
             }
             None => None,
         };
@@ -454,7 +445,7 @@ impl PrometheusSinkBuilder {
 pub struct PrometheusSink {
     handle: PrometheusHandle,
     #[cfg(feature = "prometheus-http")]
-    server: Option<http::Server>,
+    server: Option<http::server::Server>,
     shut_down: bool,
 }
 
@@ -507,7 +498,7 @@ impl PrometheusSink {
     pub fn local_addr(&self) -> Option<SocketAddr> {
         #[cfg(feature = "prometheus-http")]
         {
-            self.server.as_ref().map(http::Server::local_addr)
+            self.server.as_ref().map(http::server::Server::local_addr)
         }
         #[cfg(not(feature = "prometheus-http"))]
         {

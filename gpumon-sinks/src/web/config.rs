@@ -5,11 +5,17 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::prometheus::{Auth, TenantConfig, TlsConfig};
+use crate::http::access::Auth;
+use crate::http::listener::{listener_config, ListenerConfig, TlsConfig};
+use crate::http::tenants::TenantConfig;
 
 /// The address used when [`WebConfig::listen`] is not set: `127.0.0.1:9401` (next to the
 /// Prometheus endpoint's 9400, on loopback only; set `listen = "0.0.0.0:9401"` to expose it).
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9401));
+
+/// The web view's default [`WebConfig::max_connections`]: live streams hold their connections
+/// open, so it is higher than a listener's 64.
+const DEFAULT_MAX_CONNECTIONS: usize = 256;
 
 /// Settings of the web view (`[web]` in the agent's config file).
 ///
@@ -57,49 +63,51 @@ pub struct WebConfig {
 
 impl Default for WebConfig {
     fn default() -> Self {
+        let l = ListenerConfig { max_connections: DEFAULT_MAX_CONNECTIONS, ..ListenerConfig::default() };
         Self {
-            listen: None,
+            listen: l.listen,
             auth: None,
             tenants: Vec::new(),
-            tls: None,
+            tls: l.tls,
             max_clients: 128,
             client_buffer: 8,
             history: 900,
-            max_connections: 256,
-            header_read_timeout: Duration::from_secs(10),
-            connection_timeout: Duration::from_secs(60),
-            max_header_bytes: 16 * 1024,
-            max_headers: 64,
+            max_connections: l.max_connections,
+            header_read_timeout: l.header_read_timeout,
+            connection_timeout: l.connection_timeout,
+            max_header_bytes: l.max_header_bytes,
+            max_headers: l.max_headers,
         }
     }
 }
 
 impl WebConfig {
+    /// The web view's listener settings.
+    pub(crate) fn listener(&self) -> ListenerConfig {
+        listener_config!(self)
+    }
+
     pub(crate) fn validate(&self) -> Result<(), gpumon_core::BuildError> {
         use gpumon_core::BuildError;
         let positive = [
             ("web.max_clients", self.max_clients),
             ("web.client_buffer", self.client_buffer),
             ("web.history", self.history),
-            ("web.max_connections", self.max_connections),
-            ("web.max_headers", self.max_headers),
         ];
         for (name, v) in positive {
             if v == 0 {
                 return Err(BuildError::invalid(name, "must be at least 1"));
             }
         }
+        self.listener().validate("web")?;
         if self.max_connections < self.max_clients {
             return Err(BuildError::invalid(
                 "web.max_connections",
                 format!("must be at least web.max_clients ({})", self.max_clients),
             ));
         }
-        if self.max_header_bytes < 8192 {
-            return Err(BuildError::invalid("web.max_header_bytes", "must be at least 8192"));
-        }
         if let Some(auth) = &self.auth {
-            auth.validate_as("web")?;
+            auth.validate("web")?;
         }
         Ok(())
     }

@@ -2,7 +2,7 @@
 //!
 //! [`WebSink`] is a [`Sink`]: every snapshot the agent exports goes to a bounded history (for
 //! the charts) and, as a Server-Sent Event, to every open page. It serves, on one listener
-//! (hyper, with the Prometheus endpoint's limits, auth and TLS):
+//! (the HTTP server, limits, auth and TLS it shares with the Prometheus endpoint: `crate::http`):
 //!
 //! | path | what |
 //! |---|---|
@@ -49,8 +49,9 @@ pub use assets::{page_weight, page_weight_gzip};
 pub use config::{WebConfig, DEFAULT_LISTEN};
 pub use serve::CSP as CONTENT_SECURITY_POLICY;
 
-use crate::prometheus::access::Access;
-use crate::prometheus::http::{Server, Settings};
+use crate::http::access::Access;
+use crate::http::server::{Server, Settings};
+use crate::http::tenants;
 use hub::Hub;
 
 /// `SO_SNDBUF` of the web view's sockets: the page's largest file goes out in one go, and a live
@@ -140,23 +141,14 @@ impl WebSink {
     /// [`BuildError::Io`] when the address cannot be bound or a TLS file cannot be read.
     pub fn from_config(config: &WebConfig) -> Result<WebSink, BuildError> {
         config.validate()?;
-        let tenants = crate::prometheus::resolve_tenants("web", config.auth.as_ref(), &config.tenants)?;
+        let tenants = tenants::resolve("web", config.auth.as_ref(), &config.tenants)?;
         let selectors = tenants.iter().map(|t| t.selector.clone()).collect();
         let sink = Self::with_hub(config, selectors);
-        let mut settings = Settings::new(
-            "web",
-            "web view",
-            config.max_connections,
-            config.header_read_timeout,
-            config.connection_timeout,
-            config.max_header_bytes,
-            config.max_headers,
-            Access::new(config.auth.clone(), tenants),
-            config.tls.as_ref(),
-        )?;
+        let listener = config.listener();
+        let mut settings = Settings::new("web", "web view", &listener, Access::new(config.auth.clone(), tenants))?;
         settings.send_buffer = Some(SEND_BUFFER);
-        let addr = config.listen.unwrap_or(DEFAULT_LISTEN);
-        let server = Server::bind_with(addr, settings, Arc::new(serve::Web(sink.hub.clone())))?;
+        let addr = listener.listen.unwrap_or(DEFAULT_LISTEN);
+        let server = Server::bind(addr, settings, Arc::new(serve::Web(sink.hub.clone())))?;
         Ok(WebSink { server: Some(server), ..sink })
     }
 

@@ -9,8 +9,8 @@ use hyper::{Request, Response, StatusCode};
 
 use super::assets;
 use super::hub::Hub;
-use crate::prometheus::access::Scope;
-use crate::prometheus::http::{reject_method, text_response, Body, Handler, Settings};
+use crate::http::access::Scope;
+use crate::http::server::{reject_method, text_response, Body, Handler, Settings};
 
 /// The web view's Content-Security-Policy: no inline script or style, nothing from elsewhere (the
 /// page's own files and its own API only).

@@ -7,7 +7,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::*;
-use crate::prometheus::{Auth, TlsConfig};
+use crate::http::access::Auth;
+use crate::http::listener::TlsConfig;
 
 fn config() -> WebConfig {
     WebConfig { listen: Some("127.0.0.1:0".parse().unwrap()), ..WebConfig::default() }
@@ -189,12 +190,18 @@ fn bad_config_names_the_key() {
         (WebConfig { history: 0, ..WebConfig::default() }, "web.history"),
         (WebConfig { max_clients: 300, max_connections: 200, ..WebConfig::default() }, "web.max_connections"),
         (WebConfig { auth: Some(Auth::bearer("")), ..WebConfig::default() }, "web.auth.bearer.token"),
+        (WebConfig { connection_timeout: Duration::ZERO, ..WebConfig::default() }, "web.connection_timeout"),
+        (WebConfig { max_header_bytes: 100, ..WebConfig::default() }, "web.max_header_bytes"),
     ] {
         let err = WebSink::without_listener(&cfg).unwrap_err().to_string();
         assert!(err.contains(key), "{key}: {err}");
     }
     let toml_err = toml::from_str::<WebConfig>("max_clinets = 3").unwrap_err().to_string();
     assert!(toml_err.contains("max_clinets"), "{toml_err}");
+    // The listener's keys are the section's own: an unknown one is refused with all of them listed.
+    assert!(toml_err.contains("expected one of") && toml_err.contains("`max_header_bytes`"), "{toml_err}");
+    // The web view's own default (live streams hold connections), not a listener's 64.
+    assert_eq!(WebConfig::default().listener().max_connections, 256);
     let cfg: WebConfig =
         toml::from_str("listen = \"127.0.0.1:0\"\nclient_buffer = 3\nconnection_timeout = \"5s\"").unwrap();
     assert_eq!((cfg.client_buffer, cfg.connection_timeout), (3, Duration::from_secs(5)));

@@ -1,10 +1,10 @@
 //! Tenants of the scrape endpoint and the web view: a credential mapped to a
 //! [`TenantSelector`]. A request with a tenant's credential gets only that tenant's view of the
 //! latest snapshot ([`Snapshot::scoped_to`](gpumon_core::Snapshot::scoped_to)); see
-//! `docs/tenancy.md`.
-// The configuration (`[[prometheus.tenants]]`) is parsed with the Prometheus sink; only the
-// HTTP endpoints resolve a credential to a tenant.
-#![cfg_attr(not(feature = "prometheus-http"), allow(dead_code))]
+//! `docs/tenancy.md`. Part of the listener's access control ([`access`](super::access)).
+// The configuration (`[[prometheus.tenants]]`) is parsed with the section's config (without a
+// server, too: feature `prometheus`); only the HTTP server resolves a credential to a tenant.
+#![cfg_attr(not(feature = "_http-server"), allow(dead_code))]
 
 use std::fmt;
 use std::path::PathBuf;
@@ -13,7 +13,7 @@ use gpumon_core::attribution::TenantSelector;
 use gpumon_core::BuildError;
 use serde::Deserialize;
 
-use super::Auth;
+use super::access::Auth;
 
 /// One tenant (`[[prometheus.tenants]]` / `[[web.tenants]]` in the agent's config file): its
 /// name, its selector, and exactly one credential — `bearer`, `token_file` or `basic`.

@@ -1,14 +1,91 @@
-//! Who a request is: the admin (the listener's `auth`, sees everything), a tenant (sees its own
-//! view), or nobody (`401`). Shared by the scrape endpoint and the web view.
+//! Access control of a listener, beside the [server](super::server): the credential a listener
+//! is configured with ([`Auth`]; the tenants' are in [`tenants`](super::tenants)) and who a
+//! request is — the admin (the listener's `auth`, sees everything), a tenant (sees its own
+//! view), or nobody (`401`). Shared by the scrape endpoint and the web view. [`Auth`] is
+//! configuration (the `prometheus` feature has it without a server); the checks need the server
+//! (`_http-server`).
 
+use std::fmt;
+
+use gpumon_core::BuildError;
+#[cfg(feature = "_http-server")]
 use hyper::body::Incoming;
+#[cfg(feature = "_http-server")]
 use hyper::header::{HeaderValue, AUTHORIZATION, WWW_AUTHENTICATE};
+#[cfg(feature = "_http-server")]
 use hyper::{Request, Response, StatusCode};
+use serde::Deserialize;
 
-use super::http::{text_response, Body};
+#[cfg(feature = "_http-server")]
+use super::server::{text_response, Body};
+#[cfg(feature = "_http-server")]
 use super::tenants::Tenant;
-use super::Auth;
 
+/// Credentials a request must present (`auth` of `[prometheus]` or `[web]`: the admin credential,
+/// which reads everything).
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum Auth {
+    /// `Authorization: Bearer <token>`. TOML: `auth = { bearer = { token = "…" } }`.
+    Bearer {
+        /// The token.
+        token: String,
+    },
+    /// HTTP Basic. TOML: `auth = { basic = { username = "…", password = "…" } }`.
+    Basic {
+        /// User name (must not contain `:`).
+        username: String,
+        /// Password.
+        password: String,
+    },
+}
+
+impl Auth {
+    /// Bearer-token auth.
+    pub fn bearer(token: impl Into<String>) -> Self {
+        Auth::Bearer { token: token.into() }
+    }
+
+    /// Basic auth.
+    pub fn basic(username: impl Into<String>, password: impl Into<String>) -> Self {
+        Auth::Basic { username: username.into(), password: password.into() }
+    }
+
+    /// Checks the credential configured as `section.auth`; errors name the key
+    /// (`web.auth.bearer.token`).
+    pub(crate) fn validate(&self, section: &str) -> Result<(), BuildError> {
+        match self {
+            Auth::Bearer { token } if token.is_empty() => {
+                Err(BuildError::invalid(format!("{section}.auth.bearer.token"), "must not be empty"))
+            }
+            Auth::Bearer { token } if token.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) => {
+                Err(BuildError::invalid(
+                    format!("{section}.auth.bearer.token"),
+                    "must not contain whitespace or control characters",
+                ))
+            }
+            Auth::Basic { username, .. } if username.is_empty() || username.contains(':') => Err(BuildError::invalid(
+                format!("{section}.auth.basic.username"),
+                "must be non-empty and must not contain `:`",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl fmt::Debug for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Auth::Bearer { .. } => f.debug_struct("Bearer").field("token", &"<redacted>").finish(),
+            Auth::Basic { username, .. } => {
+                f.debug_struct("Basic").field("username", username).field("password", &"<redacted>").finish()
+            }
+        }
+    }
+}
+
+#[cfg(feature = "_http-server")]
 /// The credentials a listener accepts.
 #[derive(Debug, Default)]
 pub(crate) struct Access {
@@ -16,6 +93,7 @@ pub(crate) struct Access {
     tenants: Vec<Tenant>,
 }
 
+#[cfg(feature = "_http-server")]
 /// What a request may read.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Scope<'a> {
@@ -32,6 +110,7 @@ pub(crate) enum Scope<'a> {
     },
 }
 
+#[cfg(feature = "_http-server")]
 impl Access {
     /// `admin` sees everything; each of `tenants` (checked by `tenants::resolve`) its own view.
     pub(crate) fn new(admin: Option<Auth>, tenants: Vec<Tenant>) -> Self {
@@ -86,12 +165,14 @@ impl Access {
     }
 }
 
+#[cfg(feature = "_http-server")]
 /// The credential an `Authorization` header carries.
 enum Presented {
     Bearer(String),
     Basic { user: Vec<u8>, pass: Vec<u8> },
 }
 
+#[cfg(feature = "_http-server")]
 impl Presented {
     fn parse(header: Option<&str>) -> Option<Self> {
         let header = header?.trim();
@@ -125,6 +206,7 @@ impl Presented {
     }
 }
 
+#[cfg(feature = "_http-server")]
 /// Byte-wise comparison whose time does not depend on where the inputs differ.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
@@ -134,7 +216,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Whether an `Authorization` header value satisfies `auth`.
-#[cfg(test)]
+#[cfg(all(test, feature = "_http-server"))]
 pub(crate) fn authorized(auth: &Auth, header: Option<&str>) -> bool {
     Presented::parse(header).is_some_and(|p| p.satisfies(auth))
 }
@@ -143,6 +225,14 @@ pub(crate) fn authorized(auth: &Auth, header: Option<&str>) -> bool {
 mod tests {
     use super::*;
 
+    #[test]
+    fn auth_debug_redacts_secrets() {
+        let s = format!("{:?} {:?}", Auth::bearer("s3cret"), Auth::basic("u", "pw-s3cret"));
+        assert!(!s.contains("s3cret"), "{s}");
+        assert!(s.contains("\"u\""));
+    }
+
+    #[cfg(feature = "_http-server")]
     #[test]
     fn bearer_auth() {
         let auth = Auth::bearer("t0ken");
@@ -155,6 +245,7 @@ mod tests {
         assert!(!authorized(&auth, None));
     }
 
+    #[cfg(feature = "_http-server")]
     #[test]
     fn basic_auth() {
         use base64::Engine as _;

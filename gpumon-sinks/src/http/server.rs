@@ -1,7 +1,8 @@
-//! The scrape endpoint: hyper HTTP/1.1 (optionally over rustls) with request limits.
-//!
-//! The server (admission, limits, auth check, TLS) is generic over a [`Handler`] so that the web
-//! view (`crate::web`) serves its page and its live stream through the same code.
+//! The HTTP server of the scrape endpoint and the web view: hyper HTTP/1.1 (optionally over
+//! rustls) with the limits of a [`ListenerConfig`] — connection admission (the oldest idle
+//! connection makes room), header and connection timeouts, the TLS handshake — and the access
+//! check's answers. It is generic over a [`Handler`]: the Prometheus endpoint
+//! (`prometheus/serve.rs`) and the web view (`web/serve.rs`) hold only their routes.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -15,14 +16,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use gpumon_core::BuildError;
 use hyper::body::{Frame, Incoming, SizeHint};
-use hyper::header::{HeaderValue, ACCEPT, ALLOW, CONTENT_TYPE};
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 
-use super::access::{Access, Scope};
-use super::{PrometheusConfig, PrometheusHandle, TlsConfig};
+use super::access::Access;
+use super::listener::ListenerConfig;
 
 /// How long a connection over the limit waits for a slot before it is closed.
 const ADMISSION_WAIT: Duration = Duration::from_secs(1);
@@ -48,21 +49,17 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    /// Settings for a listener configured under `section` (named in error messages).
-    #[allow(clippy::too_many_arguments)]
+    /// Settings for the listener configured under `section` (named in error messages); `what`
+    /// names it in logs. The limits are checked by [`ListenerConfig::validate`], which the
+    /// section's config runs before.
     pub(crate) fn new(
         section: &'static str,
         what: &'static str,
-        max_connections: usize,
-        header_read_timeout: Duration,
-        connection_timeout: Duration,
-        max_header_bytes: usize,
-        max_headers: usize,
+        listener: &ListenerConfig,
         access: Access,
-        tls: Option<&TlsConfig>,
     ) -> Result<Self, BuildError> {
         #[cfg(not(feature = "prometheus-tls"))]
-        if tls.is_some() {
+        if listener.tls.is_some() {
             return Err(BuildError::invalid(
                 format!("{section}.tls"),
                 "TLS needs the `prometheus-tls` cargo feature of gpumon-sinks",
@@ -72,16 +69,16 @@ impl Settings {
         let _ = section;
         Ok(Self {
             what,
-            max_connections,
-            header_read_timeout,
-            connection_timeout,
-            max_header_bytes,
-            max_headers,
+            max_connections: listener.max_connections,
+            header_read_timeout: listener.header_read_timeout,
+            connection_timeout: listener.connection_timeout,
+            max_header_bytes: listener.max_header_bytes,
+            max_headers: listener.max_headers,
             access,
             #[cfg(feature = "web")]
             send_buffer: None,
             #[cfg(feature = "prometheus-tls")]
-            tls: match tls {
+            tls: match &listener.tls {
                 Some(tls) => Some(tls::acceptor(tls, section)?),
                 None => None,
             },
@@ -253,32 +250,8 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    pub(crate) fn bind(
-        addr: SocketAddr,
-        config: &PrometheusConfig,
-        handle: PrometheusHandle,
-        access: Access,
-    ) -> Result<Self, BuildError> {
-        let settings = Settings::new(
-            "prometheus",
-            "prometheus scrape endpoint",
-            config.max_connections,
-            config.header_read_timeout,
-            config.connection_timeout,
-            config.max_header_bytes,
-            config.max_headers,
-            access,
-            config.tls.as_ref(),
-        )?;
-        Self::bind_with(addr, settings, Arc::new(Scrape(handle)))
-    }
-
     /// A listener on `addr` answering with `handler`.
-    pub(crate) fn bind_with(
-        addr: SocketAddr,
-        settings: Settings,
-        handler: Arc<dyn Handler>,
-    ) -> Result<Self, BuildError> {
+    pub(crate) fn bind(addr: SocketAddr, settings: Settings, handler: Arc<dyn Handler>) -> Result<Self, BuildError> {
         let listener = std::net::TcpListener::bind(addr)
             .map_err(|e| BuildError::Io { what: format!("cannot listen on {addr}"), source: e.into() })?;
         listener
@@ -484,61 +457,6 @@ pub(crate) fn reject_method(req: &Request<Incoming>) -> Option<Response<Body>> {
     Some(r)
 }
 
-/// The Prometheus endpoint's requests.
-struct Scrape(PrometheusHandle);
-
-impl Handler for Scrape {
-    fn respond(&self, req: &Request<Incoming>, settings: &Settings) -> Response<Body> {
-        respond(&self.0, settings, req)
-    }
-}
-
-fn respond(handle: &PrometheusHandle, settings: &Settings, req: &Request<Incoming>) -> Response<Body> {
-    let path = req.uri().path();
-    if path != "/metrics" && path != "/health" && path != "/live" {
-        return text_response(StatusCode::NOT_FOUND, "not found: try /metrics, /health or /live\n");
-    }
-    if let Some(r) = reject_method(req) {
-        return r;
-    }
-    let head = req.method() == Method::HEAD;
-    let mut response = if path == "/live" {
-        // Liveness: the process serves. Unlike `/health` (readiness), it stays 200 while the
-        // backend fails, so an orchestrator does not restart an agent that waits for a driver.
-        text_response(StatusCode::OK, "live\n")
-    } else if path == "/health" {
-        match handle.health() {
-            Ok(()) => text_response(StatusCode::OK, "ok\n"),
-            Err(reason) => {
-                let mut r = Response::new(Body::full(format!("unhealthy: {reason}\n")));
-                *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-                r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-                r
-            }
-        }
-    } else {
-        let Some(scope) = settings.access.authenticate(req) else {
-            return settings.access.unauthorized();
-        };
-        let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
-        let format = handle.negotiate(accept);
-        // A tenant's view is scoped per request, from the same snapshot; nothing rendered for
-        // one reader is kept for another.
-        let body = match scope {
-            Scope::All => handle.render(format),
-            Scope::Tenant { tenant, .. } => handle.render_for(format, &tenant.selector),
-        };
-        let mut r = Response::new(Body::full(body));
-        r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
-        r
-    };
-    if head {
-        // hyper sends no body for HEAD; keep the headers.
-        *response.body_mut() = Body::empty();
-    }
-    response
-}
-
 #[cfg(feature = "prometheus-tls")]
 mod tls {
     use std::sync::Arc;
@@ -548,7 +466,7 @@ mod tls {
     use tokio_rustls::rustls::pki_types::pem::{self, PemObject};
     use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-    use crate::prometheus::TlsConfig;
+    use crate::http::listener::TlsConfig;
 
     fn io(what: String, e: impl Into<gpumon_core::BoxError>) -> BuildError {
         BuildError::Io { what, source: e.into() }
