@@ -24,6 +24,11 @@ pub(crate) use event::text;
 pub use event::{no_rows, Event, EventField, EventRow, EventValue};
 pub use output::{AnyOutput, StageOutput, StageOutputs};
 
+/// The crate behind [`StageOutput::as_serialize`], so that a stage of your own needs no
+/// dependency of its own to be written in JSON.
+#[cfg(feature = "serde")]
+pub use erased_serde;
+
 use std::time::Duration;
 
 use crate::model::Snapshot;

@@ -86,14 +86,10 @@ impl LineProtocolEncoder {
         Self { base: measurement.to_owned(), measurements, field_keys, label_keys, extra_tags: String::new() }
     }
 
-    /// The measurement finding events (raise and clear) are written to: `<base>_finding`.
-    pub fn finding_measurement_name(base: &str) -> String {
-        format!("{base}_finding")
-    }
-
-    /// The measurement reported training steps are written to: `<base>_step`.
-    pub fn step_measurement_name(base: &str) -> String {
-        format!("{base}_step")
+    /// The measurement events named `event` are written to: `<base>_<event>` (`gpu_finding`,
+    /// `gpu_step`; see [`Snapshot::visit_events`]).
+    pub fn event_measurement_name(base: &str, event: &str) -> String {
+        format!("{base}_{event}")
     }
 
     /// Adds a tag to every line (e.g. `cluster=eu-1`). Empty values are ignored (line protocol has

@@ -346,7 +346,7 @@ mod tests {
         enc.encode_snapshot(&with_findings(), &mut out);
         assert!(out.contains("\nnv_diagnosis,host=node\\ 1,cluster=eu,kind=near_oom findings_raised=2i "), "{out}");
         assert!(out.contains("\nnv_finding,host=node\\ 1,cluster=eu,kind=imbalance,severity=info active=0i"), "{out}");
-        assert_eq!(LineProtocolEncoder::finding_measurement_name("nv"), "nv_finding");
+        assert_eq!(LineProtocolEncoder::event_measurement_name("nv", "finding"), "nv_finding");
     }
 
     #[test]
@@ -385,7 +385,7 @@ mod tests {
         out.clear();
         encode_snapshot(&snap, &mut out);
         assert!(out.contains("\ngpu_steps,host=node\\ 1,job=train,rank=1 training_step=42i "), "{out}");
-        assert_eq!(LineProtocolEncoder::step_measurement_name("nv"), "nv_step");
+        assert_eq!(LineProtocolEncoder::event_measurement_name("nv", "step"), "nv_step");
     }
 
     #[test]
