@@ -12,7 +12,8 @@ use super::backend::{self, Backend, BackendError, MockFactory, MockOptions, Nvml
 use super::config::{AgentConfig, AgentSection};
 use super::error::AssemblyError;
 use super::sinks::{self, Listeners, Marks};
-use super::stages::{self, Services};
+use super::stages;
+use gpumon_core::stages::Services;
 
 /// Metric families chosen beside the config, over `agent.only` / `agent.enable` /
 /// `agent.disable` (the agent's `--only`, `--enable` and `--disable`): `only` is the exact set,
@@ -264,7 +265,12 @@ impl Assembly {
             if let Some(tracker) = steps.tracker {
                 builder = builder.processor(tracker);
             }
-            services = Services { steps: steps.socket, kubelet: attribution.kubelet.take() };
+            if let Some(socket) = steps.socket {
+                services.add(socket);
+            }
+            if let Some(kubelet) = attribution.kubelet.take() {
+                services.add(kubelet);
+            }
         }
         let limitations = diagnose.limitations(&sampling);
         let (builder, report) = diagnose.install(builder, sampling, options.report);
@@ -454,12 +460,18 @@ mod tests {
         assert_eq!(assembled.source, Some(Source::Mock));
         let prometheus = assembled.listeners.prometheus.expect("a listener");
         assert!(prometheus.addr.port() != 0 && prometheus.url().starts_with("http://127.0.0.1:"), "{prometheus:?}");
-        assert_eq!(assembled.services.steps().map(crate::assembly::StepsSocket::path), Some(socket.as_path()));
-        assert!(!assembled.services.steps_serving());
+        assert_eq!(
+            assembled.services.get::<crate::assembly::StepsSocket>().map(crate::assembly::StepsSocket::path),
+            Some(socket.as_path())
+        );
+        assert!(!assembled.services.report_at_the_next_tick());
         assembled.services.start().unwrap();
-        assert!(assembled.services.steps_serving() && socket.exists());
+        assert!(assembled.services.report_at_the_next_tick() && socket.exists());
         assembled.services.stop().await;
-        assert!(!assembled.services.steps_serving() && !socket.exists(), "the socket file is removed at stop");
+        assert!(
+            !assembled.services.report_at_the_next_tick() && !socket.exists(),
+            "the socket file is removed at stop"
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 }

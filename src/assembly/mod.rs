@@ -76,8 +76,9 @@ mod stages;
 
 pub use build::{parse_families, Assembled, Assembly, AssemblyOptions, Families, Replay};
 pub use error::{AssemblyError, ServiceError};
+pub use gpumon_core::stages::Services;
 pub use sinks::{Listener, Listeners};
-pub use stages::{KubeletService, Services, StepsSocket};
+pub use stages::{KubeletService, StepsSocket};
 
 use std::time::Duration;
 

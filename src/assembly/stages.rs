@@ -15,6 +15,7 @@ use gpumon_core::attribution::procfs::{DEFAULT_PASSWD_FILE, DEFAULT_PROC_ROOT};
 use gpumon_core::attribution::{AllocationCache, AttributionConfig, AttributionStats};
 use gpumon_core::diagnose::{limitations, DiagnoseConfig, Diagnoser, Limitation, Sampling, Thresholds, DEFAULT_WINDOW};
 use gpumon_core::report::{ReportHandle, RunReport};
+use gpumon_core::stages::{Service, ServiceError as CoreServiceError};
 use gpumon_core::steps::socket::{SocketConfig, SocketError, StepSocket};
 use gpumon_core::steps::{StepConfig, StepRegistry, StepTracker};
 use gpumon_core::{AgentBuilder, Family, MetricSet};
@@ -395,69 +396,48 @@ impl KubeletService {
     }
 }
 
-// --- the services together ------------------------------------------------------------------------
+// --- the services as the stages' background work --------------------------------------------------
 
-/// The background services of the assembled agent's stages: the steps socket and the kubelet
-/// refresher, each present when configured. Start them once the agent runs
-/// ([`Services::start`], inside the tokio runtime); stop them before the agent's last flush
-/// ([`Services::stop`]) so that the marks they took are reported.
-#[derive(Debug, Default)]
-pub struct Services {
-    pub(super) steps: Option<StepsSocket>,
-    pub(super) kubelet: Option<KubeletService>,
+#[async_trait::async_trait]
+impl Service for StepsSocket {
+    fn name(&self) -> &str {
+        "steps-socket"
+    }
+
+    fn start(&mut self) -> Result<(), CoreServiceError> {
+        StepsSocket::start(self).map_err(|e| CoreServiceError::new(ServiceError::from(e)))
+    }
+
+    async fn stop(&mut self) {
+        StepsSocket::stop(self).await;
+    }
+
+    fn is_running(&self) -> bool {
+        self.is_serving()
+    }
+
+    /// Marks that arrived since the last tick are reported by the next sample.
+    fn reports_at_the_next_tick(&self) -> bool {
+        true
+    }
 }
 
-impl Services {
-    /// The steps socket, when `steps.socket` is set.
-    pub fn steps(&self) -> Option<&StepsSocket> {
-        self.steps.as_ref()
+#[async_trait::async_trait]
+impl Service for KubeletService {
+    fn name(&self) -> &str {
+        "kubelet-refresher"
     }
 
-    /// The kubelet refresher, when `attribution.kubelet` is on.
-    pub fn kubelet(&self) -> Option<&KubeletService> {
-        self.kubelet.as_ref()
+    fn start(&mut self) -> Result<(), CoreServiceError> {
+        KubeletService::start(self).map_err(CoreServiceError::new)
     }
 
-    /// Whether there is nothing to start.
-    pub fn is_empty(&self) -> bool {
-        self.steps.is_none() && self.kubelet.is_none()
+    async fn stop(&mut self) {
+        KubeletService::stop(self).await;
     }
 
-    /// Starts every service: the steps socket, then the kubelet refresher. On an error the
-    /// services already started keep running; [`Services::stop`] stops them.
-    ///
-    /// ## Errors
-    ///
-    /// [`ServiceError`]: the steps socket cannot be bound, or the refresher cannot start.
-    ///
-    /// ## Panics
-    ///
-    /// Outside a tokio runtime.
-    pub fn start(&mut self) -> Result<(), ServiceError> {
-        if let Some(steps) = &mut self.steps {
-            steps.start()?;
-        }
-        if let Some(kubelet) = &mut self.kubelet {
-            kubelet.start()?;
-        }
-        Ok(())
-    }
-
-    /// Whether the steps socket is served (marks may have arrived since the last tick: take one
-    /// last sample before shutting down to report them).
-    pub fn steps_serving(&self) -> bool {
-        self.steps.as_ref().is_some_and(StepsSocket::is_serving)
-    }
-
-    /// Stops every service (the steps socket file is removed). Services never started are left
-    /// as they are.
-    pub async fn stop(&mut self) {
-        if let Some(steps) = &mut self.steps {
-            steps.stop().await;
-        }
-        if let Some(kubelet) = &mut self.kubelet {
-            kubelet.stop().await;
-        }
+    fn is_running(&self) -> bool {
+        KubeletService::is_running(self)
     }
 }
 

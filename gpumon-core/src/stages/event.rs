@@ -33,6 +33,9 @@ pub struct EventRow<'a> {
     pub fields: &'a [EventField<'a>],
 }
 
+/// How an event hands out its per-device parts: called with a callback that takes each row.
+pub type Rows<'a> = dyn Fn(&mut dyn FnMut(EventRow<'_>)) + 'a;
+
 /// [`Event::rows`] of an event without per-device parts.
 pub fn no_rows(_: &mut dyn FnMut(EventRow<'_>)) {}
 
@@ -57,7 +60,7 @@ pub struct Event<'a> {
     /// Per-device parts, visited on demand: a sink that writes points writes one per row (the
     /// row's device, the event's tags and fields, then the row's fields) instead of one for the
     /// event. [`no_rows`] for an event without.
-    pub rows: &'a dyn Fn(&mut dyn FnMut(EventRow<'_>)),
+    pub rows: &'a Rows<'a>,
     /// Writes the event as one human line, without time stamp or line break
     /// (`FINDING raised gpu 0 …`).
     pub text: &'a dyn Fn(&mut String),

@@ -11,6 +11,8 @@
 //!   [`Descriptor`](crate::Descriptor), like every catalogue metric) and events, which every
 //!   sink exports through [`Snapshot::visit_derived`] and [`Snapshot::visit_events`] — no sink
 //!   names a stage;
+//! - a stage with work of its own in the background (a socket, a cache refresher) runs it as a
+//!   [`Service`], started once the agent runs and stopped before its last sample.
 //!
 //! The built-in stages are attribution ([`crate::attribution`]), training steps
 //! ([`crate::steps`]), diagnosis ([`crate::diagnose`]) and the run report ([`crate::report`]).
@@ -19,10 +21,12 @@
 
 mod event;
 mod output;
+mod service;
 
 pub(crate) use event::text;
-pub use event::{no_rows, Event, EventField, EventRow, EventValue};
+pub use event::{no_rows, Event, EventField, EventRow, EventValue, Rows};
 pub use output::{AnyOutput, StageOutput, StageOutputs};
+pub use service::{Service, ServiceError, Services};
 
 /// The crate behind [`StageOutput::as_serialize`], so that a stage of your own needs no
 /// dependency of its own to be written in JSON.

@@ -375,7 +375,7 @@ async fn run(cli: Cli, file: AgentConfig, options: AssemblyOptions) -> ExitCode 
     tracing::info!(interval = ?interval, "agent running; Ctrl-C or SIGTERM to stop");
     crate::diagnose::run_until(cli.diagnose.duration, wait_for_signal()).await;
     tracing::info!("shutting down");
-    let steps_on = services.steps_serving();
+    let steps_on = services.report_at_the_next_tick();
     services.stop().await;
     // Marks read from the socket since the last tick would be lost at exit: one last sample
     // reports them (and the sinks flush it), within the same shutdown timeout as the rest.
