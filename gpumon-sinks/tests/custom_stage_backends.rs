@@ -314,10 +314,11 @@ async fn otlp_exports_the_stage(protocol: Protocol, pipeline: Pipeline) {
             let d = s.devices.iter().find(|d| d.info.uuid == uuid).unwrap();
             assert_eq!(a["gpumon.gpu.index"], d.info.index, "{what} {j}");
             assert_eq!(a["hw.type"], "gpu", "{what} {j}");
-            if pipeline == Pipeline::Direct {
-                // The direct pipeline marks simulated data on the resource (the SDK pipeline's
-                // resource is the embedder's; the agent adds the mark to its configuration).
-                assert_eq!(j["resource"]["gpumon.backend"], "mock", "{what} {j}");
+            // Simulated data is marked: the direct pipeline on its resource, the SDK pipeline
+            // (whose resource is fixed before any snapshot) on every point.
+            match pipeline {
+                Pipeline::Direct => assert_eq!(j["resource"]["gpumon.backend"], "mock", "{what} {j}"),
+                _ => assert_eq!(a["gpumon.backend"], "mock", "{what} {j}"),
             }
             assert!(got.insert(uuid, j["value"].as_f64().unwrap()).is_none(), "{what} one point per GPU");
         }

@@ -515,9 +515,16 @@ impl Plan {
     pub(crate) fn encode(&self, snapshot: &Snapshot, cache: &mut AttributeCache) -> Encoded {
         let mut by_instrument: Vec<Vec<Observation>> = self.instruments.iter().map(|_| Vec::new()).collect();
         let mut points = 0;
+        // The SDK's resource is fixed when its provider is built, before any snapshot says where
+        // its data comes from: simulated or replayed data is marked on every point instead (the
+        // direct pipeline marks its resource), so that it cannot pass for a GPU's whoever built
+        // the provider.
+        let mark =
+            snapshot.system.marked_backend().map(|m| KeyValue::new(super::direct::BACKEND_ATTRIBUTE, m.to_owned()));
         self.walk(snapshot, cache, |series| {
-            let mut attributes = Vec::with_capacity(series.base.len() + 2);
+            let mut attributes = Vec::with_capacity(series.base.len() + 3);
             attributes.extend(series.base.iter().cloned());
+            attributes.extend(mark.iter().cloned());
             if let Some((k, v)) = series.attribute {
                 attributes.push(KeyValue::new(k, v));
             }
@@ -718,6 +725,8 @@ mod tests {
         assert_eq!(attr(o, "hw.vendor").as_deref(), Some("nvidia"));
         assert_eq!(attr(o, "hw.type").as_deref(), Some("gpu"));
         assert_eq!(attr(o, "hw.name").as_deref(), Some("nvidia2/mig1"));
+        // Simulated data is marked on every point of the SDK pipeline.
+        assert!(enc.by_instrument.iter().flatten().all(|o| attr(o, "gpumon.backend").as_deref() == Some("mock")));
 
         let status = find("hw.status");
         assert_eq!(status.len(), 2);
