@@ -280,6 +280,50 @@ async fn idle_connections_are_closed_after_the_header_timeout() {
     sink.shutdown().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exposition_is_gzip_compressed_when_the_scraper_takes_it() {
+    use std::io::Read as _;
+    let mut sink = PrometheusSink::builder().with_http_listener(([127, 0, 0, 1], 0)).build().unwrap();
+    let url = format!("http://{}/metrics", sink.local_addr().unwrap());
+    sink.export(Arc::new(test_snapshot(1))).await.unwrap();
+    let http = client();
+    let get = |encoding: Option<&'static str>| {
+        let mut r = http.get(&url);
+        if let Some(e) = encoding {
+            r = r.header("accept-encoding", e);
+        }
+        async move { r.send().await.unwrap() }
+    };
+
+    let plain = get(None).await;
+    assert!(plain.headers().get("content-encoding").is_none());
+    assert_eq!(plain.headers()["vary"], "accept-encoding");
+    let plain = plain.bytes().await.unwrap();
+
+    // What Prometheus sends: gzip.
+    let r = get(Some("gzip")).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-encoding"], "gzip");
+    assert_eq!(r.headers()["content-type"], TEXT_CONTENT_TYPE);
+    let wire = r.bytes().await.unwrap();
+    let mut text = Vec::new();
+    flate2::read::GzDecoder::new(&wire[..]).read_to_end(&mut text).unwrap();
+    assert_eq!(text, plain, "the same exposition");
+    assert!(wire.len() * 3 < plain.len(), "{} bytes compressed of {}", wire.len(), plain.len());
+
+    // Among others, any case, with a quality; refused with q=0; not offered.
+    for (accept, gzipped) in [
+        ("deflate, GZIP;q=0.5", true),
+        ("*", true),
+        ("gzip;q=0", false),
+        ("gzip; q=0.0, identity", false),
+        ("identity", false),
+    ] {
+        let r = get(Some(accept)).await;
+        assert_eq!(r.headers().get("content-encoding").is_some(), gzipped, "Accept-Encoding: {accept}");
+    }
+}
+
 #[tokio::test]
 async fn handle_renders_without_a_listener() {
     let mut sink = PrometheusSink::builder().build().unwrap();

@@ -372,12 +372,13 @@ mod tests {
         let server = TestServer::start(Reply::status(204)).await;
         let mut c = InfluxConfig::v2(&server.url, "o", "b", "t0k");
         c.batch_interval = Duration::from_secs(600);
-        c.gzip = true;
+        assert!(c.gzip, "gzip is the default");
         let mut sink = InfluxSink::from_config(&c).unwrap();
         sink.healthcheck().await.unwrap();
         sink.export(snapshot()).await.unwrap();
         sink.flush().await.unwrap();
-        let c = InfluxConfig { username: Some("u".into()), password: Some("p".into()), ..config(&server.url) };
+        let c =
+            InfluxConfig { username: Some("u".into()), password: Some("p".into()), gzip: false, ..config(&server.url) };
         let mut sink = InfluxSink::from_config(&c).unwrap();
         sink.export(snapshot()).await.unwrap();
         sink.flush().await.unwrap();

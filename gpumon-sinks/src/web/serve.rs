@@ -4,13 +4,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use hyper::body::Incoming;
-use hyper::header::{HeaderName, HeaderValue, ACCEPT_ENCODING, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_TYPE, VARY};
+use hyper::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_TYPE, VARY};
 use hyper::{Request, Response, StatusCode};
 
 use super::assets;
 use super::hub::Hub;
 use crate::http::access::Scope;
-use crate::http::server::{reject_method, text_response, Body, Handler, Settings};
+use crate::http::server::{accepts_gzip, reject_method, text_response, Body, Handler, Settings};
 
 /// The web view's Content-Security-Policy: no inline script or style, nothing from elsewhere (the
 /// page's own files and its own API only).
@@ -98,11 +98,7 @@ fn route(hub: &Arc<Hub>, req: &Request<Incoming>, settings: &Settings) -> Respon
         },
         path => match assets::find(path) {
             Some(asset) => {
-                let gzip = req
-                    .headers()
-                    .get(ACCEPT_ENCODING)
-                    .and_then(|v| v.to_str().ok())
-                    .is_some_and(|v| v.split(',').any(|e| e.split(';').next().is_some_and(|e| e.trim() == "gzip")));
+                let gzip = accepts_gzip(req);
                 let mut r = Response::new(if gzip { Body::full(asset.gzip()) } else { Body::full(asset.bytes) });
                 let h = r.headers_mut();
                 h.insert(CONTENT_TYPE, HeaderValue::from_static(asset.content_type));
