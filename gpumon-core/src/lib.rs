@@ -17,6 +17,20 @@
 //! native, dcgm-exporter and OpenTelemetry alike. Sinks encode from
 //! [`DeviceSample::visit_points`] and never spell a metric name themselves.
 //!
+//! ## Layout
+//! - the model ([`Snapshot`], [`DeviceSample`], … and what stages attach to a snapshot,
+//!   [`StageOutput`]): `model/`;
+//! - the metric catalogue ([`MetricId::descriptor`]) and the visitor that turns a sample into
+//!   [`Point`]s: `metric/`;
+//! - the seams: [`Sampler`] (`sampler.rs`), [`Sink`] (`sink.rs`), [`Telemetry`];
+//! - the stages ([`Processor`]s: [`attribution`], [`steps`], [`diagnose`], [`report`]):
+//!   `stages/`, one module each;
+//! - the NVML backend, the only code that names `nvml-wrapper`: `nvml/` (feature `nvml`);
+//! - the runtime ([`Agent`]): `runtime/`; record and replay: `trace/`.
+//!
+//! No file imports across two of these in a circle: `python3 scripts/import-graph.py
+//! gpumon-core/src` checks it.
+//!
 //! ## Features
 //! - `runtime` (default): [`Agent`], [`AgentHandle`] (tokio).
 //! - `serde` (default): `Serialize`/`Deserialize` for the data model.
@@ -48,17 +62,12 @@
 #![warn(missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod attribution;
-pub mod diagnose;
 mod filter;
-mod finding;
 mod metric;
 mod model;
-pub mod report;
 mod sampler;
 mod sink;
 pub mod stages;
-pub mod steps;
 mod telemetry;
 #[cfg(feature = "trace")]
 #[cfg_attr(docsrs, doc(cfg(feature = "trace")))]
@@ -70,8 +79,10 @@ mod runtime;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 
+// The stages live in `stages/`; their first paths, at the crate root, stay.
+pub use stages::{attribution, diagnose, report, steps};
+
 pub use filter::{DeviceFilter, DeviceOrderError, DeviceSelector, FilterParseError};
-pub use finding::{Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Severity, Transition};
 pub use metric::{
     DcgmName, DerivedPoint, Descriptor, Family, LabelValue, MetricId, MetricKind, MetricSet, OtelName, PerDescriptor,
     Point, Scope, Unit, Value, MAX_DERIVED_LABELS,
@@ -83,6 +94,9 @@ pub use model::{
 };
 pub use sampler::{BoxError, SampleError, SampleRequest, Sampler, UnavailableSampler};
 pub use sink::{BuildError, Sink, SinkError};
+pub use stages::diagnose::finding::{
+    Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Severity, Transition,
+};
 pub use stages::{Processor, ProcessorContext, StageOutput, StageOutputs};
 pub use telemetry::{AgentStats, SinkState, SinkStatus, Telemetry};
 

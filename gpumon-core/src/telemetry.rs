@@ -227,11 +227,12 @@ impl SinkStatusCell {
         });
     }
 
-    pub(crate) fn failed(&self, error: &crate::SinkError) {
+    /// Counts a failed export (`panicked`: the sink panicked, a `SinkError::Panicked`).
+    pub(crate) fn failed(&self, error: &dyn std::fmt::Display, panicked: bool) {
         self.update(|s| {
             s.failures += 1;
             s.consecutive_failures += 1;
-            if matches!(error, crate::SinkError::Panicked(_)) {
+            if panicked {
                 s.panics += 1;
             }
             s.last_error = Some(error.to_string());

@@ -45,6 +45,16 @@
 //! UUIDs are compared with the known layout, and instances created or destroyed at run time are
 //! picked up (carried state kept for the instances that stay). An instance destroyed between
 //! two checks reports per-metric failures until the next one.
+//!
+//! ## Boundary
+//! This folder is the only code in gpumon that names `nvml-wrapper`: it fills the model
+//! ([`DeviceSample`], [`crate::MetricFailure`]) behind the [`Sampler`] seam and depends on the
+//! model, the catalogue's [`Family`], the device filter and that trait — never on
+//! a stage, a sink or the runtime. Its one `nvml-wrapper` type in the public API is the escape
+//! hatch [`NvmlSampler::nvml`]. The shape is `shared/STYLE.md`'s ("Traits": the `Sampler`
+//! trait, with "`NvmlSampler { nvml: Arc<nvml_wrapper::Nvml>, … }`" behind it in gpumon-core's
+//! feature `nvml`), and the absence rule is sysinfo's ("Without the library the data is simply
+//! absent and nothing fails").
 
 mod errors;
 mod read;

@@ -142,7 +142,7 @@ impl Worker {
                 } else {
                     tracing::debug!(sink = %self.sink.name(), error = %e, "sink call failed again");
                 }
-                self.status.failed(&e);
+                self.status.failed(&e, matches!(e, SinkError::Panicked(_)));
             }
         }
     }

@@ -14,18 +14,39 @@
 //! - a stage with work of its own in the background (a socket, a cache refresher) runs it as a
 //!   [`Service`], started once the agent runs and stopped before its last sample.
 //!
-//! The built-in stages are attribution ([`crate::attribution`]), training steps
-//! ([`crate::steps`]), diagnosis ([`crate::diagnose`]) and the run report ([`crate::report`]).
 //! The shape is vector's transforms, the OpenTelemetry Collector's processors and tracing's
-//! `Layer` (`shared/STYLE.md`).
+//! `Layer` (`shared/STYLE.md`, "tracing": "`pub trait Layer<S: Subscriber>` … has *only default
+//! methods* … so an implementer overrides just the hooks it needs", as [`Processor::attach`] and
+//! every [`StageOutput`] method but `key` do).
+//!
+//! # Layout
+//! Every stage lives in this folder, one module each, and each depends only on the model, the
+//! catalogue and this framework — never on the runtime, a backend or a sink:
+//! - [`attribution`] (`stages/attribution/`): who holds each GPU and process, tenant views;
+//! - [`steps`] (`stages/steps/`): training steps;
+//! - [`diagnose`] (`stages/diagnose/`): findings, with their output type [`Diagnosis`]
+//!   (`stages/diagnose/finding.rs`);
+//! - [`report`] (`stages/report.rs`): the run report.
+//!
+//! They are also at the crate root (`gpumon_core::diagnose`, …), where they were first.
+//! The framework is this file ([`Processor`]), `service.rs` ([`Service`]) and `text.rs`; what a
+//! stage leaves on a snapshot ([`StageOutput`], [`StageOutputs`], [`Event`]) is part of the
+//! data model (it lives in `model/`, see [`StageOutputs`]) and is re-exported here.
+//! `builtin.rs` reads the built-in stages' outputs back from JSON: the one file that names
+//! them all.
+//!
+//! [`Diagnosis`]: crate::Diagnosis
 
-mod event;
-mod output;
+pub mod attribution;
+#[cfg(feature = "serde")]
+mod builtin;
+pub mod diagnose;
+pub mod report;
 mod service;
+pub mod steps;
+pub(crate) mod text;
 
-pub(crate) use event::text;
-pub use event::{no_rows, Event, EventField, EventRow, EventValue, Rows};
-pub use output::{AnyOutput, StageOutput, StageOutputs};
+pub use crate::model::{no_rows, AnyOutput, Event, EventField, EventRow, EventValue, Rows, StageOutput, StageOutputs};
 pub use service::{Service, ServiceError, Services};
 
 /// The crate behind [`StageOutput::as_serialize`], so that a stage of your own needs no

@@ -156,7 +156,7 @@ impl TraceReader {
             }
         }
         // Diagnosis is never stored; a hand-edited line that has one does not pass it on.
-        snapshot.outputs.remove(crate::finding::DIAGNOSIS_KEY);
+        snapshot.outputs.remove(crate::stages::diagnose::finding::DIAGNOSIS_KEY);
         Ok(snapshot)
     }
 }

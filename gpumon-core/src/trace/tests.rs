@@ -3,10 +3,10 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use super::*;
-use crate::finding::Diagnosis;
 use crate::model::{DeviceSample, ProcessSample, Snapshot, SystemInfo, WindowStats};
 use crate::sampler::{SampleError, SampleRequest, Sampler};
 use crate::sink::SinkError;
+use crate::stages::diagnose::finding::Diagnosis;
 
 fn system() -> Arc<SystemInfo> {
     let mut s = SystemInfo::new("node-1", "nvml");

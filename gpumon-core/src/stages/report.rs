@@ -82,9 +82,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use crate::diagnose::{limitations, DiagnoseConfig, Limitation, Sampling, Thresholds};
-use crate::finding::{FindingEvent, FindingKind, Severity, Transition};
 use crate::model::{DeviceSample, Snapshot};
+use crate::stages::diagnose::finding::{FindingEvent, FindingKind, Severity, Transition};
+use crate::stages::diagnose::{limitations, DiagnoseConfig, Limitation, Sampling, Thresholds};
 use crate::stages::{Processor, ProcessorContext};
 
 /// Histogram bins per unit of utilisation: 0.1 % resolution.
@@ -910,9 +910,9 @@ mod tests {
     use std::time::UNIX_EPOCH;
 
     use super::*;
-    use crate::diagnose::{DiagnoseConfig, Diagnoser};
-    use crate::finding::{Diagnosis, Finding, FindingEvent};
     use crate::model::{DeviceInfo, DeviceState, SystemInfo};
+    use crate::stages::diagnose::finding::{Diagnosis, Finding, FindingEvent};
+    use crate::stages::diagnose::{DiagnoseConfig, Diagnoser};
 
     const GIB: u64 = 1 << 30;
 
@@ -1226,8 +1226,8 @@ mod tests {
 
     #[test]
     fn the_settings_given_are_listed_with_the_gpus_seen_and_the_measured_period() {
-        use crate::diagnose::Sampling;
         use crate::metric::MetricSet;
+        use crate::stages::diagnose::Sampling;
         let interval = Duration::from_millis(100);
         let (report, handle) = RunReport::new();
         let mut report =

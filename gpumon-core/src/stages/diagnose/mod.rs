@@ -49,6 +49,7 @@
 //! # Ok::<(), gpumon_core::diagnose::DiagnoseConfigError>(())
 //! ```
 
+pub(crate) mod finding;
 mod limits;
 mod rules;
 mod window;
@@ -59,10 +60,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::finding::{Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Transition};
 use crate::model::Snapshot;
+use crate::stages::diagnose::finding::{Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Transition};
+use crate::stages::steps::Steps;
 use crate::stages::{Processor, ProcessorContext};
-use crate::steps::Steps;
 
 use rules::{Counters, Holds, HostContext, Past, TickStats, KINDS};
 use window::{Ring, Tallies};

@@ -9,8 +9,8 @@
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
-use crate::finding::{FindingKind, Severity};
 use crate::model::{ClockEventReasons, DeviceSample};
+use crate::stages::diagnose::finding::{FindingKind, Severity};
 
 use super::window::Ring;
 use super::Thresholds;

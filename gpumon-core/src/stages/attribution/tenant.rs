@@ -67,13 +67,11 @@
 //! assert_eq!(view.devices[0].processes[0].pid, 100);
 //! ```
 
-use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
 
 use super::Owner;
-use crate::{DeviceSample, Diagnosis, Finding, Snapshot};
+use crate::model::{DeviceSample, Snapshot};
 
 /// One condition on an [`Owner`]. A [`TenantSelector`] holds one or several, all of which must
 /// hold.
@@ -234,7 +232,7 @@ impl TenantSelector {
     /// Which devices of `snapshot` this tenant holds, one entry per device in
     /// [`Snapshot::devices`] order (see the [module docs](self) for the rule, MIG included).
     pub fn held_devices(&self, snapshot: &Snapshot) -> Vec<bool> {
-        let parents = mig_parents(snapshot);
+        let parents = snapshot.mig_parents();
         snapshot.devices.iter().map(|d| self.holds(d, parents.contains(d.info.uuid.as_str()))).collect()
     }
 
@@ -368,11 +366,6 @@ impl<'de> serde::Deserialize<'de> for IdOrName {
     }
 }
 
-/// UUIDs of the GPUs whose MIG instances are in `snapshot`.
-fn mig_parents(snapshot: &Snapshot) -> HashSet<&str> {
-    snapshot.devices.iter().filter_map(|d| d.info.mig.as_ref().map(|m| m.parent_uuid.as_str())).collect()
-}
-
 impl Snapshot {
     /// The view of this snapshot that `tenant` may read: the devices it holds, with only its
     /// own processes and owners, and only the derived data that is about those devices and
@@ -420,35 +413,6 @@ fn scope_device(device: &DeviceSample, tenant: &TenantSelector) -> DeviceSample 
     d.processes.retain(|p| p.owner.as_deref().is_some_and(|o| tenant.matches(o)));
     d.owners.retain(|o| tenant.matches(o));
     d
-}
-
-/// Findings about the view's devices whose text names no GPU outside the view; no host-level
-/// findings and no raised counts (they count every tenant's GPUs).
-pub(crate) fn scope_diagnosis(diagnosis: &Diagnosis, view: &Snapshot) -> Diagnosis {
-    let kept: HashSet<&str> = view.devices.iter().map(|d| d.info.uuid.as_str()).collect();
-    // A kept MIG instance shows its parent's UUID anyway (`parent_uuid`); text may name it.
-    let mut nameable = kept.clone();
-    nameable.extend(mig_parents(view));
-    let visible = |f: &Finding| {
-        f.uuid.as_deref().is_some_and(|u| kept.contains(u))
-            && names_only(&f.evidence, &nameable)
-            && names_only(&f.advice, &nameable)
-    };
-    // Every field named: one added to `Diagnosis` later must be decided on here.
-    Diagnosis {
-        active: diagnosis.active.iter().filter(|f| visible(f)).cloned().collect::<Vec<_>>().into(),
-        events: diagnosis.events.iter().filter(|e| visible(&e.finding)).cloned().collect(),
-        raised_total: Arc::from([]),
-    }
-}
-
-/// Whether every word of `text` that looks like a GPU or MIG UUID (contains `GPU-` or `MIG-`)
-/// is one of `nameable`. Errs on the side of hiding: an unusual word that merely contains
-/// `GPU-` hides the finding, never another tenant's GPU.
-fn names_only(text: &str, nameable: &HashSet<&str>) -> bool {
-    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '/'))
-        .filter(|w| w.contains("GPU-") || w.contains("MIG-"))
-        .all(|w| nameable.contains(w))
 }
 
 #[cfg(test)]

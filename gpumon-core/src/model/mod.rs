@@ -5,12 +5,35 @@
 //! sink only ever rescales, never guesses. A value the GPU does not support — or that was not
 //! asked for — is `None`; a value that failed for another reason (no permission, say) is `None`
 //! *and* recorded in [`DeviceSample::errors`]. The rest of the snapshot still ships.
+//!
+//! The shape is `shared/STYLE.md`'s "Data model: an immutable `Snapshot`, not a registry" ("One
+//! sampling tick produces one value, shared as `Arc<Snapshot>`"), with sysinfo's rule for
+//! missing values ("A value that *may* be missing on a supported platform is an `Option`").
+//!
+//! # Files
+//! - `mod.rs`: the snapshot, the device and process samples and their value groups;
+//! - `owner.rs`: [`Owner`], who a process or GPU belongs to (filled in by attribution, which
+//!   also turns it into labels);
+//! - `output.rs`: what stages attach to a snapshot ([`StageOutput`], [`StageOutputs`]) and how
+//!   sinks read it ([`Snapshot::visit_derived`], [`Snapshot::visit_events`]);
+//! - `event.rs`: [`Event`], one thing that happened at a tick.
+//!
+//! The model names the catalogue ([`Family`]) and nothing else in the crate: metric names
+//! (`metric/visit.rs`), owner labels (`stages/attribution/owners.rs`) and the stages read the
+//! model, never the other way round.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::attribution::{OwnerLabels, SharedOwner};
-use crate::metric::{Family, LabelValue, MetricId};
+use crate::metric::Family;
+
+mod event;
+mod output;
+mod owner;
+
+pub use event::{no_rows, Event, EventField, EventRow, EventValue, Rows};
+pub use output::{AnyOutput, StageOutput, StageOutputs};
+pub use owner::{ContainerRuntime, Owner, QosClass, SharedOwner};
 
 /// One sampling tick: every visible device's values at one instant.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,7 +64,7 @@ pub struct Snapshot {
     /// [`Snapshot::visit_derived`] and [`Snapshot::visit_events`]. In JSON each is a field of
     /// the snapshot named by its key (`"diagnosis": {…}`).
     #[cfg_attr(feature = "serde", serde(flatten))]
-    pub outputs: crate::stages::StageOutputs,
+    pub outputs: StageOutputs,
 }
 
 /// Whether a tick's sample succeeded; see [`Snapshot::sampling`].
@@ -84,7 +107,7 @@ impl Snapshot {
             system,
             devices,
             sampling: SamplingState::Ok,
-            outputs: crate::stages::StageOutputs::default(),
+            outputs: StageOutputs::default(),
         }
     }
 
@@ -131,6 +154,11 @@ impl Snapshot {
     pub fn with_duration(mut self, duration: Duration) -> Self {
         self.duration = duration;
         self
+    }
+
+    /// UUIDs of the GPUs whose MIG instances are in this snapshot.
+    pub(crate) fn mig_parents(&self) -> std::collections::HashSet<&str> {
+        self.devices.iter().filter_map(|d| d.info.mig.as_ref().map(|m| m.parent_uuid.as_str())).collect()
     }
 
     /// Nanoseconds since the Unix epoch of [`Snapshot::taken_at`] (0 before 1970).
@@ -380,74 +408,9 @@ impl DeviceSample {
         self.state != DeviceState::Lost
     }
 
-    /// The owner labels every series of this device carries: [`Self::owners`] merged, one label
-    /// at a time (a disagreement reads [`crate::attribution::SHARED`]).
-    pub fn owner_labels(&self) -> OwnerLabels<'_> {
-        OwnerLabels::merge(self.owners.iter().map(|o| &**o))
-    }
-
     /// The process with this pid, if the device lists it.
     pub fn process(&self, pid: u32) -> Option<&ProcessSample> {
         self.processes.iter().find(|p| p.pid == pid)
-    }
-
-    /// The owner labels of one of this device's points: a per-process point
-    /// ([`Family::Processes`], labelled with its pid) carries its process's own owner, every
-    /// other point the device's merged [`owner_labels`](Self::owner_labels).
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use gpumon_core::attribution::Owner;
-    /// use gpumon_core::{DeviceInfo, DeviceSample, Family, ProcessSample};
-    ///
-    /// let mut gpu = DeviceSample::new(Arc::new(DeviceInfo::new(0, "GPU-1", "GPU")));
-    /// for (pid, user) in [(10, "alice"), (11, "bob")] {
-    ///     let mut owner = Owner::default();
-    ///     owner.user = Some(user.into());
-    ///     let mut p = ProcessSample::new(pid);
-    ///     p.memory_used = Some(1 << 30);
-    ///     p.owner = Some(Arc::new(owner));
-    ///     gpu.owners.push(p.owner.clone().unwrap());
-    ///     gpu.processes.push(p);
-    /// }
-    /// gpu.visit_points(|p| {
-    ///     let user = gpu.point_owner_labels(&p).user;
-    ///     match p.id.family() {
-    ///         Family::Processes => assert!(matches!(user, Some("alice" | "bob"))),
-    ///         _ => assert_eq!(user, Some(gpumon_core::attribution::SHARED)),
-    ///     }
-    /// });
-    /// ```
-    pub fn point_owner_labels(&self, point: &crate::metric::Point<'_>) -> OwnerLabels<'_> {
-        match self.process_of(point.id, point.label) {
-            Some(process) => process.map(ProcessSample::owner_labels).unwrap_or_default(),
-            None => self.owner_labels(),
-        }
-    }
-
-    /// Which process a point of metric `id` with `label` is about: `None` for a point about
-    /// the device, `Some(None)` for a per-process point ([`Family::Processes`], labelled with
-    /// its pid) whose pid the device does not list, `Some(Some(process))` otherwise. The one
-    /// place the exporters learn whose owner a point carries.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use gpumon_core::{DeviceInfo, DeviceSample, LabelValue, MetricId, ProcessSample};
-    ///
-    /// let mut gpu = DeviceSample::new(Arc::new(DeviceInfo::new(0, "GPU-1", "GPU")));
-    /// gpu.processes.push(ProcessSample::new(10));
-    /// let memory = MetricId::ProcessMemoryUsed;
-    /// assert_eq!(gpu.process_of(memory, Some(LabelValue::Int(10))).flatten().map(|p| p.pid), Some(10));
-    /// assert!(gpu.process_of(memory, Some(LabelValue::Int(11))).is_some_and(|p| p.is_none()));
-    /// assert!(gpu.process_of(MetricId::DeviceUp, None).is_none());
-    /// ```
-    pub fn process_of(&self, id: MetricId, label: Option<LabelValue<'_>>) -> Option<Option<&ProcessSample>> {
-        match (id.family(), label) {
-            (Family::Processes, Some(LabelValue::Int(pid))) => {
-                Some(u32::try_from(pid).ok().and_then(|pid| self.process(pid)))
-            }
-            _ => None,
-        }
     }
 
     /// Records a per-metric failure.
@@ -713,11 +676,6 @@ impl ProcessSample {
     /// A process with only its pid known.
     pub fn new(pid: u32) -> Self {
         Self { pid, ..Self::default() }
-    }
-
-    /// The owner labels of this process's series (none when its owner is unknown).
-    pub fn owner_labels(&self) -> OwnerLabels<'_> {
-        self.owner.as_deref().map(crate::attribution::Owner::labels).unwrap_or_default()
     }
 }
 

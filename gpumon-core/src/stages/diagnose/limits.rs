@@ -13,8 +13,8 @@ use std::fmt;
 use std::time::Duration;
 
 use super::DiagnoseConfig;
-use crate::finding::{FindingKind, Severity};
 use crate::metric::{Family, MetricSet};
+use crate::stages::diagnose::finding::{FindingKind, Severity};
 
 /// Fewest ticks per window for the rules that read a pattern across ticks (starvation and
 /// pipeline bubbles need five readings and four changes between busy and idle).

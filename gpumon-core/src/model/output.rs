@@ -11,14 +11,24 @@
 //! unchanged (`shared/STYLE.md`, "tracing" and "vector").
 //!
 //! Typed access stays for code that knows the stage: `snapshot.output::<Diagnosis>()`.
+//!
+//! # Why this is in the model
+//! A [`Snapshot`] holds its [`StageOutputs`], and a [`StageOutput`] reads the snapshot it is
+//! attached to: the two types name each other, so they belong to one concern. They are the
+//! model's — what a snapshot carries and how a sink reads it — not a stage's: the stages
+//! ([`crate::stages`]) produce outputs and depend on the model, never the other way round. This
+//! is the split `shared/STYLE.md` describes for tracing ("Small core": `Subscriber`
+//! implementations "should depend on `tracing-core`", where the event types and the trait
+//! live; "Everything heavy lives elsewhere"). The public paths stay
+//! `gpumon_core::stages::{StageOutput, StageOutputs, AnyOutput}`.
 
 use std::any::Any;
 use std::fmt::Debug;
 use std::sync::Arc;
 
 use super::event::Event;
+use super::Snapshot;
 use crate::metric::{DerivedPoint, Descriptor, MetricId, Value, MAX_DERIVED_LABELS};
-use crate::model::Snapshot;
 
 /// Comparison and downcasting for `dyn StageOutput`; implemented for every `'static` type with
 /// `PartialEq`, so an output only derives `PartialEq`.
@@ -266,11 +276,9 @@ impl Snapshot {
 
 #[cfg(feature = "serde")]
 mod json {
-    //! The outputs as fields of the snapshot's JSON object (`"diagnosis": {…}`), and back: the
-    //! built-in stages' outputs are read by their keys; an embedder's are written but not read
-    //! back (nothing knows their types), and unknown keys are skipped.
+    //! The outputs as fields of the snapshot's JSON object (`"diagnosis": {…}`). Reading them
+    //! back needs the built-in stages' types, so it lives with them (`stages/builtin.rs`).
     use super::*;
-    use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
     use serde::ser::{Serialize, SerializeMap, Serializer};
 
     impl Serialize for StageOutputs {
@@ -284,37 +292,22 @@ mod json {
             map.end()
         }
     }
+}
 
-    impl<'de> Deserialize<'de> for StageOutputs {
-        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-            struct Outputs;
-            impl<'de> Visitor<'de> for Outputs {
-                type Value = StageOutputs;
-                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                    f.write_str("stage outputs")
-                }
-                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StageOutputs, A::Error> {
-                    let mut outputs = StageOutputs::default();
-                    while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                        match key.as_ref() {
-                            crate::finding::DIAGNOSIS_KEY => {
-                                outputs.insert(Arc::new(map.next_value::<crate::Diagnosis>()?));
-                            }
-                            crate::steps::STEPS_KEY => {
-                                outputs.insert(Arc::new(map.next_value::<crate::steps::Steps>()?));
-                            }
-                            crate::attribution::ATTRIBUTION_KEY => {
-                                outputs.insert(Arc::new(map.next_value::<crate::attribution::AttributionSummary>()?));
-                            }
-                            _ => {
-                                map.next_value::<IgnoredAny>()?;
-                            }
-                        }
-                    }
-                    Ok(outputs)
-                }
-            }
-            deserializer.deserialize_map(Outputs)
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::SystemInfo;
+
+    #[test]
+    fn a_sampling_failed_snapshot_derives_one_host_level_up_0() {
+        let system = Arc::new(SystemInfo::new("h", "nvml"));
+        let mut points = Vec::new();
+        let failed = Snapshot::sampling_failed(system.clone(), "no driver");
+        failed.visit_derived(|p| points.push(p));
+        assert_eq!(points, [DerivedPoint::new(MetricId::DeviceUp.descriptor(), Value::Int(0), None, &[])]);
+        let mut n = 0;
+        Snapshot::new(system, Vec::new()).visit_derived(|_| n += 1);
+        assert_eq!(n, 0, "sampled data carries no such point");
     }
 }

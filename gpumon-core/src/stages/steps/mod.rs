@@ -67,7 +67,7 @@
 //!
 //! # Order with the diagnosis stage
 //! Add the tracker **before** the [`Diagnoser`](crate::diagnose::Diagnoser): processors run in
-//! the order they were added, so diagnosis sees this tick's [`Steps`](crate::steps::Steps) output (the agent does
+//! the order they were added, so diagnosis sees this tick's [`Steps`] output (the agent does
 //! this). A rule may then read the step time next to utilisation — e.g. the share of a step the
 //! GPU spent idle, `(1 − utilisation mean) × step duration`, is the time the GPU waited between
 //! steps, the signature of a starving data loader.
@@ -460,7 +460,7 @@ impl TrainingRun {
     }
 }
 
-/// What the step tracker attached to one snapshot ([`Steps`](crate::steps::Steps) output).
+/// What the step tracker attached to one snapshot ([`Steps`] output).
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default))]
@@ -646,6 +646,7 @@ mod opt_secs {
 
 mod output;
 mod tracker;
+#[cfg(feature = "serde")]
 pub(crate) use output::STEPS_KEY;
 pub use tracker::StepTracker;
 

@@ -8,8 +8,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use proptest::prelude::*;
 
 use super::*;
-use crate::finding::Severity;
 use crate::model::{ClockEventReasons, DeviceInfo, DeviceSample, SystemInfo, WindowStats, XidCount};
+use crate::stages::diagnose::finding::Severity;
 use crate::stages::{Processor, ProcessorContext};
 
 const GIB: u64 = 1 << 30;
@@ -223,7 +223,7 @@ fn starvation_from_high_resolution_dips() {
 /// and the GPU's idle share of it.
 #[test]
 fn starvation_evidence_quotes_the_step_time_when_steps_are_tracked() {
-    use crate::steps::{DeviceStep, RunSteps, StepReport, Steps};
+    use crate::stages::steps::{DeviceStep, RunSteps, StepReport, Steps};
     let mut rig = Rig::new(10);
     let mut raised = None;
     for tick in 1..=12u64 {
@@ -753,7 +753,7 @@ fn idle_allocated_evidence_quotes_what_the_rule_tested() {
 /// step's busy and idle stretches away), with memory held; GPU `i`'s run (rank `i`) reports a
 /// 0.3 s step at every tick with that mean, when `marked` says so.
 fn averaged_tick(rig: &mut Rig, tick: u64, levels: &[f64], marked: &[bool]) -> Diagnosis {
-    use crate::steps::{DeviceStep, RunSteps, StepReport, Steps};
+    use crate::stages::steps::{DeviceStep, RunSteps, StepReport, Steps};
     let mut devices = Vec::new();
     let mut runs = Vec::new();
     for (i, (&level, &marks)) in levels.iter().zip(marked).enumerate() {

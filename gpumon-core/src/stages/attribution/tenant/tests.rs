@@ -7,9 +7,11 @@ use std::time::{Duration, UNIX_EPOCH};
 use proptest::prelude::*;
 
 use super::*;
-use crate::attribution::{OwnerLabels, SharedOwner};
-use crate::finding::{FindingCount, FindingEvent, FindingKind, Severity, Transition};
-use crate::steps::{RunSteps, Steps};
+use crate::stages::attribution::{OwnerLabels, SharedOwner};
+use crate::stages::diagnose::finding::{
+    Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Severity, Transition,
+};
+use crate::stages::steps::{RunSteps, Steps};
 use crate::{DeviceInfo, MigInfo, ProcessSample, SystemInfo};
 
 fn sel(s: &str) -> TenantSelector {
@@ -264,7 +266,7 @@ fn a_tenant_sees_the_gpus_its_processes_or_pods_hold_and_only_its_own_processes(
 fn owner_labels_of_a_shared_gpu_name_only_the_reader() {
     let f = fixture();
     let full = &f.snapshot.devices[2];
-    assert_eq!(full.owner_labels().namespace, Some(crate::attribution::SHARED));
+    assert_eq!(full.owner_labels().namespace, Some(crate::stages::attribution::SHARED));
     for (selector, own) in [("namespace=team-a", &f.a), ("namespace=team-b", &f.b)] {
         let view = f.snapshot.scoped_to(&sel(selector));
         let shared = view.device("GPU-2").expect("both tenants see the shared GPU");
@@ -306,17 +308,7 @@ fn findings_about_kept_gpus_stay_unless_they_name_another_gpu_and_host_data_goes
     assert_eq!(d.events.len(), 1);
     assert_eq!(d.events[0].finding.uuid.as_deref(), Some("GPU-0"));
     assert!(d.raised_total.is_empty(), "counts over every tenant's GPUs");
-    assert!(view.output::<crate::steps::Steps>().is_none(), "a run's job name is its owner's");
-}
-
-#[test]
-fn uuid_words_are_found_wherever_they_are() {
-    let nameable: HashSet<&str> = ["GPU-1", "MIG-GPU-1/1/0"].into_iter().collect();
-    assert!(names_only("no uuid here", &nameable));
-    assert!(names_only("(GPU-1) and MIG-GPU-1/1/0.", &nameable));
-    assert!(!names_only("GPU 2 (GPU-2) runs", &nameable));
-    assert!(!names_only("MIG-GPU-2/1/0", &nameable));
-    assert!(!names_only("multi-GPU-job", &nameable), "in doubt, hide");
+    assert!(view.output::<crate::stages::steps::Steps>().is_none(), "a run's job name is its owner's");
 }
 
 #[test]

@@ -8,6 +8,7 @@
 //! `findings_raised`) and events (a finding raised or cleared) are defined here, and every sink
 //! exports them like any other stage's (see [`crate::Snapshot::visit_derived`]).
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -289,7 +290,7 @@ impl StageOutput for Diagnosis {
                 device,
                 tags: &[("kind", finding.kind.name()), ("severity", finding.severity.name())],
                 fields: &fields[..if held.is_some() { 4 } else { 3 }],
-                rows: &crate::stages::no_rows,
+                rows: &crate::model::no_rows,
                 text: &text,
             });
         }
@@ -298,13 +299,44 @@ impl StageOutput for Diagnosis {
     /// The findings about the view's devices whose text names no GPU outside the view; no
     /// host-level findings and no raised counts (they count every tenant's GPUs).
     fn scoped(&self, view: &Snapshot) -> Option<Arc<dyn StageOutput>> {
-        Some(Arc::new(crate::attribution::tenant::scope_diagnosis(self, view)))
+        Some(Arc::new(scope_diagnosis(self, view)))
     }
 
     #[cfg(feature = "serde")]
     fn as_serialize(&self) -> Option<&dyn erased_serde::Serialize> {
         Some(self)
     }
+}
+
+/// Findings about the view's devices whose text names no GPU outside the view; no host-level
+/// findings and no raised counts (they count every tenant's GPUs). The diagnosis stage's own
+/// rule for tenant views ([`StageOutput::scoped`]): a stage decides what of its output a tenant
+/// may read ([`crate::attribution::tenant`] builds the view).
+fn scope_diagnosis(diagnosis: &Diagnosis, view: &Snapshot) -> Diagnosis {
+    let kept: HashSet<&str> = view.devices.iter().map(|d| d.info.uuid.as_str()).collect();
+    // A kept MIG instance shows its parent's UUID anyway (`parent_uuid`); text may name it.
+    let mut nameable = kept.clone();
+    nameable.extend(view.mig_parents());
+    let visible = |f: &Finding| {
+        f.uuid.as_deref().is_some_and(|u| kept.contains(u))
+            && names_only(&f.evidence, &nameable)
+            && names_only(&f.advice, &nameable)
+    };
+    // Every field named: one added to `Diagnosis` later must be decided on here.
+    Diagnosis {
+        active: diagnosis.active.iter().filter(|f| visible(f)).cloned().collect::<Vec<_>>().into(),
+        events: diagnosis.events.iter().filter(|e| visible(&e.finding)).cloned().collect(),
+        raised_total: Arc::from([]),
+    }
+}
+
+/// Whether every word of `text` that looks like a GPU or MIG UUID (contains `GPU-` or `MIG-`)
+/// is one of `nameable`. Errs on the side of hiding: an unusual word that merely contains
+/// `GPU-` hides the finding, never another tenant's GPU.
+fn names_only(text: &str, nameable: &HashSet<&str>) -> bool {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '/'))
+        .filter(|w| w.contains("GPU-") || w.contains("MIG-"))
+        .all(|w| nameable.contains(w))
 }
 
 /// Where a finding's points go: `Some(Some(index))` for a GPU the snapshot carries,
@@ -378,5 +410,15 @@ mod tests {
         assert_eq!(json, "\"near_oom\"");
         let s: Severity = serde_json::from_str("\"critical\"").unwrap();
         assert_eq!(s, Severity::Critical);
+    }
+
+    #[test]
+    fn uuid_words_are_found_wherever_they_are() {
+        let nameable: HashSet<&str> = ["GPU-1", "MIG-GPU-1/1/0"].into_iter().collect();
+        assert!(names_only("no uuid here", &nameable));
+        assert!(names_only("(GPU-1) and MIG-GPU-1/1/0.", &nameable));
+        assert!(!names_only("GPU 2 (GPU-2) runs", &nameable));
+        assert!(!names_only("MIG-GPU-2/1/0", &nameable));
+        assert!(!names_only("multi-GPU-job", &nameable), "in doubt, hide");
     }
 }
