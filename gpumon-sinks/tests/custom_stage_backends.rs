@@ -18,7 +18,6 @@ mod otlp_support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -32,6 +31,10 @@ use gpumon_sinks::prometheus::{Format, Naming, PrometheusConfig, PrometheusSink}
 use gpumon_sinks::remote_write::{RemoteWriteConfig, RemoteWriteSink};
 use serde_json::Value as Json;
 
+#[path = "backend_support/mod.rs"]
+mod backend_support;
+use backend_support::client;
+
 /// The stage's limit, °C: the scenario's GPUs climb from 67 °C past it within [`TICKS`].
 const LIMIT: f64 = 85.0;
 /// Ticks sampled (one scenario second each).
@@ -43,15 +46,7 @@ const OTEL_NAME: &str = "acme.gpu.thermal.headroom";
 /// A name unique across test processes and reruns: the host of this test's snapshots, its
 /// InfluxDB `run` tag, its OTLP `gpumon.test.run`, its Prometheus instance.
 fn unique(test: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
-    format!("cs-{test}-{}-{nanos}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
-}
-
-fn client() -> reqwest::Client {
-    #[cfg(feature = "tls")]
-    gpumon_sinks::tls::install_crypto_provider();
-    reqwest::Client::new()
+    backend_support::unique(&format!("cs-{test}"))
 }
 
 /// The run of the mock's `thermal-throttling` scenario through the stage.
@@ -134,16 +129,7 @@ fn close(got: f64, want: f64) -> bool {
 // ------------------------------------------------------------------------------------ InfluxDB
 
 async fn influxql(url: &str, db: &str, q: &str) -> Json {
-    let mut u = reqwest::Url::parse(&format!("{url}/query")).unwrap();
-    u.query_pairs_mut().append_pair("db", db).append_pair("epoch", "ns").append_pair("q", q);
-    let resp = client().get(u).send().await.unwrap_or_else(|e| panic!("InfluxDB at {url} unreachable: {e}"));
-    let status = resp.status();
-    let body: Json = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
-    assert!(status.is_success(), "query {q} failed: {status} {body}");
-    if let Some(err) = body["results"][0].get("error") {
-        panic!("query {q} failed: {err}");
-    }
-    body
+    backend_support::influxql(url, db, None, q).await
 }
 
 /// The rows of a `SELECT`, each as column → value.

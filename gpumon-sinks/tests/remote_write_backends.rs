@@ -8,7 +8,6 @@ use gpumon_mock::test_kit::free_port;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Not as _;
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -18,17 +17,13 @@ use gpumon_sinks::prometheus::{Format, Naming, PrometheusSink};
 use gpumon_sinks::remote_write::{RemoteWriteConfig, RemoteWriteSink};
 use serde_json::Value as Json;
 
+#[path = "backend_support/mod.rs"]
+mod backend_support;
+use backend_support::client;
+
 /// A host name unique across test processes: every series of one test carries it.
 fn unique_host(test: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
-    format!("rw-{test}-{}-{nanos}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
-}
-
-fn client() -> reqwest::Client {
-    #[cfg(feature = "tls")]
-    gpumon_sinks::tls::install_crypto_provider();
-    reqwest::Client::new()
+    backend_support::unique(&format!("rw-{test}"))
 }
 
 /// An 8-GPU mock snapshot for `host`, taken `ago` before now (millisecond precision, as sent).

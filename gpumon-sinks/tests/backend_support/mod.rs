@@ -1,0 +1,41 @@
+//! Shared by the tests against real backends (`#[path]`-included, not a test crate): names
+//! unique to one test's data, the HTTP client that reads the backends back, and InfluxQL.
+#![allow(dead_code)] // each includer uses its own subset
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value as Json;
+
+/// `{prefix}-{pid}-{nanos}-{n}`: unique across test processes and reruns (a host, a run tag).
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    format!("{prefix}-{}-{nanos}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A plain client for reading the backends back (with the crypto provider that `tls` needs).
+pub fn client() -> reqwest::Client {
+    #[cfg(feature = "tls")]
+    gpumon_sinks::tls::install_crypto_provider();
+    reqwest::Client::new()
+}
+
+/// The answer to the InfluxQL query `q` on `db` (epoch nanoseconds), with Basic `auth` if given;
+/// panics when InfluxDB is unreachable or the query fails.
+pub async fn influxql(url: &str, db: &str, auth: Option<(&str, &str)>, q: &str) -> Json {
+    let mut u = reqwest::Url::parse(&format!("{url}/query")).unwrap();
+    u.query_pairs_mut().append_pair("db", db).append_pair("epoch", "ns").append_pair("q", q);
+    let mut req = client().get(u);
+    if let Some((user, pw)) = auth {
+        req = req.basic_auth(user, Some(pw));
+    }
+    let resp = req.send().await.unwrap_or_else(|e| panic!("InfluxDB at {url} unreachable: {e}"));
+    let status = resp.status();
+    let body: Json = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+    assert!(status.is_success(), "query {q} failed: {status} {body}");
+    if let Some(err) = body["results"][0].get("error") {
+        panic!("query {q} failed: {err}");
+    }
+    body
+}
