@@ -16,8 +16,7 @@ mod stage;
 mod otlp_support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write as _;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -33,7 +32,7 @@ use serde_json::Value as Json;
 
 #[path = "backend_support/mod.rs"]
 mod backend_support;
-use backend_support::client;
+use backend_support::{client, promtool_check_metrics};
 
 /// The stage's limit, °C: the scenario's GPUs climb from 67 °C past it within [`TICKS`].
 const LIMIT: f64 = 85.0;
@@ -488,17 +487,8 @@ async fn prometheus_scrapes_the_stages_series() {
     let text = handle.render(Format::Text);
     assert!(text.contains(&format!("# HELP {PROM_NAME} {}\n", stage::HEADROOM.help)), "{text}");
     assert!(text.contains(&format!("# TYPE {PROM_NAME} gauge\n")), "{text}");
-    let mut child = Command::new(&promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {promtool}: {e}"));
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && report.trim().is_empty(), "promtool check metrics:\n{report}");
+    let (passed, report) = promtool_check_metrics(&promtool, &text);
+    assert!(passed && report.trim().is_empty(), "promtool check metrics:\n{report}");
 
     let prom = PrivateProm::start("scrape", Some(addr));
     // The first scrape comes 5-6 s after Prometheus is ready.

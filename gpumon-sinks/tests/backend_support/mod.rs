@@ -2,6 +2,8 @@
 //! unique to one test's data, the HTTP client that reads the backends back, and InfluxQL.
 #![allow(dead_code)] // each includer uses its own subset
 
+use std::io::Write as _;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -38,4 +40,20 @@ pub async fn influxql(url: &str, db: &str, auth: Option<(&str, &str)>, q: &str) 
         panic!("query {q} failed: {err}");
     }
     body
+}
+
+/// `promtool check metrics` on the exposition `text`: whether it passed, and what it said
+/// (stdout, then stderr).
+pub fn promtool_check_metrics(promtool: &str, text: &str) -> (bool, String) {
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {promtool}: {e}"));
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), report)
 }
