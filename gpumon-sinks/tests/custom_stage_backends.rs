@@ -32,7 +32,7 @@ use serde_json::Value as Json;
 
 #[path = "backend_support/mod.rs"]
 mod backend_support;
-use backend_support::{client, promtool_check_metrics};
+use backend_support::{client, promtool_check_metrics, range_samples};
 
 /// The stage's limit, °C: the scenario's GPUs climb from 67 °C past it within [`TICKS`].
 const LIMIT: f64 = 85.0;
@@ -337,25 +337,9 @@ async fn otlp_grpc_exports_the_stages_series_through_both_pipelines() {
 /// The raw samples of `selector` over the last hour, per series (its labels), from a Prometheus
 /// query API (Prometheus' or VictoriaMetrics').
 async fn raw_samples(url: &str, selector: &str) -> BTreeMap<BTreeMap<String, String>, Vec<(i64, f64)>> {
-    let c = client();
     // VictoriaMetrics makes what it took searchable ~1 s after a flush (8-9 s without).
-    let _ = c.get(format!("{url}/internal/force_flush")).send().await;
-    let mut u = reqwest::Url::parse(&format!("{url}/api/v1/query")).unwrap();
-    u.query_pairs_mut().append_pair("query", &format!("{selector}[1h]"));
-    let j: Json = serde_json::from_str(&c.get(u).send().await.unwrap().text().await.unwrap()).unwrap();
-    assert_eq!(j["status"], "success", "{selector}: {j}");
-    let mut out = BTreeMap::new();
-    for r in j["data"]["result"].as_array().unwrap() {
-        let labels = r["metric"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()));
-        let points = r["values"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| ((p[0].as_f64().unwrap() * 1000.0).round() as i64, p[1].as_str().unwrap().parse().unwrap()))
-            .collect();
-        out.insert(labels.collect(), points);
-    }
-    out
+    let _ = client().get(format!("{url}/internal/force_flush")).send().await;
+    range_samples(url, &format!("{selector}[1h]")).await.into_iter().collect()
 }
 
 /// Pushes the whole run through the remote-write sink to `write_url`, then reads

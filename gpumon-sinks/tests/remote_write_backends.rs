@@ -19,7 +19,7 @@ use serde_json::Value as Json;
 
 #[path = "backend_support/mod.rs"]
 mod backend_support;
-use backend_support::client;
+use backend_support::{client, range_samples};
 
 /// A host name unique across test processes: every series of one test carries it.
 fn unique_host(test: &str) -> String {
@@ -104,23 +104,12 @@ async fn vm_export(url: &str, host_key: &str, host: &str) -> BTreeMap<Key, Vec<(
 
 /// The same from Prometheus' query API (a range selector returns the raw samples).
 async fn prom_export(url: &str, host_key: &str, host: &str) -> BTreeMap<Key, Vec<(i64, f64)>> {
-    let mut u = reqwest::Url::parse(&format!("{url}/api/v1/query")).unwrap();
-    u.query_pairs_mut().append_pair("query", &format!("{{{host_key}={host:?}}}[30m]"));
-    let j: Json = serde_json::from_str(&client().get(u).send().await.unwrap().text().await.unwrap()).unwrap();
-    assert_eq!(j["status"], "success", "{j}");
-    let mut out = BTreeMap::new();
-    for r in j["data"]["result"].as_array().unwrap() {
-        let labels: BTreeMap<String, String> =
-            r["metric"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned())).collect();
-        let points = r["values"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| ((p[0].as_f64().unwrap() * 1000.0).round() as i64, p[1].as_str().unwrap().parse().unwrap()))
-            .collect();
-        out.insert(key(&labels["__name__"], &labels), points);
-    }
-    out
+    let selector = format!("{{{host_key}={host:?}}}[30m]");
+    range_samples(url, &selector)
+        .await
+        .into_iter()
+        .map(|(labels, points)| (key(&labels["__name__"], &labels), points))
+        .collect()
 }
 
 /// Starts a private Prometheus (remote-write receiver on) and returns its URL and a guard.

@@ -2,6 +2,7 @@
 //! unique to one test's data, the HTTP client that reads the backends back, and InfluxQL.
 #![allow(dead_code)] // each includer uses its own subset
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,4 +57,29 @@ pub fn promtool_check_metrics(promtool: &str, text: &str) -> (bool, String) {
     let out = child.wait_with_output().unwrap();
     let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     (out.status.success(), report)
+}
+
+/// The raw samples of the range selector `selector` from a Prometheus query API (Prometheus' or
+/// VictoriaMetrics'): per series, its labels (`__name__` among them) and its (ms, value) points.
+pub async fn range_samples(url: &str, selector: &str) -> Vec<(BTreeMap<String, String>, Vec<(i64, f64)>)> {
+    let mut u = reqwest::Url::parse(&format!("{url}/api/v1/query")).unwrap();
+    u.query_pairs_mut().append_pair("query", selector);
+    let j: Json = serde_json::from_str(&client().get(u).send().await.unwrap().text().await.unwrap()).unwrap();
+    assert_eq!(j["status"], "success", "{selector}: {j}");
+    j["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let labels =
+                r["metric"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()));
+            let points = r["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| ((p[0].as_f64().unwrap() * 1000.0).round() as i64, p[1].as_str().unwrap().parse().unwrap()))
+                .collect();
+            (labels.collect(), points)
+        })
+        .collect()
 }
