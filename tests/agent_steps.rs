@@ -21,6 +21,18 @@ fn serve(args: &[&str]) -> AgentProcess {
         .spawn()
 }
 
+/// A connection to the steps socket at `path`, once the agent has bound it (10 s at most).
+fn connect(path: &std::path::Path) -> UnixStream {
+    let started = Instant::now();
+    loop {
+        if let Ok(c) = UnixStream::connect(path) {
+            return c;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the steps socket never accepted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn steps_socket_feeds_the_prometheus_endpoint() {
     let dir = TempDir::new("agent-steps");
@@ -29,14 +41,7 @@ fn steps_socket_feeds_the_prometheus_endpoint() {
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
     let mut served = serve(&["--steps-socket", path.to_str().unwrap()]);
     // The socket is bound once the agent runs (the Prometheus endpoint may be up first).
-    let started = Instant::now();
-    let mut client = loop {
-        if let Ok(c) = UnixStream::connect(&path) {
-            break c;
-        }
-        assert!(started.elapsed() < Duration::from_secs(10), "the steps socket never accepted");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let mut client = connect(&path);
     {
         use std::os::unix::fs::{FileTypeExt, PermissionsExt};
         let meta = std::fs::metadata(&path).unwrap();
@@ -125,14 +130,7 @@ fn marks_received_before_sigterm_are_reported_at_exit() {
             }
         }
     });
-    let started = Instant::now();
-    let mut client = loop {
-        if let Ok(c) = UnixStream::connect(&path) {
-            break c;
-        }
-        assert!(started.elapsed() < Duration::from_secs(10), "the steps socket never accepted");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let mut client = connect(&path);
     let last_step = |v: &serde_json::Value| v["steps"]["runs"][0]["last_step"].as_u64();
     // Step 1, and a tick that reads it (its start is now known to the tracker).
     writeln!(client, "{{\"job\":\"train\",\"rank\":0,\"step\":1}}").unwrap();
