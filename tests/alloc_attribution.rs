@@ -11,12 +11,11 @@ use std::sync::Arc;
 
 use gpumon::core::attribution::{AttributionConfig, Owner};
 use gpumon::core::{DeviceFilter, MetricSet, Processor, SampleRequest, Sampler, Snapshot};
-use gpumon::sinks::prometheus::{Format, PrometheusSink};
 use gpumon_mock::MockSampler;
 
 #[path = "common/alloc.rs"]
 mod counting;
-use counting::{allocations, encoders, steady, Counting};
+use counting::{allocations, encoders, scrape, Counting};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -131,14 +130,7 @@ fn encoders_allocate_nothing_per_tick_with_owner_labels() {
 
     // A scrape keeps the few allocations it has without owners (tests/alloc_steady.rs): the
     // owner labels go into the same per-scrape label buffer.
-    let prom = PrometheusSink::builder().build().unwrap();
-    let handle = prom.handle();
-    let mut buf = String::new();
-    let per_scrape = steady(&snaps, |s| {
-        handle.store(s.clone());
-        buf.clear();
-        handle.render_to(&mut buf, Format::Text);
-    });
+    let (per_scrape, buf) = scrape(&snaps);
     assert!(buf.contains(",pod=\"train-0\","), "{buf}");
     assert!(per_scrape <= 12.0, "{per_scrape} allocations per scrape with owner labels");
 }

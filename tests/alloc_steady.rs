@@ -13,13 +13,13 @@ use std::time::Duration;
 use gpumon::core::diagnose::{DiagnoseConfig, Diagnoser, Sampling};
 use gpumon::core::report::RunReport;
 use gpumon::core::{DeviceFilter, MetricSet, Processor, ProcessorContext, SampleRequest, Sampler, Sink, Snapshot};
-use gpumon::sinks::prometheus::{Format, PrometheusSink};
+use gpumon::sinks::prometheus::PrometheusSink;
 use gpumon::sinks::stdout::{StdoutFormat, StdoutSink};
 use gpumon_mock::MockSampler;
 
 #[path = "common/alloc.rs"]
 mod counting;
-use counting::{allocations, encoders, steady, Counting};
+use counting::{allocations, encoders, scrape, steady, Counting};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -69,16 +69,7 @@ fn a_prometheus_scrape_allocates_a_constant_few_whatever_the_fleet() {
     // number of allocations, not one per device or per series.
     let mut per_scrape = Vec::new();
     for fleet in FLEETS {
-        let snaps = snapshots(fleet);
-        let prom = PrometheusSink::builder().build().unwrap();
-        let handle = prom.handle();
-        let mut buf = String::new();
-        let n = steady(&snaps, |s| {
-            handle.store(s.clone());
-            buf.clear();
-            handle.render_to(&mut buf, Format::Text);
-        });
-        per_scrape.push(n);
+        per_scrape.push(scrape(&snapshots(fleet)).0);
     }
     assert!(per_scrape[0] <= 12.0, "8 GPUs: {} allocations per scrape", per_scrape[0]);
     assert_eq!(per_scrape[0], per_scrape[1], "allocations per scrape, 8 vs 64 GPUs");

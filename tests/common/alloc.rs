@@ -12,6 +12,7 @@ use std::sync::Arc;
 use gpumon::core::Snapshot;
 use gpumon::sinks::influxdb::LineProtocolEncoder;
 use gpumon::sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};
+use gpumon::sinks::prometheus::{Format, PrometheusSink};
 use gpumon::sinks::stdout::{format_snapshot, StdoutFormat};
 
 pub struct Counting;
@@ -95,4 +96,18 @@ pub fn encoders(snaps: &[Arc<Snapshot>]) -> Vec<(String, f64)> {
     });
     per_tick.push(("OTLP request (direct pipeline)".to_owned(), n));
     per_tick
+}
+
+/// A Prometheus scrape's steady allocations over `snaps` (each stored, then rendered as text),
+/// and the last exposition.
+pub fn scrape(snaps: &[Arc<Snapshot>]) -> (f64, String) {
+    let prom = PrometheusSink::builder().build().unwrap();
+    let handle = prom.handle();
+    let mut buf = String::new();
+    let per_scrape = steady(snaps, |s| {
+        handle.store(s.clone());
+        buf.clear();
+        handle.render_to(&mut buf, Format::Text);
+    });
+    (per_scrape, buf)
 }
