@@ -149,7 +149,7 @@ fn config(url: &str, naming: Naming) -> RemoteWriteConfig {
 
 /// Sends three snapshots and checks that every scraped series arrives with the same values at
 /// the snapshots' timestamps.
-async fn every_series_arrives(write_url: &str, read: impl AsyncRead, naming: Naming) {
+async fn every_series_arrives(write_url: &str, read: ReadBack, naming: Naming) {
     let sampler = gpumon_mock::MockSampler::from_profile_name("h100x8").unwrap();
     let host = unique_host(&format!("{naming:?}").to_lowercase());
     let snaps: Vec<_> = (0..3).map(|i| snapshot(&sampler, &host, Duration::from_secs(3 - i))).collect();
@@ -199,27 +199,22 @@ async fn every_series_arrives(write_url: &str, read: impl AsyncRead, naming: Nam
 }
 
 /// A query API to read samples back.
-trait AsyncRead {
-    fn read(&self, host_key: &str, host: &str) -> impl std::future::Future<Output = BTreeMap<Key, Vec<(i64, f64)>>>;
+enum ReadBack {
+    Vm(String),
+    Prom(String),
+}
+
+impl ReadBack {
+    async fn read(&self, host_key: &str, host: &str) -> BTreeMap<Key, Vec<(i64, f64)>> {
+        match self {
+            ReadBack::Vm(url) => vm_export(url, host_key, host).await,
+            ReadBack::Prom(url) => prom_export(url, host_key, host).await,
+        }
+    }
+
     /// Whether values come back bit for bit.
-    fn exact(&self) -> bool;
-}
-struct Vm(String);
-impl AsyncRead for Vm {
-    async fn read(&self, host_key: &str, host: &str) -> BTreeMap<Key, Vec<(i64, f64)>> {
-        vm_export(&self.0, host_key, host).await
-    }
     fn exact(&self) -> bool {
-        false
-    }
-}
-struct Prom(String);
-impl AsyncRead for Prom {
-    async fn read(&self, host_key: &str, host: &str) -> BTreeMap<Key, Vec<(i64, f64)>> {
-        prom_export(&self.0, host_key, host).await
-    }
-    fn exact(&self) -> bool {
-        true
+        matches!(self, ReadBack::Prom(_))
     }
 }
 
@@ -228,7 +223,7 @@ impl AsyncRead for Prom {
 async fn victoria_metrics_gets_every_scraped_series_in_both_namings() {
     let vm = require_env("GPUMON_TEST_VM_URL");
     for naming in [Naming::Native, Naming::Dcgm] {
-        every_series_arrives(&format!("{vm}/api/v1/write"), Vm(vm.clone()), naming).await;
+        every_series_arrives(&format!("{vm}/api/v1/write"), ReadBack::Vm(vm.clone()), naming).await;
     }
 }
 
@@ -237,7 +232,7 @@ async fn victoria_metrics_gets_every_scraped_series_in_both_namings() {
 async fn prometheus_gets_every_scraped_series_in_both_namings() {
     let (url, _guard) = start("prometheus", "PROM_PORT", &unique_host("prom"), &[]);
     for naming in [Naming::Native, Naming::Dcgm] {
-        every_series_arrives(&format!("{url}/api/v1/write"), Prom(url.clone()), naming).await;
+        every_series_arrives(&format!("{url}/api/v1/write"), ReadBack::Prom(url.clone()), naming).await;
     }
 }
 
