@@ -18,6 +18,8 @@ use gpumon::core::diagnose::{DiagnoseConfig, Diagnoser};
 use gpumon::core::{Agent, DeviceFilter, MetricSet, Processor, ProcessorContext, SampleRequest, Sampler, Snapshot};
 use gpumon::mock::MockSampler;
 
+mod common;
+
 fn diagnoser() -> Diagnoser {
     diagnoser_at(Duration::from_secs(1))
 }
@@ -74,12 +76,8 @@ fn diagnose(c: &mut Criterion) {
     let mut group = c.benchmark_group("diagnose");
     group.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
     for devices in [8usize, 64] {
-        let profile = format!("h100x{devices}");
-        let sampler = MockSampler::from_profile_name(&profile).unwrap();
-        let request = SampleRequest::new(MetricSet::default(), DeviceFilter::all());
-        group.bench_with_input(BenchmarkId::new("sampler_only", devices), &devices, |b, _| {
-            b.iter(|| std::hint::black_box(sampler.sample(&request).unwrap()))
-        });
+        let profile = common::profile(devices);
+        let (sampler, _) = common::sampler_baseline(&mut group, devices);
 
         for (case, full) in [("process_healthy", false), ("process_findings_active", true)] {
             let mut snapshots = ticks(&sampler, full);

@@ -7,21 +7,18 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use gpumon::core::{Agent, DeviceFilter, MetricSet, SampleRequest, Sampler};
+use gpumon::core::{Agent, Sampler};
 use gpumon::mock::MockSampler;
+
+mod common;
 
 fn tick(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let mut group = c.benchmark_group("tick");
     group.measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
     for devices in [8usize, 64] {
-        let profile = format!("h100x{devices}");
-
-        let sampler = MockSampler::from_profile_name(&profile).unwrap();
-        let request = SampleRequest::new(MetricSet::default(), DeviceFilter::all());
-        group.bench_with_input(BenchmarkId::new("sampler_only", devices), &devices, |b, _| {
-            b.iter(|| std::hint::black_box(sampler.sample(&request).unwrap()))
-        });
+        let profile = common::profile(devices);
+        let (sampler, request) = common::sampler_baseline(&mut group, devices);
 
         let snapshot = sampler.sample(&request).unwrap();
         group.bench_with_input(BenchmarkId::new("visit_points", devices), &devices, |b, _| {

@@ -50,6 +50,15 @@ fn get_text(url: &str, query: &[(&str, &str)]) -> String {
     resp.text().unwrap()
 }
 
+/// The data points of `service` the OTLP receiver decoded (with the official protobuf classes).
+fn otlp_points(service: &str) -> Vec<serde_json::Value> {
+    get_text(&env("GPUMON_TEST_OTLP_RECEIVED"), &[])
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|p| p["resource"]["service.name"] == service)
+        .collect()
+}
+
 #[test]
 #[ignore = "needs scripts/test.sh (Pushgateway, InfluxDB, OTLP receiver)"]
 fn once_delivers_tick_zero_to_pushgateway_influxdb_and_otlp_exactly() {
@@ -109,12 +118,7 @@ fn once_delivers_tick_zero_to_pushgateway_influxdb_and_otlp_exactly() {
     }
 
     // OTLP: the receiver decoded the export with the official protobuf classes.
-    let received = get_text(&env("GPUMON_TEST_OTLP_RECEIVED"), &[]);
-    let points: Vec<serde_json::Value> = received
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|p| p["resource"]["service.name"] == service.as_str())
-        .collect();
+    let points = otlp_points(&service);
     assert!(!points.is_empty(), "no OTLP data points for service {service}");
     for d in &expected.devices {
         let util: Vec<_> = points
@@ -173,12 +177,7 @@ fn without_a_driver_every_sink_gets_up_0_for_the_host_and_no_gpu() {
     assert!(rows[0][2].is_null() && rows[0][3].is_null() && rows[0][4].is_null(), "no device tags, no mock: {body}");
 
     // OTLP: `hw.status` about the host (no GPU attributes), failed = 1, ok = 0, and nothing else.
-    let received = get_text(&env("GPUMON_TEST_OTLP_RECEIVED"), &[]);
-    let points: Vec<serde_json::Value> = received
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|p| p["resource"]["service.name"] == service.as_str())
-        .collect();
+    let points = otlp_points(&service);
     let mut states: Vec<(String, Option<i64>)> = points
         .iter()
         .map(|p| {

@@ -10,7 +10,7 @@ use gpumon_mock::MockSampler;
 mod common;
 use common::{agent, agent_process, run};
 #[cfg(feature = "prometheus")]
-use gpumon_mock::test_kit::{free_port, http_get, AgentProcess, Credential, Ready, Scrape};
+use gpumon_mock::test_kit::{free_port, http_get, AgentProcess, Credential, Ready, Scrape, TempDir};
 
 fn expected_first_sample(profile: &str) -> Snapshot {
     let sampler = MockSampler::from_profile_name(profile).unwrap();
@@ -35,11 +35,9 @@ fn once_json_prints_one_snapshot_matching_the_profile() {
 
 #[test]
 fn a_lost_gpu_keeps_the_others_reporting() {
-    let dir = std::env::temp_dir().join(format!("gpumon-agent-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let scenario = dir.join("lost.toml");
-    std::fs::write(&scenario, "workload = \"training\"\n[[faults]]\nkind = \"device_lost\"\ndevice = 2\nat_tick = 0\n")
-        .unwrap();
+    let dir = TempDir::new("agent-test");
+    let scenario =
+        dir.file("lost.toml", "workload = \"training\"\n[[faults]]\nkind = \"device_lost\"\ndevice = 2\nat_tick = 0\n");
     let (code, stdout, stderr) = run(agent()
         .args(["--backend", "mock", "--once", "--stdout-format", "json"])
         .args(["--mock-scenario".as_ref(), scenario.as_os_str()]));
@@ -54,7 +52,6 @@ fn a_lost_gpu_keeps_the_others_reporting() {
             assert!(d.is_up() && d.utilization.gpu.is_some(), "GPU{} still reports", d.info.index);
         }
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -93,8 +90,7 @@ fn devices_flag_hides_other_gpus() {
 
 #[test]
 fn invalid_configuration_exits_2_naming_the_key() {
-    let dir = std::env::temp_dir().join(format!("gpumon-agent-cfg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("agent-cfg");
     let cases: [(&str, &[&str], &str); 6] = [
         ("[agent]\nintervall = \"1s\"\n", &[], "intervall"),
         ("[agent]\ninterval = \"soon\"\n", &[], "soon"),
@@ -104,8 +100,7 @@ fn invalid_configuration_exits_2_naming_the_key() {
         ("", &["--enable", "telepathy"], "telepathy"),
     ];
     for (i, (toml, args, needle)) in cases.iter().enumerate() {
-        let path = dir.join(format!("c{i}.toml"));
-        std::fs::write(&path, toml).unwrap();
+        let path = dir.file(&format!("c{i}.toml"), toml);
         let (code, stdout, stderr) = run(agent().arg("--once").arg("--config").arg(&path).args(*args));
         assert_eq!(code, 2, "case {i}: {stderr}");
         assert!(stderr.contains(needle), "case {i}: `{needle}` not in: {stderr}");
@@ -114,7 +109,6 @@ fn invalid_configuration_exits_2_naming_the_key() {
     let (code, _, stderr) = run(agent().args(["--config", "/nonexistent/gpumon.toml"]));
     assert_eq!(code, 2);
     assert!(stderr.contains("/nonexistent/gpumon.toml"), "{stderr}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -148,16 +142,13 @@ fn example_config_file_is_valid() {
 #[test]
 fn prometheus_endpoint_from_the_config_file_enforces_its_auth() {
     let port = free_port();
-    let dir = std::env::temp_dir().join(format!("gpumon-agent-auth-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("auth.toml");
-    std::fs::write(
-        &cfg,
-        format!(
+    let dir = TempDir::new("agent-auth");
+    let cfg = dir.file(
+        "auth.toml",
+        &format!(
             "[agent]\nbackend = \"mock\"\ninterval = \"200ms\"\n\n[prometheus]\nlisten = \"127.0.0.1:{port}\"\nauth = {{ bearer = {{ token = \"s3cret\" }} }}\n"
         ),
-    )
-    .unwrap();
+    );
     let mut child = agent_process().arg("--config").arg(&cfg).spawn();
     let get = |auth: Option<&str>| -> String {
         let scrape = Scrape::port(port).credential(auth.map(Credential::bearer));
@@ -171,7 +162,6 @@ fn prometheus_endpoint_from_the_config_file_enforces_its_auth() {
         .until("the first sample", |r| r.body().contains("gpumon_utilization_ratio{"))
         .raw;
     child.kill();
-    let _ = std::fs::remove_dir_all(dir);
     assert!(denied.starts_with("HTTP/1.1 401"), "{denied}");
     assert!(denied.to_ascii_lowercase().contains("www-authenticate: bearer"), "{denied}");
     assert!(wrong.starts_with("HTTP/1.1 401"), "{wrong}");
@@ -181,13 +171,10 @@ fn prometheus_endpoint_from_the_config_file_enforces_its_auth() {
 
 #[test]
 fn sigterm_exits_within_the_deadline_even_with_a_sample_stuck_in_the_backend() {
-    let dir = std::env::temp_dir().join(format!("gpumon-agent-hang-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let scenario = dir.join("hang.toml");
-    std::fs::write(&scenario, "[[faults]]\nkind = \"hang\"\nat_tick = 2\nduration_ms = 120000\n").unwrap();
-    let cfg = dir.join("agent.toml");
-    std::fs::write(&cfg, "[agent]\ninterval = \"100ms\"\nsample_timeout = \"200ms\"\nshutdown_timeout = \"1s\"\n")
-        .unwrap();
+    let dir = TempDir::new("agent-hang");
+    let scenario = dir.file("hang.toml", "[[faults]]\nkind = \"hang\"\nat_tick = 2\nduration_ms = 120000\n");
+    let cfg = dir
+        .file("agent.toml", "[agent]\ninterval = \"100ms\"\nsample_timeout = \"200ms\"\nshutdown_timeout = \"1s\"\n");
     let mut child = agent_process()
         .args(["--backend", "mock", "--stdout-format", "json"])
         .arg("--config")
@@ -210,7 +197,6 @@ fn sigterm_exits_within_the_deadline_even_with_a_sample_stuck_in_the_backend() {
     let status = child.terminate(Duration::from_secs(5));
     assert!(status.success(), "{status:?}");
     assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[cfg(feature = "pushgateway")]

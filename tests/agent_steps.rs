@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::{agent, agent_process};
-use gpumon_mock::test_kit::{AgentProcess, Ready};
+use gpumon_mock::test_kit::{AgentProcess, Ready, TempDir};
 
 /// The agent on the mock with a Prometheus endpoint on a free port and 100 ms ticks.
 fn serve(args: &[&str]) -> AgentProcess {
@@ -21,23 +21,27 @@ fn serve(args: &[&str]) -> AgentProcess {
         .spawn()
 }
 
+/// A connection to the steps socket at `path`, once the agent has bound it (10 s at most).
+fn connect(path: &std::path::Path) -> UnixStream {
+    let started = Instant::now();
+    loop {
+        if let Ok(c) = UnixStream::connect(path) {
+            return c;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the steps socket never accepted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn steps_socket_feeds_the_prometheus_endpoint() {
-    let dir = std::env::temp_dir().join(format!("gpumon-agent-steps-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("steps.sock");
+    let dir = TempDir::new("agent-steps");
+    let path = dir.path().join("steps.sock");
     // A stale socket left by a killed agent does not stop the next one.
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
     let mut served = serve(&["--steps-socket", path.to_str().unwrap()]);
     // The socket is bound once the agent runs (the Prometheus endpoint may be up first).
-    let started = Instant::now();
-    let mut client = loop {
-        if let Ok(c) = UnixStream::connect(&path) {
-            break c;
-        }
-        assert!(started.elapsed() < Duration::from_secs(10), "the steps socket never accepted");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let mut client = connect(&path);
     {
         use std::os::unix::fs::{FileTypeExt, PermissionsExt};
         let meta = std::fs::metadata(&path).unwrap();
@@ -83,15 +87,12 @@ fn steps_socket_feeds_the_prometheus_endpoint() {
     let status = served.terminate(Duration::from_secs(30));
     assert!(status.success(), "{status:?}");
     assert!(!path.exists(), "the socket file is removed on shutdown");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn a_path_in_use_or_not_a_socket_fails_clearly() {
-    let dir = std::env::temp_dir().join(format!("gpumon-agent-steps-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("regular");
-    std::fs::write(&file, "keep me").unwrap();
+    let dir = TempDir::new("agent-steps-bad");
+    let file = dir.file("regular", "keep me");
     let out = agent()
         .args(["--backend", "mock", "--interval", "100ms", "--duration", "1s", "--steps-socket"])
         .arg(&file)
@@ -102,12 +103,10 @@ fn a_path_in_use_or_not_a_socket_fails_clearly() {
     assert!(stderr.contains("not a socket"), "{stderr}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
 
-    let cfg = dir.join("bad.toml");
-    std::fs::write(&cfg, "[steps]\nsocket = \"/tmp/x.sock\"\nevery_n = 0\n").unwrap();
+    let cfg = dir.file("bad.toml", "[steps]\nsocket = \"/tmp/x.sock\"\nevery_n = 0\n");
     let out = agent().args(["--backend", "mock", "--once", "--config"]).arg(&cfg).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("steps.every_n"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -115,9 +114,8 @@ fn marks_received_before_sigterm_are_reported_at_exit() {
     // A 3 s interval: the marks below arrive between two ticks, and SIGTERM comes before the
     // next one. The agent takes one last sample at shutdown, so the steps are reported.
     use std::io::BufRead;
-    let dir = std::env::temp_dir().join(format!("gpumon-agent-steps-exit-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("steps.sock");
+    let dir = TempDir::new("agent-steps-exit");
+    let path = dir.path().join("steps.sock");
     let mut child = agent_process()
         .args(["--backend", "mock", "--interval", "3s", "--config", "/dev/null", "--stdout-format", "json"])
         .args(["--steps-socket", path.to_str().unwrap()])
@@ -132,14 +130,7 @@ fn marks_received_before_sigterm_are_reported_at_exit() {
             }
         }
     });
-    let started = Instant::now();
-    let mut client = loop {
-        if let Ok(c) = UnixStream::connect(&path) {
-            break c;
-        }
-        assert!(started.elapsed() < Duration::from_secs(10), "the steps socket never accepted");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let mut client = connect(&path);
     let last_step = |v: &serde_json::Value| v["steps"]["runs"][0]["last_step"].as_u64();
     // Step 1, and a tick that reads it (its start is now known to the tracker).
     writeln!(client, "{{\"job\":\"train\",\"rank\":0,\"step\":1}}").unwrap();
@@ -166,5 +157,4 @@ fn marks_received_before_sigterm_are_reported_at_exit() {
         .filter_map(|r| r["step"].as_u64())
         .collect();
     assert_eq!(reported, [2, 3]);
-    let _ = std::fs::remove_dir_all(&dir);
 }

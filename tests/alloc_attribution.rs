@@ -11,15 +11,11 @@ use std::sync::Arc;
 
 use gpumon::core::attribution::{AttributionConfig, Owner};
 use gpumon::core::{DeviceFilter, MetricSet, Processor, SampleRequest, Sampler, Snapshot};
-use gpumon::sinks::influxdb::LineProtocolEncoder;
-use gpumon::sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};
-use gpumon::sinks::prometheus::{Format, PrometheusSink};
-use gpumon::sinks::stdout::{format_snapshot, StdoutFormat};
 use gpumon_mock::MockSampler;
 
 #[path = "common/alloc.rs"]
 mod counting;
-use counting::{allocations, Counting};
+use counting::{allocations, encoders, scrape, Counting};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -124,56 +120,17 @@ fn attributed(snaps: &[Snapshot]) -> Vec<Arc<Snapshot>> {
         .collect()
 }
 
-fn steady(snaps: &[Arc<Snapshot>], mut tick: impl FnMut(&Arc<Snapshot>)) -> f64 {
-    for _ in 0..2 {
-        snaps.iter().for_each(&mut tick);
-    }
-    let n = allocations(|| {
-        for _ in 0..3 {
-            snaps.iter().for_each(&mut tick);
-        }
-    });
-    n as f64 / (3 * snaps.len()) as f64
-}
-
 #[test]
 fn encoders_allocate_nothing_per_tick_with_owner_labels() {
     let snaps = attributed(&snapshots());
     assert!(snaps[0].devices.iter().any(|d| !d.processes.is_empty()), "the fleet has processes");
-    for format in [StdoutFormat::Human, StdoutFormat::Json] {
-        let mut buf = String::new();
-        let per_tick = steady(&snaps, |s| {
-            buf.clear();
-            format_snapshot(&mut buf, s, format).unwrap();
-        });
-        assert_eq!(per_tick, 0.0, "stdout {format:?}");
+    for (encoder, per_tick) in encoders(&snaps) {
+        assert_eq!(per_tick, 0.0, "{encoder}");
     }
-    let encoder = LineProtocolEncoder::default();
-    let mut buf = String::new();
-    let per_tick = steady(&snaps, |s| {
-        buf.clear();
-        encoder.encode_snapshot(s, &mut buf);
-    });
-    assert_eq!(per_tick, 0.0, "InfluxDB line protocol");
-
-    let mut cfg = OtlpConfig::new("http://127.0.0.1:9", Protocol::HttpProtobuf);
-    cfg.pipeline = Some(Pipeline::Direct);
-    let mut otlp = OtlpSink::from_config(&cfg).unwrap();
-    let per_tick = steady(&snaps, |s| {
-        assert!(otlp.encode_request(s).is_some_and(|b| !b.is_empty()));
-    });
-    assert_eq!(per_tick, 0.0, "OTLP request (direct pipeline)");
 
     // A scrape keeps the few allocations it has without owners (tests/alloc_steady.rs): the
     // owner labels go into the same per-scrape label buffer.
-    let prom = PrometheusSink::builder().build().unwrap();
-    let handle = prom.handle();
-    let mut buf = String::new();
-    let per_scrape = steady(&snaps, |s| {
-        handle.store(s.clone());
-        buf.clear();
-        handle.render_to(&mut buf, Format::Text);
-    });
+    let (per_scrape, buf) = scrape(&snaps);
     assert!(buf.contains(",pod=\"train-0\","), "{buf}");
     assert!(per_scrape <= 12.0, "{per_scrape} allocations per scrape with owner labels");
 }

@@ -13,15 +13,13 @@ use std::time::Duration;
 use gpumon::core::diagnose::{DiagnoseConfig, Diagnoser, Sampling};
 use gpumon::core::report::RunReport;
 use gpumon::core::{DeviceFilter, MetricSet, Processor, ProcessorContext, SampleRequest, Sampler, Sink, Snapshot};
-use gpumon::sinks::influxdb::LineProtocolEncoder;
-use gpumon::sinks::otlp::{OtlpConfig, OtlpSink, Pipeline, Protocol};
-use gpumon::sinks::prometheus::{Format, PrometheusSink};
-use gpumon::sinks::stdout::{format_snapshot, StdoutFormat, StdoutSink};
+use gpumon::sinks::prometheus::PrometheusSink;
+use gpumon::sinks::stdout::{StdoutFormat, StdoutSink};
 use gpumon_mock::MockSampler;
 
 #[path = "common/alloc.rs"]
 mod counting;
-use counting::{allocations, Counting};
+use counting::{allocations, encoders, scrape, steady, Counting};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -33,50 +31,15 @@ fn snapshots(profile: &str) -> Vec<Arc<Snapshot>> {
     (0..8).map(|_| Arc::new(sampler.sample(&request).expect("mock sample"))).collect()
 }
 
-/// Runs `tick` over the snapshots twice to warm up (buffers grow to their steady size), then
-/// returns the allocations of 3 more rounds, per tick.
-fn steady(snaps: &[Arc<Snapshot>], mut tick: impl FnMut(&Arc<Snapshot>)) -> f64 {
-    for _ in 0..2 {
-        snaps.iter().for_each(&mut tick);
-    }
-    let n = allocations(|| {
-        for _ in 0..3 {
-            snaps.iter().for_each(&mut tick);
-        }
-    });
-    n as f64 / (3 * snaps.len()) as f64
-}
-
 const FLEETS: [&str; 2] = ["h100x8", "h100x64"];
 
 #[test]
 fn encoders_allocate_nothing_per_tick_once_their_buffers_have_grown() {
     for fleet in FLEETS {
         let snaps = snapshots(fleet);
-        for format in [StdoutFormat::Human, StdoutFormat::Json] {
-            let mut buf = String::new();
-            let per_tick = steady(&snaps, |s| {
-                buf.clear();
-                format_snapshot(&mut buf, s, format).unwrap();
-            });
-            assert_eq!(per_tick, 0.0, "{fleet}: stdout {format:?}");
+        for (encoder, per_tick) in encoders(&snaps) {
+            assert_eq!(per_tick, 0.0, "{fleet}: {encoder}");
         }
-
-        let encoder = LineProtocolEncoder::default();
-        let mut buf = String::new();
-        let per_tick = steady(&snaps, |s| {
-            buf.clear();
-            encoder.encode_snapshot(s, &mut buf);
-        });
-        assert_eq!(per_tick, 0.0, "{fleet}: InfluxDB line protocol");
-
-        let mut cfg = OtlpConfig::new("http://127.0.0.1:9", Protocol::HttpProtobuf);
-        cfg.pipeline = Some(Pipeline::Direct);
-        let mut otlp = OtlpSink::from_config(&cfg).unwrap();
-        let per_tick = steady(&snaps, |s| {
-            assert!(otlp.encode_request(s).is_some_and(|b| !b.is_empty()));
-        });
-        assert_eq!(per_tick, 0.0, "{fleet}: OTLP request (direct pipeline)");
     }
 }
 
@@ -106,16 +69,7 @@ fn a_prometheus_scrape_allocates_a_constant_few_whatever_the_fleet() {
     // number of allocations, not one per device or per series.
     let mut per_scrape = Vec::new();
     for fleet in FLEETS {
-        let snaps = snapshots(fleet);
-        let prom = PrometheusSink::builder().build().unwrap();
-        let handle = prom.handle();
-        let mut buf = String::new();
-        let n = steady(&snaps, |s| {
-            handle.store(s.clone());
-            buf.clear();
-            handle.render_to(&mut buf, Format::Text);
-        });
-        per_scrape.push(n);
+        per_scrape.push(scrape(&snapshots(fleet)).0);
     }
     assert!(per_scrape[0] <= 12.0, "8 GPUs: {} allocations per scrape", per_scrape[0]);
     assert_eq!(per_scrape[0], per_scrape[1], "allocations per scrape, 8 vs 64 GPUs");

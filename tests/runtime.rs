@@ -9,8 +9,8 @@
 use std::time::{Duration, Instant};
 
 use gpumon::core::{
-    Agent, AgentBuilder, AgentError, AgentStats, DeviceFilter, DeviceState, Family, ManualClock, MetricSet,
-    SampleError, SampleRequest, Sampler, SinkOptions, SinkState, Snapshot,
+    Agent, AgentBuilder, AgentError, AgentHandle, AgentStats, DeviceFilter, DeviceState, Family, ManualClock,
+    MetricSet, SampleError, SampleRequest, Sampler, SinkOptions, SinkState, Snapshot,
 };
 use gpumon_mock::{Behavior, FailKind, Fault, FaultySink, Gate, MockSampler, RecordingSink, Scenario};
 
@@ -57,6 +57,20 @@ fn manual(sampler: impl Sampler) -> (ManualClock, RecordingSink, AgentBuilder) {
     let rec = RecordingSink::new("rec");
     let builder = Agent::builder(sampler).clock(clock.clone()).sink(rec.clone());
     (clock, rec, builder)
+}
+
+/// The first `n` snapshots `handle` publishes, stepping `clock` a second before each but the
+/// first (call it right after `spawn`, so that none is missed).
+async fn first_published(handle: &AgentHandle, clock: &ManualClock, n: usize) -> Vec<std::sync::Arc<Snapshot>> {
+    let mut stream = handle.subscribe();
+    let mut published = Vec::new();
+    for i in 0..n {
+        if i > 0 {
+            clock.advance(Duration::from_secs(1));
+        }
+        published.push(tokio::time::timeout(WAIT, stream.recv()).await.unwrap().unwrap());
+    }
+    published
 }
 
 fn ticks(s: &AgentStats) -> u64 {
@@ -494,14 +508,7 @@ async fn a_hostname_override_applies_to_every_snapshot_without_a_copy_per_tick()
         .sink(rec.clone())
         .spawn()
         .unwrap();
-    let mut stream = handle.subscribe();
-    let mut seen = Vec::new();
-    for i in 0..3 {
-        if i > 0 {
-            clock.advance(Duration::from_secs(1));
-        }
-        seen.push(tokio::time::timeout(WAIT, stream.recv()).await.unwrap().unwrap());
-    }
+    let seen = first_published(&handle, &clock, 3).await;
     handle.shutdown(Duration::from_secs(1)).await.unwrap();
     for s in &seen {
         assert_eq!(s.system.hostname, "node-17");
@@ -551,15 +558,8 @@ async fn processors_run_in_order_before_the_sinks_and_a_panic_costs_only_its_dat
         .sink(rec.clone())
         .spawn()
         .unwrap();
-    let mut stream = handle.subscribe();
-    let mut names = Vec::new();
-    for i in 0..3 {
-        if i > 0 {
-            clock.advance(Duration::from_secs(1));
-        }
-        let s = tokio::time::timeout(WAIT, stream.recv()).await.unwrap().unwrap();
-        names.push((s.seq, s.devices[0].info.name.clone()));
-    }
+    let names: Vec<_> =
+        first_published(&handle, &clock, 3).await.iter().map(|s| (s.seq, s.devices[0].info.name.clone())).collect();
     // snapshot_now is not processed: it would distort a processor's notion of ticks.
     let adhoc = handle.snapshot_now().await.unwrap();
     assert!(!adhoc.devices[0].info.name.contains('+'), "{}", adhoc.devices[0].info.name);

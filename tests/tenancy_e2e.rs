@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use gpumon_mock::test_env::require_env;
-use gpumon_mock::test_kit::{free_port, KillOnDrop, Ready, Scrape};
+use gpumon_mock::test_kit::{free_port, KillOnDrop, Ready, Scrape, TempDir};
 
 mod common;
 use common::{agent_process, fake_nvml};
@@ -80,19 +80,16 @@ fn each_tenant_scrapes_exactly_the_gpu_its_real_process_holds() {
     let (pid_a, pid_b) = (a.0.id(), b.0.id());
 
     let port = free_port();
-    let dir = std::env::temp_dir().join(format!("gpumon-tenancy-e2e-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("agent.toml");
-    std::fs::write(
-        &cfg,
-        format!(
+    let dir = TempDir::new("tenancy-e2e");
+    let cfg = dir.file(
+        "agent.toml",
+        &format!(
             "[agent]\nbackend = \"nvml\"\ninterval = \"200ms\"\nenable = [\"processes\"]\n\
              [prometheus]\nlisten = \"127.0.0.1:{port}\"\nauth = {{ bearer = {{ token = \"tok-admin\" }} }}\n\
              [[prometheus.tenants]]\nname = \"a\"\nselector = {{ user = {UID_A} }}\nbearer = \"tok-a\"\n\
              [[prometheus.tenants]]\nname = \"b\"\nselector = {{ user = {UID_B} }}\nbearer = \"tok-b\"\n"
         ),
-    )
-    .unwrap();
+    );
     // A quick exit (an unknown flag, a bad config) is reported with its stderr: does it have
     // --attribution (the attribution branch)?
     let _agent = agent_process()
@@ -135,5 +132,4 @@ fn each_tenant_scrapes_exactly_the_gpu_its_real_process_holds() {
     }
     let r = scrape(port, "tok-unknown").fetch().raw;
     assert!(r.starts_with("HTTP/1.1 401"), "{r}");
-    let _ = std::fs::remove_dir_all(dir);
 }

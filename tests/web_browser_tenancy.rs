@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use gpumon_mock::test_env::require_env;
-use gpumon_mock::test_kit::{free_port, Credential, Ready};
+use gpumon_mock::test_kit::{free_port, Credential, Ready, TempDir};
 use serde_json::Value;
 
 mod common;
@@ -40,20 +40,17 @@ fn browse(url: &str, header: &str) -> Value {
 #[ignore = "needs scripts/test.sh (chromium)"]
 fn a_tenants_page_goes_live_and_shows_only_its_gpus() {
     let port = free_port();
-    let dir = std::env::temp_dir().join(format!("gpumon-web-tenancy-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("agent.toml");
-    std::fs::write(
-        &cfg,
-        format!(
+    let dir = TempDir::new("web-tenancy");
+    let cfg = dir.file(
+        "agent.toml",
+        &format!(
             "[agent]\nbackend = \"mock\"\ninterval = \"500ms\"\nenable = [\"processes\"]\n\
              [mock]\nprofile = \"h100x8\"\n\
              [web]\nlisten = \"127.0.0.1:{port}\"\nauth = {{ basic = {{ username = \"ops\", password = \"pw-ops\" }} }}\n\
              [[web.tenants]]\nname = \"team-a\"\nselector = {{ namespace = \"team-a\" }}\n\
              basic = {{ username = \"team-a\", password = \"pw-a\" }}\n"
         ),
-    )
-    .unwrap();
+    );
     // The agent's web view listens within 20 s.
     let agent = agent_process().arg("--config").arg(&cfg).ready(Ready::Port(([127, 0, 0, 1], port).into())).spawn();
     let base = agent.url();
@@ -61,7 +58,6 @@ fn a_tenants_page_goes_live_and_shows_only_its_gpus() {
 
     let admin = browse(&format!("{base}/"), &basic("ops", "pw-ops"));
     let tenant = browse(&format!("{base}/"), &basic("team-a", "pw-a"));
-    let _ = std::fs::remove_dir_all(&dir);
     for (who, run) in [("admin", &admin), ("team-a", &tenant)] {
         assert_eq!(run["exceptions"], serde_json::json!([]), "{who}: script errors");
         assert_eq!(run["console_errors"], serde_json::json!([]), "{who}: console errors (a 401 shows here)");

@@ -80,25 +80,11 @@ pub fn format_duration(d: Duration) -> String {
     humantime::format_duration(d).to_string()
 }
 
-// Every feature that deserializes a config has serde.
-#[cfg(any(
-    feature = "stdout",
-    feature = "prometheus",
-    feature = "influxdb-http",
-    feature = "otlp",
-    feature = "_http-client",
-    feature = "tls"
-))]
+// Every feature that deserializes a config enables `_serde`.
+#[cfg(feature = "_serde")]
 pub use serde_impl::{deserialize, opt};
 
-#[cfg(any(
-    feature = "stdout",
-    feature = "prometheus",
-    feature = "influxdb-http",
-    feature = "otlp",
-    feature = "_http-client",
-    feature = "tls"
-))]
+#[cfg(feature = "_serde")]
 mod serde_impl {
     use std::fmt;
     use std::time::Duration;

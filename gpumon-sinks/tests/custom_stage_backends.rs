@@ -16,9 +16,7 @@ mod stage;
 mod otlp_support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write as _;
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -32,6 +30,10 @@ use gpumon_sinks::prometheus::{Format, Naming, PrometheusConfig, PrometheusSink}
 use gpumon_sinks::remote_write::{RemoteWriteConfig, RemoteWriteSink};
 use serde_json::Value as Json;
 
+#[path = "backend_support/mod.rs"]
+mod backend_support;
+use backend_support::{client, promtool_check_metrics, range_samples};
+
 /// The stage's limit, °C: the scenario's GPUs climb from 67 °C past it within [`TICKS`].
 const LIMIT: f64 = 85.0;
 /// Ticks sampled (one scenario second each).
@@ -43,15 +45,7 @@ const OTEL_NAME: &str = "acme.gpu.thermal.headroom";
 /// A name unique across test processes and reruns: the host of this test's snapshots, its
 /// InfluxDB `run` tag, its OTLP `gpumon.test.run`, its Prometheus instance.
 fn unique(test: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
-    format!("cs-{test}-{}-{nanos}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
-}
-
-fn client() -> reqwest::Client {
-    #[cfg(feature = "tls")]
-    gpumon_sinks::tls::install_crypto_provider();
-    reqwest::Client::new()
+    backend_support::unique(&format!("cs-{test}"))
 }
 
 /// The run of the mock's `thermal-throttling` scenario through the stage.
@@ -134,16 +128,7 @@ fn close(got: f64, want: f64) -> bool {
 // ------------------------------------------------------------------------------------ InfluxDB
 
 async fn influxql(url: &str, db: &str, q: &str) -> Json {
-    let mut u = reqwest::Url::parse(&format!("{url}/query")).unwrap();
-    u.query_pairs_mut().append_pair("db", db).append_pair("epoch", "ns").append_pair("q", q);
-    let resp = client().get(u).send().await.unwrap_or_else(|e| panic!("InfluxDB at {url} unreachable: {e}"));
-    let status = resp.status();
-    let body: Json = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
-    assert!(status.is_success(), "query {q} failed: {status} {body}");
-    if let Some(err) = body["results"][0].get("error") {
-        panic!("query {q} failed: {err}");
-    }
-    body
+    backend_support::influxql(url, db, None, q).await
 }
 
 /// The rows of a `SELECT`, each as column → value.
@@ -352,25 +337,9 @@ async fn otlp_grpc_exports_the_stages_series_through_both_pipelines() {
 /// The raw samples of `selector` over the last hour, per series (its labels), from a Prometheus
 /// query API (Prometheus' or VictoriaMetrics').
 async fn raw_samples(url: &str, selector: &str) -> BTreeMap<BTreeMap<String, String>, Vec<(i64, f64)>> {
-    let c = client();
     // VictoriaMetrics makes what it took searchable ~1 s after a flush (8-9 s without).
-    let _ = c.get(format!("{url}/internal/force_flush")).send().await;
-    let mut u = reqwest::Url::parse(&format!("{url}/api/v1/query")).unwrap();
-    u.query_pairs_mut().append_pair("query", &format!("{selector}[1h]"));
-    let j: Json = serde_json::from_str(&c.get(u).send().await.unwrap().text().await.unwrap()).unwrap();
-    assert_eq!(j["status"], "success", "{selector}: {j}");
-    let mut out = BTreeMap::new();
-    for r in j["data"]["result"].as_array().unwrap() {
-        let labels = r["metric"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()));
-        let points = r["values"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| ((p[0].as_f64().unwrap() * 1000.0).round() as i64, p[1].as_str().unwrap().parse().unwrap()))
-            .collect();
-        out.insert(labels.collect(), points);
-    }
-    out
+    let _ = client().get(format!("{url}/internal/force_flush")).send().await;
+    range_samples(url, &format!("{selector}[1h]")).await.into_iter().collect()
 }
 
 /// Pushes the whole run through the remote-write sink to `write_url`, then reads
@@ -502,17 +471,8 @@ async fn prometheus_scrapes_the_stages_series() {
     let text = handle.render(Format::Text);
     assert!(text.contains(&format!("# HELP {PROM_NAME} {}\n", stage::HEADROOM.help)), "{text}");
     assert!(text.contains(&format!("# TYPE {PROM_NAME} gauge\n")), "{text}");
-    let mut child = Command::new(&promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {promtool}: {e}"));
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && report.trim().is_empty(), "promtool check metrics:\n{report}");
+    let (passed, report) = promtool_check_metrics(&promtool, &text);
+    assert!(passed && report.trim().is_empty(), "promtool check metrics:\n{report}");
 
     let prom = PrivateProm::start("scrape", Some(addr));
     // The first scrape comes 5-6 s after Prometheus is ready.

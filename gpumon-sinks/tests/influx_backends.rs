@@ -21,6 +21,10 @@ use gpumon_sinks::influxdb::{encode_snapshot, InfluxConfig, InfluxSink, InfluxSt
 use influxdb_line_protocol::{parse_lines, FieldValue};
 use serde_json::Value as Json;
 
+#[path = "backend_support/mod.rs"]
+mod backend_support;
+use backend_support::{influxql, unique as run_id};
+
 fn influx_url() -> String {
     require_env("GPUMON_TEST_INFLUXDB_URL")
 }
@@ -29,13 +33,6 @@ fn influx_db() -> String {
 }
 fn backends_dir() -> PathBuf {
     PathBuf::from(require_env("GPUMON_TEST_BACKENDS_DIR"))
-}
-
-/// A run id unique across test processes, used as the `run` tag to find this test's points.
-fn run_id(test: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
-    format!("{test}-{}-{nanos}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A sampler producing `names.len()` GPUs with values that change every tick, every family the
@@ -172,25 +169,6 @@ fn expected(snapshots: &[Arc<Snapshot>], run: &str) -> Expected {
         assert!(out.insert(key, fields).is_none(), "duplicate line in own encoding");
     }
     out
-}
-
-async fn influxql(url: &str, db: &str, auth: Option<(&str, &str)>, q: &str) -> Json {
-    let mut u = reqwest::Url::parse(&format!("{url}/query")).unwrap();
-    u.query_pairs_mut().append_pair("db", db).append_pair("epoch", "ns").append_pair("q", q);
-    #[cfg(feature = "tls")]
-    gpumon_sinks::tls::install_crypto_provider();
-    let mut req = reqwest::Client::new().get(u);
-    if let Some((user, pw)) = auth {
-        req = req.basic_auth(user, Some(pw));
-    }
-    let resp = req.send().await.unwrap_or_else(|e| panic!("InfluxDB at {url} unreachable: {e}"));
-    let status = resp.status();
-    let body: Json = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
-    assert!(status.is_success(), "query {q} failed: {status} {body}");
-    if let Some(err) = body["results"][0].get("error") {
-        panic!("query {q} failed: {err}");
-    }
-    body
 }
 
 /// Every stored row of this run: same key shape as [`Expected`].

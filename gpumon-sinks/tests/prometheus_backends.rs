@@ -4,16 +4,18 @@
 //! run. `#[ignore]`d: `scripts/test.sh` runs it (`--include-ignored`); then it fails loudly.
 #![cfg(feature = "prometheus-http")]
 
+#[path = "backend_support/mod.rs"]
+mod backend_support;
 #[path = "prometheus_support/mod.rs"]
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backend_support::promtool_check_metrics;
 use gpumon_core::{Agent, AgentHandle, MetricId, Snapshot};
 use gpumon_mock::test_env::require_env;
 use gpumon_mock::test_kit::{free_port, KillOnDrop, TempDir};
@@ -235,19 +237,10 @@ async fn check_values(prom: &Prom, t: &Target, snap: &Snapshot) {
 /// dcgm names only the lint dcgm-exporter's own names trigger.
 fn promtool_check(promtool: &str, t: &Target) {
     let text = t.handle.render(Format::Text);
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {promtool}: {e}"));
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let (passed, report) = promtool_check_metrics(promtool, &text);
     match t.naming {
         Naming::Native => {
-            assert!(out.status.success() && report.trim().is_empty(), "promtool on {}:\n{report}", t.job);
+            assert!(passed && report.trim().is_empty(), "promtool on {}:\n{report}", t.job);
         }
         _ => {
             for line in report.lines().filter(|l| !l.trim().is_empty()) {

@@ -8,7 +8,6 @@ use gpumon_mock::test_kit::free_port;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Not as _;
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -18,17 +17,13 @@ use gpumon_sinks::prometheus::{Format, Naming, PrometheusSink};
 use gpumon_sinks::remote_write::{RemoteWriteConfig, RemoteWriteSink};
 use serde_json::Value as Json;
 
+#[path = "backend_support/mod.rs"]
+mod backend_support;
+use backend_support::{client, range_samples};
+
 /// A host name unique across test processes: every series of one test carries it.
 fn unique_host(test: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
-    format!("rw-{test}-{}-{nanos}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
-}
-
-fn client() -> reqwest::Client {
-    #[cfg(feature = "tls")]
-    gpumon_sinks::tls::install_crypto_provider();
-    reqwest::Client::new()
+    backend_support::unique(&format!("rw-{test}"))
 }
 
 /// An 8-GPU mock snapshot for `host`, taken `ago` before now (millisecond precision, as sent).
@@ -109,23 +104,12 @@ async fn vm_export(url: &str, host_key: &str, host: &str) -> BTreeMap<Key, Vec<(
 
 /// The same from Prometheus' query API (a range selector returns the raw samples).
 async fn prom_export(url: &str, host_key: &str, host: &str) -> BTreeMap<Key, Vec<(i64, f64)>> {
-    let mut u = reqwest::Url::parse(&format!("{url}/api/v1/query")).unwrap();
-    u.query_pairs_mut().append_pair("query", &format!("{{{host_key}={host:?}}}[30m]"));
-    let j: Json = serde_json::from_str(&client().get(u).send().await.unwrap().text().await.unwrap()).unwrap();
-    assert_eq!(j["status"], "success", "{j}");
-    let mut out = BTreeMap::new();
-    for r in j["data"]["result"].as_array().unwrap() {
-        let labels: BTreeMap<String, String> =
-            r["metric"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned())).collect();
-        let points = r["values"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| ((p[0].as_f64().unwrap() * 1000.0).round() as i64, p[1].as_str().unwrap().parse().unwrap()))
-            .collect();
-        out.insert(key(&labels["__name__"], &labels), points);
-    }
-    out
+    let selector = format!("{{{host_key}={host:?}}}[30m]");
+    range_samples(url, &selector)
+        .await
+        .into_iter()
+        .map(|(labels, points)| (key(&labels["__name__"], &labels), points))
+        .collect()
 }
 
 /// Starts a private Prometheus (remote-write receiver on) and returns its URL and a guard.
@@ -165,7 +149,7 @@ fn config(url: &str, naming: Naming) -> RemoteWriteConfig {
 
 /// Sends three snapshots and checks that every scraped series arrives with the same values at
 /// the snapshots' timestamps.
-async fn every_series_arrives(write_url: &str, read: impl AsyncRead, naming: Naming) {
+async fn every_series_arrives(write_url: &str, read: ReadBack, naming: Naming) {
     let sampler = gpumon_mock::MockSampler::from_profile_name("h100x8").unwrap();
     let host = unique_host(&format!("{naming:?}").to_lowercase());
     let snaps: Vec<_> = (0..3).map(|i| snapshot(&sampler, &host, Duration::from_secs(3 - i))).collect();
@@ -215,27 +199,22 @@ async fn every_series_arrives(write_url: &str, read: impl AsyncRead, naming: Nam
 }
 
 /// A query API to read samples back.
-trait AsyncRead {
-    fn read(&self, host_key: &str, host: &str) -> impl std::future::Future<Output = BTreeMap<Key, Vec<(i64, f64)>>>;
+enum ReadBack {
+    Vm(String),
+    Prom(String),
+}
+
+impl ReadBack {
+    async fn read(&self, host_key: &str, host: &str) -> BTreeMap<Key, Vec<(i64, f64)>> {
+        match self {
+            ReadBack::Vm(url) => vm_export(url, host_key, host).await,
+            ReadBack::Prom(url) => prom_export(url, host_key, host).await,
+        }
+    }
+
     /// Whether values come back bit for bit.
-    fn exact(&self) -> bool;
-}
-struct Vm(String);
-impl AsyncRead for Vm {
-    async fn read(&self, host_key: &str, host: &str) -> BTreeMap<Key, Vec<(i64, f64)>> {
-        vm_export(&self.0, host_key, host).await
-    }
     fn exact(&self) -> bool {
-        false
-    }
-}
-struct Prom(String);
-impl AsyncRead for Prom {
-    async fn read(&self, host_key: &str, host: &str) -> BTreeMap<Key, Vec<(i64, f64)>> {
-        prom_export(&self.0, host_key, host).await
-    }
-    fn exact(&self) -> bool {
-        true
+        matches!(self, ReadBack::Prom(_))
     }
 }
 
@@ -244,7 +223,7 @@ impl AsyncRead for Prom {
 async fn victoria_metrics_gets_every_scraped_series_in_both_namings() {
     let vm = require_env("GPUMON_TEST_VM_URL");
     for naming in [Naming::Native, Naming::Dcgm] {
-        every_series_arrives(&format!("{vm}/api/v1/write"), Vm(vm.clone()), naming).await;
+        every_series_arrives(&format!("{vm}/api/v1/write"), ReadBack::Vm(vm.clone()), naming).await;
     }
 }
 
@@ -253,7 +232,7 @@ async fn victoria_metrics_gets_every_scraped_series_in_both_namings() {
 async fn prometheus_gets_every_scraped_series_in_both_namings() {
     let (url, _guard) = start("prometheus", "PROM_PORT", &unique_host("prom"), &[]);
     for naming in [Naming::Native, Naming::Dcgm] {
-        every_series_arrives(&format!("{url}/api/v1/write"), Prom(url.clone()), naming).await;
+        every_series_arrives(&format!("{url}/api/v1/write"), ReadBack::Prom(url.clone()), naming).await;
     }
 }
 

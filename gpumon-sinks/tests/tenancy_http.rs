@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use gpumon_core::attribution::{Owner, SharedOwner, TenantSelector};
 use gpumon_core::{
@@ -16,8 +16,10 @@ use gpumon_core::{
     SystemInfo,
 };
 use gpumon_sinks::prometheus::{Auth, Naming, PrometheusSink, TenantConfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+
+#[path = "http_support/mod.rs"]
+mod http_support;
+use http_support::Reply;
 
 const ADMIN: &str = "tok-admin";
 const TOKEN_A: &str = "tok-team-a";
@@ -133,40 +135,9 @@ fn basic(user: &str, password: &str) -> String {
     format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}")))
 }
 
-struct Reply {
-    status: u16,
-    head: String,
-    body: String,
-}
-
-impl Reply {
-    fn headers(&self, name: &str) -> Vec<&str> {
-        self.head
-            .lines()
-            .filter_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case(name).then(|| v.trim())
-            })
-            .collect()
-    }
-}
-
 /// One request on a fresh connection, read to the end: the test sees exactly what is sent.
-async fn request(addr: SocketAddr, path: &str, headers: &[String]) -> Reply {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for h in headers {
-        req.push_str(h);
-        req.push_str("\r\n");
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut raw)).await.unwrap().unwrap();
-    let raw = String::from_utf8(raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").expect("a complete head");
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    Reply { status, head: head.to_owned(), body: body.to_owned() }
+async fn request(addr: SocketAddr, path: &str, headers: &[String]) -> Reply<String> {
+    http_support::request(addr, "GET", path, headers).await.into_text()
 }
 
 fn bearer(token: &str) -> String {
@@ -344,11 +315,12 @@ fn bad_tenant_config_is_a_build_error_naming_the_key() {
 
 #[cfg(feature = "web")]
 mod web {
-    use std::time::Instant;
-
     use gpumon_sinks::web::{WebConfig, WebSink};
     use serde_json::Value;
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpStream;
 
+    use super::http_support::read_until;
     use super::*;
 
     fn sink() -> WebSink {
@@ -448,21 +420,6 @@ mod web {
         let req = format!("GET /api/stream HTTP/1.1\r\nHost: {addr}\r\n{credential}\r\n\r\n");
         s.write_all(req.as_bytes()).await.unwrap();
         s
-    }
-
-    /// Reads until `want` has been seen; panics after 10 s.
-    async fn read_until(s: &mut TcpStream, seen: &mut String, want: &str) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut buf = [0u8; 16384];
-        while !seen.contains(want) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let n = tokio::time::timeout(left, s.read(&mut buf))
-                .await
-                .unwrap_or_else(|_| panic!("no {want} in {seen}"))
-                .unwrap();
-            assert!(n > 0, "stream ended before {want}: {seen}");
-            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
     }
 
     /// The snapshots of the events seen so far.

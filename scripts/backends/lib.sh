@@ -85,6 +85,19 @@ check_not_running() {
     rm -f "$pidf" "$BACKENDS_STATE_DIR/$name.exe"
 }
 
+# claim_instance NAME VAR PORT...: what every start script does before it
+# spawns: refuses a NAME already running, waits for each PORT to be free, and
+# sets VAR to the data directory (make_datadir_into).
+claim_instance() {
+    local name="$1" var="$2" port
+    shift 2
+    check_not_running "$name"
+    for port in "$@"; do
+        wait_port_free "$name" "$port"
+    done
+    make_datadir_into "$name" "$var"
+}
+
 # remove_datadir NAME DIR: delete DIR only if it is one of ours
 remove_datadir() {
     case "$2" in

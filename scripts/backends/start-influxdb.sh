@@ -41,10 +41,7 @@ DB="${INFLUX_DB-gpumon}"
 USER_="${INFLUX_USER:-gpumon}"
 PASS_="${INFLUX_PASSWORD:-gpumon-test-pw}"
 need_cmd influxd influxdb
-check_not_running "$NAME"
-wait_port_free "$NAME" "$PORT"
-wait_port_free "$NAME" "$RPC_PORT"
-make_datadir_into "$NAME" DATA
+claim_instance "$NAME" DATA "$PORT" "$RPC_PORT"
 [ "$AUTH" = 1 ] && auth_enabled=true || auth_enabled=false
 SCHEME=http
 https_conf=""

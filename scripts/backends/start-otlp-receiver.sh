@@ -27,10 +27,7 @@ PY="$GPUMON_VENV/bin/python"
 [ -x "$PY" ] || die "$PY not found: run scripts/backends/install.sh (creates $GPUMON_VENV)"
 "$PY" -c 'import grpc, opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc' 2>/dev/null \
     || die "$GPUMON_VENV lacks grpcio/opentelemetry-proto: run scripts/backends/install.sh"
-check_not_running "$NAME"
-wait_port_free "$NAME" "$GPORT"
-wait_port_free "$NAME" "$HPORT"
-make_datadir_into "$NAME" DATA
+claim_instance "$NAME" DATA "$GPORT" "$HPORT"
 OUT="${OTLP_OUT:-$DATA/otlp-metrics.jsonl}"
 
 t0=$(now_ms)

@@ -45,9 +45,7 @@ for t in "${tarr[@]}"; do
         *) die "scrape target '$t' is not on loopback (127.0.0.0/8, localhost, [::1])" ;;
     esac
 done
-check_not_running "$NAME"
-wait_port_free "$NAME" "$PORT"
-make_datadir_into "$NAME" DATA
+claim_instance "$NAME" DATA "$PORT"
 
 if [ -n "${PROM_CONFIG:-}" ]; then
     cp "$PROM_CONFIG" "$DATA/prometheus.yml"

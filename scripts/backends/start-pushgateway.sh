@@ -20,9 +20,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NAME="$(instance_name pushgateway)"
 PORT="${PUSHGW_PORT:-19191}"
 need_cmd prometheus-pushgateway prometheus-pushgateway
-check_not_running "$NAME"
-wait_port_free "$NAME" "$PORT"
-make_datadir_into "$NAME" DATA
+claim_instance "$NAME" DATA "$PORT"
 
 args=(--web.listen-address="$BACKENDS_BIND:$PORT"
       --persistence.file="$DATA/pushgateway.data"

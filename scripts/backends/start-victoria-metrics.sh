@@ -23,9 +23,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 NAME="$(instance_name victoria-metrics)"
 PORT="${VM_PORT:-18428}"
 need_cmd victoria-metrics victoria-metrics
-check_not_running "$NAME"
-wait_port_free "$NAME" "$PORT"
-make_datadir_into "$NAME" DATA
+claim_instance "$NAME" DATA "$PORT"
 
 args=(-httpListenAddr="$BACKENDS_BIND:$PORT"
       -storageDataPath="$DATA/storage"

@@ -462,18 +462,22 @@ mod tests {
         assert_eq!(plan.thresholds.imbalance_busy, want.imbalance_busy);
     }
 
+    /// The commented-out `# [header]` block of the example config file, uncommented.
+    fn example_block(header: &str) -> String {
+        let text = include_str!("../../examples/agent/gpumon.example.toml");
+        let start = text.find(&format!("# {header}")).unwrap_or_else(|| panic!("a {header} block"));
+        text[start..]
+            .lines()
+            .take_while(|l| l.starts_with('#'))
+            .map(|l| format!("{}\n", l.trim_start_matches('#').trim()))
+            .collect()
+    }
+
     /// The commented `[diagnose.thresholds]` block of the example file parses, names every
     /// threshold, and shows the defaults.
     #[test]
     fn the_example_file_lists_every_threshold_with_its_default() {
-        let text = include_str!("../../examples/agent/gpumon.example.toml");
-        let start = text.find("# [diagnose.thresholds]").expect("a [diagnose.thresholds] block");
-        let block: String = text[start..]
-            .lines()
-            .take_while(|l| l.starts_with('#'))
-            .map(|l| format!("{}\n", l.trim_start_matches('#').trim()))
-            .collect();
-        let file: toml::Table = toml::from_str(&block).unwrap();
+        let file: toml::Table = toml::from_str(&example_block("[diagnose.thresholds]")).unwrap();
         let table = file["diagnose"]["thresholds"].as_table().unwrap();
         assert_eq!(table.len(), Thresholds::NAMES.len());
         assert_eq!(thresholds(table).unwrap(), Thresholds::default());
@@ -585,14 +589,7 @@ mod tests {
         struct FileAttribution {
             attribution: AttributionSection,
         }
-        let text = include_str!("../../examples/agent/gpumon.example.toml");
-        let start = text.find("# [attribution]").expect("an [attribution] block");
-        let block: String = text[start..]
-            .lines()
-            .take_while(|l| l.starts_with('#'))
-            .map(|l| format!("{}\n", l.trim_start_matches('#').trim()))
-            .collect();
-        let file: FileAttribution = toml::from_str(&block).unwrap();
+        let file: FileAttribution = toml::from_str(&example_block("[attribution]")).unwrap();
         let s = file.attribution;
         assert_eq!(s.enabled, Some(false));
         assert_eq!(s.proc_root.as_deref(), Some(Path::new(DEFAULT_PROC_ROOT)));

@@ -14,11 +14,7 @@ use gpumon_core::{
 };
 
 fn sampler(fake: &Fake) -> NvmlSampler {
-    NvmlSampler::builder()
-        .library_path(fake.library())
-        .xid_poll_interval(Duration::from_millis(10))
-        .build()
-        .expect("NvmlSampler on the fake")
+    fake.sampler(Duration::from_millis(10))
 }
 
 fn all() -> SampleRequest {

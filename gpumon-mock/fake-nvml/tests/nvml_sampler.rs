@@ -13,11 +13,7 @@ use gpumon_fake_nvml::expected::{device_info, faulted_sample, nvml_view};
 use gpumon_fake_nvml::{Config, Fleet};
 
 fn sampler(fake: &Fake) -> NvmlSampler {
-    NvmlSampler::builder()
-        .library_path(fake.library())
-        .xid_poll_interval(Duration::from_millis(20))
-        .build()
-        .expect("NvmlSampler on the fake")
+    fake.sampler(Duration::from_millis(20))
 }
 
 fn everything() -> SampleRequest {

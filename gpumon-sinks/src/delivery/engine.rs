@@ -386,12 +386,7 @@ impl Delivery {
         self.shut_down = true;
         let drained = self.drain().await;
         // Everything still buffered goes to the spill directory (off the runtime).
-        let io = {
-            let mut st = self.shared.lock();
-            st.stop = true;
-            st.buffer.seal();
-            st.buffer.spill_io(true, true)
-        };
+        let io = self.stop_and_seal();
         if let Some(io) = io {
             let done = run_spill_io(io).await;
             self.shared.lock().buffer.apply(done);
@@ -417,18 +412,22 @@ impl Delivery {
             }
         }
     }
+
+    /// Tells the writer to stop and seals the buffer: the I/O that spills everything still
+    /// buffered, in-flight batches included.
+    fn stop_and_seal(&self) -> Option<SpillIo> {
+        let mut st = self.shared.lock();
+        st.stop = true;
+        st.buffer.seal();
+        st.buffer.spill_io(true, true)
+    }
 }
 
 impl Drop for Delivery {
     /// Dropped without `shutdown`: spills what is still buffered, with blocking I/O (there is no
     /// `await` in a destructor; this happens once). After `shutdown` there is nothing left to do.
     fn drop(&mut self) {
-        let io = {
-            let mut st = self.shared.lock();
-            st.stop = true;
-            st.buffer.seal();
-            st.buffer.spill_io(true, true)
-        };
+        let io = self.stop_and_seal();
         if let Some(io) = io {
             let done = io.run();
             self.shared.lock().buffer.apply(done);

@@ -22,3 +22,54 @@ pub(crate) mod buffer;
 mod engine;
 
 pub(crate) use engine::{Delivery, DeliveryConfig, DeliveryStats, Shared as DeliveryShared, Transport, Unit};
+
+use std::time::Duration;
+
+use gpumon_core::BuildError;
+
+/// The batching and buffer settings of a sink's `[section]` as every sink built on this checks
+/// them: `batch_{items}` at least 1, `batch_interval` at least 10 ms, a `timeout`,
+/// `buffer_max_{items}` at least one batch, `buffer_max_bytes` at least 4096.
+///
+/// # Errors
+/// [`BuildError::InvalidConfig`] naming the first setting out of range (`influxdb.batch_points`).
+pub(crate) fn check_batching(
+    section: &str,
+    items: &str,
+    batch: usize,
+    batch_interval: Duration,
+    timeout: Duration,
+    buffer_max: usize,
+    buffer_max_bytes: usize,
+) -> Result<(), BuildError> {
+    if batch == 0 {
+        return Err(BuildError::invalid(format!("{section}.batch_{items}"), "must be at least 1"));
+    }
+    if batch_interval < Duration::from_millis(10) {
+        return Err(BuildError::invalid(format!("{section}.batch_interval"), "must be at least 10ms"));
+    }
+    if timeout.is_zero() {
+        return Err(BuildError::invalid(format!("{section}.timeout"), "must be greater than zero"));
+    }
+    if buffer_max < batch {
+        return Err(BuildError::invalid(
+            format!("{section}.buffer_max_{items}"),
+            format!("must be at least `batch_{items}` ({batch})"),
+        ));
+    }
+    if buffer_max_bytes < 4096 {
+        return Err(BuildError::invalid(format!("{section}.buffer_max_bytes"), "must be at least 4096"));
+    }
+    Ok(())
+}
+
+/// `retry_initial` and `retry_max` of `[section]`: 0 < retry_initial <= retry_max.
+///
+/// # Errors
+/// [`BuildError::InvalidConfig`] naming `{section}.retry_max`.
+pub(crate) fn check_retry(section: &str, initial: Duration, max: Duration) -> Result<(), BuildError> {
+    if initial.is_zero() || max < initial {
+        return Err(BuildError::invalid(format!("{section}.retry_max"), "need 0 < retry_initial <= retry_max"));
+    }
+    Ok(())
+}

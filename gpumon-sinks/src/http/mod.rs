@@ -75,3 +75,5 @@ pub(crate) mod tenants;
 #[cfg(feature = "_http-server")]
 #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
 pub(crate) mod server;
+#[cfg(feature = "prometheus")]
+pub(crate) mod serving;

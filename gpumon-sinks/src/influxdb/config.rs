@@ -279,24 +279,15 @@ impl InfluxConfig {
                 }
             }
         }
-        if self.batch_points == 0 {
-            return Err(BuildError::invalid("influxdb.batch_points", "must be at least 1"));
-        }
-        if self.batch_interval < Duration::from_millis(10) {
-            return Err(BuildError::invalid("influxdb.batch_interval", "must be at least 10ms"));
-        }
-        if self.timeout.is_zero() {
-            return Err(BuildError::invalid("influxdb.timeout", "must be greater than zero"));
-        }
-        if self.buffer_max_points < self.batch_points {
-            return Err(BuildError::invalid(
-                "influxdb.buffer_max_points",
-                format!("must be at least `batch_points` ({})", self.batch_points),
-            ));
-        }
-        if self.buffer_max_bytes < 4096 {
-            return Err(BuildError::invalid("influxdb.buffer_max_bytes", "must be at least 4096"));
-        }
+        crate::delivery::check_batching(
+            "influxdb",
+            "points",
+            self.batch_points,
+            self.batch_interval,
+            self.timeout,
+            self.buffer_max_points,
+            self.buffer_max_bytes,
+        )?;
         if self.measurement.is_empty() || self.measurement.starts_with('#') {
             return Err(BuildError::invalid("influxdb.measurement", "must be non-empty and not start with `#`"));
         }
@@ -308,9 +299,7 @@ impl InfluxConfig {
                 return Err(BuildError::invalid("influxdb.tags", format!("`{k}` is a tag the sink writes itself")));
             }
         }
-        if self.retry_initial.is_zero() || self.retry_max < self.retry_initial {
-            return Err(BuildError::invalid("influxdb.retry_max", "need 0 < retry_initial <= retry_max"));
-        }
+        crate::delivery::check_retry("influxdb", self.retry_initial, self.retry_max)?;
         Ok(api)
     }
 }

@@ -751,14 +751,7 @@ impl Transport {
 
     #[cfg(not(feature = "otlp-grpc"))]
     fn grpc(r: &Resolved) -> Result<Transport, BuildError> {
-        Err(BuildError::invalid(
-            "otlp.protocol",
-            format!(
-                "OTLP/gRPC ({}) needs the `otlp-grpc` cargo feature of gpumon-sinks, and this build has only `otlp` \
-                 (OTLP/HTTP); rebuild with `--features otlp-grpc` or set protocol = \"http\"",
-                r.endpoint
-            ),
-        ))
+        Err(super::grpc_missing(r))
     }
 }
 

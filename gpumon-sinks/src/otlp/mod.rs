@@ -662,14 +662,20 @@ fn build_grpc(
     _compression: Option<opentelemetry_otlp::Compression>,
     _io: impl Fn(opentelemetry_otlp::ExporterBuildError) -> BuildError,
 ) -> Result<opentelemetry_otlp::MetricExporter, BuildError> {
-    Err(BuildError::invalid(
+    Err(grpc_missing(r))
+}
+
+/// gRPC asked for in a build without it (either pipeline).
+#[cfg(not(feature = "otlp-grpc"))]
+pub(crate) fn grpc_missing(r: &config::Resolved) -> BuildError {
+    BuildError::invalid(
         "otlp.protocol",
         format!(
             "OTLP/gRPC ({}) needs the `otlp-grpc` cargo feature of gpumon-sinks, and this build has only `otlp` \
              (OTLP/HTTP); rebuild with `--features otlp-grpc` or set protocol = \"http\"",
             r.endpoint
         ),
-    ))
+    )
 }
 
 #[cfg(test)]

@@ -111,7 +111,6 @@ use arc_swap::ArcSwapOption;
 use gpumon_core::attribution::TenantSelector;
 use gpumon_core::{BuildError, Sink, SinkError, Snapshot, Telemetry};
 
-#[cfg(feature = "prometheus-http")]
 use crate::http;
 
 pub use config::{Naming, PrometheusConfig, DEFAULT_LISTEN};
@@ -432,21 +431,18 @@ impl PrometheusSinkBuilder {
             }
             None => None,
         };
-        Ok(PrometheusSink {
-            handle,
-            #[cfg(feature = "prometheus-http")]
-            server,
-            shut_down: false,
-        })
+        #[cfg(feature = "prometheus-http")]
+        let serving = http::serving::Serving::new(server);
+        #[cfg(not(feature = "prometheus-http"))]
+        let serving = http::serving::Serving::default();
+        Ok(PrometheusSink { handle, serving })
     }
 }
 
 /// The Prometheus scrape sink. See the [module docs](self).
 pub struct PrometheusSink {
     handle: PrometheusHandle,
-    #[cfg(feature = "prometheus-http")]
-    server: Option<http::server::Server>,
-    shut_down: bool,
+    serving: http::serving::Serving,
 }
 
 impl std::fmt::Debug for PrometheusSink {
@@ -454,7 +450,7 @@ impl std::fmt::Debug for PrometheusSink {
         f.debug_struct("PrometheusSink")
             .field("local_addr", &self.local_addr())
             .field("handle", &self.handle)
-            .field("shut_down", &self.shut_down)
+            .field("shut_down", &self.serving.is_shut_down())
             .finish()
     }
 }
@@ -496,21 +492,7 @@ impl PrometheusSink {
 
     /// The address the listener is bound to (`None` without a listener).
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        #[cfg(feature = "prometheus-http")]
-        {
-            self.server.as_ref().map(http::server::Server::local_addr)
-        }
-        #[cfg(not(feature = "prometheus-http"))]
-        {
-            None
-        }
-    }
-
-    fn ensure_started(&self) {
-        #[cfg(feature = "prometheus-http")]
-        if let Some(server) = &self.server {
-            server.ensure_started();
-        }
+        self.serving.local_addr()
     }
 }
 
@@ -522,29 +504,23 @@ impl Sink for PrometheusSink {
 
     fn attach_telemetry(&mut self, telemetry: Telemetry) {
         self.handle.set_telemetry(telemetry);
-        self.ensure_started();
+        self.serving.ensure_started();
     }
 
     async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
-        if self.shut_down {
-            return Err(SinkError::AlreadyShutdown);
-        }
+        self.serving.check_open()?;
         self.handle.store(snapshot);
-        self.ensure_started();
+        self.serving.ensure_started();
         Ok(())
     }
 
     async fn healthcheck(&mut self) -> Result<(), SinkError> {
-        self.ensure_started();
+        self.serving.ensure_started();
         Ok(())
     }
 
     async fn shutdown(&mut self) -> Result<(), SinkError> {
-        self.shut_down = true;
-        #[cfg(feature = "prometheus-http")]
-        if let Some(server) = &self.server {
-            server.stop();
-        }
+        self.serving.shutdown();
         Ok(())
     }
 }

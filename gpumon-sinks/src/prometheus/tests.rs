@@ -1209,22 +1209,32 @@ fn assert_same_series(want: &[Parsed], got: &[Parsed], what: &str) {
     }
 }
 
+/// Every series case with every option set and telemetry, rendered as exposition text and
+/// parsed: `f(what, snapshot, telemetry, options, parsed)`, `what` naming the combination.
+fn for_each_exposition(
+    telemetry: &[Option<Telemetry>],
+    mut f: impl FnMut(&str, &Snapshot, Option<&Telemetry>, &RenderOptions, Vec<Parsed>),
+) {
+    for (case, snap) in series_cases() {
+        for opts in series_options() {
+            for tel in telemetry {
+                let mut text = String::new();
+                render::render(&mut text, Some(&snap), tel.as_ref(), &opts, Format::Text);
+                let what = format!("{case}, {opts:?}, telemetry {}", tel.is_some());
+                f(&what, &snap, tel.as_ref(), &opts, parse_exposition(&text));
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn the_walk_yields_exactly_the_series_of_the_exposition() {
     let telemetry = series_telemetry().await;
     let mut checked = 0;
-    for (case, snap) in series_cases() {
-        for opts in series_options() {
-            for tel in &telemetry {
-                let mut text = String::new();
-                render::render(&mut text, Some(&snap), tel.as_ref(), &opts, Format::Text);
-                let want = parse_exposition(&text);
-                let what = format!("{case}, {opts:?}, telemetry {}", tel.is_some());
-                assert_same_series(&want, &walked(Some(&snap), tel.as_ref(), &opts), &what);
-                checked += want.len();
-            }
-        }
-    }
+    for_each_exposition(&telemetry, |what, snap, tel, opts, want| {
+        assert_same_series(&want, &walked(Some(snap), tel, opts), what);
+        checked += want.len();
+    });
     // No snapshot yet, and a stale one: self-metrics only.
     let stale = RenderOptions { stale_after: Some(Duration::from_secs(1)), ..RenderOptions::default() };
     for (snap, opts) in [(None, RenderOptions::default()), (Some(fixture()), stale)] {
@@ -1246,56 +1256,48 @@ async fn remote_write_encodes_exactly_the_series_a_scrape_parses_into() {
     use crate::remote_write::encode::{Encoder, WriteRequest};
     let telemetry = series_telemetry().await;
     let mut checked = 0;
-    for (case, snap) in series_cases() {
-        for opts in series_options() {
-            for tel in &telemetry {
-                let mut text = String::new();
-                render::render(&mut text, Some(&snap), tel.as_ref(), &opts, Format::Text);
-                let want = parse_exposition(&text);
-                // External labels join every series that lacks them (the series' own wins):
-                // some that no series has, one a device series has, one only the host's have.
-                let external = [("cluster", "eu-1"), ("uuid", "other"), ("pod", "other"), ("Hostname", "other")];
-                let with_external: Vec<Parsed> = want
-                    .iter()
-                    .map(|(name, labels, v)| {
-                        let mut labels = labels.clone();
-                        for (k, ev) in external {
-                            if !labels.iter().any(|(have, _)| have == k) {
-                                labels.push((k.to_owned(), ev.to_owned()));
-                            }
-                        }
-                        (name.clone(), normalized(labels), *v)
-                    })
-                    .collect();
-                for (external, want) in [(&[][..], &want), (&external[..], &with_external)] {
-                    let pairs = external.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
-                    let mut out = Vec::new();
-                    let n = Encoder::new(opts.clone(), pairs).encode(&snap, tel.as_ref(), &mut out);
-                    let req = <WriteRequest as prost::Message>::decode(out.as_slice()).unwrap();
-                    assert_eq!(req.timeseries.len(), n);
-                    let got: Vec<Parsed> = req
-                        .timeseries
-                        .iter()
-                        .map(|t| {
-                            let name = t.labels.iter().find(|l| l.name == "__name__").expect("__name__");
-                            let labels: Vec<_> = t
-                                .labels
-                                .iter()
-                                .filter(|l| l.name != "__name__")
-                                .map(|l| (l.name.clone(), l.value.clone()))
-                                .collect();
-                            // On the wire, sorted byte-wise with `__name__` among them.
-                            let names: Vec<&str> = t.labels.iter().map(|l| l.name.as_str()).collect();
-                            assert!(names.windows(2).all(|w| w[0] < w[1]), "{names:?}");
-                            (name.value.clone(), labels, t.samples[0].value)
-                        })
-                        .collect();
-                    let what = format!("{case}, {opts:?}, telemetry {}, external {}", tel.is_some(), external.len());
-                    assert_same_series(want, &got, &what);
-                    checked += n;
+    for_each_exposition(&telemetry, |what, snap, tel, opts, want| {
+        // External labels join every series that lacks them (the series' own wins):
+        // some that no series has, one a device series has, one only the host's have.
+        let external = [("cluster", "eu-1"), ("uuid", "other"), ("pod", "other"), ("Hostname", "other")];
+        let with_external: Vec<Parsed> = want
+            .iter()
+            .map(|(name, labels, v)| {
+                let mut labels = labels.clone();
+                for (k, ev) in external {
+                    if !labels.iter().any(|(have, _)| have == k) {
+                        labels.push((k.to_owned(), ev.to_owned()));
+                    }
                 }
-            }
+                (name.clone(), normalized(labels), *v)
+            })
+            .collect();
+        for (external, want) in [(&[][..], &want), (&external[..], &with_external)] {
+            let pairs = external.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
+            let mut out = Vec::new();
+            let n = Encoder::new(opts.clone(), pairs).encode(snap, tel, &mut out);
+            let req = <WriteRequest as prost::Message>::decode(out.as_slice()).unwrap();
+            assert_eq!(req.timeseries.len(), n);
+            let got: Vec<Parsed> = req
+                .timeseries
+                .iter()
+                .map(|t| {
+                    let name = t.labels.iter().find(|l| l.name == "__name__").expect("__name__");
+                    let labels: Vec<_> = t
+                        .labels
+                        .iter()
+                        .filter(|l| l.name != "__name__")
+                        .map(|l| (l.name.clone(), l.value.clone()))
+                        .collect();
+                    // On the wire, sorted byte-wise with `__name__` among them.
+                    let names: Vec<&str> = t.labels.iter().map(|l| l.name.as_str()).collect();
+                    assert!(names.windows(2).all(|w| w[0] < w[1]), "{names:?}");
+                    (name.value.clone(), labels, t.samples[0].value)
+                })
+                .collect();
+            assert_same_series(want, &got, &format!("{what}, external {}", external.len()));
+            checked += n;
         }
-    }
+    });
     assert!(checked > 10_000, "only {checked} series compared");
 }

@@ -190,27 +190,16 @@ impl RemoteWriteConfig {
                 return Err(BuildError::invalid("remote_write.headers", format!("`{k}` is not a valid HTTP header")));
             }
         }
-        if self.batch_samples == 0 {
-            return Err(BuildError::invalid("remote_write.batch_samples", "must be at least 1"));
-        }
-        if self.batch_interval < Duration::from_millis(10) {
-            return Err(BuildError::invalid("remote_write.batch_interval", "must be at least 10ms"));
-        }
-        if self.timeout.is_zero() {
-            return Err(BuildError::invalid("remote_write.timeout", "must be greater than zero"));
-        }
-        if self.buffer_max_samples < self.batch_samples {
-            return Err(BuildError::invalid(
-                "remote_write.buffer_max_samples",
-                format!("must be at least `batch_samples` ({})", self.batch_samples),
-            ));
-        }
-        if self.buffer_max_bytes < 4096 {
-            return Err(BuildError::invalid("remote_write.buffer_max_bytes", "must be at least 4096"));
-        }
-        if self.retry_initial.is_zero() || self.retry_max < self.retry_initial {
-            return Err(BuildError::invalid("remote_write.retry_max", "need 0 < retry_initial <= retry_max"));
-        }
+        crate::delivery::check_batching(
+            "remote_write",
+            "samples",
+            self.batch_samples,
+            self.batch_interval,
+            self.timeout,
+            self.buffer_max_samples,
+            self.buffer_max_bytes,
+        )?;
+        crate::delivery::check_retry("remote_write", self.retry_initial, self.retry_max)?;
         Ok(())
     }
 }

@@ -51,6 +51,7 @@ pub use serve::CSP as CONTENT_SECURITY_POLICY;
 
 use crate::http::access::Access;
 use crate::http::server::{Server, Settings};
+use crate::http::serving::Serving;
 use crate::http::tenants;
 use hub::Hub;
 
@@ -123,13 +124,15 @@ impl LiveClient {
 /// The web view sink. See the [module docs](self).
 pub struct WebSink {
     hub: Arc<Hub>,
-    server: Option<Server>,
-    shut_down: bool,
+    serving: Serving,
 }
 
 impl std::fmt::Debug for WebSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WebSink").field("local_addr", &self.local_addr()).field("shut_down", &self.shut_down).finish()
+        f.debug_struct("WebSink")
+            .field("local_addr", &self.local_addr())
+            .field("shut_down", &self.serving.is_shut_down())
+            .finish()
     }
 }
 
@@ -149,7 +152,7 @@ impl WebSink {
         settings.send_buffer = Some(SEND_BUFFER);
         let addr = listener.listen.unwrap_or(DEFAULT_LISTEN);
         let server = Server::bind(addr, settings, Arc::new(serve::Web(sink.hub.clone())))?;
-        Ok(WebSink { server: Some(server), ..sink })
+        Ok(WebSink { serving: Serving::new(Some(server)), ..sink })
     }
 
     /// The sink without a listener (benchmarks, embedders serving [`WebHandle`] themselves).
@@ -165,7 +168,7 @@ impl WebSink {
 
     fn with_hub(config: &WebConfig, tenants: Vec<gpumon_core::attribution::TenantSelector>) -> WebSink {
         let hub = Arc::new(Hub::new(config.max_clients, config.client_buffer, config.history, tenants));
-        WebSink { hub, server: None, shut_down: false }
+        WebSink { hub, serving: Serving::default() }
     }
 
     /// A handle on this sink's state; stays valid after the sink moves into an agent.
@@ -175,13 +178,7 @@ impl WebSink {
 
     /// The address the listener is bound to (`None` without a listener).
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.server.as_ref().map(Server::local_addr)
-    }
-
-    fn ensure_started(&self) {
-        if let Some(server) = &self.server {
-            server.ensure_started();
-        }
+        self.serving.local_addr()
     }
 }
 
@@ -193,28 +190,23 @@ impl Sink for WebSink {
 
     fn attach_telemetry(&mut self, telemetry: Telemetry) {
         self.hub.set_telemetry(telemetry);
-        self.ensure_started();
+        self.serving.ensure_started();
     }
 
     async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
-        if self.shut_down {
-            return Err(SinkError::AlreadyShutdown);
-        }
-        self.ensure_started();
+        self.serving.check_open()?;
+        self.serving.ensure_started();
         self.hub.publish(snapshot);
         Ok(())
     }
 
     async fn healthcheck(&mut self) -> Result<(), SinkError> {
-        self.ensure_started();
+        self.serving.ensure_started();
         Ok(())
     }
 
     async fn shutdown(&mut self) -> Result<(), SinkError> {
-        self.shut_down = true;
-        if let Some(server) = &self.server {
-            server.stop();
-        }
+        self.serving.shutdown();
         Ok(())
     }
 }

@@ -10,6 +10,12 @@ use super::*;
 use crate::http::access::Auth;
 use crate::http::listener::TlsConfig;
 
+#[path = "../../tests/http_support/mod.rs"]
+mod http_support;
+use http_support::{read_until, request, Reply};
+
+const NO_HEADERS: &[&str] = &[];
+
 fn config() -> WebConfig {
     WebConfig { listen: Some("127.0.0.1:0".parse().unwrap()), ..WebConfig::default() }
 }
@@ -25,45 +31,8 @@ fn snapshot(seq: u64, t: SystemTime) -> Arc<Snapshot> {
     Arc::new(s)
 }
 
-struct Reply {
-    status: u16,
-    head: String,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.head.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case(name).then(|| v.trim())
-        })
-    }
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-/// One HTTP/1.1 request with `Connection: close`, read to the end (no client library: the test
-/// sees exactly what the server sends).
-async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[&str]) -> Reply {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for h in headers {
-        req.push_str(h);
-        req.push_str("\r\n");
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut raw)).await.unwrap().unwrap();
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete head");
-    let head = String::from_utf8(raw[..split].to_vec()).unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    Reply { status, head, body: raw[split + 4..].to_vec() }
-}
-
 async fn get(addr: SocketAddr, path: &str) -> Reply {
-    request(addr, "GET", path, &[]).await
+    request(addr, "GET", path, NO_HEADERS).await
 }
 
 #[tokio::test]
@@ -134,7 +103,7 @@ async fn only_get_and_head_and_clear_errors() {
         assert_eq!(r.status, 405, "{method}");
         assert_eq!(r.header("allow"), Some("GET, HEAD"));
     }
-    let r = request(addr, "HEAD", "/", &[]).await;
+    let r = request(addr, "HEAD", "/", NO_HEADERS).await;
     assert_eq!(r.status, 200);
     assert!(r.body.is_empty());
     assert_eq!(get(addr, "/nope").await.status, 404);
@@ -220,21 +189,6 @@ async fn auth_guards_every_path() {
     }
     let r = request(addr, "GET", "/", &["Authorization: Bearer s3cret"]).await;
     assert_eq!(r.status, 200);
-}
-
-/// Reads a live stream until `want` has been seen (or panics after 10 s).
-async fn read_until(s: &mut TcpStream, seen: &mut String, want: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut buf = [0u8; 16384];
-    while !seen.contains(want) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let n = tokio::time::timeout(left, s.read(&mut buf))
-            .await
-            .unwrap_or_else(|_| panic!("no {want} in {seen}"))
-            .unwrap();
-        assert!(n > 0, "stream ended before {want}: {seen}");
-        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-    }
 }
 
 #[tokio::test]

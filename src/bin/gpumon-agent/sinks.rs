@@ -37,6 +37,16 @@ pub fn configured(section: &mut Option<toml::Value>, by_flag: bool) {
     }
 }
 
+/// The section to refine: created (defaults) when a flag names the sink's destination, the
+/// file's otherwise, `None` when neither configures the sink.
+#[allow(dead_code)]
+fn section<T: Default>(section: &mut Option<T>, by_flag: bool) -> Option<&mut T> {
+    if by_flag {
+        section.get_or_insert_default();
+    }
+    section.as_mut()
+}
+
 #[cfg(feature = "prometheus")]
 fn prometheus(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
     use gpumon::sinks::prometheus::Naming;
@@ -60,10 +70,7 @@ fn prometheus(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
 
 #[cfg(feature = "pushgateway")]
 fn pushgateway(cli: &Cli, file: &mut AgentConfig) {
-    if cli.pushgateway_url.is_some() {
-        file.pushgateway.get_or_insert_default();
-    }
-    let Some(cfg) = file.pushgateway.as_mut() else { return };
+    let Some(cfg) = section(&mut file.pushgateway, cli.pushgateway_url.is_some()) else { return };
     if let Some(url) = &cli.pushgateway_url {
         cfg.url.clone_from(url);
     }
@@ -82,10 +89,7 @@ fn pushgateway(cli: &Cli, file: &mut AgentConfig) {
 
 #[cfg(feature = "influxdb")]
 fn influxdb(cli: &Cli, file: &mut AgentConfig) {
-    if cli.influx_url.is_some() {
-        file.influxdb.get_or_insert_default();
-    }
-    let Some(cfg) = file.influxdb.as_mut() else { return };
+    let Some(cfg) = section(&mut file.influxdb, cli.influx_url.is_some()) else { return };
     if let Some(url) = &cli.influx_url {
         cfg.url.clone_from(url);
     }
@@ -114,10 +118,7 @@ fn influxdb(cli: &Cli, file: &mut AgentConfig) {
 #[cfg(feature = "remote-write")]
 fn remote_write(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
     use gpumon::sinks::prometheus::Naming;
-    if cli.remote_write_url.is_some() {
-        file.remote_write.get_or_insert_default();
-    }
-    let Some(cfg) = file.remote_write.as_mut() else { return Ok(()) };
+    let Some(cfg) = section(&mut file.remote_write, cli.remote_write_url.is_some()) else { return Ok(()) };
     if let Some(url) = &cli.remote_write_url {
         cfg.url.clone_from(url);
     }
@@ -142,10 +143,8 @@ fn remote_write(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
 #[cfg(feature = "otlp")]
 fn otlp(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
     use gpumon::sinks::otlp::Protocol;
-    if cli.otlp_endpoint.is_some() || cli.otlp_protocol.is_some() {
-        file.otlp.get_or_insert_default();
-    }
-    let Some(cfg) = file.otlp.as_mut() else { return Ok(()) };
+    let by_flag = cli.otlp_endpoint.is_some() || cli.otlp_protocol.is_some();
+    let Some(cfg) = section(&mut file.otlp, by_flag) else { return Ok(()) };
     if let Some(endpoint) = &cli.otlp_endpoint {
         cfg.endpoint = Some(endpoint.clone());
     }

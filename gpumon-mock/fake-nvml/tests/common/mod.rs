@@ -144,6 +144,16 @@ impl Fake {
         &self.path
     }
 
+    /// An [`NvmlSampler`](gpumon_core::nvml::NvmlSampler) on this copy, polling for XID events
+    /// every `xid_poll`.
+    pub fn sampler(&self, xid_poll: std::time::Duration) -> gpumon_core::nvml::NvmlSampler {
+        gpumon_core::nvml::NvmlSampler::builder()
+            .library_path(self.library())
+            .xid_poll_interval(xid_poll)
+            .build()
+            .expect("NvmlSampler on the fake")
+    }
+
     /// Raw access to any exported symbol.
     pub fn raw<T: Copy>(&self, name: &str) -> T {
         self.sym(name)
