@@ -904,8 +904,8 @@ impl MockFleet {
         if metrics.contains(Family::Gpm) && caps.gpm {
             gpm(&mut s, d, &l);
         }
-        if metrics.contains(Family::Nvlink) {
-            s.nvlink = self.nvlink(dev, tick);
+        if metrics.contains(Family::Nvlink) || metrics.contains(Family::NvlinkLinks) {
+            s.nvlink = self.nvlink(dev, tick).map(|nv| nv.with_per_link(metrics.contains(Family::NvlinkLinks)));
         }
         s
     }

@@ -52,8 +52,9 @@ pub enum Family {
     HighResolution,
     /// GPM profiling metrics (Hopper+).
     Gpm,
-    /// NVLink per-link state, traffic and error counters (GPUs with NVLink; nothing elsewhere).
-    /// One batched field-values call per GPU per tick.
+    /// NVLink per GPU: links up, traffic and error counters summed over its links (GPUs with
+    /// NVLink; nothing elsewhere). One batched field-values call per GPU per tick. Each link's
+    /// own series are [`Family::NvlinkLinks`] (opt-in).
     Nvlink,
     /// Findings of the diagnosis stage ([`crate::diagnose`]). Derived from the other families,
     /// not read from the GPU: selecting it costs the backend nothing.
@@ -61,6 +62,12 @@ pub enum Family {
     /// Training steps ([`crate::steps`]): per-step figures derived from the other families when
     /// a training loop marks its steps. Costs the backend nothing.
     Steps,
+    /// NVLink per-link series (`nvlink_link_*{link}`). **Opt-in**: 18 links per H100 make them
+    /// two thirds of a host's series (dcgm-exporter also exports them only when asked);
+    /// [`Family::Nvlink`] gives the per-GPU totals. Reading either family reads the links (one
+    /// batched call per GPU per tick). Declared after the derived families so that their bits
+    /// in a [`MetricSet`] stay where they were.
+    NvlinkLinks,
     /// Series of a stage outside gpumon's catalogue (an embedder's own,
     /// [`Descriptor::derived`]). Costs the backend nothing.
     Derived,
@@ -69,7 +76,7 @@ pub enum Family {
 impl Family {
     /// Every family, in declaration order: the sampled families, then the derived ones
     /// ([`Family::Diagnosis`], [`Family::Steps`]) last.
-    pub const ALL: [Family; 23] = [
+    pub const ALL: [Family; 24] = [
         Family::Status,
         Family::Utilization,
         Family::Memory,
@@ -90,13 +97,14 @@ impl Family {
         Family::HighResolution,
         Family::Gpm,
         Family::Nvlink,
+        Family::NvlinkLinks,
         Family::Diagnosis,
         Family::Steps,
         Family::Derived,
     ];
 
     /// Families that cost noticeably more than the rest, and so are off in [`MetricSet::default`].
-    pub const OPT_IN: [Family; 2] = [Family::PcieThroughput, Family::Processes];
+    pub const OPT_IN: [Family; 3] = [Family::PcieThroughput, Family::Processes, Family::NvlinkLinks];
 
     /// The stable snake_case name used in config files and flags.
     pub const fn name(self) -> &'static str {
@@ -121,6 +129,7 @@ impl Family {
             Family::HighResolution => "high_resolution",
             Family::Gpm => "gpm",
             Family::Nvlink => "nvlink",
+            Family::NvlinkLinks => "nvlink_links",
             Family::Diagnosis => "diagnosis",
             Family::Steps => "steps",
             Family::Derived => "derived",
@@ -190,7 +199,7 @@ impl MetricSet {
 impl Default for MetricSet {
     /// Everything except [`Family::OPT_IN`].
     fn default() -> Self {
-        Self::everything().without(Family::PcieThroughput).without(Family::Processes)
+        Family::OPT_IN.into_iter().fold(Self::everything(), MetricSet::without)
     }
 }
 
@@ -693,25 +702,25 @@ catalogue! {
         label: Some("family"), dcgm: None, otel: hw("gpumon.gpu.metric_failure") }
 
     /// Per link: 1 up, 0 down.
-    NvlinkLinkUp { "nvlink_link_up", Nvlink, Count, Gauge, "1 while the NVLink link is up, 0 when it is down.",
+    NvlinkLinkUp { "nvlink_link_up", NvlinkLinks, Count, Gauge, "1 while the NVLink link is up, 0 when it is down.",
         label: Some("link"), dcgm: None, otel: hw("gpumon.gpu.nvlink.link.up") }
     /// Per link: NVLink version.
-    NvlinkLinkVersion { "nvlink_link_version", Nvlink, Count, Gauge, "NVLink version of the link.",
+    NvlinkLinkVersion { "nvlink_link_version", NvlinkLinks, Count, Gauge, "NVLink version of the link.",
         label: Some("link"), dcgm: None, otel: hw("gpumon.gpu.nvlink.link.version") }
     /// Per link: bytes transmitted.
-    NvlinkLinkTx { "nvlink_link_transmit", Nvlink, Bytes, Counter, "Data bytes transmitted over the NVLink link.",
+    NvlinkLinkTx { "nvlink_link_transmit", NvlinkLinks, Bytes, Counter, "Data bytes transmitted over the NVLink link.",
         label: Some("link"), dcgm: None, otel: hw_attr("gpumon.gpu.nvlink.link.io", "network.io.direction", "transmit") }
     /// Per link: bytes received.
-    NvlinkLinkRx { "nvlink_link_receive", Nvlink, Bytes, Counter, "Data bytes received over the NVLink link.",
+    NvlinkLinkRx { "nvlink_link_receive", NvlinkLinks, Bytes, Counter, "Data bytes received over the NVLink link.",
         label: Some("link"), dcgm: None, otel: hw_attr("gpumon.gpu.nvlink.link.io", "network.io.direction", "receive") }
     /// Per link: CRC errors.
-    NvlinkLinkCrcErrors { "nvlink_link_crc_errors", Nvlink, Count, Counter, "CRC errors on the NVLink link.",
+    NvlinkLinkCrcErrors { "nvlink_link_crc_errors", NvlinkLinks, Count, Counter, "CRC errors on the NVLink link.",
         label: Some("link"), dcgm: None, otel: errors("gpumon.gpu.nvlink.link.errors", Some(("error.type", "crc"))) }
     /// Per link: replay errors.
-    NvlinkLinkReplayErrors { "nvlink_link_replay_errors", Nvlink, Count, Counter, "Replay errors on the NVLink link.",
+    NvlinkLinkReplayErrors { "nvlink_link_replay_errors", NvlinkLinks, Count, Counter, "Replay errors on the NVLink link.",
         label: Some("link"), dcgm: None, otel: errors("gpumon.gpu.nvlink.link.errors", Some(("error.type", "replay"))) }
     /// Per link: recovery errors.
-    NvlinkLinkRecoveryErrors { "nvlink_link_recovery_errors", Nvlink, Count, Counter, "Recovery errors (link retrains) on the NVLink link.",
+    NvlinkLinkRecoveryErrors { "nvlink_link_recovery_errors", NvlinkLinks, Count, Counter, "Recovery errors (link retrains) on the NVLink link.",
         label: Some("link"), dcgm: None, otel: errors("gpumon.gpu.nvlink.link.errors", Some(("error.type", "recovery"))) }
     /// Per GPU: links up.
     NvlinkLinksUp { "nvlink_links_up", Nvlink, Count, Gauge, "NVLink links of the GPU that are up.",

@@ -154,7 +154,9 @@ impl DeviceSample {
         float(M::GpmDramBandwidth, g.dram_bandwidth, f);
 
         if let Some(nv) = &self.nvlink {
-            for l in &nv.links {
+            // Each link's own series only when asked for (`Family::NvlinkLinks`); the totals below
+            // always.
+            for l in nv.links.iter().filter(|_| nv.per_link) {
                 let label = Some(LabelValue::Int(u64::from(l.link)));
                 let mut per_link = |id, v: Option<u64>| {
                     if let Some(v) = v {

@@ -838,19 +838,45 @@ impl NvlinkLink {
 }
 
 /// A GPU's NVLink links. Present only on GPUs that have links.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default))]
 #[non_exhaustive]
 pub struct Nvlink {
     /// One entry per link, in link order.
     pub links: Vec<NvlinkLink>,
+    /// Whether sinks export each link's own series ([`Family::NvlinkLinks`], opt-in: an H100
+    /// has 18 links, so per-link series are two thirds of a host's); the per-GPU totals are
+    /// exported either way. The backends set it from the families asked for; `true` for links
+    /// built by hand ([`Nvlink::new`]).
+    ///
+    /// [`Family::NvlinkLinks`]: crate::Family::NvlinkLinks
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "is_true"))]
+    pub per_link: bool,
+}
+
+#[cfg(feature = "serde")]
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+impl Default for Nvlink {
+    fn default() -> Self {
+        Self::new(Vec::new())
+    }
 }
 
 impl Nvlink {
-    /// These links.
+    /// These links, each exported as series of its own.
     pub fn new(links: Vec<NvlinkLink>) -> Self {
-        Self { links }
+        Self { links, per_link: true }
+    }
+
+    /// Sets [`Nvlink::per_link`].
+    #[must_use]
+    pub fn with_per_link(mut self, per_link: bool) -> Self {
+        self.per_link = per_link;
+        self
     }
 
     /// Links that are up.

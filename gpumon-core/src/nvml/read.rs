@@ -374,7 +374,8 @@ pub(crate) fn families(nvml: &Nvml, d: &Device<'_>, set: MetricSet, carry: &mut 
         gpm(nvml, d, carry, r);
     }
     // NVML reports NVLink on the physical GPU only.
-    if set.contains(Family::Nvlink) && !is_mig && !r.lost {
+    let per_link = set.contains(Family::NvlinkLinks);
+    if (set.contains(Family::Nvlink) || per_link) && !is_mig && !r.lost {
         if carry.nvlink.is_none() {
             let links = super::nvlink::discover(nvml, d, r);
             if !r.lost {
@@ -382,7 +383,7 @@ pub(crate) fn families(nvml: &Nvml, d: &Device<'_>, set: MetricSet, carry: &mut 
             }
         }
         if let Some(links) = &carry.nvlink {
-            r.sample.nvlink = super::nvlink::read(nvml, d, links, r);
+            r.sample.nvlink = super::nvlink::read(nvml, d, links, r).map(|nv| nv.with_per_link(per_link));
         }
     }
 }

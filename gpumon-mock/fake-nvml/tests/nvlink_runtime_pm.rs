@@ -19,8 +19,9 @@ fn sampler(fake: &Fake) -> NvmlSampler {
     NvmlSampler::builder().library_path(fake.library()).xid_events(false).build().expect("sampler")
 }
 
+/// NVLink with every link's own series (`nvlink_links`, opt-in): what the fake's model carries.
 fn nvlink_only() -> SampleRequest {
-    SampleRequest::new(MetricSet::nothing().with(Family::Nvlink), DeviceFilter::all())
+    SampleRequest::new(MetricSet::nothing().with(Family::Nvlink).with(Family::NvlinkLinks), DeviceFilter::all())
 }
 
 /// What the model says GPU position `i` reports at `tick` (after the fake's faults).
@@ -36,6 +37,16 @@ fn h100_sxm_reports_18_switched_links_equal_to_the_model() {
     let spec = "profile=h100x8;clock=manual";
     let fake = Fake::new(spec);
     let s = sampler(&fake);
+    // The totals alone (the default) read the same links but do not export each one.
+    let totals = SampleRequest::new(MetricSet::nothing().with(Family::Nvlink), DeviceFilter::all());
+    let snap = s.sample(&totals).unwrap();
+    let nv = snap.devices[0].nvlink.as_ref().expect("H100 SXM has NVLink");
+    assert!(!nv.per_link && nv.links.len() == 18);
+    let ids: Vec<_> = snap.devices[0].points().iter().map(|p| p.id).collect();
+    assert!(
+        ids.contains(&gpumon_core::MetricId::NvlinkTx) && !ids.contains(&gpumon_core::MetricId::NvlinkLinkTx),
+        "{ids:?}"
+    );
     for tick in [0, 3] {
         fake.set_tick(tick);
         let snap = s.sample(&nvlink_only()).unwrap();
