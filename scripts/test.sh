@@ -167,6 +167,13 @@ for a in "$@"; do
         bin_args+=("$a")
     fi
 done
+# libtest's --skip matches anywhere in a name: a test whose name holds `manual_` or `subprocess_`
+# past its start would be skipped silently. Refuse such names (rename the test instead).
+if grep -rnE --include='*.rs' 'fn [a-z0-9_]+(manual|subprocess)_' gpumon-core gpumon-sinks gpumon-mock gpumon-py src tests benches examples \
+        | grep -vE 'fn (manual|subprocess)_'; then
+    echo "FAIL: the test names above would be skipped by --skip manual_/subprocess_ (they contain it past the start)" >&2
+    exit 1
+fi
 test_cmd=(cargo test --workspace --all-features --no-fail-fast "${cargo_args[@]}" -- --include-ignored --skip manual_ --skip subprocess_ "${bin_args[@]}")
 log "${test_cmd[*]}"
 setsid "${test_cmd[@]}" &

@@ -221,7 +221,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_thread_waiting_on_a_manual_clock_wakes_when_it_passes_the_deadline() {
+    fn a_thread_waiting_on_a_clock_driven_by_hand_wakes_when_it_passes_the_deadline() {
         let clock = ManualClock::new();
         let wakeup = Arc::new(Wakeup::new(()));
         Clock::from(clock.clone()).register(&wakeup);
@@ -243,7 +243,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_async_sleep_on_a_manual_clock_ends_only_when_advanced_past_it() {
+    async fn an_async_sleep_on_a_clock_driven_by_hand_ends_only_when_advanced_past_it() {
         let clock = ManualClock::new();
         let deadline = clock.now() + Duration::from_secs(3);
         let sleeper = tokio::spawn({

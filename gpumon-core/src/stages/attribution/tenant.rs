@@ -67,11 +67,12 @@
 //! assert_eq!(view.devices[0].processes[0].pid, 100);
 //! ```
 
+use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 
 use super::Owner;
-use crate::model::{DeviceSample, Snapshot};
+use crate::model::{DeviceSample, NvlinkRemote, Snapshot};
 
 /// One condition on an [`Owner`]. A [`TenantSelector`] holds one or several, all of which must
 /// hold.
@@ -384,8 +385,9 @@ impl Snapshot {
         if held.len() != self.devices.len() {
             return self.scoped_to(tenant);
         }
-        let devices: Vec<DeviceSample> =
+        let mut devices: Vec<DeviceSample> =
             self.devices.iter().zip(held).filter(|(_, &h)| h).map(|(d, _)| scope_device(d, tenant)).collect();
+        hide_unheld_peers(&mut devices);
         // Built from `new` rather than cloned, so that a field added to `Snapshot` later stays
         // out of tenant views until someone decides it is tenant-neutral.
         let mut view = Snapshot::new(self.system.clone(), devices)
@@ -405,6 +407,23 @@ impl Snapshot {
         // tenant's scrape must say "up 0" while sampling fails, like the admin's.
         view.sampling = self.sampling.clone();
         view
+    }
+}
+
+/// Blanks the far end of every NVLink link that leads to a GPU outside the view: its PCI bus id
+/// names another tenant's GPU (an NVSwitch's or an NPU's names nobody's).
+fn hide_unheld_peers(devices: &mut [DeviceSample]) {
+    let held: HashSet<String> =
+        devices.iter().filter_map(|d| d.info.pci_bus_id.as_deref()).map(str::to_ascii_lowercase).collect();
+    for d in devices {
+        let Some(nv) = &mut d.nvlink else { continue };
+        for l in &mut nv.links {
+            let to_gpu = !matches!(l.remote_device_type, Some(NvlinkRemote::Switch | NvlinkRemote::IbmNpu));
+            let unheld = l.remote_pci_bus_id.as_deref().is_some_and(|b| !held.contains(&b.to_ascii_lowercase()));
+            if to_gpu && unheld {
+                l.remote_pci_bus_id = None;
+            }
+        }
     }
 }
 

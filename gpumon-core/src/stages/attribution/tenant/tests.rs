@@ -7,6 +7,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use proptest::prelude::*;
 
 use super::*;
+use crate::model::{Nvlink, NvlinkLink, NvlinkRemote};
 use crate::stages::attribution::{OwnerLabels, SharedOwner};
 use crate::stages::diagnose::finding::{
     Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Severity, Transition,
@@ -428,7 +429,25 @@ fn build(plain: &[GenDevice], mig_parts: &[GenDevice], parent_alloc: Who, a: &Te
         let allocations = alloc_of(g.allocation);
         a_holds.push(matches_a(&allocation(g.allocation)) || processes.iter().any(|p| matches_a(&p.owner)));
         let refs: Vec<&SharedOwner> = allocations.iter().collect();
-        devices.push(device(DeviceInfo::new(i as u32, format!("GPU-{i:04}-x"), "H100"), &refs, processes));
+        let mut info = DeviceInfo::new(i as u32, format!("GPU-{i:04}-x"), "H100");
+        info.pci_bus_id = Some(bus_id(i));
+        let mut d = device(info, &refs, processes);
+        // NVLink to every other plain GPU (their bus ids) and to a switch.
+        let mut links: Vec<NvlinkLink> = (0..plain.len())
+            .filter(|&j| j != i)
+            .map(|j| {
+                let mut l = NvlinkLink::new(j as u32);
+                l.remote_pci_bus_id = Some(bus_id(j));
+                l.remote_device_type = Some(NvlinkRemote::Gpu);
+                l
+            })
+            .collect();
+        let mut switch = NvlinkLink::new(99);
+        switch.remote_pci_bus_id = Some("0000:f0:00.0".into());
+        switch.remote_device_type = Some(NvlinkRemote::Switch);
+        links.push(switch);
+        d.nvlink = Some(Nvlink::new(links));
+        devices.push(d);
     }
     if !mig_parts.is_empty() {
         let parent_uuid = "GPU-0099-x";
@@ -476,6 +495,11 @@ fn build(plain: &[GenDevice], mig_parts: &[GenDevice], parent_alloc: Who, a: &Te
     steps.runs.push(RunSteps::new("job-of-b", Some(1)));
     snapshot.attach(steps);
     Generated { snapshot, a_holds }
+}
+
+/// Plain GPU `i`'s PCI bus id (upper case, as NVML writes them; views compare without case).
+fn bus_id(i: usize) -> String {
+    format!("00000000:{:02X}:00.0", 0xA0 + i)
 }
 
 proptest! {
@@ -533,6 +557,20 @@ proptest! {
                 let uuid = d.info.uuid.as_str();
                 if !held && !parents_shown.contains(&uuid) {
                     prop_assert!(!json.contains(uuid), "{} (not a's) in a's view: {}", uuid, json);
+                    // Nor its PCI bus id, which a held GPU's NVLink far end would show.
+                    if let Some(bus) = d.info.pci_bus_id.as_deref() {
+                        prop_assert!(!json.contains(bus), "{} (bus of {}, not a's) in a's view: {}", bus, uuid, json);
+                    }
+                }
+            }
+            // Links to a held GPU and to the switch keep their far end.
+            for d in &view.devices {
+                for l in d.nvlink.iter().flat_map(|nv| &nv.links) {
+                    if l.remote_device_type == Some(NvlinkRemote::Switch) {
+                        prop_assert!(l.remote_pci_bus_id.is_some());
+                    } else if let Some(bus) = &l.remote_pci_bus_id {
+                        prop_assert!(view.devices.iter().any(|v| v.info.pci_bus_id.as_ref() == Some(bus)), "{}", bus);
+                    }
                 }
             }
         }
