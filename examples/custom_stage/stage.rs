@@ -96,11 +96,6 @@ impl Processor for ThermalHeadroom {
     }
 }
 
-/// The position of the GPU `uuid` in `snapshot` (points and events name devices by position).
-fn position(snapshot: &Snapshot, uuid: &str) -> Option<usize> {
-    snapshot.devices.iter().position(|d| d.info.uuid == uuid)
-}
-
 impl StageOutput for Headroom {
     fn key(&self) -> &'static str {
         "thermal_headroom"
@@ -108,7 +103,7 @@ impl StageOutput for Headroom {
 
     fn visit_series<'a>(&'a self, snapshot: &'a Snapshot, f: &mut dyn FnMut(DerivedPoint<'a>)) {
         for gpu in &self.gpus {
-            if let Some(i) = position(snapshot, &gpu.uuid) {
+            if let Some(i) = snapshot.position(&gpu.uuid) {
                 f(DerivedPoint::new(&HEADROOM, Value::Float(gpu.headroom_c), Some(i), &[]));
             }
         }
@@ -116,7 +111,7 @@ impl StageOutput for Headroom {
 
     fn visit_events<'a>(&'a self, snapshot: &'a Snapshot, f: &mut dyn FnMut(&Event<'_>)) {
         for c in &self.crossings {
-            let Some(i) = position(snapshot, &c.uuid) else { continue };
+            let Some(i) = snapshot.position(&c.uuid) else { continue };
             let state = if c.hot { "hot" } else { "cool" };
             let fields: [EventField<'_>; 2] = [
                 ("temperature_celsius", EventValue::Float(c.temperature_c)),
@@ -143,7 +138,7 @@ impl StageOutput for Headroom {
 
     /// A tenant sees the headroom of its own GPUs (the view holds only those).
     fn scoped(&self, view: &Snapshot) -> Option<Arc<dyn StageOutput>> {
-        let mine = |uuid: &str| position(view, uuid).is_some();
+        let mine = |uuid: &str| view.position(uuid).is_some();
         Some(Arc::new(Headroom {
             limit_c: self.limit_c,
             gpus: self.gpus.iter().filter(|g| mine(&g.uuid)).cloned().collect(),

@@ -173,6 +173,12 @@ impl Snapshot {
     pub fn device(&self, uuid: &str) -> Option<&DeviceSample> {
         self.devices.iter().find(|d| d.info.uuid == uuid)
     }
+
+    /// The position in [`Snapshot::devices`] of the device with this UUID: what a derived point
+    /// or an event names its device by.
+    pub fn position(&self, uuid: &str) -> Option<usize> {
+        self.devices.iter().position(|d| d.info.uuid == uuid)
+    }
 }
 
 /// [`SystemInfo::backend`] of replayed data (a trace played back by `gpumon_core::trace`).

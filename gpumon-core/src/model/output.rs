@@ -266,8 +266,9 @@ impl Snapshot {
     /// measurement names) use it to learn an embedder's series before encoding.
     pub fn derived_descriptors(&self, out: &mut Vec<&'static Descriptor>) {
         out.clear();
+        // One series per name, as every sink's per-series cache tells them apart.
         self.visit_derived(|p| {
-            if !out.iter().any(|d| std::ptr::eq(*d, p.descriptor)) {
+            if !out.iter().any(|d| std::ptr::eq(*d, p.descriptor) || d.name == p.descriptor.name) {
                 out.push(p.descriptor);
             }
         });

@@ -532,13 +532,10 @@ fn derived(w: &Walk<'_>, snap: &Snapshot, v: &mut impl Visitor) {
     // The series present, in first-seen order (a stage's own series included): empty, and so
     // never allocated, while no stage attached data.
     let mut present: Vec<&'static Descriptor> = Vec::new();
-    snap.visit_derived(|p| {
-        // A sampling-failed snapshot's `up 0` is the walk's backend-down series, which joins
-        // the devices' `gpumon_up` family; a second family of that name would be invalid.
-        if p.id() != Some(MetricId::DeviceUp) && !present.iter().any(|d| same(d, p.descriptor)) {
-            present.push(p.descriptor);
-        }
-    });
+    snap.derived_descriptors(&mut present);
+    // A sampling-failed snapshot's `up 0` is the walk's backend-down series, which joins the
+    // devices' `gpumon_up` family; a second family of that name would be invalid.
+    present.retain(|d| d.id != Some(MetricId::DeviceUp));
     for descriptor in present {
         let (name, scale) = metric_name(descriptor, w.opts.naming);
         v.family(Family::Metric(descriptor));

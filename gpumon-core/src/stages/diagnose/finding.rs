@@ -343,7 +343,7 @@ fn names_only(text: &str, nameable: &HashSet<&str>) -> bool {
 /// `Some(None)` for a host-level finding, `None` for a GPU filtered away.
 fn finding_device(snapshot: &Snapshot, finding: &Finding) -> Option<Option<usize>> {
     match &finding.uuid {
-        Some(uuid) => snapshot.devices.iter().position(|d| d.info.uuid == *uuid).map(Some),
+        Some(uuid) => snapshot.position(uuid).map(Some),
         None => Some(None),
     }
 }

@@ -40,7 +40,7 @@ impl StageOutput for Steps {
             }
             let Some(last) = &run.last else { continue };
             for gpu in &last.devices {
-                let Some(i) = snapshot.devices.iter().position(|d| d.info.uuid == gpu.uuid) else { continue };
+                let Some(i) = snapshot.position(&gpu.uuid) else { continue };
                 let device = Some(i);
                 if let Some(v) = gpu.utilization_mean {
                     point(MetricId::StepUtilization, Value::Float(v), device);
@@ -75,9 +75,7 @@ impl StageOutput for Steps {
                 ];
                 let rows = |row: &mut dyn FnMut(EventRow<'_>)| {
                     for gpu in &report.devices {
-                        let Some(device) = snapshot.devices.iter().position(|d| d.info.uuid == gpu.uuid) else {
-                            continue;
-                        };
+                        let Some(device) = snapshot.position(&gpu.uuid) else { continue };
                         let mut fields: [EventField<'_>; 4] = [("", EventValue::Int(0)); 4];
                         let mut n = 0;
                         let figures = [
