@@ -59,29 +59,24 @@ pub trait Sampler: Send + Sync + 'static {
     }
 }
 
-impl<S: Sampler + ?Sized> Sampler for Box<S> {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn sample(&self, request: &SampleRequest) -> Result<Snapshot, SampleError> {
-        (**self).sample(request)
-    }
-    fn keeps_taken_at(&self) -> bool {
-        (**self).keeps_taken_at()
-    }
+/// A boxed or shared sampler samples as the one it holds.
+macro_rules! forward_sampler {
+    ($($pointer:ident)::+) => {
+        impl<S: Sampler + ?Sized> Sampler for $($pointer)::+<S> {
+            fn name(&self) -> &str {
+                (**self).name()
+            }
+            fn sample(&self, request: &SampleRequest) -> Result<Snapshot, SampleError> {
+                (**self).sample(request)
+            }
+            fn keeps_taken_at(&self) -> bool {
+                (**self).keeps_taken_at()
+            }
+        }
+    };
 }
-
-impl<S: Sampler + ?Sized> Sampler for std::sync::Arc<S> {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn sample(&self, request: &SampleRequest) -> Result<Snapshot, SampleError> {
-        (**self).sample(request)
-    }
-    fn keeps_taken_at(&self) -> bool {
-        (**self).keeps_taken_at()
-    }
-}
+forward_sampler!(Box);
+forward_sampler!(std::sync::Arc);
 
 /// Why a whole sample failed.
 #[derive(Debug, thiserror::Error)]

@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use gpumon_core::steps::{StepConfig, StepError, StepRegistry, StepTracker, TrainingRun};
-use gpumon_core::{Agent, AgentHandle, Sampler, Sink, SinkOptions, Snapshot};
+use gpumon_core::steps::{StepError, TrainingRun};
+use gpumon_core::{AgentHandle, Snapshot};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use tokio::sync::broadcast::error::RecvError;
@@ -448,83 +448,92 @@ fn start(settings: Settings) -> Result<Started, StartError> {
 
 type Built = (gpumon_core::AgentBuilder, Option<SocketAddr>, &'static str, TrainingRun);
 
-/// Sinks, sampler and step tracker; runs inside the runtime (the Prometheus listener binds here).
+/// The agent's own assembly (`gpumon::assembly`, as `gpumon-agent` builds it) from the Monitor's
+/// settings: the same backend rule, defaults, sinks and step tracker. Runs inside the runtime (the
+/// Prometheus listener binds here).
 fn build(s: &Settings) -> Result<Built, StartError> {
+    use gpumon::assembly::Assembly;
     gpumon_sinks::tls::install_crypto_provider();
-    let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
-    let mut prometheus_address = None;
-    if let Some(addr) = s.prometheus_listen {
-        use gpumon_sinks::prometheus::{PrometheusConfig, PrometheusSink};
-        let mut cfg = PrometheusConfig::default();
-        cfg.listen = Some(addr);
-        let sink = PrometheusSink::from_config(&cfg)
-            .map_err(|e| StartError::Other(format!("prometheus_listen {addr}: {e}")))?;
-        prometheus_address = sink.local_addr();
-        sinks.push(Box::new(sink));
-    }
-    if let Some((url, db)) = &s.influx {
-        use gpumon_sinks::influxdb::{InfluxConfig, InfluxSink};
-        let mut cfg = InfluxConfig::default();
-        cfg.url = url.clone();
-        cfg.db = db.clone();
-        let sink = InfluxSink::from_config(&cfg).map_err(|e| StartError::Config(format!("influx_url: {e}")))?;
-        sinks.push(Box::new(sink));
-    }
-    // Every sink of the Monitor exports (there is no stdout sink), so the mock is a fallback
-    // only when there is none at all: simulated data must not leave the process by accident.
-    let exporting = !sinks.is_empty() || s.otlp_endpoint.is_some();
-    let (sampler, mock, live) = sampler(s, exporting)?;
-    if live {
-        check_devices(sampler.as_ref(), s)?;
-    }
-    if let Some(endpoint) = &s.otlp_endpoint {
-        use gpumon_sinks::otlp::{OtlpConfig, OtlpSink};
-        let mut cfg = OtlpConfig::default();
-        cfg.endpoint = Some(endpoint.clone());
-        // The OTLP resource is fixed when the sink is built; the other sinks mark mock data
-        // from each snapshot's SystemInfo.
-        if mock {
-            cfg.resource_attributes.insert("gpumon.backend".to_owned(), "mock".to_owned());
+    let assembled = Assembly::build(&config(s), assembly_options(s)).map_err(|e| start_error(e, s))?;
+    let source = assembled.source.as_ref().expect("the Monitor never replays a trace");
+    say_fallback(source, s);
+    if source.is_live() {
+        // A backend that cannot enumerate now fails at the first tick with its own error.
+        if let Some(Ok(found)) = assembled.visible_devices() {
+            check_devices(&found, s)?;
         }
-        let sink = OtlpSink::from_config(&cfg).map_err(|e| StartError::Config(format!("otlp_endpoint: {e}")))?;
-        sinks.push(Box::new(sink));
     }
-    let (tracker, steps): (StepTracker, StepRegistry) =
-        StepTracker::new(StepConfig::default()).map_err(|e| StartError::Config(format!("steps: {e}")))?;
+    let steps = assembled.steps.as_ref().expect("asked for the in-process step tracker");
     let run = steps.run(&s.job, s.rank).map_err(|e| StartError::Config(format!("job: {e}")))?;
-    let mut builder = Agent::builder_arc(sampler).interval(s.interval).devices(s.devices.clone()).processor(tracker);
-    for sink in sinks {
-        builder = builder.boxed_sink(sink, SinkOptions::default());
-    }
-    Ok((builder, prometheus_address, if mock { "mock" } else { "nvml" }, run))
+    let backend = if source.is_mock() { "mock" } else { "nvml" };
+    Ok((assembled.builder, assembled.listeners.prometheus.map(|l| l.addr), backend, run))
 }
 
-/// The agent's rule (`gpumon::assembly::backend::select`): `auto` is NVML, or the mock only when
-/// nothing is exported; with exporting sinks and no NVML, a lazy NVML sampler that exports no
-/// GPU data and retries. Says the outcome in the Monitor's words, through Python's `logging`.
-/// Returns the sampler, whether it is the mock, and whether it can sample now (not a lazy NVML
-/// sampler waiting for the driver).
-fn sampler(s: &Settings, exporting: bool) -> Result<(Arc<dyn Sampler>, bool, bool), StartError> {
-    use gpumon::assembly::backend::{self, BackendError, MockError, MockOptions, NvmlOptions, Source};
-    let mut mock = MockOptions::default();
-    mock.profile.clone_from(&s.mock_profile);
-    mock.scenario.clone_from(&s.mock_scenario);
-    mock.interval = s.interval;
-    let selected =
-        backend::select(s.backend, exporting, &NvmlOptions::default(), &mock, backend::MOCK).map_err(|e| match e {
-            BackendError::Mock(MockError::Profile { name, reason }) => {
-                StartError::Config(format!("mock_profile `{name}`: {reason}"))
-            }
-            BackendError::Mock(MockError::Scenario { name, reason }) => {
-                StartError::Config(format!("mock_scenario `{name}`: {reason}"))
-            }
-            BackendError::Mock(e) => StartError::Config(e.to_string()),
-            BackendError::Nvml(reason) => {
-                StartError::Unavailable(format!("backend=\"nvml\": NVML unavailable ({reason})"))
-            }
-            other => StartError::Unavailable(other.to_string()),
-        })?;
-    match &selected.source {
+/// The Monitor's settings as the agent's configuration. Every sink of the Monitor exports (no
+/// stdout), so `auto` falls back to the mock only when there is none: simulated data never
+/// leaves the process by accident. Diagnosis stays off: the Monitor reports samples and steps.
+fn config(s: &Settings) -> gpumon::assembly::config::AgentConfig {
+    let mut c = gpumon::assembly::config::AgentConfig::default();
+    c.agent.backend = Some(s.backend);
+    c.agent.interval = Some(s.interval);
+    c.mock.profile = Some(s.mock_profile.clone());
+    c.mock.scenario.clone_from(&s.mock_scenario);
+    c.stdout.enabled = Some(false);
+    c.diagnose.enabled = Some(false);
+    if let Some(addr) = s.prometheus_listen {
+        let mut p = gpumon_sinks::prometheus::PrometheusConfig::default();
+        p.listen = Some(addr);
+        c.prometheus = Some(p);
+    }
+    if let Some((url, db)) = &s.influx {
+        let mut i = gpumon_sinks::influxdb::InfluxConfig::default();
+        i.url.clone_from(url);
+        i.db.clone_from(db);
+        c.influxdb = Some(i);
+    }
+    if let Some(endpoint) = &s.otlp_endpoint {
+        let mut o = gpumon_sinks::otlp::OtlpConfig::default();
+        o.endpoint = Some(endpoint.clone());
+        c.otlp = Some(o);
+    }
+    c
+}
+
+/// The Monitor's own device selection (per rank) and its in-process step tracker.
+fn assembly_options(s: &Settings) -> gpumon::assembly::AssemblyOptions {
+    gpumon::assembly::AssemblyOptions::default().with_devices(s.devices.clone()).with_in_process_steps(true)
+}
+
+/// An assembly error in the Monitor's words: the argument that set the key, and the Python
+/// exception its kind maps to.
+fn start_error(e: gpumon::assembly::AssemblyError, s: &Settings) -> StartError {
+    use gpumon::assembly::backend::{BackendError, MockError};
+    use gpumon::assembly::AssemblyError;
+    match e {
+        AssemblyError::Sink { key: "prometheus", source } => {
+            let addr = s.prometheus_listen.map(|a| a.to_string()).unwrap_or_default();
+            StartError::Other(format!("prometheus_listen {addr}: {source}"))
+        }
+        AssemblyError::Sink { key: "influxdb", source } => StartError::Config(format!("influx_url: {source}")),
+        AssemblyError::Sink { key: "otlp", source } => StartError::Config(format!("otlp_endpoint: {source}")),
+        AssemblyError::Backend(BackendError::Mock(MockError::Profile { name, reason })) => {
+            StartError::Config(format!("mock_profile `{name}`: {reason}"))
+        }
+        AssemblyError::Backend(BackendError::Mock(MockError::Scenario { name, reason })) => {
+            StartError::Config(format!("mock_scenario `{name}`: {reason}"))
+        }
+        AssemblyError::Backend(BackendError::Nvml(reason)) => {
+            StartError::Unavailable(format!("backend=\"nvml\": NVML unavailable ({reason})"))
+        }
+        e if e.is_config() => StartError::Config(e.to_string()),
+        other => StartError::Unavailable(other.to_string()),
+    }
+}
+
+/// Says a fallback of the backend rule in the Monitor's words, through Python's `logging`.
+fn say_fallback(source: &gpumon::assembly::backend::Source, s: &Settings) {
+    use gpumon::assembly::backend::Source;
+    match source {
         Source::LazyNvml { reason } => tracing::warn!(
             target: "_gpumon",
             "NVML unavailable ({reason}); exporting no GPU data and retrying NVML — simulated data is exported only with backend=\"mock\""
@@ -536,25 +545,20 @@ fn sampler(s: &Settings, exporting: bool) -> Result<(Arc<dyn Sampler>, bool, boo
         ),
         _ => {}
     }
-    let (mock, live) = (selected.source.is_mock(), selected.source.is_live());
-    Ok((selected.sampler, mock, live))
 }
 
 /// A selection that names a GPU the node does not have is a mistake (`devices="9"` on 8 GPUs),
 /// not a request for an empty snapshot: one enumeration (no metric read) says which entries
 /// match nothing, and the Monitor does not start.
-fn check_devices(sampler: &dyn Sampler, s: &Settings) -> Result<(), StartError> {
-    use gpumon_core::{DeviceFilter, MetricSet, SampleRequest};
+fn check_devices(found: &[Arc<gpumon_core::DeviceInfo>], s: &Settings) -> Result<(), StartError> {
+    use gpumon_core::DeviceFilter;
     let Some((source, list)) = &s.device_list else { return Ok(()) };
-    let request = SampleRequest::new(MetricSet::nothing(), DeviceFilter::all());
-    // A backend that cannot enumerate now fails at the first tick with its own error.
-    let Ok(found) = sampler.sample(&request) else { return Ok(()) };
     let missing: Vec<&str> = list
         .split(',')
         .map(str::trim)
         .filter(|part| !part.is_empty())
         .filter(|part| match DeviceFilter::parse(part) {
-            Ok(one) if !one.is_all() => !found.devices.iter().any(|d| one.allows(&d.info)),
+            Ok(one) if !one.is_all() => !found.iter().any(|d| one.allows(d)),
             _ => false,
         })
         .collect();
@@ -562,7 +566,7 @@ fn check_devices(sampler: &dyn Sampler, s: &Settings) -> Result<(), StartError> 
         return Ok(());
     }
     // MIG instances carry their parent's index: count GPUs, not devices.
-    let gpus = found.devices.iter().map(|d| d.info.index).collect::<std::collections::BTreeSet<_>>().len();
+    let gpus = found.iter().map(|d| d.index).collect::<std::collections::BTreeSet<_>>().len();
     let indices = match gpus {
         0 => "none".to_owned(),
         1 => "index 0".to_owned(),

@@ -1,12 +1,14 @@
 //! [`Assembly::build`]: a config in, an agent out — the sampler by the backend rule, every sink,
 //! every stage in its order, and the stages' background services as typed handles.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use gpumon_core::diagnose::{Limitation, Sampling};
 use gpumon_core::report::ReportHandle;
+use gpumon_core::steps::StepRegistry;
 use gpumon_core::trace::{ReplayProgress, ReplaySampler, ReplaySpeed, TraceHeader};
-use gpumon_core::{Agent, AgentBuilder, DeviceFilter, Family, MetricSet, SinkOptions};
+use gpumon_core::{Agent, AgentBuilder, DeviceFilter, Family, MetricSet, Sampler, SinkOptions};
 
 use super::backend::{self, Backend, BackendError, MockFactory, MockOptions, NvmlOptions, Source};
 use super::config::{AgentConfig, AgentSection};
@@ -64,11 +66,25 @@ pub struct AssemblyOptions {
     pub families: Families,
     /// The mock backend (default [`backend::MOCK`], this build's).
     pub mock: Option<MockFactory>,
+    /// The device selection, over `agent.devices` and the environment (an embedder that
+    /// resolves its own, such as gpumon-py's per-rank `Monitor`).
+    pub devices: Option<DeviceFilter>,
+    /// Add the step tracker even without `steps.socket`, for steps marked in this process
+    /// through [`Assembled::steps`].
+    pub in_process_steps: bool,
 }
 
 impl Default for AssemblyOptions {
     fn default() -> Self {
-        Self { host: None, once: false, report: false, families: Families::default(), mock: backend::MOCK }
+        Self {
+            host: None,
+            once: false,
+            report: false,
+            families: Families::default(),
+            mock: backend::MOCK,
+            devices: None,
+            in_process_steps: false,
+        }
     }
 }
 
@@ -100,6 +116,18 @@ impl AssemblyOptions {
     /// The mock backend to use (`None`: none in this build).
     pub fn with_mock(mut self, mock: Option<MockFactory>) -> Self {
         self.mock = mock;
+        self
+    }
+
+    /// The device selection, over `agent.devices` and the environment.
+    pub fn with_devices(mut self, devices: DeviceFilter) -> Self {
+        self.devices = Some(devices);
+        self
+    }
+
+    /// The step tracker even without `steps.socket` ([`Assembled::steps`]).
+    pub fn with_in_process_steps(mut self, on: bool) -> Self {
+        self.in_process_steps = on;
         self
     }
 }
@@ -135,9 +163,15 @@ pub struct Assembled {
     /// attribution are not added (they read this host now; the trace carries the recorded steps
     /// and owners).
     pub replay: Option<Replay>,
+    /// The sampler the builder holds, when GPUs are sampled (not a replay):
+    /// [`Assembled::visible_devices`] asks it which devices there are before the agent runs.
+    sampler: Option<SamplerRef>,
     /// The stages' background services (the steps socket, the kubelet refresher): start them
     /// once the agent runs.
     pub services: Services,
+    /// The step tracker's registry, when one was added (`steps.socket`, or
+    /// [`AssemblyOptions::in_process_steps`]): mark steps in this process through it.
+    pub steps: Option<StepRegistry>,
     /// The run report, when [`AssemblyOptions::report`].
     pub report: Option<ReportHandle>,
     /// The settings under which diagnosis rules cannot work (empty when diagnosis is off): say
@@ -153,6 +187,31 @@ pub struct Assembled {
     pub sink_options: SinkOptions,
     /// How long shutdown may take (`agent.shutdown_timeout`).
     pub shutdown_timeout: Duration,
+}
+
+/// The assembled agent's sampler, shared with its builder.
+struct SamplerRef(Arc<dyn Sampler>);
+
+impl std::fmt::Debug for SamplerRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sampler")
+    }
+}
+
+impl Assembled {
+    /// Every device the sampler sees now, before the device selection (one enumeration, no
+    /// metric read), so that a selection naming a GPU the node does not have can be refused at
+    /// start; `None` when a trace is replayed.
+    ///
+    /// ## Errors
+    ///
+    /// The sampler's own, when it cannot enumerate now (a lazy NVML sampler without a driver).
+    pub fn visible_devices(&self) -> Option<Result<Vec<Arc<gpumon_core::DeviceInfo>>, gpumon_core::SampleError>> {
+        use gpumon_core::SampleRequest;
+        let sampler = &self.sampler.as_ref()?.0;
+        let request = SampleRequest::new(MetricSet::nothing(), DeviceFilter::all());
+        Some(sampler.sample(&request).map(|s| s.devices.into_iter().map(|d| d.info).collect()))
+    }
 }
 
 /// Builds an agent from an [`AgentConfig`]; see the [module docs](super).
@@ -195,11 +254,14 @@ impl Assembly {
                 format!("{interval:?} is below the minimum of {:?}", gpumon_core::MIN_INTERVAL),
             ));
         }
-        let devices = match &a.devices {
-            Some(list) => {
+        let devices = match (&options.devices, &a.devices) {
+            (Some(chosen), _) => chosen.clone(),
+            (None, Some(list)) => {
                 DeviceFilter::parse(list).map_err(|e| AssemblyError::invalid("agent.devices", e.to_string()))?
             }
-            None => DeviceFilter::from_env().map_err(|e| AssemblyError::invalid("environment", e.to_string()))?,
+            (None, None) => {
+                DeviceFilter::from_env().map_err(|e| AssemblyError::invalid("environment", e.to_string()))?
+            }
         };
         let mut attribution = stages::attribution(&config.attribution)?;
         let processes = Family::Processes.name();
@@ -217,7 +279,7 @@ impl Assembly {
             sink_options = sink_options.export_timeout(t);
         }
         let mut diagnose = stages::diagnose(&config.diagnose, interval)?;
-        let steps = stages::steps(&config.steps)?;
+        let steps = stages::steps(&config.steps, options.in_process_steps)?;
 
         let mark = match backend {
             Backend::Mock => Some("mock"),
@@ -229,7 +291,7 @@ impl Assembly {
         let exporting = built.exporting();
         let listeners = built.listeners;
 
-        let (mut builder, source, replay, sampling) = match replay {
+        let (mut builder, source, sampler, replay, sampling) = match replay {
             Some((sampler, speed)) => {
                 let header = sampler.header().clone();
                 let gpus = header.devices.iter().filter(|d| devices.allows(d)).count();
@@ -237,15 +299,15 @@ impl Assembly {
                 // Each snapshot is handed out by `play`, never by the clock.
                 let builder = Agent::builder(sampler).scheduled(false);
                 let sampling = Sampling::new(interval, metrics).devices(gpus);
-                (builder, None, Some(Replay { progress, speed, header, gpus }), sampling)
+                (builder, None, None, Some(Replay { progress, speed, header, gpus }), sampling)
             }
             None => {
                 let nvml = NvmlOptions::from_config(config, metrics.contains(Family::Xid));
                 let mock = MockOptions::from_config(config);
                 let selected = backend::select(backend, exporting, &nvml, &mock, options.mock)?;
-                let builder = Agent::builder_arc(selected.sampler).scheduled(!options.once);
-                let sampling = Sampling::new(interval, metrics).step_marks(config.steps.socket.is_some());
-                (builder, Some(selected.source), None, sampling)
+                let builder = Agent::builder_arc(selected.sampler.clone()).scheduled(!options.once);
+                let sampling = Sampling::new(interval, metrics).step_marks(steps.tracker.is_some());
+                (builder, Some(selected.source), Some(SamplerRef(selected.sampler)), None, sampling)
             }
         };
         builder = builder.interval(interval).metrics(metrics).devices(devices);
@@ -259,11 +321,13 @@ impl Assembly {
             builder = builder.boxed_sink(sink, sink_options);
         }
         let mut services = Services::default();
+        let mut step_registry = None;
         if replay.is_none() {
             // Attribution first, then the step tracker before diagnosis: processors run in order.
             builder = attribution.install(builder);
-            if let Some(tracker) = steps.tracker {
+            if let Some((tracker, registry)) = steps.tracker {
                 builder = builder.processor(tracker);
+                step_registry = Some(registry);
             }
             if let Some(socket) = steps.socket {
                 services.add(socket);
@@ -277,8 +341,10 @@ impl Assembly {
         Ok(Assembled {
             builder,
             source,
+            sampler,
             replay,
             services,
+            steps: step_registry,
             report,
             limitations,
             listeners,
@@ -390,6 +456,39 @@ mod tests {
         );
         let e = parse_families(&["telepathy".to_owned()], "--enable").unwrap_err().to_string();
         assert!(e.starts_with("--enable: unknown metric family `telepathy`"), "{e}");
+    }
+
+    /// An embedder's own device selection wins over `agent.devices`; the in-process step tracker
+    /// is there without a socket, and marks through its registry reach the snapshots.
+    #[cfg(feature = "mock")]
+    #[test]
+    fn an_embedder_chooses_devices_and_marks_steps_in_process() {
+        let config = config("[agent]\nbackend = \"mock\"\ndevices = \"0,1,2\"\n[mock]\nprofile = \"a100x4\"\n");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let plain = Assembly::build(&config, AssemblyOptions::default().with_once(true)).unwrap();
+            assert!(plain.steps.is_none(), "no socket, no in-process steps: no tracker");
+            assert_eq!(plain.visible_devices().unwrap().unwrap().len(), 4, "every device, before the selection");
+
+            let options = AssemblyOptions::default()
+                .with_once(true)
+                .with_devices(DeviceFilter::parse("3").unwrap())
+                .with_in_process_steps(true);
+            let assembled = Assembly::build(&config, options).unwrap();
+            let run = assembled.steps.as_ref().expect("the in-process tracker").run("train", None).unwrap();
+            let handle = assembled.builder.spawn().unwrap();
+            let mut snapshots = handle.subscribe();
+            run.step(1).unwrap();
+            run.step(2).unwrap();
+            handle.flush(std::time::Duration::from_secs(10)).await.unwrap();
+            let snapshot = snapshots.recv().await.unwrap();
+            let indices: Vec<u32> = snapshot.devices.iter().map(|d| d.info.index).collect();
+            assert_eq!(indices, [3], "the embedder's selection, not agent.devices");
+            let steps = snapshot.output::<gpumon_core::steps::Steps>().expect("the tracker's output");
+            let run = steps.runs.iter().find(|r| r.job == "train").expect("the run");
+            assert_eq!(run.last_step, Some(2), "the marks reached the snapshot: {steps:?}");
+            handle.shutdown(std::time::Duration::from_secs(5)).await.unwrap();
+        });
     }
 
     /// Every refusal names its key, before anything runs.

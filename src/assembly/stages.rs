@@ -122,15 +122,16 @@ impl DiagnosePlan {
 
 // --- training steps -------------------------------------------------------------------------------
 
-/// `[steps]`, resolved: the tracker and the socket feeding it, when `steps.socket` is set.
+/// `[steps]`, resolved: the tracker and its registry (when `steps.socket` is set, or steps are
+/// marked in-process), and the socket feeding it.
 #[derive(Debug)]
 pub(super) struct StepsPlan {
-    pub(super) tracker: Option<StepTracker>,
+    pub(super) tracker: Option<(StepTracker, StepRegistry)>,
     pub(super) socket: Option<StepsSocket>,
 }
 
-/// Resolves `[steps]`; every error names the key.
-pub(super) fn steps(file: &StepsSection) -> Result<StepsPlan, AssemblyError> {
+/// Resolves `[steps]`; every error names the key. `in_process`: a tracker even without a socket.
+pub(super) fn steps(file: &StepsSection, in_process: bool) -> Result<StepsPlan, AssemblyError> {
     let every_n = file.every_n.unwrap_or(defaults::STEPS_EVERY_N);
     if every_n == 0 {
         return Err(AssemblyError::invalid("steps.every_n", "must be at least 1"));
@@ -153,7 +154,12 @@ pub(super) fn steps(file: &StepsSection) -> Result<StepsPlan, AssemblyError> {
     if file.max_connections == Some(0) {
         return Err(AssemblyError::invalid("steps.max_connections", "must be at least 1"));
     }
-    let Some(path) = file.socket.clone() else { return Ok(StepsPlan { tracker: None, socket: None }) };
+    let tracker =
+        || StepTracker::new(StepConfig::every_n(every_n)).map_err(|e| AssemblyError::invalid("steps", e.to_string()));
+    let Some(path) = file.socket.clone() else {
+        let tracker = if in_process { Some(tracker()?) } else { None };
+        return Ok(StepsPlan { tracker, socket: None });
+    };
     if path.as_os_str().is_empty() {
         return Err(AssemblyError::invalid("steps.socket", "empty path"));
     }
@@ -162,9 +168,9 @@ pub(super) fn steps(file: &StepsSection) -> Result<StepsPlan, AssemblyError> {
     if let Some(n) = file.max_connections {
         config.max_connections = n;
     }
-    let (tracker, registry) =
-        StepTracker::new(StepConfig::every_n(every_n)).map_err(|e| AssemblyError::invalid("steps", e.to_string()))?;
-    Ok(StepsPlan { tracker: Some(tracker), socket: Some(StepsSocket { config, registry, running: None }) })
+    let (tracker, registry) = tracker()?;
+    let socket = StepsSocket { config, registry: registry.clone(), running: None };
+    Ok(StepsPlan { tracker: Some((tracker, registry)), socket: Some(socket) })
 }
 
 /// The steps socket (`steps.socket`): training processes write one JSON line per step to it
@@ -515,14 +521,16 @@ mod tests {
     // --- steps
 
     #[test]
-    fn steps_are_off_without_a_socket() {
-        let plan = steps(&section("every_n = 5")).unwrap();
+    fn steps_are_off_without_a_socket_unless_marked_in_process() {
+        let plan = steps(&section("every_n = 5"), false).unwrap();
         assert!(plan.tracker.is_none() && plan.socket.is_none());
+        let plan = steps(&section("every_n = 5"), true).unwrap();
+        assert!(plan.tracker.is_some() && plan.socket.is_none());
     }
 
     #[test]
     fn the_socket_mode_is_octal() {
-        let plan = steps(&section("socket = \"/tmp/file.sock\"\nmode = \"0600\"\nmax_connections = 3")).unwrap();
+        let plan = steps(&section("socket = \"/tmp/file.sock\"\nmode = \"0600\"\nmax_connections = 3"), false).unwrap();
         let socket = plan.socket.unwrap();
         assert_eq!(socket.path(), Path::new("/tmp/file.sock"));
         assert_eq!(socket.config().mode, 0o600);
@@ -540,7 +548,7 @@ mod tests {
             ("socket = \"/tmp/s\"\nmax_connections = 0", "steps.max_connections"),
             ("socket = \"\"", "steps.socket"),
         ] {
-            let e = steps(&section(text)).unwrap_err();
+            let e = steps(&section(text), true).unwrap_err();
             assert_eq!(e.key(), Some(key), "{text}: {e}");
         }
         assert!(toml::from_str::<StepsSection>("sockett = \"/x\"").is_err());
