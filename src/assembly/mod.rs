@@ -7,8 +7,10 @@
 //! mapped from flags, builds the pipeline; the command line only chooses the config. The
 //! `gpumon-agent` binary is command line → [`config::AgentConfig`] → [`Assembly::build`]; it
 //! keeps only what a run is (`--once`, `--duration`, how the report is printed, signals) and its
-//! own words for errors (it names the flag beside the key). gpumon-py's `Monitor` takes the
-//! backend rule and the defaults from here.
+//! own words for errors (it names the flag beside the key). gpumon-py's `Monitor` is built here
+//! too, from an [`config::AgentConfig`] made of its arguments
+//! ([`AssemblyOptions::with_devices`] for its per-rank selection,
+//! [`AssemblyOptions::with_in_process_steps`] for its step marks).
 //!
 //! What [`Assembly::build`] does, in order:
 //! 1. resolves every section, each error an [`AssemblyError`] naming its key;
