@@ -1047,7 +1047,13 @@ fn write_step_times(
 
 fn write_steps(f: &mut fmt::Formatter<'_>, s: &StepsReport) -> fmt::Result {
     write!(f, "steps                   {} step(s), ", s.steps)?;
-    write_step_times(f, s.duration_median_seconds, s.duration_p95_seconds, s.duration_mean_seconds, s.energy_per_step_joules)?;
+    write_step_times(
+        f,
+        s.duration_median_seconds,
+        s.duration_p95_seconds,
+        s.duration_mean_seconds,
+        s.energy_per_step_joules,
+    )?;
     for r in &s.runs {
         let mut name = String::new();
         crate::stages::text::push_one_line(&mut name, &r.job);

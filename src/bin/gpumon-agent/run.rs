@@ -79,7 +79,9 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         return ExitCode::from(NOT_FOUND);
     }
     if cli.agent.once || cli.agent.diagnose.duration.is_some() || cli.agent.replay.is_some() {
-        return config_failure("run: --once, --duration and --replay do not apply: the run lasts as long as the command");
+        return config_failure(
+            "run: --once, --duration and --replay do not apply: the run lasts as long as the command",
+        );
     }
     let mut file = match &cli.agent.config {
         Some(path) => match config::load(path) {
@@ -88,10 +90,11 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         },
         None => AgentConfig::default(),
     };
-    let options = match crate::app::flags_onto_config(&cli.agent, &mut file).and_then(|()| crate::app::options(&cli.agent)) {
-        Ok(options) => options,
-        Err(e) => return config_failure(&e.0),
-    };
+    let options =
+        match crate::app::flags_onto_config(&cli.agent, &mut file).and_then(|()| crate::app::options(&cli.agent)) {
+            Ok(options) => options,
+            Err(e) => return config_failure(&e.0),
+        };
     // Which GPUs the job's processes are on: the processes family, whatever else is chosen.
     let mut families: Families = options.families.clone().with_enabled([Family::Processes]);
     families.disable.retain(|f| *f != Family::Processes);
@@ -161,6 +164,7 @@ async fn run(cli: RunCli, file: AgentConfig, options: gpumon::assembly::Assembly
     if let Some(source) = &assembled.source {
         crate::backend::say(source, &file);
     }
+    let mock = assembled.source.as_ref().is_some_and(|s| s.is_mock());
     let Assembled { builder, mut services, report, shutdown_timeout, .. } = assembled;
     let Some(report) = report else {
         eprintln!("gpumon: run: the run report was not assembled");
@@ -214,7 +218,12 @@ async fn run(cli: RunCli, file: AgentConfig, options: gpumon::assembly::Assembly
         tokio::spawn(async move {
             loop {
                 match snapshots.recv().await {
-                    Ok(s) => note_job_gpus(&s, pid, Path::new("/proc"), &mut job.lock().unwrap_or_else(PoisonError::into_inner)),
+                    Ok(s) => note_job_gpus(
+                        &s,
+                        pid,
+                        Path::new("/proc"),
+                        &mut job.lock().unwrap_or_else(PoisonError::into_inner),
+                    ),
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
                 }
@@ -235,10 +244,12 @@ async fn run(cli: RunCli, file: AgentConfig, options: gpumon::assembly::Assembly
 
     let job = std::mem::take(&mut *job.lock().unwrap_or_else(PoisonError::into_inner));
     let (report, scope) = if job.seen.is_empty() {
-        let why = if job.processes_listed {
-            "the job's processes were not seen on any GPU (NVML lists processes by the host's pids from inside a container)"
-        } else {
-            "NVML listed no processes"
+        let why = match (job.processes_listed, mock) {
+            (true, true) => "the job's processes were not seen on any GPU (the mock backend's processes are simulated)",
+            (true, false) => {
+                "the job's processes were not seen on any GPU (inside a container, NVML lists the host's pids)"
+            }
+            (false, _) => "no process was listed on any GPU",
         };
         (report.report(), format!("every GPU sampled: {why}"))
     } else {
@@ -315,7 +326,19 @@ fn exit_code(status: ExitStatus) -> ExitCode {
 fn describe(status: ExitStatus) -> String {
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exited with code {code}"),
-        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, Some(signal)) => {
+            let name = match signal {
+                libc::SIGHUP => " (SIGHUP)",
+                libc::SIGINT => " (SIGINT)",
+                libc::SIGQUIT => " (SIGQUIT)",
+                libc::SIGABRT => " (SIGABRT)",
+                libc::SIGKILL => " (SIGKILL)",
+                libc::SIGSEGV => " (SIGSEGV)",
+                libc::SIGTERM => " (SIGTERM)",
+                _ => "",
+            };
+            format!("was killed by signal {signal}{name}")
+        }
         (None, None) => "ended".into(),
     }
 }

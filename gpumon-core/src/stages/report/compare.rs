@@ -256,9 +256,8 @@ pub fn compare(before: &Report, after: &Report) -> Comparison {
         .map(|c| c.measure);
     let kinds = |r: &Report| r.overview.causes.iter().map(|c| c.kind).collect::<Vec<_>>();
     let (kb, ka) = (kinds(before), kinds(after));
-    let lost_in = |r: &Report, k: FindingKind| {
-        r.overview.causes.iter().find(|c| c.kind == k).map_or(0.0, |c| c.lost_gpu_seconds)
-    };
+    let lost_in =
+        |r: &Report, k: FindingKind| r.overview.causes.iter().find(|c| c.kind == k).map_or(0.0, |c| c.lost_gpu_seconds);
     let mut lost = Vec::new();
     for k in kb.iter().chain(ka.iter()) {
         if !lost.iter().any(|l: &FindingLoss| l.kind == *k) {
@@ -349,9 +348,7 @@ impl fmt::Display for Comparison {
         }
         write_kinds(f, "findings gone", &self.findings_gone, self, |(b, _)| format!("{b:.1} GPU-s lost before"))?;
         write_kinds(f, "findings new", &self.findings_new, self, |(_, a)| format!("{a:.1} GPU-s lost after"))?;
-        write_kinds(f, "findings in both", &self.findings_kept, self, |(b, a)| {
-            format!("{b:.1} → {a:.1} GPU-s lost")
-        })
+        write_kinds(f, "findings in both", &self.findings_kept, self, |(b, a)| format!("{b:.1} → {a:.1} GPU-s lost"))
     }
 }
 
@@ -385,7 +382,14 @@ mod tests {
         CauseReport { kind, gpus: 1, raised: 1, active_gpu_seconds: lost, lost_gpu_seconds: lost }
     }
 
-    fn report(median: f64, p95: f64, gpus: Vec<GpuReport>, idle: (f64, f64), energy: f64, causes: Vec<CauseReport>) -> Report {
+    fn report(
+        median: f64,
+        p95: f64,
+        gpus: Vec<GpuReport>,
+        idle: (f64, f64),
+        energy: f64,
+        causes: Vec<CauseReport>,
+    ) -> Report {
         Report {
             format: REPORT_FORMAT,
             hostname: "node-1".into(),
@@ -443,7 +447,10 @@ mod tests {
         assert_eq!(c.lost(FindingKind::DataloaderStarvation), (55.0, 0.0));
 
         let text = c.to_string();
-        assert!(text.contains("  main change           step time median 1.200 s → 0.450 s, -62.5 % (better)"), "{text}");
+        assert!(
+            text.contains("  main change           step time median 1.200 s → 0.450 s, -62.5 % (better)"),
+            "{text}"
+        );
         assert!(text.contains("  utilisation           37.5 % → 95.0 %  +57.5 points (better)"), "{text}");
         assert!(text.contains("  findings gone         dataloader_starvation (55.0 GPU-s lost before)"), "{text}");
         assert!(text.contains("  findings new          none"), "{text}");
