@@ -275,3 +275,51 @@ fn compare_refuses_what_is_not_a_report_of_this_format_in_one_line() {
         assert!(stderr.starts_with(&format!("gpumon: compare: {expected}")), "`{expected}` in {stderr}");
     }
 }
+
+/// The process-tree case on the fake libnvidia-ml: in a PID namespace of its own (`unshare`) the
+/// agent is pid 1 and the job's processes get small pids, so the fake can list them on GPUs
+/// before they exist: pids 2–150 on GPUs 1 and 2 (the launcher and its ranks are among them),
+/// the agent's own pid on GPU 0 (not the job's), nothing on the others.
+#[test]
+fn the_report_is_about_the_gpus_the_job_s_processes_were_seen_on() {
+    let usable = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(usable, "this test needs `unshare --user --pid --mount-proc` (util-linux, user namespaces)");
+    let dir = temp_dir("tree");
+    let job = write(&dir, "job.py", JOB);
+    let launcher = write(&dir, "launch.py", LAUNCHER);
+    let job_pids = (2..=150).map(|p: u32| p.to_string()).collect::<Vec<_>>().join("+");
+    let agent_bin = gpumon_mock::test_kit::example_path("agent");
+    let out = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--pid", "--fork", "--mount-proc"])
+        .arg(agent_bin)
+        .args(["run", "--backend", "nvml", "--nvml-library"])
+        .arg(common::fake_nvml())
+        .args(["--interval", "300ms", "--report-file"])
+        .arg(dir.join("report.json"))
+        .arg("--")
+        .arg(python())
+        .arg(&launcher)
+        .arg(&job)
+        .args(["5", "0.3"])
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("NVIDIA_VISIBLE_DEVICES")
+        .env("GPUMON_LOG", "warn")
+        .env("GPUMON_FAKE_NVML_PROFILE", "a100x4")
+        .env("GPUMON_FAKE_NVML_PIDS", format!("0=1,1={job_pids},2={job_pids}"))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.starts_with("gpumon run: the command exited with code 0; watched GPU 1, 2 (the job's processes were seen on them)"),
+        "{stdout}\n{stderr}"
+    );
+    let (report, _) = report_file(&dir);
+    assert_eq!(report.gpus.iter().map(|g| g.index).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(report.overview.gpus, 2);
+    let steps = report.steps.expect("steps");
+    assert_eq!(steps.runs.iter().map(|r| r.last_step).collect::<Vec<_>>(), [Some(5), Some(5)]);
+}
