@@ -314,7 +314,9 @@ fn the_report_is_about_the_gpus_the_job_s_processes_were_seen_on() {
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(
-        stdout.starts_with("gpumon run: the command exited with code 0; watched GPU 1, 2 (the job's processes were seen on them)"),
+        stdout.starts_with(
+            "gpumon run: the command exited with code 0; watched GPU 1, 2 (the job's processes were seen on them)"
+        ),
         "{stdout}\n{stderr}"
     );
     let (report, _) = report_file(&dir);
