@@ -66,7 +66,8 @@ fn python() -> String {
 }
 
 /// `agent run` on the mock (4 GPUs, 500 ms ticks) with `flags`, writing the report to
-/// `dir/report.json`.
+/// `dir/report.json`. Jobs that count their steps mark one every 0.6 s, longer than a tick: the
+/// step tracker reads the last mark of each tick, so two marks in one tick would be one step.
 fn run_cmd(dir: &Path, flags: &[&str]) -> Command {
     let mut cmd = agent();
     cmd.args(["run", "--backend", "mock", "--mock-profile", "a100x4", "--interval", "500ms", "--report-file"])
@@ -84,13 +85,13 @@ fn report_file(dir: &Path) -> (Report, Value) {
 fn a_job_marking_steps_and_failing_keeps_its_code_and_every_step() {
     let dir = temp_dir("fail");
     let job = write(&dir, "job.py", JOB);
-    let (code, stdout, stderr) = run(run_cmd(&dir, &[]).arg("--").arg(python()).arg(&job).args(["6", "0.3", "3"]));
+    let (code, stdout, stderr) = run(run_cmd(&dir, &[]).arg("--").arg(python()).arg(&job).args(["6", "0.6", "3"]));
     assert_eq!(code, 3, "the command's code; stderr: {stderr}");
     let first = stdout.lines().next().unwrap_or_default();
     assert!(first.starts_with("gpumon run: the command exited with code 3; watched every GPU sampled"), "{stdout}");
     assert!(stdout.contains("\ngpumon run report: host "), "{stdout}");
     // The socket's first mark has no known start; every later one is a step, the last included.
-    assert!(stdout.contains("\nsteps                   5 step(s), step time median 0.3"), "{stdout}");
+    assert!(stdout.contains("\nsteps                   5 step(s), step time median 0.6"), "{stdout}");
     assert!(stdout.contains("\n  train                 5 step(s) (2–6), "), "{stdout}");
 
     let (report, json) = report_file(&dir);
@@ -99,7 +100,7 @@ fn a_job_marking_steps_and_failing_keeps_its_code_and_every_step() {
     assert_eq!(steps.runs.len(), 1);
     assert_eq!((steps.runs[0].first_step, steps.runs[0].last_step), (Some(2), Some(6)));
     let median = steps.duration_median_seconds.unwrap();
-    assert!((0.25..0.6).contains(&median), "{median}");
+    assert!((0.55..0.9).contains(&median), "{median}");
     assert!(steps.energy_per_step_joules.unwrap() > 0.0);
     assert_eq!(report.gpus.len(), 4);
 }
@@ -156,7 +157,7 @@ fn a_launcher_with_two_ranks_is_one_job_on_the_gpus_it_was_given() {
         .arg(python())
         .arg(&launcher)
         .arg(&job)
-        .args(["5", "0.3"]));
+        .args(["5", "0.6"]));
     assert_eq!(code, 0, "stderr: {stderr}");
     let (report, _) = report_file(&dir);
     assert_eq!(report.gpus.iter().map(|g| g.index).collect::<Vec<_>>(), [1, 2], "{stdout}");
@@ -216,7 +217,7 @@ fn compare_names_the_fix_of_a_starved_job_and_its_size() {
 
     let (code, stdout, stderr) = run(agent().arg("compare").arg(dir.join("before.json")).arg(dir.join("after.json")));
     assert_eq!(code, 0, "{stderr}");
-    let (b, a) = (before.steps.unwrap(), after.steps.unwrap());
+    let (b, a) = (before.steps.as_ref().unwrap(), after.steps.as_ref().unwrap());
     let (mb, ma) = (b.duration_median_seconds.unwrap(), a.duration_median_seconds.unwrap());
     let expected = format!(
         "  main change           step time median {mb:.3} s → {ma:.3} s, {:+.1} % (better)",
@@ -229,7 +230,18 @@ fn compare_names_the_fix_of_a_starved_job_and_its_size() {
     assert!(line("  utilisation ").ends_with("(better)"), "{stdout}");
     assert!(line("  idle while allocated ").ends_with("(better)"), "{stdout}");
     assert!(line("  energy per step ").ends_with("(better)"), "{stdout}");
-    assert!(line("  findings gone ").contains("dataloader_starvation ("), "{stdout}");
+    // The starvation is gone; on a loaded machine the fixed run may still hold it for a tick or
+    // two at its start, and then it is in both runs, at a fraction of the cost.
+    let lost = |r: &Report| {
+        r.overview.causes.iter().find(|c| c.kind.name() == "dataloader_starvation").map(|c| c.lost_gpu_seconds)
+    };
+    match lost(&after) {
+        None => assert!(line("  findings gone ").contains("dataloader_starvation ("), "{stdout}"),
+        Some(a) => {
+            assert!(line("  findings in both ").contains("dataloader_starvation ("), "{stdout}");
+            assert!(a < 0.2 * lost(&before).unwrap(), "{stdout}");
+        }
+    }
     assert_eq!(line("  findings new "), "  findings new          none");
 
     let (code, stdout, _) =
@@ -237,7 +249,9 @@ fn compare_names_the_fix_of_a_starved_job_and_its_size() {
     assert_eq!(code, 0);
     let v: Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(v["main"], "step_time_median");
-    assert_eq!(v["findings_gone"], serde_json::json!(["dataloader_starvation"]));
+    if lost(&after).is_none() {
+        assert_eq!(v["findings_gone"], serde_json::json!(["dataloader_starvation"]));
+    }
     let util = v["changes"].as_array().unwrap().iter().find(|c| c["measure"] == "utilization").unwrap();
     assert!(util["after"].as_f64().unwrap() > 0.9 && util["before"].as_f64().unwrap() < 0.6, "{util}");
 }

@@ -27,7 +27,13 @@ use gpumon::core::{AgentError, Severity};
 /// run report at exit (docs/run.md); `gpumon-agent compare BEFORE.json AFTER.json` says what
 /// changed between two runs' reports.
 #[derive(Debug, Parser)]
-#[command(name = "gpumon-agent", version, about, long_about = None)]
+#[command(
+    name = "gpumon-agent",
+    version,
+    about,
+    long_about = None,
+    after_help = "Also:\n  gpumon-agent run [FLAGS] -- CMD ARGS...      run CMD under the agent; its run report at exit, its exit code (docs/run.md)\n  gpumon-agent compare BEFORE.json AFTER.json  what changed between two runs' reports"
+)]
 pub struct Cli {
     /// TOML config file (see examples/agent/gpumon.example.toml).
     #[arg(long, value_name = "FILE")]

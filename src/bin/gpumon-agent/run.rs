@@ -154,6 +154,9 @@ impl Drop for PrivateDir {
 struct JobGpus {
     seen: HashSet<String>,
     processes_listed: bool,
+    /// Pids listed on a GPU so far, and whether each is the job's: /proc is read again only when
+    /// a pid not classified yet shows up.
+    classified: HashMap<u32, bool>,
 }
 
 async fn run(cli: RunCli, file: AgentConfig, options: gpumon::assembly::AssemblyOptions) -> ExitCode {
@@ -182,6 +185,8 @@ async fn run(cli: RunCli, file: AgentConfig, options: gpumon::assembly::Assembly
     }
     let socket = file.steps.socket.clone().unwrap_or_default();
 
+    // Registered before CMD starts, so that a signal from now on is forwarded, not fatal.
+    let signals = Signals::register();
     let mut command = std::process::Command::new(&cli.command[0]);
     command.args(&cli.command[1..]).env(STEPS_SOCKET_ENV, &socket).process_group(0);
     let child = match command.spawn() {
@@ -231,7 +236,7 @@ async fn run(cli: RunCli, file: AgentConfig, options: gpumon::assembly::Assembly
         })
     };
 
-    let status = wait_forwarding_signals(child).await;
+    let status = wait_forwarding_signals(child, signals).await;
     // The marks the command wrote before it exited: read them, then one last sample reports them.
     tokio::time::sleep(SETTLE).await;
     let until = tokio::time::Instant::now() + shutdown_timeout;
@@ -271,8 +276,21 @@ async fn run(cli: RunCli, file: AgentConfig, options: gpumon::assembly::Assembly
     exit_code(status)
 }
 
+/// SIGINT and SIGTERM, caught (each `None` when it cannot be: then it keeps its default action).
+struct Signals {
+    int: Option<tokio::signal::unix::Signal>,
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn register() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        Self { int: signal(SignalKind::interrupt()).ok(), term: signal(SignalKind::terminate()).ok() }
+    }
+}
+
 /// Waits for the command, forwarding SIGINT and SIGTERM to its process group.
-async fn wait_forwarding_signals(mut child: std::process::Child) -> ExitStatus {
+async fn wait_forwarding_signals(mut child: std::process::Child, signals: Signals) -> ExitStatus {
     let pid = child.id();
     let (tx, mut exited) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
@@ -283,9 +301,7 @@ async fn wait_forwarding_signals(mut child: std::process::Child) -> ExitStatus {
         })
         .map_err(|e| tracing::error!(error = %e, "cannot wait for the command"))
         .ok();
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut int = signal(SignalKind::interrupt()).ok();
-    let mut term = signal(SignalKind::terminate()).ok();
+    let Signals { mut int, mut term } = signals;
     loop {
         let forward = tokio::select! {
             status = &mut exited => {
@@ -367,9 +383,16 @@ fn note_job_gpus(snapshot: &Snapshot, root: u32, proc_root: &Path, job: &mut Job
         return;
     }
     job.processes_listed = true;
-    let tree = process_tree(proc_root, root);
+    let listed = || snapshot.devices.iter().flat_map(|d| d.processes.iter().map(|p| p.pid));
+    if listed().any(|pid| !job.classified.contains_key(&pid)) {
+        let tree = process_tree(proc_root, root);
+        for pid in listed() {
+            job.classified.entry(pid).or_insert_with(|| tree.contains(&pid));
+        }
+    }
     for d in &snapshot.devices {
-        if d.processes.iter().any(|p| tree.contains(&p.pid)) && !job.seen.contains(&d.info.uuid) {
+        let the_job_s = |pid: &u32| job.classified.get(pid).copied().unwrap_or(false);
+        if d.processes.iter().any(|p| the_job_s(&p.pid)) && !job.seen.contains(&d.info.uuid) {
             tracing::info!(gpu = d.info.index, uuid = %d.info.uuid, "the job runs on this GPU");
             job.seen.insert(d.info.uuid.clone());
         }
@@ -430,6 +453,43 @@ mod tests {
         std::fs::create_dir_all(dir.join("self")).unwrap();
         let tree = process_tree(&dir, 100);
         assert_eq!(tree, HashSet::from([100, 101, 102, 103]));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_job_s_gpus_are_those_its_processes_are_on_and_proc_is_read_for_new_pids_only() {
+        use gpumon::core::{DeviceInfo, DeviceSample, ProcessSample, SystemInfo};
+        let dir = std::env::temp_dir().join(format!("gpumon-run-gpus-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        proc_entry(&dir, 100, 1, "launcher");
+        proc_entry(&dir, 101, 100, "rank 0");
+        proc_entry(&dir, 200, 1, "someone else");
+        let snapshot = |pids: [&[u32]; 3]| {
+            let devices = pids
+                .iter()
+                .enumerate()
+                .map(|(i, pids)| {
+                    let mut d = DeviceSample::new(Arc::new(DeviceInfo::new(i as u32, format!("GPU-{i}"), "test")));
+                    d.processes = pids.iter().map(|&p| ProcessSample::new(p)).collect();
+                    d
+                })
+                .collect();
+            Snapshot::new(Arc::new(SystemInfo::new("node", "test")), devices)
+        };
+        let mut job = JobGpus::default();
+        note_job_gpus(&snapshot([&[], &[], &[]]), 100, &dir, &mut job);
+        assert!(!job.processes_listed && job.seen.is_empty());
+        note_job_gpus(&snapshot([&[101], &[200], &[]]), 100, &dir, &mut job);
+        assert_eq!(job.seen, HashSet::from(["GPU-0".to_owned()]));
+        assert_eq!(job.classified, HashMap::from([(101, true), (200, false)]));
+        // A second rank starts on GPU 2: a pid not classified yet, so /proc is read again.
+        proc_entry(&dir, 102, 100, "rank 1");
+        note_job_gpus(&snapshot([&[101], &[200], &[102]]), 100, &dir, &mut job);
+        assert_eq!(job.seen, HashSet::from(["GPU-0".to_owned(), "GPU-2".to_owned()]));
+        // Known pids only: /proc is not read (a pid that vanished from it keeps its class).
+        std::fs::remove_dir_all(dir.join("101")).unwrap();
+        note_job_gpus(&snapshot([&[101], &[200], &[102]]), 100, &dir, &mut job);
+        assert_eq!(job.classified.get(&101), Some(&true));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
