@@ -90,6 +90,7 @@ fn a_job_marking_steps_and_failing_keeps_its_code_and_every_step() {
     let first = stdout.lines().next().unwrap_or_default();
     assert!(first.starts_with("gpumon run: the command exited with code 3; watched every GPU sampled"), "{stdout}");
     assert!(stdout.contains("\ngpumon run report: host "), "{stdout}");
+    assert!(stdout.contains(" (MOCK backend: simulated GPUs), "), "simulated data says so: {stdout}");
     // The socket's first mark has no known start; every later one is a step, the last included.
     assert!(stdout.contains("\nsteps                   5 step(s), step time median 0.6"), "{stdout}");
     assert!(stdout.contains("\n  train                 5 step(s) (2–6), "), "{stdout}");

@@ -190,6 +190,11 @@ pub struct Report {
     pub format: u32,
     /// Host name of the last snapshot.
     pub hostname: String,
+    /// The backend of the last snapshot ([`SystemInfo::backend`](crate::SystemInfo::backend)):
+    /// `"mock"` for simulated GPUs, which the human form says; empty in a report from before
+    /// this field.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub backend: String,
     /// Ticks (snapshots) seen.
     pub ticks: u64,
     /// The sampling interval, seconds.
@@ -699,6 +704,7 @@ struct State {
     /// The settings to list the limitations of ([`RunReport::with_diagnosis`]).
     diagnosis: Option<(DiagnoseConfig, Sampling)>,
     hostname: String,
+    backend: String,
     ticks: u64,
     first: Option<SystemTime>,
     last: Option<SystemTime>,
@@ -721,6 +727,7 @@ impl State {
         Report {
             format: REPORT_FORMAT,
             hostname: self.hostname.clone(),
+            backend: self.backend.clone(),
             ticks: self.ticks,
             interval_seconds: interval,
             wall_seconds: wall,
@@ -832,6 +839,7 @@ impl RunReport {
             allocated_ratio: defaults.allocated_memory_ratio,
             diagnosis: None,
             hostname: String::new(),
+            backend: String::new(),
             ticks: 0,
             first: None,
             last: None,
@@ -898,6 +906,9 @@ impl Processor for RunReport {
         s.last = Some(snapshot.taken_at);
         if s.hostname != snapshot.system.hostname {
             s.hostname.clone_from(&snapshot.system.hostname);
+        }
+        if s.backend != snapshot.system.backend {
+            s.backend.clone_from(&snapshot.system.backend);
         }
         let interval = s.interval.as_secs_f64();
         for d in &snapshot.devices {
@@ -1084,9 +1095,10 @@ fn write_finding(f: &mut fmt::Formatter<'_>, r: &FindingReport) -> fmt::Result {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let simulated = if self.backend == "mock" { " (MOCK backend: simulated GPUs)" } else { "" };
         writeln!(
             f,
-            "gpumon run report: host {}, {} tick(s) over {:.1} s, interval {} s",
+            "gpumon run report: host {}{simulated}, {} tick(s) over {:.1} s, interval {} s",
             self.hostname, self.ticks, self.wall_seconds, self.interval_seconds
         )?;
         write_overview(f, self)?;

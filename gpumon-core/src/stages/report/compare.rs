@@ -164,6 +164,8 @@ impl Change {
 pub struct RunSide {
     /// The host.
     pub hostname: String,
+    /// The backend (`"mock"`: simulated GPUs).
+    pub backend: String,
     /// GPUs in the report.
     pub gpus: usize,
     /// Wall time, seconds.
@@ -176,6 +178,7 @@ impl RunSide {
     fn of(r: &Report) -> Self {
         Self {
             hostname: r.hostname.clone(),
+            backend: r.backend.clone(),
             gpus: r.gpus.len(),
             wall_seconds: r.wall_seconds,
             steps: r.steps.as_ref().map_or(0, |s| s.steps),
@@ -316,7 +319,8 @@ fn write_kinds(
 impl fmt::Display for Comparison {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let side = |s: &RunSide| {
-            format!("host {}, {} GPU(s), {:.1} s, {} step(s)", s.hostname, s.gpus, s.wall_seconds, s.steps)
+            let simulated = if s.backend == "mock" { " (MOCK backend)" } else { "" };
+            format!("host {}{simulated}, {} GPU(s), {:.1} s, {} step(s)", s.hostname, s.gpus, s.wall_seconds, s.steps)
         };
         writeln!(f, "gpumon compare")?;
         writeln!(f, "  before                {}", side(&self.before))?;
@@ -393,6 +397,7 @@ mod tests {
         Report {
             format: REPORT_FORMAT,
             hostname: "node-1".into(),
+            backend: "nvml".into(),
             ticks: 10,
             interval_seconds: 1.0,
             wall_seconds: 9.0,
