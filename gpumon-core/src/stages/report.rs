@@ -1640,6 +1640,52 @@ mod tests {
     }
 
     #[test]
+    fn steps_pool_the_runs_per_gpu_and_a_report_of_some_gpus_counts_only_theirs() {
+        use crate::steps::{DeviceStep, RunSteps, StepReport, Steps};
+        let interval = Duration::from_secs(1);
+        let (mut report, handle) = attached(interval);
+        let step = |n: u64, secs: f64| {
+            let mut r = StepReport::new(n, Duration::from_secs_f64(secs));
+            for (uuid, joules) in [("GPU-0", 100.0), ("GPU-1", 50.0)] {
+                let mut d = DeviceStep::new(uuid);
+                d.energy_joules = Some(joules);
+                r.devices.push(d);
+            }
+            r
+        };
+        for (tick, (slow, fast)) in [(1.0, 1.0), (2.0, 1.0), (3.0, 1.0)].into_iter().enumerate() {
+            let n = tick as u64 + 2;
+            let mut rank0 = RunSteps::new("train", Some(0));
+            rank0.reported.push(step(n, slow));
+            let mut rank1 = RunSteps::new("train", Some(1));
+            rank1.reported.push(step(n, fast));
+            let mut s = snapshot(tick as u64, interval, vec![DeviceSample::new(info(0)), DeviceSample::new(info(1))]);
+            s.attach(Steps { runs: vec![rank0, rank1], rejected: None });
+            report.process(&mut s);
+        }
+        let r = handle.report();
+        assert_eq!(r.format, REPORT_FORMAT);
+        let steps = r.steps.expect("steps");
+        assert_eq!(steps.steps, 6);
+        // Nearest rank over [1, 1, 1, 1, 2, 3].
+        assert_eq!((steps.duration_median_seconds, steps.duration_p95_seconds), (Some(1.0), Some(3.0)));
+        assert_eq!(steps.duration_mean_seconds, Some(9.0 / 6.0));
+        // Both runs carry both GPUs' figures: per step the job's GPUs used 100 J + 50 J, not twice.
+        assert_eq!(steps.energy_per_step_joules, Some(150.0));
+        let ranks: Vec<_> = steps.runs.iter().map(|r| (r.rank, r.steps, r.first_step, r.last_step)).collect();
+        assert_eq!(ranks, [(Some(0), 3, Some(2), Some(4)), (Some(1), 3, Some(2), Some(4))]);
+        assert_eq!(steps.runs[0].duration_median_seconds, Some(2.0));
+        assert_eq!(steps.runs[0].energy_per_step_joules, Some(150.0));
+
+        let only = handle.report_of(|uuid| uuid == "GPU-0");
+        assert_eq!(only.gpus.iter().map(|g| g.uuid.as_str()).collect::<Vec<_>>(), ["GPU-0"]);
+        assert_eq!(only.overview.gpus, 1);
+        assert_eq!(only.overview.gpu_seconds, 3.0);
+        assert_eq!(only.steps.expect("steps").energy_per_step_joules, Some(100.0));
+        assert_eq!(handle.report().overview.gpus, 2);
+    }
+
+    #[test]
     fn human_and_json_forms_carry_the_numbers() {
         let interval = Duration::from_secs(1);
         let (mut report, handle) = attached(interval);
