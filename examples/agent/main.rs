@@ -17,8 +17,12 @@ mod app;
 mod attribution;
 #[path = "../../src/bin/gpumon-agent/backend.rs"]
 mod backend;
+#[path = "../../src/bin/gpumon-agent/compare.rs"]
+mod compare;
 #[path = "../../src/bin/gpumon-agent/diagnose.rs"]
 mod diagnose;
+#[path = "../../src/bin/gpumon-agent/run.rs"]
+mod run;
 #[path = "../../src/bin/gpumon-agent/sinks.rs"]
 mod sinks;
 #[path = "../../src/bin/gpumon-agent/steps.rs"]

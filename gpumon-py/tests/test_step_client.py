@@ -1,7 +1,9 @@
 """StepClient: marks over the agent's steps socket."""
 
+import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -92,3 +94,42 @@ def test_step_client_bad_input(tmp_path, monkeypatch):
         client.step(3)
     with pytest.raises(TypeError):
         client.step(4.0)
+
+
+def test_under_gpumon_agent_run_the_client_and_the_callbacks_find_the_socket(tmp_path):
+    """``gpumon-agent run -- python job.py``: StepClient() without a path and a callback's
+    StepMarker without a Monitor mark on the socket the agent put in GPUMON_STEPS_SOCKET."""
+    if not AGENT or not os.access(AGENT, os.X_OK):
+        pytest.skip("GPUMON_TEST_AGENT (the example agent, target/debug/examples/agent) is not set; run-tests.sh sets it")
+    job = tmp_path / "job.py"
+    job.write_text(
+        "import time, gpumon\n"
+        "from gpumon.integrations._common import StepMarker\n"
+        "client = gpumon.StepClient(job='client', rank=0)\n"
+        "marker = StepMarker(None, every_n_steps=1, per_gpu=False, backend='auto')\n"
+        "marker.begin('callback', 1, 0)\n"
+        "for n in range(1, 6):\n"
+        "    time.sleep(0.15)\n"
+        "    client.step(n)\n"
+        "    marker.mark(n)\n"
+        "marker.end()\n"
+        "client.close()\n"
+    )
+    report = tmp_path / "report.json"
+    proc = subprocess.run(
+        [AGENT, "run", "--backend", "mock", "--interval", "100ms", "--report-file", str(report), "--",
+         sys.executable, str(job)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    runs = {(r["job"], r["rank"]): r for r in json.loads(report.read_text())["steps"]["runs"]}
+    assert runs[("client", 0)]["last_step"] == 5
+    assert runs[("callback", 1)]["last_step"] == 5
+
+
+def test_step_client_without_a_path_needs_the_environment(monkeypatch):
+    monkeypatch.delenv("GPUMON_STEPS_SOCKET", raising=False)
+    with pytest.raises(ValueError, match="GPUMON_STEPS_SOCKET"):
+        gpumon.StepClient()
+    monkeypatch.setenv("GPUMON_STEPS_SOCKET", "/nonexistent/steps.sock")
+    assert gpumon.StepClient().path == "/nonexistent/steps.sock"

@@ -184,8 +184,17 @@ pub struct GpuReport {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Report {
+    /// The version of this JSON form ([`REPORT_FORMAT`] when written by this gpumon; 0 in a
+    /// report written before versions), so that a reader refuses a form it would misread.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub format: u32,
     /// Host name of the last snapshot.
     pub hostname: String,
+    /// The backend of the last snapshot ([`SystemInfo::backend`](crate::SystemInfo::backend)):
+    /// `"mock"` for simulated GPUs, which the human form says; empty in a report from before
+    /// this field.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub backend: String,
     /// Ticks (snapshots) seen.
     pub ticks: u64,
     /// The sampling interval, seconds.
@@ -199,6 +208,165 @@ pub struct Report {
     pub gpus: Vec<GpuReport>,
     /// Findings about the host rather than one GPU.
     pub host_findings: Vec<FindingReport>,
+    /// The training steps marked during the run (the step tracker's reported steps); `None`
+    /// when no step was reported.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub steps: Option<StepsReport>,
+}
+
+/// The version of the report's JSON form, [`Report::format`]: raised when a field changes
+/// meaning or goes away (adding a field does not raise it).
+pub const REPORT_FORMAT: u32 = 1;
+
+/// The training steps of a run: every run (job, rank) together, then each run.
+///
+/// Step times are the durations the step tracker reported (docs: [`crate::steps`]); the median
+/// and p95 are nearest-rank over every reported step. **Energy per step** is, per GPU in the
+/// report, the mean energy of the steps that had a reading for it, summed over those GPUs: the
+/// energy the job's GPUs used per step (the tracker gives every run the figures of every GPU,
+/// so the runs' steps are pooled per GPU rather than added).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct StepsReport {
+    /// Steps reported, over every run.
+    pub steps: u64,
+    /// Median step time over every run's steps, seconds.
+    pub duration_median_seconds: Option<f64>,
+    /// 95th percentile of step time over every run's steps, seconds.
+    pub duration_p95_seconds: Option<f64>,
+    /// Mean step time, seconds.
+    pub duration_mean_seconds: Option<f64>,
+    /// Energy the report's GPUs used per step, joules (see above); `None` without readings.
+    pub energy_per_step_joules: Option<f64>,
+    /// Per run, in the order first seen.
+    pub runs: Vec<RunStepsReport>,
+}
+
+/// One run's (job, rank) steps: [`StepsReport::runs`].
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct RunStepsReport {
+    /// The job name.
+    pub job: String,
+    /// The rank, if any.
+    pub rank: Option<u32>,
+    /// Steps reported.
+    pub steps: u64,
+    /// The first step number reported.
+    pub first_step: Option<u64>,
+    /// The last step number reported.
+    pub last_step: Option<u64>,
+    /// Median step time, seconds.
+    pub duration_median_seconds: Option<f64>,
+    /// 95th percentile of step time, seconds.
+    pub duration_p95_seconds: Option<f64>,
+    /// Mean step time, seconds.
+    pub duration_mean_seconds: Option<f64>,
+    /// Energy the report's GPUs used per step of this run, joules.
+    pub energy_per_step_joules: Option<f64>,
+}
+
+/// Nearest-rank percentile `p` (0–100) of `sorted` (ascending).
+fn nearest_rank(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted.get(rank.min(sorted.len()) - 1).copied()
+}
+
+/// Per GPU UUID, the energy summed over the steps that had a reading, and how many had one.
+type StepEnergy = HashMap<String, (f64, u64)>;
+
+/// The energy per step of `energy` over the GPUs `keep` accepts.
+fn energy_per_step(energy: &[&StepEnergy], keep: &dyn Fn(&str) -> bool) -> Option<f64> {
+    let mut pooled: HashMap<&str, (f64, u64)> = HashMap::new();
+    for e in energy {
+        for (uuid, (sum, n)) in e.iter() {
+            if keep(uuid) {
+                let p = pooled.entry(uuid.as_str()).or_default();
+                p.0 += sum;
+                p.1 += n;
+            }
+        }
+    }
+    let per_gpu = pooled.values().filter(|(_, n)| *n > 0).map(|(sum, n)| sum / *n as f64);
+    per_gpu.fold(None, |acc, v| Some(acc.unwrap_or(0.0) + v))
+}
+
+/// One run's steps as accumulated.
+#[derive(Debug)]
+struct RunAcc {
+    job: String,
+    rank: Option<u32>,
+    durations: Vec<f64>,
+    first_step: Option<u64>,
+    last_step: Option<u64>,
+    energy: StepEnergy,
+}
+
+impl RunAcc {
+    fn add(&mut self, step: &crate::steps::StepReport) {
+        self.durations.push(step.duration.as_secs_f64());
+        self.first_step.get_or_insert(step.step);
+        self.last_step = Some(step.step);
+        for d in &step.devices {
+            if let Some(e) = d.energy_joules.filter(|e| e.is_finite()) {
+                let slot = match self.energy.get_mut(d.uuid.as_str()) {
+                    Some(slot) => slot,
+                    None => self.energy.entry(d.uuid.clone()).or_default(),
+                };
+                slot.0 += e;
+                slot.1 += 1;
+            }
+        }
+    }
+}
+
+/// Median, p95 and mean of `durations`.
+fn duration_stats(durations: &[f64]) -> (Option<f64>, Option<f64>, Option<f64>) {
+    let mut sorted = durations.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mean = (!sorted.is_empty()).then(|| sorted.iter().sum::<f64>() / sorted.len() as f64);
+    (nearest_rank(&sorted, 50.0), nearest_rank(&sorted, 95.0), mean)
+}
+
+fn steps_report(runs: &[RunAcc], keep: &dyn Fn(&str) -> bool) -> Option<StepsReport> {
+    let all: Vec<f64> = runs.iter().flat_map(|r| r.durations.iter().copied()).collect();
+    if all.is_empty() {
+        return None;
+    }
+    let (median, p95, mean) = duration_stats(&all);
+    let energies: Vec<&StepEnergy> = runs.iter().map(|r| &r.energy).collect();
+    Some(StepsReport {
+        steps: all.len() as u64,
+        duration_median_seconds: median,
+        duration_p95_seconds: p95,
+        duration_mean_seconds: mean,
+        energy_per_step_joules: energy_per_step(&energies, keep),
+        runs: runs
+            .iter()
+            .filter(|r| !r.durations.is_empty())
+            .map(|r| {
+                let (median, p95, mean) = duration_stats(&r.durations);
+                RunStepsReport {
+                    job: r.job.clone(),
+                    rank: r.rank,
+                    steps: r.durations.len() as u64,
+                    first_step: r.first_step,
+                    last_step: r.last_step,
+                    duration_median_seconds: median,
+                    duration_p95_seconds: p95,
+                    duration_mean_seconds: mean,
+                    energy_per_step_joules: energy_per_step(&[&r.energy], keep),
+                }
+            })
+            .collect(),
+    })
 }
 
 /// The run at a glance, over every GPU: [`Report::overview`].
@@ -536,35 +704,41 @@ struct State {
     /// The settings to list the limitations of ([`RunReport::with_diagnosis`]).
     diagnosis: Option<(DiagnoseConfig, Sampling)>,
     hostname: String,
+    backend: String,
     ticks: u64,
     first: Option<SystemTime>,
     last: Option<SystemTime>,
     gpus: HashMap<String, GpuAcc>,
     host_findings: Vec<Held>,
+    runs: Vec<RunAcc>,
 }
 
 impl State {
-    fn report(&self) -> Report {
+    fn report(&self, keep: &dyn Fn(&str) -> bool) -> Report {
         let interval = self.interval.as_secs_f64();
-        let mut gpus: Vec<GpuReport> = self.gpus.iter().map(|(u, g)| g.report(u, self.last)).collect();
+        let mut gpus: Vec<GpuReport> =
+            self.gpus.iter().filter(|(u, _)| keep(u)).map(|(u, g)| g.report(u, self.last)).collect();
         gpus.sort_by(|a, b| (a.index, &a.uuid).cmp(&(b.index, &b.uuid)));
         let wall = match (self.first, self.last) {
             (Some(a), Some(b)) => b.duration_since(a).map_or(0.0, |d| d.as_secs_f64()),
             _ => 0.0,
         };
-        let overview = self.overview(&gpus, interval);
+        let overview = self.overview(&gpus, interval, keep);
         Report {
+            format: REPORT_FORMAT,
             hostname: self.hostname.clone(),
+            backend: self.backend.clone(),
             ticks: self.ticks,
             interval_seconds: interval,
             wall_seconds: wall,
             overview,
             gpus,
             host_findings: self.host_findings.iter().map(|h| finish(h, self.last)).collect(),
+            steps: steps_report(&self.runs, keep),
         }
     }
 
-    fn overview(&self, gpus: &[GpuReport], interval: f64) -> Overview {
+    fn overview(&self, gpus: &[GpuReport], interval: f64, keep: &dyn Fn(&str) -> bool) -> Overview {
         let mut causes: Vec<CauseReport> = Vec::new();
         for g in gpus {
             for (i, f) in g.findings.iter().enumerate() {
@@ -594,8 +768,11 @@ impl State {
                 .then(b.active_gpu_seconds.total_cmp(&a.active_gpu_seconds))
                 .then(a.kind.cmp(&b.kind))
         });
-        let (samples, ticks) =
-            self.gpus.values().fold((0u64, 0u64), |(s, t), g| (s + g.driver_samples, t + g.driver_ticks));
+        let (samples, ticks) = self
+            .gpus
+            .iter()
+            .filter(|(u, _)| keep(u))
+            .fold((0u64, 0u64), |(s, t), (_, g)| (s + g.driver_samples, t + g.driver_ticks));
         let period = (samples > 0).then(|| ticks as f64 * interval / samples as f64);
         let limitations = match &self.diagnosis {
             Some((config, sampling)) => {
@@ -633,7 +810,14 @@ impl ReportHandle {
     /// The summary so far: every GPU seen, and every finding with its held time (findings
     /// still active count until the last tick).
     pub fn report(&self) -> Report {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner).report()
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).report(&|_| true)
+    }
+
+    /// The summary so far over the GPUs `keep` accepts (by UUID) only — the GPUs of one job,
+    /// say: the overview, the driver period and the steps' energy count those GPUs; the
+    /// findings about the host and the step times are the run's.
+    pub fn report_of(&self, keep: impl Fn(&str) -> bool) -> Report {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).report(&keep)
     }
 }
 
@@ -655,11 +839,13 @@ impl RunReport {
             allocated_ratio: defaults.allocated_memory_ratio,
             diagnosis: None,
             hostname: String::new(),
+            backend: String::new(),
             ticks: 0,
             first: None,
             last: None,
             gpus: HashMap::new(),
             host_findings: Vec::new(),
+            runs: Vec::new(),
         }));
         (Self { state: state.clone() }, ReportHandle { state })
     }
@@ -721,6 +907,9 @@ impl Processor for RunReport {
         if s.hostname != snapshot.system.hostname {
             s.hostname.clone_from(&snapshot.system.hostname);
         }
+        if s.backend != snapshot.system.backend {
+            s.backend.clone_from(&snapshot.system.backend);
+        }
         let interval = s.interval.as_secs_f64();
         for d in &snapshot.devices {
             let acc = match s.gpus.get_mut(d.info.uuid.as_str()) {
@@ -728,6 +917,27 @@ impl Processor for RunReport {
                 None => s.gpus.entry(d.info.uuid.clone()).or_insert_with(|| GpuAcc::new(d)),
             };
             acc.add(d, interval, s.idle_level, s.allocated_ratio);
+        }
+        if let Some(steps) = snapshot.output::<crate::steps::Steps>() {
+            for run in steps.runs.iter().filter(|r| !r.reported.is_empty()) {
+                let at = match s.runs.iter().position(|a| a.job == run.job && a.rank == run.rank) {
+                    Some(at) => at,
+                    None => {
+                        s.runs.push(RunAcc {
+                            job: run.job.clone(),
+                            rank: run.rank,
+                            durations: Vec::new(),
+                            first_step: None,
+                            last_step: None,
+                            energy: HashMap::new(),
+                        });
+                        s.runs.len() - 1
+                    }
+                };
+                for step in &run.reported {
+                    s.runs[at].add(step);
+                }
+            }
         }
         let Some(diagnosis) = snapshot.output::<crate::Diagnosis>() else { return };
         let at = snapshot.taken_at;
@@ -829,6 +1039,48 @@ fn write_overview(f: &mut fmt::Formatter<'_>, r: &Report) -> fmt::Result {
     Ok(())
 }
 
+/// `median 1.203 s, p95 1.290 s, mean 1.210 s`.
+fn write_step_times(
+    f: &mut fmt::Formatter<'_>,
+    median: Option<f64>,
+    p95: Option<f64>,
+    mean: Option<f64>,
+    energy: Option<f64>,
+) -> fmt::Result {
+    if let (Some(median), Some(p95), Some(mean)) = (median, p95, mean) {
+        write!(f, "step time median {median:.3} s, p95 {p95:.3} s, mean {mean:.3} s")?;
+    }
+    if let Some(e) = energy {
+        write!(f, "; {e:.1} J per step")?;
+    }
+    writeln!(f)
+}
+
+fn write_steps(f: &mut fmt::Formatter<'_>, s: &StepsReport) -> fmt::Result {
+    write!(f, "steps                   {} step(s), ", s.steps)?;
+    write_step_times(
+        f,
+        s.duration_median_seconds,
+        s.duration_p95_seconds,
+        s.duration_mean_seconds,
+        s.energy_per_step_joules,
+    )?;
+    for r in &s.runs {
+        let mut name = String::new();
+        crate::stages::text::push_one_line(&mut name, &r.job);
+        if let Some(rank) = r.rank {
+            name.push_str(&format!(" rank {rank}"));
+        }
+        write!(f, "  {name:<21} {} step(s)", r.steps)?;
+        if let (Some(a), Some(b)) = (r.first_step, r.last_step) {
+            write!(f, " ({a}–{b})")?;
+        }
+        f.write_str(", ")?;
+        write_step_times(f, r.duration_median_seconds, r.duration_p95_seconds, r.duration_mean_seconds, None)?;
+    }
+    Ok(())
+}
+
 fn write_finding(f: &mut fmt::Formatter<'_>, r: &FindingReport) -> fmt::Result {
     write!(f, "    {} ({}) held {:.1} s, {:.1} GPU-s lost", r.kind, r.severity, r.held_seconds, r.lost_gpu_seconds)?;
     if r.active_at_exit {
@@ -843,12 +1095,16 @@ fn write_finding(f: &mut fmt::Formatter<'_>, r: &FindingReport) -> fmt::Result {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let simulated = if self.backend == "mock" { " (MOCK backend: simulated GPUs)" } else { "" };
         writeln!(
             f,
-            "gpumon run report: host {}, {} tick(s) over {:.1} s, interval {} s",
+            "gpumon run report: host {}{simulated}, {} tick(s) over {:.1} s, interval {} s",
             self.hostname, self.ticks, self.wall_seconds, self.interval_seconds
         )?;
         write_overview(f, self)?;
+        if let Some(steps) = &self.steps {
+            write_steps(f, steps)?;
+        }
         for g in &self.gpus {
             writeln!(f, "GPU {} {} ({}), {} sample(s)", g.index, g.name, g.uuid, g.samples)?;
             match (g.utilization_mean, g.utilization_p5, g.utilization_p95) {
@@ -904,6 +1160,8 @@ impl fmt::Display for Report {
         Ok(())
     }
 }
+
+pub mod compare;
 
 #[cfg(test)]
 mod tests {
@@ -1379,6 +1637,52 @@ mod tests {
         assert!(f[0].active_at_exit);
         assert_eq!(f[0].held_seconds, (last - raised) as f64);
         assert!(f[0].evidence.contains("97.5 %"), "{}", f[0].evidence);
+    }
+
+    #[test]
+    fn steps_pool_the_runs_per_gpu_and_a_report_of_some_gpus_counts_only_theirs() {
+        use crate::steps::{DeviceStep, RunSteps, StepReport, Steps};
+        let interval = Duration::from_secs(1);
+        let (mut report, handle) = attached(interval);
+        let step = |n: u64, secs: f64| {
+            let mut r = StepReport::new(n, Duration::from_secs_f64(secs));
+            for (uuid, joules) in [("GPU-0", 100.0), ("GPU-1", 50.0)] {
+                let mut d = DeviceStep::new(uuid);
+                d.energy_joules = Some(joules);
+                r.devices.push(d);
+            }
+            r
+        };
+        for (tick, (slow, fast)) in [(1.0, 1.0), (2.0, 1.0), (3.0, 1.0)].into_iter().enumerate() {
+            let n = tick as u64 + 2;
+            let mut rank0 = RunSteps::new("train", Some(0));
+            rank0.reported.push(step(n, slow));
+            let mut rank1 = RunSteps::new("train", Some(1));
+            rank1.reported.push(step(n, fast));
+            let mut s = snapshot(tick as u64, interval, vec![DeviceSample::new(info(0)), DeviceSample::new(info(1))]);
+            s.attach(Steps { runs: vec![rank0, rank1], rejected: None });
+            report.process(&mut s);
+        }
+        let r = handle.report();
+        assert_eq!(r.format, REPORT_FORMAT);
+        let steps = r.steps.expect("steps");
+        assert_eq!(steps.steps, 6);
+        // Nearest rank over [1, 1, 1, 1, 2, 3].
+        assert_eq!((steps.duration_median_seconds, steps.duration_p95_seconds), (Some(1.0), Some(3.0)));
+        assert_eq!(steps.duration_mean_seconds, Some(9.0 / 6.0));
+        // Both runs carry both GPUs' figures: per step the job's GPUs used 100 J + 50 J, not twice.
+        assert_eq!(steps.energy_per_step_joules, Some(150.0));
+        let ranks: Vec<_> = steps.runs.iter().map(|r| (r.rank, r.steps, r.first_step, r.last_step)).collect();
+        assert_eq!(ranks, [(Some(0), 3, Some(2), Some(4)), (Some(1), 3, Some(2), Some(4))]);
+        assert_eq!(steps.runs[0].duration_median_seconds, Some(2.0));
+        assert_eq!(steps.runs[0].energy_per_step_joules, Some(150.0));
+
+        let only = handle.report_of(|uuid| uuid == "GPU-0");
+        assert_eq!(only.gpus.iter().map(|g| g.uuid.as_str()).collect::<Vec<_>>(), ["GPU-0"]);
+        assert_eq!(only.overview.gpus, 1);
+        assert_eq!(only.overview.gpu_seconds, 3.0);
+        assert_eq!(only.steps.expect("steps").energy_per_step_joules, Some(100.0));
+        assert_eq!(handle.report().overview.gpus, 2);
     }
 
     #[test]

@@ -8,7 +8,11 @@ from typing import Optional, Union
 
 from ._gpumon import DEFAULT_JOB
 
-__all__ = ["StepClient"]
+__all__ = ["StepClient", "STEPS_SOCKET_ENV"]
+
+#: The environment variable ``gpumon-agent run`` sets to its steps socket's path: a StepClient
+#: created without a path, and the trainer callbacks created without a Monitor, use it.
+STEPS_SOCKET_ENV = "GPUMON_STEPS_SOCKET"
 
 _log = logging.getLogger("gpumon")
 
@@ -27,12 +31,22 @@ class StepClient:
     are dropped and counted in :attr:`dropped`) and reconnects on the next mark after the agent
     restarts. Only bad input raises.
 
-    :param path: the agent's steps socket.
+    :param path: the agent's steps socket (default: ``GPUMON_STEPS_SOCKET`` from the environment,
+        which ``gpumon-agent run -- CMD`` sets for CMD).
     :param job: the job name the marks are reported under.
     :param rank: the rank, or ``None`` (default: ``LOCAL_RANK`` from the environment, if set).
     """
 
-    def __init__(self, path: Union[str, "os.PathLike[str]"], job: str = DEFAULT_JOB, rank: Optional[int] = None):
+    def __init__(
+        self,
+        path: Optional[Union[str, "os.PathLike[str]"]] = None,
+        job: str = DEFAULT_JOB,
+        rank: Optional[int] = None,
+    ):
+        if path is None:
+            path = os.environ.get(STEPS_SOCKET_ENV, "").strip()
+            if not path:
+                raise ValueError(f"path: none given and {STEPS_SOCKET_ENV} is not set (gpumon-agent run sets it)")
         self._path = os.fspath(path)
         if not isinstance(job, str) or not job.strip():
             raise ValueError("job: must be a non-empty string")

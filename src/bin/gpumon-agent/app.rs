@@ -22,8 +22,18 @@ use gpumon::core::{AgentError, Severity};
 ///
 /// Flags override the config file. Stdout is the sink when no other sink (and no --report) is
 /// configured. Diagnosis is on by default (docs/diagnosis.md).
+///
+/// Also: `gpumon-agent run [FLAGS] -- CMD ARGS…` runs a command under the agent and prints its
+/// run report at exit (docs/run.md); `gpumon-agent compare BEFORE.json AFTER.json` says what
+/// changed between two runs' reports.
 #[derive(Debug, Parser)]
-#[command(name = "gpumon-agent", version, about, long_about = None)]
+#[command(
+    name = "gpumon-agent",
+    version,
+    about,
+    long_about = None,
+    after_help = "Also:\n  gpumon-agent run [FLAGS] -- CMD ARGS...      run CMD under the agent; its run report at exit, its exit code (docs/run.md)\n  gpumon-agent compare BEFORE.json AFTER.json  what changed between two runs' reports"
+)]
 pub struct Cli {
     /// TOML config file (see examples/agent/gpumon.example.toml).
     #[arg(long, value_name = "FILE")]
@@ -218,7 +228,7 @@ fn families(cli: &Cli) -> Result<Families, ConfigError> {
 
 /// What a run is, beside the config: `--host`, `--once`, `--report`, the families' flags, and
 /// this build's mock.
-fn options(cli: &Cli) -> Result<AssemblyOptions, ConfigError> {
+pub fn options(cli: &Cli) -> Result<AssemblyOptions, ConfigError> {
     if cli.diagnose.duration.is_some_and(|d| d.is_zero()) {
         return Err(ConfigError("--duration: must be greater than zero".into()));
     }
@@ -270,6 +280,12 @@ pub fn flags_onto_config(cli: &Cli, file: &mut AgentConfig) -> Result<(), Config
 
 /// Parses the command line, runs the agent, and returns the exit code.
 pub fn main() -> ExitCode {
+    let mut args = std::env::args_os();
+    match args.nth(1).as_ref().and_then(|a| a.to_str()) {
+        Some("run") => return crate::run::main(args.collect()),
+        Some("compare") => return crate::compare::main(args.collect()),
+        _ => {}
+    }
     let cli = Cli::parse();
     init_logging(&cli.log);
     let mut file = match &cli.config {
@@ -310,7 +326,7 @@ pub fn config_failure(message: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn init_logging(filter: &str) {
+pub fn init_logging(filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
         eprintln!("gpumon: invalid --log filter `{filter}` ({e}); using `info`");
         tracing_subscriber::EnvFilter::new("info")

@@ -12,7 +12,9 @@
 mod app;
 mod attribution;
 mod backend;
+mod compare;
 mod diagnose;
+mod run;
 mod sinks;
 mod steps;
 mod web;

@@ -2,9 +2,11 @@
 several ``fit`` / ``train`` calls, and the figures they log. Imports no framework."""
 
 import logging
+import os
 from typing import Any, Dict, Optional, Tuple, Union
 
 from .. import BackendUnavailableError, Monitor, StepClient
+from ..client import STEPS_SOCKET_ENV
 from ..figures import step_figures
 
 _log = logging.getLogger("gpumon")
@@ -15,6 +17,9 @@ BACKENDS = ("auto", "nvml", "mock")
 class StepMarker:
     """Marks a framework's global step on a Monitor or StepClient and finds the figures to log.
 
+    - Under ``gpumon-agent run`` (``GPUMON_STEPS_SOCKET`` set) with ``backend="auto"`` and no
+      Monitor given, the callback marks its steps on that agent's socket (a StepClient): the
+      agent samples the GPUs, and no second sampler runs in the job.
     - ``backend="auto"`` (no Monitor given): the callback starts a Monitor on NVML; without
       NVML it logs no GPU figures and says so once — simulated figures only with
       ``backend="mock"``, and then every key says ``mock_gpu``.
@@ -72,6 +77,12 @@ class StepMarker:
             self.offset = 0
 
     def _start_owned(self, job: str, rank: Optional[int]) -> None:
+        socket_path = os.environ.get(STEPS_SOCKET_ENV, "").strip()
+        if self.backend == "auto" and socket_path:
+            self.target = StepClient(socket_path, job=job, rank=rank)
+            self.owned = True
+            self.last_marked = None
+            return
         backend = "nvml" if self.backend == "auto" else self.backend
         try:
             self.target = Monitor(backend=backend, job=job, rank=rank)

@@ -1,0 +1,508 @@
+//! `gpumon-agent run [agent flags] -- CMD ARGS…`: watch one job from start to exit.
+//!
+//! It runs the agent the flags describe (sinks export as usual), starts CMD, and when CMD exits
+//! — or fails, or is killed — prints the run report (`--report-format json` for JSON) and exits
+//! with CMD's exit code (128 + the signal's number when a signal killed it, as a shell does).
+//! `--report-file FILE` also writes the report as JSON.
+//!
+//! - **Steps.** CMD gets the steps socket in its environment, `GPUMON_STEPS_SOCKET` (a private
+//!   socket in a temporary directory of mode 0700 when `--steps-socket` / `steps.socket` sets
+//!   none), so the Python `StepClient`, `Monitor` and trainer callbacks connect by themselves.
+//!   Marks written before CMD exits are read before the last sample, which reports them.
+//! - **GPUs.** The GPUs the agent samples are `--devices`, else `CUDA_VISIBLE_DEVICES` — which
+//!   CMD inherits, so it is also the job's hint. The report is about the GPUs on which the
+//!   job's processes (CMD and its descendants: torchrun's ranks are one job) were seen, by pid,
+//!   through the `processes` family (turned on); when none was seen — NVML lists no processes,
+//!   or lists them by the host's pids from inside a container — it is about every GPU sampled,
+//!   and says so.
+//! - **Signals.** CMD runs in a process group of its own; SIGINT and SIGTERM sent to the agent
+//!   (Ctrl-C in a terminal, a scheduler's stop) are forwarded to that group once, so each
+//!   process of the job gets them once, as from a terminal. (In a group of its own, CMD cannot
+//!   read the terminal.)
+//! - **Cannot start.** No command, or one not found: one line, exit 127; one that cannot be
+//!   executed: one line, exit 126.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, ExitStatus};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use clap::Parser;
+use gpumon::assembly::config::{self, AgentConfig};
+use gpumon::assembly::{Assembled, Assembly, Families};
+use gpumon::core::report::Report;
+use gpumon::core::{Family, Snapshot};
+
+use crate::app::{config_failure, Cli};
+use crate::diagnose::ReportFormat;
+
+/// The environment variable that carries the steps socket's path to the command.
+pub const STEPS_SOCKET_ENV: &str = "GPUMON_STEPS_SOCKET";
+
+/// How long marks written before the command exited may take to be read: the socket is served
+/// on this process's runtime and, once the writer is gone, read from memory.
+const SETTLE: Duration = Duration::from_millis(300);
+
+/// `gpumon-agent run`: the agent's flags, `--report-file`, and the command.
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpumon-agent run",
+    about = "Run a command under gpumon: watch its GPUs and steps, print the run report at its exit, exit with its code",
+    long_about = None
+)]
+pub struct RunCli {
+    /// Every agent flag (sinks, backend, diagnosis, …).
+    #[command(flatten)]
+    pub agent: Cli,
+    /// Also write the run report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub report_file: Option<PathBuf>,
+    /// The command and its arguments (after `--`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD ARGS")]
+    pub command: Vec<OsString>,
+}
+
+/// Exit code: no such command.
+const NOT_FOUND: u8 = 127;
+/// Exit code: the command cannot be executed.
+const NOT_EXECUTABLE: u8 = 126;
+
+/// Parses `gpumon-agent run …` (`args` without the program name and `run`) and runs it.
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    let cli = RunCli::parse_from(std::iter::once(OsString::from("gpumon-agent run")).chain(args));
+    crate::app::init_logging(&cli.agent.log);
+    if cli.command.is_empty() {
+        eprintln!("gpumon: run: no command given (gpumon-agent run [FLAGS] -- CMD ARGS…)");
+        return ExitCode::from(NOT_FOUND);
+    }
+    if cli.agent.once || cli.agent.diagnose.duration.is_some() || cli.agent.replay.is_some() {
+        return config_failure(
+            "run: --once, --duration and --replay do not apply: the run lasts as long as the command",
+        );
+    }
+    let mut file = match &cli.agent.config {
+        Some(path) => match config::load(path) {
+            Ok(f) => f,
+            Err(e) => return config_failure(&e),
+        },
+        None => AgentConfig::default(),
+    };
+    let options =
+        match crate::app::flags_onto_config(&cli.agent, &mut file).and_then(|()| crate::app::options(&cli.agent)) {
+            Ok(options) => options,
+            Err(e) => return config_failure(&e.0),
+        };
+    // Which GPUs the job's processes are on: the processes family, whatever else is chosen.
+    let mut families: Families = options.families.clone().with_enabled([Family::Processes]);
+    families.disable.retain(|f| *f != Family::Processes);
+    let options = options.with_report(true).with_families(families);
+    let private = if file.steps.socket.is_none() {
+        match PrivateDir::new() {
+            Ok(dir) => {
+                file.steps.socket = Some(dir.path.join("steps.sock"));
+                Some(dir)
+            }
+            Err(e) => {
+                eprintln!("gpumon: run: cannot create a private directory for the steps socket: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        None
+    };
+    let runtime =
+        match tokio::runtime::Builder::new_current_thread().thread_name("gpumon-blocking").enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("gpumon: cannot start the tokio runtime: {e}");
+                return ExitCode::from(1);
+            }
+        };
+    let code = runtime.block_on(run(cli, file, options));
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    drop(private);
+    code
+}
+
+/// A directory only this user can enter, removed on drop.
+struct PrivateDir {
+    path: PathBuf,
+}
+
+impl PrivateDir {
+    fn new() -> std::io::Result<Self> {
+        use std::os::unix::fs::DirBuilderExt;
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let path = std::env::temp_dir().join(format!("gpumon-run-{}-{nanos:x}", std::process::id()));
+        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        Ok(Self { path })
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// The GPUs (by UUID) the job's processes were seen on, and whether any snapshot listed
+/// processes at all.
+#[derive(Debug, Default)]
+struct JobGpus {
+    seen: HashSet<String>,
+    processes_listed: bool,
+    /// Pids listed on a GPU so far, and whether each is the job's: /proc is read again only when
+    /// a pid not classified yet shows up.
+    classified: HashMap<u32, bool>,
+}
+
+async fn run(cli: RunCli, file: AgentConfig, options: gpumon::assembly::AssemblyOptions) -> ExitCode {
+    let assembled = match Assembly::build(&file, options) {
+        Ok(assembled) => assembled,
+        Err(e) => return crate::backend::failure(&e, &cli.agent),
+    };
+    if let Some(source) = &assembled.source {
+        crate::backend::say(source, &file);
+    }
+    let mock = assembled.source.as_ref().is_some_and(|s| s.is_mock());
+    let Assembled { builder, mut services, report, shutdown_timeout, .. } = assembled;
+    let Some(report) = report else {
+        eprintln!("gpumon: run: the run report was not assembled");
+        return ExitCode::from(1);
+    };
+    let handle = match builder.spawn() {
+        Ok(h) => h,
+        Err(e) => return config_failure(&e.to_string()),
+    };
+    if let Err(e) = services.start() {
+        eprintln!("gpumon: {e}");
+        services.stop().await;
+        let _ = handle.shutdown(shutdown_timeout).await;
+        return ExitCode::from(1);
+    }
+    let socket = file.steps.socket.clone().unwrap_or_default();
+
+    // Registered before CMD starts, so that a signal from now on is forwarded, not fatal.
+    let signals = Signals::register();
+    let mut command = std::process::Command::new(&cli.command[0]);
+    command.args(&cli.command[1..]).env(STEPS_SOCKET_ENV, &socket).process_group(0);
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let name = Path::new(&cli.command[0]).display().to_string();
+            let code = match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    eprintln!("gpumon: run: {name}: command not found");
+                    NOT_FOUND
+                }
+                std::io::ErrorKind::PermissionDenied => {
+                    eprintln!("gpumon: run: {name}: permission denied");
+                    NOT_EXECUTABLE
+                }
+                _ => {
+                    eprintln!("gpumon: run: {name}: cannot execute: {e}");
+                    NOT_EXECUTABLE
+                }
+            };
+            services.stop().await;
+            let _ = handle.shutdown(shutdown_timeout).await;
+            return ExitCode::from(code);
+        }
+    };
+    let pid = child.id();
+    tracing::info!(pid, socket = %socket.display(), "command started");
+
+    // Which GPUs the job uses, from each snapshot's process lists.
+    let job = Arc::new(Mutex::new(JobGpus::default()));
+    let watcher = {
+        let job = Arc::clone(&job);
+        let mut snapshots = handle.subscribe();
+        tokio::spawn(async move {
+            loop {
+                match snapshots.recv().await {
+                    Ok(s) => note_job_gpus(
+                        &s,
+                        pid,
+                        Path::new("/proc"),
+                        &mut job.lock().unwrap_or_else(PoisonError::into_inner),
+                    ),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                }
+            }
+        })
+    };
+
+    let status = wait_forwarding_signals(child, signals).await;
+    // The marks the command wrote before it exited: read them, then one last sample reports them.
+    tokio::time::sleep(SETTLE).await;
+    let until = tokio::time::Instant::now() + shutdown_timeout;
+    if let Err(e) = handle.flush(shutdown_timeout).await {
+        tracing::warn!(error = %e, "final sample incomplete");
+    }
+    services.stop().await;
+    let shut = handle.shutdown(until.saturating_duration_since(tokio::time::Instant::now())).await;
+    watcher.abort();
+
+    let job = std::mem::take(&mut *job.lock().unwrap_or_else(PoisonError::into_inner));
+    let (report, scope) = if job.seen.is_empty() {
+        let why = match (job.processes_listed, mock) {
+            (true, true) => "the job's processes were not seen on any GPU (the mock backend's processes are simulated)",
+            (true, false) => {
+                "the job's processes were not seen on any GPU (inside a container, NVML lists the host's pids)"
+            }
+            (false, _) => "no process was listed on any GPU",
+        };
+        (report.report(), format!("every GPU sampled: {why}"))
+    } else {
+        let r = report.report_of(|uuid| job.seen.contains(uuid));
+        let indices: Vec<String> = r.gpus.iter().map(|g| g.index.to_string()).collect();
+        (r, format!("GPU {} (the job's processes were seen on them)", indices.join(", ")))
+    };
+    print_report(&cli, &report, &scope, status);
+    if let Some(path) = &cli.report_file {
+        if let Err(e) = write_report(path, &report) {
+            eprintln!("gpumon: run: --report-file {}: {e}", path.display());
+        }
+    }
+    if let Err(e) = shut {
+        if !matches!(e, gpumon::core::AgentError::ShutDown) {
+            eprintln!("gpumon: shutdown incomplete: {e}");
+        }
+    }
+    exit_code(status)
+}
+
+/// SIGINT and SIGTERM, caught (each `None` when it cannot be: then it keeps its default action).
+struct Signals {
+    int: Option<tokio::signal::unix::Signal>,
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn register() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        Self { int: signal(SignalKind::interrupt()).ok(), term: signal(SignalKind::terminate()).ok() }
+    }
+}
+
+/// Waits for the command, forwarding SIGINT and SIGTERM to its process group.
+async fn wait_forwarding_signals(mut child: std::process::Child, signals: Signals) -> ExitStatus {
+    let pid = child.id();
+    let (tx, mut exited) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("gpumon-run-wait".into())
+        .spawn(move || {
+            let status = child.wait();
+            let _ = tx.send(status);
+        })
+        .map_err(|e| tracing::error!(error = %e, "cannot wait for the command"))
+        .ok();
+    let Signals { mut int, mut term } = signals;
+    loop {
+        let forward = tokio::select! {
+            status = &mut exited => {
+                return match status {
+                    Ok(Ok(status)) => status,
+                    Ok(Err(e)) => {
+                        eprintln!("gpumon: run: cannot wait for the command: {e}");
+                        ExitStatus::from_raw(1 << 8)
+                    }
+                    Err(_) => ExitStatus::from_raw(1 << 8),
+                };
+            }
+            Some(()) = async { int.as_mut()?.recv().await } => libc::SIGINT,
+            Some(()) = async { term.as_mut()?.recv().await } => libc::SIGTERM,
+        };
+        tracing::info!(signal = forward, "forwarding the signal to the command");
+        let group = i32::try_from(pid).map_or(0, |p| -p);
+        // SAFETY: kill(2) with a negative pid signals that process group; no memory is touched.
+        if group != 0 && unsafe { libc::kill(group, forward) } != 0 {
+            tracing::warn!(error = %std::io::Error::last_os_error(), "cannot forward the signal");
+        }
+    }
+}
+
+/// The command's exit code as a shell gives it: its own, or 128 + the signal that killed it.
+fn exit_number(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(1),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(255),
+        (None, None) => 1,
+    }
+}
+
+fn exit_code(status: ExitStatus) -> ExitCode {
+    ExitCode::from(exit_number(status))
+}
+
+fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with code {code}"),
+        (None, Some(signal)) => {
+            let name = match signal {
+                libc::SIGHUP => " (SIGHUP)",
+                libc::SIGINT => " (SIGINT)",
+                libc::SIGQUIT => " (SIGQUIT)",
+                libc::SIGABRT => " (SIGABRT)",
+                libc::SIGKILL => " (SIGKILL)",
+                libc::SIGSEGV => " (SIGSEGV)",
+                libc::SIGTERM => " (SIGTERM)",
+                _ => "",
+            };
+            format!("was killed by signal {signal}{name}")
+        }
+        (None, None) => "ended".into(),
+    }
+}
+
+fn print_report(cli: &RunCli, report: &Report, scope: &str, status: ExitStatus) {
+    match cli.agent.diagnose.report_format.unwrap_or_default() {
+        ReportFormat::Human => {
+            println!("gpumon run: the command {}; watched {scope}", describe(status));
+            print!("{report}");
+        }
+        ReportFormat::Json => match serde_json::to_string(report) {
+            Ok(json) => println!("{json}"),
+            Err(e) => eprintln!("gpumon: cannot encode the report: {e}"),
+        },
+    }
+}
+
+fn write_report(path: &Path, report: &Report) -> std::io::Result<()> {
+    let json = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
+    std::fs::write(path, json + "\n")
+}
+
+/// Adds to `job` the GPUs of `snapshot` on which a process of the tree rooted at `root` runs.
+fn note_job_gpus(snapshot: &Snapshot, root: u32, proc_root: &Path, job: &mut JobGpus) {
+    if snapshot.devices.iter().all(|d| d.processes.is_empty()) {
+        return;
+    }
+    job.processes_listed = true;
+    let listed = || snapshot.devices.iter().flat_map(|d| d.processes.iter().map(|p| p.pid));
+    if listed().any(|pid| !job.classified.contains_key(&pid)) {
+        let tree = process_tree(proc_root, root);
+        for pid in listed() {
+            job.classified.entry(pid).or_insert_with(|| tree.contains(&pid));
+        }
+    }
+    for d in &snapshot.devices {
+        let the_job_s = |pid: &u32| job.classified.get(pid).copied().unwrap_or(false);
+        if d.processes.iter().any(|p| the_job_s(&p.pid)) && !job.seen.contains(&d.info.uuid) {
+            tracing::info!(gpu = d.info.index, uuid = %d.info.uuid, "the job runs on this GPU");
+            job.seen.insert(d.info.uuid.clone());
+        }
+    }
+}
+
+/// `root` and its descendants, from the parent pids in `proc_root/<pid>/stat`.
+fn process_tree(proc_root: &Path, root: u32) -> HashSet<u32> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    if let Ok(entries) = std::fs::read_dir(proc_root) {
+        for entry in entries.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+            if let Some(ppid) = parent_pid(&stat) {
+                children.entry(ppid).or_default().push(pid);
+            }
+        }
+    }
+    let mut tree = HashSet::from([root]);
+    let mut todo = vec![root];
+    while let Some(pid) = todo.pop() {
+        for &c in children.get(&pid).map_or(&[][..], Vec::as_slice) {
+            if tree.insert(c) {
+                todo.push(c);
+            }
+        }
+    }
+    tree
+}
+
+/// The parent pid in a `/proc/<pid>/stat` line: the second field after the command name, which
+/// is in parentheses and may hold spaces and parentheses itself.
+fn parent_pid(stat: &str) -> Option<u32> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proc_entry(root: &Path, pid: u32, ppid: u32, comm: &str) {
+        let dir = root.join(pid.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("stat"), format!("{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 0")).unwrap();
+    }
+
+    #[test]
+    fn the_tree_holds_every_descendant_and_nothing_else() {
+        let dir = std::env::temp_dir().join(format!("gpumon-run-tree-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        proc_entry(&dir, 100, 1, "torchrun");
+        proc_entry(&dir, 101, 100, "python (rank 0)");
+        proc_entry(&dir, 102, 100, "python) S 1"); // a name that looks like the end of the name
+        proc_entry(&dir, 103, 101, "loader");
+        proc_entry(&dir, 200, 1, "other");
+        proc_entry(&dir, 201, 200, "other child");
+        std::fs::create_dir_all(dir.join("self")).unwrap();
+        let tree = process_tree(&dir, 100);
+        assert_eq!(tree, HashSet::from([100, 101, 102, 103]));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_job_s_gpus_are_those_its_processes_are_on_and_proc_is_read_for_new_pids_only() {
+        use gpumon::core::{DeviceInfo, DeviceSample, ProcessSample, SystemInfo};
+        let dir = std::env::temp_dir().join(format!("gpumon-run-gpus-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        proc_entry(&dir, 100, 1, "launcher");
+        proc_entry(&dir, 101, 100, "rank 0");
+        proc_entry(&dir, 200, 1, "someone else");
+        let snapshot = |pids: [&[u32]; 3]| {
+            let devices = pids
+                .iter()
+                .enumerate()
+                .map(|(i, pids)| {
+                    let mut d = DeviceSample::new(Arc::new(DeviceInfo::new(i as u32, format!("GPU-{i}"), "test")));
+                    d.processes = pids.iter().map(|&p| ProcessSample::new(p)).collect();
+                    d
+                })
+                .collect();
+            Snapshot::new(Arc::new(SystemInfo::new("node", "test")), devices)
+        };
+        let mut job = JobGpus::default();
+        note_job_gpus(&snapshot([&[], &[], &[]]), 100, &dir, &mut job);
+        assert!(!job.processes_listed && job.seen.is_empty());
+        note_job_gpus(&snapshot([&[101], &[200], &[]]), 100, &dir, &mut job);
+        assert_eq!(job.seen, HashSet::from(["GPU-0".to_owned()]));
+        assert_eq!(job.classified, HashMap::from([(101, true), (200, false)]));
+        // A second rank starts on GPU 2: a pid not classified yet, so /proc is read again.
+        proc_entry(&dir, 102, 100, "rank 1");
+        note_job_gpus(&snapshot([&[101], &[200], &[102]]), 100, &dir, &mut job);
+        assert_eq!(job.seen, HashSet::from(["GPU-0".to_owned(), "GPU-2".to_owned()]));
+        // Known pids only: /proc is not read (a pid that vanished from it keeps its class).
+        std::fs::remove_dir_all(dir.join("101")).unwrap();
+        note_job_gpus(&snapshot([&[101], &[200], &[102]]), 100, &dir, &mut job);
+        assert_eq!(job.classified.get(&101), Some(&true));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn parent_pid_reads_past_a_name_with_parentheses() {
+        assert_eq!(parent_pid("42 (a) b)) R 7 42 42 0"), Some(7));
+        assert_eq!(parent_pid("garbage"), None);
+    }
+
+    #[test]
+    fn exit_codes_are_a_shells() {
+        assert_eq!(exit_number(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_number(ExitStatus::from_raw(libc::SIGINT)), 130);
+        assert_eq!(exit_number(ExitStatus::from_raw(libc::SIGKILL)), 137);
+    }
+}

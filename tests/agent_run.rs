@@ -1,0 +1,342 @@
+//! `gpumon-agent run -- CMD` and `gpumon-agent compare`, as a user runs them: the example agent
+//! on the mock backend runs a small Python job that marks steps through the socket the
+//! environment names (the line protocol, no gpumon package needed), and the report, the exit
+//! code and the report file are checked.
+#![cfg(all(feature = "agent", feature = "stdout"))]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpumon::core::report::Report;
+use serde_json::Value;
+
+mod common;
+use common::{agent, run};
+
+/// A job that marks steps 1..=N on the socket in `GPUMON_STEPS_SOCKET`, one every PAUSE
+/// seconds, as run RANK of job `train` (rank from `LOCAL_RANK`, if set), then exits with CODE.
+/// With READY it creates that file after the third step. On SIGINT it marks one more step,
+/// 1000, and dies of SIGINT (as Python does on an uncaught KeyboardInterrupt).
+const JOB: &str = r#"
+import json, os, signal, socket, sys, time
+n, pause, code = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+ready = sys.argv[4] if len(sys.argv) > 4 else None
+rank = os.environ.get("LOCAL_RANK")
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(os.environ["GPUMON_STEPS_SOCKET"])
+def mark(i):
+    s.sendall((json.dumps({"job": "train", "rank": None if rank is None else int(rank), "step": i}) + "\n").encode())
+def interrupted(signum, frame):
+    mark(1000)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+signal.signal(signal.SIGINT, interrupted)
+for i in range(1, n + 1):
+    time.sleep(pause)
+    mark(i)
+    if ready and i == 3:
+        open(ready, "w").close()
+sys.exit(code)
+"#;
+
+/// torchrun in small: starts two ranks of JOB (LOCAL_RANK 0 and 1) and waits for both.
+const LAUNCHER: &str = r#"
+import os, subprocess, sys
+job, n, pause = sys.argv[1], sys.argv[2], sys.argv[3]
+ranks = [subprocess.Popen([sys.executable, job, n, pause, "0"], env=dict(os.environ, LOCAL_RANK=str(r))) for r in range(2)]
+sys.exit(max(p.wait() for p in ranks))
+"#;
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gpumon-agent-run-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn python() -> String {
+    std::env::var("GPUMON_TEST_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// `agent run` on the mock (4 GPUs, 500 ms ticks) with `flags`, writing the report to
+/// `dir/report.json`. Jobs that count their steps mark one every 0.6 s, longer than a tick: the
+/// step tracker reads the last mark of each tick, so two marks in one tick would be one step.
+fn run_cmd(dir: &Path, flags: &[&str]) -> Command {
+    let mut cmd = agent();
+    cmd.args(["run", "--backend", "mock", "--mock-profile", "a100x4", "--interval", "500ms", "--report-file"])
+        .arg(dir.join("report.json"))
+        .args(flags);
+    cmd
+}
+
+fn report_file(dir: &Path) -> (Report, Value) {
+    let text = std::fs::read_to_string(dir.join("report.json")).unwrap();
+    (serde_json::from_str(&text).unwrap(), serde_json::from_str(&text).unwrap())
+}
+
+#[test]
+fn a_job_marking_steps_and_failing_keeps_its_code_and_every_step() {
+    let dir = temp_dir("fail");
+    let job = write(&dir, "job.py", JOB);
+    let (code, stdout, stderr) = run(run_cmd(&dir, &[]).arg("--").arg(python()).arg(&job).args(["6", "0.6", "3"]));
+    assert_eq!(code, 3, "the command's code; stderr: {stderr}");
+    let first = stdout.lines().next().unwrap_or_default();
+    assert!(first.starts_with("gpumon run: the command exited with code 3; watched every GPU sampled"), "{stdout}");
+    assert!(stdout.contains("\ngpumon run report: host "), "{stdout}");
+    assert!(stdout.contains(" (MOCK backend: simulated GPUs), "), "simulated data says so: {stdout}");
+    // The socket's first mark has no known start; every later one is a step, the last included.
+    assert!(stdout.contains("\nsteps                   5 step(s), step time median 0.6"), "{stdout}");
+    assert!(stdout.contains("\n  train                 5 step(s) (2–6), "), "{stdout}");
+
+    let (report, json) = report_file(&dir);
+    assert_eq!(json["format"], 1);
+    let steps = report.steps.expect("steps in the report");
+    assert_eq!(steps.runs.len(), 1);
+    assert_eq!((steps.runs[0].first_step, steps.runs[0].last_step), (Some(2), Some(6)));
+    let median = steps.duration_median_seconds.unwrap();
+    assert!((0.55..0.9).contains(&median), "{median}");
+    assert!(steps.energy_per_step_joules.unwrap() > 0.0);
+    assert_eq!(report.gpus.len(), 4);
+}
+
+#[test]
+fn an_interrupted_job_exits_130_with_its_report_and_its_last_mark() {
+    let dir = temp_dir("sigint");
+    let job = write(&dir, "job.py", JOB);
+    let ready = dir.join("ready");
+    let mut child = run_cmd(&dir, &[])
+        .arg("--")
+        .arg(python())
+        .arg(&job)
+        .args(["1000", "0.2", "0"])
+        .arg(&ready)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !ready.exists() {
+        assert!(start.elapsed() < Duration::from_secs(30), "the job never marked three steps");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("the agent did not stop after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap());
+    assert_eq!(out.status.code(), Some(130), "128 + SIGINT, as a shell says; stderr: {stderr}");
+    assert!(stdout.starts_with("gpumon run: the command was killed by signal 2 (SIGINT)"), "{stdout}");
+    let (report, _) = report_file(&dir);
+    let run = &report.steps.expect("steps").runs[0];
+    // The mark the job wrote on SIGINT, just before it died, is in the last sample.
+    assert_eq!(run.last_step, Some(1000), "{run:?}");
+    assert!(run.steps >= 3, "{run:?}");
+}
+
+#[test]
+fn a_launcher_with_two_ranks_is_one_job_on_the_gpus_it_was_given() {
+    let dir = temp_dir("ranks");
+    let job = write(&dir, "job.py", JOB);
+    let launcher = write(&dir, "launch.py", LAUNCHER);
+    let (code, stdout, stderr) = run(run_cmd(&dir, &[])
+        .env("CUDA_VISIBLE_DEVICES", "1,2")
+        .arg("--")
+        .arg(python())
+        .arg(&launcher)
+        .arg(&job)
+        .args(["5", "0.6"]));
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let (report, _) = report_file(&dir);
+    assert_eq!(report.gpus.iter().map(|g| g.index).collect::<Vec<_>>(), [1, 2], "{stdout}");
+    let steps = report.steps.expect("steps");
+    let mut ranks: Vec<(Option<u32>, Option<u64>)> = steps.runs.iter().map(|r| (r.rank, r.last_step)).collect();
+    ranks.sort();
+    assert_eq!(ranks, [(Some(0), Some(5)), (Some(1), Some(5))], "{stdout}");
+    assert_eq!(steps.steps, 8, "4 steps per rank after each rank's first mark");
+    assert!(stdout.contains("\n  train rank 0          4 step(s) (2–5)"), "{stdout}");
+}
+
+#[test]
+fn a_missing_or_unexecutable_command_says_so_and_exits_as_a_shell_would() {
+    let dir = temp_dir("cannot");
+    let (code, stdout, stderr) = run(agent().args(["run", "--backend", "mock"]));
+    assert_eq!((code, stdout.as_str()), (127, ""));
+    assert_eq!(stderr.trim(), "gpumon: run: no command given (gpumon-agent run [FLAGS] -- CMD ARGS…)");
+
+    let (code, _, stderr) = run(agent().args(["run", "--backend", "mock", "--", "gpumon-no-such-command"]));
+    assert_eq!(code, 127);
+    assert_eq!(stderr.trim(), "gpumon: run: gpumon-no-such-command: command not found");
+
+    let script = write(&dir, "not-executable.sh", "#!/bin/sh\nexit 0\n");
+    let (code, _, stderr) = run(agent().args(["run", "--backend", "mock", "--"]).arg(&script));
+    assert_eq!(code, 126);
+    assert_eq!(stderr.trim(), format!("gpumon: run: {}: permission denied", script.display()));
+}
+
+/// The article's case on the mock: the starved run, then the same job with the input pipeline
+/// fixed (the GPU no longer waits 0.75 s of every 1.2 s step: 0.45 s steps).
+#[test]
+fn compare_names_the_fix_of_a_starved_job_and_its_size() {
+    let dir = temp_dir("compare");
+    let job = write(&dir, "job.py", JOB);
+    let one = |scenario: &str, pause: &str, name: &str| {
+        let sub = dir.join(name);
+        std::fs::create_dir_all(&sub).unwrap();
+        let (code, stdout, stderr) = run(agent()
+            .args(["run", "--backend", "mock", "--mock-scenario", scenario, "--interval", "1s", "--diagnose-window"])
+            .args(["4s", "--report-file"])
+            .arg(dir.join(format!("{name}.json")))
+            .arg("--")
+            .arg(python())
+            .arg(&job)
+            .args(["8", pause, "0"]));
+        assert_eq!(code, 0, "{scenario}: {stdout}\n{stderr}");
+        let text = std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap();
+        serde_json::from_str::<Report>(&text).unwrap()
+    };
+    let before = one("dataloader-starved", "1.2", "before");
+    let after = one("training", "0.45", "after");
+    assert_eq!(
+        before.overview.main_cause.as_ref().map(|c| c.kind.name()),
+        Some("dataloader_starvation"),
+        "{before:#?}"
+    );
+
+    let (code, stdout, stderr) = run(agent().arg("compare").arg(dir.join("before.json")).arg(dir.join("after.json")));
+    assert_eq!(code, 0, "{stderr}");
+    let (b, a) = (before.steps.as_ref().unwrap(), after.steps.as_ref().unwrap());
+    let (mb, ma) = (b.duration_median_seconds.unwrap(), a.duration_median_seconds.unwrap());
+    let expected = format!(
+        "  main change           step time median {mb:.3} s → {ma:.3} s, {:+.1} % (better)",
+        (ma / mb - 1.0) * 100.0
+    );
+    assert!(stdout.contains(&expected), "`{expected}` in\n{stdout}");
+    assert!((-70.0..-55.0).contains(&((ma / mb - 1.0) * 100.0)), "{stdout}");
+    let line =
+        |start: &str| stdout.lines().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("{start}: {stdout}"));
+    assert!(line("  utilisation ").ends_with("(better)"), "{stdout}");
+    assert!(line("  idle while allocated ").ends_with("(better)"), "{stdout}");
+    assert!(line("  energy per step ").ends_with("(better)"), "{stdout}");
+    // The starvation is gone; on a loaded machine the fixed run may still hold it for a tick or
+    // two at its start, and then it is in both runs, at a fraction of the cost.
+    let lost = |r: &Report| {
+        r.overview.causes.iter().find(|c| c.kind.name() == "dataloader_starvation").map(|c| c.lost_gpu_seconds)
+    };
+    match lost(&after) {
+        None => assert!(line("  findings gone ").contains("dataloader_starvation ("), "{stdout}"),
+        Some(a) => {
+            assert!(line("  findings in both ").contains("dataloader_starvation ("), "{stdout}");
+            assert!(a < 0.2 * lost(&before).unwrap(), "{stdout}");
+        }
+    }
+    assert_eq!(line("  findings new "), "  findings new          none");
+
+    let (code, stdout, _) =
+        run(agent().arg("compare").arg("--json").arg(dir.join("before.json")).arg(dir.join("after.json")));
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["main"], "step_time_median");
+    if lost(&after).is_none() {
+        assert_eq!(v["findings_gone"], serde_json::json!(["dataloader_starvation"]));
+    }
+    let util = v["changes"].as_array().unwrap().iter().find(|c| c["measure"] == "utilization").unwrap();
+    assert!(util["after"].as_f64().unwrap() > 0.9 && util["before"].as_f64().unwrap() < 0.6, "{util}");
+}
+
+#[test]
+fn compare_refuses_what_is_not_a_report_of_this_format_in_one_line() {
+    let dir = temp_dir("bad");
+    let good = write(
+        &dir,
+        "good.json",
+        r#"{"format":1,"hostname":"h","ticks":1,"interval_seconds":1.0,"wall_seconds":0.0,"gpus":[],"host_findings":[],"overview":{"gpus":0,"gpu_seconds":0.0,"allocated_seconds":0.0,"idle_allocated_seconds":0.0,"main_cause":null,"causes":[],"driver_sample_period_seconds":null,"limitations":[]}}"#,
+    );
+    let other =
+        write(&dir, "other.json", &std::fs::read_to_string(&good).unwrap().replace(r#""format":1"#, r#""format":7"#));
+    let unversioned = write(&dir, "old.json", &std::fs::read_to_string(&good).unwrap().replace(r#""format":1,"#, ""));
+    let not_report = write(&dir, "not.json", r#"{"hello":"world"}"#);
+    let not_json = write(&dir, "not.txt", "gpumon run report: host h\n");
+    let missing = dir.join("missing.json");
+
+    let (code, stdout, _) = run(agent().arg("compare").arg(&good).arg(&good));
+    assert_eq!(code, 0, "a valid pair compares");
+    assert!(stdout.contains("main change           none measurable"), "{stdout}");
+    let cases: [(&Path, String); 5] = [
+        (&other, format!("{}: a run report of format 7; this gpumon reads format 1", other.display())),
+        (&unversioned, format!("{}: a run report of format 0; this gpumon reads format 1", unversioned.display())),
+        (&not_report, format!("{}: not a gpumon run report (no `gpus`, `overview` and `ticks`)", not_report.display())),
+        (&not_json, format!("{}: not a gpumon run report (not JSON: ", not_json.display())),
+        (&missing, format!("{}: cannot read: ", missing.display())),
+    ];
+    for (path, expected) in cases {
+        let (code, stdout, stderr) = run(agent().arg("compare").arg(&good).arg(path));
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stdout.is_empty());
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(stderr.starts_with(&format!("gpumon: compare: {expected}")), "`{expected}` in {stderr}");
+    }
+}
+
+/// The process-tree case on the fake libnvidia-ml: in a PID namespace of its own (`unshare`) the
+/// agent is pid 1 and the job's processes get small pids, so the fake can list them on GPUs
+/// before they exist: pids 2–150 on GPUs 1 and 2 (the launcher and its ranks are among them),
+/// the agent's own pid on GPU 0 (not the job's), nothing on the others.
+#[test]
+fn the_report_is_about_the_gpus_the_job_s_processes_were_seen_on() {
+    let usable = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(usable, "this test needs `unshare --user --pid --mount-proc` (util-linux, user namespaces)");
+    let dir = temp_dir("tree");
+    let job = write(&dir, "job.py", JOB);
+    let launcher = write(&dir, "launch.py", LAUNCHER);
+    let job_pids = (2..=150).map(|p: u32| p.to_string()).collect::<Vec<_>>().join("+");
+    let agent_bin = gpumon_mock::test_kit::example_path("agent");
+    let out = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--pid", "--fork", "--mount-proc"])
+        .arg(agent_bin)
+        .args(["run", "--backend", "nvml", "--nvml-library"])
+        .arg(common::fake_nvml())
+        .args(["--interval", "300ms", "--report-file"])
+        .arg(dir.join("report.json"))
+        .arg("--")
+        .arg(python())
+        .arg(&launcher)
+        .arg(&job)
+        .args(["5", "0.3"])
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("NVIDIA_VISIBLE_DEVICES")
+        .env("GPUMON_LOG", "warn")
+        .env("GPUMON_FAKE_NVML_PROFILE", "a100x4")
+        .env("GPUMON_FAKE_NVML_PIDS", format!("0=1,1={job_pids},2={job_pids}"))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.starts_with(
+            "gpumon run: the command exited with code 0; watched GPU 1, 2 (the job's processes were seen on them)"
+        ),
+        "{stdout}\n{stderr}"
+    );
+    let (report, _) = report_file(&dir);
+    assert_eq!(report.gpus.iter().map(|g| g.index).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(report.overview.gpus, 2);
+    let steps = report.steps.expect("steps");
+    assert_eq!(steps.runs.iter().map(|r| r.last_step).collect::<Vec<_>>(), [Some(5), Some(5)]);
+}
