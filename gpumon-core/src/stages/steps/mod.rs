@@ -608,6 +608,13 @@ impl StepRegistry {
         cell.mark(step, nanos)
     }
 
+    /// The last step marked on run (`job`, `rank`); `None` when it has none or is not registered
+    /// (unlike [`StepRegistry::run`], this never registers it).
+    pub fn last_step(&self, job: &str, rank: Option<u32>) -> Option<u64> {
+        let runs = self.shared.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        runs.iter().find(|c| &*c.job == job && c.rank == rank)?.last()
+    }
+
     /// How many runs are registered.
     pub fn len(&self) -> usize {
         self.shared.count.load(Ordering::Acquire)
