@@ -530,6 +530,7 @@ impl StepRegistry {
 
     /// The steps socket's limits: most runs per uid, and the idle time after which a peer's
     /// run may be evicted.
+    #[cfg_attr(not(feature = "steps-socket"), allow(dead_code))]
     fn set_peer_limits(&self, max_runs_per_uid: usize, idle_timeout: Duration) {
         self.shared.max_runs_per_uid.store(max_runs_per_uid, Ordering::Relaxed);
         let nanos = u64::try_from(idle_timeout.as_nanos()).unwrap_or(u64::MAX).max(1);
