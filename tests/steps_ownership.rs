@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpumon::core::steps::socket::{SocketConfig, StepSocket, DEFAULT_MAX_CONNECTIONS_PER_UID, DEFAULT_MAX_RUNS_PER_UID};
+use gpumon::core::steps::socket::{
+    SocketConfig, StepSocket, DEFAULT_MAX_CONNECTIONS_PER_UID, DEFAULT_MAX_RUNS_PER_UID,
+};
 use gpumon::core::steps::{Rejection, StepConfig, StepRegistry, StepRejections, StepTracker, MAX_RUNS};
 use gpumon_mock::test_kit::TempDir;
 
@@ -237,10 +239,7 @@ fn a_run_nobody_marks_is_evicted() {
     let alice = Client::start(ALICE, &served.path, &mark("train", 0, 1), 0);
     assert!(eventually(Duration::from_secs(10), || served.steps.len() == 1), "alice's run");
     // Her connection stays open, but no mark comes: the run goes.
-    assert!(
-        eventually(Duration::from_secs(10), || served.steps.is_empty()),
-        "alice's idle run was never evicted"
-    );
+    assert!(eventually(Duration::from_secs(10), || served.steps.is_empty()), "alice's idle run was never evicted");
     assert_eq!(served.steps.evicted(), 1);
     drop(alice);
     // The name is free again: bob's mark registers it as his.

@@ -71,7 +71,7 @@ impl Shares {
         let total = total.max(1);
         let reserve = (total / 4).max(1);
         let tenants_max = total.saturating_sub(reserve);
-        let share = if tenants == 0 { 0 } else { (tenants_max / tenants).max(1).min(tenants_max) };
+        let share = tenants_max.checked_div(tenants).map_or(0, |s| s.max(1).min(tenants_max));
         Self { total, tenants_max, share, counts: Arc::new(Mutex::new(Counts { admin: 0, tenants: vec![0; tenants] })) }
     }
 

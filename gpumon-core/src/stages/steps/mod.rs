@@ -453,7 +453,8 @@ impl StepRegistry {
             return Ok(Arc::clone(cell));
         }
         let max_per_uid = self.shared.max_runs_per_uid.load(Ordering::Relaxed);
-        let held = |runs: &[Arc<RunCell>], uid: u32| runs.iter().filter(|c| c.owner.is_some_and(|o| o.uid == uid)).count();
+        let held =
+            |runs: &[Arc<RunCell>], uid: u32| runs.iter().filter(|c| c.owner.is_some_and(|o| o.uid == uid)).count();
         let over = |runs: &[Arc<RunCell>]| -> Option<StepError> {
             if let Some(peer) = owner {
                 if held(runs, peer.uid) >= max_per_uid {

@@ -463,8 +463,7 @@ fn two_tenants() -> Snapshot {
     use crate::model::ProcessSample;
     let gpu = |i: u32, uuid: &str, pid: u32, uid: u32| {
         let mut d = DeviceSample::new(Arc::new(DeviceInfo::new(i, uuid, "test")));
-        let mut owner = Owner::default();
-        owner.uid = Some(uid);
+        let owner = Owner { uid: Some(uid), ..Owner::default() };
         let mut p = ProcessSample::new(pid);
         p.owner = Some(Arc::new(owner));
         d.processes.push(p);
@@ -490,15 +489,16 @@ fn a_tenant_sees_the_runs_its_own_processes_registered() {
         r.registered_by = by;
         r
     };
-    let mut steps = Steps::default();
-    steps.runs = vec![
-        run("alice-job", Some(peer(1001, 11))),
-        run("bob-job", Some(peer(1002, 22))),
-        // bob's run whose pid alice's process now has: not alice's.
-        run("bob-old", Some(peer(1002, 11))),
-        run("local", None),
-    ];
-    steps.rejected = Some(StepRejections::default());
+    let steps = Steps {
+        runs: vec![
+            run("alice-job", Some(peer(1001, 11))),
+            run("bob-job", Some(peer(1002, 22))),
+            // bob's run whose pid alice's process now has: not alice's.
+            run("bob-old", Some(peer(1002, 11))),
+            run("local", None),
+        ],
+        rejected: Some(StepRejections::default()),
+    };
     snapshot.attach(steps);
 
     let alice: crate::attribution::TenantSelector = "user=1001".parse().unwrap();
