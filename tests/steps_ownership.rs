@@ -22,6 +22,9 @@ use gpumon::core::steps::socket::{
 use gpumon::core::steps::{Rejection, StepConfig, StepRegistry, StepRejections, StepTracker, MAX_RUNS};
 use gpumon_mock::test_kit::TempDir;
 
+#[cfg(all(feature = "agent", feature = "prometheus", feature = "nvml"))]
+mod common;
+
 /// Unix users no system has names for (the same as tests/tenancy_e2e.rs).
 const ALICE: u32 = 60_001;
 const BOB: u32 = 60_002;
@@ -100,8 +103,15 @@ struct Client(Child, Option<std::thread::JoinHandle<()>>);
 
 impl Client {
     fn start(uid: u32, socket: &Path, lines: &str, hold: usize) -> Client {
+        let mut client = Client::spawn(uid, socket, lines, hold);
+        client.wait_ready(uid);
+        client
+    }
+
+    /// The client, without waiting for it to connect (it retries until the socket exists).
+    fn spawn(uid: u32, socket: &Path, lines: &str, hold: usize) -> Client {
         let exe = std::env::current_exe().unwrap();
-        let mut child = Command::new(&exe)
+        let child = Command::new(&exe)
             .args(["subprocess_steps_client", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
             .env("GPUMON_STEPS_CLIENT_SOCKET", socket)
             .env("GPUMON_STEPS_CLIENT_LINES", lines)
@@ -112,13 +122,17 @@ impl Client {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {} as uid {uid} (can that user read it?): {e}", exe.display()));
+        Client(child, None)
+    }
+
+    /// Waits until the client has connected and sent its marks.
+    fn wait_ready(&mut self, uid: u32) {
         // libtest may print `test subprocess_steps_client ... ` on the same line first.
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut lines = BufReader::new(self.0.stdout.take().unwrap()).lines();
         let ready = lines.by_ref().map_while(Result::ok).any(|l| l.contains("steps client ready"));
-        assert!(ready, "the client as uid {uid} did not get ready: {:?}", child.wait());
+        assert!(ready, "the client as uid {uid} did not get ready: {:?}", self.0.wait());
         // Keep reading what it prints at exit (the test's result) so that it never hits EPIPE.
-        let drain = std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
-        Client(child, Some(drain))
+        self.1 = Some(std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop)));
     }
 }
 
@@ -248,6 +262,68 @@ fn a_run_nobody_marks_is_evicted() {
     assert_eq!(served.rejections().not_owner, 0);
 }
 
+/// The tenant view end to end: alice's and bob's clients are the GPU processes the fake
+/// libnvidia-ml reports (GPU 0 and GPU 1), the agent attributes them from `/proc` (`--attribution`)
+/// and reads their credentials on the steps socket; each tenant's scrape shows its own run, never
+/// the other's, and the admin's shows both.
+#[cfg(all(feature = "agent", feature = "prometheus", feature = "nvml"))]
+#[test]
+#[ignore = "needs scripts/test.sh (root, to run the socket's clients as other users; the fake libnvidia-ml)"]
+fn each_tenant_scrapes_the_runs_its_own_processes_registered() {
+    use gpumon_mock::test_kit::{free_port, Ready, Scrape};
+    require_root();
+    let dir = TempDir::new("steps-tenants");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = dir.path().join("steps.sock");
+    let mut alice = Client::spawn(ALICE, &socket, &mark("job-of-alice", 0, 1), 0);
+    let mut bob = Client::spawn(BOB, &socket, &mark("job-of-bob", 1, 1), 0);
+    let (pid_a, pid_b) = (alice.0.id(), bob.0.id());
+
+    let port = free_port();
+    let cfg = dir.file(
+        "agent.toml",
+        &format!(
+            "[agent]\nbackend = \"nvml\"\ninterval = \"200ms\"\nenable = [\"processes\"]\n\
+             [steps]\nsocket = \"{}\"\nmode = \"0666\"\n\
+             [prometheus]\nlisten = \"127.0.0.1:{port}\"\nauth = {{ bearer = {{ token = \"tok-admin\" }} }}\n\
+             [[prometheus.tenants]]\nname = \"a\"\nselector = {{ user = {ALICE} }}\nbearer = \"tok-a\"\n\
+             [[prometheus.tenants]]\nname = \"b\"\nselector = {{ user = {BOB} }}\nbearer = \"tok-b\"\n",
+            socket.display()
+        ),
+    );
+    let _agent = common::agent_process()
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--nvml-library")
+        .arg(common::fake_nvml())
+        .arg("--attribution")
+        .env("GPUMON_FAKE_NVML_PROFILE", "h100x8")
+        .env("GPUMON_FAKE_NVML_PIDS", format!("0={pid_a},1={pid_b}"))
+        .ready(Ready::Port(([127, 0, 0, 1], port).into()))
+        .spawn();
+    alice.wait_ready(ALICE);
+    bob.wait_ready(BOB);
+
+    let scrape = |token: &str, what: &str, done: &dyn Fn(&str) -> bool| -> String {
+        let s = Scrape::port(port).bearer(token).timeout(Duration::from_secs(20)).every(Duration::from_millis(100));
+        s.until(what, |r| done(&r.raw)).raw
+    };
+    let run_line =
+        |body: &str, job: &str| body.lines().any(|l| l.starts_with("gpumon_training_step{") && l.contains(job));
+    let admin = scrape("tok-admin", "both runs on the admin's scrape", &|r| {
+        run_line(r, "job=\"job-of-alice\"") && run_line(r, "job=\"job-of-bob\"")
+    });
+    assert!(admin.contains(&format!("pid=\"{pid_a}\"")), "{admin}");
+    for (token, own, other, own_pid) in
+        [("tok-a", "job-of-alice", "job-of-bob", pid_a), ("tok-b", "job-of-bob", "job-of-alice", pid_b)]
+    {
+        let what = format!("{token}'s run and process {own_pid}");
+        let r = scrape(token, &what, &|r| run_line(r, own) && r.contains(&format!("pid=\"{own_pid}\"")));
+        assert!(!r.contains(other), "{token} sees the other's run:\n{r}");
+        assert!(!r.contains("gpumon_steps_rejected_total"), "{token} sees every user's refusals:\n{r}");
+    }
+}
+
 /// Not a test of its own: the client the tests above run as another user. `scripts/test.sh`
 /// skips it (`--skip subprocess_`).
 #[test]
@@ -257,6 +333,11 @@ fn subprocess_steps_client() {
     let lines = std::env::var("GPUMON_STEPS_CLIENT_LINES").unwrap_or_default();
     let hold: usize = std::env::var("GPUMON_STEPS_CLIENT_HOLD").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let mut open = Vec::new();
+    // The socket may not exist yet (the agent starts after its clients): wait for it, 60 s.
+    let started = Instant::now();
+    while !Path::new(&path).exists() && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     if !lines.is_empty() {
         let mut c = UnixStream::connect(&path).unwrap_or_else(|e| panic!("connect {path}: {e}"));
         c.write_all(lines.as_bytes()).unwrap_or_else(|e| panic!("send to {path}: {e}"));
