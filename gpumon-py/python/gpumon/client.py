@@ -27,6 +27,12 @@ class StepClient:
     are dropped and counted in :attr:`dropped`) and reconnects on the next mark after the agent
     restarts. Only bad input raises.
 
+    The agent reads the connection's credentials from the kernel: a run (``job``, ``rank``)
+    belongs to the Unix user whose marks registered it, and another user's marks for it are
+    dropped (counted as ``not_owner`` in ``gpumon_steps_rejected_total``). A run with no mark for
+    the agent's ``[steps] idle_timeout`` (default 1 h) is forgotten; the next mark registers it
+    again.
+
     :param path: the agent's steps socket.
     :param job: the job name the marks are reported under.
     :param rank: the rank, or ``None`` (default: ``LOCAL_RANK`` from the environment, if set).

@@ -231,7 +231,12 @@ impl StepSocket {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => {
                         let peer = match stream.peer_cred() {
-                            Ok(c) => Peer::new(c.uid(), c.gid(), c.pid().and_then(|p| u32::try_from(p).ok())),
+                            // pid 0: a process in a pid namespace the agent cannot see into.
+                            Ok(c) => Peer::new(
+                                c.uid(),
+                                c.gid(),
+                                c.pid().and_then(|p| u32::try_from(p).ok()).filter(|&p| p != 0),
+                            ),
                             Err(e) => {
                                 // Nothing to own runs by: not served.
                                 tracing::warn!(error = %e, "steps socket: cannot read a client's credentials; closed");
