@@ -78,8 +78,8 @@ pub const MAX_LINE: usize = 1024;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
 
 /// Default bound on one Unix user's concurrent connections: a quarter of
-/// [`DEFAULT_MAX_CONNECTIONS`], so that four users at their limit still leave none out
-/// (8 ranks of a job need 8).
+/// [`DEFAULT_MAX_CONNECTIONS`] — one per rank of a 16-GPU node, and four users at their limit
+/// before a fifth finds the socket full.
 pub const DEFAULT_MAX_CONNECTIONS_PER_UID: usize = 16;
 
 /// Default bound on the runs one Unix user holds: a quarter of [`MAX_RUNS`](super::MAX_RUNS).
