@@ -146,7 +146,7 @@ pub enum StepError {
         uid: u32,
     },
     /// The Unix user already holds as many runs as one user may
-    /// ([`SocketConfig::max_runs_per_uid`](socket::SocketConfig::max_runs_per_uid)).
+    /// (`socket::SocketConfig::max_runs_per_uid`, feature `steps-socket`).
     #[error("uid {uid} already holds {max} training runs, the most one user may")]
     TooManyRunsForUid {
         /// The uid.
@@ -514,9 +514,8 @@ impl StepRegistry {
     }
 
     /// Evicts the runs registered through the steps socket ([`StepRegistry::record_from`]) that
-    /// have had no mark for the socket's
-    /// [`idle_timeout`](socket::SocketConfig::idle_timeout) (their registration counts as a
-    /// mark), and returns how many. The steps socket calls it periodically and whenever a new
+    /// have had no mark for the socket's `idle_timeout` (`socket::SocketConfig`; their
+    /// registration counts as a mark), and returns how many. The steps socket calls it periodically and whenever a new
     /// run would be refused for a full table; runs made in this process are never evicted. An
     /// evicted run's next mark registers it again, as a run with no known start.
     pub fn evict_idle(&self) -> usize {
