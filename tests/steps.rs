@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpumon::core::steps::socket::{SocketConfig, StepSocket, MAX_LINE};
-use gpumon::core::steps::{StepConfig, StepError, StepReport, StepTracker};
+use gpumon::core::steps::{Rejection, StepConfig, StepError, StepReport, StepTracker};
 use gpumon::core::{Agent, AgentHandle, DeviceSample, SinkOptions, Snapshot};
 use gpumon_mock::test_kit::TempDir;
 use gpumon_mock::{MockSampler, RecordingSink};
@@ -359,7 +359,7 @@ async fn steps_over_the_socket_with_garbage_and_a_flood() {
             exported += 1;
         }
     });
-    assert_eq!(exported, 4, "one series per reason");
+    assert_eq!(exported, Rejection::ALL.len(), "one series per reason");
 
     stop_tx.send(()).unwrap();
     server.await.unwrap();

@@ -471,4 +471,53 @@ mod web {
         }
         assert_eq!(h.live_clients(), 3);
     }
+
+    /// Opens up to `tries` live streams with `credential`: the open ones, and the `503` answers'
+    /// bodies.
+    async fn open_streams(addr: SocketAddr, credential: &str, tries: usize) -> (Vec<TcpStream>, Vec<String>) {
+        let (mut open, mut refused) = (Vec::new(), Vec::new());
+        for _ in 0..tries {
+            let mut s = stream(addr, credential).await;
+            let mut seen = String::new();
+            read_until(&mut s, &mut seen, "\r\n\r\n").await;
+            if seen.starts_with("HTTP/1.1 200") {
+                open.push(s);
+            } else {
+                assert!(seen.starts_with("HTTP/1.1 503"), "{seen}");
+                read_until(&mut s, &mut seen, "clients").await;
+                refused.push(seen);
+            }
+        }
+        (open, refused)
+    }
+
+    /// The case: alice (team-a) opens as many live streams as the view allows (128 by
+    /// default); bob and the admin still get theirs. Shares: a quarter of the slots is the
+    /// admin's, each of the two tenants holds half of the rest.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_tenant_cannot_take_every_live_stream() {
+        let sink = sink();
+        let h = sink.handle();
+        let addr = sink.local_addr().unwrap();
+        h.publish(snapshot(1, false));
+        let max = WebConfig::default().max_clients;
+        let (alice, refused) = open_streams(addr, &bearer(TOKEN_A), max).await;
+        let share = (max - max / 4) / 2;
+        assert_eq!(alice.len(), share, "alice holds her share");
+        assert!(refused.iter().all(|r| r.contains("for this credential")), "{}", refused[0]);
+
+        let (bob, _) = open_streams(addr, &auth(basic(BOB.0, BOB.1)), max).await;
+        assert_eq!(bob.len(), share, "bob gets his share while alice holds hers");
+        let (admin, refused) = open_streams(addr, &bearer(ADMIN), max).await;
+        assert_eq!(admin.len(), max - 2 * share, "the admin gets the rest");
+        assert!(refused[0].contains("too many live clients ("), "{}", refused[0]);
+        assert_eq!(h.live_clients(), max);
+
+        // Every open stream is live: the next tick reaches each.
+        h.publish(snapshot(2, false));
+        for mut s in alice.into_iter().chain(bob).chain(admin).step_by(16) {
+            let mut seen = String::new();
+            read_until(&mut s, &mut seen, "\"seq\":2,").await;
+        }
+    }
 }

@@ -249,6 +249,9 @@ pub struct DiagnoseSection {
 /// every_n = 1                         # report every N-th step (default 1)
 /// mode = "0660"                       # the socket file's permissions, octal (default 0660)
 /// max_connections = 64                # clients served at once
+/// max_connections_per_uid = 16        # clients of one Unix user served at once
+/// max_runs_per_uid = 64               # runs one Unix user may hold
+/// idle_timeout = "1h"                 # a run with no mark for this long is evicted
 /// ```
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -262,6 +265,13 @@ pub struct StepsSection {
     pub mode: Option<String>,
     /// Clients served at once.
     pub max_connections: Option<usize>,
+    /// Clients of one Unix user served at once.
+    pub max_connections_per_uid: Option<usize>,
+    /// Runs one Unix user may hold.
+    pub max_runs_per_uid: Option<usize>,
+    /// A run registered over the socket with no mark for this long is evicted.
+    #[serde(default, with = "gpumon_sinks::duration::opt")]
+    pub idle_timeout: Option<Duration>,
 }
 
 /// `[attribution]`: who uses which GPU (docs/attribution.md).

@@ -151,8 +151,17 @@ pub(super) fn steps(file: &StepsSection, in_process: bool) -> Result<StepsPlan, 
         }
         None => defaults::STEPS_SOCKET_MODE,
     };
-    if file.max_connections == Some(0) {
-        return Err(AssemblyError::invalid("steps.max_connections", "must be at least 1"));
+    for (key, value) in [
+        ("steps.max_connections", file.max_connections),
+        ("steps.max_connections_per_uid", file.max_connections_per_uid),
+        ("steps.max_runs_per_uid", file.max_runs_per_uid),
+    ] {
+        if value == Some(0) {
+            return Err(AssemblyError::invalid(key, "must be at least 1"));
+        }
+    }
+    if file.idle_timeout.is_some_and(|t| t.is_zero()) {
+        return Err(AssemblyError::invalid("steps.idle_timeout", "must be above 0"));
     }
     let tracker =
         || StepTracker::new(StepConfig::every_n(every_n)).map_err(|e| AssemblyError::invalid("steps", e.to_string()));
@@ -167,6 +176,15 @@ pub(super) fn steps(file: &StepsSection, in_process: bool) -> Result<StepsPlan, 
     config.mode = mode;
     if let Some(n) = file.max_connections {
         config.max_connections = n;
+    }
+    if let Some(n) = file.max_connections_per_uid {
+        config.max_connections_per_uid = n;
+    }
+    if let Some(n) = file.max_runs_per_uid {
+        config.max_runs_per_uid = n;
+    }
+    if let Some(t) = file.idle_timeout {
+        config.idle_timeout = t;
     }
     let (tracker, registry) = tracker()?;
     let socket = StepsSocket { config, registry: registry.clone(), running: None };
@@ -535,6 +553,13 @@ mod tests {
         assert_eq!(socket.path(), Path::new("/tmp/file.sock"));
         assert_eq!(socket.config().mode, 0o600);
         assert_eq!(socket.config().max_connections, 3);
+        let plan = steps(&section(
+            "socket = \"/tmp/s\"\nmax_connections_per_uid = 2\nmax_runs_per_uid = 5\nidle_timeout = \"90s\"",
+        ))
+        .unwrap();
+        let config = plan.socket.unwrap().config().clone();
+        assert_eq!((config.max_connections_per_uid, config.max_runs_per_uid), (2, 5));
+        assert_eq!(config.idle_timeout, Duration::from_secs(90));
         assert!(!socket.is_serving());
         assert!(plan.tracker.is_some());
     }
@@ -546,6 +571,9 @@ mod tests {
             ("socket = \"/tmp/s\"\nmode = \"rw\"", "steps.mode"),
             ("socket = \"/tmp/s\"\nmode = \"1777\"", "steps.mode"),
             ("socket = \"/tmp/s\"\nmax_connections = 0", "steps.max_connections"),
+            ("socket = \"/tmp/s\"\nmax_connections_per_uid = 0", "steps.max_connections_per_uid"),
+            ("socket = \"/tmp/s\"\nmax_runs_per_uid = 0", "steps.max_runs_per_uid"),
+            ("socket = \"/tmp/s\"\nidle_timeout = \"0s\"", "steps.idle_timeout"),
             ("socket = \"\"", "steps.socket"),
         ] {
             let e = steps(&section(text), true).unwrap_err();

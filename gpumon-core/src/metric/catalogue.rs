@@ -774,7 +774,7 @@ catalogue! {
         label: None, dcgm: None, otel: hw("gpumon.step.memory.peak"),
         scope: Device, labels: &["job", "rank"] }
     /// Step marks from other processes dropped by the steps socket, per reason.
-    StepsRejected { "steps_rejected", Steps, Count, Counter, "Training-step marks the steps socket dropped (malformed, oversized, refused; connections over the limit).",
+    StepsRejected { "steps_rejected", Steps, Count, Counter, "Training-step marks the steps socket dropped (malformed, oversized, refused, not_owner; connections over the limit).",
         label: None, dcgm: None, otel: hw("gpumon.steps.rejected"),
         scope: Host, labels: &["reason"] }
     /// Energy the GPU used over the last reported step.

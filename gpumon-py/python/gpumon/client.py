@@ -31,6 +31,12 @@ class StepClient:
     are dropped and counted in :attr:`dropped`) and reconnects on the next mark after the agent
     restarts. Only bad input raises.
 
+    The agent reads the connection's credentials from the kernel: a run (``job``, ``rank``)
+    belongs to the Unix user whose marks registered it, and another user's marks for it are
+    dropped (counted as ``not_owner`` in ``gpumon_steps_rejected_total``). A run with no mark for
+    the agent's ``[steps] idle_timeout`` (default 1 h) is forgotten; the next mark registers it
+    again.
+
     :param path: the agent's steps socket (default: ``GPUMON_STEPS_SOCKET`` from the environment,
         which ``gpumon-agent run -- CMD`` sets for CMD).
     :param job: the job name the marks are reported under.

@@ -77,3 +77,5 @@ pub(crate) mod tenants;
 pub(crate) mod server;
 #[cfg(feature = "prometheus")]
 pub(crate) mod serving;
+#[cfg(feature = "web")]
+pub(crate) mod shares;

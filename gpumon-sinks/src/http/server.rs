@@ -440,8 +440,8 @@ where
     }
 }
 
-pub(crate) fn text_response(status: StatusCode, body: &'static str) -> Response<Body> {
-    let mut r = Response::new(Body::full(Bytes::from_static(body.as_bytes())));
+pub(crate) fn text_response(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Body::full(body));
     *r.status_mut() = status;
     r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     r

@@ -23,7 +23,7 @@
 //! | `gpu_finding` | `kind`, `severity` | `active` (1i raised / 0i cleared), `evidence`, `advice` (strings), `held_for_seconds` (on clear) | one per finding raised or cleared at this snapshot |
 //! | `gpu_steps` | `job`, `rank` | `step_utilization`, `step_utilization_max`, `step_memory_peak`, `step_energy` (last reported step) | one per training run while it is tracked |
 //! | `gpu_steps` | `job`, `rank` (host tags only) | `training_step`, `step_duration` | one per training run |
-//! | `gpu_steps` | `reason` (host tags only) | `steps_rejected` (counter) | 4, with a steps socket |
+//! | `gpu_steps` | `reason` (host tags only) | `steps_rejected` (counter) | 5, with a steps socket |
 //! | `gpu_processes` | `source` (host tags only) | `attribution_failures` (counter) | 1–2, with attribution on |
 //! | `gpu_step` | `job`, `rank` | `step` (integer), `duration_seconds`, `utilization_mean`, `utilization_max`, `memory_peak_bytes`, `energy_joules` | one per training step reported at this snapshot (`gpumon_core::steps`) |
 //!

@@ -39,7 +39,8 @@ pub struct WebConfig {
     pub tenants: Vec<TenantConfig>,
     /// Serve HTTPS (feature `prometheus-tls`, shared with the Prometheus endpoint).
     pub tls: Option<TlsConfig>,
-    /// Most live streams (`/api/stream`) at once (default 128); one more gets `503`.
+    /// Most live streams (`/api/stream`) at once (default 128), shared between the admin and
+    /// the tenants (`docs/tenancy.md`, "Fair shares"); one more gets `503`.
     pub max_clients: usize,
     /// Snapshots queued for one live client (default 8). A client that falls this far behind is
     /// disconnected and counted as dropped (the sink's `dropped` count), so a slow browser never

@@ -16,6 +16,8 @@ use gpumon_core::attribution::TenantSelector;
 use gpumon_core::{DeviceInfo, DeviceSample, Snapshot, Telemetry};
 use tokio::sync::{mpsc, Notify};
 
+use crate::http::shares::{Holder, Lease, Refused, Shares};
+
 /// The charted values, in this order in every history point (units as the page shows them).
 pub(crate) const FIELDS: [(&str, &str); 5] =
     [("util", "%"), ("mem", "GiB"), ("power", "W"), ("temp", "°C"), ("sm_clock", "MHz")];
@@ -51,6 +53,8 @@ struct Sender {
     close: Arc<Notify>,
     /// Whose view it streams (`None`: everything).
     scope: Option<usize>,
+    /// Its slot among its credential's share; given back when the client is dropped.
+    _lease: Lease,
 }
 
 #[derive(Default)]
@@ -66,7 +70,8 @@ struct Inner {
 /// Shared between the sink (writer) and the HTTP handler (readers).
 pub(crate) struct Hub {
     pub(crate) name: &'static str,
-    max_clients: usize,
+    /// The live-stream slots (`max_clients`), shared between the admin and the tenants.
+    shares: Shares,
     client_buffer: usize,
     history: usize,
     inner: Mutex<Inner>,
@@ -81,7 +86,7 @@ impl Hub {
     pub(crate) fn new(max_clients: usize, client_buffer: usize, history: usize, tenants: Vec<TenantSelector>) -> Self {
         Self {
             name: "web",
-            max_clients,
+            shares: Shares::new(max_clients, tenants.len()),
             client_buffer,
             history,
             inner: Mutex::default(),
@@ -214,14 +219,19 @@ impl Hub {
         }
     }
 
-    /// A new live client of `scope`'s view, or `None` when `max_clients` are connected.
-    pub(crate) fn subscribe_as(&self, scope: Option<usize>) -> Option<Client> {
+    /// A new live client of `scope`'s view, or why not: `max_clients` are connected, or the
+    /// scope's credential holds its share of them ([`Shares`]).
+    pub(crate) fn subscribe_as(&self, scope: Option<usize>) -> Result<Client, Refused> {
         let mut inner = self.inner();
+        // Clients that went away give their slots back first.
         inner.clients.retain(|c| !c.tx.is_closed());
-        if inner.clients.len() >= self.max_clients {
-            self.clients.store(inner.clients.len(), Ordering::Release);
-            return None;
-        }
+        let lease = match self.shares.take(Holder::of(scope)) {
+            Ok(lease) => lease,
+            Err(refused) => {
+                self.clients.store(inner.clients.len(), Ordering::Release);
+                return Err(refused);
+            }
+        };
         // Room for the two greeting messages on top of the client's own buffer.
         let (tx, rx) = mpsc::channel(self.client_buffer + 2);
         let close = Arc::new(Notify::new());
@@ -235,9 +245,9 @@ impl Hub {
         if let Some(first) = first {
             let _ = tx.try_send(first);
         }
-        inner.clients.push(Sender { tx, close: close.clone(), scope });
+        inner.clients.push(Sender { tx, close: close.clone(), scope, _lease: lease });
         self.clients.store(inner.clients.len(), Ordering::Release);
-        Some(Client { rx, close })
+        Ok(Client { rx, close })
     }
 
     /// `/api/history`: the points of the last `seconds` (before the latest point), JSON; for a

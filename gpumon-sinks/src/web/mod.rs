@@ -94,7 +94,7 @@ impl WebHandle {
     /// Opens a live client in-process, as `/api/stream` does (`None` when
     /// [`WebConfig::max_clients`] are open): the events, as the bytes sent on the wire.
     pub fn subscribe(&self) -> Option<LiveClient> {
-        self.hub.subscribe_as(None).map(|c| LiveClient { rx: c.rx })
+        self.hub.subscribe_as(None).ok().map(|c| LiveClient { rx: c.rx })
     }
 
     /// `/api/history?seconds=N` as JSON (every GPU: the admin's view).

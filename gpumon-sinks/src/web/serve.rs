@@ -87,14 +87,14 @@ fn route(hub: &Arc<Hub>, req: &Request<Incoming>, settings: &Settings) -> Respon
             r
         }
         "/api/stream" => match hub.subscribe_as(scope) {
-            Some(client) => {
+            Ok(client) => {
                 let mut r = Response::new(Body::stream(client.rx, client.close));
                 let h = r.headers_mut();
                 h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
                 h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
                 r
             }
-            None => text_response(StatusCode::SERVICE_UNAVAILABLE, "too many live clients\n"),
+            Err(refused) => text_response(StatusCode::SERVICE_UNAVAILABLE, format!("{refused}\n")),
         },
         path => match assets::find(path) {
             Some(asset) => {

@@ -6,6 +6,9 @@
 //! every_n = 1                         # report every N-th step (default 1)
 //! mode = "0660"                       # the socket file's permissions, octal (default 0660)
 //! max_connections = 64                # clients served at once
+//! max_connections_per_uid = 16        # clients of one Unix user served at once
+//! max_runs_per_uid = 64               # runs one Unix user may hold
+//! idle_timeout = "1h"                 # a run with no mark for this long is evicted
 //! ```
 //! A training process writes one JSON line per step, `{"job":"train","rank":0,"step":42}`, to
 //! the socket (protocol: [`gpumon::core::steps::socket`]); the agent derives per-step GPU

@@ -24,13 +24,16 @@
 //! - the active findings (and this tick's finding events) about kept devices, unless their text
 //!   names a GPU outside the view (the imbalance finding quotes the busiest other GPU);
 //! - the host-wide facts ([`SystemInfo`](crate::SystemInfo): host name, driver) and the tick's
-//!   number, time and sampling duration.
+//!   number, time and sampling duration;
+//! - the training runs registered over the steps socket by one of the view's processes (same
+//!   pid and uid), with the figures of the view's GPUs only
+//!   ([`Steps`](crate::steps::Steps)' `scoped`).
 //!
 //! Everything else is left out: devices the tenant does not hold, other owners' processes and
 //! owner records, host-level findings and the per-kind count of findings raised (they count
-//! every tenant's GPUs), and training steps (a run's job name and rank belong to whoever
-//! registered it). A field added to [`Snapshot`] later is left out of the view until it is
-//! judged tenant-neutral here.
+//! every tenant's GPUs), other users' training runs and the steps socket's rejection counts. A
+//! field added to [`Snapshot`] later is left out of the view until it is judged tenant-neutral
+//! here.
 //!
 //! # A GPU shared by two tenants
 //! Each tenant sees the device and its device-wide series (the utilisation of a time-sliced GPU
@@ -396,8 +399,8 @@ impl Snapshot {
             .with_duration(self.duration);
         // Each stage decides what of its output a tenant may read (`StageOutput::scoped`); an
         // output that does not say stays out. Diagnosis keeps the findings about the view's
-        // GPUs; the attribution counters (the operator's concern, about no tenant's GPUs) and
-        // training steps stay out.
+        // GPUs, steps the runs the tenant's processes registered; the attribution counters (the
+        // operator's concern, about no tenant's GPUs) stay out.
         for output in self.outputs.iter() {
             if let Some(scoped) = output.scoped(&view) {
                 view.outputs.insert(scoped);

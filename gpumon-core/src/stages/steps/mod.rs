@@ -136,6 +136,49 @@ pub enum StepError {
     /// The registry already holds [`MAX_RUNS`] runs.
     #[error("too many training runs (at most {MAX_RUNS})")]
     TooManyRuns,
+    /// A mark from another process for a run that another Unix user registered
+    /// ([`StepRegistry::record_from`]): a run belongs to the uid that registered it.
+    #[error("the run belongs to uid {owner}, not to uid {uid}")]
+    NotOwner {
+        /// The uid that registered the run.
+        owner: u32,
+        /// The uid of the process that sent the mark.
+        uid: u32,
+    },
+    /// The Unix user already holds as many runs as one user may
+    /// (`socket::SocketConfig::max_runs_per_uid`, feature `steps-socket`).
+    #[error("uid {uid} already holds {max} training runs, the most one user may")]
+    TooManyRunsForUid {
+        /// The uid.
+        uid: u32,
+        /// The limit.
+        max: usize,
+    },
+}
+
+/// The process that registered a run through the steps socket: the credentials the kernel gives
+/// for the connection (`SO_PEERCRED`), which a client cannot forge. A run belongs to its `uid`
+/// ([`StepRegistry::record_from`]); a tenant sees the runs whose `pid` is one of its own
+/// processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct Peer {
+    /// The effective user id of the connecting process.
+    pub uid: u32,
+    /// Its effective group id.
+    pub gid: u32,
+    /// Its process id, as the agent's pid namespace sees it (`None` when the kernel could not
+    /// say: the process lives in a pid namespace the agent cannot see into).
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub pid: Option<u32>,
+}
+
+impl Peer {
+    /// The credentials `uid`, `gid`, `pid`.
+    pub fn new(uid: u32, gid: u32, pid: Option<u32>) -> Self {
+        Self { uid, gid, pid }
+    }
 }
 
 /// The clock shared by the marks and the tracker: Unix nanoseconds derived from a monotonic
@@ -170,6 +213,13 @@ struct RunCell {
     rank_label: Box<str>,
     /// Unix nanos when the run was created (the start of its first step), or 0 when unknown.
     created: u64,
+    /// Who registered it through the steps socket; `None` for a run made in this process (or
+    /// by [`StepRegistry::record`]), which no peer may mark.
+    owner: Option<Peer>,
+    /// Unix nanos when it was registered: with `at`, how long it has been idle.
+    registered: u64,
+    /// The pid of the owner's latest mark (a run's ranks may reconnect from a new process).
+    pid: AtomicU64,
     /// Last step marked + 1; 0 = none yet.
     step: AtomicU64,
     /// First step ever marked + 1; 0 = none yet. Lets the tracker report every step of a run's
@@ -208,6 +258,17 @@ impl RunCell {
         self.step.load(Ordering::Acquire).checked_sub(1)
     }
 
+    /// Unix nanos of the latest sign of life: the latest mark, else the registration.
+    fn active_at(&self) -> u64 {
+        self.at.load(Ordering::Acquire).max(self.registered)
+    }
+
+    /// The registering peer, with the pid of its latest mark.
+    fn peer(&self) -> Option<Peer> {
+        let pid = u32::try_from(self.pid.load(Ordering::Acquire)).ok();
+        self.owner.map(|o| Peer { pid: pid.or(o.pid), ..o })
+    }
+
     /// The first step ever marked on this run.
     fn first(&self) -> Option<u64> {
         self.first.load(Ordering::Acquire).checked_sub(1)
@@ -218,12 +279,22 @@ impl RunCell {
 struct Shared {
     clock: Clock,
     runs: Mutex<Vec<Arc<RunCell>>>,
-    /// `runs.len()`, readable without the lock (the tracker checks it every tick).
+    /// `runs.len()`, readable without the lock.
     count: AtomicUsize,
+    /// Bumped under the lock whenever a run is added or evicted: the tracker checks it every
+    /// tick and re-reads the table only when it moved.
+    generation: AtomicU64,
     /// Whether a steps socket feeds this registry (then the rejection counters are exported).
     socket: AtomicBool,
+    /// Most runs one uid may hold (the steps socket sets it; [`MAX_RUNS`] until then).
+    max_runs_per_uid: AtomicUsize,
+    /// Nanoseconds without a mark after which a peer's run may be evicted; 0 = never (the steps
+    /// socket sets it).
+    idle_timeout: AtomicU64,
     /// Marks dropped, per [`Rejection`] (indexed by `Rejection as usize`).
-    rejected: [AtomicU64; 4],
+    rejected: [AtomicU64; 5],
+    /// Runs evicted for idleness so far.
+    evicted: AtomicU64,
 }
 
 /// Why a mark from another process was dropped (the `reason` label of
@@ -237,14 +308,16 @@ pub enum Rejection {
     Oversized,
     /// A well-formed mark the registry refused ([`StepError`]).
     Refused,
-    /// A connection past the connection limit, closed at once.
+    /// A connection past the connection limit (all of them, or its user's), closed at once.
     Connections,
+    /// A mark for a run another Unix user registered ([`StepError::NotOwner`]).
+    NotOwner,
 }
 
 impl Rejection {
     /// Every reason, in declaration order.
-    pub const ALL: [Rejection; 4] =
-        [Rejection::Malformed, Rejection::Oversized, Rejection::Refused, Rejection::Connections];
+    pub const ALL: [Rejection; 5] =
+        [Rejection::Malformed, Rejection::Oversized, Rejection::Refused, Rejection::Connections, Rejection::NotOwner];
 
     /// The `reason` label value.
     pub const fn name(self) -> &'static str {
@@ -253,6 +326,7 @@ impl Rejection {
             Rejection::Oversized => "oversized",
             Rejection::Refused => "refused",
             Rejection::Connections => "connections",
+            Rejection::NotOwner => "not_owner",
         }
     }
 }
@@ -271,6 +345,8 @@ pub struct StepRejections {
     pub refused: u64,
     /// [`Rejection::Connections`].
     pub connections: u64,
+    /// [`Rejection::NotOwner`].
+    pub not_owner: u64,
 }
 
 impl StepRejections {
@@ -281,6 +357,7 @@ impl StepRejections {
             Rejection::Oversized => self.oversized,
             Rejection::Refused => self.refused,
             Rejection::Connections => self.connections,
+            Rejection::NotOwner => self.not_owner,
         }
     }
 
@@ -298,6 +375,13 @@ pub struct StepRegistry {
     shared: Arc<Shared>,
 }
 
+/// This process's effective uid (what a local run's owner is reported as), read from `/proc`:
+/// only on the error path, so no libc call is needed.
+fn self_uid() -> u32 {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid())
+}
+
 fn validate_job(job: &str) -> Result<(), StepError> {
     if job.is_empty() || job.len() > MAX_JOB_LEN || job.chars().any(char::is_control) {
         return Err(StepError::InvalidJob(job.chars().take(MAX_JOB_LEN).collect()));
@@ -312,8 +396,12 @@ impl StepRegistry {
                 clock: Clock::new(),
                 runs: Mutex::new(Vec::new()),
                 count: AtomicUsize::new(0),
+                generation: AtomicU64::new(0),
                 socket: AtomicBool::new(false),
+                max_runs_per_uid: AtomicUsize::new(MAX_RUNS),
+                idle_timeout: AtomicU64::new(0),
                 rejected: Default::default(),
+                evicted: AtomicU64::new(0),
             }),
         }
     }
@@ -334,30 +422,119 @@ impl StepRegistry {
             oversized: get(Rejection::Oversized),
             refused: get(Rejection::Refused),
             connections: get(Rejection::Connections),
+            not_owner: get(Rejection::NotOwner),
         })
     }
 
-    fn find_or_create(&self, job: &str, rank: Option<u32>, created: u64) -> Result<Arc<RunCell>, StepError> {
+    /// The run (`job`, `rank`), created when new. A peer may only use a run its uid registered,
+    /// and hold at most `max_runs_per_uid`; when a limit is reached, idle runs are evicted first.
+    fn find_or_create(
+        &self,
+        job: &str,
+        rank: Option<u32>,
+        created: u64,
+        owner: Option<&Peer>,
+    ) -> Result<Arc<RunCell>, StepError> {
         validate_job(job)?;
         let mut runs = self.shared.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(cell) = runs.iter().find(|c| &*c.job == job && c.rank == rank) {
+            if let Some(peer) = owner {
+                // A peer marks only its own runs; this process (no peer) is trusted with all.
+                match cell.owner {
+                    Some(o) if o.uid == peer.uid => {
+                        if let Some(pid) = peer.pid {
+                            cell.pid.store(u64::from(pid), Ordering::Release);
+                        }
+                    }
+                    Some(o) => return Err(StepError::NotOwner { owner: o.uid, uid: peer.uid }),
+                    None => return Err(StepError::NotOwner { owner: self_uid(), uid: peer.uid }),
+                }
+            }
             return Ok(Arc::clone(cell));
         }
-        if runs.len() >= MAX_RUNS {
-            return Err(StepError::TooManyRuns);
+        let max_per_uid = self.shared.max_runs_per_uid.load(Ordering::Relaxed);
+        let held =
+            |runs: &[Arc<RunCell>], uid: u32| runs.iter().filter(|c| c.owner.is_some_and(|o| o.uid == uid)).count();
+        let over = |runs: &[Arc<RunCell>]| -> Option<StepError> {
+            if let Some(peer) = owner {
+                if held(runs, peer.uid) >= max_per_uid {
+                    return Some(StepError::TooManyRunsForUid { uid: peer.uid, max: max_per_uid });
+                }
+            }
+            (runs.len() >= MAX_RUNS).then_some(StepError::TooManyRuns)
+        };
+        if over(&runs).is_some() {
+            self.evict_idle_locked(&mut runs, self.shared.clock.now());
+            if let Some(e) = over(&runs) {
+                return Err(e);
+            }
         }
+        let now = self.shared.clock.now();
         let cell = Arc::new(RunCell {
             job: job.into(),
             rank,
             rank_label: rank.map(|r| r.to_string()).unwrap_or_default().into(),
             created,
+            owner: owner.copied(),
+            registered: now,
+            pid: AtomicU64::new(owner.and_then(|p| p.pid).map_or(u64::MAX, u64::from)),
             step: AtomicU64::new(0),
             first: AtomicU64::new(0),
             at: AtomicU64::new(0),
         });
         runs.push(Arc::clone(&cell));
         self.shared.count.store(runs.len(), Ordering::Release);
+        self.shared.generation.fetch_add(1, Ordering::AcqRel);
         Ok(cell)
+    }
+
+    /// Drops the peers' runs idle for the configured timeout (none when it is 0).
+    fn evict_idle_locked(&self, runs: &mut Vec<Arc<RunCell>>, now: u64) -> usize {
+        let timeout = self.shared.idle_timeout.load(Ordering::Relaxed);
+        if timeout == 0 {
+            return 0;
+        }
+        let before = runs.len();
+        runs.retain(|c| c.owner.is_none() || now.saturating_sub(c.active_at()) < timeout);
+        let evicted = before - runs.len();
+        if evicted > 0 {
+            self.shared.count.store(runs.len(), Ordering::Release);
+            self.shared.generation.fetch_add(1, Ordering::AcqRel);
+            self.shared.evicted.fetch_add(evicted as u64, Ordering::Relaxed);
+            // Only the steps socket sets a timeout, and it brings tracing.
+            #[cfg(feature = "steps-socket")]
+            tracing::info!(
+                evicted,
+                held = runs.len(),
+                "steps socket: evicted runs with no mark for {:?}",
+                Duration::from_nanos(timeout)
+            );
+        }
+        evicted
+    }
+
+    /// Evicts the runs registered through the steps socket ([`StepRegistry::record_from`]) that
+    /// have had no mark for the socket's `idle_timeout` (`socket::SocketConfig`; their
+    /// registration counts as a mark), and returns how many. The steps socket calls it periodically and whenever a new
+    /// run would be refused for a full table; runs made in this process are never evicted. An
+    /// evicted run's next mark registers it again, as a run with no known start.
+    pub fn evict_idle(&self) -> usize {
+        let mut runs = self.shared.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.evict_idle_locked(&mut runs, self.shared.clock.now())
+    }
+
+    /// Runs evicted for idleness so far ([`StepRegistry::evict_idle`]).
+    pub fn evicted(&self) -> u64 {
+        self.shared.evicted.load(Ordering::Relaxed)
+    }
+
+    /// The steps socket's limits: most runs per uid, and the idle time after which a peer's
+    /// run may be evicted.
+    #[cfg_attr(not(feature = "steps-socket"), allow(dead_code))]
+    fn set_peer_limits(&self, max_runs_per_uid: usize, idle_timeout: Duration) {
+        self.shared.max_runs_per_uid.store(max_runs_per_uid, Ordering::Relaxed);
+        let nanos = u64::try_from(idle_timeout.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.shared.idle_timeout.store(nanos, Ordering::Relaxed);
     }
 
     /// The handle of run (`job`, `rank`), created on first use; its first step starts now.
@@ -367,7 +544,7 @@ impl StepRegistry {
     /// [`StepError::InvalidJob`] for an empty job name, one over [`MAX_JOB_LEN`] bytes or one
     /// with control characters; [`StepError::TooManyRuns`] past [`MAX_RUNS`].
     pub fn run(&self, job: &str, rank: Option<u32>) -> Result<TrainingRun, StepError> {
-        let cell = self.find_or_create(job, rank, self.shared.clock.now())?;
+        let cell = self.find_or_create(job, rank, self.shared.clock.now(), None)?;
         Ok(TrainingRun { cell, shared: Arc::clone(&self.shared) })
     }
 
@@ -377,7 +554,31 @@ impl StepRegistry {
     /// # Errors
     /// As [`StepRegistry::run`] and [`TrainingRun::step`].
     pub fn record(&self, job: &str, rank: Option<u32>, step: u64) -> Result<(), StepError> {
-        let cell = self.find_or_create(job, rank, 0)?;
+        let cell = self.find_or_create(job, rank, 0, None)?;
+        cell.mark(step, self.shared.clock.now())
+    }
+
+    /// [`StepRegistry::record`] for a mark that `peer` sent (the steps socket passes the
+    /// connection's credentials): a run first seen here belongs to `peer.uid`, and a run that
+    /// another uid registered — or that this process made — is not `peer`'s to mark.
+    ///
+    /// ```
+    /// use gpumon_core::steps::{Peer, StepConfig, StepError, StepTracker};
+    ///
+    /// let (_tracker, steps) = StepTracker::new(StepConfig::default())?;
+    /// let (alice, bob) = (Peer::new(1001, 1001, Some(4242)), Peer::new(1002, 1002, Some(4343)));
+    /// steps.record_from(&bob, "train", Some(0), 1)?;
+    /// assert_eq!(steps.record_from(&alice, "train", Some(0), 99), Err(StepError::NotOwner { owner: 1002, uid: 1001 }));
+    /// steps.record_from(&bob, "train", Some(0), 2)?; // bob's steps go on from his own last
+    /// # Ok::<(), StepError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`StepRegistry::record`]; [`StepError::NotOwner`] for another uid's run;
+    /// [`StepError::TooManyRunsForUid`] when `peer.uid` already holds as many runs as one user
+    /// may.
+    pub fn record_from(&self, peer: &Peer, job: &str, rank: Option<u32>, step: u64) -> Result<(), StepError> {
+        let cell = self.find_or_create(job, rank, 0, Some(peer))?;
         cell.mark(step, self.shared.clock.now())
     }
 
@@ -404,8 +605,15 @@ impl StepRegistry {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
             .unwrap_or(0);
-        let cell = self.find_or_create(job, rank, 0)?;
+        let cell = self.find_or_create(job, rank, 0, None)?;
         cell.mark(step, nanos)
+    }
+
+    /// The last step marked on run (`job`, `rank`); `None` when it has none or is not registered
+    /// (unlike [`StepRegistry::run`], this never registers it).
+    pub fn last_step(&self, job: &str, rank: Option<u32>) -> Option<u64> {
+        let runs = self.shared.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        runs.iter().find(|c| &*c.job == job && c.rank == rank)?.last()
     }
 
     /// How many runs are registered.
@@ -495,6 +703,11 @@ pub struct RunSteps {
     /// The steps reported at this tick, oldest first (usually none or one).
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Vec::is_empty"))]
     pub reported: Vec<StepReport>,
+    /// The process that registered the run through the steps socket (with the pid of its
+    /// latest mark); `None` for a run made in the sampling process. A tenant sees the runs whose
+    /// process is one of its own.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub registered_by: Option<Peer>,
 }
 
 /// The figures of one reported step.

@@ -2,7 +2,9 @@
 //! the per-GPU figures of the last reported step, `steps_rejected`) and its events (each step
 //! reported at this tick).
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Rejection, RunSteps, StepReport, Steps};
@@ -108,6 +110,41 @@ impl StageOutput for Steps {
                 });
             }
         }
+    }
+
+    /// A tenant sees the runs registered by its own processes: a run's
+    /// [`registered_by`](RunSteps::registered_by) pid is one of the processes in `view` (which
+    /// holds only the tenant's) and that process's owner has the run's uid — so a pid reused by
+    /// another user's process does not hand it the run. Each run keeps only the figures of
+    /// the view's GPUs. Runs made in the sampling process (no peer) and the rejection counters
+    /// (every user's) stay out.
+    fn scoped(&self, view: &Snapshot) -> Option<Arc<dyn StageOutput>> {
+        let own: HashSet<(u32, u32)> = view
+            .devices
+            .iter()
+            .flat_map(|d| &d.processes)
+            .filter_map(|p| Some((p.pid, p.owner.as_deref()?.uid?)))
+            .collect();
+        let gpus: HashSet<&str> = view.devices.iter().map(|d| d.info.uuid.as_str()).collect();
+        let keep_gpus = |report: &StepReport| {
+            let mut report = report.clone();
+            report.devices.retain(|g| gpus.contains(g.uuid.as_str()));
+            report
+        };
+        let runs: Vec<RunSteps> = self
+            .runs
+            .iter()
+            .filter(|r| r.registered_by.is_some_and(|p| p.pid.is_some_and(|pid| own.contains(&(pid, p.uid)))))
+            .map(|r| RunSteps {
+                last: r.last.as_ref().map(keep_gpus),
+                reported: r.reported.iter().map(keep_gpus).collect(),
+                ..r.clone()
+            })
+            .collect();
+        if runs.is_empty() {
+            return None;
+        }
+        Some(Arc::new(Steps { runs, rejected: None }))
     }
 
     #[cfg(feature = "serde")]

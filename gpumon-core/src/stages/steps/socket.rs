@@ -12,12 +12,25 @@
 //!   newline: `{"job":"train","rank":0,"step":42}`. `rank` may be `null` or absent; other keys
 //!   are ignored (room for later additions). Blank lines are ignored.
 //! - Nothing is written back. A client may keep one connection for many steps, and several
-//!   clients may connect at once (at most [`SocketConfig::max_connections`]; a connection past
-//!   that is closed at once and counted).
+//!   clients may connect at once (at most [`SocketConfig::max_connections`], and at most
+//!   [`SocketConfig::max_connections_per_uid`] of one Unix user; a connection past either is
+//!   closed at once and counted as `connections`).
 //! - A line that is not such an object (`malformed`), one longer than the limit (`oversized`),
-//!   and a mark the registry refuses — a step not above the last one, a bad job name, too many
-//!   runs — (`refused`) are dropped and counted in `gpumon_steps_rejected_total{reason}`; the
-//!   connection stays open.
+//!   a mark the registry refuses — a step not above the last one, a bad job name, too many
+//!   runs in all or for the user — (`refused`) and a mark for another user's run (`not_owner`)
+//!   are dropped and counted in `gpumon_steps_rejected_total{reason}`; the connection stays
+//!   open.
+//!
+//! # Who owns a run
+//! The agent reads each connection's credentials from the kernel (`SO_PEERCRED`: uid, gid, pid;
+//! a client cannot forge them). A run belongs to the uid whose mark registered it: another
+//! uid's marks for it are refused as `not_owner` (and logged, once per connection), so a user
+//! who can reach the socket cannot move another user's steps. One uid holds at most
+//! [`SocketConfig::max_runs_per_uid`] runs and [`SocketConfig::max_connections_per_uid`]
+//! connections, so that one user cannot fill the table ([`MAX_RUNS`](super::MAX_RUNS)) or the
+//! connections and shut the others out. A run with no mark for
+//! [`SocketConfig::idle_timeout`] is evicted (checked every tenth of it, at most every 30 s,
+//! and whenever a new run would not fit); its next mark registers it again.
 //!
 //! # Lifecycle
 //! [`StepSocket::bind`] replaces a *stale* socket file (one nobody listens on, left by an agent
@@ -44,23 +57,37 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 use tokio::net::{UnixListener, UnixStream};
 
-use super::{Rejection, StepRegistry};
+use super::{Peer, Rejection, StepError, StepRegistry};
 
 /// Longest line accepted, in bytes, without its newline.
 pub const MAX_LINE: usize = 1024;
 
 /// Default bound on concurrent connections.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
+
+/// Default bound on one Unix user's concurrent connections: a quarter of
+/// [`DEFAULT_MAX_CONNECTIONS`] — one per rank of a 16-GPU node, and four users at their limit
+/// before a fifth finds the socket full.
+pub const DEFAULT_MAX_CONNECTIONS_PER_UID: usize = 16;
+
+/// Default bound on the runs one Unix user holds: a quarter of [`MAX_RUNS`](super::MAX_RUNS).
+pub const DEFAULT_MAX_RUNS_PER_UID: usize = 64;
+
+/// Default time without a mark after which a run registered over the socket is evicted: one
+/// hour, longer than an evaluation pass or a checkpoint between two steps.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// Where and how the steps socket listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,12 +99,27 @@ pub struct SocketConfig {
     pub mode: u32,
     /// Most connections served at once; default [`DEFAULT_MAX_CONNECTIONS`].
     pub max_connections: usize,
+    /// Most connections of one Unix user served at once; default
+    /// [`DEFAULT_MAX_CONNECTIONS_PER_UID`].
+    pub max_connections_per_uid: usize,
+    /// Most runs one Unix user holds; default [`DEFAULT_MAX_RUNS_PER_UID`].
+    pub max_runs_per_uid: usize,
+    /// A run registered over the socket with no mark for this long is evicted; default
+    /// [`DEFAULT_IDLE_TIMEOUT`].
+    pub idle_timeout: Duration,
 }
 
 impl SocketConfig {
     /// The default configuration for a socket at `path`.
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        Self { path: path.into(), mode: 0o660, max_connections: DEFAULT_MAX_CONNECTIONS }
+        Self {
+            path: path.into(),
+            mode: 0o660,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_uid: DEFAULT_MAX_CONNECTIONS_PER_UID,
+            max_runs_per_uid: DEFAULT_MAX_RUNS_PER_UID,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        }
     }
 }
 
@@ -123,10 +165,20 @@ impl StepSocket {
     ///
     /// # Errors
     /// [`SocketError::InUse`], [`SocketError::NotASocket`], [`SocketError::Io`],
-    /// [`SocketError::InvalidConfig`] for `max_connections` 0 or a mode above `0o777`.
+    /// [`SocketError::InvalidConfig`] for a limit of 0 (`max_connections`,
+    /// `max_connections_per_uid`, `max_runs_per_uid`, `idle_timeout`) or a mode above `0o777`.
     pub fn bind(config: SocketConfig, registry: StepRegistry) -> Result<StepSocket, SocketError> {
-        if config.max_connections == 0 {
-            return Err(SocketError::InvalidConfig("max_connections must be at least 1".into()));
+        for (name, value) in [
+            ("max_connections", config.max_connections),
+            ("max_connections_per_uid", config.max_connections_per_uid),
+            ("max_runs_per_uid", config.max_runs_per_uid),
+        ] {
+            if value == 0 {
+                return Err(SocketError::InvalidConfig(format!("{name} must be at least 1")));
+            }
+        }
+        if config.idle_timeout.is_zero() {
+            return Err(SocketError::InvalidConfig("idle_timeout must be above 0".into()));
         }
         if config.mode > 0o777 {
             return Err(SocketError::InvalidConfig(format!("mode {:o} is not a permission mode", config.mode)));
@@ -149,6 +201,7 @@ impl StepSocket {
             let _ = std::fs::remove_file(path);
             return Err(io_err(path)(e));
         }
+        registry.set_peer_limits(config.max_runs_per_uid, config.idle_timeout);
         registry.shared.socket.store(true, Ordering::Release);
         Ok(StepSocket { listener, config, registry })
     }
@@ -159,27 +212,57 @@ impl StepSocket {
     }
 
     /// Accepts connections and records their marks until `shutdown` completes, then closes the
-    /// listener, ends the connections and removes the socket file.
+    /// listener, ends the connections and removes the socket file. Evicts idle runs meanwhile.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) {
         let StepSocket { listener, config, registry } = self;
-        let open = Arc::new(AtomicUsize::new(0));
+        let slots = Slots::new(config.max_connections, config.max_connections_per_uid);
         let mut tasks = tokio::task::JoinSet::new();
+        // Evicting late by a tenth of the timeout is fine; a full table evicts at once anyway.
+        let sweep_every = (config.idle_timeout / 10).clamp(Duration::from_millis(10), Duration::from_secs(30));
+        let mut sweep = tokio::time::interval_at(tokio::time::Instant::now() + sweep_every, sweep_every);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
+                _ = sweep.tick() => {
+                    registry.evict_idle();
+                }
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => {
-                        if open.load(Ordering::Acquire) >= config.max_connections {
+                        let peer = match stream.peer_cred() {
+                            // pid 0: a process in a pid namespace the agent cannot see into.
+                            Ok(c) => Peer::new(
+                                c.uid(),
+                                c.gid(),
+                                c.pid().and_then(|p| u32::try_from(p).ok()).filter(|&p| p != 0),
+                            ),
+                            Err(e) => {
+                                // Nothing to own runs by: not served.
+                                tracing::warn!(error = %e, "steps socket: cannot read a client's credentials; closed");
+                                registry.reject(Rejection::Connections);
+                                continue;
+                            }
+                        };
+                        let Some(slot) = slots.take(peer.uid) else {
+                            let n = registry.rejections().map_or(0, |r| r.connections) + 1;
                             registry.reject(Rejection::Connections);
-                            drop(stream);
+                            if n.is_power_of_two() {
+                                tracing::warn!(
+                                    uid = peer.uid,
+                                    pid = ?peer.pid,
+                                    refused_so_far = n,
+                                    "steps socket: connection over the limit (all: {}, per uid: {}); closed",
+                                    config.max_connections,
+                                    config.max_connections_per_uid
+                                );
+                            }
                             continue;
-                        }
-                        open.fetch_add(1, Ordering::AcqRel);
-                        let (registry, open) = (registry.clone(), Arc::clone(&open));
+                        };
+                        let registry = registry.clone();
                         tasks.spawn(async move {
-                            serve_connection(stream, &registry).await;
-                            open.fetch_sub(1, Ordering::AcqRel);
+                            serve_connection(stream, &registry, &peer).await;
+                            drop(slot);
                         });
                     }
                     Err(e) => {
@@ -197,9 +280,63 @@ impl StepSocket {
     }
 }
 
+/// The connections open, in all and per uid, against their limits.
+#[derive(Clone, Debug)]
+struct Slots {
+    inner: Arc<Mutex<SlotsInner>>,
+}
+
+#[derive(Debug)]
+struct SlotsInner {
+    max: usize,
+    max_per_uid: usize,
+    open: usize,
+    per_uid: HashMap<u32, usize>,
+}
+
+/// One connection's place; given back when dropped (also when the connection's task is
+/// aborted).
+#[derive(Debug)]
+struct Slot {
+    slots: Slots,
+    uid: u32,
+}
+
+impl Slots {
+    fn new(max: usize, max_per_uid: usize) -> Self {
+        Self { inner: Arc::new(Mutex::new(SlotsInner { max, max_per_uid, open: 0, per_uid: HashMap::new() })) }
+    }
+
+    /// A place for a connection of `uid`, or `None` when all are taken or `uid` holds its share.
+    fn take(&self, uid: u32) -> Option<Slot> {
+        let mut s = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mine = s.per_uid.get(&uid).copied().unwrap_or(0);
+        if s.open >= s.max || mine >= s.max_per_uid {
+            return None;
+        }
+        s.open += 1;
+        s.per_uid.insert(uid, mine + 1);
+        Some(Slot { slots: self.clone(), uid })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut s = self.slots.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        s.open = s.open.saturating_sub(1);
+        if let Some(n) = s.per_uid.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                s.per_uid.remove(&self.uid);
+            }
+        }
+    }
+}
+
 /// Reads lines of at most [`MAX_LINE`] bytes without ever buffering more: an oversized line is
 /// skipped up to its newline.
-async fn serve_connection(mut stream: UnixStream, registry: &StepRegistry) {
+async fn serve_connection(mut stream: UnixStream, registry: &StepRegistry, peer: &Peer) {
+    let mut logged = false;
     let mut line: Vec<u8> = Vec::with_capacity(128);
     let mut oversized = false;
     let mut buf = [0u8; 4096];
@@ -227,7 +364,7 @@ async fn serve_connection(mut stream: UnixStream, registry: &StepRegistry) {
                 if oversized {
                     registry.reject(Rejection::Oversized);
                 } else {
-                    handle_line(&line, registry);
+                    handle_line(&line, registry, peer, &mut logged);
                 }
                 line.clear();
                 oversized = false;
@@ -251,8 +388,10 @@ struct Mark<'a> {
     step: u64,
 }
 
-/// One line: parse and record, or count why not.
-pub(crate) fn handle_line(line: &[u8], registry: &StepRegistry) {
+/// One line from `peer`: parse and record, or count why not. The first refusal of a
+/// connection is logged (`logged` remembers it): enough to find a misconfigured client, and
+/// a flood of bad marks cannot flood the log.
+pub(crate) fn handle_line(line: &[u8], registry: &StepRegistry, peer: &Peer, logged: &mut bool) {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     if line.iter().all(u8::is_ascii_whitespace) {
         return;
@@ -261,7 +400,21 @@ pub(crate) fn handle_line(line: &[u8], registry: &StepRegistry) {
         registry.reject(Rejection::Malformed);
         return;
     };
-    if registry.record(&mark.job, mark.rank, mark.step).is_err() {
-        registry.reject(Rejection::Refused);
+    let Err(e) = registry.record_from(peer, &mark.job, mark.rank, mark.step) else { return };
+    let reason = match e {
+        StepError::NotOwner { .. } => Rejection::NotOwner,
+        _ => Rejection::Refused,
+    };
+    registry.reject(reason);
+    if !std::mem::replace(logged, true) {
+        tracing::warn!(
+            uid = peer.uid,
+            pid = ?peer.pid,
+            job = %mark.job.escape_debug(),
+            rank = ?mark.rank,
+            step = mark.step,
+            reason = reason.name(),
+            "steps socket: mark refused: {e} (further refusals on this connection are only counted)"
+        );
     }
 }

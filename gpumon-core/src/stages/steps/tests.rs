@@ -26,7 +26,7 @@ fn snap(seq: u64, t: u64, util: f64, mem: u64, energy: f64) -> Snapshot {
 
 /// A run whose first step starts at `created` (Unix nanos) instead of now.
 fn run_at(steps: &StepRegistry, job: &str, rank: Option<u32>, created: u64) -> TrainingRun {
-    let cell = steps.find_or_create(job, rank, created).unwrap();
+    let cell = steps.find_or_create(job, rank, created, None).unwrap();
     TrainingRun { cell, shared: Arc::clone(&steps.shared) }
 }
 
@@ -357,4 +357,157 @@ fn marks_recorded_at_given_times_are_reported_with_those_durations() {
     assert_eq!(run.reported.len(), 1);
     assert_eq!(run.reported[0].duration, Duration::from_secs(1));
     assert!(steps.record_at("sim", Some(0), 2, at(T0 + 2 * SEC)).is_err());
+}
+
+fn peer(uid: u32, pid: u32) -> Peer {
+    Peer::new(uid, uid, Some(pid))
+}
+
+#[test]
+fn a_run_belongs_to_the_uid_that_registered_it() {
+    let (_tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let (alice, bob) = (peer(1001, 11), peer(1002, 22));
+    steps.record_from(&bob, "train", Some(0), 5).unwrap();
+    // alice can neither move bob's step forward nor make his next marks "not increasing".
+    assert_eq!(steps.record_from(&alice, "train", Some(0), 1_000), Err(StepError::NotOwner { owner: 1002, uid: 1001 }));
+    steps.record_from(&bob, "train", Some(0), 6).unwrap();
+    // Another process of bob's (a restarted rank) is still bob: its pid becomes the run's.
+    steps.record_from(&peer(1002, 33), "train", Some(0), 7).unwrap();
+    let cell = Arc::clone(&steps.shared.runs.lock().unwrap()[0]);
+    assert_eq!((cell.last(), cell.peer()), (Some(7), Some(peer(1002, 33))));
+    // A run made in this process is no peer's; this process may mark a peer's run.
+    let local = steps.run("local", None).unwrap();
+    assert!(matches!(steps.record_from(&alice, "local", None, 1), Err(StepError::NotOwner { uid: 1001, .. })));
+    local.step(1).unwrap();
+    steps.record("train", Some(0), 8).unwrap();
+    // The same job and rank under another uid is the same run: refused, not a second run.
+    assert_eq!(steps.len(), 2);
+}
+
+#[test]
+fn one_uid_cannot_fill_the_table() {
+    let (_tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    steps.set_peer_limits(4, Duration::from_secs(3600));
+    let (alice, bob) = (peer(1001, 11), peer(1002, 22));
+    for rank in 0..4 {
+        steps.record_from(&alice, "junk", Some(rank), 1).unwrap();
+    }
+    assert_eq!(steps.record_from(&alice, "junk", Some(4), 1), Err(StepError::TooManyRunsForUid { uid: 1001, max: 4 }));
+    // Her existing runs still take marks, and bob registers his.
+    steps.record_from(&alice, "junk", Some(0), 2).unwrap();
+    steps.record_from(&bob, "train", Some(0), 1).unwrap();
+    // The whole table still bounds everyone together.
+    steps.set_peer_limits(MAX_RUNS, Duration::from_secs(3600));
+    let mut uid = 2000;
+    while steps.len() < MAX_RUNS {
+        uid += 1;
+        steps.record_from(&peer(uid, uid), "fill", Some(uid), 1).unwrap();
+    }
+    assert_eq!(steps.record_from(&peer(9999, 1), "late", None, 1), Err(StepError::TooManyRuns));
+}
+
+#[test]
+fn idle_peer_runs_are_evicted_and_the_tracker_keeps_the_others() {
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    steps.set_peer_limits(MAX_RUNS, Duration::from_secs(10));
+    let now = steps.shared.clock.now();
+    let local = run_at(&steps, "local", Some(0), now);
+    steps.record_from(&peer(1001, 11), "idle", Some(0), 1).unwrap();
+    steps.record_from(&peer(1002, 22), "busy", Some(0), 1).unwrap();
+    let mut s = snap(1, now + SEC, 0.5, 1, 1.0);
+    tracker.process(&mut s);
+    assert_eq!(s.output::<Steps>().unwrap().runs.len(), 3);
+
+    // 9 s later: nothing is idle for 10 s yet.
+    let evict = |at: u64| {
+        let mut runs = steps.shared.runs.lock().unwrap();
+        steps.evict_idle_locked(&mut runs, at)
+    };
+    assert_eq!(evict(now + 9 * SEC), 0);
+    // "busy" is marked at +8 s; at +12 s only "idle" (last mark at ~0 s) has been idle for 10 s.
+    steps.shared.runs.lock().unwrap()[2].mark(2, now + 8 * SEC).unwrap();
+    local.step_at(1, now + SEC / 2).unwrap();
+    assert_eq!(evict(now + 12 * SEC), 1);
+    assert_eq!(steps.evicted(), 1);
+    let mut s = snap(2, now + 13 * SEC, 0.5, 1, 1.0);
+    tracker.process(&mut s);
+    let runs = &s.output::<Steps>().unwrap().runs;
+    let names: Vec<&str> = runs.iter().map(|r| r.job.as_str()).collect();
+    assert_eq!(names, ["local", "busy"]);
+    // The survivors kept their state: "busy" reports step 2 from its first mark at step 1.
+    assert_eq!(runs[1].last_step, Some(2));
+    assert_eq!(runs[1].reported.iter().map(|r| r.step).collect::<Vec<_>>(), [2]);
+    assert_eq!(runs[0].last_step, Some(1));
+    // Runs made in this process are never evicted, however idle.
+    assert_eq!(evict(now + 1_000 * SEC), 1);
+    assert_eq!(steps.len(), 1);
+    // An evicted run's next mark registers it again, for anyone.
+    steps.record_from(&peer(1003, 33), "idle", Some(0), 1).unwrap();
+}
+
+#[test]
+fn a_full_table_evicts_idle_runs_before_refusing() {
+    let (_tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    steps.set_peer_limits(2, Duration::from_millis(1));
+    steps.record_from(&peer(1001, 11), "a", Some(0), 1).unwrap();
+    steps.record_from(&peer(1001, 11), "a", Some(1), 1).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    // Both of alice's runs are idle past the timeout: her third one takes a place.
+    steps.record_from(&peer(1001, 11), "a", Some(2), 1).unwrap();
+    assert_eq!(steps.len(), 1);
+}
+
+/// A snapshot of GPUs `GPU-a` (pid 11, uid 1001) and `GPU-b` (pid 22, uid 1002).
+fn two_tenants() -> Snapshot {
+    use crate::attribution::Owner;
+    use crate::model::ProcessSample;
+    let gpu = |i: u32, uuid: &str, pid: u32, uid: u32| {
+        let mut d = DeviceSample::new(Arc::new(DeviceInfo::new(i, uuid, "test")));
+        let owner = Owner { uid: Some(uid), ..Owner::default() };
+        let mut p = ProcessSample::new(pid);
+        p.owner = Some(Arc::new(owner));
+        d.processes.push(p);
+        d
+    };
+    Snapshot::new(Arc::new(SystemInfo::new("h", "test")), vec![gpu(0, "GPU-a", 11, 1001), gpu(1, "GPU-b", 22, 1002)])
+}
+
+#[test]
+fn a_tenant_sees_the_runs_its_own_processes_registered() {
+    let mut snapshot = two_tenants();
+    let figures = |uuid: &str| {
+        let mut d = DeviceStep::new(uuid);
+        d.utilization_mean = Some(0.5);
+        d
+    };
+    let mut report = StepReport::new(3, Duration::from_secs(1));
+    report.devices = vec![figures("GPU-a"), figures("GPU-b")];
+    let run = |job: &str, by: Option<Peer>| {
+        let mut r = RunSteps::new(job, Some(0));
+        r.last = Some(report.clone());
+        r.reported = vec![report.clone()];
+        r.registered_by = by;
+        r
+    };
+    let steps = Steps {
+        runs: vec![
+            run("alice-job", Some(peer(1001, 11))),
+            run("bob-job", Some(peer(1002, 22))),
+            // bob's run whose pid alice's process now has: not alice's.
+            run("bob-old", Some(peer(1002, 11))),
+            run("local", None),
+        ],
+        rejected: Some(StepRejections::default()),
+    };
+    snapshot.attach(steps);
+
+    let alice: crate::attribution::TenantSelector = "user=1001".parse().unwrap();
+    let view = snapshot.scoped_to(&alice);
+    let seen = view.output::<Steps>().expect("alice's run is in her view");
+    assert_eq!(seen.runs.iter().map(|r| r.job.as_str()).collect::<Vec<_>>(), ["alice-job"]);
+    assert_eq!(seen.rejected, None, "every user's refusals");
+    let only_a = |r: &StepReport| r.devices.iter().map(|d| d.uuid.as_str()).collect::<Vec<_>>() == ["GPU-a"];
+    assert!(only_a(seen.runs[0].last.as_ref().unwrap()) && only_a(&seen.runs[0].reported[0]));
+    let nobody: crate::attribution::TenantSelector = "user=1003".parse().unwrap();
+    assert!(snapshot.scoped_to(&nobody).output::<Steps>().is_none());
 }

@@ -19,6 +19,8 @@ pub struct StepTracker {
     config: StepConfig,
     registry: StepRegistry,
     runs: Vec<RunState>,
+    /// The registry's generation `runs` mirrors (runs are added and evicted).
+    generation: Option<u64>,
     prev: Option<Prev>,
 }
 
@@ -156,7 +158,7 @@ impl DevAcc {
 
 impl StepTracker {
     pub(super) fn with(config: StepConfig, registry: StepRegistry) -> Self {
-        Self { config, registry, runs: Vec::new(), prev: None }
+        Self { config, registry, runs: Vec::new(), generation: None, prev: None }
     }
 
     /// The registry this tracker reads (another handle to the one [`StepTracker::new`] returned).
@@ -177,20 +179,29 @@ impl StepTracker {
         prev.energy.extend(snapshot.devices.iter().map(|d| (d.info.uuid.clone(), d.power.energy_joules)));
     }
 
+    /// Mirrors the registry's table: new runs get a fresh state, evicted runs' states go, and
+    /// every other run keeps its state (matched by cell, not by position).
     fn sync_runs(&mut self) {
-        if self.registry.shared.count.load(Ordering::Acquire) == self.runs.len() {
+        let shared = &self.registry.shared;
+        if self.generation == Some(shared.generation.load(Ordering::Acquire)) {
             return;
         }
-        let runs = self.registry.shared.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for cell in runs.iter().skip(self.runs.len()) {
-            self.runs.push(RunState {
-                cell: Arc::clone(cell),
-                seen: None,
-                start: cell.created,
-                acc: Acc::default(),
-                last_duration: None,
-                last: None,
-            });
+        let runs = shared.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.generation = Some(shared.generation.load(Ordering::Acquire));
+        let mut old = std::mem::take(&mut self.runs);
+        for cell in runs.iter() {
+            let state = match old.iter().position(|s| Arc::ptr_eq(&s.cell, cell)) {
+                Some(i) => old.swap_remove(i),
+                None => RunState {
+                    cell: Arc::clone(cell),
+                    seen: None,
+                    start: cell.created,
+                    acc: Acc::default(),
+                    last_duration: None,
+                    last: None,
+                },
+            };
+            self.runs.push(state);
         }
     }
 }
@@ -283,6 +294,7 @@ impl Processor for StepTracker {
                 last_duration: run.last_duration,
                 last: run.last.clone(),
                 reported,
+                registered_by: run.cell.peer(),
             });
         }
         snapshot.outputs.insert(Arc::new(Steps { runs: out, rejected }));

@@ -12,7 +12,7 @@ use crate::stages::attribution::{OwnerLabels, SharedOwner};
 use crate::stages::diagnose::finding::{
     Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Severity, Transition,
 };
-use crate::stages::steps::{RunSteps, Steps};
+use crate::stages::steps::{DeviceStep, Peer, RunSteps, StepReport, Steps};
 use crate::{DeviceInfo, MigInfo, ProcessSample, SystemInfo};
 
 fn sel(s: &str) -> TenantSelector {
@@ -399,6 +399,8 @@ struct Generated {
     snapshot: Snapshot,
     /// Whether a may hold each device (computed independently of the code under test).
     a_holds: Vec<bool>,
+    /// The runs a's own processes registered (computed independently of the code under test).
+    a_runs: Vec<String>,
 }
 
 fn build(plain: &[GenDevice], mig_parts: &[GenDevice], parent_alloc: Who, a: &TenantSelector) -> Generated {
@@ -491,10 +493,35 @@ fn build(plain: &[GenDevice], mig_parts: &[GenDevice], parent_alloc: Who, a: &Te
     };
     let mut snapshot = Snapshot::new(Arc::new(SystemInfo::new("node-1", "nvml")), devices);
     snapshot.attach(diagnosis);
+    // Steps: a local run; one run per owned process, registered by it, with figures for every
+    // GPU; and one of b's whose pid an a process has now (a reused pid).
+    let mut report = StepReport::new(7, Duration::from_secs(1));
+    report.devices = uuids.iter().map(|u| DeviceStep::new(u.as_str())).collect();
+    let registered = |job: String, by: Peer| {
+        let mut r = RunSteps::new(job, Some(0));
+        r.last = Some(report.clone());
+        r.reported = vec![report.clone()];
+        r.registered_by = Some(by);
+        r
+    };
     let mut steps = Steps::default();
     steps.runs.push(RunSteps::new("job-of-b", Some(1)));
+    let mut a_runs = Vec::new();
+    let mut seen = HashSet::new();
+    for p in snapshot.devices.iter().flat_map(|d| &d.processes) {
+        let Some(o) = p.owner.as_deref().filter(|_| seen.insert(p.pid)) else { continue };
+        let tag = if o.uid.unwrap_or(0) >= 2000 { "b" } else { "a" };
+        let job = format!("job-of-{tag}-{}", p.pid);
+        if a.matches(o) {
+            a_runs.push(job.clone());
+        }
+        steps.runs.push(registered(job, Peer::new(o.uid.unwrap(), o.gid.unwrap(), Some(p.pid))));
+        if tag == "a" {
+            steps.runs.push(registered(format!("job-of-b-reused-{}", p.pid), Peer::new(2001, 2000, Some(p.pid))));
+        }
+    }
     snapshot.attach(steps);
-    Generated { snapshot, a_holds }
+    Generated { snapshot, a_holds, a_runs }
 }
 
 /// Plain GPU `i`'s PCI bus id (upper case, as NVML writes them; views compare without case).
@@ -537,6 +564,10 @@ proptest! {
                 prop_assert!(!value.contains("-b"), "{}={} on {}", key, value, d.info.uuid);
             }
         }
+
+        // Exactly the runs a's processes registered, in order.
+        let runs: Vec<String> = view.output::<Steps>().map(|s| s.runs.iter().map(|r| r.job.clone()).collect()).unwrap_or_default();
+        prop_assert_eq!(runs, g.a_runs.clone());
 
         // Nothing in the whole view — any field, any text — names b or a GPU a does not hold.
         #[cfg(feature = "serde")]
