@@ -3,12 +3,16 @@
 
 Usage:
   web-browser.py URL [--at SECONDS]... [--screenshot OUT.png [--full-page]] [--size 1280x900]
-                 [--header 'Name: value']...
+                 [--header 'Name: value']... [--exec-at SECONDS:COMMAND]... [--click-at SECONDS:SELECTOR]...
+                 [--metrics]
 
 Opens URL in a fresh headless Chromium profile and, at each --at time (seconds after the page
 started loading; default 3), probes the live DOM: the GPU cards (data-gpu-uuid, name, figures),
-the banner, the host summary, the findings, how many elements of each tag exist. Prints one JSON
-object: {"probes": [...], "dialogs": [...], "exceptions": [...], "console_errors": [...]}.
+the banner, the host summary, the connection state, the overview, the findings, the page's size,
+the page's own per-event main-thread time, how many elements of each tag exist. --exec-at runs a
+command at a given time (stop the agent, release a held stream) and --click-at clicks an element,
+both in the same timeline as the probes. Prints one JSON object: {"probes": [...], "actions":
+[...], "dialogs": [...], "exceptions": [...], "console_errors": [...]}.
 "dialogs" lists every alert/confirm/prompt the page opened (there must be none: names are text).
 
 Why not `chromium --dump-dom`: with a live stream (Server-Sent Events) open, virtual time never
@@ -28,27 +32,60 @@ import time
 PROBE = r"""
 (() => {
   const q = (s) => document.querySelector(s);
+  const shown = (e) => !!e && !e.hidden && e.getClientRects().length > 0;
   const tags = {};
   for (const e of document.getElementsByTagName('*')) tags[e.tagName.toLowerCase()] = (tags[e.tagName.toLowerCase()] || 0) + 1;
+  const ticks = (window.__gpumonTicks || []).slice().sort((a, b) => a - b);
+  const pct = (p) => ticks.length ? ticks[Math.min(ticks.length - 1, Math.floor(p * ticks.length))] : null;
   return JSON.stringify({
     title: document.title,
-    cards: [...document.querySelectorAll('[data-gpu-uuid]')].map((c) => ({
+    cards: [...document.querySelectorAll('#gpus [data-gpu-uuid]')].map((c) => ({
       uuid: c.getAttribute('data-gpu-uuid'),
+      label: c.querySelector('.idx') ? c.querySelector('.idx').textContent : null,
       name: c.querySelector('.name') ? c.querySelector('.name').textContent : null,
+      name_title: c.querySelector('.name') ? c.querySelector('.name').title : null,
       name_children: c.querySelector('.name') ? c.querySelector('.name').children.length : null,
       owner: c.querySelector('.owner') && !c.querySelector('.owner').hidden ? c.querySelector('.owner').textContent : null,
       owner_children: c.querySelector('.owner') ? c.querySelector('.owner').children.length : null,
       figures: Object.fromEntries([...c.querySelectorAll('[data-field]')].map((v) => [v.getAttribute('data-field'), v.textContent])),
+      shown_figures: [...c.querySelectorAll('[data-field]')].filter((v) => shown(v)).map((v) => v.getAttribute('data-field')),
+      figure_opacity: c.querySelector('.figs') ? Number(getComputedStyle(c.querySelector('.figs')).opacity) : null,
       canvases: c.querySelectorAll('canvas').length,
+      chart_labels: [...c.querySelectorAll('.chart')].map((x) => x.getAttribute('aria-label')),
+      axis_labels: c.querySelectorAll('.u-axis').length ? [...c.querySelectorAll('.u-axis')][0].textContent : null,
+      failed: c.classList.contains('failed'),
+      why: c.querySelector('.why') && !c.querySelector('.why').hidden ? c.querySelector('.why').textContent : null,
+      state: c.querySelector('.state') && !c.querySelector('.state').hidden ? c.querySelector('.state').textContent : null,
+      detail: [...c.querySelectorAll('.detail dt')].map((dt) => [dt.textContent, dt.nextSibling ? dt.nextSibling.textContent : null]),
+      overflows: c.scrollWidth > c.clientWidth + 1,
+      right: Math.round(c.getBoundingClientRect().right),
+      top: Math.round(c.getBoundingClientRect().top + window.scrollY),
+      height: Math.round(c.getBoundingClientRect().height),
     })),
+    overview: [...document.querySelectorAll('#overview .cell')].map((c) => ({
+      uuid: c.getAttribute('data-gpu-uuid'), text: c.textContent, util: c.dataset.util, finding: c.dataset.finding || '',
+      top: Math.round(c.getBoundingClientRect().top + window.scrollY),
+    })),
+    overview_bottom: q('#overview') ? Math.round(q('#overview').getBoundingClientRect().bottom + window.scrollY) : null,
     banner: q('#banner') ? !q('#banner').hidden : null,
     banner_text: q('#banner') ? q('#banner').textContent : null,
     host: q('#host') ? q('#host').textContent : null,
     conn: q('#conn') ? q('#conn').textContent : null,
+    conn_state: q('#conn') ? q('#conn').dataset.state : null,
+    empty: q('#empty') && !q('#empty').hidden ? q('#empty').textContent : null,
     findings: q('#findings-section') && !q('#findings-section').hidden ? [...document.querySelectorAll('#findings > li')].map((l) => l.textContent) : null,
+    finding_groups: [...document.querySelectorAll('#findings > li[data-kind]')].map((l) => ({
+      kind: l.dataset.kind, what: l.querySelector('.what').textContent,
+      folded: !!l.querySelector('details.fold') && !l.querySelector('details.fold').open,
+      evidence: l.querySelectorAll('.evidence li').length,
+      height: Math.round(l.getBoundingClientRect().height),
+    })),
     processes: q('#procs-section') && !q('#procs-section').hidden ? document.querySelectorAll('#procs tr').length : null,
     process_rows: [...document.querySelectorAll('#procs tr')].map((tr) => [...tr.children].map((td) => td.textContent)),
     steps: q('#steps-section') && !q('#steps-section').hidden ? q('#steps').textContent : null,
+    page: { width: document.documentElement.scrollWidth, height: document.documentElement.scrollHeight,
+            viewport: window.innerWidth, viewport_height: window.innerHeight, body_width: document.body.scrollWidth, scroll_y: Math.round(window.scrollY) },
+    ticks: { n: ticks.length, median_ms: pct(0.5), p95_ms: pct(0.95), max_ms: ticks.length ? ticks[ticks.length - 1] : null },
     tags,
     pwned: window.__pwned === true,
   });
@@ -66,9 +103,24 @@ def main():
     ap.add_argument("--header", action="append", default=[],
                     help="send this header with every request of the page, its fetches and its live stream "
                          "(e.g. 'Authorization: Basic …')")
+    ap.add_argument("--exec-at", action="append", default=[], metavar="SECONDS:COMMAND",
+                    help="run COMMAND (sh -c, not waited for) this many seconds after the page started loading: "
+                         "e.g. '4:kill -STOP 1234' to stop the agent while the page watches")
+    ap.add_argument("--click-at", action="append", default=[], metavar="SECONDS:SELECTOR",
+                    help="click the first element matching SELECTOR (scrolling it into view) at this time")
+    ap.add_argument("--metrics", action="store_true",
+                    help="add the renderer's DevTools Performance.getMetrics (TaskDuration, ScriptDuration, "
+                         "LayoutDuration, …, cumulative seconds) to each probe")
     ap.add_argument("--chromium", default=os.environ.get("GPUMON_TEST_CHROMIUM") or shutil.which("chromium") or "chromium")
     args = ap.parse_args()
     times = sorted(args.at or [3.0])
+    actions = []  # (seconds, kind, argument)
+    for spec in args.exec_at:
+        at, cmd = spec.split(":", 1)
+        actions.append((float(at), "exec", cmd))
+    for spec in args.click_at:
+        at, sel = spec.split(":", 1)
+        actions.append((float(at), "click", sel))
     width, height = (int(x) for x in args.size.split("x"))
 
     to_r, to_w = os.pipe()
@@ -121,7 +173,8 @@ def main():
     try:
         target = call("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        for domain in ("Page", "Runtime", "Log"):
+        domains = ("Page", "Runtime", "Log", "Performance") if args.metrics else ("Page", "Runtime", "Log")
+        for domain in domains:
             call(f"{domain}.enable", {}, session)
         if args.header:
             headers = dict(h.split(":", 1) for h in args.header)
@@ -131,12 +184,28 @@ def main():
              {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session)
         t0 = time.monotonic()
         call("Page.navigate", {"url": args.url}, session)
-        for at in times:
+        out["actions"] = []
+        steps = sorted([(at, "probe", None) for at in times] + actions, key=lambda x: x[0])
+        for at, kind, arg in steps:
             time.sleep(max(0.0, t0 + at - time.monotonic()))  # real time: the stream keeps running
+            if kind == "exec":
+                subprocess.Popen(["sh", "-c", arg])
+                out["actions"].append({"at": round(time.monotonic() - t0, 2), "exec": arg})
+                continue
+            if kind == "click":
+                js = ("(() => { const e = document.querySelector(%s); if (!e) return false; e.click(); return true; })()"
+                      % json.dumps(arg))
+                ok = call("Runtime.evaluate", {"expression": js, "returnByValue": True}, session)["result"].get("value")
+                out["actions"].append({"at": round(time.monotonic() - t0, 2), "click": arg, "found": ok,
+                                       "scroll_y": call("Runtime.evaluate", {"expression": "window.scrollY", "returnByValue": True}, session)["result"].get("value")})
+                continue
             expr = {"expression": PROBE, "returnByValue": True}
             value = call("Runtime.evaluate", expr, session)["result"].get("value")
             probe = json.loads(value) if value else {}
             probe["at"] = round(time.monotonic() - t0, 2)
+            if args.metrics:
+                metrics = call("Performance.getMetrics", {}, session)["metrics"]
+                probe["metrics"] = {m["name"]: m["value"] for m in metrics}
             out["probes"].append(probe)
         if args.screenshot:
             shot = call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": args.full_page}, session)

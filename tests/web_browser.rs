@@ -42,6 +42,18 @@ fn snapshot(base: &str) -> Value {
 
 /// Runs scripts/web-browser.py: probes of the live page at each time, and a screenshot.
 fn browse(url: &str, at: &[f64], screenshot: &Path) -> Value {
+    browse_with(url, at, &[], screenshot)
+}
+
+/// [`browse`] with more arguments for scripts/web-browser.py (`--exec-at`, `--size`, …).
+fn browse_with(url: &str, at: &[f64], extra: &[String], screenshot: &Path) -> Value {
+    let out = browser_command(url, at, extra, screenshot).output().expect("python3");
+    assert!(out.status.success(), "web-browser.py failed: {}", String::from_utf8_lossy(&out.stderr));
+    eprintln!("screenshot: {}", screenshot.display());
+    serde_json::from_slice(&out.stdout).expect("web-browser.py prints JSON")
+}
+
+fn browser_command(url: &str, at: &[f64], extra: &[String], screenshot: &Path) -> Command {
     let chromium = require_env("GPUMON_TEST_CHROMIUM");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/web-browser.py");
     let mut cmd = Command::new("python3");
@@ -49,16 +61,57 @@ fn browse(url: &str, at: &[f64], screenshot: &Path) -> Value {
     for t in at {
         cmd.arg("--at").arg(t.to_string());
     }
-    let out = cmd.output().expect("python3");
-    assert!(out.status.success(), "web-browser.py failed: {}", String::from_utf8_lossy(&out.stderr));
-    eprintln!("screenshot: {}", screenshot.display());
-    serde_json::from_slice(&out.stdout).expect("web-browser.py prints JSON")
+    cmd.args(extra);
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    cmd
+}
+
+/// Runs the browser in the background while the caller acts on the agent (restarts it, frees
+/// a stream slot) when the page's timeline reaches a point: the browser `touch`es `marker`
+/// at `when` seconds (`--exec-at`), and the returned closure waits for the file and then for
+/// the browser's result.
+fn browse_around(
+    url: &str,
+    at: &[f64],
+    when: f64,
+    marker: &Path,
+    screenshot: &Path,
+) -> (impl FnOnce() -> Value, impl Fn()) {
+    let touch = format!("{when}:touch '{}'", marker.display());
+    let child = browser_command(url, at, &["--exec-at".to_owned(), touch], screenshot).spawn().expect("python3");
+    let marker = marker.to_owned();
+    let wait_marker = move || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !marker.exists() {
+            assert!(std::time::Instant::now() < deadline, "the browser never reached its marker");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let screenshot = screenshot.to_owned();
+    let result = move || {
+        let out = child.wait_with_output().expect("web-browser.py");
+        assert!(out.status.success(), "web-browser.py failed: {}", String::from_utf8_lossy(&out.stderr));
+        eprintln!("screenshot: {}", screenshot.display());
+        serde_json::from_slice(&out.stdout).expect("web-browser.py prints JSON")
+    };
+    (result, wait_marker)
 }
 
 fn shots_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("gpumon-web-tests-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// [`assert_clean`] for a page whose agent went away on purpose: the browser logs the broken
+/// or refused stream (`net::…`), and nothing else may show.
+fn assert_clean_but_network(run: &Value) {
+    assert_eq!(run["dialogs"], serde_json::json!([]), "the page opened a dialog");
+    assert_eq!(run["exceptions"], serde_json::json!([]), "script errors");
+    for e in run["console_errors"].as_array().unwrap() {
+        let e = e.as_str().unwrap();
+        assert!(e.starts_with("Failed to load resource:"), "console error: {e}");
+    }
 }
 
 fn assert_clean(run: &Value) {
@@ -90,7 +143,7 @@ fn browser_shows_eight_live_cards_for_h100x8() {
         }
     }
     assert_eq!(first["banner"], true, "simulated data must say so");
-    assert_eq!(second["conn"], "live");
+    assert_eq!(second["conn_state"], "live", "{}", second["conn"]);
     // The live stream works: three seconds later the figures are not the same.
     let figures = |p: &Value| p["cards"].as_array().unwrap().iter().map(|c| c["figures"].clone()).collect::<Vec<_>>();
     assert_ne!(figures(first), figures(second), "figures did not change in 3 s");
@@ -233,4 +286,316 @@ fn web_listen_never_gets_the_mock_fallback() {
     running.kill();
     let out = running.log();
     assert!(!out.contains("MOCK"), "{out}");
+}
+
+fn cards(probe: &Value) -> &Vec<Value> {
+    probe["cards"].as_array().unwrap()
+}
+
+/// An agent stopped with SIGSTOP sends nothing, yet its stream stays open: the page must say
+/// stale within three sampling intervals (500 ms here), grey the figures, and go live again
+/// when the agent resumes.
+#[test]
+#[ignore = "needs scripts/test.sh (chromium)"]
+fn browser_says_stale_within_three_intervals_of_a_stopped_agent_and_live_after() {
+    let (agent, base) = start(&["--backend", "mock", "--mock-profile", "h100x8"]);
+    let pid = agent.id();
+    let (stop, cont) = (4.0, 8.0);
+    let extra = [format!("{stop}:kill -STOP {pid}"), format!("{cont}:kill -CONT {pid}")]
+        .into_iter()
+        .flat_map(|e| ["--exec-at".to_owned(), e])
+        .collect::<Vec<_>>();
+    // Three intervals after the stop; then later while stopped; then 1.5 s after resuming.
+    let run =
+        browse_with(&format!("{base}/"), &[3.5, stop + 1.5, 7.5, cont + 1.5], &extra, &shots_dir().join("stale.png"));
+    assert_clean(&run);
+    let p = run["probes"].as_array().unwrap();
+    let stopped_at = run["actions"][0]["at"].as_f64().unwrap();
+    assert!(p[1]["at"].as_f64().unwrap() - stopped_at <= 1.6, "probe too late to test 3 intervals: {}", run["actions"]);
+    for (probe, state) in [(&p[0], "live"), (&p[1], "stale"), (&p[2], "stale"), (&p[3], "live")] {
+        assert_eq!(probe["conn_state"], state, "at {}: {}", probe["at"], probe["conn"]);
+        assert_eq!(cards(probe).len(), 8);
+        for card in cards(probe) {
+            let opacity = card["figure_opacity"].as_f64().unwrap();
+            assert_eq!(opacity < 1.0, state == "stale", "figures greyed exactly while stale: {card}");
+        }
+    }
+    // The stale state says how old the data is, and the age grows.
+    let age = |probe: &Value| -> f64 {
+        let text = probe["conn"].as_str().unwrap();
+        let num = text.split("last sample ").nth(1).and_then(|r| r.split(' ').next()).expect("an age");
+        num.parse().unwrap_or_else(|_| panic!("{text}"))
+    };
+    assert!(age(&p[1]) >= 1.25 && age(&p[2]) > age(&p[1]) + 1.5, "{} then {}", p[1]["conn"], p[2]["conn"]);
+    // Live again: the figures move.
+    let figures = |p: &Value| cards(p).iter().map(|c| c["figures"].clone()).collect::<Vec<_>>();
+    assert_ne!(figures(&p[2]), figures(&p[3]), "no new sample after SIGCONT");
+}
+
+/// Without NVML every tick is a failed sample: the page says so, once — not "waiting", a green
+/// "live" and "FAILED" together.
+#[test]
+#[ignore = "needs scripts/test.sh (chromium)"]
+fn browser_shows_one_clear_state_when_sampling_fails() {
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let _agent = agent_process()
+        .args(["--backend", "auto", "--web-listen", &addr.to_string(), "--interval", "500ms"])
+        .args(["--nvml-library", "/nonexistent/libnvidia-ml.so.1"])
+        .ready(Ready::Http(addr, "/".to_owned()))
+        .spawn();
+    let run = browse(&format!("http://{addr}/"), &[3.0], &shots_dir().join("failed.png"));
+    assert_clean(&run);
+    let probe = &run["probes"][0];
+    assert_eq!(probe["conn_state"], "failed", "{}", probe["conn"]);
+    let conn = probe["conn"].as_str().unwrap();
+    assert!(conn.contains("sampling failed") && conn.contains("/nonexistent/libnvidia-ml.so.1"), "{conn}");
+    let empty = probe["empty"].as_str().expect("the empty state says why");
+    assert!(empty.starts_with("No GPU data") && !empty.contains("Waiting"), "{empty}");
+    let host = probe["host"].as_str().unwrap();
+    assert!(!host.contains("FAILED") && !host.contains("live"), "one state, in one place: {host}");
+    assert_eq!(cards(probe).len(), 0);
+}
+
+/// A restart on a smaller host: the 40 cards of a MIG host (8 GPUs, 32 instances) become the 4
+/// of the new host — no card of a GPU or MIG instance that is gone stays behind.
+#[test]
+#[ignore = "needs scripts/test.sh (chromium)"]
+fn browser_cards_follow_the_devices_across_a_restart_on_a_smaller_host() {
+    let dir = shots_dir().join("restart");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (mut first, base) = start(&["--backend", "mock", "--mock-profile", "a100x8-mig"]);
+    let addr = first.addr();
+    let marker = dir.join("restart-now");
+    let (result, reached) = browse_around(&format!("{base}/"), &[3.5, 14.0], 4.0, &marker, &dir.join("restart.png"));
+    reached();
+    first.kill();
+    let second = agent_process()
+        .args([
+            "--web-listen",
+            &addr.to_string(),
+            "--interval",
+            "500ms",
+            "--backend",
+            "mock",
+            "--mock-profile",
+            "a100x4",
+        ])
+        .ready(Ready::Http(addr, "/api/snapshot".to_owned()))
+        .spawn();
+    let run = result();
+    assert_clean_but_network(&run);
+    let (before, after) = (&run["probes"][0], &run["probes"][1]);
+    assert_eq!(cards(before).len(), 40, "{}", before["host"]);
+    let now = snapshot(&second.url());
+    let uuids = |v: &Vec<Value>, key: &dyn Fn(&Value) -> Value| v.iter().map(key).collect::<Vec<_>>();
+    assert_eq!(
+        uuids(cards(after), &|c| c["uuid"].clone()),
+        uuids(now["devices"].as_array().unwrap(), &|d| d["info"]["uuid"].clone()),
+        "the cards are the new host's devices, in order"
+    );
+    assert_eq!(after["overview"].as_array().unwrap().len(), 4, "one overview cell per device");
+    assert_eq!(after["conn_state"], "live", "{}", after["conn"]);
+}
+
+/// A 503 from a full server (max_clients) does not stop the page: it says why it waits,
+/// retries with backoff and goes live when a slot frees.
+#[test]
+#[ignore = "needs scripts/test.sh (chromium)"]
+fn browser_retries_a_full_server_and_says_why() {
+    use std::io::{Read, Write};
+    let dir = shots_dir().join("full");
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let cfg = dir.join("agent.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[agent]\nbackend = \"mock\"\ninterval = \"500ms\"\n[mock]\nprofile = \"h100x8\"\n\
+             [web]\nlisten = \"127.0.0.1:{port}\"\nmax_clients = 1\n"
+        ),
+    )
+    .unwrap();
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let agent = agent_process().arg("--config").arg(&cfg).ready(Ready::Http(addr, "/api/snapshot".to_owned())).spawn();
+    // Take the only live-stream slot.
+    let mut held = std::net::TcpStream::connect(addr).unwrap();
+    held.write_all(b"GET /api/stream HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut head = [0u8; 12];
+    held.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200", "the held stream got the slot");
+    // Read it, or the server cuts it off as too slow and frees the slot by itself.
+    let mut reading = held.try_clone().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 65536];
+        while matches!(reading.read(&mut buf), Ok(n) if n > 0) {}
+    });
+    let marker = dir.join("release");
+    let (result, reached) = browse_around(&agent.url(), &[3.0, 14.0], 3.5, &marker, &dir.join("full.png"));
+    reached();
+    held.shutdown(std::net::Shutdown::Both).unwrap();
+    reader.join().unwrap();
+    let run = result();
+    assert_clean_but_network(&run);
+    let (waiting, live) = (&run["probes"][0], &run["probes"][1]);
+    assert_eq!(waiting["conn_state"], "waiting", "{}", waiting["conn"]);
+    let text = waiting["conn"].as_str().unwrap();
+    assert!(text.contains("server full") && text.contains("retrying in"), "{text}");
+    assert_eq!(live["conn_state"], "live", "went live once the slot was free: {}", live["conn"]);
+    assert_eq!(cards(live).len(), 8);
+}
+
+/// MIG (`a100x8-mig`): GPUs and instances counted apart, every instance labelled by its parent
+/// and profile, only the figures an instance has (no empty chart), and the process table names
+/// the instance.
+#[test]
+#[ignore = "needs scripts/test.sh (chromium)"]
+fn browser_labels_mig_instances_by_parent_and_profile() {
+    let (_agent, base) = start(&["--backend", "mock", "--mock-profile", "a100x8-mig", "--enable", "processes"]);
+    let snap = snapshot(&base);
+    let run = browse(&format!("{base}/"), &[4.0], &shots_dir().join("mig.png"));
+    assert_clean(&run);
+    let probe = &run["probes"][0];
+    let host = probe["host"].as_str().unwrap();
+    assert!(host.contains("GPUs8") && host.contains("MIG instances32"), "{host}");
+    assert!(!host.contains("busy"), "MIG-mode GPUs report no utilisation: no busy count made of nothing: {host}");
+    let devices = snap["devices"].as_array().unwrap();
+    assert_eq!(cards(probe).len(), devices.len());
+    let mut labels = std::collections::HashSet::new();
+    for (card, dev) in cards(probe).iter().zip(devices) {
+        assert_eq!(card["uuid"], dev["info"]["uuid"]);
+        let label = card["label"].as_str().unwrap();
+        assert!(labels.insert(label.to_owned()), "two cards labelled {label}");
+        let mig = &dev["info"]["mig"];
+        if mig.is_null() {
+            assert_eq!(label, format!("GPU {}", dev["info"]["index"]));
+        } else {
+            let expected = format!(
+                "GPU {} · MIG {} ({})",
+                dev["info"]["index"],
+                mig["mig_index"],
+                mig["profile"].as_str().unwrap()
+            );
+            assert_eq!(label, expected);
+            assert_eq!(card["shown_figures"], serde_json::json!(["mem"]), "an instance has its memory only: {card}");
+        }
+        for chart in card["chart_labels"].as_array().unwrap() {
+            assert!(!chart.as_str().unwrap().contains("no data"), "an empty chart: {card}");
+        }
+    }
+    // Processes on instances are named by the instance.
+    let rows = probe["process_rows"].as_array().unwrap();
+    let mut on_instances = 0;
+    for dev in devices.iter().filter(|d| !d["info"]["mig"].is_null()) {
+        let mig = &dev["info"]["mig"];
+        for p in dev["processes"].as_array().unwrap() {
+            let label = format!(
+                "GPU {} · MIG {} ({})",
+                dev["info"]["index"],
+                mig["mig_index"],
+                mig["profile"].as_str().unwrap()
+            );
+            let pid = p["pid"].to_string();
+            assert!(rows.iter().any(|r| r[0] == label.as_str() && r[1] == pid.as_str()), "{label} {pid}: {rows:?}");
+            on_instances += 1;
+        }
+    }
+    assert!(on_instances > 0, "the profile runs processes on instances");
+}
+
+/// 64 GPUs: one overview cell per GPU above the cards, coloured by utilisation and findings,
+/// a click jumps to the GPU's card; findings grouped per kind with their GPU list folded. Prints
+/// the page height and the page's per-event main-thread time (the report's figures).
+#[test]
+#[ignore = "needs scripts/test.sh (chromium)"]
+fn browser_overview_and_folded_findings_for_64_gpus() {
+    let (_agent, base) = start(&[
+        "--backend",
+        "mock",
+        "--mock-profile",
+        "h100x64",
+        "--mock-scenario",
+        "imbalance",
+        "--diagnose-window",
+        "2s",
+    ]);
+    let target = 40;
+    let click = format!("9:#overview .cell:nth-child({})", target + 1);
+    let extra = ["--metrics".to_owned(), "--click-at".to_owned(), click];
+    let run = browse_with(&format!("{base}/"), &[8.0, 9.5, 20.0], &extra, &shots_dir().join("h100x64.png"));
+    assert_clean(&run);
+    let p = run["probes"].as_array().unwrap();
+    let probe = &p[0];
+    let cells = probe["overview"].as_array().unwrap();
+    assert_eq!(cells.len(), 64);
+    let first_card_top = cards(probe)[0]["top"].as_i64().unwrap();
+    assert!(probe["overview_bottom"].as_i64().unwrap() < first_card_top, "the overview is above the cards");
+    let ov_rows: std::collections::BTreeSet<i64> = cells.iter().map(|c| c["top"].as_i64().unwrap()).collect();
+    assert!(ov_rows.len() <= 3, "64 cells in at most 3 rows at 1280 px: {ov_rows:?}");
+    // Utilisation as the cells say it matches the cards' figures (the same snapshot).
+    for (cell, card) in cells.iter().zip(cards(probe)) {
+        assert_eq!(cell["uuid"], card["uuid"]);
+        let util = card["figures"]["util"].as_str().unwrap().trim_end_matches(" %");
+        assert_eq!(cell["util"].as_str().unwrap(), util, "{cell} {card}");
+    }
+    // The imbalance scenario: the odd GPUs wait. Each finding kind is one entry, its GPU list folded.
+    let groups = probe["finding_groups"].as_array().unwrap();
+    assert!(!groups.is_empty(), "{}", probe["findings"]);
+    let kinds: std::collections::HashSet<_> = groups.iter().map(|g| g["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds.len(), groups.len(), "one entry per kind");
+    for g in groups {
+        if g["evidence"].as_u64().unwrap() > 3 {
+            assert_eq!(g["folded"], true, "{g}");
+            assert!(g["height"].as_i64().unwrap() < 150, "a folded finding stays short: {g}");
+        }
+    }
+    assert!(cells.iter().any(|c| c["finding"] != ""), "cells with findings are marked");
+    // The click scrolled the page to GPU 40's card.
+    let after = &p[1];
+    let card = &cards(after)[target];
+    let (top, scroll) = (card["top"].as_i64().unwrap(), after["page"]["scroll_y"].as_i64().unwrap());
+    assert!(scroll > 0 && (top - scroll).abs() < 40, "card top {top}, scrolled to {scroll}: {}", run["actions"]);
+    // Figures for the report.
+    let page = &p[2]["page"];
+    assert_eq!(page["width"], page["viewport"], "no horizontal scroll");
+    let (m0, m1) = (&p[1]["metrics"], &p[2]["metrics"]);
+    let ticks = p[2]["ticks"]["n"].as_f64().unwrap() - p[1]["ticks"]["n"].as_f64().unwrap();
+    let task = (m1["TaskDuration"].as_f64().unwrap() - m0["TaskDuration"].as_f64().unwrap()) * 1000.0 / ticks;
+    eprintln!(
+        "64 GPUs: page height {} px; per event: page script median {:.1} ms, p95 {:.1} ms; renderer main-thread {task:.1} ms/event over {ticks} events",
+        page["height"], p[2]["ticks"]["median_ms"].as_f64().unwrap(), p[2]["ticks"]["p95_ms"].as_f64().unwrap()
+    );
+    assert!(page["height"].as_i64().unwrap() < 9000, "page height {}", page["height"]);
+}
+
+/// Names of any length: a 55-character GPU name without spaces and a 2 000-character host name
+/// keep the page as wide as the window (at 1280 px and at 360 px), the full name on hover; the
+/// title names the host.
+#[test]
+#[ignore = "needs scripts/test.sh (chromium)"]
+fn browser_layout_holds_long_names_at_any_width() {
+    let name = "NVIDIA-H100-80GB-HBM3-with-a-very-long-unbroken-name-xx";
+    assert_eq!(name.len(), 55);
+    let host = "n".repeat(2000);
+    let dir = shots_dir();
+    let profile = dir.join("long.toml");
+    std::fs::write(
+        &profile,
+        format!("name = \"long\"\n[[devices]]\nmodel = \"h100\"\ncount = 3\noverrides = {{ name = {name:?} }}\n"),
+    )
+    .unwrap();
+    let (_agent, base) = start(&["--backend", "mock", "--mock-profile", profile.to_str().unwrap(), "--host", &host]);
+    for width in [1280, 360] {
+        let size = ["--size".to_owned(), format!("{width}x800")];
+        let run = browse_with(&format!("{base}/"), &[3.0], &size, &dir.join(format!("long-{width}.png")));
+        assert_clean(&run);
+        let probe = &run["probes"][0];
+        assert_eq!(probe["page"]["width"], width, "the page is as wide as the window: {}", probe["page"]);
+        assert!(probe["title"].as_str().unwrap().starts_with(&host[..100]), "the title names the host");
+        assert_eq!(cards(probe).len(), 3);
+        for card in cards(probe) {
+            assert_eq!(card["name_title"], name, "the full name on hover");
+            assert_eq!(card["overflows"], false, "{card}");
+            assert!(card["right"].as_i64().unwrap() <= width, "{card}");
+        }
+    }
 }
