@@ -38,6 +38,7 @@
 mod assets;
 mod config;
 mod hub;
+mod page;
 mod serve;
 
 use std::net::SocketAddr;
