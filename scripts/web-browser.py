@@ -83,6 +83,11 @@ PROBE = r"""
     processes: q('#procs-section') && !q('#procs-section').hidden ? document.querySelectorAll('#procs tr').length : null,
     process_rows: [...document.querySelectorAll('#procs tr')].map((tr) => [...tr.children].map((td) => td.textContent)),
     steps: q('#steps-section') && !q('#steps-section').hidden ? q('#steps').textContent : null,
+    step_runs: [...document.querySelectorAll('#steps .run')].map((r) => ({
+      job: r.dataset.job, what: r.querySelector('.what').textContent,
+      recent: [...r.querySelectorAll('table.recent tr')].slice(1).map((tr) => [...tr.children].map((td) => td.textContent)),
+      per_gpu: [...r.querySelectorAll('table.per-gpu tr')].slice(1).map((tr) => [...tr.children].map((td) => td.textContent)),
+    })),
     page: { width: document.documentElement.scrollWidth, height: document.documentElement.scrollHeight,
             viewport: window.innerWidth, viewport_height: window.innerHeight, body_width: document.body.scrollWidth, scroll_y: Math.round(window.scrollY) },
     ticks: { n: ticks.length, median_ms: pct(0.5), p95_ms: pct(0.95), max_ms: ticks.length ? ticks[ticks.length - 1] : null },
@@ -111,6 +116,9 @@ def main():
     ap.add_argument("--metrics", action="store_true",
                     help="add the renderer's DevTools Performance.getMetrics (TaskDuration, ScriptDuration, "
                          "LayoutDuration, …, cumulative seconds) to each probe")
+    ap.add_argument("--network", action="store_true",
+                    help="add \"network\": per request path, its status, Content-Encoding, and the bytes received "
+                         "on the wire (encoded) and after decoding, up to the last probe")
     ap.add_argument("--chromium", default=os.environ.get("GPUMON_TEST_CHROMIUM") or shutil.which("chromium") or "chromium")
     args = ap.parse_args()
     times = sorted(args.at or [3.0])
@@ -176,9 +184,10 @@ def main():
         domains = ("Page", "Runtime", "Log", "Performance") if args.metrics else ("Page", "Runtime", "Log")
         for domain in domains:
             call(f"{domain}.enable", {}, session)
+        if args.header or args.network:
+            call("Network.enable", {}, session)
         if args.header:
             headers = dict(h.split(":", 1) for h in args.header)
-            call("Network.enable", {}, session)
             call("Network.setExtraHTTPHeaders", {"headers": {k.strip(): v.strip() for k, v in headers.items()}}, session)
         call("Emulation.setDeviceMetricsOverride",
              {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session)
@@ -211,9 +220,25 @@ def main():
             shot = call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": args.full_page}, session)
             with open(args.screenshot, "wb") as f:
                 f.write(base64.b64decode(shot["data"]))
+        requests = {}  # requestId -> {path, status, encoding, encoded, decoded}
         # A dialog would block the page: if one opened, close it so the browser can exit.
         for ev in events:
             m, p = ev.get("method"), ev.get("params", {})
+            if m == "Network.responseReceived":
+                resp = p.get("response", {})
+                url = resp.get("url", "")
+                path = "/" + url.split("/", 3)[3] if url.count("/") >= 3 else url
+                headers = {k.lower(): v for k, v in resp.get("headers", {}).items()}
+                requests[p["requestId"]] = {"path": path, "status": resp.get("status"),
+                                            "encoding": headers.get("content-encoding"), "encoded": 0, "decoded": 0}
+            elif m == "Network.dataReceived" and p.get("requestId") in requests:
+                r = requests[p["requestId"]]
+                r["encoded"] += p.get("encodedDataLength", 0)
+                r["decoded"] += p.get("dataLength", 0)
+            elif m == "Network.loadingFinished" and p.get("requestId") in requests:
+                # Whole answers report their size on the wire here (headers included).
+                r = requests[p["requestId"]]
+                r["encoded"] = max(r["encoded"], p.get("encodedDataLength", 0))
             if m == "Page.javascriptDialogOpening":
                 out["dialogs"].append(p.get("message"))
             elif m == "Runtime.exceptionThrown":
@@ -222,6 +247,8 @@ def main():
                 out["console_errors"].append(" ".join(str(a.get("value", a.get("description"))) for a in p.get("args", [])))
             elif m == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
                 out["console_errors"].append(p["entry"].get("text"))
+        if args.network:
+            out["network"] = list(requests.values())
     finally:
         chrome.kill()
         chrome.wait()

@@ -125,8 +125,21 @@ fn assert_clean(run: &Value) {
 fn browser_shows_eight_live_cards_for_h100x8() {
     let (_agent, base) = start(&["--backend", "mock", "--mock-profile", "h100x8"]);
     let snap = snapshot(&base);
-    let run = browse(&format!("{base}/"), &[3.0, 6.0], &shots_dir().join("h100x8.png"));
+    let run = browse_with(&format!("{base}/"), &[3.0, 6.0], &["--network".to_owned()], &shots_dir().join("h100x8.png"));
     assert_clean(&run);
+    // The browser negotiated gzip for the page, its API and its live stream.
+    for r in run["network"].as_array().unwrap() {
+        let path = r["path"].as_str().unwrap();
+        if path == "/favicon.ico" {
+            continue;
+        }
+        assert_eq!(r["encoding"], "gzip", "{r}");
+        if path == "/api/stream" {
+            let (wire, decoded) = (r["encoded"].as_f64().unwrap(), r["decoded"].as_f64().unwrap());
+            assert!(wire * 3.0 < decoded, "the stream compresses: {r}");
+        }
+    }
+    assert!(run["network"].as_array().unwrap().iter().any(|r| r["path"] == "/api/stream"));
     let (first, second) = (&run["probes"][0], &run["probes"][1]);
     let cards = first["cards"].as_array().unwrap();
     assert_eq!(cards.len(), 8, "{first}");
@@ -598,4 +611,49 @@ fn browser_layout_holds_long_names_at_any_width() {
             assert!(card["right"].as_i64().unwrap() <= width, "{card}");
         }
     }
+}
+
+/// A run that marks its steps (the steps socket): the page shows the run, the time of its
+/// recent steps and the per-GPU figures of the last one.
+#[test]
+#[ignore = "needs scripts/test.sh (chromium)"]
+fn browser_shows_training_steps_when_a_run_marks_them() {
+    use std::io::Write;
+    let dir = shots_dir().join("steps");
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("steps.sock");
+    let (_agent, base) =
+        start(&["--backend", "mock", "--mock-scenario", "training", "--steps-socket", socket.to_str().unwrap()]);
+    let marks = std::thread::spawn(move || {
+        let mut s = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        for step in 0..30 {
+            writeln!(s, "{{\"job\":\"train\",\"rank\":0,\"step\":{step}}}").unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    });
+    let run = browse(&format!("{base}/"), &[6.0], &dir.join("steps.png"));
+    marks.join().unwrap();
+    assert_clean(&run);
+    let probe = &run["probes"][0];
+    let runs = probe["step_runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{}", probe["steps"]);
+    let r = &runs[0];
+    assert_eq!(r["job"], "train");
+    let what = r["what"].as_str().unwrap();
+    assert!(what.contains("rank 0") && what.contains("s per step"), "{what}");
+    // Recent steps, newest first, each about the 300 ms between marks.
+    let recent = r["recent"].as_array().unwrap();
+    assert!(recent.len() >= 3, "{recent:?}");
+    let step = |row: &Value| row[0].as_str().unwrap().parse::<u64>().unwrap();
+    assert!(recent.windows(2).all(|w| step(&w[0]) > step(&w[1])), "{recent:?}");
+    for row in recent {
+        let secs: f64 = row[1].as_str().unwrap().trim_end_matches(" s").parse().unwrap();
+        assert!((0.1..1.5).contains(&secs), "{row}");
+        assert!(row[2].as_str().unwrap().ends_with('%'), "{row}");
+    }
+    // The last step's figures for each of the 8 GPUs, named as the cards are.
+    let per_gpu = r["per_gpu"].as_array().unwrap();
+    assert_eq!(per_gpu.len(), 8, "{per_gpu:?}");
+    assert_eq!(per_gpu[0][0], "GPU 0");
+    assert!(per_gpu.iter().all(|row| row[1].as_str().unwrap().ends_with('%')), "{per_gpu:?}");
 }
