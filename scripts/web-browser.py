@@ -51,8 +51,10 @@ PROBE = r"""
       shown_figures: [...c.querySelectorAll('[data-field]')].filter((v) => shown(v)).map((v) => v.getAttribute('data-field')),
       figure_opacity: c.querySelector('.figs') ? Number(getComputedStyle(c.querySelector('.figs')).opacity) : null,
       canvases: c.querySelectorAll('canvas').length,
+      legend_values: [...c.querySelectorAll('.u-legend .u-value')].map((v) => v.textContent),
       chart_labels: [...c.querySelectorAll('.chart')].map((x) => x.getAttribute('aria-label')),
-      axis_labels: c.querySelectorAll('.u-axis').length ? [...c.querySelectorAll('.u-axis')][0].textContent : null,
+      // uPlot draws axis text on the canvas; each axis it draws has a div of its own.
+      chart_axes: c.querySelector('.chart') ? c.querySelector('.chart').querySelectorAll('.u-axis').length : null,
       failed: c.classList.contains('failed'),
       why: c.querySelector('.why') && !c.querySelector('.why').hidden ? c.querySelector('.why').textContent : null,
       state: c.querySelector('.state') && !c.querySelector('.state').hidden ? c.querySelector('.state').textContent : null,
@@ -113,6 +115,8 @@ def main():
                          "e.g. '4:kill -STOP 1234' to stop the agent while the page watches")
     ap.add_argument("--click-at", action="append", default=[], metavar="SECONDS:SELECTOR",
                     help="click the first element matching SELECTOR (scrolling it into view) at this time")
+    ap.add_argument("--hover-at", action="append", default=[], metavar="SECONDS:SELECTOR",
+                    help="move the mouse to the middle of the first element matching SELECTOR at this time")
     ap.add_argument("--metrics", action="store_true",
                     help="add the renderer's DevTools Performance.getMetrics (TaskDuration, ScriptDuration, "
                          "LayoutDuration, …, cumulative seconds) to each probe")
@@ -129,6 +133,9 @@ def main():
     for spec in args.click_at:
         at, sel = spec.split(":", 1)
         actions.append((float(at), "click", sel))
+    for spec in args.hover_at:
+        at, sel = spec.split(":", 1)
+        actions.append((float(at), "hover", sel))
     width, height = (int(x) for x in args.size.split("x"))
 
     to_r, to_w = os.pipe()
@@ -200,6 +207,15 @@ def main():
             if kind == "exec":
                 subprocess.Popen(["sh", "-c", arg])
                 out["actions"].append({"at": round(time.monotonic() - t0, 2), "exec": arg})
+                continue
+            if kind == "hover":
+                js = ("(() => { const e = document.querySelector(%s); if (!e) return null; e.scrollIntoView({block: 'center'}); "
+                      "const r = e.getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2]; })()"
+                      % json.dumps(arg))
+                xy = call("Runtime.evaluate", {"expression": js, "returnByValue": True}, session)["result"].get("value")
+                if xy:
+                    call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": xy[0], "y": xy[1]}, session)
+                out["actions"].append({"at": round(time.monotonic() - t0, 2), "hover": arg, "found": bool(xy)})
                 continue
             if kind == "click":
                 js = ("(() => { const e = document.querySelector(%s); if (!e) return false; e.click(); return true; })()"

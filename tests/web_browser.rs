@@ -125,7 +125,16 @@ fn assert_clean(run: &Value) {
 fn browser_shows_eight_live_cards_for_h100x8() {
     let (_agent, base) = start(&["--backend", "mock", "--mock-profile", "h100x8"]);
     let snap = snapshot(&base);
-    let run = browse_with(&format!("{base}/"), &[3.0, 6.0], &["--network".to_owned()], &shots_dir().join("h100x8.png"));
+    // Hover over GPU 0's first chart; open its detail view.
+    let extra = [
+        "--network",
+        "--hover-at",
+        "5.0:#gpus .card:first-child .chart .u-over",
+        "--click-at",
+        "5.2:#gpus .card:first-child details.more summary",
+    ]
+    .map(String::from);
+    let run = browse_with(&format!("{base}/"), &[3.0, 6.0], &extra, &shots_dir().join("h100x8.png"));
     assert_clean(&run);
     // The browser negotiated gzip for the page, its API and its live stream.
     for r in run["network"].as_array().unwrap() {
@@ -161,6 +170,37 @@ fn browser_shows_eight_live_cards_for_h100x8() {
     let figures = |p: &Value| p["cards"].as_array().unwrap().iter().map(|c| c["figures"].clone()).collect::<Vec<_>>();
     assert_ne!(figures(first), figures(second), "figures did not change in 3 s");
     assert!(second["host"].as_str().unwrap().contains("mock"));
+    assert!(
+        second["title"].as_str().unwrap().starts_with(snap["system"]["hostname"].as_str().unwrap()),
+        "the title names the host"
+    );
+    let gpu0 = &second["cards"][0];
+    // A time axis, values on hover, the chart in words.
+    assert_eq!(gpu0["chart_axes"], 2, "a time axis and a value axis: {gpu0}");
+    let hovered = gpu0["legend_values"].as_array().unwrap();
+    assert!(hovered.iter().any(|v| v.as_str().unwrap().ends_with(" %")), "a value under the pointer: {hovered:?}");
+    let words = gpu0["chart_labels"][0].as_str().unwrap();
+    assert!(words.starts_with("utilisation over the last 10 min: now ") && words.contains("max"), "{words}");
+    // The detail view: what the snapshot knows about this GPU beyond the five figures.
+    let detail: std::collections::HashMap<String, String> = gpu0["detail"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| (row[0].as_str().unwrap().to_owned(), row[1].as_str().unwrap().to_owned()))
+        .collect();
+    for key in
+        ["clock event reasons", "PCIe link", "ECC corrected / uncorrected", "XID errors", "NVLink", "NVLink errors"]
+    {
+        assert!(detail.contains_key(key), "{key} missing from the detail view: {detail:?}");
+    }
+    let links = devices[0]["nvlink"]["links"].as_array().unwrap();
+    let up = links.iter().filter(|l| l["state"] == "up").count();
+    assert!(detail["NVLink"].starts_with(&format!("{up} of {} links up", links.len())), "{detail:?}");
+    let pcie = &devices[0]["pcie"];
+    assert!(
+        detail["PCIe link"].starts_with(&format!("Gen{} x{}", pcie["link_generation"], pcie["link_width"])),
+        "{detail:?}"
+    );
 }
 
 #[test]
@@ -340,6 +380,9 @@ fn browser_says_stale_within_three_intervals_of_a_stopped_agent_and_live_after()
         num.parse().unwrap_or_else(|_| panic!("{text}"))
     };
     assert!(age(&p[1]) >= 1.25 && age(&p[2]) > age(&p[1]) + 1.5, "{} then {}", p[1]["conn"], p[2]["conn"]);
+    // The outage is a gap in the charts, and their text says so.
+    let words = cards(&p[3])[0]["chart_labels"][0].as_str().unwrap();
+    assert!(words.contains("1 gap without samples"), "{words}");
     // Live again: the figures move.
     let figures = |p: &Value| cards(p).iter().map(|c| c["figures"].clone()).collect::<Vec<_>>();
     assert_ne!(figures(&p[2]), figures(&p[3]), "no new sample after SIGCONT");

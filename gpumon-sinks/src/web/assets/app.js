@@ -351,7 +351,11 @@ function describe(f, xs) {
     now = v;
   }
   if (now == null) return f.label + ": no data";
-  return f.label + " over the last " + Math.round(WINDOW_S / 60) + " min: now " + f.fmt(now) + ", min " + f.fmt(min) + ", max " + f.fmt(max);
+  // Gaps: runs of missing samples (pushPoint marks an outage with one null).
+  let gaps = 0;
+  for (let i = 1; i < xs.length; i++) if (xs[i] == null && xs[i - 1] != null) gaps++;
+  return f.label + " over the last " + Math.round(WINDOW_S / 60) + " min: now " + f.fmt(now) + ", min " + f.fmt(min) + ", max " + f.fmt(max) +
+    (gaps ? ", " + gaps + (gaps > 1 ? " gaps" : " gap") + " without samples" : "");
 }
 
 function redraw() {
