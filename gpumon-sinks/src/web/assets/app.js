@@ -53,6 +53,7 @@ const st = {
 window.__gpumonTicks = [];
 let visible = null; // IntersectionObserver of the cards (charts are drawn for visible cards only)
 const openFindings = new Set(); // kinds whose GPU list the reader unfolded
+let findingsSig = null; // what the findings list shows now (see findings())
 let compact = false;
 
 function el(tag, cls, text) {
@@ -491,7 +492,6 @@ function findings(diagnosis) {
   const list = document.getElementById("findings");
   const active = (diagnosis && diagnosis.active) || [];
   document.getElementById("findings-section").hidden = !diagnosis;
-  clear(list);
   const byGpu = new Map();
   for (const f of active) {
     if (f.uuid == null) continue;
@@ -500,16 +500,37 @@ function findings(diagnosis) {
   }
   for (const [uuid, g] of gpus) {
     const fs = byGpu.get(uuid) || [];
-    clear(g.badges);
-    let worst = "";
-    for (const f of fs) {
-      const sev = String(f.severity || "").toLowerCase();
-      g.badges.appendChild(el("span", "badge " + sev, f.kind));
-      if ((SEVERITY[sev] || 0) > (SEVERITY[worst] || 0)) worst = sev;
+    // Rebuilt only when they change: on a large host most ticks change no badge.
+    const sig = fs.map((f) => f.severity + " " + f.kind).join("|");
+    if (g.badgeSig !== sig) {
+      g.badgeSig = sig;
+      clear(g.badges);
+      let worst = "";
+      for (const f of fs) {
+        const sev = String(f.severity || "").toLowerCase();
+        g.badges.appendChild(el("span", "badge " + sev, f.kind));
+        if ((SEVERITY[sev] || 0) > (SEVERITY[worst] || 0)) worst = sev;
+      }
+      g.cell.dataset.finding = worst;
     }
-    g.cell.dataset.finding = worst;
     if (fs.length) g.cell.title += " · " + fs.map((f) => f.kind).join(", ");
   }
+  // The list is rebuilt when its entries change; otherwise only the evidence of unfolded
+  // entries is refreshed (the evidence quotes figures that move every tick).
+  const sig = active.map((f) => [f.severity, f.kind, f.gpu, f.advice].join(" ")).join("|") + "|" + !!diagnosis;
+  if (sig === findingsSig) {
+    for (const li of list.children) {
+      const fold = li.querySelector("details.fold");
+      if (!fold || !fold.open) continue;
+      const fs = active.filter((f) => f.kind === li.dataset.kind && f.evidence);
+      const ev = fold.querySelector("ul.evidence");
+      clear(ev);
+      for (const x of fs) ev.appendChild(el("li", null, (x.gpu != null ? "GPU " + x.gpu + ": " : "") + x.evidence));
+    }
+    return;
+  }
+  findingsSig = sig;
+  clear(list);
   if (!active.length) {
     list.appendChild(el("li", null, "No active findings."));
     return;
