@@ -700,3 +700,50 @@ fn browser_shows_training_steps_when_a_run_marks_them() {
     assert_eq!(per_gpu[0][0], "GPU 0");
     assert!(per_gpu.iter().all(|row| row[1].as_str().unwrap().ends_with('%')), "{per_gpu:?}");
 }
+
+/// A failed sample keeps the cards but greys them with the reason (one state: `failed`), a lost
+/// GPU says LOST in words, and the page is live again once sampling recovers.
+#[test]
+#[ignore = "needs scripts/test.sh (chromium)"]
+fn browser_greys_cards_with_the_reason_while_sampling_fails() {
+    let dir = shots_dir().join("failing");
+    std::fs::create_dir_all(&dir).unwrap();
+    let scenario = dir.join("failing.toml");
+    // At 500 ms: GPU 3 lost from 1 s; every sample fails from 4 s to 8 s.
+    std::fs::write(
+        &scenario,
+        "name = \"failing\"\n[[phases]]\nshape = \"steady\"\nbusy = 0.9\n\
+         [[faults]]\nkind = \"device_lost\"\ndevice = 3\nat_tick = 2\n\
+         [[faults]]\nkind = \"unavailable\"\nfrom_tick = 8\nuntil_tick = 16\n",
+    )
+    .unwrap();
+    let (_agent, base) =
+        start(&["--backend", "mock", "--mock-profile", "a100x4", "--mock-scenario", scenario.to_str().unwrap()]);
+    let run = browse(&format!("{base}/"), &[3.0, 4.0, 5.0, 6.0, 12.0], &dir.join("failing.png"));
+    assert_clean(&run);
+    let probes = run["probes"].as_array().unwrap();
+    let failed: Vec<&Value> = probes.iter().filter(|p| p["conn_state"] == "failed").collect();
+    assert!(
+        !failed.is_empty(),
+        "no probe saw the failure: {:?}",
+        probes.iter().map(|p| &p["conn"]).collect::<Vec<_>>()
+    );
+    for p in &failed {
+        let reason = p["conn"].as_str().unwrap().strip_prefix("sampling failed · ").expect("the reason").to_owned();
+        assert!(!reason.is_empty());
+        assert_eq!(cards(p).len(), 4, "the last cards stay: {p}");
+        for card in cards(p) {
+            assert_eq!(card["failed"], true, "{card}");
+            assert_eq!(card["why"], format!("sampling failed: {reason}"), "{card}");
+            assert!(card["figure_opacity"].as_f64().unwrap() < 1.0, "greyed: {card}");
+        }
+    }
+    let last = probes.last().unwrap();
+    assert_eq!(last["conn_state"], "live", "{}", last["conn"]);
+    for card in cards(last) {
+        assert_eq!(card["failed"], false, "{card}");
+        assert_eq!(card["figure_opacity"], 1.0, "{card}");
+        let lost = card["label"] == "GPU 3";
+        assert_eq!(card["state"], if lost { Value::from("LOST") } else { Value::Null }, "{card}");
+    }
+}
