@@ -74,6 +74,7 @@ PROBE = r"""
     host: q('#host') ? q('#host').textContent : null,
     conn: q('#conn') ? q('#conn').textContent : null,
     conn_state: q('#conn') ? q('#conn').dataset.state : null,
+    stale_at_age: q('#conn') && q('#conn').dataset.staleAtAge ? Number(q('#conn').dataset.staleAtAge) : null,
     empty: q('#empty') && !q('#empty').hidden ? q('#empty').textContent : null,
     findings: q('#findings-section') && !q('#findings-section').hidden ? [...document.querySelectorAll('#findings > li')].map((l) => l.textContent) : null,
     finding_groups: [...document.querySelectorAll('#findings > li[data-kind]')].map((l) => ({

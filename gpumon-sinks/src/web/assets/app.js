@@ -160,6 +160,9 @@ function status() {
     text = "live · sample " + secs(a) + " old";
   }
   if (conn.textContent !== text) conn.textContent = text;
+  // How old the newest sample was when the page called it stale (for the browser tests: the
+  // promise is "stale within three intervals", whenever a probe looks).
+  if (state === "stale" && conn.dataset.state !== "stale") conn.dataset.staleAtAge = a.toFixed(2);
   conn.dataset.state = state;
   conn.classList.toggle("live", state === "live");
   document.body.dataset.state = state;
