@@ -118,6 +118,9 @@ def main():
                     help="click the first element matching SELECTOR (scrolling it into view) at this time")
     ap.add_argument("--hover-at", action="append", default=[], metavar="SECONDS:SELECTOR",
                     help="move the mouse to the middle of the first element matching SELECTOR at this time")
+    ap.add_argument("--start-when", metavar="STATE",
+                    help="start the timeline (--at, --exec-at, …) when the page's state (#conn data-state: live, "
+                         "stale, failed, waiting, …) first reads STATE rather than when it starts loading; fails after 60 s")
     ap.add_argument("--metrics", action="store_true",
                     help="add the renderer's DevTools Performance.getMetrics (TaskDuration, ScriptDuration, "
                          "LayoutDuration, …, cumulative seconds) to each probe")
@@ -201,6 +204,16 @@ def main():
              {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session)
         t0 = time.monotonic()
         call("Page.navigate", {"url": args.url}, session)
+        if args.start_when:
+            # A loaded machine can take seconds to bring the page up: time the script from the
+            # state it is about, not from navigation.
+            expr = "(() => { const c = document.querySelector('#conn'); return c ? c.dataset.state : null; })()"
+            while call("Runtime.evaluate", {"expression": expr, "returnByValue": True}, session)["result"].get("value") != args.start_when:
+                if time.monotonic() - t0 > 60:
+                    raise SystemExit(f"web-browser.py: the page never reached state {args.start_when!r} in 60 s")
+                time.sleep(0.05)
+            out["started_after"] = round(time.monotonic() - t0, 2)
+            t0 = time.monotonic()
         out["actions"] = []
         steps = sorted([(at, "probe", None) for at in times] + actions, key=lambda x: x[0])
         for at, kind, arg in steps:

@@ -29,7 +29,7 @@ fn browse(url: &str, header: &str) -> Value {
     let out = Command::new("python3")
         .arg(script)
         .arg(url)
-        .args(["--chromium", &chromium, "--header", header, "--at", "3"])
+        .args(["--chromium", &chromium, "--header", header, "--start-when", "live", "--at", "1"])
         .output()
         .expect("python3");
     assert!(out.status.success(), "web-browser.py failed: {}", String::from_utf8_lossy(&out.stderr));
