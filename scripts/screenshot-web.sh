@@ -39,7 +39,8 @@ shot() {
 
 shot web.png 1280x1000 "" -- --mock-profile h100x8 --mock-scenario dataloader-starved --diagnose-window 5s \
     --enable processes --host gpu-node-01
-# The whole page: its height at 64 GPUs is part of what the picture shows.
-shot web-64.png 1280x1000 --full-page -- --mock-profile h100x64 --mock-scenario imbalance --diagnose-window 5s \
+# The whole page: its height at 64 GPUs is part of what the picture shows. The window is as tall
+# as the page, so that every card counts as on screen and draws its chart.
+shot web-64.png 1280x4600 --full-page -- --mock-profile h100x64 --mock-scenario imbalance --diagnose-window 5s \
     --host gpu-node-64
 shot web-mig.png 1280x1000 "" -- --mock-profile a100x8-mig --enable processes --host mig-node-01

@@ -247,7 +247,7 @@ fn browser_shows_findings_with_advice_and_processes() {
         "--backend",
         "mock",
         "--mock-profile",
-        "a100x4",
+        "h100x8",
         "--mock-scenario",
         "dataloader-starved",
         "--diagnose-window",
@@ -267,6 +267,10 @@ fn browser_shows_findings_with_advice_and_processes() {
     );
     assert!(probe["processes"].as_u64().unwrap() > 0, "{probe}");
     assert_eq!(probe["steps"], Value::Null, "no steps section without steps in the snapshot");
+    // Evidence of more than three GPUs is folded, however the finding grew to them.
+    for g in probe["finding_groups"].as_array().unwrap() {
+        assert_eq!(g["folded"], g["evidence"].as_u64().unwrap() > 3, "{g}");
+    }
 }
 
 #[test]

@@ -172,7 +172,7 @@ function status() {
     const msg = failed && state !== "waiting"
       ? "No GPU data: the agent cannot sample its GPUs (" + failed.reason + ")."
       : state === "waiting" ? "Not connected: " + st.why + "."
-      : st.snap ? "The agent reports no GPU." : "Waiting for the first sample…";
+      : st.snap ? "No GPU in this view." : "Waiting for the first sample…";
     if (empty.textContent !== msg) empty.textContent = msg;
   }
 }
@@ -300,7 +300,9 @@ function ensureCharts(g) {
       height: 60,
       legend: { show: true, live: true },
       cursor: { y: false, points: { size: 5 } },
-      scales: { x: { time: true }, y: { range: (u, min, max) => [Math.min(0, min ?? 0), Math.max((max ?? 0) * 1.1, 1)] } },
+      // At least the last minute on the time axis: a chart with one or two points would
+      // otherwise span years.
+      scales: { x: { time: true, range: (u, min, max) => xRange(min, max) }, y: { range: (u, min, max) => [Math.min(0, min ?? 0), Math.max((max ?? 0) * 1.1, 1)] } },
       axes: [
         { stroke: "#9aa0aa", size: 18, space: 60, grid: { show: false }, ticks: { size: 3 }, font: "10px sans-serif" },
         // Small charts: allow ticks 14 px apart, or uPlot labels only the zero line.
@@ -317,6 +319,11 @@ function ensureCharts(g) {
     g.chartBoxes[i] = box;
   }
   g.dirty = true;
+}
+
+function xRange(min, max) {
+  const end = max ?? Date.now() / 1000;
+  return min == null || end - min < 60 ? [end - 60, end] : [min, end];
 }
 
 function pushPoint(point) {
@@ -567,7 +574,11 @@ function findings(diagnosis) {
       const ev = el("ul", "evidence");
       for (const x of withEvidence) ev.appendChild(el("li", null, (x.gpu != null ? "GPU " + x.gpu + ": " : "") + x.evidence));
       fold.appendChild(ev);
+      // Setting `open` fires "toggle" too: only a change from what the page set is the reader's.
+      fold.dataset.set = String(fold.open);
       fold.addEventListener("toggle", () => {
+        if (String(fold.open) === fold.dataset.set) return;
+        fold.dataset.set = String(fold.open);
         openFindings.delete(kind);
         openFindings.delete("-" + kind);
         openFindings.add(fold.open ? kind : "-" + kind);
