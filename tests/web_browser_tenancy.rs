@@ -29,7 +29,7 @@ fn browse(url: &str, header: &str) -> Value {
     let out = Command::new("python3")
         .arg(script)
         .arg(url)
-        .args(["--chromium", &chromium, "--header", header, "--at", "3"])
+        .args(["--chromium", &chromium, "--header", header, "--start-when", "live", "--at", "1"])
         .output()
         .expect("python3");
     assert!(out.status.success(), "web-browser.py failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -62,7 +62,7 @@ fn a_tenants_page_goes_live_and_shows_only_its_gpus() {
         assert_eq!(run["exceptions"], serde_json::json!([]), "{who}: script errors");
         assert_eq!(run["console_errors"], serde_json::json!([]), "{who}: console errors (a 401 shows here)");
         let probe = &run["probes"][0];
-        assert_eq!(probe["conn"], "live", "{who}: the live stream did not connect: {probe}");
+        assert_eq!(probe["conn_state"], "live", "{who}: the live stream did not connect: {probe}");
         assert!(probe["host"].as_str().is_some_and(|h| h.contains("mock")), "{who}: no host summary: {probe}");
     }
     assert_eq!(admin["probes"][0]["cards"].as_array().unwrap().len(), 8);

@@ -16,6 +16,7 @@ use gpumon_core::attribution::TenantSelector;
 use gpumon_core::{DeviceInfo, DeviceSample, Snapshot, Telemetry};
 use tokio::sync::{mpsc, Notify};
 
+use super::page;
 use crate::http::shares::{Holder, Lease, Refused, Shares};
 
 /// The charted values, in this order in every history point (units as the page shows them).
@@ -46,6 +47,8 @@ fn values(d: &DeviceSample) -> [Option<f64>; 5] {
 pub(crate) struct Client {
     pub(crate) rx: mpsc::Receiver<Bytes>,
     pub(crate) close: Arc<Notify>,
+    /// Its events are gzip-compressed (the stream starts with the gzip header).
+    pub(crate) gzip: bool,
 }
 
 struct Sender {
@@ -55,6 +58,32 @@ struct Sender {
     scope: Option<usize>,
     /// Its slot among its credential's share; given back when the client is dropped.
     _lease: Lease,
+    /// Whether it gets the events gzip-compressed ([`Event::gzip`]).
+    gzip: bool,
+}
+
+/// One tick's live event for one view: the Server-Sent Event as text and the same as a deflate
+/// segment of a gzip stream ([`page::deflate_segment`]), each made once and shared by every
+/// client of the view.
+#[derive(Clone)]
+pub(crate) struct Event {
+    plain: Bytes,
+    gzip: Bytes,
+}
+
+impl Event {
+    fn new(plain: Bytes) -> Self {
+        let gzip = page::deflate_segment(&plain);
+        Self { plain, gzip }
+    }
+
+    fn for_client(&self, gzip: bool) -> Bytes {
+        if gzip {
+            self.gzip.clone()
+        } else {
+            self.plain.clone()
+        }
+    }
 }
 
 #[derive(Default)]
@@ -62,7 +91,7 @@ struct Inner {
     latest: Option<Arc<Snapshot>>,
     /// The latest event of the unscoped view, as sent to live clients (a new client gets it
     /// first). Tenants' events are never kept here.
-    latest_event: Option<Bytes>,
+    latest_event: Option<Event>,
     history: VecDeque<Point>,
     clients: Vec<Sender>,
 }
@@ -118,9 +147,9 @@ impl Hub {
     }
 
     /// The live event of `snapshot` for `scope`; `held` as for [`Hub::view`].
-    fn event_for(&self, snapshot: &Arc<Snapshot>, scope: Option<usize>, held: Option<&[Vec<bool>]>) -> Bytes {
+    fn event_for(&self, snapshot: &Arc<Snapshot>, scope: Option<usize>, held: Option<&[Vec<bool>]>) -> Event {
         let t = snapshot.timestamp_nanos() as f64 / 1e9;
-        event(&self.view(snapshot, scope, held), t)
+        Event::new(event(&self.view(snapshot, scope, held), t))
     }
 
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -153,7 +182,7 @@ impl Hub {
         // Which GPUs each tenant holds: once per tick, for the history and for every view.
         let held_now: Vec<Vec<bool>> = self.tenants.iter().map(|tenant| tenant.held_devices(&snapshot)).collect();
         // Serialise outside the lock, and only for the views someone listens to.
-        let mut events: Vec<(Option<usize>, Bytes)> = Vec::new();
+        let mut events: Vec<(Option<usize>, Event)> = Vec::new();
         if self.clients.load(Ordering::Acquire) > 0 {
             let mut scopes: Vec<Option<usize>> = if self.tenants.is_empty() {
                 vec![None]
@@ -196,7 +225,7 @@ impl Hub {
         let mut dropped = 0u64;
         inner.clients.retain(|c| {
             let Some((_, event)) = events.iter().find(|(s, _)| *s == c.scope) else { return true };
-            match c.tx.try_send(event.clone()) {
+            match c.tx.try_send(event.for_client(c.gzip)) {
                 Ok(()) => true,
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     // Too slow: close its connection now, so neither its queue nor the socket's
@@ -222,6 +251,12 @@ impl Hub {
     /// A new live client of `scope`'s view, or why not: `max_clients` are connected, or the
     /// scope's credential holds its share of them ([`Shares`]).
     pub(crate) fn subscribe_as(&self, scope: Option<usize>) -> Result<Client, Refused> {
+        self.subscribe_with(scope, false)
+    }
+
+    /// [`Hub::subscribe_as`], the events gzip-compressed when `gzip` (the stream then starts
+    /// with the gzip header; see [`page`]).
+    pub(crate) fn subscribe_with(&self, scope: Option<usize>, gzip: bool) -> Result<Client, Refused> {
         let mut inner = self.inner();
         // Clients that went away give their slots back first.
         inner.clients.retain(|c| !c.tx.is_closed());
@@ -235,19 +270,25 @@ impl Hub {
         // Room for the two greeting messages on top of the client's own buffer.
         let (tx, rx) = mpsc::channel(self.client_buffer + 2);
         let close = Arc::new(Notify::new());
-        let retry = Bytes::from_static(b"retry: 2000\n\n");
-        let _ = tx.try_send(retry);
+        let retry = b"retry: 2000\n\n";
+        let _ = tx.try_send(if gzip {
+            let mut first = page::GZIP_HEADER.to_vec();
+            first.extend_from_slice(&page::deflate_segment(retry));
+            Bytes::from(first)
+        } else {
+            Bytes::from_static(retry)
+        });
         let first = match (scope, &inner.latest_event, &inner.latest) {
             (None, Some(e), _) => Some(e.clone()),
             (_, _, Some(s)) => Some(self.event_for(s, scope, None)),
             (_, _, None) => None,
         };
         if let Some(first) = first {
-            let _ = tx.try_send(first);
+            let _ = tx.try_send(first.for_client(gzip));
         }
-        inner.clients.push(Sender { tx, close: close.clone(), scope, _lease: lease });
+        inner.clients.push(Sender { tx, close: close.clone(), scope, gzip, _lease: lease });
         self.clients.store(inner.clients.len(), Ordering::Release);
-        Ok(Client { rx, close })
+        Ok(Client { rx, close, gzip })
     }
 
     /// `/api/history`: the points of the last `seconds` (before the latest point), JSON; for a
@@ -307,14 +348,14 @@ fn write_point<'a>(out: &mut String, t: f64, gpus: impl Iterator<Item = (&'a str
 }
 
 /// One Server-Sent Event: `{"point":…,"snapshot":…}` on a single `data:` line (JSON has no raw
-/// newlines).
+/// newlines); the snapshot as the page draws it ([`page::PageSnapshot`]).
 fn event(snapshot: &Snapshot, t: f64) -> Bytes {
     let mut out = String::with_capacity(8 * 1024);
     out.push_str("event: snapshot\ndata: {\"point\":");
     let vals: Vec<[Option<f64>; 5]> = snapshot.devices.iter().map(values).collect();
     write_point(&mut out, t, snapshot.devices.iter().map(|d| d.info.uuid.as_str()).zip(vals.iter()));
     out.push_str(",\"snapshot\":");
-    match serde_json::to_string(snapshot) {
+    match serde_json::to_string(&page::PageSnapshot(snapshot)) {
         Ok(json) => out.push_str(&json),
         Err(e) => {
             tracing::warn!(error = %e, "web view: cannot serialise a snapshot");

@@ -6,10 +6,14 @@
 //!
 //! | path | what |
 //! |---|---|
-//! | `/` | the page: a card per GPU (`data-gpu-uuid`), live charts (utilisation, memory, power, temperature, SM clock), host summary, findings with advice, processes, training steps, a banner for simulated data |
+//! | `/` | the page: the sample's age and one state (live, stale, failed, waiting to reconnect), a card per device (`data-gpu-uuid`; MIG instances labelled by parent and profile) with live charts (utilisation, memory, power, temperature, SM clock) and a detail view, an overview of every device, host summary, findings grouped per kind, processes, training steps, a banner for simulated data |
 //! | `/api/snapshot` | the latest snapshot, JSON (as `gpumon_core::Snapshot` serialises); 503 before the first and while the last sample failed |
 //! | `/api/history?seconds=N` | charted values of the last N seconds (default 300), from a ring of [`WebConfig::history`] samples |
-//! | `/api/stream` | `text/event-stream`: the latest snapshot at once, then one `snapshot` event per tick |
+//! | `/api/stream` | `text/event-stream`: the latest snapshot at once, then one `snapshot` event per tick — the snapshot as the page draws it (NVLink totals, no per-link data, windows or GPM) |
+//!
+//! Every answer is gzip-compressed when the client accepts it; the live stream is one gzip
+//! stream, flushed after every event, whose compressed events are made once per tick and view
+//! and shared by every client (see `docs/web.md`).
 //!
 //! Tenants ([`WebConfig::tenants`]): a request with a tenant's credential gets that tenant's
 //! view on every data route — the snapshot, the history (each point holds only the GPUs the
@@ -38,6 +42,7 @@
 mod assets;
 mod config;
 mod hub;
+mod page;
 mod serve;
 
 use std::net::SocketAddr;

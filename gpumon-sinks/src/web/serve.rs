@@ -10,7 +10,7 @@ use hyper::{Request, Response, StatusCode};
 use super::assets;
 use super::hub::Hub;
 use crate::http::access::Scope;
-use crate::http::server::{accepts_gzip, reject_method, text_response, Body, Handler, Settings};
+use crate::http::server::{accepts_gzip, gzip_fast, reject_method, text_response, Body, Handler, Settings};
 
 /// The web view's Content-Security-Policy: no inline script or style, nothing from elsewhere (the
 /// page's own files and its own API only).
@@ -39,6 +39,24 @@ fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
     r
 }
 
+/// [`json`], gzip-compressed when the client accepts it (a snapshot or a history compresses
+/// about tenfold).
+fn json_negotiated(
+    req: &Request<Incoming>,
+    status: StatusCode,
+    body: impl Into<Bytes> + AsRef<[u8]>,
+) -> Response<Body> {
+    if !accepts_gzip(req) {
+        let mut r = json(status, body);
+        r.headers_mut().insert(VARY, HeaderValue::from_static("accept-encoding"));
+        return r;
+    }
+    let mut r = json(status, gzip_fast(body.as_ref()));
+    r.headers_mut().insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    r.headers_mut().insert(VARY, HeaderValue::from_static("accept-encoding"));
+    r
+}
+
 fn route(hub: &Arc<Hub>, req: &Request<Incoming>, settings: &Settings) -> Response<Body> {
     if let Some(r) = reject_method(req) {
         return r;
@@ -62,14 +80,14 @@ fn route(hub: &Arc<Hub>, req: &Request<Incoming>, settings: &Settings) -> Respon
                     json(StatusCode::SERVICE_UNAVAILABLE, body)
                 }
                 None => match serde_json::to_vec(&*s) {
-                    Ok(body) => json(StatusCode::OK, body),
+                    Ok(body) => json_negotiated(req, StatusCode::OK, body),
                     Err(_) => text_response(StatusCode::INTERNAL_SERVER_ERROR, "cannot serialise the snapshot\n"),
                 },
             },
             None => json(StatusCode::SERVICE_UNAVAILABLE, "{\"error\":\"no snapshot yet\"}"),
         },
         "/api/history" => match seconds(req.uri().query()) {
-            Ok(s) => json(StatusCode::OK, hub.history_json_for(s, scope)),
+            Ok(s) => json_negotiated(req, StatusCode::OK, hub.history_json_for(s, scope)),
             Err(msg) => {
                 let body = serde_json::json!({ "error": msg }).to_string();
                 json(StatusCode::BAD_REQUEST, body)
@@ -86,12 +104,18 @@ fn route(hub: &Arc<Hub>, req: &Request<Incoming>, settings: &Settings) -> Respon
             r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
             r
         }
-        "/api/stream" => match hub.subscribe_as(scope) {
+        "/api/stream" => match hub.subscribe_with(scope, accepts_gzip(req)) {
             Ok(client) => {
+                let gzip = client.gzip;
                 let mut r = Response::new(Body::stream(client.rx, client.close));
                 let h = r.headers_mut();
                 h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
                 h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                h.insert(VARY, HeaderValue::from_static("accept-encoding"));
+                // One gzip stream, flushed after every event (see web/page.rs).
+                if gzip {
+                    h.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+                }
                 r
             }
             Err(refused) => text_response(StatusCode::SERVICE_UNAVAILABLE, format!("{refused}\n")),

@@ -382,3 +382,117 @@ fn tls_errors_name_the_file_or_the_feature() {
     #[cfg(not(feature = "prometheus-tls"))]
     assert!(err.contains("web.tls") && err.contains("prometheus-tls"), "{err}");
 }
+
+/// `body` of a chunked HTTP/1.1 answer (everything after the head), de-chunked; stops at the
+/// first incomplete chunk.
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = body.windows(2).position(|w| w == b"\r\n") {
+        let Ok(size) = usize::from_str_radix(std::str::from_utf8(&body[..eol]).unwrap().trim(), 16) else { break };
+        let start = eol + 2;
+        if size == 0 || body.len() < start + size + 2 {
+            break;
+        }
+        out.extend_from_slice(&body[start..start + size]);
+        body = &body[start + size + 2..];
+    }
+    out
+}
+
+/// Decodes a gzip stream that has no trailer yet (a live stream): everything decodable.
+fn gunzip_prefix(data: &[u8]) -> String {
+    let mut decoder = flate2::read::GzDecoder::new(data);
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match std::io::Read::read(&mut decoder, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+#[tokio::test]
+async fn api_and_stream_are_gzipped_on_request_and_events_carry_what_the_page_draws() {
+    let sink = WebSink::from_config(&config()).unwrap();
+    let h = sink.handle();
+    let addr = sink.local_addr().unwrap();
+    // A GPU with NVLink links, windows and GPM: the API has them all, the page's stream only
+    // the NVLink totals.
+    let mut s = (*snapshot(1, SystemTime::now())).clone();
+    let mut links: Vec<_> = (0..4).map(gpumon_core::NvlinkLink::new).collect();
+    for (i, l) in links.iter_mut().enumerate() {
+        l.state = gpumon_core::NvlinkState::Up;
+        l.tx_bytes = Some(1000 * (i as u64 + 1));
+        l.crc_errors = Some(i as u64);
+    }
+    links[3].state = gpumon_core::NvlinkState::Down;
+    s.devices[0].nvlink = Some(gpumon_core::Nvlink::new(links));
+    s.devices[0].gpm.sm_activity = Some(0.5);
+    let s = Arc::new(s);
+    h.publish(s.clone());
+
+    let gz = ["Accept-Encoding: gzip, deflate"];
+    let r = request(addr, "GET", "/api/snapshot", &gz).await;
+    assert_eq!(
+        (r.status, r.header("content-encoding"), r.header("vary")),
+        (200, Some("gzip"), Some("accept-encoding"))
+    );
+    let full: serde_json::Value = serde_json::from_str(&gunzip_prefix(&r.body)).unwrap();
+    assert_eq!(full, serde_json::to_value(&*s).unwrap(), "the API keeps the whole snapshot");
+    assert_eq!(full["devices"][0]["nvlink"]["links"].as_array().unwrap().len(), 4);
+    let r = get(addr, "/api/snapshot").await;
+    assert_eq!(r.header("content-encoding"), None, "plain unless asked");
+    let r = request(addr, "GET", "/api/history", &gz).await;
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    let hist: serde_json::Value = serde_json::from_str(&gunzip_prefix(&r.body)).unwrap();
+    assert_eq!(hist["points"].as_array().unwrap().len(), 1);
+
+    // The stream: one gzip stream, each event decodable as soon as it arrives.
+    let mut conn = TcpStream::connect(addr).await.unwrap();
+    conn.write_all(b"GET /api/stream HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n").await.unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 16384];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut published = false;
+    let text = loop {
+        let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n");
+        if let Some(end) = head_end {
+            let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+            assert!(head.contains("content-encoding: gzip"), "{head}");
+            let text = gunzip_prefix(&dechunk(&raw[end + 4..]));
+            if text.contains("\"seq\":2,") {
+                break text;
+            }
+            if text.contains("\"seq\":1,") && !published {
+                let mut next = (*s).clone();
+                next.seq = 2;
+                h.publish(Arc::new(next));
+                published = true;
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let n = tokio::time::timeout(left, conn.read(&mut buf)).await.expect("two events within 10 s").unwrap();
+        assert!(n > 0, "stream ended");
+        raw.extend_from_slice(&buf[..n]);
+    };
+    assert!(text.starts_with("retry: 2000\n\n"), "{text}");
+    let events: Vec<serde_json::Value> = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("event: snapshot\ndata: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert_eq!(events.len(), 2, "{text}");
+    let dev = &events[1]["snapshot"]["devices"][0];
+    assert_eq!(
+        dev["nvlink"],
+        serde_json::json!({"totals": {"links": 4, "up": 3, "tx_bytes": 10000, "rx_bytes": 0, "crc_errors": 6, "replay_errors": 0, "recovery_errors": 0}})
+    );
+    for gone in ["windows", "gpm"] {
+        assert!(dev.get(gone).is_none(), "{gone} is not drawn: {dev}");
+    }
+    assert_eq!(dev["utilization"], serde_json::json!({"gpu": 0.5}));
+    assert_eq!(dev["info"]["uuid"], "GPU-0000");
+    assert_eq!(events[1]["point"]["gpus"]["GPU-0000"][0], 50.0);
+}
