@@ -26,23 +26,24 @@ impl Drop for Agent {
     }
 }
 
-/// Context switches (voluntary + non-voluntary) summed over every thread of `pid`, and the
-/// number of threads.
-fn context_switches(pid: u32) -> (u64, usize) {
-    let mut total = 0;
+/// Context switches summed over every thread of `pid`: (voluntary, non-voluntary), and the
+/// number of threads. A voluntary switch is a thread going to sleep (each is one wake-up later);
+/// a non-voluntary one is a running thread preempted, which says how loaded the machine is.
+fn context_switches(pid: u32) -> ((u64, u64), usize) {
+    let (mut voluntary, mut preempted) = (0, 0);
     let mut threads = 0;
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
         let Ok(status) = std::fs::read_to_string(task.unwrap().path().join("status")) else { continue };
         threads += 1;
         for line in status.lines() {
-            if let Some(n) =
-                line.strip_prefix("voluntary_ctxt_switches:").or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
-            {
-                total += n.trim().parse::<u64>().unwrap();
+            if let Some(n) = line.strip_prefix("voluntary_ctxt_switches:") {
+                voluntary += n.trim().parse::<u64>().unwrap();
+            } else if let Some(n) = line.strip_prefix("nonvoluntary_ctxt_switches:") {
+                preempted += n.trim().parse::<u64>().unwrap();
             }
         }
     }
-    (total, threads)
+    ((voluntary, preempted), threads)
 }
 
 /// Ticks written so far: one `GPU0` line per tick in the human format.
@@ -51,7 +52,7 @@ fn ticks(stdout: &Path) -> usize {
 }
 
 /// A reading between two ticks: the count of ticks did not move while the switches were read.
-fn reading(pid: u32, stdout: &Path) -> (usize, u64, usize) {
+fn reading(pid: u32, stdout: &Path) -> (usize, (u64, u64), usize) {
     loop {
         let before = ticks(stdout);
         let (switches, threads) = context_switches(pid);
@@ -73,10 +74,12 @@ fn wait_for_ticks(stdout: &Path, n: usize, agent: &mut Agent) {
 #[test]
 fn the_agent_wakes_once_per_tick_with_stdout_to_a_file_and_prometheus() {
     let stdout = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("agent_wakeups.{}.stdout", std::process::id()));
-    let child = Command::new(env!("CARGO_BIN_EXE_gpumon-agent"))
+    // GPUMON_WAKEUPS_AGENT runs another build instead (a previous one, to see this test fail on it).
+    let bin = std::env::var_os("GPUMON_WAKEUPS_AGENT").unwrap_or_else(|| env!("CARGO_BIN_EXE_gpumon-agent").into());
+    let child = Command::new(bin)
         .args(["--backend", "nvml", "--nvml-library"])
         .arg(common::fake_nvml())
-        .args(["--interval", "100ms", "--prometheus-listen", "127.0.0.1:0", "--log", "warn"])
+        .args(["--interval", "100ms", "--stdout", "--prometheus-listen", "127.0.0.1:0", "--log", "warn"])
         .env("GPUMON_FAKE_NVML_PROFILE", "h100x8")
         .env_remove("CUDA_VISIBLE_DEVICES")
         .env_remove("NVIDIA_VISIBLE_DEVICES")
@@ -97,15 +100,20 @@ fn the_agent_wakes_once_per_tick_with_stdout_to_a_file_and_prometheus() {
     assert_eq!(threads_a, threads_b, "a thread started or ended in the steady state");
 
     let ticks = (ticks_b - ticks_a) as f64;
-    let per_tick = (switches_b - switches_a) as f64 / ticks;
+    let voluntary = (switches_b.0 - switches_a.0) as f64 / ticks;
+    let preempted = (switches_b.1 - switches_a.1) as f64 / ticks;
     eprintln!(
-        "{} context switches over {ticks} ticks, {threads_b} threads: {per_tick:.3} per tick",
-        switches_b - switches_a
+        "over {ticks} ticks, {threads_b} threads: {voluntary:.3} voluntary + {preempted:.3} non-voluntary = {:.3} \
+         context switches per tick",
+        voluntary + preempted
     );
-    // One: the sampling thread's sleep until the tick. A second wake-up per tick (the runtime
-    // woken to export) reads 2.0; the XID watcher's 5 s wait slices add 0.02, and a loaded
-    // machine's preemptions a few hundredths more.
     let _ = std::fs::remove_file(&stdout);
-    assert!(per_tick >= 0.9, "{per_tick:.3} switches per tick: is the agent ticking?");
-    assert!(per_tick < 1.3, "{per_tick:.3} context switches per tick; one wake-up per tick expected");
+    // One wake-up per tick: the sampling thread's sleep until the tick. The XID watcher's 5 s
+    // wait slices add 0.02. A second wake-up per tick (the runtime woken to export, as before
+    // inline exports) reads 2.0 or more.
+    assert!(voluntary >= 0.9, "{voluntary:.3} voluntary switches per tick: is the agent ticking?");
+    assert!(voluntary < 1.15, "{voluntary:.3} wake-ups (voluntary switches) per tick; one expected");
+    // Preemptions come on top, from the machine's load, not from the agent's design (0.1–0.6
+    // per tick for this debug build on a shared 2-core machine): reported, not asserted. They
+    // cannot hide a wake-up: a thread that wakes went to sleep first, a voluntary switch.
 }
