@@ -126,6 +126,13 @@ impl StdoutSink {
         }
     }
 
+    /// A sink printing to `file`, written in place on the sampling thread as stdout is when it
+    /// is a regular file. Give it a regular file or `/dev/null` only: a pipe or a terminal, which
+    /// a reader can stall, would stall sampling with it (use [`StdoutSink::with_writer`]).
+    pub fn with_file(format: StdoutFormat, file: std::fs::File) -> Self {
+        Self::with_output(format, Output::Direct(file))
+    }
+
     /// A sink printing to `writer`.
     pub fn with_writer(format: StdoutFormat, writer: impl AsyncWrite + Send + Unpin + 'static) -> Self {
         Self::with_output(format, Output::Async(Box::new(writer)))

@@ -1056,7 +1056,8 @@ mod tests {
         };
         let mut sizes = Vec::new();
         for every_point in [true, false] {
-            let mut cache = AttributeCache { identity_on_every_point: every_point, ..AttributeCache::default() };
+            let mut cache = AttributeCache::default();
+            cache.identity_on_every_point = every_point;
             let bytes = offline(&plan).encode(&plan, &mut cache, &snap).to_vec();
             let r = ExportMetricsServiceRequest::decode(bytes.as_slice()).unwrap();
             let points = all_points(&r);
