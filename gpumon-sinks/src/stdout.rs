@@ -149,7 +149,12 @@ impl StdoutSink {
 }
 
 /// Formats `snapshot` into the sink's reused `buffer`, unless the sink is shut down.
-fn format_checked(buffer: &mut String, format: StdoutFormat, shut_down: bool, snapshot: &Snapshot) -> Result<(), SinkError> {
+fn format_checked(
+    buffer: &mut String,
+    format: StdoutFormat,
+    shut_down: bool,
+    snapshot: &Snapshot,
+) -> Result<(), SinkError> {
     if shut_down {
         return Err(SinkError::AlreadyShutdown);
     }

@@ -94,7 +94,9 @@ fn assert_request_is_snapshot(request: &[Json], snapshot: &Snapshot, transport: 
             assert_eq!(a["hw.type"], "gpu");
             assert!(a["hw.name"].as_str().is_some_and(|n| n.starts_with("nvidia")));
             if d.otel.name != "hw.status" {
-                for once in ["hw.vendor", "hw.model", "hw.driver_version", "gpumon.gpu.index", "hw.serial_number", "hw.parent"] {
+                for once in
+                    ["hw.vendor", "hw.model", "hw.driver_version", "gpumon.gpu.index", "hw.serial_number", "hw.parent"]
+                {
                     assert!(a.get(once).is_none(), "[{transport}] {once} on {}: {a}", d.otel.name);
                 }
             } else {

@@ -85,7 +85,9 @@ impl Alarm {
         if let Some(timer) = &self.timer {
             match timer.spawn_waiter(fired) {
                 Ok(()) => self.watched.store(true, Ordering::Release),
-                Err(e) => tracing::warn!(error = %e, "cannot start the sample-timeout alarm; the watchdog wakes every tick"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot start the sample-timeout alarm; the watchdog wakes every tick")
+                }
             }
         }
         #[cfg(not(target_os = "linux"))]

@@ -757,7 +757,8 @@ mod tests {
         assert_eq!(attr(o, "hw.id").as_deref(), Some("MIG-abc"));
         assert_eq!(attr(o, "hw.type").as_deref(), Some("gpu"));
         assert_eq!(attr(o, "hw.name").as_deref(), Some("nvidia2/mig1"));
-        for once in ["hw.parent", "hw.model", "hw.serial_number", "hw.driver_version", "hw.vendor", "gpumon.gpu.index"] {
+        for once in ["hw.parent", "hw.model", "hw.serial_number", "hw.driver_version", "hw.vendor", "gpumon.gpu.index"]
+        {
             assert_eq!(attr(o, once), None, "{once} on a utilisation point");
         }
         // The whole identity is on the device's hw.status points, once per device.
