@@ -64,6 +64,29 @@ fn the_sink_side_of_a_tick_allocates_only_the_boxed_export_future() {
 }
 
 #[test]
+fn an_inline_export_allocates_nothing_per_tick() {
+    // On the sampling thread there is no future to box: storing (Prometheus) or formatting into
+    // the reused buffer and writing it (stdout to a file) allocates nothing once warm.
+    for fleet in FLEETS {
+        let snaps = snapshots(fleet);
+        for format in [StdoutFormat::Human, StdoutFormat::Json] {
+            let mut sink = StdoutSink::with_file(format, std::fs::File::create("/dev/null").unwrap());
+            assert!(sink.exports_inline());
+            let per_tick = steady(&snaps, |s| {
+                sink.export_inline(s).unwrap();
+            });
+            assert_eq!(per_tick, 0.0, "{fleet}: stdout sink inline export, {format:?}");
+        }
+        let mut prom = PrometheusSink::builder().build().unwrap();
+        assert!(prom.exports_inline());
+        let per_tick = steady(&snaps, |s| {
+            prom.export_inline(s).unwrap();
+        });
+        assert_eq!(per_tick, 0.0, "{fleet}: Prometheus sink inline export");
+    }
+}
+
+#[test]
 fn a_prometheus_scrape_allocates_a_constant_few_whatever_the_fleet() {
     // The render keeps a small sort scratch per scrape (label prefixes, point order): a fixed
     // number of allocations, not one per device or per series.

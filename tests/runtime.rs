@@ -9,8 +9,8 @@
 use std::time::{Duration, Instant};
 
 use gpumon::core::{
-    Agent, AgentBuilder, AgentError, AgentHandle, AgentStats, DeviceFilter, DeviceState, Family, ManualClock,
-    MetricSet, SampleError, SampleRequest, Sampler, SinkOptions, SinkState, Snapshot,
+    Agent, AgentBuilder, AgentError, AgentHandle, AgentStats, DeviceFilter, DeviceState, Family, InlineExport,
+    ManualClock, MetricSet, SampleError, SampleRequest, Sampler, Sink, SinkError, SinkOptions, SinkState, Snapshot,
 };
 use gpumon_mock::{Behavior, FailKind, Fault, FaultySink, Gate, MockSampler, RecordingSink, Scenario};
 
@@ -586,4 +586,184 @@ fn two_processors_with_one_name_are_refused() {
         .build()
         .unwrap_err();
     assert!(err.to_string().contains("two processors are named `a`"), "{err}");
+}
+
+/// What [`InlineProbe`] saw: every export with its sequence number, whether it came inline
+/// ([`Sink::export_inline`]) and on which thread; its flushes.
+#[derive(Default)]
+struct ProbeLog {
+    exports: Vec<(u64, bool, String)>,
+    flushes: u32,
+}
+
+/// A sink that exports inline. It panics inline at `panic_at`, asks for its flush after
+/// `flush_due_at`, and holds that flush on its task while `hold_flush` is set.
+#[derive(Clone, Default)]
+struct InlineProbe {
+    log: std::sync::Arc<std::sync::Mutex<ProbeLog>>,
+    panic_at: Option<u64>,
+    flush_due_at: Option<u64>,
+    hold_flush: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl InlineProbe {
+    fn note(&self, seq: u64, inline: bool) {
+        let thread = std::thread::current().name().unwrap_or("").to_owned();
+        self.log.lock().unwrap().exports.push((seq, inline, thread));
+    }
+
+    fn exports(&self) -> Vec<(u64, bool, String)> {
+        self.log.lock().unwrap().exports.clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl Sink for InlineProbe {
+    fn name(&self) -> &str {
+        "inline"
+    }
+    async fn export(&mut self, snapshot: std::sync::Arc<Snapshot>) -> Result<(), SinkError> {
+        self.note(snapshot.seq, false);
+        Ok(())
+    }
+    fn exports_inline(&self) -> bool {
+        true
+    }
+    fn export_inline(&mut self, snapshot: &std::sync::Arc<Snapshot>) -> Result<InlineExport, SinkError> {
+        if self.panic_at == Some(snapshot.seq) {
+            panic!("inline boom at {}", snapshot.seq);
+        }
+        self.note(snapshot.seq, true);
+        Ok(if self.flush_due_at == Some(snapshot.seq) { InlineExport::FlushDue } else { InlineExport::Done })
+    }
+    async fn flush(&mut self) -> Result<(), SinkError> {
+        self.log.lock().unwrap().flushes += 1;
+        while self.hold_flush.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        Ok(())
+    }
+    async fn shutdown(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn an_inline_sink_exports_on_the_sampling_thread_and_its_panic_is_caught_counted_and_sampling_goes_on() {
+    let (clock, rec, builder) = manual(h100x8());
+    let probe = InlineProbe { panic_at: Some(3), ..InlineProbe::default() };
+    let handle = builder.sink(probe.clone()).spawn().unwrap();
+    let status = |h: &AgentHandle| h.sink_status().into_iter().find(|s| s.name == "inline").unwrap();
+    assert!(rec.wait_for(1, WAIT).await);
+    // The first tick may reach the sink through its task (busy with the healthcheck then); from
+    // the second on, its task is idle and every tick is exported inline.
+    until("the inline sink's healthcheck", || status(&handle).healthy == Some(true)).await;
+    for n in 2..=5 {
+        tick(&clock, Duration::from_secs(1), &rec, n).await;
+    }
+    until("the inline sink saw every tick", || status(&handle).exported + status(&handle).failures == 5).await;
+    let s = status(&handle);
+    assert_eq!((s.exported, s.failures, s.panics, s.consecutive_failures), (4, 1, 1, 0), "{s:?}");
+    assert!(s.last_error.as_deref().is_some_and(|e| e.contains("panicked") && e.contains("inline boom at 3")), "{s:?}");
+    let exports = probe.exports();
+    let seqs: Vec<u64> = exports.iter().map(|(seq, ..)| *seq).collect();
+    assert_eq!(seqs, [1, 2, 4, 5], "in order, once each; the panicking tick lost");
+    for (seq, inline, thread) in &exports[1..] {
+        assert!(*inline && thread == "gpumon-sampler", "tick {seq}: inline {inline} on {thread:?}");
+    }
+    // Sampling went on, and the queued sink got every tick.
+    let stats = handle.stats();
+    assert_eq!((stats.samples_taken, stats.sample_failures, stats.skipped_ticks), (5, 0, 0));
+    assert_eq!(rec.snapshots().iter().map(|s| s.seq).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
+    assert!(handle.is_running());
+    handle.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_inline_sink_busy_on_its_task_gets_its_ticks_through_its_queue_in_order() {
+    let (clock, rec, builder) = manual(h100x8());
+    let probe = InlineProbe { flush_due_at: Some(2), ..InlineProbe::default() };
+    probe.hold_flush.store(true, std::sync::atomic::Ordering::SeqCst);
+    let handle = builder.sink(probe.clone()).spawn().unwrap();
+    let status = |h: &AgentHandle| h.sink_status().into_iter().find(|s| s.name == "inline").unwrap();
+    assert!(rec.wait_for(1, WAIT).await);
+    until("the inline sink's healthcheck", || status(&handle).healthy == Some(true)).await;
+    // Tick 2 asks for a flush: the runtime runs it on the sink's task, where it hangs.
+    tick(&clock, Duration::from_secs(1), &rec, 2).await;
+    until("the flush asked for", || probe.log.lock().unwrap().flushes == 1).await;
+    // Ticks 3 and 4 find the sink busy: they wait in its queue, sampling goes on.
+    tick(&clock, Duration::from_secs(1), &rec, 3).await;
+    tick(&clock, Duration::from_secs(1), &rec, 4).await;
+    settle().await;
+    assert_eq!(probe.exports().iter().map(|(seq, ..)| *seq).collect::<Vec<_>>(), [1, 2], "3 and 4 wait");
+    assert_eq!(handle.stats().samples_taken, 4);
+    probe.hold_flush.store(false, std::sync::atomic::Ordering::SeqCst);
+    until("the queued ticks exported", || probe.exports().len() == 3 + 1).await;
+    // With the queue empty and the task idle, tick 5 is inline again.
+    tick(&clock, Duration::from_secs(1), &rec, 5).await;
+    until("tick 5 exported", || probe.exports().len() == 5).await;
+    let exports = probe.exports();
+    assert_eq!(exports.iter().map(|(seq, ..)| *seq).collect::<Vec<_>>(), [1, 2, 3, 4, 5], "in order");
+    let via: Vec<bool> = exports[1..].iter().map(|(_, inline, _)| *inline).collect();
+    assert_eq!(via, [true, false, false, true], "2 and 5 inline, 3 and 4 through the queue");
+    assert_eq!(probe.log.lock().unwrap().flushes, 1);
+    assert_eq!(status(&handle).dropped, 0);
+    handle.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+#[tokio::test]
+async fn after_a_requested_sample_times_out_the_ticks_skipped_behind_it_say_why() {
+    let gate = Gate::new();
+    // Sample 0 is the first scheduled tick; sample 1, the request, hangs.
+    let (clock, rec, builder) = manual(hangs_at(1, &gate));
+    let handle = builder.sample_timeout(Duration::from_millis(500)).spawn().unwrap();
+    assert!(rec.wait_for(1, WAIT).await);
+    let request = tokio::spawn({
+        let handle = handle.clone();
+        async move { handle.snapshot_now().await }
+    });
+    until("the requested sample hangs", || gate.waiting() == 1).await;
+    clock.advance(Duration::from_millis(500));
+    match tokio::time::timeout(WAIT, request).await.unwrap().unwrap() {
+        Err(AgentError::Sample(SampleError::Timeout(_))) => {}
+        other => panic!("expected the request to time out, got {other:?}"),
+    }
+    // t = 1 s: the tick is skipped behind the stuck request, and the sinks hear why.
+    clock.advance(Duration::from_millis(500));
+    assert!(rec.wait_for(2, WAIT).await);
+    let reason = rec.snapshots()[1].sampling_failure().map(str::to_owned);
+    assert!(
+        reason.as_deref().is_some_and(|r| r.contains("timed out") && r.contains("already in flight")),
+        "{reason:?}"
+    );
+    gate.release();
+    handle.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_hanging_sample_times_out_on_the_system_clock() {
+    // The system clock's watchdog is told by a kernel timer, not woken every tick: it must still
+    // abandon a stuck sample at its timeout, report the ticks behind it, and let sampling resume.
+    let gate = Gate::new();
+    let rec = RecordingSink::new("rec");
+    let handle = Agent::builder(hangs_at(2, &gate))
+        .interval(Duration::from_millis(100))
+        .sample_timeout(Duration::from_millis(150))
+        .sink(rec.clone())
+        .spawn()
+        .unwrap();
+    until("the third sample hangs", || gate.waiting() == 1).await;
+    let hung_at = Instant::now();
+    until("the timeout is reported", || handle.stats().sample_failures == 1).await;
+    assert!(hung_at.elapsed() < Duration::from_secs(5), "abandoned {:?} after the hang", hung_at.elapsed());
+    until("ticks are skipped behind it", || handle.stats().skipped_ticks >= 2).await;
+    assert!(handle.stats().last_sample_error.unwrap().contains("timed out"));
+    gate.release();
+    let taken = handle.stats().samples_taken;
+    until("sampling resumed", || handle.stats().samples_taken >= taken + 3).await;
+    let failures: Vec<String> =
+        rec.snapshots().iter().filter_map(|s| s.sampling_failure().map(str::to_owned)).collect();
+    assert!(failures[0].contains("timed out"), "{failures:?}");
+    assert!(failures[1..].iter().all(|r| r.contains("timed out") && r.contains("already in flight")), "{failures:?}");
+    handle.shutdown(Duration::from_secs(1)).await.unwrap();
 }

@@ -93,7 +93,7 @@ pub use model::{
     SystemInfo, Temperature, Utilization, WindowStats, Windows, XidCount, REPLAY_BACKEND,
 };
 pub use sampler::{BoxError, SampleError, SampleRequest, Sampler, UnavailableSampler};
-pub use sink::{BuildError, Sink, SinkError};
+pub use sink::{BuildError, InlineExport, Sink, SinkError};
 pub use stages::diagnose::finding::{
     Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Severity, Transition,
 };

@@ -25,6 +25,19 @@ use crate::sampler::BoxError;
 /// - `flush` returns once everything accepted so far has been written (or failed).
 /// - `shutdown` flushes what it can and releases resources. It is idempotent; after it, `export`
 ///   returns [`SinkError::AlreadyShutdown`].
+///
+/// # Inline exports
+/// A sink whose export cannot block — it stores the snapshot (a scrape endpoint), appends to a
+/// bounded buffer, or writes where a write never waits (a regular file) — says so with
+/// [`Sink::exports_inline`] and implements [`Sink::export_inline`]. The runtime then calls it on
+/// the sampling thread, right after the tick's sample, and wakes its tokio runtime only when a
+/// sink has I/O due (a sink that may block, or an inline sink answering
+/// [`InlineExport::FlushDue`]): a tick whose sinks all export inline costs one thread wake-up.
+/// The sampling thread catches an inline export's panic (counted in the sink's status, logged,
+/// sampling goes on); it cannot bound its time, so an inline export must never wait — on a
+/// lock held across I/O, a socket, a pipe, a full channel. While the sink's own task is busy
+/// with it (its healthcheck, a flush, the shutdown), ticks go through its queue and `export`
+/// instead, in order.
 #[async_trait::async_trait]
 pub trait Sink: Send + 'static {
     /// A short, unique name for status and logs, e.g. `"prometheus"`.
@@ -41,6 +54,26 @@ pub trait Sink: Send + 'static {
     /// # Errors
     /// A [`SinkError`]; the runtime records it in the sink's status and carries on.
     async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError>;
+
+    /// Whether [`Sink::export_inline`] can take this sink's ticks on the sampling thread (see
+    /// [Inline exports](Sink#inline-exports)). Asked once, when the sink is added to an agent.
+    /// Default `false`: the export may block, so it runs on the sink's own task.
+    fn exports_inline(&self) -> bool {
+        false
+    }
+
+    /// Takes one snapshot synchronously, on the sampling thread, without ever waiting. Called
+    /// instead of [`Sink::export`] for scheduled ticks when [`Sink::exports_inline`] is `true`;
+    /// `export` must still work (a flush's snapshot, and ticks that arrive while the sink's
+    /// task holds it, go through it).
+    ///
+    /// # Errors
+    /// A [`SinkError`], recorded in the sink's status as an `export` failure is. The default
+    /// refuses with [`SinkError::Permanent`]: only a sink that says it exports inline is called.
+    fn export_inline(&mut self, snapshot: &Arc<Snapshot>) -> Result<InlineExport, SinkError> {
+        let _ = snapshot;
+        Err(SinkError::permanent(format!("sink `{}` does not export inline", self.name())))
+    }
 
     /// Checks the destination can be reached. Run once at start-up; failure is reported, not fatal.
     ///
@@ -76,6 +109,12 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
     async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
         (**self).export(snapshot).await
     }
+    fn exports_inline(&self) -> bool {
+        (**self).exports_inline()
+    }
+    fn export_inline(&mut self, snapshot: &Arc<Snapshot>) -> Result<InlineExport, SinkError> {
+        (**self).export_inline(snapshot)
+    }
     async fn healthcheck(&mut self) -> Result<(), SinkError> {
         (**self).healthcheck().await
     }
@@ -85,6 +124,17 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
     async fn shutdown(&mut self) -> Result<(), SinkError> {
         (**self).shutdown().await
     }
+}
+
+/// What an inline export ([`Sink::export_inline`]) leaves for the sink's own task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InlineExport {
+    /// Nothing: the snapshot is stored or written.
+    Done,
+    /// I/O is due (a buffer to write out, a batch to push): the runtime wakes and calls
+    /// [`Sink::flush`] on the sink's own task, under the export timeout.
+    FlushDue,
 }
 
 /// Why a sink call failed.

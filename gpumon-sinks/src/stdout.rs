@@ -41,49 +41,36 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
-use gpumon_core::{DeviceSample, Sink, SinkError, Snapshot};
+use gpumon_core::{DeviceSample, InlineExport, Sink, SinkError, Snapshot};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// Stdout written in place when writing it cannot block (see [`StdoutSink::new`]).
 mod direct {
-    use std::io::Write as _;
-    use std::pin::Pin;
-    use std::task::{Context, Poll};
-
-    use tokio::io::AsyncWrite;
-
     /// A duplicate of the stdout descriptor, for a regular file or `/dev/null` only.
-    pub(super) struct NonBlockingStdout(std::fs::File);
-
-    impl NonBlockingStdout {
-        #[cfg(unix)]
-        pub(super) fn open() -> Option<Self> {
-            use std::os::fd::AsFd;
-            use std::os::unix::fs::{FileTypeExt, MetadataExt};
-            let file = std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned().ok()?);
-            let meta = file.metadata().ok()?;
-            let null = std::fs::metadata("/dev/null").ok();
-            let is_null = meta.file_type().is_char_device() && null.is_some_and(|n| n.rdev() == meta.rdev());
-            (meta.file_type().is_file() || is_null).then_some(Self(file))
-        }
-
-        #[cfg(not(unix))]
-        pub(super) fn open() -> Option<Self> {
-            None
-        }
+    #[cfg(unix)]
+    pub(super) fn open() -> Option<std::fs::File> {
+        use std::os::fd::AsFd;
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let file = std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned().ok()?);
+        let meta = file.metadata().ok()?;
+        let null = std::fs::metadata("/dev/null").ok();
+        let is_null = meta.file_type().is_char_device() && null.is_some_and(|n| n.rdev() == meta.rdev());
+        (meta.file_type().is_file() || is_null).then_some(file)
     }
 
-    impl AsyncWrite for NonBlockingStdout {
-        fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-            Poll::Ready(self.get_mut().0.write(buf))
-        }
-        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
+    #[cfg(not(unix))]
+    pub(super) fn open() -> Option<std::fs::File> {
+        None
     }
+}
+
+/// Where the sink writes.
+enum Output {
+    /// Stdout as a regular file or `/dev/null`: a `write` that never waits on a reader, made in
+    /// place — on the sampling thread ([`Sink::export_inline`]).
+    Direct(std::fs::File),
+    /// Anything else, through tokio.
+    Async(Box<dyn AsyncWrite + Send + Unpin>),
 }
 
 /// How the stdout sink prints a snapshot.
@@ -112,7 +99,7 @@ impl std::str::FromStr for StdoutFormat {
 /// Writes snapshots to stdout (or any async writer).
 pub struct StdoutSink {
     format: StdoutFormat,
-    writer: Box<dyn AsyncWrite + Send + Unpin>,
+    output: Output,
     /// Reused between exports so a steady state allocates nothing for formatting.
     buffer: String,
     shut_down: bool,
@@ -128,25 +115,51 @@ impl StdoutSink {
     /// A sink printing to the process's stdout.
     ///
     /// When stdout is a regular file or `/dev/null` — a write that cannot wait on a reader — it
-    /// is written directly, one `write` per snapshot; otherwise (a terminal, a pipe, a socket,
-    /// which a stalled reader can block) through `tokio::io::stdout()`, which hands every write to
-    /// the blocking pool: two thread wake-ups per tick that the direct write does not need.
+    /// is written directly, one `write` per snapshot, on the agent's sampling thread
+    /// ([`Sink::exports_inline`]): a tick wakes no other thread for it. Otherwise (a terminal, a
+    /// pipe, a socket, which a stalled reader can block) through `tokio::io::stdout()`, on the
+    /// sink's own task, which hands every write to the blocking pool.
     pub fn new(format: StdoutFormat) -> Self {
-        match direct::NonBlockingStdout::open() {
-            Some(file) => Self::with_writer(format, file),
+        match direct::open() {
+            Some(file) => Self::with_output(format, Output::Direct(file)),
             None => Self::with_writer(format, tokio::io::stdout()),
         }
     }
 
+    /// A sink printing to `file`, written in place on the sampling thread as stdout is when it
+    /// is a regular file. Give it a regular file or `/dev/null` only: a pipe or a terminal, which
+    /// a reader can stall, would stall sampling with it (use [`StdoutSink::with_writer`]).
+    pub fn with_file(format: StdoutFormat, file: std::fs::File) -> Self {
+        Self::with_output(format, Output::Direct(file))
+    }
+
     /// A sink printing to `writer`.
     pub fn with_writer(format: StdoutFormat, writer: impl AsyncWrite + Send + Unpin + 'static) -> Self {
-        Self { format, writer: Box::new(writer), buffer: String::with_capacity(1024), shut_down: false }
+        Self::with_output(format, Output::Async(Box::new(writer)))
+    }
+
+    fn with_output(format: StdoutFormat, output: Output) -> Self {
+        Self { format, output, buffer: String::with_capacity(1024), shut_down: false }
     }
 
     /// The format in use.
     pub fn format(&self) -> StdoutFormat {
         self.format
     }
+}
+
+/// Formats `snapshot` into the sink's reused `buffer`, unless the sink is shut down.
+fn format_checked(
+    buffer: &mut String,
+    format: StdoutFormat,
+    shut_down: bool,
+    snapshot: &Snapshot,
+) -> Result<(), SinkError> {
+    if shut_down {
+        return Err(SinkError::AlreadyShutdown);
+    }
+    buffer.clear();
+    format_snapshot(buffer, snapshot, format).map_err(|e| SinkError::Permanent(e.into()))
 }
 
 /// Formats one device as a human line (without the trailing newline).
@@ -329,23 +342,45 @@ impl Sink for StdoutSink {
     }
 
     async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
-        if self.shut_down {
-            return Err(SinkError::AlreadyShutdown);
+        let Self { format, output, buffer, shut_down } = self;
+        format_checked(buffer, *format, *shut_down, &snapshot)?;
+        match output {
+            Output::Direct(file) => std::io::Write::write_all(file, buffer.as_bytes()),
+            Output::Async(writer) => writer.write_all(buffer.as_bytes()).await,
         }
-        self.buffer.clear();
-        format_snapshot(&mut self.buffer, &snapshot, self.format).map_err(|e| SinkError::Permanent(e.into()))?;
-        self.writer.write_all(self.buffer.as_bytes()).await.map_err(|e| SinkError::Transient(e.into()))
+        .map_err(|e| SinkError::Transient(e.into()))
+    }
+
+    fn exports_inline(&self) -> bool {
+        matches!(self.output, Output::Direct(_))
+    }
+
+    fn export_inline(&mut self, snapshot: &Arc<Snapshot>) -> Result<InlineExport, SinkError> {
+        let Self { format, output, buffer, shut_down } = self;
+        let Output::Direct(file) = output else {
+            return Err(SinkError::permanent("stdout is not a file: it is written on the sink's task"));
+        };
+        format_checked(buffer, *format, *shut_down, snapshot)?;
+        std::io::Write::write_all(file, buffer.as_bytes()).map_err(|e| SinkError::Transient(e.into()))?;
+        Ok(InlineExport::Done)
     }
 
     async fn flush(&mut self) -> Result<(), SinkError> {
-        self.writer.flush().await.map_err(|e| SinkError::Transient(e.into()))
+        match &mut self.output {
+            // Written at once, nothing buffered.
+            Output::Direct(_) => Ok(()),
+            Output::Async(writer) => writer.flush().await.map_err(|e| SinkError::Transient(e.into())),
+        }
     }
 
     async fn shutdown(&mut self) -> Result<(), SinkError> {
         if std::mem::replace(&mut self.shut_down, true) {
             return Ok(());
         }
-        self.writer.flush().await.map_err(|e| SinkError::Transient(e.into()))
+        match &mut self.output {
+            Output::Direct(_) => Ok(()),
+            Output::Async(writer) => writer.flush().await.map_err(|e| SinkError::Transient(e.into())),
+        }
     }
 }
 

@@ -297,7 +297,8 @@ async fn otlp_exports_the_stage(protocol: Protocol, pipeline: Pipeline) {
             let a = &j["attributes"];
             let uuid = a["hw.id"].as_str().unwrap_or_else(|| panic!("{what} no hw.id: {j}")).to_owned();
             let d = s.devices.iter().find(|d| d.info.uuid == uuid).unwrap();
-            assert_eq!(a["gpumon.gpu.index"], d.info.index, "{what} {j}");
+            assert_eq!(a["hw.name"], format!("nvidia{}", d.info.index), "{what} {j}");
+            assert!(a.get("gpumon.gpu.index").is_none(), "{what}: the index is on hw.status only: {j}");
             assert_eq!(a["hw.type"], "gpu", "{what} {j}");
             // Simulated data is marked: the direct pipeline on its resource, the SDK pipeline
             // (whose resource is fixed before any snapshot) on every point.

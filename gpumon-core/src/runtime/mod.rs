@@ -2,8 +2,10 @@
 //!
 //! ```text
 //!   thread "gpumon-sampler"  (sleeps on the Clock until each tick, interval grid, missed ticks skipped)
-//!        sampler.sample ── one in flight at most; the watchdog (a runtime task) abandons it
-//!        processors         after sample_timeout and reports the ticks skipped behind it
+//!        sampler.sample ── one in flight at most; the watchdog (a runtime task, told by a kernel
+//!        processors         timer) abandons it after sample_timeout and reports the ticks skipped
+//!        inline sinks       behind it; sinks that only store (Sink::exports_inline) take the
+//!               │           snapshot here, panics caught and counted
 //!               │ Arc<Snapshot>
 //!     ┌─────────┼──────────┬──────────────┐
 //!  queue(cap) queue(cap) queue(cap)   subscribers
@@ -12,9 +14,9 @@
 //!  (sink A)   (sink B)   (sink C)     panics caught, losses counted
 //! ```
 //!
-//! A healthy tick wakes two threads once each: the sampling thread at the tick, and the runtime
-//! when the snapshot lands in the sinks' queues (see `sampling.rs` for why, and for the
-//! watchdog).
+//! A healthy tick wakes one thread, the sampling thread, when every sink exports inline and no
+//! inline sink has I/O due; the runtime is woken (once, however many sinks) only when a snapshot
+//! lands in a queue or an inline sink asks for its `flush` (see `sampling.rs` and `alarm.rs`).
 //!
 //! The sampler never waits for a sink: each sink has its own bounded queue that drops its *oldest*
 //! snapshot when full (for monitoring, the freshest data wins) and counts the loss. A sink that
@@ -24,6 +26,7 @@
 //! sink, as a sampling-failed snapshot without devices ([`crate::SamplingState`]), so each sink
 //! can say "up 0" for the host; subscribers get sampled data only.
 
+mod alarm;
 mod clock;
 mod queue;
 mod sampling;
@@ -44,11 +47,12 @@ use crate::sink::{BuildError, Sink, SinkError};
 use crate::stages::{Processor, ProcessorContext};
 use crate::telemetry::{AgentStats, SinkState, SinkStatus, SinkStatusCell, Telemetry};
 
+use alarm::Alarm;
 use clock::Wakeup;
 pub use clock::{Clock, ManualClock};
 use queue::SinkQueue;
-use sampling::{Book, HostOverride, Outlet, Request, SamplingThread, Shared, State, Watchdog};
-use worker::{Worker, WorkerCommand};
+use sampling::{Book, HostOverride, InlineOutlet, Outlet, Request, SamplingThread, Shared, State, Watchdog};
+use worker::{Calls, SharedSink, Worker, WorkerCommand};
 
 /// The shortest sampling interval the agent accepts.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
@@ -344,8 +348,12 @@ impl AgentBuilder {
             sink.attach_telemetry(telemetry.clone());
             let queue = Arc::new(SinkQueue::new(options.capacity));
             let (cmd_tx, cmd_rx) = mpsc::channel(4);
-            let worker = Worker { sink, queue: queue.clone(), commands: cmd_rx, status: status.clone(), options };
-            outlets.push(Outlet { queue, status: status.clone() });
+            let exports_inline = sink.exports_inline();
+            let sink: SharedSink = Arc::new(tokio::sync::Mutex::new(sink));
+            let inline = exports_inline.then(|| InlineOutlet { sink: sink.clone(), name: Arc::from(name.as_str()) });
+            let calls = Calls { name: name.clone(), queue: queue.clone(), status: status.clone(), options };
+            let worker = Worker { sink, calls, commands: cmd_rx };
+            outlets.push(Outlet { queue, status: status.clone(), inline });
             sinks.push(SinkSlot {
                 name,
                 commands: cmd_tx,
@@ -367,10 +375,12 @@ impl AgentBuilder {
             progress: tokio::sync::Notify::new(),
             outlets: outlets.into(),
             telemetry: telemetry.clone(),
+            alarm: Alarm::new(matches!(self.clock, Clock::System)),
             clock: self.clock,
             sample_timeout,
             interval: self.scheduled.then_some(self.interval),
             origin: std::sync::OnceLock::new(),
+            alarm_fired: tokio::sync::Notify::new(),
         });
         shared.clock.register(&shared.wakeup);
 
@@ -524,6 +534,8 @@ impl Agent {
             }
         }
         let _stop = StopOnDrop(self.shared.clone());
+        // Before the first sample: samples arm the alarm only once it is watched.
+        self.shared.watch_alarm();
         let thread = self.thread.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         let mut exited = match thread.map(SamplingThread::spawn) {
             Some(Ok(exited)) => Some(exited),

@@ -22,12 +22,14 @@ pub(crate) struct SinkQueue {
 struct State {
     items: VecDeque<Arc<Snapshot>>,
     closed: bool,
+    /// An inline export asked for the sink's `flush` ([`InlineExport::FlushDue`](crate::InlineExport)).
+    flush_due: bool,
 }
 
 impl SinkQueue {
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
-            state: Mutex::new(State { items: VecDeque::with_capacity(capacity), closed: false }),
+            state: Mutex::new(State { items: VecDeque::with_capacity(capacity), closed: false, flush_due: false }),
             ready: Notify::new(),
             capacity,
         }
@@ -58,13 +60,46 @@ impl SinkQueue {
         self.ready.notify_one();
     }
 
+    /// Whether nothing is queued (an inline export may go ahead of nothing).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lock().items.is_empty()
+    }
+
+    /// Asks the consumer for a flush of the sink (it is woken with the other sinks' queues).
+    pub(crate) fn request_flush(&self) {
+        self.lock().flush_due = true;
+    }
+
+    /// Whether a flush was asked for since the last call.
+    pub(crate) fn take_flush_due(&self) -> bool {
+        std::mem::take(&mut self.lock().flush_due)
+    }
+
+    /// Waits until a snapshot is queued, a flush is due, or the queue is closed. Cancel-safe:
+    /// takes nothing.
+    pub(crate) async fn ready(&self) {
+        loop {
+            let notified = self.ready.notified();
+            {
+                let st = self.lock();
+                // Not `closed`: only the worker closes its queue, as it finishes.
+                if !st.items.is_empty() || st.flush_due {
+                    return;
+                }
+            }
+            notified.await;
+        }
+    }
+
     /// The oldest queued snapshot, if any, without waiting.
     pub(crate) fn try_pop(&self) -> Option<Arc<Snapshot>> {
         self.lock().items.pop_front()
     }
 
     /// Waits for the oldest snapshot; `None` once the queue is closed and empty. Cancel-safe:
-    /// entries stay in the queue until returned.
+    /// entries stay in the queue until returned. (The worker waits with [`SinkQueue::ready`] and
+    /// pops under the sink's lock instead.)
+    #[cfg(test)]
     pub(crate) async fn pop(&self) -> Option<Arc<Snapshot>> {
         loop {
             let notified = self.ready.notified();

@@ -1,19 +1,22 @@
 //! The sampling thread and its watchdog.
 //!
 //! One thread per agent owns the schedule: it sleeps on the agent's [`Clock`] until the tick,
-//! calls the backend, runs the processors and puts the snapshot into every sink's queue (and
-//! sends it to the subscribers) itself, then wakes the runtime once, whatever the number of
-//! sinks: the [`Watchdog`] task wakes the sink workers from inside. A tick therefore costs one
-//! wake-up of this thread and one of the runtime; no runtime timer, blocking-pool hand-off or
-//! per-sink cross-thread wake sits between. (It was four wake-ups when the runtime ticked and
-//! sampled on its blocking pool: the timer, its wheel's cascade, the pool thread, the result.)
+//! calls the backend, runs the processors, hands the snapshot to the sinks that export inline
+//! ([`Sink::exports_inline`](crate::Sink::exports_inline): they only store it) and puts it into
+//! every other sink's queue (and sends it to the subscribers) itself. It wakes the runtime —
+//! once, whatever the number of sinks: the [`Watchdog`] task wakes the sink workers from inside —
+//! only when a queue got the snapshot or an inline sink has I/O due. A tick whose sinks all
+//! export inline therefore costs one wake-up, this thread's. (It was two when every export went
+//! through the runtime, and four when the runtime ticked and sampled on its blocking pool: the
+//! timer, its wheel's cascade, the pool thread, the result.)
 //!
 //! A driver call that hangs holds only this thread. The [`Watchdog`], a task on the runtime,
-//! keeps the deadline of the sample in flight on the same clock and, once it passes, abandons the
-//! sample: the sinks hear of the timeout, then of every tick skipped while the call stays stuck,
-//! exactly as if the thread were still ticking; the late result is discarded when the call
-//! returns. The watchdog's timer is re-armed every tick, when the thread's snapshot wakes the
-//! runtime anyway, so it never fires while sampling is healthy.
+//! abandons the sample in flight once its timeout passes: the sinks hear of the timeout, then of
+//! every tick skipped while the call stays stuck, exactly as if the thread were still ticking;
+//! the late result is discarded when the call returns. On the system clock (Linux) the thread
+//! arms a kernel timer before each backend call and disarms it after (`alarm.rs`), so the
+//! watchdog sleeps until a sample really overruns; otherwise the watchdog keeps the deadline on
+//! the agent's clock and the thread wakes it every tick to re-arm it.
 //!
 //! Requests from handles ([`AgentHandle::snapshot_now`](super::AgentHandle::snapshot_now),
 //! [`flush`](super::AgentHandle::flush)) are queued to the same thread, so there is never more
@@ -27,11 +30,14 @@ use tokio::sync::{broadcast, oneshot, Notify};
 
 use crate::model::{Snapshot, SystemInfo};
 use crate::sampler::{SampleError, SampleRequest, Sampler};
+use crate::sink::{InlineExport, SinkError};
 use crate::stages::Processor;
 use crate::telemetry::{SinkStatusCell, Telemetry};
 
+use super::alarm::Alarm;
 use super::clock::{Clock, Wakeup};
 use super::queue::SinkQueue;
+use super::worker::{record, SharedSink};
 use super::{metric_failures, panic_message};
 
 /// What a request gets back: the snapshot, or why there is none.
@@ -55,26 +61,86 @@ impl Request {
     }
 }
 
-/// Where a sink's snapshots go: its queue, and its status for counting drops.
-#[derive(Clone, Debug)]
+/// Where a sink's snapshots go: its queue, and its status for counting drops; for a sink that
+/// exports inline, the sink itself.
+#[derive(Clone)]
 pub(crate) struct Outlet {
     pub(crate) queue: Arc<SinkQueue>,
     pub(crate) status: SinkStatusCell,
+    /// Set when the sink exports inline ([`Sink::exports_inline`](crate::Sink::exports_inline)).
+    pub(crate) inline: Option<InlineOutlet>,
 }
 
-/// Puts `snapshot` in every sink queue. Never waits: a full queue drops its oldest entry, and
-/// the loss is counted here, when it happens, not when a stuck sink gets round to noticing.
-/// Wakes the sink workers when `wake`; the sampling thread leaves that to the [`Watchdog`] (one
-/// wake of the runtime per tick however many sinks there are).
+/// An inline sink as the sampling thread reaches it.
+#[derive(Clone)]
+pub(crate) struct InlineOutlet {
+    pub(crate) sink: SharedSink,
+    pub(crate) name: Arc<str>,
+}
+
+impl Outlet {
+    /// Enqueues `snapshot`, counting a snapshot lost to a full (or closed) queue.
+    fn enqueue(&self, snapshot: &Arc<Snapshot>) {
+        if self.queue.enqueue(snapshot.clone()) {
+            self.status.update(|s| s.dropped += 1);
+        }
+    }
+
+    /// Hands `snapshot` to the sink: inline when it exports inline, its task is idle and nothing
+    /// older waits in its queue (the worker pops only while it holds the sink, so the queue cannot
+    /// empty behind this look); otherwise into its queue. Returns whether the sink's task has work
+    /// (a queued snapshot, a flush an inline export asked for), i.e. whether the runtime must wake.
+    fn deliver(&self, snapshot: &Arc<Snapshot>) -> bool {
+        let Some(inline) = &self.inline else {
+            self.enqueue(snapshot);
+            return true;
+        };
+        let Ok(mut sink) = inline.sink.try_lock() else {
+            self.enqueue(snapshot);
+            return true;
+        };
+        if !self.queue.is_empty() {
+            drop(sink);
+            self.enqueue(snapshot);
+            return true;
+        }
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.export_inline(snapshot)));
+        drop(sink);
+        let (result, flush_due) = match outcome {
+            Ok(Ok(InlineExport::Done)) => (Ok(()), false),
+            Ok(Ok(InlineExport::FlushDue)) => (Ok(()), true),
+            Ok(Err(error)) => (Err(error), false),
+            Err(payload) => (Err(SinkError::Panicked(panic_message(&*payload))), false),
+        };
+        record(&inline.name, &self.status, result, true);
+        if flush_due {
+            self.queue.request_flush();
+        }
+        flush_due
+    }
+}
+
+/// Puts `snapshot` in every sink queue (the watchdog's failure snapshots: the sampling thread may
+/// be stuck in a call, so inline sinks get them through their task too). Never waits: a full
+/// queue drops its oldest entry, and the loss is counted here, when it happens, not when a stuck
+/// sink gets round to noticing. Wakes the sink workers when `wake`.
 pub(crate) fn push_to_sinks(outlets: &[Outlet], snapshot: &Arc<Snapshot>, wake: bool) {
     for outlet in outlets {
-        if outlet.queue.enqueue(snapshot.clone()) {
-            outlet.status.update(|s| s.dropped += 1);
-        }
+        outlet.enqueue(snapshot);
         if wake {
             outlet.queue.wake();
         }
     }
+}
+
+/// The sampling thread's delivery of a tick: inline where a sink exports inline, queued
+/// otherwise. Returns whether any sink's task has work (the runtime must be woken).
+fn deliver_to_sinks(outlets: &[Outlet], snapshot: &Arc<Snapshot>) -> bool {
+    let mut wake = false;
+    for outlet in outlets {
+        wake |= outlet.deliver(snapshot);
+    }
+    wake
 }
 
 /// What the thread, the watchdog and the agent share, under one lock.
@@ -111,7 +177,8 @@ pub(crate) struct Book {
     pub(crate) seq: u64,
     /// The host facts of the last snapshot taken, for the sampling-failed snapshots that follow.
     last_system: Option<Arc<SystemInfo>>,
-    /// The last sampling failure other than `Busy`, for the ticks skipped behind it.
+    /// The last sampling failure other than `Busy` (set by [`Book::failed`]), for the ticks
+    /// skipped behind it.
     last_failure: Option<String>,
     /// Whether the last sample failed (to log a run of failures once, not every tick).
     failing: bool,
@@ -125,8 +192,13 @@ impl Book {
         Self { seq: 0, last_system: None, last_failure: None, failing: false, hostname, backend }
     }
 
-    /// Records a failed sample (logging a run of failures once) in the telemetry.
+    /// Records a failed sample (logging a run of failures once) in the telemetry, and its
+    /// cause for the ticks skipped behind it — a requested sample's timeout included, which no
+    /// sampling-failed snapshot reports (its caller hears of it).
     pub(crate) fn failed(&mut self, telemetry: &Telemetry, duration: Duration, error: &SampleError) {
+        if !matches!(error, SampleError::Busy) {
+            self.last_failure = Some(error.to_string());
+        }
         if std::mem::replace(&mut self.failing, true) {
             tracing::debug!(error = %error, "sample failed again");
         } else {
@@ -154,10 +226,7 @@ impl Book {
         // only that one is in flight: the cause must not vanish from the sinks after one tick.
         let reason = match (error, &self.last_failure) {
             (SampleError::Busy, Some(cause)) => format!("{cause}; {error}"),
-            _ => {
-                self.last_failure = Some(error.to_string());
-                error.to_string()
-            }
+            _ => error.to_string(),
         };
         Arc::new(Snapshot::sampling_failed(system, reason).with_seq(self.seq))
     }
@@ -166,8 +235,9 @@ impl Book {
 /// The handle the agent, the watchdog and the thread share.
 pub(crate) struct Shared {
     pub(crate) wakeup: Arc<Wakeup<State>>,
-    /// Signalled by the thread after every tick (the watchdog wakes the sink workers and
-    /// re-arms for the next tick) and when it starts a requested sample (the watchdog arms).
+    /// Signalled by the thread after a tick that left work for a sink's task (the watchdog wakes
+    /// the sink workers) and, without the kernel alarm, after every tick and when it starts a
+    /// requested sample (the watchdog re-arms its own timer).
     pub(crate) progress: Notify,
     pub(crate) outlets: Arc<[Outlet]>,
     pub(crate) telemetry: Telemetry,
@@ -177,6 +247,10 @@ pub(crate) struct Shared {
     pub(crate) interval: Option<Duration>,
     /// When the schedule started (its ticks fall on `origin + k × interval`); set by the thread.
     pub(crate) origin: std::sync::OnceLock<Instant>,
+    /// Tells the watchdog of a sample that overruns its timeout (see `alarm.rs`).
+    pub(crate) alarm: Alarm,
+    /// Signalled by the alarm's thread when the timer goes off.
+    pub(crate) alarm_fired: Notify,
 }
 
 impl Shared {
@@ -189,6 +263,21 @@ impl Shared {
         self.lock().stop = true;
         self.wakeup.condvar.notify_all();
         self.progress.notify_one();
+        // The alarm's thread sees `stop` when it wakes, and exits.
+        self.alarm.ring();
+    }
+
+    /// Starts the alarm's thread (see `alarm.rs`): it wakes the watchdog when the timer goes off,
+    /// until the agent stops.
+    pub(crate) fn watch_alarm(self: &Arc<Self>) {
+        let shared = self.clone();
+        self.alarm.watch(move || {
+            if shared.lock().stop {
+                return false;
+            }
+            shared.alarm_fired.notify_one();
+            true
+        });
     }
 
     /// The first tick strictly after `now`.
@@ -267,7 +356,10 @@ impl SamplingThread {
                 let process = matches!(request, Request::Flush(_));
                 state.in_flight = Some(InFlight { started: clock.now(), request: Some(request), abandoned: false });
                 drop(state);
-                shared.progress.notify_one();
+                // Without the kernel alarm the watchdog arms its own timer for this sample.
+                if !shared.alarm.is_active() {
+                    shared.progress.notify_one();
+                }
                 let (outcome, request) = self.sample(process);
                 if let Some(request) = request {
                     self.answer(request, outcome);
@@ -282,8 +374,11 @@ impl SamplingThread {
                     state.next_tick = shared.tick_after(now);
                     drop(state);
                     let (outcome, _) = self.sample(true);
-                    self.deliver(outcome);
-                    shared.progress.notify_one();
+                    // The runtime is woken only when a sink's task has work, or, without the
+                    // kernel alarm, for the watchdog to re-arm its timer.
+                    if self.deliver(outcome) || !shared.alarm.is_active() {
+                        shared.progress.notify_one();
+                    }
                     state = shared.lock();
                 }
                 deadline => state = clock.wait(&shared.wakeup, state, deadline),
@@ -298,8 +393,10 @@ impl SamplingThread {
         let taken_at = SystemTime::now();
         let sampler = &self.sampler;
         let request = &self.request;
+        self.shared.alarm.arm(self.shared.sample_timeout);
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sampler.sample(request)))
             .unwrap_or_else(|payload| Err(SampleError::Panicked(panic_message(&*payload))));
+        self.shared.alarm.disarm();
         let duration = started.elapsed();
         let mut state = self.shared.lock();
         // Out of the watchdog's hands from here: it cannot time out a sample that has returned.
@@ -354,19 +451,21 @@ impl SamplingThread {
     }
 
     /// A scheduled tick's outcome goes to the sinks (and a good one to the subscribers).
-    fn deliver(&self, outcome: Outcome) {
+    /// Returns whether a sink's task has work (the runtime must be woken).
+    fn deliver(&self, outcome: Outcome) -> bool {
         let outlets = &self.shared.outlets;
         match outcome {
             Outcome::Sampled(snapshot) => {
                 let snapshot = Arc::new(snapshot);
-                push_to_sinks(outlets, &snapshot, false);
+                let wake = deliver_to_sinks(outlets, &snapshot);
                 let _ = self.subscribers.send(snapshot);
+                wake
             }
             Outcome::Failed(error) => {
                 let marker = self.shared.lock().book.failure_snapshot(&error);
-                push_to_sinks(outlets, &marker, false);
+                deliver_to_sinks(outlets, &marker)
             }
-            Outcome::Abandoned => {}
+            Outcome::Abandoned => false,
         }
     }
 
@@ -441,35 +540,37 @@ impl Watchdog {
         let shared = &self.shared;
         loop {
             let progressed = shared.progress.notified();
+            let alarm = shared.alarm_fired.notified();
             let deadline = {
                 let state = shared.lock();
                 if state.stop {
                     return;
                 }
-                self.deadline(&state)
+                self.deadline(&state, shared.alarm.is_active())
             };
-            match deadline {
-                Some(deadline) => {
-                    tokio::select! {
-                        () = progressed => self.wake_sinks(),
-                        () = shared.clock.sleep_until(deadline) => self.check(),
-                    }
+            let timer = async {
+                match deadline {
+                    Some(deadline) => shared.clock.sleep_until(deadline).await,
+                    None => std::future::pending().await,
                 }
-                None => {
-                    progressed.await;
-                    self.wake_sinks();
-                }
+            };
+            tokio::select! {
+                () = progressed => self.wake_sinks(),
+                () = timer => self.check(),
+                () = alarm => self.check(),
             }
         }
     }
 
-    /// When to look next: the timeout of the sample in flight; while one is stuck, the next tick
-    /// (to report it skipped); otherwise the timeout of the next tick's sample, were it to start
-    /// on time (a later start re-arms at the first look).
-    fn deadline(&self, state: &State) -> Option<Instant> {
+    /// When to look next: while a sample is stuck, the next tick (to report it skipped); with
+    /// the kernel alarm watching samples, nothing else (it goes off when one overruns);
+    /// otherwise the timeout of the sample in flight, or of the next tick's sample, were it to
+    /// start on time (a later start re-arms at the first look).
+    fn deadline(&self, state: &State, alarm: bool) -> Option<Instant> {
         let timeout = self.shared.sample_timeout;
         match &state.in_flight {
             Some(f) if f.abandoned => state.next_tick,
+            _ if alarm => None,
             Some(f) => Some(f.started + timeout),
             None => {
                 let due = state.next_tick? + timeout;

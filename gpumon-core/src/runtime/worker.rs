@@ -26,10 +26,21 @@ pub(crate) enum WorkerCommand {
     Shutdown { reply: oneshot::Sender<Result<(), SinkError>> },
 }
 
+/// A sink as the runtime holds it: its own task and, for a sink that exports inline
+/// ([`Sink::exports_inline`]), the sampling thread, which only ever `try_lock`s it (a sink busy
+/// on its task is never waited for; the tick goes through the queue instead).
+pub(crate) type SharedSink = Arc<tokio::sync::Mutex<Box<dyn Sink>>>;
+
 pub(crate) struct Worker {
-    pub(crate) sink: Box<dyn Sink>,
-    pub(crate) queue: Arc<SinkQueue>,
+    pub(crate) sink: SharedSink,
+    pub(crate) calls: Calls,
     pub(crate) commands: mpsc::Receiver<WorkerCommand>,
+}
+
+/// What every call on a sink needs besides the sink: its queue, status, name and timeouts.
+pub(crate) struct Calls {
+    pub(crate) name: String,
+    pub(crate) queue: Arc<SinkQueue>,
     pub(crate) status: SinkStatusCell,
     pub(crate) options: SinkOptions,
 }
@@ -45,58 +56,73 @@ async fn guarded(timeout: Duration, call: impl Future<Output = Result<(), SinkEr
 
 impl Worker {
     pub(crate) async fn run(mut self) {
-        let name = self.sink.name().to_owned();
-        let sink = &mut self.sink;
-        let health = guarded(self.options.healthcheck_timeout, async { sink.healthcheck().await }).await;
-        match &health {
-            Ok(()) => self.status.update(|s| s.healthy = Some(true)),
-            Err(e) => {
-                tracing::warn!(sink = %name, error = %e, "sink healthcheck failed; it will keep trying to export");
-                self.status.update(|s| {
-                    s.healthy = Some(false);
-                    s.last_error = Some(e.to_string());
-                });
+        let calls = &self.calls;
+        // The sink is locked for each piece of work, so that an inline sink's ticks go inline
+        // whenever its task is idle; snapshots are popped only under the lock, which keeps them in
+        // order with the inline ones (see `Outlet::deliver`).
+        {
+            let mut sink = self.sink.lock().await;
+            let health = guarded(calls.options.healthcheck_timeout, async { sink.healthcheck().await }).await;
+            match &health {
+                Ok(()) => calls.status.update(|s| s.healthy = Some(true)),
+                Err(e) => {
+                    tracing::warn!(sink = %calls.name, error = %e, "sink healthcheck failed; it will keep trying to export");
+                    calls.status.update(|s| {
+                        s.healthy = Some(false);
+                        s.last_error = Some(e.to_string());
+                    });
+                }
             }
         }
 
-        let queue = self.queue.clone();
         loop {
             tokio::select! {
                 biased;
-                command = self.commands.recv() => match command {
-                    Some(WorkerCommand::Flush { snapshot, reply }) => {
-                        let drained = self.drain().await;
-                        let exported = self.export(snapshot).await;
-                        let flushed = self.call_flush().await;
-                        // The caller learns about every failure of this flush, the export of the
-                        // flush's own snapshot included: `--once` must not exit 0 when the only
-                        // sample it took never arrived.
-                        let _ = reply.send(drained.and(exported).and(flushed));
+                command = self.commands.recv() => {
+                    let mut sink = self.sink.lock().await;
+                    match command {
+                        Some(WorkerCommand::Flush { snapshot, reply }) => {
+                            let drained = calls.drain(&mut sink).await;
+                            let exported = calls.export(&mut sink, snapshot).await;
+                            calls.queue.take_flush_due();
+                            let flushed = calls.flush(&mut sink).await;
+                            // The caller learns about every failure of this flush, the export of
+                            // the flush's own snapshot included: `--once` must not exit 0 when the
+                            // only sample it took never arrived.
+                            let _ = reply.send(drained.and(exported).and(flushed));
+                        }
+                        Some(WorkerCommand::Shutdown { reply }) => {
+                            let result = calls.finish(&mut sink).await;
+                            let _ = reply.send(result);
+                            return;
+                        }
+                        None => {
+                            // The agent is gone without asking for a shutdown (it was dropped):
+                            // still flush and close the sink.
+                            let _ = calls.finish(&mut sink).await;
+                            return;
+                        }
                     }
-                    Some(WorkerCommand::Shutdown { reply }) => {
-                        let result = self.finish().await;
-                        let _ = reply.send(result);
-                        return;
+                }
+                () = calls.queue.ready() => {
+                    let mut sink = self.sink.lock().await;
+                    let _ = calls.drain(&mut sink).await;
+                    // An inline export asked for its I/O to be done here.
+                    if calls.queue.take_flush_due() {
+                        let _ = calls.flush(&mut sink).await;
                     }
-                    None => {
-                        // The agent is gone without asking for a shutdown (it was dropped):
-                        // still flush and close the sink.
-                        let _ = self.finish().await;
-                        return;
-                    }
-                },
-                Some(snapshot) = queue.pop() => {
-                    let _ = self.export(snapshot).await;
                 }
             }
         }
     }
+}
 
+impl Calls {
     /// Exports whatever is already queued; the first failure, if any, is returned.
-    async fn drain(&mut self) -> Result<(), SinkError> {
+    async fn drain(&self, sink: &mut Box<dyn Sink>) -> Result<(), SinkError> {
         let mut first_error = Ok(());
         while let Some(snapshot) = self.queue.try_pop() {
-            let result = self.export(snapshot).await;
+            let result = self.export(sink, snapshot).await;
             if first_error.is_ok() {
                 first_error = result;
             }
@@ -104,46 +130,48 @@ impl Worker {
         first_error
     }
 
-    async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
-        let sink = &mut self.sink;
+    async fn export(&self, sink: &mut Box<dyn Sink>, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
         let result = guarded(self.options.export_timeout, async { sink.export(snapshot).await }).await;
         self.record(clone_result(&result), true);
         result
     }
 
-    async fn call_flush(&mut self) -> Result<(), SinkError> {
-        let sink = &mut self.sink;
+    async fn flush(&self, sink: &mut Box<dyn Sink>) -> Result<(), SinkError> {
         let result = guarded(self.options.export_timeout, async { sink.flush().await }).await;
         self.record(clone_result(&result), false);
         result
     }
 
-    async fn finish(&mut self) -> Result<(), SinkError> {
+    async fn finish(&self, sink: &mut Box<dyn Sink>) -> Result<(), SinkError> {
         self.queue.close();
-        let drained = self.drain().await;
-        let flushed = self.call_flush().await;
-        let sink = &mut self.sink;
+        let drained = self.drain(sink).await;
+        let flushed = self.flush(sink).await;
         let shut = guarded(self.options.export_timeout, async { sink.shutdown().await }).await;
         self.record(clone_result(&shut), false);
         self.status.update(|s| s.state = SinkState::ShutDown);
         drained.and(flushed).and(shut)
     }
 
-    fn record(&self, result: Result<(), SinkError>, exported: bool) {
-        match result {
-            Ok(()) => self.status.succeeded(exported),
-            Err(e) => {
-                let mut first = false;
-                self.status.update(|s| first = s.consecutive_failures == 0);
-                // Log the first failure of a run at warn, repeats at debug: a sink that is down
-                // for an hour must not write 3 600 identical warnings.
-                if first {
-                    tracing::warn!(sink = %self.sink.name(), error = %e, "sink call failed");
-                } else {
-                    tracing::debug!(sink = %self.sink.name(), error = %e, "sink call failed again");
-                }
-                self.status.failed(&e, matches!(e, SinkError::Panicked(_)));
+    /// Records a call's outcome in the sink's status (`exported`: it was an export).
+    pub(crate) fn record(&self, result: Result<(), SinkError>, exported: bool) {
+        record(&self.name, &self.status, result, exported);
+    }
+}
+
+/// Records a sink call's outcome in its status; the first failure of a run is logged at warn,
+/// repeats at debug (a sink that is down for an hour must not write 3 600 identical warnings).
+pub(crate) fn record(name: &str, status: &SinkStatusCell, result: Result<(), SinkError>, exported: bool) {
+    match result {
+        Ok(()) => status.succeeded(exported),
+        Err(e) => {
+            let mut first = false;
+            status.update(|s| first = s.consecutive_failures == 0);
+            if first {
+                tracing::warn!(sink = %name, error = %e, "sink call failed");
+            } else {
+                tracing::debug!(sink = %name, error = %e, "sink call failed again");
             }
+            status.failed(&e, matches!(e, SinkError::Panicked(_)));
         }
     }
 }

@@ -1039,6 +1039,45 @@ mod tests {
             .collect()
     }
 
+    /// The bytes of one 8-GPU request (mock `h100x8`, default families), as encoded and gzip'd
+    /// as the sink sends it, with the GPU's whole identity on every point (as before #28) and
+    /// once per GPU (now): the figure of BENCHMARKS.md's "Bytes on the wire", printed with
+    /// `--nocapture`. The identity must go out once per GPU, not once per point.
+    #[test]
+    fn identity_once_per_gpu_shrinks_an_8_gpu_request() {
+        use gpumon_core::{DeviceFilter, MetricSet, SampleRequest, Sampler as _};
+        let sampler = gpumon_mock::MockSampler::from_profile_name("h100x8").unwrap();
+        let snap = sampler.sample(&SampleRequest::new(MetricSet::default(), DeviceFilter::all())).unwrap();
+        let plan = Plan::new();
+        let gzip = |bytes: &[u8]| {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            gz.write_all(bytes).unwrap();
+            gz.finish().unwrap().len()
+        };
+        let mut sizes = Vec::new();
+        for every_point in [true, false] {
+            let mut cache = AttributeCache::default();
+            cache.identity_on_every_point = every_point;
+            let bytes = offline(&plan).encode(&plan, &mut cache, &snap).to_vec();
+            let r = ExportMetricsServiceRequest::decode(bytes.as_slice()).unwrap();
+            let points = all_points(&r);
+            let with_model = points.iter().filter(|(_, p)| attrs(p).contains_key("hw.model")).count();
+            println!(
+                "identity on every point: {every_point}: {} points, {} with hw.model, {} B as encoded, {} B gzip",
+                points.len(),
+                with_model,
+                bytes.len(),
+                gzip(&bytes)
+            );
+            sizes.push((points.len(), with_model, bytes.len()));
+        }
+        let (before, after) = (sizes[0], sizes[1]);
+        assert_eq!(before.0, after.0, "the same points");
+        assert_eq!(before.1, before.0, "before: the model on every point");
+        assert_eq!(after.1, 2 * 8, "after: on each GPU's two hw.status points only");
+        assert!(after.2 < before.2, "{sizes:?}");
+    }
+
     #[test]
     fn findings_are_exported_from_the_catalogue() {
         use gpumon_core::FindingKind;
@@ -1057,7 +1096,8 @@ mod tests {
         assert!(matches!(active[0].0.data, Some(metric::Data::Gauge(_))));
         let a0 = attrs(active[0].1);
         assert_eq!(a0.get("hw.id").map(String::as_str), Some("GPU-0"), "{a0:?}");
-        assert_eq!(a0.get("gpumon.gpu.index").map(String::as_str), Some("0"));
+        assert_eq!(a0.get("hw.name").map(String::as_str), Some("nvidia0"));
+        assert_eq!(a0.get("gpumon.gpu.index"), None, "the index is on the device's hw.status only");
         assert_eq!((a0["gpumon.kind"].as_str(), a0["gpumon.severity"].as_str()), ("near_oom", "warning"));
         assert_eq!(active[0].1.value, Some(number_data_point::Value::AsInt(1)));
         // Host-level: only its own attributes (the resource names the host).

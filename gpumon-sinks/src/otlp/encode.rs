@@ -234,6 +234,10 @@ pub(crate) struct AttributeCache {
     host: Arc<[KeyValue]>,
     /// Walks so far; a process entry not touched by the latest walk is dropped.
     walk: u64,
+    /// Every point gets the device's whole identity, as before it went once per device: for the
+    /// test that measures the difference.
+    #[cfg(test)]
+    pub(crate) identity_on_every_point: bool,
 }
 
 /// A device's identity, the driver version, its owners and the attributes built from them.
@@ -242,10 +246,14 @@ struct CachedDevice {
     info: Arc<DeviceInfo>,
     driver: Option<String>,
     owners: Vec<SharedOwner>,
-    /// The identity attributes, without owners (the base of the process sets).
-    identity: Vec<KeyValue>,
-    /// Identity plus the merged owner attributes: what every device point carries.
+    /// The attributes that name the device on every point ([`point_attributes`]), without
+    /// owners (the base of the process sets).
+    key: Vec<KeyValue>,
+    /// The key plus the merged owner attributes: what every device point carries.
     attrs: Arc<[KeyValue]>,
+    /// The whole identity ([`device_attributes`]) plus the owners: what the device's `hw.status`
+    /// points carry, once per device.
+    identity: Arc<[KeyValue]>,
     processes: HashMap<u32, CachedProcess>,
 }
 
@@ -265,10 +273,22 @@ fn same_owner(a: Option<&SharedOwner>, b: Option<&SharedOwner>) -> bool {
 }
 
 impl AttributeCache {
-    /// The attribute set of `device`'s points: identity and merged owners.
+    /// The attribute set of `device`'s points: the attributes that name it, and merged owners.
     pub(crate) fn device(&mut self, system: &SystemInfo, device: &DeviceSample) -> Arc<[KeyValue]> {
+        #[cfg(test)]
+        if self.identity_on_every_point {
+            return self.identity(system, device);
+        }
         match self.entry(system, device) {
             Some(entry) => entry.attrs.clone(),
+            None => with_owners(point_attributes(&device.info), device.owner_labels()).into(),
+        }
+    }
+
+    /// The attribute set of `device`'s `hw.status` points: its whole identity, and merged owners.
+    pub(crate) fn identity(&mut self, system: &SystemInfo, device: &DeviceSample) -> Arc<[KeyValue]> {
+        match self.entry(system, device) {
+            Some(entry) => entry.identity.clone(),
             None => with_owners(device_attributes(system, &device.info), device.owner_labels()).into(),
         }
     }
@@ -282,7 +302,7 @@ impl AttributeCache {
     ) -> Arc<[KeyValue]> {
         let walk = self.walk;
         let Some(entry) = self.entry(system, device) else {
-            return with_owners(device_attributes(system, &device.info), process.owner_labels()).into();
+            return with_owners(point_attributes(&device.info), process.owner_labels()).into();
         };
         let owner = process.owner.as_ref();
         if let Some((cached, attrs, used)) = entry.processes.get_mut(&process.pid) {
@@ -291,7 +311,7 @@ impl AttributeCache {
                 return attrs.clone();
             }
         }
-        let attrs: Arc<[KeyValue]> = with_owners(entry.identity.clone(), process.owner_labels()).into();
+        let attrs: Arc<[KeyValue]> = with_owners(entry.key.clone(), process.owner_labels()).into();
         entry.processes.insert(process.pid, (owner.cloned(), attrs.clone(), walk));
         attrs
     }
@@ -305,20 +325,22 @@ impl AttributeCache {
             .get(&info.uuid)
             .is_some_and(|c| (Arc::ptr_eq(&c.info, info) || *c.info == **info) && c.driver == system.driver_version);
         if !fresh {
-            let identity = device_attributes(system, info);
+            let key = point_attributes(info);
             let cached = CachedDevice {
                 info: info.clone(),
                 driver: system.driver_version.clone(),
                 owners: device.owners.clone(),
-                attrs: with_owners(identity.clone(), device.owner_labels()).into(),
-                identity,
+                attrs: with_owners(key.clone(), device.owner_labels()).into(),
+                identity: with_owners(device_attributes(system, info), device.owner_labels()).into(),
+                key,
                 processes: HashMap::new(),
             };
             self.devices.insert(info.uuid.clone(), cached);
         }
         let entry = self.devices.get_mut(&info.uuid)?;
         if !same_owners(&entry.owners, &device.owners) {
-            entry.attrs = with_owners(entry.identity.clone(), device.owner_labels()).into();
+            entry.attrs = with_owners(entry.key.clone(), device.owner_labels()).into();
+            entry.identity = with_owners(device_attributes(system, info), device.owner_labels()).into();
             entry.owners = device.owners.clone();
         }
         Some(entry)
@@ -367,10 +389,13 @@ fn s(v: &str) -> opentelemetry::Value {
     opentelemetry::Value::String(StringValue::from(Arc::<str>::from(v)))
 }
 
-/// The semantic-convention GPU attribute set (`metric_attributes.hw.gpu`) plus `hw.type`, and
-/// the device index under the extension namespace.
-pub(crate) fn device_attributes(system: &SystemInfo, info: &DeviceInfo) -> Vec<KeyValue> {
-    let mut attrs = Vec::with_capacity(10);
+/// What names a device on every one of its points: `hw.id` (required by the conventions on every
+/// `hw.*` metric, unique within the host), `hw.name` and `hw.type` (required by `hw.power`,
+/// `hw.energy`, `hw.errors`, `hw.status`). The rest of its identity, the same on every point
+/// and every tick, goes on its `hw.status` points only ([`device_attributes`]): one place per
+/// device in each request instead of ≈ 190, joinable on `hw.id` (docs/otlp.md, "Attributes").
+pub(crate) fn point_attributes(info: &DeviceInfo) -> Vec<KeyValue> {
+    let mut attrs = Vec::with_capacity(3);
     attrs.push(KeyValue::new("hw.id", s(&info.uuid)));
     let name = match &info.mig {
         Some(mig) => format!("{}/mig{}", info.device_node(), mig.mig_index),
@@ -378,6 +403,14 @@ pub(crate) fn device_attributes(system: &SystemInfo, info: &DeviceInfo) -> Vec<K
     };
     attrs.push(KeyValue::new("hw.name", s(&name)));
     attrs.push(KeyValue::new("hw.type", HW_TYPE));
+    attrs
+}
+
+/// The semantic-convention GPU attribute set (`metric_attributes.hw.gpu`) plus `hw.type`, and
+/// the device index under the extension namespace: what a device's `hw.status` points carry.
+pub(crate) fn device_attributes(system: &SystemInfo, info: &DeviceInfo) -> Vec<KeyValue> {
+    let mut attrs = point_attributes(info);
+    attrs.reserve(7);
     attrs.push(KeyValue::new("hw.vendor", HW_VENDOR));
     if !info.name.is_empty() {
         attrs.push(KeyValue::new("hw.model", s(&info.name)));
@@ -450,6 +483,7 @@ impl Plan {
         cache.begin();
         for (index, device) in snapshot.devices.iter().enumerate() {
             let base = cache.device(&snapshot.system, device);
+            let identity = cache.identity(&snapshot.system, device);
             // A process's points carry its own owner (consecutive points share one lookup).
             let mut process_base: Option<(u32, Arc<[KeyValue]>)> = None;
             device.visit_points(|p| {
@@ -462,6 +496,8 @@ impl Plan {
                 }
                 let base = match (process, &process_base) {
                     (Some(proc), Some((cached, attrs))) if *cached == proc.pid => attrs,
+                    // The device's whole identity, once: on its `hw.status` points.
+                    _ if p.id == MetricId::DeviceUp => &identity,
                     _ => &base,
                 };
                 let series = Series {
@@ -716,15 +752,29 @@ mod tests {
         assert_eq!(util.len(), 2);
         assert_eq!(attr(&util[0], "hw.gpu.task").as_deref(), Some("general"));
         assert_eq!(attr(&util[1], "hw.gpu.task").as_deref(), Some("encoder"));
+        // Every point names its device (hw.id, hw.name, hw.type) and nothing more of it.
         let o = &util[0];
         assert_eq!(attr(o, "hw.id").as_deref(), Some("MIG-abc"));
-        assert_eq!(attr(o, "hw.parent").as_deref(), Some("GPU-parent"));
-        assert_eq!(attr(o, "hw.model").as_deref(), Some("NVIDIA A100-SXM4-40GB"));
-        assert_eq!(attr(o, "hw.serial_number").as_deref(), Some("1234"));
-        assert_eq!(attr(o, "hw.driver_version").as_deref(), Some("570.1"));
-        assert_eq!(attr(o, "hw.vendor").as_deref(), Some("nvidia"));
         assert_eq!(attr(o, "hw.type").as_deref(), Some("gpu"));
         assert_eq!(attr(o, "hw.name").as_deref(), Some("nvidia2/mig1"));
+        for once in ["hw.parent", "hw.model", "hw.serial_number", "hw.driver_version", "hw.vendor", "gpumon.gpu.index"]
+        {
+            assert_eq!(attr(o, once), None, "{once} on a utilisation point");
+        }
+        // The whole identity is on the device's hw.status points, once per device.
+        for o in find("hw.status") {
+            assert_eq!(attr(o, "hw.id").as_deref(), Some("MIG-abc"));
+            assert_eq!(attr(o, "hw.parent").as_deref(), Some("GPU-parent"));
+            assert_eq!(attr(o, "hw.model").as_deref(), Some("NVIDIA A100-SXM4-40GB"));
+            assert_eq!(attr(o, "hw.serial_number").as_deref(), Some("1234"));
+            assert_eq!(attr(o, "hw.driver_version").as_deref(), Some("570.1"));
+            assert_eq!(attr(o, "hw.vendor").as_deref(), Some("nvidia"));
+            assert_eq!(attr(o, "hw.type").as_deref(), Some("gpu"));
+            assert_eq!(attr(o, "hw.name").as_deref(), Some("nvidia2/mig1"));
+            assert_eq!(attr(o, "gpumon.gpu.index").as_deref(), Some("2"));
+        }
+        let with_model = enc.by_instrument.iter().flatten().filter(|o| attr(o, "hw.model").is_some()).count();
+        assert_eq!(with_model, 2, "the model once per device and state");
         // Simulated data is marked on every point of the SDK pipeline.
         assert!(enc.by_instrument.iter().flatten().all(|o| attr(o, "gpumon.backend").as_deref() == Some("mock")));
 

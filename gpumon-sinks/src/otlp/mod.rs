@@ -26,10 +26,11 @@
 //! (Counter), `hw.temperature{hw.sensor_location}`, `hw.errors{error.type}`,
 //! `hw.status{hw.state}`), everything else under the `gpumon.` extension namespace.
 //!
-//! Every data point carries the GPU attribute set: `hw.id` (the UUID), `hw.name` (`nvidia0`,
-//! `nvidia0/mig1`), `hw.type=gpu`, `hw.vendor=nvidia`, `hw.model`, `hw.driver_version`,
-//! `hw.serial_number`, `hw.parent` (a MIG instance's parent UUID) when known, and
-//! `gpumon.gpu.index`. Per-point labels become `gpumon.xid`, `process.pid`, `gpumon.reason`.
+//! Every data point about a GPU names it: `hw.id` (the UUID), `hw.name` (`nvidia0`,
+//! `nvidia0/mig1`), `hw.type=gpu`. The rest of the GPU attribute set — `hw.vendor=nvidia`,
+//! `hw.model`, `hw.driver_version`, `hw.serial_number`, `hw.parent` (a MIG instance's parent
+//! UUID) when known, and `gpumon.gpu.index` — comes once per GPU, on its `hw.status` points
+//! (docs/otlp.md says why not on the resource). Per-point labels become `gpumon.xid`, `process.pid`, `gpumon.reason`.
 //! The resource has `service.name` (default `gpumon`), `host.name` and whatever
 //! `OTEL_RESOURCE_ATTRIBUTES` and [`OtlpConfig::resource_attributes`] add.
 //!

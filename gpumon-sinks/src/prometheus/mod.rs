@@ -109,7 +109,7 @@ use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwapOption;
 use gpumon_core::attribution::TenantSelector;
-use gpumon_core::{BuildError, Sink, SinkError, Snapshot, Telemetry};
+use gpumon_core::{BuildError, InlineExport, Sink, SinkError, Snapshot, Telemetry};
 
 use crate::http;
 
@@ -512,6 +512,18 @@ impl Sink for PrometheusSink {
         self.handle.store(snapshot);
         self.serving.ensure_started();
         Ok(())
+    }
+
+    /// Storing the snapshot is all an export does (a scrape renders it): it runs on the sampling
+    /// thread, and a tick wakes no other thread for this sink.
+    fn exports_inline(&self) -> bool {
+        true
+    }
+
+    fn export_inline(&mut self, snapshot: &Arc<Snapshot>) -> Result<InlineExport, SinkError> {
+        self.serving.check_open()?;
+        self.handle.store(snapshot.clone());
+        Ok(InlineExport::Done)
     }
 
     async fn healthcheck(&mut self) -> Result<(), SinkError> {

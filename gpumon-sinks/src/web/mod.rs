@@ -48,7 +48,7 @@ mod serve;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use gpumon_core::{BuildError, Sink, SinkError, Snapshot, Telemetry};
+use gpumon_core::{BuildError, InlineExport, Sink, SinkError, Snapshot, Telemetry};
 
 pub use assets::{page_weight, page_weight_gzip};
 pub use config::{WebConfig, DEFAULT_LISTEN};
@@ -203,6 +203,18 @@ impl Sink for WebSink {
         self.serving.ensure_started();
         self.hub.publish(snapshot);
         Ok(())
+    }
+
+    /// Publishing stores the tick and hands live clients their event without waiting: inline,
+    /// so the runtime wakes for this sink only when a client is there to be served.
+    fn exports_inline(&self) -> bool {
+        true
+    }
+
+    fn export_inline(&mut self, snapshot: &Arc<Snapshot>) -> Result<InlineExport, SinkError> {
+        self.serving.check_open()?;
+        self.hub.publish(snapshot.clone());
+        Ok(InlineExport::Done)
     }
 
     async fn healthcheck(&mut self) -> Result<(), SinkError> {
