@@ -553,9 +553,10 @@ mod tests {
         assert_eq!(socket.path(), Path::new("/tmp/file.sock"));
         assert_eq!(socket.config().mode, 0o600);
         assert_eq!(socket.config().max_connections, 3);
-        let plan = steps(&section(
-            "socket = \"/tmp/s\"\nmax_connections_per_uid = 2\nmax_runs_per_uid = 5\nidle_timeout = \"90s\"",
-        ))
+        let plan = steps(
+            &section("socket = \"/tmp/s\"\nmax_connections_per_uid = 2\nmax_runs_per_uid = 5\nidle_timeout = \"90s\""),
+            false,
+        )
         .unwrap();
         let config = plan.socket.unwrap().config().clone();
         assert_eq!((config.max_connections_per_uid, config.max_runs_per_uid), (2, 5));
