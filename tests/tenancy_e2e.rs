@@ -190,7 +190,10 @@ fn a_reused_pid_moves_to_the_new_process_owner_tenant() {
     let gpu0 = label_values(&r, "uuid");
     assert_eq!(gpu0.len(), 1, "bob holds GPU 0 alone:\n{r}");
     let r = scrape(port, "tok-a").fetch().raw;
-    assert!(r.starts_with("HTTP/1.1 200") && !r.contains(&listed) && !r.contains("uuid=\""), "alice holds nothing:\n{r}");
+    assert!(
+        r.starts_with("HTTP/1.1 200") && !r.contains(&listed) && !r.contains("uuid=\""),
+        "alice holds nothing:\n{r}"
+    );
 
     // bob's process exits; alice's new one gets its pid.
     drop(bob);
