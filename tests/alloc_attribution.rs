@@ -54,7 +54,7 @@ fn proc_root(snaps: &[Snapshot]) -> std::path::PathBuf {
 }
 
 #[test]
-fn the_stage_reads_once_then_allocates_only_the_owner_lists() {
+fn once_processes_are_known_the_stage_allocates_only_the_owner_lists() {
     let snaps = snapshots();
     let dir = proc_root(&snaps);
     let mut stage =
