@@ -22,8 +22,8 @@
 //! process exited after NVML listed it, or `hidepid`): the owner known for the pid is kept.
 //!
 //! # Cost
-//! Each tick, one small read per listed pid: its `stat`, for the start time (a few
-//! microseconds, no allocation). The rest — `cgroup`, `status` — is read once per process, when
+//! Each tick, one small read per listed pid: its `stat`, for the start time (an open, a read
+//! and a close, into reused buffers: no allocation). The rest — `cgroup`, `status` — is read once per process, when
 //! it first appears. A pid missing for a tick or two and back is checked the same way; a pid
 //! gone for longer is forgotten. The passwd file is read once and again only when a uid is not
 //! in it and the file's modification time has changed.
