@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Soak test: the example agent at 10 Hz on the mock backend with every outbound sink against the
-# real backends (scripts/backends/, all on 127.0.0.1), each backend restarted on a schedule, for
-# SOAK_DURATION. Then it compares what the agent sent with what arrived, prints a markdown
-# summary and exits non-zero when a check fails.
+# Soak test: the example agent at 10 Hz on the mock backend with every sink (stdout, the scrape
+# endpoint, Pushgateway, InfluxDB, remote write, OTLP, the web view with a live stream open)
+# against the real backends (scripts/backends/, all on 127.0.0.1), each backend restarted on a
+# schedule and one backend down for SOAK_LONG_OUTAGE, for SOAK_DURATION. Then it compares what the
+# agent sent with what arrived, prints a markdown summary and exits non-zero when a check fails.
 #
-#   ./scripts/soak.sh                                      # 1 h, release agent
+#   ./scripts/soak.sh                                      # 1 h, release agent, 10 min outage
 #   SOAK_DURATION=2m SOAK_RESTART_EVERY=80s SOAK_PROFILE=debug ./scripts/soak.sh   # CI (.ci/run)
 #
 # Settings (environment):
@@ -14,6 +15,15 @@
 #                       SOAK_RESTART_START after the agent starts, and no restart
 #                       begins in the last SOAK_TAIL                            (default 10m)
 #   SOAK_RESTART_START  first restart                                          (default 15s)
+#   SOAK_LONG_OUTAGE    one long outage of SOAK_LONG_OUTAGE_BACKEND, starting at
+#                       SOAK_LONG_OUTAGE_AT; skipped (and said so) when it and
+#                       SOAK_LONG_SETTLE do not fit before SOAK_TAIL; 0: none   (default 10m)
+#   SOAK_LONG_OUTAGE_AT / SOAK_LONG_OUTAGE_BACKEND                             (default 20m / influxdb)
+#   SOAK_LONG_SETTLE    after the long outage's backlog drained, RSS must be back within
+#                       SOAK_RSS_MAX_GROWTH_PCT of its level just before the outage
+#                       this long after the backend came back                   (default 3m)
+#   SOAK_LONG_RECOVERY_MAX  fresh data after the long outage (the backlog goes first)
+#                                                                               (default 180s)
 #   SOAK_OUTAGE         how long a backend stays down in a restart              (default 5s)
 #   SOAK_TAIL           quiet time at the end, so that retries drain            (default 35s)
 #   SOAK_WARMUP         RSS baseline: the first sample at or after this         (default 60s)
@@ -31,7 +41,8 @@
 #                                                                               (default 1s)
 #   SOAK_OUT            output directory (default: a new ${TMPDIR:-/tmp}/gpumon-soak.XXXXXX)
 #   SOAK_PORT_BASE      ports used: base+86/+88 InfluxDB, +191 Pushgateway, +317/+318 OTLP,
-#                       +90 Prometheus, +400 the agent                          (default 27000)
+#                       +90 Prometheus, +428 VictoriaMetrics, +400/+401 the agent's
+#                       scrape endpoint and web view                            (default 27000)
 #
 # What "nothing lost" means per sink, and why (the checks are printed with the summary):
 #   InfluxDB     the sink buffers and retries, so every sample must be stored: for every GPU,
@@ -54,6 +65,16 @@
 #   Agent        no skipped ticks, no sample failures, no snapshot dropped by the InfluxDB, OTLP
 #                or Prometheus sink queues,
 #                samples_total >= 95 % of wall time x 10 Hz, RSS growth after warm-up bounded.
+#
+#   Remote write buffers and retries like InfluxDB: every snapshot must arrive, so the distinct
+#                timestamps of `gpumon_utilization_ratio` in VictoriaMetrics equal samples_total
+#                (a retried batch cannot inflate a count of distinct timestamps).
+#   Web view     a live stream (/api/stream) is open for the whole run: it must stay connected
+#                until the agent stops and receive a `snapshot` event for >= 90 % of the samples.
+#   Long outage  the InfluxDB sink's outage buffer holds the whole outage (its bounds are raised
+#                in the soak's config: 10 min of this fleet at 10 Hz is ~150 MB of line protocol,
+#                over the 128 MiB default; nothing may be dropped, the counts check it), and after
+#                the drain RSS returns within SOAK_RSS_MAX_GROWTH_PCT of its pre-outage level.
 #
 # Output in SOAK_OUT: agent.log (agent stderr), rss.csv, restarts.csv, metrics-final.txt (the
 # agent's /metrics just before it was stopped), summary.md, backends/ (backend logs).
@@ -90,11 +111,23 @@ PROFILE="${SOAK_PROFILE:-release}"
 MOCK_PROFILE="${SOAK_MOCK_PROFILE:-h100x8}"
 SAMPLE_TIMEOUT="${SOAK_SAMPLE_TIMEOUT:-1s}"
 PB="${SOAK_PORT_BASE:-27000}"
+LONG_OUTAGE=$(seconds "${SOAK_LONG_OUTAGE:-10m}")
+LONG_AT=$(seconds "${SOAK_LONG_OUTAGE_AT:-20m}")
+LONG_BACKEND="${SOAK_LONG_OUTAGE_BACKEND:-influxdb}"
+LONG_SETTLE=$(seconds "${SOAK_LONG_SETTLE:-3m}")
+LONG_RECOVERY_MAX=$(seconds "${SOAK_LONG_RECOVERY_MAX:-180s}")
 [ "$DURATION" -gt "$((WARMUP + 10))" ] || die "SOAK_DURATION must exceed SOAK_WARMUP + 10s"
 [ "$RESTART_EVERY" -ge 4 ] || die "SOAK_RESTART_EVERY must be at least 4s"
+case "$LONG_BACKEND" in influxdb|victoria-metrics|otlp-receiver|pushgateway|prometheus) ;;
+    *) die "SOAK_LONG_OUTAGE_BACKEND: unknown backend '$LONG_BACKEND'" ;; esac
+if [ "$LONG_OUTAGE" -gt 0 ] && [ $((LONG_AT + LONG_OUTAGE + LONG_SETTLE)) -gt $((DURATION - TAIL)) ]; then
+    log "long outage (${LONG_OUTAGE}s at ${LONG_AT}s + ${LONG_SETTLE}s settle) does not fit in ${DURATION}s: skipped"
+    LONG_OUTAGE=0
+fi
 
 INFLUX_PORT=$((PB + 86)); INFLUX_RPC=$((PB + 88)); PUSHGW_PORT=$((PB + 191))
 OTLP_GRPC=$((PB + 317)); OTLP_HTTP=$((PB + 318)); PROM_PORT=$((PB + 90)); AGENT_PORT=$((PB + 400))
+VM_PORT=$((PB + 428)); WEB_PORT=$((PB + 401))
 INSTANCE=soak
 JOB=gpumon-soak
 
@@ -110,11 +143,11 @@ PY=/usr/bin/python3
 command -v "$PY" >/dev/null || PY=python3
 
 # ------------------------------------------------------------------ cleanup
-AGENT_PID=""; SCHED_PID=""; RSS_PID=""
+AGENT_PID=""; SCHED_PID=""; RSS_PID=""; LONG_PID=""; WEB_PID=""
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
-    for p in "$SCHED_PID" "$RSS_PID"; do
+    for p in "$SCHED_PID" "$RSS_PID" "$LONG_PID" "$WEB_PID"; do
         [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null
     done
     if [ -n "$AGENT_PID" ] && kill -0 "$AGENT_PID" 2>/dev/null; then
@@ -125,7 +158,7 @@ cleanup() {
     # The scheduler may have been killed mid-restart with KEEP_DATA=1: a stop without it
     # removes the kept data dirs too.
     "$B/stop-all.sh" >/dev/null 2>&1 || true
-    for n in influxdb pushgateway otlp-receiver prometheus; do
+    for n in influxdb pushgateway otlp-receiver prometheus victoria-metrics; do
         KEEP_DATA=0 "$B/stop-$n.sh" >/dev/null 2>&1 || true
     done
     log "output in $OUT (exit $rc)"
@@ -151,7 +184,7 @@ fi
 
 # ------------------------------------------------------------------ backends
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in $INFLUX_PORT $INFLUX_RPC $PUSHGW_PORT $OTLP_GRPC $OTLP_HTTP $PROM_PORT $AGENT_PORT; do
+for p in $INFLUX_PORT $INFLUX_RPC $PUSHGW_PORT $OTLP_GRPC $OTLP_HTTP $PROM_PORT $AGENT_PORT $VM_PORT $WEB_PORT; do
     port_free "$p" || die "port 127.0.0.1:$p is in use (another soak? set SOAK_PORT_BASE)"
 done
 
@@ -163,9 +196,10 @@ start_backend() {  # start_backend NAME  (uses KEEP_DATA from the environment)
             "$B/start-otlp-receiver.sh" >/dev/null ;;
         prometheus) PROM_PORT=$PROM_PORT PROM_SCRAPE_TARGETS=127.0.0.1:$AGENT_PORT PROM_JOB_NAME=$JOB \
             PROM_EXTRA_ARGS="--storage.tsdb.retention.time=2d" "$B/start-prometheus.sh" ;;
+        victoria-metrics) VM_PORT=$VM_PORT "$B/start-victoria-metrics.sh" ;;
     esac
 }
-for n in influxdb pushgateway otlp-receiver; do start_backend "$n"; done
+for n in influxdb pushgateway otlp-receiver victoria-metrics; do start_backend "$n"; done
 
 # ------------------------------------------------------------------ agent
 cat > "$OUT/agent.toml" <<EOF
@@ -190,6 +224,15 @@ job = "$JOB"
 [influxdb]
 url = "http://127.0.0.1:$INFLUX_PORT"
 db = "gpumon"
+# the long outage must be held whole (see the header): ~25 KB a snapshot here
+buffer_max_points = 4000000
+buffer_max_bytes = 536870912
+
+[remote_write]
+url = "http://127.0.0.1:$VM_PORT/api/v1/write"
+
+[web]
+listen = "127.0.0.1:$WEB_PORT"
 
 [otlp]
 endpoint = "http://127.0.0.1:$OTLP_GRPC"
@@ -208,6 +251,16 @@ done
 curl -fsS --max-time 1 "http://127.0.0.1:$AGENT_PORT/metrics" >/dev/null || die "agent not serving on :$AGENT_PORT"
 start_backend prometheus   # after the agent, as the scripts expect
 
+# ------------------------------------------------------------------ web: one live stream, all run
+# web-stream.txt: `snapshot` events received; web-stream.end: when the stream ended.
+(
+    n="$(curl -sN --max-time $((DURATION + 120)) "http://127.0.0.1:$WEB_PORT/api/stream" 2>/dev/null \
+        | grep -c '^event: snapshot' || true)"
+    echo "${n:-0}" > "$OUT/web-stream.txt"
+    date +%s > "$OUT/web-stream.end"
+) &
+WEB_PID=$!
+
 # ------------------------------------------------------------------ RSS sampler
 echo "elapsed_s,rss_kib" > "$OUT/rss.csv"
 (
@@ -224,11 +277,16 @@ RSS_PID=$!
 # restarts.csv: backend,stop_at,start_at,ready_at,recovered_at (seconds since agent start;
 # recovered_at = first fresh data seen by that backend after the restart, -1 = never)
 echo "backend,stop_at,start_at,ready_at,recovered_at" > "$OUT/restarts.csv"
-BACKENDS=(influxdb otlp-receiver pushgateway prometheus)
+BACKENDS=(influxdb otlp-receiver pushgateway prometheus victoria-metrics)
 schedule=()
-for i in 0 1 2 3; do
-    t=$((RESTART_START + i * RESTART_EVERY / 4))
+for i in "${!BACKENDS[@]}"; do
+    t=$((RESTART_START + i * RESTART_EVERY / ${#BACKENDS[@]}))
     while [ $((t + OUTAGE)) -le $((DURATION - TAIL)) ]; do
+        # no short restart of the long outage's backend within a minute of it, or while it is down
+        if [ "$LONG_OUTAGE" -gt 0 ] && [ "${BACKENDS[$i]}" = "$LONG_BACKEND" ] \
+            && [ $((t + OUTAGE + 60)) -gt "$LONG_AT" ] && [ "$t" -lt $((LONG_AT + LONG_OUTAGE + LONG_RECOVERY_MAX)) ]; then
+            t=$((t + RESTART_EVERY)); continue
+        fi
         schedule+=("$t ${BACKENDS[$i]}")
         t=$((t + RESTART_EVERY))
     done
@@ -252,6 +310,11 @@ fresh() {
             v="$(q "http://127.0.0.1:$PUSHGW_PORT/metrics" | awk -v j="job=\"$JOB\"" \
                 '/^push_time_seconds\{/ && index($0, j) {print int($2)}' | sort -n | tail -n1)"
             [ "${v:-0}" -gt "$since" ] ;;
+        victoria-metrics)
+            q "http://127.0.0.1:$VM_PORT/internal/force_flush" >/dev/null || true
+            v="$(q "http://127.0.0.1:$VM_PORT/api/v1/query" --data-urlencode "query=count(timestamp(gpumon_utilization_ratio) > $since)" \
+                | grep -c '"value"' || true)"
+            [ "${v:-0}" -gt 0 ] ;;
         prometheus)
             v="$(q "http://127.0.0.1:$PROM_PORT/api/v1/query" --data-urlencode "query=timestamp(up{job=\"$JOB\"}) > $since" \
                 | grep -c '"value"' || true)"
@@ -281,6 +344,32 @@ fresh() {
 ) &
 SCHED_PID=$!
 
+# ------------------------------------------------------------------ the long outage
+# long-outage.csv: the same columns as restarts.csv, for the one long outage.
+echo "backend,stop_at,start_at,ready_at,recovered_at" > "$OUT/long-outage.csv"
+if [ "$LONG_OUTAGE" -gt 0 ]; then
+    (
+        trap 'exit 0' TERM
+        while [ $(( $(date +%s) - T0 )) -lt "$LONG_AT" ]; do sleep 0.5; done
+        t_stop=$(( $(date +%s) - T0 ))
+        log "long outage of $LONG_BACKEND: stop for ${LONG_OUTAGE}s"
+        KEEP_DATA=1 "$B/stop-$LONG_BACKEND.sh" 2>>"$OUT/restarts.log"
+        while [ $(( $(date +%s) - T0 )) -lt $((t_stop + LONG_OUTAGE)) ]; do sleep 0.5; done
+        t_start=$(( $(date +%s) - T0 ))
+        KEEP_DATA=1 start_backend "$LONG_BACKEND" 2>>"$OUT/restarts.log" \
+            || { log "long outage: start FAILED"; echo "$LONG_BACKEND,$t_stop,$t_start,-1,-1" >> "$OUT/long-outage.csv"; exit 0; }
+        t_ready_epoch=$(date +%s); t_ready=$((t_ready_epoch - T0))
+        rec=-1
+        while [ $(( $(date +%s) - t_ready_epoch )) -le "$LONG_RECOVERY_MAX" ]; do
+            if fresh "$t_ready_epoch" "$LONG_BACKEND"; then rec=$(( $(date +%s) - T0 )); break; fi
+            sleep 1
+        done
+        log "long outage of $LONG_BACKEND: down ${t_stop}s..${t_start}s, ready ${t_ready}s, fresh data at ${rec}s"
+        echo "$LONG_BACKEND,$t_stop,$t_start,$t_ready,$rec" >> "$OUT/long-outage.csv"
+    ) &
+    LONG_PID=$!
+fi
+
 # ------------------------------------------------------------------ run
 while [ $(( $(date +%s) - T0 )) -lt "$DURATION" ]; do
     kill -0 "$AGENT_PID" 2>/dev/null || { tail -n 20 "$OUT/agent.log" >&2; die "agent exited during the run"; }
@@ -288,6 +377,8 @@ while [ $(( $(date +%s) - T0 )) -lt "$DURATION" ]; do
 done
 wait "$SCHED_PID" 2>/dev/null || true   # the tail leaves time for the last recovery check
 SCHED_PID=""
+if [ -n "$LONG_PID" ]; then wait "$LONG_PID" 2>/dev/null || true; fi
+LONG_PID=""
 kill "$RSS_PID" 2>/dev/null; wait "$RSS_PID" 2>/dev/null || true
 RSS_PID=""
 # One last RSS sample, then the agent's own counters, then a clean stop (it flushes every sink).
@@ -299,6 +390,11 @@ agent_rc=0; wait "$AGENT_PID" || agent_rc=$?
 AGENT_PID=""
 T_EXIT=$(date +%s)
 log "agent stopped (exit $agent_rc)"
+# the stream ends with the agent
+for _ in $(seq 1 50); do [ -f "$OUT/web-stream.end" ] && break; sleep 0.2; done
+kill "$WEB_PID" 2>/dev/null || true
+wait "$WEB_PID" 2>/dev/null || true
+WEB_PID=""
 
 # ------------------------------------------------------------------ collect from the backends
 curl -fsS -G "http://127.0.0.1:$INFLUX_PORT/query" --data-urlencode db=gpumon \
@@ -311,10 +407,15 @@ curl -fsS -G "http://127.0.0.1:$PROM_PORT/api/v1/query" \
 curl -fsS -G "http://127.0.0.1:$PROM_PORT/api/v1/query" \
     --data-urlencode "query=max_over_time(gpumon_last_sample_duration_seconds{job=\"$JOB\"}[${RANGE}s])" \
     --data-urlencode "time=$T_END" > "$OUT/prom-sample-duration.json" || true
+# VictoriaMetrics: flushed, then searchable ~1-1.5 s later; the export has every raw sample.
+curl -fsS "http://127.0.0.1:$VM_PORT/internal/force_flush" >/dev/null || true
+sleep 3
+curl -fsS "http://127.0.0.1:$VM_PORT/api/v1/export" --data-urlencode 'match[]=gpumon_utilization_ratio' \
+    > "$OUT/vm-export.jsonl" || true
 cp "$BACKENDS_STATE_DIR"/*.log "$OUT/" 2>/dev/null || true
 
 # ------------------------------------------------------------------ checks + summary
-export OUT T0 T_END T_EXIT DURATION OUTAGE WARMUP RSS_MAX_KIB RSS_MAX_PCT RECOVERY_MAX PROFILE MOCK_PROFILE agent_rc
+export OUT T0 T_END T_EXIT DURATION OUTAGE WARMUP LONG_OUTAGE LONG_SETTLE LONG_RECOVERY_MAX RSS_MAX_KIB RSS_MAX_PCT RECOVERY_MAX PROFILE MOCK_PROFILE agent_rc
 "$PY" - <<'PYEOF' | tee "$OUT/summary.md"
 import csv, json, os, re, sys
 
@@ -348,8 +449,12 @@ def outages(name):
     return [r for r in restarts if r["backend"] == name]
 
 print("## Soak summary\n")
+long = list(csv.DictReader(open(os.path.join(out, "long-outage.csv"))))
+long_s = int(os.environ["LONG_OUTAGE"])
+long_desc = (f", and {long[0]['backend']} down {long_s} s from {long[0]['stop_at']} s" if long
+             else ", no long outage")
 print(f"agent `{os.environ['PROFILE']}` build, mock `{os.environ['MOCK_PROFILE']}`, 10 Hz, "
-      f"{run_s} s, {len(restarts)} backend restarts ({outage} s outage each)\n")
+      f"{run_s} s, {len(restarts)} backend restarts ({outage} s outage each){long_desc}\n")
 
 # --- agent
 check("agent exit code", os.environ["agent_rc"], "0", os.environ["agent_rc"] == "0")
@@ -362,7 +467,7 @@ try:
 except Exception:  # noqa: BLE001
     longest = "n/a"
 check("longest sample (seen by 1 s scrapes)", longest, "reported", True)
-for s in ("influxdb", "otlp", "prometheus"):
+for s in ("influxdb", "otlp", "prometheus", "remote_write", "web"):
     d = sm("gpumon_sink_dropped_total", s)
     check(f"{s}: snapshots dropped (queue full)", d, "0", d == 0)
 
@@ -378,6 +483,29 @@ else:
     ok = growth <= lim_kib or growth <= base * lim_pct / 100
     check("RSS growth after warm-up", f"{base} -> {end} KiB ({growth:+d} KiB, {100.0 * growth / base:+.1f} %); peak {max(r for _, r in rss)} KiB",
           f"<= {lim_kib} KiB or <= {lim_pct:g} %", ok)
+
+# --- the long outage: recovered, and RSS back within the bound of its level before it
+if long_s > 0:
+    if not long:
+        check("long outage", "did not happen", "one", False)
+    else:
+        lo = long[0]
+        rec = int(lo["recovered_at"]); ready = int(lo["ready_at"]); stop = int(lo["stop_at"])
+        lmax = int(os.environ["LONG_RECOVERY_MAX"])
+        check(f"long outage ({lo['backend']}, {long_s} s): fresh data after", "never" if rec < 0 else f"{rec - ready} s",
+              f"<= {lmax} s", rec >= 0)
+        pre = [r for t, r in rss if t < stop]
+        settle_at = ready + int(os.environ["LONG_SETTLE"])
+        post = next((r for t, r in rss if t >= settle_at), None)
+        peak_during = max((r for t, r in rss if stop <= t <= settle_at), default=None)
+        if not pre or post is None:
+            check("long outage: RSS before / after", f"{len(pre)} samples before, after {post}", "both", False)
+        else:
+            lim_pct = float(os.environ["RSS_MAX_PCT"])
+            before = pre[-1]
+            check("long outage: RSS before -> peak -> after the drain",
+                  f"{before} -> {peak_during} -> {post} KiB ({100.0 * (post - before) / before:+.1f} %, at {settle_at} s)",
+                  f"after <= before + {lim_pct:g} %", post <= before * (1 + lim_pct / 100))
 
 # --- restarts: every backend saw fresh data again within the bound
 rmax = int(os.environ["RECOVERY_MAX"])
@@ -436,6 +564,29 @@ check("pushgateway: final push current", f"last push {last_push - T0:.1f} s, age
 check("pushgateway: pushes accepted / failed / dropped", f"{p_exp} / {p_fail} / {p_drop}",
       f"failed + dropped <= {p_down * 10} ({p_down} s around outages x 10 Hz)", p_exp > 0 and p_fail + p_drop <= p_down * 10)
 
+# --- remote write: every snapshot arrived (distinct timestamps of one family)
+rw_times = set(); rw_series = 0
+try:
+    for line in open(os.path.join(out, "vm-export.jsonl")):
+        if line.strip():
+            rw_series += 1
+            rw_times.update(json.loads(line)["timestamps"])
+except OSError:
+    pass
+check("remote write: snapshots in VictoriaMetrics (distinct timestamps of gpumon_utilization_ratio)",
+      f"{len(rw_times)} ({rw_series} series); exported / failed {sm('gpumon_sink_exported_total', 'remote_write')} / {sm('gpumon_sink_failures_total', 'remote_write')}",
+      f"== {samples}", len(rw_times) == samples)
+
+# --- web view: the live stream stayed open and kept up
+try:
+    events = int(open(os.path.join(out, "web-stream.txt")).read().strip() or 0)
+    ended = int(open(os.path.join(out, "web-stream.end")).read().strip())
+except (OSError, ValueError):
+    events, ended = 0, 0
+check("web: live stream open until the agent stopped", f"ended {ended - T0} s (agent stopped {T_END - T0}..{T_EXIT - T0} s)",
+      f">= {T_END - T0} s", ended >= T_END)
+check("web: snapshot events on the live stream", events, f">= 90 % of {samples}", events >= 0.9 * samples)
+
 # --- Prometheus: no failed scrape; gaps only around its own restarts
 try:
     series = json.load(open(os.path.join(out, "prom-up.json")))["data"]["result"]
@@ -462,6 +613,8 @@ print("| backend | down | ready | fresh data |")
 print("| --- | --- | --- | --- |")
 for r in restarts:
     print(f"| {r['backend']} | {r['stop_at']}..{r['start_at']} | {r['ready_at']} | {r['recovered_at']} |")
+for r in long:
+    print(f"| {r['backend']} (long outage) | {r['stop_at']}..{r['start_at']} | {r['ready_at']} | {r['recovered_at']} |")
 print()
 print(f"RESULT: {'FAIL (' + ', '.join(fails) + ')' if fails else 'PASS'}")
 sys.exit(1 if fails else 0)

@@ -46,6 +46,8 @@ command -v cargo >/dev/null || { log "ERROR: cargo not found in PATH"; exit 1; }
 
 # ------------------------------------------------------------------ install
 "$B/install.sh"
+# Figures the docs and manifests cite from BENCHMARKS.md are in its current tables.
+"$REPO/scripts/check-bench-citations.py"
 
 # ------------------------------------------------------------------ one run at a time
 # The ports are fixed, so two runs cannot share a machine. An owner file (not a
@@ -113,6 +115,7 @@ rm -rf "$GPUMON_TEST_CERTS_DIR"
 "$B/start-influxdb-tls.sh"                 # https://127.0.0.1:18090 (RPC 18091)
 "$B/start-pushgateway-tls.sh"              # https://127.0.0.1:19192, client certificate required
 "$B/start-otlp-receiver-tls.sh" >/dev/null # grpc 14319, http 14320, TLS
+"$B/start-victoria-metrics-tls.sh"         # https://127.0.0.1:18429 (remote write over TLS)
 log "backends ready in $(( $(date +%s%3N) - t0 )) ms"
 
 # ------------------------------------------------------------------ environment for the tests
@@ -136,6 +139,7 @@ export GPUMON_TEST_PUSHGATEWAY_TLS_URL=https://127.0.0.1:19192
 export GPUMON_TEST_OTLP_TLS_GRPC=https://127.0.0.1:14319
 export GPUMON_TEST_OTLP_TLS_HTTP=https://127.0.0.1:14320
 export GPUMON_TEST_OTLP_TLS_RECEIVED=https://127.0.0.1:14320/received
+export GPUMON_TEST_VM_TLS_URL=https://127.0.0.1:18429
 export GPUMON_TEST_PROMETHEUS_BIN=/usr/bin/prometheus
 export GPUMON_TEST_PROMTOOL=/usr/bin/promtool
 export GPUMON_TEST_PYTHON="$GPUMON_VENV/bin/python"
@@ -167,13 +171,21 @@ for a in "$@"; do
         bin_args+=("$a")
     fi
 done
-# libtest's --skip matches anywhere in a name: a test whose name holds `manual_` or `subprocess_`
-# past its start would be skipped silently. Refuse such names (rename the test instead).
-if grep -rnE --include='*.rs' 'fn [a-z0-9_]+(manual|subprocess)_' gpumon-core gpumon-sinks gpumon-mock gpumon-py src tests benches examples \
-        | grep -vE 'fn (manual|subprocess)_'; then
-    echo "FAIL: the test names above would be skipped by --skip manual_/subprocess_ (they contain it past the start)" >&2
+# libtest's --skip matches anywhere in a test's full path: list what the filters catch, from the
+# test binaries' own lists, and refuse any whose name does not start with the prefix (a real test
+# that would be skipped silently: rename it). Prints how many are filtered, and why.
+listed="$(cargo test --workspace --all-features "${cargo_args[@]}" -- --list --include-ignored 2>/dev/null \
+    | sed -n 's/: test$//p' || true)"
+filtered="$(grep -E 'manual_|subprocess_' <<<"$listed" || true)"
+caught="$(grep -vE '(^|::)(manual|subprocess)_[^:]*$' <<<"$filtered" || true)"
+if [ -n "$caught" ]; then
+    printf '%s\n' "$caught" >&2
+    echo "FAIL: the tests above would be skipped by --skip manual_/subprocess_ without being either (rename them)" >&2
     exit 1
 fi
+log "filtered out: $(grep -cE '(^|::)manual_' <<<"$filtered" || true) manual_ tests (measurements, run by hand)," \
+    "$(grep -cE '(^|::)subprocess_' <<<"$filtered" || true) subprocess_ tests (child halves, run by their parent test)," \
+    "of $(grep -c . <<<"$listed" || true) listed"
 test_cmd=(cargo test --workspace --all-features --no-fail-fast "${cargo_args[@]}" -- --include-ignored --skip manual_ --skip subprocess_ "${bin_args[@]}")
 log "${test_cmd[*]}"
 setsid "${test_cmd[@]}" &

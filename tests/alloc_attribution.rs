@@ -1,5 +1,6 @@
-//! Guards the cost claims of docs/attribution.md: the attribution stage reads nothing and
-//! allocates only each attributed device's `owners` vector per tick once its pids are known, and
+//! Guards the cost claims of docs/attribution.md: once its processes are known, the attribution
+//! stage reads only each pid's `stat` and allocates only each attributed device's `owners`
+//! vector per tick, and
 //! the encoders still allocate nothing per tick when every series carries owner labels.
 //!
 //! A counting global allocator counts the allocations of the *current thread* only (a
@@ -53,7 +54,7 @@ fn proc_root(snaps: &[Snapshot]) -> std::path::PathBuf {
 }
 
 #[test]
-fn the_stage_reads_once_then_allocates_only_the_owner_lists() {
+fn once_processes_are_known_the_stage_allocates_only_the_owner_lists() {
     let snaps = snapshots();
     let dir = proc_root(&snaps);
     let mut stage =
@@ -65,8 +66,8 @@ fn the_stage_reads_once_then_allocates_only_the_owner_lists() {
     let mut copies: Vec<Snapshot> = (0..3).flat_map(|_| snaps.iter().cloned()).collect();
     let attributed_devices: usize =
         copies.iter().map(|s| s.devices.iter().filter(|d| !d.processes.is_empty()).count()).sum();
-    // The proc files may go: nothing is read again for pids seen on the last tick.
-    std::fs::remove_dir_all(dir.join("proc")).unwrap();
+    // Each tick reads every pid's `stat` (a reused pid is another process), into reused
+    // buffers: no allocation for that either.
     let n = allocations(|| {
         for s in &mut copies {
             stage.process(s);

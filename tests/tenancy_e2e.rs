@@ -133,3 +133,81 @@ fn each_tenant_scrapes_exactly_the_gpu_its_real_process_holds() {
     let r = scrape(port, "tok-unknown").fetch().raw;
     assert!(r.starts_with("HTTP/1.1 401"), "{r}");
 }
+
+/// Starts `sleep 300` as `uid` under exactly `pid`: writes `pid - 1` to
+/// `/proc/sys/kernel/ns_last_pid` (root only) and forks at once; another process on the machine
+/// may take the pid in between, so a miss is killed and the whole is retried.
+fn sleeper_at_pid(uid: u32, pid: u32) -> KillOnDrop {
+    for _ in 0..200 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string())
+            .expect("write /proc/sys/kernel/ns_last_pid (needs root)");
+        let s = sleeper(uid);
+        if s.0.id() == pid {
+            return s;
+        }
+        drop(s);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("could not start a process under pid {pid} in 200 tries");
+}
+
+/// #31: bob's listed pid exits and alice's new process gets the same pid (`ns_last_pid`), while
+/// the fake libnvidia-ml keeps listing the pid on GPU 0 every tick. Attribution must read the new
+/// process: bob's view loses the GPU and the pid, alice's gains them — bob's view never shows
+/// alice's process under his name.
+#[test]
+#[ignore = "needs scripts/test.sh (root, to run processes as other users and set ns_last_pid; the fake libnvidia-ml)"]
+fn a_reused_pid_moves_to_the_new_process_owner_tenant() {
+    let _ = require_env("GPUMON_TEST_BACKENDS");
+    let euid = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX);
+    assert_eq!(euid, 0, "this test sets ns_last_pid and runs processes as other users: it must run as root");
+    let bob = sleeper(UID_B);
+    let pid = bob.0.id();
+
+    let port = free_port();
+    let dir = TempDir::new("tenancy-pid-reuse");
+    let cfg = dir.file(
+        "agent.toml",
+        &format!(
+            "[agent]\nbackend = \"nvml\"\ninterval = \"200ms\"\nenable = [\"processes\"]\n\
+             [prometheus]\nlisten = \"127.0.0.1:{port}\"\nauth = {{ bearer = {{ token = \"tok-admin\" }} }}\n\
+             [[prometheus.tenants]]\nname = \"alice\"\nselector = {{ user = {UID_A} }}\nbearer = \"tok-a\"\n\
+             [[prometheus.tenants]]\nname = \"bob\"\nselector = {{ user = {UID_B} }}\nbearer = \"tok-b\"\n"
+        ),
+    );
+    let _agent = agent_process()
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--nvml-library")
+        .arg(fake_nvml())
+        .arg("--attribution")
+        .env("GPUMON_FAKE_NVML_PROFILE", "h100x8")
+        .env("GPUMON_FAKE_NVML_PIDS", format!("0={pid}"))
+        .ready(Ready::Port(([127, 0, 0, 1], port).into()))
+        .spawn();
+    let listed = format!("pid=\"{pid}\"");
+    let r = scrape_until(port, "tok-b", "bob's process on bob's scrape", |r| r.contains(&listed));
+    let gpu0 = label_values(&r, "uuid");
+    assert_eq!(gpu0.len(), 1, "bob holds GPU 0 alone:\n{r}");
+    let r = scrape(port, "tok-a").fetch().raw;
+    assert!(
+        r.starts_with("HTTP/1.1 200") && !r.contains(&listed) && !r.contains("uuid=\""),
+        "alice holds nothing:\n{r}"
+    );
+
+    // bob's process exits; alice's new one gets its pid.
+    drop(bob);
+    let alice = sleeper_at_pid(UID_A, pid);
+    assert_eq!(alice.0.id(), pid);
+
+    let r = scrape_until(port, "tok-a", "the reused pid on alice's scrape", |r| r.contains(&listed));
+    assert_eq!(label_values(&r, "uuid"), gpu0, "alice now holds GPU 0:\n{r}");
+    let r = scrape_until(port, "tok-b", "the reused pid gone from bob's scrape", |r| {
+        r.starts_with("HTTP/1.1 200") && !r.contains(&listed)
+    });
+    assert!(!r.contains("uuid=\""), "bob holds no GPU any more:\n{r}");
+    // And stays gone (not a one-tick flicker).
+    std::thread::sleep(Duration::from_secs(1));
+    let r = scrape(port, "tok-b").fetch().raw;
+    assert!(!r.contains(&listed) && !r.contains("uuid=\""), "bob's view shows alice's process or GPU:\n{r}");
+}

@@ -307,11 +307,12 @@ fn an_unreadable_file_gives_what_the_others_say() {
     assert_eq!(stats.proc_read_failures.load(Ordering::Relaxed), 1);
 }
 
-/// A file that failed may be readable later (a transient error, a proc root mounted late): the
-/// partly read owner is read again, whole, after `PARTIAL_REREAD_TICKS` — not every tick — and
-/// an owner once complete is never read again.
+/// A file that failed may be readable later (a process caught mid-start, a transient error, a
+/// proc root mounted late): the partly read owner is read again, whole, on the next tick; while
+/// it keeps failing the re-reads come after 1, 2, 4 … ticks (at most `PARTIAL_REREAD_TICKS`), not
+/// every tick; and an owner once complete is never read again.
 #[test]
-fn a_partly_read_owner_is_read_again_later_and_a_complete_one_never() {
+fn a_partly_read_owner_is_read_again_next_tick_then_less_often_and_a_complete_one_never() {
     use gpumon_core::attribution::procfs::PARTIAL_REREAD_TICKS;
     let root = ProcRoot::new("partial");
     root.add(7, 1, 1000, &docker_cgroup());
@@ -325,21 +326,84 @@ fn a_partly_read_owner_is_read_again_later_and_a_complete_one_never() {
         procs.end_tick();
         o.expect("the user is known either way")
     };
-    assert_eq!(tick().container_id, None);
+    // Ticks 1..=4: read at 1, re-read at 2 (one tick later) and 4 (two later), all failing.
+    for n in 1..=4 {
+        assert_eq!(tick().container_id, None, "tick {n}");
+    }
+    // Fixed after tick 4's re-read: the next is due four ticks later, at tick 8.
     std::fs::remove_dir(&cgroup).unwrap();
     std::fs::write(&cgroup, docker_cgroup()).unwrap();
-    for n in 1..PARTIAL_REREAD_TICKS {
-        assert_eq!(tick().container_id, None, "tick {n}: read again too early");
+    for n in 5..=7 {
+        assert_eq!(tick().container_id, None, "tick {n}: read again too early (the waits double)");
     }
     assert_eq!(failures(), 1);
     let whole = tick();
-    assert_eq!(whole.container.as_deref(), Some(&DOCKER_ID[..12]), "read again after {PARTIAL_REREAD_TICKS} ticks");
+    assert_eq!(whole.container.as_deref(), Some(&DOCKER_ID[..12]), "read again at tick 8");
     assert_eq!(whole.user.as_deref(), Some("alice"));
     root.remove(7);
     for _ in 0..2 * PARTIAL_REREAD_TICKS {
         assert_eq!(tick(), whole);
     }
     assert_eq!(failures(), 1, "a complete owner is not read again");
+}
+
+/// #31: a process whose first read was partial — its cgroup readable but not its status (caught
+/// while starting, or `status` briefly unreadable) — gets its whole owner on the next tick, not a
+/// minute later; one that exited mid-read keeps what was read, counted once.
+#[test]
+fn a_partial_first_read_is_retried_on_the_next_tick() {
+    let root = ProcRoot::new("partial-status");
+    root.add(8, 1, 1000, &docker_cgroup());
+    let status = root.make_unreadable(8, "status");
+    root.add(9, 2, 1000, &docker_cgroup());
+    root.make_unreadable(9, "status");
+    let stats = Arc::new(AttributionStats::default());
+    let mut procs = ProcOwners::new(root.proc(), root.passwd(), stats.clone());
+    procs.begin_tick();
+    let first = procs.owner(8).expect("the container is known");
+    let exiting = procs.owner(9).expect("the container is known");
+    procs.end_tick();
+    assert_eq!((first.user.as_deref(), first.container.as_deref()), (None, Some(&DOCKER_ID[..12])));
+
+    std::fs::remove_dir(&status).unwrap();
+    std::fs::write(&status, "Name:\tpython3\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t0\t0\t0\n").unwrap();
+    root.remove(9); // exited after its cgroup was read
+    procs.begin_tick();
+    let whole = procs.owner(8).expect("known");
+    let gone = procs.owner(9);
+    procs.end_tick();
+    assert_eq!(whole.user.as_deref(), Some("alice"), "read again, whole, on the next tick");
+    assert_eq!(whole.container.as_deref(), Some(&DOCKER_ID[..12]));
+    assert_eq!(gone, Some(exiting), "what was read of the exited process stays");
+    assert_eq!(stats.proc_read_failures.load(Ordering::Relaxed), 2, "one per process, not per attempt");
+}
+
+/// #31: bob's listed pid exits and alice's new process gets the same pid before the next tick —
+/// NVML lists the pid on every tick, never missing. The new process is told apart by its start
+/// time and read as alice's; bob's owner never labels it.
+#[test]
+fn a_pid_reused_between_two_ticks_gets_the_new_process_owner() {
+    let root = ProcRoot::new("reuse-no-gap");
+    root.add(77, 1000, 1000, &docker_cgroup());
+    let stats = Arc::new(AttributionStats::default());
+    let mut procs = ProcOwners::new(root.proc(), root.passwd(), stats.clone());
+    let tick = |procs: &mut ProcOwners| {
+        procs.begin_tick();
+        let o = procs.owner(77);
+        procs.end_tick();
+        o.expect("known")
+    };
+    let bob = tick(&mut procs);
+    assert_eq!(bob.uid, Some(1000));
+    assert_eq!(tick(&mut procs), bob, "the same process: the same owner");
+    root.remove(77);
+    root.add(77, 1700, 0, "0::/system.slice/gpu-train.service\n");
+    let next = tick(&mut procs);
+    assert_eq!((next.uid, next.user.as_deref()), (Some(0), Some("root")), "{next:?}");
+    assert_eq!(next.unit.as_deref(), Some("gpu-train.service"));
+    assert_eq!(next.container, None);
+    assert_eq!(tick(&mut procs), next);
+    assert_eq!(stats.proc_read_failures.load(Ordering::Relaxed), 0);
 }
 
 /// A re-read that fails again is not counted again (the counter counts processes, not

@@ -119,6 +119,7 @@ pub(crate) fn certificate_hint(detail: &str, key: &str) -> &'static str {
         "influxdb.tls" => " (the server's certificate is not trusted: check influxdb.tls.ca_file)",
         "otlp.tls" => " (the server's certificate is not trusted: check otlp.tls.ca_file)",
         "pushgateway.tls" => " (the server's certificate is not trusted: check pushgateway.tls.ca_file)",
+        "remote_write.tls" => " (the server's certificate is not trusted: check remote_write.tls.ca_file)",
         _ => " (the server's certificate is not trusted: check the TLS ca_file)",
     }
 }

@@ -1,8 +1,8 @@
 //! Every outbound sink over https against its real server, TLS turned on by the project's scripts
 //! (`scripts/test.sh` runs `make-test-certs.sh`, `start-influxdb-tls.sh`,
-//! `start-pushgateway-tls.sh` and `start-otlp-receiver-tls.sh`, and exports the variables read
-//! here). The certificates are made at test time: a CA, a server leaf for 127.0.0.1, a client
-//! certificate, and an unrelated CA that must be refused.
+//! `start-pushgateway-tls.sh`, `start-otlp-receiver-tls.sh` and `start-victoria-metrics-tls.sh`,
+//! and exports the variables read here). The certificates are made at test time: a CA, a server
+//! leaf for 127.0.0.1, a client certificate, and an unrelated CA that must be refused.
 //!
 //! Ignored under a plain `cargo test`; run through `scripts/test.sh`, where a missing variable
 //! fails the test.
@@ -227,5 +227,78 @@ async fn otlp_with_the_wrong_ca_fails_naming_the_endpoint() {
         let e = sink.export(Arc::new(test_snapshot(0))).await.unwrap_err().to_string();
         eprintln!("{protocol}: {e}");
         assert!(e.contains(&endpoint) && e.contains("otlp.tls.ca_file"), "{protocol}: {e}");
+    }
+}
+
+// --- Prometheus remote write to VictoriaMetrics over https (`-tls`) ---------------------------
+
+#[cfg(feature = "remote-write")]
+mod remote_write {
+    use super::*;
+    use gpumon_sinks::remote_write::{RemoteWriteConfig, RemoteWriteSink};
+
+    fn sink(tls: TlsConfig, run: &str) -> RemoteWriteSink {
+        let mut c = RemoteWriteConfig::default();
+        c.url = format!("{}/api/v1/write", var("GPUMON_TEST_VM_TLS_URL"));
+        c.external_labels.insert("run".into(), run.to_owned());
+        c.batch_interval = Duration::from_secs(600);
+        c.retry_initial = Duration::from_millis(50);
+        c.retry_max = Duration::from_millis(200);
+        c.tls = tls;
+        RemoteWriteSink::from_config(&c).unwrap()
+    }
+
+    /// VictoriaMetrics' raw export of the series labelled `run`, over https: (name, timestamps).
+    async fn exported(run: &str) -> Vec<(String, Vec<i64>)> {
+        let base = var("GPUMON_TEST_VM_TLS_URL");
+        let http = reader();
+        let _ = http.get(format!("{base}/internal/force_flush")).send().await;
+        let mut url = reqwest::Url::parse(&format!("{base}/api/v1/export")).unwrap();
+        url.query_pairs_mut().append_pair("match[]", &format!("{{run={run:?}}}")).append_pair("start", "0");
+        let body = http.get(url).send().await.unwrap().error_for_status().unwrap().text().await.unwrap();
+        body.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                let j: Json = serde_json::from_str(l).unwrap();
+                let name = j["metric"]["__name__"].as_str().unwrap().to_owned();
+                (name, j["timestamps"].as_array().unwrap().iter().map(|t| t.as_i64().unwrap()).collect())
+            })
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs scripts/test.sh (TLS backends)"]
+    async fn remote_write_over_https_lands_in_victoria_metrics() {
+        let run = run_id("remote_write");
+        let mut sink = sink(trusting("ca.pem"), &run);
+        for seq in 0..3 {
+            sink.export(Arc::new(test_snapshot(seq))).await.unwrap();
+        }
+        sink.flush().await.unwrap();
+        let stats = sink.stats();
+        assert!(stats.samples_written > 0 && stats.samples_dropped == 0, "{stats:?}");
+        // Searchable ~1-1.5 s after the flush: poll.
+        let series = eventually(Duration::from_secs(20), "the samples in VictoriaMetrics over https", || async {
+            let s = exported(&run).await;
+            let total: usize = s.iter().map(|(_, t)| t.len()).sum();
+            (total as u64 == stats.samples_written).then_some(s)
+        })
+        .await;
+        assert!(series.iter().any(|(name, _)| name == "gpumon_utilization_ratio"), "{series:?}");
+        sink.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs scripts/test.sh (TLS backends)"]
+    async fn remote_write_with_the_wrong_ca_fails_naming_the_url() {
+        let run = run_id("remote_write_wrong_ca");
+        let mut sink = sink(trusting("other-ca.pem"), &run);
+        sink.export(Arc::new(test_snapshot(0))).await.unwrap();
+        let e = sink.flush().await.unwrap_err().to_string();
+        let url = var("GPUMON_TEST_VM_TLS_URL");
+        assert!(e.contains(&format!("{url}/api/v1/write")), "{e}");
+        assert!(e.contains("certificate") && e.contains("remote_write.tls.ca_file"), "{e}");
+        assert_eq!(sink.stats().samples_written, 0);
+        assert!(exported(&run).await.is_empty(), "nothing may land over an untrusted connection");
     }
 }

@@ -5,6 +5,8 @@
 #   VM_PORT        HTTP port (all ingestion + query APIs)   (default 18428)
 #   VM_EXTRA_ARGS  extra command-line flags, word-split, e.g.
 #                  '-httpAuth.username=u -httpAuth.password=p' (basic auth)
+#   VM_SCHEME      http | https (with '-tls -tlsCertFile=… -tlsKeyFile=…' in VM_EXTRA_ARGS
+#                  and BACKENDS_CURL_TLS for the readiness check: start-victoria-metrics-tls.sh)
 #   BACKEND_INSTANCE, KEEP_DATA: see lib.sh
 #
 # Flags chosen for tests: -search.latencyOffset=0s and -search.disableCache so
@@ -36,5 +38,5 @@ args=(-httpListenAddr="$BACKENDS_BIND:$PORT"
 
 t0=$(now_ms)
 spawn "$NAME" /usr/bin/victoria-metrics /usr/bin/victoria-metrics "${args[@]}"
-wait_http "$NAME" "http://127.0.0.1:$PORT/health" OK || { "$HERE/stop-victoria-metrics.sh"; exit 1; }
-log "$NAME ready on http://127.0.0.1:$PORT (pid $SPAWNED_PID, $(( $(now_ms) - t0 )) ms, data $DATA)"
+wait_http "$NAME" "${VM_SCHEME:-http}://127.0.0.1:$PORT/health" OK || { "$HERE/stop-victoria-metrics.sh"; exit 1; }
+log "$NAME ready on ${VM_SCHEME:-http}://127.0.0.1:$PORT (pid $SPAWNED_PID, $(( $(now_ms) - t0 )) ms, data $DATA)"

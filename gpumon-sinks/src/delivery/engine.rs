@@ -556,6 +556,13 @@ impl Writer {
                             }
                             attempt = 0;
                             st.pause = None;
+                            if st.buffer.drained_after_backlog() {
+                                // The backlog's batches are freed now, but the allocator keeps
+                                // the pages for reuse: without this the outage's high-water mark
+                                // stays as RSS (a 10 min outage: tens of MiB) until exit.
+                                tracing::debug!(sink, "outage buffer drained; returning freed memory to the system");
+                                tokio::task::spawn_blocking(super::release_freed_memory);
+                            }
                         }
                         Err(failure) => {
                             c.failed_requests.fetch_add(1, Ordering::Relaxed);

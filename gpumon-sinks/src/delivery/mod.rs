@@ -27,6 +27,20 @@ use std::time::Duration;
 
 use gpumon_core::BuildError;
 
+/// Returns memory the process has freed to the system: glibc's `malloc` keeps freed pages in its
+/// arenas for reuse (and raises its mmap threshold after the first large free, so a backlog's
+/// batches come from the arenas), so the high-water mark of an outage buffer would otherwise
+/// stay as RSS after the drain. Elsewhere (musl, other systems) a no-op: their allocators return
+/// large frees themselves or offer no such call.
+pub(crate) fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes no pointers; it only walks glibc's own arenas under their locks
+    // and may be called from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// The batching and buffer settings of a sink's `[section]` as every sink built on this checks
 /// them: `batch_{items}` at least 1, `batch_interval` at least 10 ms, a `timeout`,
 /// `buffer_max_{items}` at least one batch, `buffer_max_bytes` at least 4096.

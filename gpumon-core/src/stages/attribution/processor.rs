@@ -109,8 +109,9 @@ impl AttributionConfig {
 /// processes, each once.
 ///
 /// # Cost per tick
-/// One read lock and `Arc` clone for the allocations; a hash lookup per process (no file read
-/// for a process already seen); `Arc` clones for the owners. The only allocation in steady state
+/// One read lock and `Arc` clone for the allocations; per process, its `stat` (one small read,
+/// to tell a reused pid's new process from the old) and a hash lookup; `Arc` clones for the
+/// owners. The only allocation in steady state
 /// is each attributed device's `owners` vector, since every snapshot is new.
 ///
 /// ```

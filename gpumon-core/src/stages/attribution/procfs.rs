@@ -14,22 +14,30 @@
 //! none of the host's users. NVML reports pids in the host's PID namespace, so the proc root must
 //! be the host's (a container started with the host PID namespace can use its own `/proc`).
 //!
+//! # Processes, not pids
+//! Owners are remembered by pid *and* start time: a pid the kernel gave to a new process (the
+//! old one exited, possibly between two ticks, while NVML kept listing the pid) has another
+//! start time, and is read again as the new process it is — never shown under the old process's
+//! owner. A `stat` that cannot be read says nothing about which process holds the pid (the
+//! process exited after NVML listed it, or `hidepid`): the owner known for the pid is kept.
+//!
 //! # Cost
-//! A pid is read once: three small files when it first appears (tens of microseconds), nothing
-//! at all on later ticks while it stays in NVML's process list. A pid missing for a tick or two
-//! and back is re-checked by its start time (one small read); a pid gone for longer is
-//! forgotten. The passwd file is read once and again only when a uid is not in it and the
-//! file's modification time has changed.
+//! Each tick, one small read per listed pid: its `stat`, for the start time (an open, a read
+//! and a close, into reused buffers: no allocation). The rest — `cgroup`, `status` — is read once per process, when
+//! it first appears. A pid missing for a tick or two and back is checked the same way; a pid
+//! gone for longer is forgotten. The passwd file is read once and again only when a uid is not
+//! in it and the file's modification time has changed.
 //!
 //! # Failures
 //! A process that exits between NVML listing it and the read, an unreadable file (a proc
 //! mounted with `hidepid`), or a file that cannot be parsed: the owner is what could be read
 //! (possibly nothing), [`AttributionStats::proc_read_failures`] counts the failure, and it is
-//! logged once per pid. Such a partly read owner is read again, whole, every
-//! [`PARTIAL_REREAD_TICKS`] ticks while the pid stays listed: a failure may pass (too many open
-//! files, a proc root mounted late). A re-read that fails again is not counted again, and keeps
-//! what was known of the process; an owner once complete is never read again. Nothing here ever
-//! fails a tick.
+//! logged once per pid. Such a partly read owner is read again, whole, on the next tick, then
+//! after 2, 4, 8 … ticks, at most every [`PARTIAL_REREAD_TICKS`], while the pid stays listed: a
+//! failure may pass (a process caught mid-start or mid-exit, too many open files, a proc root
+//! mounted late). A re-read that fails again is not counted again, and keeps what was known of
+//! the process; an owner once complete is never read again while its process lives. Nothing
+//! here ever fails a tick.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{ErrorKind, Read as _};
@@ -47,8 +55,9 @@ pub const DEFAULT_PASSWD_FILE: &str = "/etc/passwd";
 /// Ticks a pid may be missing from the process list before it is forgotten; when it comes back
 /// within them, its start time is checked instead of reading it again.
 const GRACE_TICKS: u64 = 2;
-/// Ticks after which an owner that could only partly be read (a file missing, unreadable or
-/// unparsable) is read again, whole: a minute at 1 s, six seconds at 100 ms.
+/// The longest wait, in ticks, before an owner that could only partly be read (a file missing,
+/// unreadable or unparsable) is read again, whole: a minute at 1 s, six seconds at 100 ms. The
+/// first re-read comes on the next tick, then the waits double up to this.
 pub const PARTIAL_REREAD_TICKS: u64 = 60;
 /// Most pids remembered as already logged (the set is cleared when full).
 const MAX_LOGGED: usize = 4096;
@@ -83,6 +92,8 @@ pub struct ProcOwners {
     stats: Arc<AttributionStats>,
     logged: HashSet<u32>,
     buf: Vec<u8>,
+    /// Reused for the path of every read (no allocation per tick).
+    path: PathBuf,
 }
 
 #[derive(Debug)]
@@ -93,12 +104,16 @@ struct Entry {
     last_seen: u64,
     /// The tick of the read, when a file failed; `None` once everything was read.
     partial_since: Option<u64>,
+    /// Re-reads that were still partial, for the doubling wait before the next.
+    partial_rereads: u32,
 }
 
 impl Entry {
-    /// A partly read owner whose time to be read again has come.
+    /// A partly read owner whose time to be read again has come: 1, 2, 4 … ticks after the last
+    /// read, at most [`PARTIAL_REREAD_TICKS`].
     fn reread_due(&self, tick: u64) -> bool {
-        self.partial_since.is_some_and(|read| tick >= read + PARTIAL_REREAD_TICKS)
+        let wait = 1u64.checked_shl(self.partial_rereads).unwrap_or(u64::MAX).min(PARTIAL_REREAD_TICKS);
+        self.partial_since.is_some_and(|read| tick >= read.saturating_add(wait))
     }
 }
 
@@ -115,6 +130,7 @@ impl ProcOwners {
             stats,
             logged: HashSet::new(),
             buf: Vec::with_capacity(4096),
+            path: PathBuf::new(),
         }
     }
 
@@ -149,39 +165,42 @@ impl ProcOwners {
         self.entries.is_empty()
     }
 
-    /// The owner of `pid` (`None` when nothing about it could be read or nothing is known). Reads
-    /// nothing for a pid seen on the previous tick.
+    /// The owner of the process that holds `pid` now (`None` when nothing about it could be read
+    /// or nothing is known). Reads the pid's `stat` to tell its process from an earlier holder of
+    /// the pid, and the rest only for a process not seen before (or a partly read one, when its
+    /// re-read is due).
     pub fn owner(&mut self, pid: u32) -> Option<SharedOwner> {
         let tick = self.tick;
-        let (remembered_start, rereading) = match self.entries.get_mut(&pid) {
-            Some(e) if e.reread_due(tick) => (None, true),
-            Some(e) if e.last_seen + 1 >= tick => {
-                e.last_seen = tick;
-                return e.owner.clone();
-            }
-            Some(e) => (Some(e.start_time), false),
-            None => (None, false),
-        };
-        // `stat` is read once here, whether it confirms a remembered pid or starts a fresh read.
+        // `stat` is read once here, whether it confirms a remembered process or starts a fresh read.
         let start = self.start_time(pid);
-        if let Some(remembered @ Some(_)) = remembered_start {
-            // Back after a gap: the same process only if it started at the same time.
-            if matches!(&start, Ok(now) if *now == remembered) {
-                if let Some(e) = self.entries.get_mut(&pid) {
+        let rereading = match self.entries.get_mut(&pid) {
+            None => false,
+            Some(e) => {
+                let another_process = matches!((&start, e.start_time), (Ok(Some(now)), Some(then)) if *now != then);
+                if another_process {
+                    // The pid was reused: the new process is read, counted and logged as new.
+                    self.logged.remove(&pid);
+                    false
+                } else if e.reread_due(tick) || (e.start_time.is_none() && matches!(start, Ok(Some(_)))) {
+                    true
+                } else {
                     e.last_seen = tick;
                     return e.owner.clone();
                 }
             }
-        }
+        };
         // A re-read's failures were counted (and logged) at the first read: the counter counts
         // processes whose files failed, not attempts.
         let mut entry = self.read(pid, start, !rereading);
-        if let (true, Some(old)) = (rereading && entry.partial_since.is_some(), self.entries.get(&pid)) {
-            // Still not whole: keep what was known of the same process (a `stat` that fails now
-            // says nothing about which process it was).
-            if entry.start_time.is_none() || entry.start_time == old.start_time {
-                entry.owner = old.owner.clone();
-                entry.start_time = old.start_time;
+        if let (true, Some(old)) = (rereading, self.entries.get(&pid)) {
+            if entry.partial_since.is_some() {
+                entry.partial_rereads = old.partial_rereads.saturating_add(1);
+                // Still not whole: keep what was known of the same process (a `stat` that fails
+                // now says nothing about which process it was).
+                if entry.start_time.is_none() || entry.start_time == old.start_time {
+                    entry.owner = old.owner.clone();
+                    entry.start_time = old.start_time;
+                }
             }
         }
         let owner = entry.owner.clone();
@@ -202,7 +221,13 @@ impl ProcOwners {
             Err(e) => {
                 self.fail(pid, "stat", Failure::Io(e), count);
                 // Gone or unreadable: the other files will not do better.
-                return Entry { start_time: None, owner: None, last_seen: tick, partial_since: Some(tick) };
+                return Entry {
+                    start_time: None,
+                    owner: None,
+                    last_seen: tick,
+                    partial_since: Some(tick),
+                    partial_rereads: 0,
+                };
             }
         };
         let mut partial = start_time.is_none();
@@ -231,7 +256,7 @@ impl ProcOwners {
             }
         }
         let owner = (!owner.is_unknown()).then(|| self.intern(owner));
-        Entry { start_time, owner, last_seen: tick, partial_since: partial.then_some(tick) }
+        Entry { start_time, owner, last_seen: tick, partial_since: partial.then_some(tick), partial_rereads: 0 }
     }
 
     fn intern(&mut self, owner: Owner) -> SharedOwner {
@@ -250,9 +275,25 @@ impl ProcOwners {
     }
 
     fn read_file(&mut self, pid: u32, name: &str) -> std::io::Result<()> {
-        let path = self.proc_root.join(format!("{pid}/{name}"));
+        // `<root>/<pid>/<name>` in the reused buffer: `stat` is read every tick for every pid.
+        let mut digits = [0u8; 10];
+        let mut at = digits.len();
+        let mut n = pid;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        let pid_text = std::str::from_utf8(&digits[at..]).unwrap_or("0");
+        self.path.as_mut_os_string().clear();
+        self.path.push(&self.proc_root);
+        self.path.push(pid_text);
+        self.path.push(name);
         self.buf.clear();
-        std::fs::File::open(path)?.read_to_end(&mut self.buf)?;
+        std::fs::File::open(&self.path)?.read_to_end(&mut self.buf)?;
         Ok(())
     }
 
