@@ -299,10 +299,16 @@ pub fn main() -> ExitCode {
         Ok(options) => options,
         Err(e) => return config_failure(&e.0),
     };
-    // One thread runs the agent's control loop, every sink and the HTTP servers: they only hand
-    // snapshots on and wait for I/O, so a second worker would only add cross-thread wake-ups per
-    // tick. What can block (the driver's calls) runs on the agent's own sampling thread, under
-    // its watchdog; the blocking pool serves what sinks hand it (a stdout pipe, the OTLP SDK).
+    on_the_agent_runtime(run(cli, file, options))
+}
+
+/// Runs `main_loop` on the agent's runtime and returns its exit code.
+///
+/// One thread runs the agent's control loop, every sink and the HTTP servers: they only hand
+/// snapshots on and wait for I/O, so a second worker would only add cross-thread wake-ups per
+/// tick. What can block (the driver's calls) runs on the agent's own sampling thread, under its
+/// watchdog; the blocking pool serves what sinks hand it (a stdout pipe, the OTLP SDK).
+pub fn on_the_agent_runtime(main_loop: impl std::future::Future<Output = ExitCode>) -> ExitCode {
     let runtime =
         match tokio::runtime::Builder::new_current_thread().thread_name("gpumon-blocking").enable_all().build() {
             Ok(rt) => rt,
@@ -311,7 +317,7 @@ pub fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         };
-    let code = runtime.block_on(run(cli, file, options));
+    let code = runtime.block_on(main_loop);
     // Dropping a runtime waits, without limit, for blocking tasks — such as a write to a stdout
     // pipe nobody reads. The agent has already flushed and shut down its sinks within its
     // deadline; don't let a stuck thread keep the process alive after that. (A sample stuck in
@@ -320,7 +326,6 @@ pub fn main() -> ExitCode {
     code
 }
 
-/// Says a configuration error, exit code 2.
 pub fn config_failure(message: &str) -> ExitCode {
     eprintln!("gpumon: configuration error: {message}");
     ExitCode::from(2)

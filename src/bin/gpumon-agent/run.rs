@@ -113,16 +113,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     } else {
         None
     };
-    let runtime =
-        match tokio::runtime::Builder::new_current_thread().thread_name("gpumon-blocking").enable_all().build() {
-            Ok(rt) => rt,
-            Err(e) => {
-                eprintln!("gpumon: cannot start the tokio runtime: {e}");
-                return ExitCode::from(1);
-            }
-        };
-    let code = runtime.block_on(run(cli, file, options));
-    runtime.shutdown_timeout(Duration::from_millis(500));
+    let code = crate::app::on_the_agent_runtime(run(cli, file, options));
     drop(private);
     code
 }
