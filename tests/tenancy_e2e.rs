@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use gpumon_mock::test_env::require_env;
-use gpumon_mock::test_kit::{free_port, KillOnDrop, Ready, Scrape, TempDir};
+use gpumon_mock::test_kit::{free_port, AgentProcess, KillOnDrop, Ready, Scrape, TempDir};
 
 mod common;
 use common::{agent_process, fake_nvml};
@@ -24,6 +24,37 @@ use common::{agent_process, fake_nvml};
 /// Unix users no system has names for (attribution reports the uid).
 const UID_A: u32 = 60_001;
 const UID_B: u32 = 60_002;
+
+/// The agent on the fake libnvidia-ml (h100x8) with attribution, listing `pids`
+/// (`GPU=PID,…`) on their GPUs, its Prometheus endpoint on `port` with an admin token and two
+/// tenants, `names` (uid UID_A, token tok-a; uid UID_B, token tok-b). The returned guards stop
+/// the agent and remove its config.
+fn tenant_agent(port: u16, names: [&str; 2], pids: String) -> (AgentProcess, TempDir) {
+    let dir = TempDir::new("tenancy-e2e");
+    let [a, b] = names;
+    let cfg = dir.file(
+        "agent.toml",
+        &format!(
+            "[agent]\nbackend = \"nvml\"\ninterval = \"200ms\"\nenable = [\"processes\"]\n\
+             [prometheus]\nlisten = \"127.0.0.1:{port}\"\nauth = {{ bearer = {{ token = \"tok-admin\" }} }}\n\
+             [[prometheus.tenants]]\nname = \"{a}\"\nselector = {{ user = {UID_A} }}\nbearer = \"tok-a\"\n\
+             [[prometheus.tenants]]\nname = \"{b}\"\nselector = {{ user = {UID_B} }}\nbearer = \"tok-b\"\n"
+        ),
+    );
+    // A quick exit (an unknown flag, a bad config) is reported with its stderr: does it have
+    // --attribution (the attribution branch)?
+    let agent = agent_process()
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--nvml-library")
+        .arg(fake_nvml())
+        .arg("--attribution")
+        .env("GPUMON_FAKE_NVML_PROFILE", "h100x8")
+        .env("GPUMON_FAKE_NVML_PIDS", pids)
+        .ready(Ready::Port(([127, 0, 0, 1], port).into()))
+        .spawn();
+    (agent, dir)
+}
 
 /// `sleep 300` as `uid` (and gid = uid).
 fn sleeper(uid: u32) -> KillOnDrop {
@@ -80,28 +111,7 @@ fn each_tenant_scrapes_exactly_the_gpu_its_real_process_holds() {
     let (pid_a, pid_b) = (a.0.id(), b.0.id());
 
     let port = free_port();
-    let dir = TempDir::new("tenancy-e2e");
-    let cfg = dir.file(
-        "agent.toml",
-        &format!(
-            "[agent]\nbackend = \"nvml\"\ninterval = \"200ms\"\nenable = [\"processes\"]\n\
-             [prometheus]\nlisten = \"127.0.0.1:{port}\"\nauth = {{ bearer = {{ token = \"tok-admin\" }} }}\n\
-             [[prometheus.tenants]]\nname = \"a\"\nselector = {{ user = {UID_A} }}\nbearer = \"tok-a\"\n\
-             [[prometheus.tenants]]\nname = \"b\"\nselector = {{ user = {UID_B} }}\nbearer = \"tok-b\"\n"
-        ),
-    );
-    // A quick exit (an unknown flag, a bad config) is reported with its stderr: does it have
-    // --attribution (the attribution branch)?
-    let _agent = agent_process()
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--nvml-library")
-        .arg(fake_nvml())
-        .arg("--attribution")
-        .env("GPUMON_FAKE_NVML_PROFILE", "h100x8")
-        .env("GPUMON_FAKE_NVML_PIDS", format!("0={pid_a},1={pid_b}"))
-        .ready(Ready::Port(([127, 0, 0, 1], port).into()))
-        .spawn();
+    let _agent = tenant_agent(port, ["a", "b"], format!("0={pid_a},1={pid_b}"));
 
     // The admin view: GPU 0 and GPU 1's UUIDs, and both processes.
     let admin = scrape_until(port, "tok-admin", "both processes on the admin's scrape", |r| {
@@ -165,26 +175,7 @@ fn a_reused_pid_moves_to_the_new_process_owner_tenant() {
     let pid = bob.0.id();
 
     let port = free_port();
-    let dir = TempDir::new("tenancy-pid-reuse");
-    let cfg = dir.file(
-        "agent.toml",
-        &format!(
-            "[agent]\nbackend = \"nvml\"\ninterval = \"200ms\"\nenable = [\"processes\"]\n\
-             [prometheus]\nlisten = \"127.0.0.1:{port}\"\nauth = {{ bearer = {{ token = \"tok-admin\" }} }}\n\
-             [[prometheus.tenants]]\nname = \"alice\"\nselector = {{ user = {UID_A} }}\nbearer = \"tok-a\"\n\
-             [[prometheus.tenants]]\nname = \"bob\"\nselector = {{ user = {UID_B} }}\nbearer = \"tok-b\"\n"
-        ),
-    );
-    let _agent = agent_process()
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--nvml-library")
-        .arg(fake_nvml())
-        .arg("--attribution")
-        .env("GPUMON_FAKE_NVML_PROFILE", "h100x8")
-        .env("GPUMON_FAKE_NVML_PIDS", format!("0={pid}"))
-        .ready(Ready::Port(([127, 0, 0, 1], port).into()))
-        .spawn();
+    let _agent = tenant_agent(port, ["alice", "bob"], format!("0={pid}"));
     let listed = format!("pid=\"{pid}\"");
     let r = scrape_until(port, "tok-b", "bob's process on bob's scrape", |r| r.contains(&listed));
     let gpu0 = label_values(&r, "uuid");
