@@ -368,16 +368,10 @@ async fn run(cli: Cli, file: AgentConfig, options: AssemblyOptions) -> ExitCode 
         return run_replay(cli, assembled, replay, once).await;
     }
     let Assembled { builder, mut services, report, interval, shutdown_timeout, .. } = assembled;
-    let handle = match builder.spawn() {
+    let handle = match spawn_with_services(builder, &mut services, shutdown_timeout).await {
         Ok(h) => h,
-        Err(e) => return config_failure(&e.to_string()),
+        Err(code) => return code,
     };
-    if let Err(e) = services.start() {
-        eprintln!("gpumon: {e}");
-        services.stop().await;
-        let _ = handle.shutdown(shutdown_timeout).await;
-        return ExitCode::from(1);
-    }
 
     if once {
         let flushed = handle.flush(shutdown_timeout.max(defaults::ONCE_FLUSH_TIMEOUT)).await;
@@ -419,6 +413,24 @@ async fn run(cli: Cli, file: AgentConfig, options: AssemblyOptions) -> ExitCode 
             ExitCode::from(1)
         }
     }
+}
+
+/// Spawns the assembled agent and starts its stages' services (the steps socket, the kubelet
+/// refresher); when a service cannot start, stops what started and says why. The exit code on
+/// failure: 2 for an agent that cannot be built (configuration), 1 for a service.
+pub async fn spawn_with_services(
+    builder: gpumon::core::AgentBuilder,
+    services: &mut gpumon::assembly::Services,
+    shutdown_timeout: Duration,
+) -> Result<gpumon::core::AgentHandle, ExitCode> {
+    let handle = builder.spawn().map_err(|e| config_failure(&e.to_string()))?;
+    if let Err(e) = services.start() {
+        eprintln!("gpumon: {e}");
+        services.stop().await;
+        let _ = handle.shutdown(shutdown_timeout).await;
+        return Err(ExitCode::from(1));
+    }
+    Ok(handle)
 }
 
 /// `--backend replay`: the trace through the same stages (diagnosis, the report) and sinks,

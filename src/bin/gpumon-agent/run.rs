@@ -164,16 +164,10 @@ async fn run(cli: RunCli, file: AgentConfig, options: gpumon::assembly::Assembly
         eprintln!("gpumon: run: the run report was not assembled");
         return ExitCode::from(1);
     };
-    let handle = match builder.spawn() {
+    let handle = match crate::app::spawn_with_services(builder, &mut services, shutdown_timeout).await {
         Ok(h) => h,
-        Err(e) => return config_failure(&e.to_string()),
+        Err(code) => return code,
     };
-    if let Err(e) = services.start() {
-        eprintln!("gpumon: {e}");
-        services.stop().await;
-        let _ = handle.shutdown(shutdown_timeout).await;
-        return ExitCode::from(1);
-    }
     let socket = file.steps.socket.clone().unwrap_or_default();
 
     // Registered before CMD starts, so that a signal from now on is forwarded, not fatal.
