@@ -11,7 +11,8 @@
 //!
 //! and assembles an agent from a configuration: [`assembly`] (feature `assembly`) holds the
 //! config schema the `gpumon-agent` binary reads, every default, and the backend rule, shared by
-//! the binary and the Python binding.
+//! the binary and the Python binding; `cli` (feature `agent`) is the `gpumon-agent` command
+//! line itself, which the binary, the example agent and the Python package's console scripts run.
 //!
 //! ```no_run
 //! # #[cfg(all(feature = "mock", feature = "stdout"))]
@@ -38,6 +39,8 @@ pub use gpumon_sinks as sinks;
 
 #[cfg(feature = "assembly")]
 pub mod assembly;
+#[cfg(feature = "agent")]
+pub mod cli;
 
 /// The README's examples, compiled as doctests so they cannot rot.
 #[cfg(all(doctest, feature = "mock", feature = "stdout"))]

@@ -1,5 +1,5 @@
-//! gpumon's example agent: the `gpumon-agent` binary (src/bin/gpumon-agent/) built as an example,
-//! with the mock backend always available (gpumon-mock is a dev-dependency), so that
+//! gpumon's example agent: the `gpumon-agent` command line (`gpumon::cli`, src/cli/) built as an
+//! example, with the mock backend always available (gpumon-mock is a dev-dependency), so that
 //! `cargo run --release --example agent` works on a machine without a GPU: with stdout as the
 //! only sink, `--backend auto` falls back to simulated GPUs and says so on stderr.
 //!
@@ -10,25 +10,6 @@
 //! ```
 //! Run with `--help` for every flag. Exit codes: 0 success, 1 runtime failure (sampling or a
 //! sink failed in `--once`, shutdown incomplete), 2 bad configuration or flags.
-
-#[path = "../../src/bin/gpumon-agent/app.rs"]
-mod app;
-#[path = "../../src/bin/gpumon-agent/attribution.rs"]
-mod attribution;
-#[path = "../../src/bin/gpumon-agent/backend.rs"]
-mod backend;
-#[path = "../../src/bin/gpumon-agent/compare.rs"]
-mod compare;
-#[path = "../../src/bin/gpumon-agent/diagnose.rs"]
-mod diagnose;
-#[path = "../../src/bin/gpumon-agent/run.rs"]
-mod run;
-#[path = "../../src/bin/gpumon-agent/sinks.rs"]
-mod sinks;
-#[path = "../../src/bin/gpumon-agent/steps.rs"]
-mod steps;
-#[path = "../../src/bin/gpumon-agent/web.rs"]
-mod web;
 
 mod mock {
     //! The mock backend: the library's with the `mock` feature, and otherwise the library's one
@@ -48,5 +29,5 @@ mod mock {
 }
 
 fn main() -> std::process::ExitCode {
-    app::main()
+    std::process::ExitCode::from(gpumon::cli::main(std::env::args_os(), mock::FACTORY))
 }

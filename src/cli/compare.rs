@@ -1,18 +1,17 @@
 //! `gpumon-agent compare BEFORE.json AFTER.json [--json]`: what changed between two runs' JSON
 //! reports (`gpumon-agent run --report-file`, or `--report-format json`) — step time, utilisation,
 //! GPU-time idle while allocated, energy per step, findings raised and gone
-//! ([`gpumon::core::report::compare`]).
+//! ([`crate::core::report::compare`]).
 //!
 //! Exit codes: 0 compared, 2 a file that cannot be read, is not a run report, or is a report of
 //! another format version (one line saying which).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
+use crate::core::report::compare::compare;
+use crate::core::report::{Report, REPORT_FORMAT};
 use clap::Parser;
-use gpumon::core::report::compare::compare;
-use gpumon::core::report::{Report, REPORT_FORMAT};
 
 /// `gpumon-agent compare`.
 #[derive(Debug, Parser)]
@@ -84,14 +83,19 @@ pub fn read_report(path: &Path) -> Result<Report, ReadError> {
 }
 
 /// Parses `gpumon-agent compare …` (`args` without the program name and `compare`) and runs it.
-pub fn main(args: Vec<OsString>) -> ExitCode {
-    let cli = CompareCli::parse_from(std::iter::once(OsString::from("gpumon-agent compare")).chain(args));
+pub fn main(args: Vec<OsString>) -> u8 {
+    let cli =
+        match crate::cli::app::parse::<CompareCli>(std::iter::once(OsString::from("gpumon-agent compare")).chain(args))
+        {
+            Ok(cli) => cli,
+            Err(code) => return code,
+        };
     let reports = read_report(&cli.before).and_then(|b| Ok((b, read_report(&cli.after)?)));
     let (before, after) = match reports {
         Ok(pair) => pair,
         Err(e) => {
             eprintln!("gpumon: compare: {e}");
-            return ExitCode::from(2);
+            return 2;
         }
     };
     let comparison = compare(&before, &after);
@@ -100,11 +104,11 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             Ok(json) => println!("{json}"),
             Err(e) => {
                 eprintln!("gpumon: compare: cannot encode the comparison: {e}");
-                return ExitCode::from(1);
+                return 1;
             }
         }
     } else {
         print!("{comparison}");
     }
-    ExitCode::SUCCESS
+    0
 }

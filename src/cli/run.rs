@@ -26,18 +26,19 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, ExitStatus};
+use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::assembly::backend::MockFactory;
+use crate::assembly::config::{self, AgentConfig};
+use crate::assembly::{Assembled, Assembly, Families};
+use crate::core::report::Report;
+use crate::core::{Family, Snapshot};
 use clap::Parser;
-use gpumon::assembly::config::{self, AgentConfig};
-use gpumon::assembly::{Assembled, Assembly, Families};
-use gpumon::core::report::Report;
-use gpumon::core::{Family, Snapshot};
 
-use crate::app::{config_failure, Cli};
-use crate::diagnose::ReportFormat;
+use crate::cli::app::{config_failure, Cli};
+use crate::cli::diagnose::ReportFormat;
 
 /// The environment variable that carries the steps socket's path to the command.
 pub const STEPS_SOCKET_ENV: &str = "GPUMON_STEPS_SOCKET";
@@ -71,12 +72,15 @@ const NOT_FOUND: u8 = 127;
 const NOT_EXECUTABLE: u8 = 126;
 
 /// Parses `gpumon-agent run …` (`args` without the program name and `run`) and runs it.
-pub fn main(args: Vec<OsString>) -> ExitCode {
-    let cli = RunCli::parse_from(std::iter::once(OsString::from("gpumon-agent run")).chain(args));
-    crate::app::init_logging(&cli.agent.log);
+pub fn main(args: Vec<OsString>, mock: Option<MockFactory>) -> u8 {
+    let cli = match crate::cli::app::parse::<RunCli>(std::iter::once(OsString::from("gpumon-agent run")).chain(args)) {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
+    crate::cli::app::init_logging(&cli.agent.log);
     if cli.command.is_empty() {
         eprintln!("gpumon: run: no command given (gpumon-agent run [FLAGS] -- CMD ARGS…)");
-        return ExitCode::from(NOT_FOUND);
+        return NOT_FOUND;
     }
     if cli.agent.once || cli.agent.diagnose.duration.is_some() || cli.agent.replay.is_some() {
         return config_failure(
@@ -90,11 +94,12 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         },
         None => AgentConfig::default(),
     };
-    let options =
-        match crate::app::flags_onto_config(&cli.agent, &mut file).and_then(|()| crate::app::options(&cli.agent)) {
-            Ok(options) => options,
-            Err(e) => return config_failure(&e.0),
-        };
+    let options = match crate::cli::app::flags_onto_config(&cli.agent, &mut file)
+        .and_then(|()| crate::cli::app::options(&cli.agent, mock))
+    {
+        Ok(options) => options,
+        Err(e) => return config_failure(&e.0),
+    };
     // Which GPUs the job's processes are on: the processes family, whatever else is chosen.
     let mut families: Families = options.families.clone().with_enabled([Family::Processes]);
     families.disable.retain(|f| *f != Family::Processes);
@@ -107,13 +112,13 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             }
             Err(e) => {
                 eprintln!("gpumon: run: cannot create a private directory for the steps socket: {e}");
-                return ExitCode::from(1);
+                return 1;
             }
         }
     } else {
         None
     };
-    let code = crate::app::on_the_agent_runtime(run(cli, file, options));
+    let code = crate::cli::app::on_the_agent_runtime(run(cli, file, options));
     drop(private);
     code
 }
@@ -150,21 +155,21 @@ struct JobGpus {
     classified: HashMap<u32, bool>,
 }
 
-async fn run(cli: RunCli, file: AgentConfig, options: gpumon::assembly::AssemblyOptions) -> ExitCode {
+async fn run(cli: RunCli, file: AgentConfig, options: crate::assembly::AssemblyOptions) -> u8 {
     let assembled = match Assembly::build(&file, options) {
         Ok(assembled) => assembled,
-        Err(e) => return crate::backend::failure(&e, &cli.agent),
+        Err(e) => return crate::cli::backend::failure(&e, &cli.agent),
     };
     if let Some(source) = &assembled.source {
-        crate::backend::say(source, &file);
+        crate::cli::backend::say(source, &file);
     }
     let mock = assembled.source.as_ref().is_some_and(|s| s.is_mock());
     let Assembled { builder, mut services, report, shutdown_timeout, .. } = assembled;
     let Some(report) = report else {
         eprintln!("gpumon: run: the run report was not assembled");
-        return ExitCode::from(1);
+        return 1;
     };
-    let handle = match crate::app::spawn_with_services(builder, &mut services, shutdown_timeout).await {
+    let handle = match crate::cli::app::spawn_with_services(builder, &mut services, shutdown_timeout).await {
         Ok(h) => h,
         Err(code) => return code,
     };
@@ -194,7 +199,7 @@ async fn run(cli: RunCli, file: AgentConfig, options: gpumon::assembly::Assembly
             };
             services.stop().await;
             let _ = handle.shutdown(shutdown_timeout).await;
-            return ExitCode::from(code);
+            return code;
         }
     };
     let pid = child.id();
@@ -254,7 +259,7 @@ async fn run(cli: RunCli, file: AgentConfig, options: gpumon::assembly::Assembly
         }
     }
     if let Err(e) = shut {
-        if !matches!(e, gpumon::core::AgentError::ShutDown) {
+        if !matches!(e, crate::core::AgentError::ShutDown) {
             eprintln!("gpumon: shutdown incomplete: {e}");
         }
     }
@@ -320,8 +325,8 @@ fn exit_number(status: ExitStatus) -> u8 {
     }
 }
 
-fn exit_code(status: ExitStatus) -> ExitCode {
-    ExitCode::from(exit_number(status))
+fn exit_code(status: ExitStatus) -> u8 {
+    exit_number(status)
 }
 
 fn describe(status: ExitStatus) -> String {
@@ -443,7 +448,7 @@ mod tests {
 
     #[test]
     fn the_job_s_gpus_are_those_its_processes_are_on_and_proc_is_read_for_new_pids_only() {
-        use gpumon::core::{DeviceInfo, DeviceSample, ProcessSample, SystemInfo};
+        use crate::core::{DeviceInfo, DeviceSample, ProcessSample, SystemInfo};
         let dir = std::env::temp_dir().join(format!("gpumon-run-gpus-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         proc_entry(&dir, 100, 1, "launcher");

@@ -1,13 +1,13 @@
 //! The live web view: `--web-listen <ADDR>` / `[web]` (gpumon_sinks::web::WebConfig), built by the
-//! library (`gpumon::assembly`).
+//! library (`crate::assembly`).
 //!
 //! The web view is an exporting sink (its name is not `stdout`): with it, `--backend auto` never
 //! falls back to simulated GPUs; the page shows its "simulated data" banner only when the
 //! snapshots say `backend = "mock"`, i.e. with `--backend mock`.
 
-use gpumon::assembly::config::AgentConfig;
+use crate::assembly::config::AgentConfig;
 
-use crate::app::{Cli, ConfigError};
+use crate::cli::app::{Cli, ConfigError};
 
 /// The web view's flags.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -34,7 +34,7 @@ pub fn onto_config(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError>
     #[cfg(not(feature = "web"))]
     {
         let _ = addr;
-        crate::sinks::configured(&mut file.web, true);
+        crate::cli::sinks::configured(&mut file.web, true);
     }
     Ok(())
 }

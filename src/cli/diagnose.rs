@@ -12,18 +12,18 @@
 //! starvation_dip = 0.10
 //! ```
 //! Diagnosis is on by default: it costs microseconds per tick. The report
-//! ([`gpumon::core::report::RunReport`]) is printed to stdout at exit — after `--duration`,
+//! ([`crate::core::report::RunReport`]) is printed to stdout at exit — after `--duration`,
 //! Ctrl-C/SIGTERM or `--once` — and does not switch the stdout sink on by itself.
 //!
-//! The library resolves `[diagnose]` and adds the stages (`gpumon::assembly`); the flags that set
+//! The library resolves `[diagnose]` and adds the stages (`crate::assembly`); the flags that set
 //! a key are set onto it here, and the run's own (`--duration`, how the report is printed) are
 //! used here.
 
 use std::future::Future;
 use std::time::Duration;
 
-use gpumon::assembly::config::DiagnoseSection;
-use gpumon::core::report::ReportHandle;
+use crate::assembly::config::DiagnoseSection;
+use crate::core::report::ReportHandle;
 
 /// The flags of this module (flattened into the agent's command line).
 #[derive(Debug, clap::Args)]
@@ -34,10 +34,10 @@ pub struct DiagnoseArgs {
     pub no_diagnose: bool,
     /// How long a condition must hold to raise a finding, and stop holding to clear it
     /// (default 30s; at least the sampling interval).
-    #[arg(long, value_parser = gpumon::sinks::duration::parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = crate::sinks::duration::parse_duration, value_name = "DURATION")]
     pub diagnose_window: Option<Duration>,
     /// Run this long, then shut down gracefully (as on SIGTERM).
-    #[arg(long, value_parser = gpumon::sinks::duration::parse_duration, value_name = "DURATION", conflicts_with = "once")]
+    #[arg(long, value_parser = crate::sinks::duration::parse_duration, value_name = "DURATION", conflicts_with = "once")]
     pub duration: Option<Duration>,
     /// At exit, print a run report to stdout: an overview (GPUs, idle GPU-time while
     /// allocated, the main cause and the time lost per cause, the settings under which rules

@@ -1,21 +1,21 @@
-//! The agent's command line and main loop (shared by the `gpumon-agent` binary and the example
-//! agent): the flags are set onto the config ([`flags_onto_config`]), the library builds the
-//! agent from it (`gpumon::assembly::Assembly`), and this file runs it — `--once`, `--duration`,
+//! The agent's command line and main loop (shared by the `gpumon-agent` binary, the example
+//! agent and the Python package's console scripts): the flags are set onto the config ([`flags_onto_config`]), the library builds the
+//! agent from it (`crate::assembly::Assembly`), and this file runs it — `--once`, `--duration`,
 //! signals, the report printed at exit.
 //!
 //! Exit codes: 0 success, 1 runtime failure (sampling or a sink failed in `--once`, shutdown
 //! incomplete, the requested backend unavailable), 2 bad configuration or flags.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::assembly::backend::{Backend, MockFactory};
+use crate::assembly::config::{self, AgentConfig};
+use crate::assembly::{defaults, parse_families, Assembled, Assembly, AssemblyOptions, Families, Replay};
+use crate::core::trace::ReplaySpeed;
+use crate::core::{AgentError, Severity};
 use clap::Parser;
-use gpumon::assembly::backend::Backend;
-use gpumon::assembly::config::{self, AgentConfig};
-use gpumon::assembly::{defaults, parse_families, Assembled, Assembly, AssemblyOptions, Families, Replay};
-use gpumon::core::trace::ReplaySpeed;
-use gpumon::core::{AgentError, Severity};
 
 /// Watch NVIDIA GPUs: sample every GPU through NVML (or the mock backend) and export the samples to
 /// stdout, Prometheus, a Pushgateway, InfluxDB or an OpenTelemetry collector.
@@ -74,10 +74,10 @@ pub struct Cli {
     #[arg(long)]
     pub wake_suspended: bool,
     /// Sampling interval (e.g. 1s, 500ms, 1m 30s; at least 100ms).
-    #[arg(long, value_parser = gpumon::sinks::duration::parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = crate::sinks::duration::parse_duration, value_name = "DURATION")]
     pub interval: Option<Duration>,
     /// Longest one sample may take.
-    #[arg(long, value_parser = gpumon::sinks::duration::parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = crate::sinks::duration::parse_duration, value_name = "DURATION")]
     pub sample_timeout: Option<Duration>,
     /// Visible GPUs, CUDA_VISIBLE_DEVICES syntax (0,1 / GPU-uuid / 0:1 / all / none). Default: the
     /// CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES environment variable, else all.
@@ -98,7 +98,7 @@ pub struct Cli {
     pub once: bool,
     /// Stdout format.
     #[arg(long, value_name = "human|json")]
-    pub stdout_format: Option<gpumon::sinks::stdout::StdoutFormat>,
+    pub stdout_format: Option<crate::sinks::stdout::StdoutFormat>,
     /// Also print to stdout when other sinks are configured.
     #[arg(long)]
     pub stdout: bool,
@@ -173,16 +173,16 @@ pub struct Cli {
     pub log: String,
     /// Diagnosis, --duration and the run report (diagnose.rs).
     #[command(flatten)]
-    pub diagnose: crate::diagnose::DiagnoseArgs,
+    pub diagnose: crate::cli::diagnose::DiagnoseArgs,
     /// The live web view (web.rs).
     #[command(flatten)]
-    pub web: crate::web::WebArgs,
+    pub web: crate::cli::web::WebArgs,
     /// Training steps from other processes: --steps-socket (steps.rs).
     #[command(flatten)]
-    pub steps: crate::steps::StepsArgs,
+    pub steps: crate::cli::steps::StepsArgs,
     /// Who uses which GPU: --attribution, --proc-root, --passwd-file (attribution.rs).
     #[command(flatten)]
-    pub attribution: crate::attribution::AttributionArgs,
+    pub attribution: crate::cli::attribution::AttributionArgs,
 }
 
 /// A configuration problem: reported with the key and reason, exit code 2.
@@ -227,8 +227,8 @@ fn families(cli: &Cli) -> Result<Families, ConfigError> {
 }
 
 /// What a run is, beside the config: `--host`, `--once`, `--report`, the families' flags, and
-/// this build's mock.
-pub fn options(cli: &Cli) -> Result<AssemblyOptions, ConfigError> {
+/// this build's mock (`mock`).
+pub fn options(cli: &Cli, mock: Option<MockFactory>) -> Result<AssemblyOptions, ConfigError> {
     if cli.diagnose.duration.is_some_and(|d| d.is_zero()) {
         return Err(ConfigError("--duration: must be greater than zero".into()));
     }
@@ -236,7 +236,7 @@ pub fn options(cli: &Cli) -> Result<AssemblyOptions, ConfigError> {
         .with_once(cli.once)
         .with_report(cli.diagnose.report_requested())
         .with_families(families(cli)?)
-        .with_mock(crate::mock::FACTORY);
+        .with_mock(mock);
     if let Some(host) = host_override(cli) {
         options = options.with_host(host);
     }
@@ -272,21 +272,27 @@ pub fn flags_onto_config(cli: &Cli, file: &mut AgentConfig) -> Result<(), Config
         file.replay.speed = Some(toml::Value::String(speed.to_string()));
     }
     set(&cli.stdout_format, &mut file.stdout.format);
-    crate::diagnose::onto_config(&cli.diagnose, &mut file.diagnose);
-    crate::steps::onto_config(&cli.steps, &mut file.steps);
-    crate::attribution::onto_config(&cli.attribution, &mut file.attribution);
-    crate::sinks::onto_config(cli, file)
+    crate::cli::diagnose::onto_config(&cli.diagnose, &mut file.diagnose);
+    crate::cli::steps::onto_config(&cli.steps, &mut file.steps);
+    crate::cli::attribution::onto_config(&cli.attribution, &mut file.attribution);
+    crate::cli::sinks::onto_config(cli, file)
 }
 
-/// Parses the command line, runs the agent, and returns the exit code.
-pub fn main() -> ExitCode {
-    let mut args = std::env::args_os();
-    match args.nth(1).as_ref().and_then(|a| a.to_str()) {
-        Some("run") => return crate::run::main(args.collect()),
-        Some("compare") => return crate::compare::main(args.collect()),
+/// Parses the command line (`args` with the program name first, as `std::env::args_os`), runs
+/// the agent, `run` or `compare`, and returns the exit code.
+pub fn main(args: Vec<OsString>, mock: Option<MockFactory>) -> u8 {
+    let mut args = args.into_iter();
+    let program = args.next().unwrap_or_else(|| OsString::from("gpumon-agent"));
+    let rest: Vec<OsString> = args.collect();
+    match rest.first().and_then(|a| a.to_str()) {
+        Some("run") => return crate::cli::run::main(rest[1..].to_vec(), mock),
+        Some("compare") => return crate::cli::compare::main(rest[1..].to_vec()),
         _ => {}
     }
-    let cli = Cli::parse();
+    let cli = match parse::<Cli>(std::iter::once(program).chain(rest)) {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     init_logging(&cli.log);
     let mut file = match &cli.config {
         Some(path) => match config::load(path) {
@@ -295,11 +301,21 @@ pub fn main() -> ExitCode {
         },
         None => AgentConfig::default(),
     };
-    let options = match flags_onto_config(&cli, &mut file).and_then(|()| options(&cli)) {
+    let options = match flags_onto_config(&cli, &mut file).and_then(|()| options(&cli, mock)) {
         Ok(options) => options,
         Err(e) => return config_failure(&e.0),
     };
     on_the_agent_runtime(run(cli, file, options))
+}
+
+/// Parses a command line as clap's `parse_from` does — help, version and errors printed the same
+/// way, with the same exit code — but returns that code instead of exiting the process, which
+/// is the Python interpreter's when the agent runs from the Python package.
+pub fn parse<P: Parser>(args: impl IntoIterator<Item = OsString>) -> Result<P, u8> {
+    P::try_parse_from(args).map_err(|e| {
+        let _ = e.print();
+        u8::try_from(e.exit_code()).unwrap_or(2)
+    })
 }
 
 /// Runs `main_loop` on the agent's runtime and returns its exit code.
@@ -308,13 +324,13 @@ pub fn main() -> ExitCode {
 /// snapshots on and wait for I/O, so a second worker would only add cross-thread wake-ups per
 /// tick. What can block (the driver's calls) runs on the agent's own sampling thread, under its
 /// watchdog; the blocking pool serves what sinks hand it (a stdout pipe, the OTLP SDK).
-pub fn on_the_agent_runtime(main_loop: impl std::future::Future<Output = ExitCode>) -> ExitCode {
+pub fn on_the_agent_runtime(main_loop: impl std::future::Future<Output = u8>) -> u8 {
     let runtime =
         match tokio::runtime::Builder::new_current_thread().thread_name("gpumon-blocking").enable_all().build() {
             Ok(rt) => rt,
             Err(e) => {
                 eprintln!("gpumon: cannot start the tokio runtime: {e}");
-                return ExitCode::from(1);
+                return 1;
             }
         };
     let code = runtime.block_on(main_loop);
@@ -326,9 +342,9 @@ pub fn on_the_agent_runtime(main_loop: impl std::future::Future<Output = ExitCod
     code
 }
 
-pub fn config_failure(message: &str) -> ExitCode {
+pub fn config_failure(message: &str) -> u8 {
     eprintln!("gpumon: configuration error: {message}");
-    ExitCode::from(2)
+    2
 }
 
 pub fn init_logging(filter: &str) {
@@ -338,25 +354,27 @@ pub fn init_logging(filter: &str) {
     });
     // Logs go to stderr so that stdout carries only data (JSON lines stay parseable).
     use std::io::IsTerminal;
-    tracing_subscriber::fmt()
+    // From the Python package, a `gpumon.Monitor` may have installed the process's subscriber
+    // already: the agent's logs then go through that one.
+    let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
-        .init();
+        .try_init();
 }
 
-async fn run(cli: Cli, file: AgentConfig, options: AssemblyOptions) -> ExitCode {
+async fn run(cli: Cli, file: AgentConfig, options: AssemblyOptions) -> u8 {
     let once = options.once;
     let mut assembled = match Assembly::build(&file, options) {
         Ok(assembled) => assembled,
-        Err(e) => return crate::backend::failure(&e, &cli),
+        Err(e) => return crate::cli::backend::failure(&e, &cli),
     };
     if let Some(web) = assembled.listeners.web {
         tracing::info!("web view on {}", web.url());
     }
     if let Some(source) = &assembled.source {
-        crate::backend::say(source, &file);
+        crate::cli::backend::say(source, &file);
     }
     for l in &assembled.limitations {
         match l.severity {
@@ -377,18 +395,18 @@ async fn run(cli: Cli, file: AgentConfig, options: AssemblyOptions) -> ExitCode 
         let flushed = handle.flush(shutdown_timeout.max(defaults::ONCE_FLUSH_TIMEOUT)).await;
         services.stop().await;
         let shut = handle.shutdown(shutdown_timeout).await;
-        crate::diagnose::print_report(&cli.diagnose, report.as_ref());
+        crate::cli::diagnose::print_report(&cli.diagnose, report.as_ref());
         return match (flushed, shut) {
-            (Ok(()), Ok(())) => ExitCode::SUCCESS,
+            (Ok(()), Ok(())) => 0,
             (Err(e), _) | (Ok(()), Err(e)) => {
                 eprintln!("gpumon: {e}");
-                ExitCode::from(1)
+                1
             }
         };
     }
 
     tracing::info!(interval = ?interval, "agent running; Ctrl-C or SIGTERM to stop");
-    crate::diagnose::run_until(cli.diagnose.duration, wait_for_signal()).await;
+    crate::cli::diagnose::run_until(cli.diagnose.duration, wait_for_signal()).await;
     tracing::info!("shutting down");
     let steps_on = services.report_at_the_next_tick();
     services.stop().await;
@@ -401,16 +419,16 @@ async fn run(cli: Cli, file: AgentConfig, options: AssemblyOptions) -> ExitCode 
         }
     }
     let shut = handle.shutdown(until.saturating_duration_since(tokio::time::Instant::now())).await;
-    crate::diagnose::print_report(&cli.diagnose, report.as_ref());
+    crate::cli::diagnose::print_report(&cli.diagnose, report.as_ref());
     match shut {
         Ok(()) | Err(AgentError::ShutDown) => {
             let stats = handle.stats();
             tracing::info!(samples = stats.samples_taken, failures = stats.sample_failures, "stopped");
-            ExitCode::SUCCESS
+            0
         }
         Err(e) => {
             eprintln!("gpumon: shutdown incomplete: {e}");
-            ExitCode::from(1)
+            1
         }
     }
 }
@@ -419,16 +437,16 @@ async fn run(cli: Cli, file: AgentConfig, options: AssemblyOptions) -> ExitCode 
 /// refresher); when a service cannot start, stops what started and says why. The exit code on
 /// failure: 2 for an agent that cannot be built (configuration), 1 for a service.
 pub async fn spawn_with_services(
-    builder: gpumon::core::AgentBuilder,
-    services: &mut gpumon::assembly::Services,
+    builder: crate::core::AgentBuilder,
+    services: &mut crate::assembly::Services,
     shutdown_timeout: Duration,
-) -> Result<gpumon::core::AgentHandle, ExitCode> {
+) -> Result<crate::core::AgentHandle, u8> {
     let handle = builder.spawn().map_err(|e| config_failure(&e.to_string()))?;
     if let Err(e) = services.start() {
         eprintln!("gpumon: {e}");
         services.stop().await;
         let _ = handle.shutdown(shutdown_timeout).await;
-        return Err(ExitCode::from(1));
+        return Err(1);
     }
     Ok(handle)
 }
@@ -437,7 +455,7 @@ pub async fn spawn_with_services(
 /// every snapshot handed to every sink before the next (`ReplayProgress::play`), until the
 /// trace ends, a signal, or `--duration`. The step tracker and attribution are not run: they
 /// read this host now, and the trace carries the recorded steps and owners.
-async fn run_replay(cli: Cli, assembled: Assembled, replay: Replay, once: bool) -> ExitCode {
+async fn run_replay(cli: Cli, assembled: Assembled, replay: Replay, once: bool) -> u8 {
     if cli.steps.steps_socket.is_some() || cli.attribution.attribution {
         tracing::warn!(
             "replay: --steps-socket and --attribution are ignored; the trace carries the recorded steps and owners"
@@ -476,22 +494,22 @@ async fn run_replay(cli: Cli, assembled: Assembled, replay: Replay, once: bool) 
     };
     let outcome = tokio::select! {
         outcome = play => Some(outcome),
-        () = crate::diagnose::run_until(cli.diagnose.duration, wait_for_signal()) => None,
+        () = crate::cli::diagnose::run_until(cli.diagnose.duration, wait_for_signal()) => None,
     };
     let shut = handle.shutdown(shutdown_timeout).await;
-    crate::diagnose::print_report(&cli.diagnose, report.as_ref());
-    let mut code = ExitCode::SUCCESS;
+    crate::cli::diagnose::print_report(&cli.diagnose, report.as_ref());
+    let mut code = 0;
     match outcome {
         Some(Ok(played)) => tracing::info!(snapshots = played, "replay finished"),
         Some(Err(e)) => {
             eprintln!("gpumon: replay stopped at a bad trace: {e}");
-            code = ExitCode::from(1);
+            code = 1;
         }
         None => tracing::info!(snapshots = progress.played(), "replay interrupted"),
     }
     if let Err(e) = shut {
         eprintln!("gpumon: shutdown incomplete: {e}");
-        code = ExitCode::from(1);
+        code = 1;
     }
     code
 }

@@ -17,11 +17,11 @@
 //! Failures are counted in `gpumon_attribution_failures_total{source}`, never fatal.
 //!
 //! The library resolves `[attribution]`, adds the stage and runs the kubelet refresher
-//! (`gpumon::assembly::KubeletService`); the flags are set onto the section here.
+//! (`crate::assembly::KubeletService`); the flags are set onto the section here.
 
 use std::path::PathBuf;
 
-use gpumon::assembly::config::AttributionSection;
+use crate::assembly::config::AttributionSection;
 
 /// The flags of this module (flattened into the agent's command line).
 #[derive(Debug, clap::Args)]

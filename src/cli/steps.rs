@@ -11,17 +11,17 @@
 //! idle_timeout = "1h"                 # a run with no mark for this long is evicted
 //! ```
 //! A training process writes one JSON line per step, `{"job":"train","rank":0,"step":42}`, to
-//! the socket (protocol: [`gpumon::core::steps::socket`]); the agent derives per-step GPU
+//! the socket (protocol: [`crate::core::steps::socket`]); the agent derives per-step GPU
 //! figures (`gpumon_training_step`, `gpumon_step_*`, InfluxDB `gpu_step`, a stdout `STEP` line)
 //! and counts what it drops in `gpumon_steps_rejected_total{reason}`. The socket file is
 //! removed at shutdown; a stale one left by a killed agent is replaced.
 //!
 //! The library resolves `[steps]`, adds the tracker and serves the socket
-//! (`gpumon::assembly::StepsSocket`); the flag is set onto the section here.
+//! (`crate::assembly::StepsSocket`); the flag is set onto the section here.
 
 use std::path::PathBuf;
 
-use gpumon::assembly::config::StepsSection;
+use crate::assembly::config::StepsSection;
 
 /// The flags of this module (flattened into the agent's command line).
 #[derive(Debug, clap::Args)]

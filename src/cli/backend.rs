@@ -1,22 +1,20 @@
-//! The library's outcome in the agent's words (`gpumon::assembly`): what the backend rule chose
+//! The library's outcome in the agent's words (`crate::assembly`): what the backend rule chose
 //! (NVML, the mock, or — `auto` — NVML, falling back to the mock only where simulated data cannot
 //! be mistaken for real data), and why an agent could not be assembled, naming the flag beside
 //! the key it sets. On the terminal; exit code 2 for a bad setting, 1 for a backend that cannot
 //! run here.
 
-use std::process::ExitCode;
+use crate::assembly::backend::{BackendError, MockError, MockOptions, Source};
+use crate::assembly::config::AgentConfig;
+use crate::assembly::AssemblyError;
 
-use gpumon::assembly::backend::{BackendError, MockError, MockOptions, Source};
-use gpumon::assembly::config::AgentConfig;
-use gpumon::assembly::AssemblyError;
-
-use crate::app::{config_failure, Cli};
+use crate::cli::app::{config_failure, Cli};
 
 /// Says why the agent could not be assembled, and returns the exit code.
-pub fn failure(e: &AssemblyError, cli: &Cli) -> ExitCode {
+pub fn failure(e: &AssemblyError, cli: &Cli) -> u8 {
     let unavailable = |message: &str| {
         eprintln!("gpumon: {message}");
-        ExitCode::from(1)
+        1
     };
     match e {
         AssemblyError::Backend(e) => match e {
@@ -37,7 +35,6 @@ pub fn failure(e: &AssemblyError, cli: &Cli) -> ExitCode {
             BackendError::NoMockFallback { reason } => unavailable(&format!(
                 "NVML unavailable ({reason}), and the mock fallback is not in this build (build with `--features mock`, or use `cargo run --example agent`)"
             )),
-            other => unavailable(&other.to_string()),
         },
         AssemblyError::TraceWithBackend { backend } => config_failure(&format!(
             "--replay / replay.file: a trace is played with --backend replay, not {}",

@@ -1,13 +1,13 @@
 //! The sinks' flags, set onto their config sections (flags win over the file); the library builds
-//! the sinks from the sections (`gpumon::assembly`). A flag that names a sink's destination
+//! the sinks from the sections (`crate::assembly`). A flag that names a sink's destination
 //! (`--prometheus-listen`, `--pushgateway-url`, `--influx-url`, `--remote-write-url`,
 //! `--otlp-endpoint`/`--otlp-protocol`, `--web-listen`) configures that sink; the others refine a
 //! configured one. In a build without a sink's feature, its flag configures an empty section, so
 //! that the library refuses it clearly ("built without the `x` feature").
 
-use gpumon::assembly::config::AgentConfig;
+use crate::assembly::config::AgentConfig;
 
-use crate::app::{Cli, ConfigError};
+use crate::cli::app::{Cli, ConfigError};
 
 /// Sets every sink flag onto `file`.
 ///
@@ -20,7 +20,7 @@ pub fn onto_config(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError>
     influxdb(cli, file);
     remote_write(cli, file)?;
     otlp(cli, file)?;
-    crate::web::onto_config(cli, file)?;
+    crate::cli::web::onto_config(cli, file)?;
     // --stdout, or a format asked for: stdout whatever else is configured.
     if cli.stdout || cli.stdout_format.is_some() {
         file.stdout.enabled = Some(true);
@@ -49,7 +49,7 @@ fn section<T: Default>(section: &mut Option<T>, by_flag: bool) -> Option<&mut T>
 
 #[cfg(feature = "prometheus")]
 fn prometheus(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
-    use gpumon::sinks::prometheus::Naming;
+    use crate::sinks::prometheus::Naming;
     if let Some(addr) = &cli.prometheus_listen {
         let listen = addr.parse::<std::net::SocketAddr>().map_err(|e| {
             ConfigError(format!("--prometheus-listen: `{addr}` is not an address like 127.0.0.1:9400 ({e})"))
@@ -117,7 +117,7 @@ fn influxdb(cli: &Cli, file: &mut AgentConfig) {
 
 #[cfg(feature = "remote-write")]
 fn remote_write(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
-    use gpumon::sinks::prometheus::Naming;
+    use crate::sinks::prometheus::Naming;
     let Some(cfg) = section(&mut file.remote_write, cli.remote_write_url.is_some()) else { return Ok(()) };
     if let Some(url) = &cli.remote_write_url {
         cfg.url.clone_from(url);
@@ -142,7 +142,7 @@ fn remote_write(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
 
 #[cfg(feature = "otlp")]
 fn otlp(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
-    use gpumon::sinks::otlp::Protocol;
+    use crate::sinks::otlp::Protocol;
     let by_flag = cli.otlp_endpoint.is_some() || cli.otlp_protocol.is_some();
     let Some(cfg) = section(&mut file.otlp, by_flag) else { return Ok(()) };
     if let Some(endpoint) = &cli.otlp_endpoint {
