@@ -4,6 +4,7 @@
 
 #![deny(missing_docs)]
 
+mod cli;
 mod fork;
 mod logging;
 mod monitor;
@@ -31,9 +32,9 @@ pyo3::create_exception!(
 #[pymodule]
 fn _gpumon(m: &Bound<'_, PyModule>) -> PyResult<()> {
     fork::install();
-    logging::install();
     m.add_class::<monitor::Monitor>()?;
     m.add_function(wrap_pyfunction!(monitor::_atexit, m)?)?;
+    m.add_function(wrap_pyfunction!(cli::agent_main, m)?)?;
     m.add("GpumonError", m.py().get_type::<GpumonError>())?;
     m.add("BackendUnavailableError", m.py().get_type::<BackendUnavailableError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -25,8 +25,10 @@ pub fn silence() {
     SILENCED.store(true, Ordering::SeqCst);
 }
 
-/// Installs the forwarding subscriber and the panic hook, once per process. A process that has
-/// already set a global tracing subscriber (another Rust extension) keeps its own.
+/// Installs the forwarding subscriber and the panic hook, once per process, when the first
+/// `Monitor` is made — not at import: the console scripts (`agent_main`) import the module too,
+/// and there the agent logs to stderr after `--log`, as the binary does. A process that has
+/// already set a global tracing subscriber (another Rust extension, `agent_main`) keeps its own.
 pub fn install() {
     INSTALL.call_once(|| {
         // gpumon's own crates at info, the libraries under them (hyper, reqwest, opentelemetry)

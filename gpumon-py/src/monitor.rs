@@ -149,6 +149,7 @@ impl Monitor {
         job: Option<String>,
         rank: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Self> {
+        crate::logging::install();
         let settings = Args {
             backend,
             interval,

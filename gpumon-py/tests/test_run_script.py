@@ -1,36 +1,156 @@
-"""``gpumon-run``: ``gpumon-agent run`` from the Python package (gpumon/_run.py)."""
+"""The wheel's console scripts ``gpumon-run`` and ``gpumon-agent`` (gpumon/_run.py): the agent's
+command line from the extension module, with nothing but the wheel installed — no gpumon-agent
+binary on PATH, GPUMON_AGENT unset."""
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import textwrap
+import time
 
 import pytest
 
-AGENT = os.environ.get("GPUMON_TEST_AGENT", "")
+from conftest import wait_for
+
+BIN = os.path.dirname(sys.executable)
+GPUMON_RUN = os.path.join(BIN, "gpumon-run")
+GPUMON_AGENT = os.path.join(BIN, "gpumon-agent")
 
 
-def run_script(args, env):
-    return subprocess.run([sys.executable, "-m", "gpumon._run", *args], capture_output=True, text=True, env=env, timeout=60)
-
-
-def test_gpumon_run_execs_the_agent_and_keeps_the_exit_code():
-    if not AGENT or not os.access(AGENT, os.X_OK):
-        pytest.skip("GPUMON_TEST_AGENT (the example agent, target/debug/examples/agent) is not set; run-tests.sh sets it")
-    env = dict(os.environ, GPUMON_AGENT=AGENT)
-    proc = run_script(["--backend", "mock", "--interval", "200ms", "--", sys.executable, "-c", "import sys; sys.exit(5)"], env)
-    assert proc.returncode == 5, proc.stderr
-    assert proc.stdout.startswith("gpumon run: the command exited with code 5"), proc.stdout
-    assert "gpumon run report: host " in proc.stdout
-
-
-def test_gpumon_run_without_an_agent_says_what_it_needs(tmp_path):
-    env = dict(os.environ, PATH=str(tmp_path))
+@pytest.fixture
+def wheel_only_env(tmp_path):
+    """The environment of a user who only pip-installed the wheel: the virtualenv's bin and the
+    system's, no cargo-built agent anywhere."""
+    path = [BIN] + [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and not os.path.exists(os.path.join(d, "cargo"))]
+    env = dict(os.environ, PATH=os.pathsep.join(path))
     env.pop("GPUMON_AGENT", None)
-    proc = run_script(["--", "true"], env)
-    assert proc.returncode == 127
-    assert proc.stderr.count("\n") == 1
-    assert proc.stderr.startswith("gpumon-run: needs the gpumon-agent binary, which the gpumon-nvml wheel does not ship (no gpumon-agent on PATH)")
-    env["GPUMON_AGENT"] = str(tmp_path / "missing")
-    proc = run_script(["--", "true"], env)
-    assert proc.returncode == 127
-    assert f"GPUMON_AGENT={tmp_path / 'missing'} is not an executable file" in proc.stderr
+    env.pop("GPUMON_STEPS_SOCKET", None)
+    for d in path:
+        exe = os.path.join(d, "gpumon-agent")
+        assert d == BIN or not os.access(exe, os.X_OK), f"{exe}: a gpumon-agent binary would hide what the wheel ships"
+    return env
+
+
+def test_the_wheel_installs_both_console_scripts():
+    for script in (GPUMON_RUN, GPUMON_AGENT):
+        assert os.access(script, os.X_OK), f"{script} not installed by the wheel"
+
+
+MARKING_JOB = textwrap.dedent(
+    """
+    import sys, time
+    from gpumon import StepClient
+    client = StepClient()   # GPUMON_STEPS_SOCKET, set by gpumon-run
+    for step in range(1, 7):  # the first mark starts the run: 5 steps
+        client.step(step)
+        time.sleep(0.6)     # longer than a tick: each mark is a step of its own
+    sys.exit(3)
+    """
+)
+
+
+def test_gpumon_run_reports_the_steps_marked_through_the_socket_and_keeps_the_exit_code(wheel_only_env, tmp_path):
+    report_file = tmp_path / "report.json"
+    proc = subprocess.run(
+        [GPUMON_RUN, "--backend", "mock", "--mock-profile", "a100x4", "--interval", "500ms",
+         "--report-file", str(report_file), "--", sys.executable, "-c", MARKING_JOB],
+        capture_output=True, text=True, env=wheel_only_env, timeout=120,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout.startswith("gpumon run: the command exited with code 3; watched every GPU sampled"), proc.stdout
+    assert "\ngpumon run report: host " in proc.stdout
+    assert " (MOCK backend: simulated GPUs), " in proc.stdout, "simulated data says so"
+    assert "\nsteps                   5 step(s), step time median 0.6" in proc.stdout, proc.stdout
+    # The agent's own logs, on stderr after --log (info), as the binary writes them.
+    assert "command started" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    report = json.loads(report_file.read_text())
+    run = report["steps"]["runs"][0]
+    assert (run["first_step"], run["last_step"]) == (2, 6), run
+    assert len(report["gpus"]) == 4
+
+
+def test_gpumon_run_without_a_command_says_so_in_one_line(wheel_only_env):
+    proc = subprocess.run([GPUMON_RUN], capture_output=True, text=True, env=wheel_only_env, timeout=60)
+    assert (proc.returncode, proc.stdout) == (127, "")
+    assert proc.stderr.strip() == "gpumon: run: no command given (gpumon-agent run [FLAGS] -- CMD ARGS…)"
+
+
+SIGINT_JOB = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    ready, out = sys.argv[1], sys.argv[2]
+    got = []
+    signal.signal(signal.SIGINT, lambda *_: got.append(1))
+    open(ready, "w").close()
+    deadline = time.monotonic() + 60
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # a second SIGINT forwarded would land here
+    with open(out, "w") as f:
+        f.write(str(len(got)))
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)  # dies of SIGINT, as a job without a handler would
+    """
+)
+
+
+def test_sigint_reaches_the_command_once_and_gpumon_run_exits_with_its_status(wheel_only_env, tmp_path):
+    ready, out = tmp_path / "ready", tmp_path / "count"
+    proc = subprocess.Popen(
+        [GPUMON_RUN, "--backend", "mock", "--interval", "200ms", "--", sys.executable, "-c", SIGINT_JOB, str(ready), str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=wheel_only_env,
+    )
+    try:
+        wait_for("the command to start", ready.exists, timeout=60)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)  # to gpumon-run only, as a scheduler would
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert out.read_text() == "1", "the command got SIGINT exactly once"
+    assert proc.returncode == 130, f"128 + SIGINT, as a shell says; stderr: {stderr}"
+    assert stdout.startswith("gpumon run: the command was killed by signal 2 (SIGINT)"), stdout
+    assert "\ngpumon run report: host " in stdout
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+
+
+def test_gpumon_agent_from_the_wheel_runs_the_agent(wheel_only_env):
+    proc = subprocess.run(
+        [GPUMON_AGENT, "--once", "--backend", "mock", "--mock-profile", "a100x4", "--stdout-format", "json"],
+        capture_output=True, text=True, env=wheel_only_env, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    snapshot = json.loads(proc.stdout.splitlines()[0])
+    assert len(snapshot["devices"]) == 4
+    assert snapshot["system"]["backend"] == "mock", "simulated data is marked as such"
+
+
+def test_gpumon_agent_help_and_bad_flags_are_clap_s_without_a_traceback(wheel_only_env):
+    helped = subprocess.run([GPUMON_AGENT, "--help"], capture_output=True, text=True, env=wheel_only_env, timeout=60)
+    assert helped.returncode == 0
+    assert "Usage: gpumon-agent [OPTIONS]" in helped.stdout
+    assert "gpumon-agent run [FLAGS] -- CMD ARGS..." in helped.stdout
+    bad = subprocess.run([GPUMON_AGENT, "--no-such-flag"], capture_output=True, text=True, env=wheel_only_env, timeout=60)
+    assert bad.returncode == 2
+    assert "unexpected argument '--no-such-flag'" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    bad = subprocess.run([GPUMON_RUN, "--interval", "soon", "--", "true"], capture_output=True, text=True, env=wheel_only_env, timeout=60)
+    assert bad.returncode == 2
+    assert "invalid value 'soon' for '--interval <DURATION>'" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+def test_what_the_wheel_s_agent_lacks_is_named(wheel_only_env):
+    grpc = subprocess.run(
+        [GPUMON_AGENT, "--once", "--backend", "mock", "--otlp-endpoint", "http://127.0.0.1:4317", "--otlp-protocol", "grpc"],
+        capture_output=True, text=True, env=wheel_only_env, timeout=60,
+    )
+    assert grpc.returncode == 2, grpc.stderr
+    assert "needs the `otlp-grpc` cargo feature" in grpc.stderr, grpc.stderr
+    kubelet = subprocess.run(
+        [GPUMON_AGENT, "--once", "--backend", "mock", "--attribution", "--kubelet"],
+        capture_output=True, text=True, env=wheel_only_env, timeout=60,
+    )
+    assert kubelet.returncode == 2, kubelet.stderr
+    assert "no kubelet client" in kubelet.stderr, kubelet.stderr

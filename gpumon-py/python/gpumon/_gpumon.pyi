@@ -6,6 +6,13 @@ from typing import Any, Dict, Optional, Sequence, Type, Union
 __version__: str
 DEFAULT_JOB: str
 
+def agent_main(argv: Sequence[str]) -> int:
+    """Runs the gpumon-agent command line with argv (without the program name) in this process,
+    the GIL released, and returns its exit code (run: the command's). It writes to file
+    descriptors 1 and 2, does not exit the process (--help and bad flags return 0 or 2), and
+    installs SIGINT/SIGTERM handlers that stay after it returns and still call Python's: the
+    console scripts (gpumon/_run.py) set both signals to SIG_DFL first."""
+
 class GpumonError(RuntimeError):
     """A gpumon operation failed (sampling, a listener that cannot bind, a closed Monitor)."""
 

@@ -1,42 +1,39 @@
-"""``gpumon-run [agent flags] -- CMD ARGS...``: ``gpumon-agent run`` from the Python package.
+"""The wheel's console scripts: ``gpumon-run [agent flags] -- CMD ARGS...`` (``gpumon-agent run``)
+and ``gpumon-agent`` (the whole agent: ``--once``, ``--prometheus-listen``, ``compare``, ...).
 
-The wheel ships the extension module, not the agent binary, so this finds the agent:
-``GPUMON_AGENT`` (a path), else ``gpumon-agent`` on ``PATH``, and replaces itself with
-``gpumon-agent run ...`` (same process, so signals, the exit code and the terminal are the
-agent's). Without an agent it says what it needs in one line and exits 127, as a shell does for a
-command it cannot find.
+Both run the agent's command line in this process, from the extension module
+(``gpumon._gpumon.agent_main``, the same Rust code as the ``gpumon-agent`` binary): a ``pip
+install gpumon-nvml`` is all they need. The exit code is the agent's, or with ``run`` the
+command's (128 + the signal's number when a signal killed it).
+
+SIGINT and SIGTERM get their default action before the agent starts: the agent then installs its
+own handlers (``run`` forwards the signal to the command's process group once and exits with the
+command's status), and Python's handler is not chained behind them — it would raise
+``KeyboardInterrupt`` after the agent returned, printing a traceback instead of exiting with the
+command's code.
 """
 
-import os
-import shutil
+import signal
 import sys
 from typing import List, Optional
 
-AGENT_ENV = "GPUMON_AGENT"
 
+def _agent_main(argv: List[str]) -> int:
+    from gpumon._gpumon import agent_main
 
-def find_agent() -> Optional[str]:
-    """The agent binary: ``GPUMON_AGENT``, else ``gpumon-agent`` on ``PATH``; ``None`` without."""
-    given = os.environ.get(AGENT_ENV, "").strip()
-    if given:
-        return given if os.access(given, os.X_OK) else None
-    return shutil.which("gpumon-agent")
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    return agent_main(argv)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    agent = find_agent()
-    if agent is None:
-        given = os.environ.get(AGENT_ENV, "").strip()
-        where = f"{AGENT_ENV}={given} is not an executable file" if given else "no gpumon-agent on PATH"
-        print(
-            f"gpumon-run: needs the gpumon-agent binary, which the gpumon-nvml wheel does not ship ({where}): "
-            f"install it (cargo install --path . in gpumon's repository) or set {AGENT_ENV} to its path",
-            file=sys.stderr,
-        )
-        return 127
-    os.execv(agent, [agent, "run", *args])
-    return 126  # not reached: execv replaces the process or raises
+    """``gpumon-run``: ``gpumon-agent run`` with these arguments (default ``sys.argv[1:]``)."""
+    return _agent_main(["run", *(sys.argv[1:] if argv is None else argv)])
+
+
+def agent(argv: Optional[List[str]] = None) -> int:
+    """``gpumon-agent``: the agent with these arguments (default ``sys.argv[1:]``)."""
+    return _agent_main(list(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":
