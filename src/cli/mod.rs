@@ -50,3 +50,26 @@ pub fn main(args: impl IntoIterator<Item = OsString>, mock: Option<MockFactory>)
     let _ = std::io::stdout().flush();
     code
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn main_of(args: &[&str]) -> u8 {
+        main(args.iter().map(OsString::from), None)
+    }
+
+    /// In a host process (Python) an exit would end the interpreter: help, errors and `run`'s
+    /// early failures return their codes. (A bad flag first: were it to exit, the test binary
+    /// would end with code 2, a failure, where `--version` would end it with 0.)
+    #[test]
+    fn help_errors_and_early_failures_return_their_code_instead_of_exiting() {
+        assert_eq!(main_of(&["gpumon-agent", "--no-such-flag"]), 2);
+        assert_eq!(main_of(&["gpumon-agent", "--version"]), 0);
+        assert_eq!(main_of(&["gpumon-agent", "run", "--help"]), 0);
+        assert_eq!(main_of(&["gpumon-agent", "run", "--interval", "soon", "--", "true"]), 2);
+        assert_eq!(main_of(&["gpumon-agent", "run"]), 127, "no command");
+        assert_eq!(main_of(&["gpumon-agent", "compare", "/nonexistent/a.json", "/nonexistent/b.json"]), 2);
+        assert_eq!(main_of(&["gpumon-agent", "compare"]), 2, "two files needed");
+    }
+}
