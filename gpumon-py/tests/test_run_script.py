@@ -128,6 +128,23 @@ def test_gpumon_agent_from_the_wheel_runs_the_agent(wheel_only_env):
     assert snapshot["system"]["backend"] == "mock", "simulated data is marked as such"
 
 
+def test_gpumon_agent_from_the_wheel_stops_on_sigint_with_code_0_and_no_traceback(wheel_only_env):
+    proc = subprocess.Popen(
+        [GPUMON_AGENT, "--backend", "mock", "--interval", "200ms", "--stdout-format", "json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=wheel_only_env,
+    )
+    try:
+        # Two ticks: the agent waits for signals from just after its first one.
+        for _ in range(2):
+            assert json.loads(proc.stdout.readline())["system"]["backend"] == "mock"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    assert "shutting down" in stderr and "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+
+
 def test_gpumon_agent_help_and_bad_flags_are_clap_s_without_a_traceback(wheel_only_env):
     helped = subprocess.run([GPUMON_AGENT, "--help"], capture_output=True, text=True, env=wheel_only_env, timeout=60)
     assert helped.returncode == 0
