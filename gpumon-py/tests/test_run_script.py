@@ -1,6 +1,6 @@
 """The wheel's console scripts ``gpumon-run`` and ``gpumon-agent`` (gpumon/_run.py): the agent's
 command line from the extension module, with nothing but the wheel installed — no gpumon-agent
-binary on PATH, GPUMON_AGENT unset."""
+binary on PATH, AGENT_SCRIPT unset."""
 
 import json
 import os
@@ -15,26 +15,26 @@ import pytest
 from conftest import wait_for
 
 BIN = os.path.dirname(sys.executable)
-GPUMON_RUN = os.path.join(BIN, "gpumon-run")
-GPUMON_AGENT = os.path.join(BIN, "gpumon-agent")
+RUN_SCRIPT = os.path.join(BIN, "gpumon-run")
+AGENT_SCRIPT = os.path.join(BIN, "gpumon-agent")
 
 
 @pytest.fixture
-def wheel_only_env(tmp_path):
-    """The environment of a user who only pip-installed the wheel: the virtualenv's bin and the
-    system's, no cargo-built agent anywhere."""
-    path = [BIN] + [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and not os.path.exists(os.path.join(d, "cargo"))]
+def wheel_only_env():
+    """The environment of a user who only pip-installed the wheel: the virtualenv's bin first, no
+    Rust toolchain, and no directory with another gpumon-agent (a cargo-installed binary)."""
+    def wheel_only(d):
+        return d == BIN or not any(os.access(os.path.join(d, exe), os.X_OK) for exe in ("cargo", "gpumon-agent"))
+
+    path = [BIN] + [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and d != BIN and wheel_only(d)]
     env = dict(os.environ, PATH=os.pathsep.join(path))
-    env.pop("GPUMON_AGENT", None)
+    env.pop("GPUMON_AGENT", None)  # what the old gpumon-run looked for
     env.pop("GPUMON_STEPS_SOCKET", None)
-    for d in path:
-        exe = os.path.join(d, "gpumon-agent")
-        assert d == BIN or not os.access(exe, os.X_OK), f"{exe}: a gpumon-agent binary would hide what the wheel ships"
     return env
 
 
 def test_the_wheel_installs_both_console_scripts():
-    for script in (GPUMON_RUN, GPUMON_AGENT):
+    for script in (RUN_SCRIPT, AGENT_SCRIPT):
         assert os.access(script, os.X_OK), f"{script} not installed by the wheel"
 
 
@@ -54,7 +54,7 @@ MARKING_JOB = textwrap.dedent(
 def test_gpumon_run_reports_the_steps_marked_through_the_socket_and_keeps_the_exit_code(wheel_only_env, tmp_path):
     report_file = tmp_path / "report.json"
     proc = subprocess.run(
-        [GPUMON_RUN, "--backend", "mock", "--mock-profile", "a100x4", "--interval", "500ms",
+        [RUN_SCRIPT, "--backend", "mock", "--mock-profile", "a100x4", "--interval", "500ms",
          "--report-file", str(report_file), "--", sys.executable, "-c", MARKING_JOB],
         capture_output=True, text=True, env=wheel_only_env, timeout=120,
     )
@@ -73,7 +73,7 @@ def test_gpumon_run_reports_the_steps_marked_through_the_socket_and_keeps_the_ex
 
 
 def test_gpumon_run_without_a_command_says_so_in_one_line(wheel_only_env):
-    proc = subprocess.run([GPUMON_RUN], capture_output=True, text=True, env=wheel_only_env, timeout=60)
+    proc = subprocess.run([RUN_SCRIPT], capture_output=True, text=True, env=wheel_only_env, timeout=60)
     assert (proc.returncode, proc.stdout) == (127, "")
     assert proc.stderr.strip() == "gpumon: run: no command given (gpumon-agent run [FLAGS] -- CMD ARGS…)"
 
@@ -100,7 +100,7 @@ SIGINT_JOB = textwrap.dedent(
 def test_sigint_reaches_the_command_once_and_gpumon_run_exits_with_its_status(wheel_only_env, tmp_path):
     ready, out = tmp_path / "ready", tmp_path / "count"
     proc = subprocess.Popen(
-        [GPUMON_RUN, "--backend", "mock", "--interval", "200ms", "--", sys.executable, "-c", SIGINT_JOB, str(ready), str(out)],
+        [RUN_SCRIPT, "--backend", "mock", "--interval", "200ms", "--", sys.executable, "-c", SIGINT_JOB, str(ready), str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=wheel_only_env,
     )
     try:
@@ -119,7 +119,7 @@ def test_sigint_reaches_the_command_once_and_gpumon_run_exits_with_its_status(wh
 
 def test_gpumon_agent_from_the_wheel_runs_the_agent(wheel_only_env):
     proc = subprocess.run(
-        [GPUMON_AGENT, "--once", "--backend", "mock", "--mock-profile", "a100x4", "--stdout-format", "json"],
+        [AGENT_SCRIPT, "--once", "--backend", "mock", "--mock-profile", "a100x4", "--stdout-format", "json"],
         capture_output=True, text=True, env=wheel_only_env, timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
@@ -130,7 +130,7 @@ def test_gpumon_agent_from_the_wheel_runs_the_agent(wheel_only_env):
 
 def test_gpumon_agent_from_the_wheel_stops_on_sigint_with_code_0_and_no_traceback(wheel_only_env):
     proc = subprocess.Popen(
-        [GPUMON_AGENT, "--backend", "mock", "--interval", "200ms", "--stdout-format", "json"],
+        [AGENT_SCRIPT, "--backend", "mock", "--interval", "200ms", "--stdout-format", "json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=wheel_only_env,
     )
     try:
@@ -146,27 +146,27 @@ def test_gpumon_agent_from_the_wheel_stops_on_sigint_with_code_0_and_no_tracebac
 
 
 def test_gpumon_agent_help_and_bad_flags_are_clap_s_without_a_traceback(wheel_only_env):
-    helped = subprocess.run([GPUMON_AGENT, "--help"], capture_output=True, text=True, env=wheel_only_env, timeout=60)
+    helped = subprocess.run([AGENT_SCRIPT, "--help"], capture_output=True, text=True, env=wheel_only_env, timeout=60)
     assert helped.returncode == 0
     assert "Usage: gpumon-agent [OPTIONS]" in helped.stdout
     assert "gpumon-agent run [FLAGS] -- CMD ARGS..." in helped.stdout
-    bad = subprocess.run([GPUMON_AGENT, "--no-such-flag"], capture_output=True, text=True, env=wheel_only_env, timeout=60)
+    bad = subprocess.run([AGENT_SCRIPT, "--no-such-flag"], capture_output=True, text=True, env=wheel_only_env, timeout=60)
     assert bad.returncode == 2
     assert "unexpected argument '--no-such-flag'" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
-    bad = subprocess.run([GPUMON_RUN, "--interval", "soon", "--", "true"], capture_output=True, text=True, env=wheel_only_env, timeout=60)
+    bad = subprocess.run([RUN_SCRIPT, "--interval", "soon", "--", "true"], capture_output=True, text=True, env=wheel_only_env, timeout=60)
     assert bad.returncode == 2
     assert "invalid value 'soon' for '--interval <DURATION>'" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
 
 
 def test_what_the_wheel_s_agent_lacks_is_named(wheel_only_env):
     grpc = subprocess.run(
-        [GPUMON_AGENT, "--once", "--backend", "mock", "--otlp-endpoint", "http://127.0.0.1:4317", "--otlp-protocol", "grpc"],
+        [AGENT_SCRIPT, "--once", "--backend", "mock", "--otlp-endpoint", "http://127.0.0.1:4317", "--otlp-protocol", "grpc"],
         capture_output=True, text=True, env=wheel_only_env, timeout=60,
     )
     assert grpc.returncode == 2, grpc.stderr
     assert "needs the `otlp-grpc` cargo feature" in grpc.stderr, grpc.stderr
     kubelet = subprocess.run(
-        [GPUMON_AGENT, "--once", "--backend", "mock", "--attribution", "--kubelet"],
+        [AGENT_SCRIPT, "--once", "--backend", "mock", "--attribution", "--kubelet"],
         capture_output=True, text=True, env=wheel_only_env, timeout=60,
     )
     assert kubelet.returncode == 2, kubelet.stderr
