@@ -1,6 +1,6 @@
 """The wheel's console scripts ``gpumon-run`` and ``gpumon-agent`` (gpumon/_run.py): the agent's
 command line from the extension module, with nothing but the wheel installed — no gpumon-agent
-binary on PATH, AGENT_SCRIPT unset."""
+binary on PATH, GPUMON_AGENT unset."""
 
 import json
 import os
