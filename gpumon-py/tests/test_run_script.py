@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import wait_for
+from conftest import free_port, wait_for
 
 BIN = os.path.dirname(sys.executable)
 RUN_SCRIPT = os.path.join(BIN, "gpumon-run")
@@ -69,6 +69,43 @@ def test_gpumon_run_reports_the_steps_marked_through_the_socket_and_keeps_the_ex
     report = json.loads(report_file.read_text())
     run = report["steps"]["runs"][0]
     assert (run["first_step"], run["last_step"]) == (2, 6), run
+    assert len(report["gpus"]) == 4
+
+
+SCRAPING_JOB = textwrap.dedent(
+    """
+    import json, sys, time, urllib.request
+    metrics_url, snapshot_url = sys.argv[1], sys.argv[2]
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            metrics = urllib.request.urlopen(metrics_url, timeout=5).read().decode()
+            snapshot = json.load(urllib.request.urlopen(snapshot_url, timeout=5))
+            break
+        except OSError:  # not listening yet, or 503 before the first sample
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    up = [l for l in metrics.splitlines() if l.startswith("gpumon_up{")]
+    print(json.dumps({"up": up, "gpus": len(snapshot["devices"]), "backend": snapshot["system"]["backend"]}))
+    """
+)
+
+
+def test_gpumon_run_exports_through_the_agent_s_sinks(wheel_only_env):
+    prometheus, web = free_port(), free_port()
+    proc = subprocess.run(
+        [RUN_SCRIPT, "--backend", "mock", "--mock-profile", "a100x4", "--interval", "200ms",
+         "--prometheus-listen", f"127.0.0.1:{prometheus}", "--web-listen", f"127.0.0.1:{web}",
+         "--report-format", "json",
+         "--", sys.executable, "-c", SCRAPING_JOB,
+         f"http://127.0.0.1:{prometheus}/metrics", f"http://127.0.0.1:{web}/api/snapshot"],
+        capture_output=True, text=True, env=wheel_only_env, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    seen, report = (json.loads(line) for line in proc.stdout.splitlines())  # the job's line, then the report
+    assert (seen["gpus"], seen["backend"]) == (4, "mock"), seen
+    assert len(seen["up"]) == 4 and all('backend="mock"' in l and l.endswith(" 1") for l in seen["up"]), seen["up"]
     assert len(report["gpus"]) == 4
 
 
