@@ -5,7 +5,7 @@ use std::time::UNIX_EPOCH;
 
 use gpumon_core::{
     ClockEventReasons, DeviceInfo, DeviceSample, Diagnosis, FailureReason, Family, Finding, FindingCount, FindingKind,
-    MetricId, MigInfo, ProcessSample, Severity, SystemInfo, WindowStats, XidCount,
+    MetricId, MigInfo, ProcessSample, Severity, Sink, SinkError, SystemInfo, WindowStats, XidCount,
 };
 use proptest::prelude::*;
 
