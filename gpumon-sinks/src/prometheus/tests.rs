@@ -9,8 +9,12 @@ use gpumon_core::{
 };
 use proptest::prelude::*;
 
-use super::render::{push_f64, unescape_label_value};
+use super::render::push_f64;
 use super::*;
+
+#[path = "../../tests/prometheus_support/exposition.rs"]
+mod exposition;
+use exposition::unescape_label_value;
 
 fn system() -> SystemInfo {
     let mut system = SystemInfo::new("node-1", "nvml");
@@ -1054,42 +1058,11 @@ fn parse_exposition(text: &str) -> Vec<Parsed> {
         .collect()
 }
 
-/// `name{k="v",…} value` or `name value` (the renderer writes no timestamps).
+/// One sample line as data (see [`exposition::parse_sample_line`]).
 fn parse_sample_line(line: &str) -> Option<Parsed> {
-    let name_end = line.find(['{', ' '])?;
-    let name = &line[..name_end];
-    let mut rest = &line[name_end..];
     let mut labels = Vec::new();
-    if let Some(body) = rest.strip_prefix('{') {
-        rest = body;
-        loop {
-            if let Some(after) = rest.strip_prefix('}') {
-                rest = after;
-                break;
-            }
-            let eq = rest.find("=\"")?;
-            let key = &rest[..eq];
-            rest = &rest[eq + 2..];
-            // The value ends at the first `"` not escaped by a backslash.
-            let bytes = rest.as_bytes();
-            let mut i = 0;
-            while i < bytes.len() && bytes[i] != b'"' {
-                i += if bytes[i] == b'\\' { 2 } else { 1 };
-            }
-            if i >= bytes.len() {
-                return None;
-            }
-            labels.push((key.to_owned(), unescape_label_value(&rest[..i])?));
-            rest = &rest[i + 1..];
-            rest = rest.strip_prefix(',').unwrap_or(rest);
-        }
-    }
-    let value = match rest.strip_prefix(' ')? {
-        "+Inf" => f64::INFINITY,
-        "-Inf" => f64::NEG_INFINITY,
-        "NaN" => f64::NAN,
-        v => v.parse().ok()?,
-    };
+    let (name, value) = exposition::parse_sample_line(line, &mut labels)?;
+    let labels = labels.into_iter().map(|(k, v)| (k.to_owned(), v.into_owned())).collect();
     Some((name.to_owned(), normalized(labels), value))
 }
 
