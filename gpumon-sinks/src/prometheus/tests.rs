@@ -207,24 +207,17 @@ fn check_golden(file: &str, actual: &str) {
     }
 }
 
+/// The fixture in both namings and both formats, each against its golden file.
 #[test]
-fn golden_native_text() {
-    check_golden("native.prom", &render_with(Naming::Native, Format::Text, fixture()));
-}
-
-#[test]
-fn golden_native_openmetrics() {
-    check_golden("native.om", &render_with(Naming::Native, Format::OpenMetrics, fixture()));
-}
-
-#[test]
-fn golden_dcgm_text() {
-    check_golden("dcgm.prom", &render_with(Naming::Dcgm, Format::Text, fixture()));
-}
-
-#[test]
-fn golden_dcgm_openmetrics() {
-    check_golden("dcgm.om", &render_with(Naming::Dcgm, Format::OpenMetrics, fixture()));
+fn goldens_in_every_naming_and_format() {
+    for (file, naming, format) in [
+        ("native.prom", Naming::Native, Format::Text),
+        ("native.om", Naming::Native, Format::OpenMetrics),
+        ("dcgm.prom", Naming::Dcgm, Format::Text),
+        ("dcgm.om", Naming::Dcgm, Format::OpenMetrics),
+    ] {
+        check_golden(file, &render_with(naming, format, fixture()));
+    }
 }
 
 /// Structural checks of a rendering: every sample's family was declared with HELP and TYPE

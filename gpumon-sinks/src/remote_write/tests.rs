@@ -2,7 +2,7 @@
 //! `gpumon-sinks/tests/remote_write_backends.rs`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gpumon_core::{DeviceInfo, DeviceSample, Sink, Snapshot, SystemInfo};
 use prost::Message as _;
@@ -84,11 +84,7 @@ async fn batches_by_samples() {
     for i in 0..4 {
         sink.export(snapshot(1000 * (i + 1))).await.unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while server.requests() < 2 {
-        assert!(Instant::now() < deadline, "two full batches are sent without a flush");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    server.wait_for_requests(2, Duration::from_secs(5), "two full batches are sent without a flush").await;
     let sizes: Vec<usize> = server.received().iter().map(|(_, b)| decode_body(b).timeseries.len()).collect();
     assert_eq!(sizes, [2 * n, 2 * n]);
 }
@@ -100,11 +96,7 @@ async fn batches_by_time() {
     c.batch_interval = Duration::from_millis(50);
     let mut sink = RemoteWriteSink::from_config(&c).unwrap();
     sink.export(snapshot(1000)).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while server.requests() < 1 {
-        assert!(Instant::now() < deadline, "the open batch is sent after batch_interval");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    server.wait_for_requests(1, Duration::from_secs(5), "the open batch is sent after batch_interval").await;
 }
 
 /// An export that comes about a batch interval or more after the previous one is sealed at once: its
@@ -121,12 +113,8 @@ async fn exports_slower_than_the_batch_interval_are_sent_at_once() {
     sink.flush().await.unwrap();
     assert_eq!(server.requests(), 1, "back to back: one batch");
     tokio::time::sleep(c.batch_interval).await;
-    let exported = Instant::now();
     sink.export(snapshot(3000)).await.unwrap();
-    while server.requests() < 2 {
-        assert!(exported.elapsed() < Duration::from_millis(1500), "not sent at once: waiting out the interval");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    server.wait_for_requests(2, Duration::from_millis(1500), "not sent at once: waiting out the interval").await;
     let sizes: Vec<usize> = server.received().iter().map(|(_, b)| decode_body(b).timeseries.len()).collect();
     assert_eq!(sizes, [2 * per_snapshot(), per_snapshot()]);
 }
