@@ -229,10 +229,7 @@ impl Sink for InfluxSink {
     /// `GET /ping` (InfluxDB 1.x/2.x and VictoriaMetrics answer 204). Also starts the writer, so
     /// spilled batches are replayed right away.
     async fn healthcheck(&mut self) -> Result<(), SinkError> {
-        if self.delivery.is_shut_down() {
-            return Err(SinkError::AlreadyShutdown);
-        }
-        self.delivery.ensure_writer();
+        self.delivery.start()?;
         let ping = self.ping_url.clone();
         let probed = self.transport.client.probe(ping, None).await;
         probed.map_err(|e| SinkError::transient(e.message(&format!("GET {}", self.ping_url))))
@@ -391,6 +388,17 @@ mod tests {
         }
         assert!(heads[2].contains("authorization: basic dtpw") && !heads[2].contains("gzip"), "{}", heads[2]);
         assert!(received[2].1.starts_with(b"gpu,"), "{:?}", String::from_utf8_lossy(&received[2].1));
+    }
+
+    /// After `shutdown` a healthcheck is refused without asking the server.
+    #[tokio::test]
+    async fn healthcheck_after_shutdown_is_refused() {
+        let server = TestServer::start(Reply::status(204)).await;
+        let mut sink = InfluxSink::from_config(&config(&server.url)).unwrap();
+        sink.healthcheck().await.unwrap();
+        sink.shutdown().await.unwrap();
+        assert!(matches!(sink.healthcheck().await, Err(SinkError::AlreadyShutdown)));
+        assert_eq!(server.requests(), 1, "only the first healthcheck pings");
     }
 
     #[cfg(feature = "tls")]

@@ -172,11 +172,7 @@ impl Sink for RemoteWriteSink {
     /// Receivers share no health endpoint (Prometheus `/-/ready`, Mimir `/ready`,
     /// VictoriaMetrics `/health`): the first write is the check. Starts the writer.
     async fn healthcheck(&mut self) -> Result<(), SinkError> {
-        if self.delivery.is_shut_down() {
-            return Err(SinkError::AlreadyShutdown);
-        }
-        self.delivery.ensure_writer();
-        Ok(())
+        self.delivery.start()
     }
 
     async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {

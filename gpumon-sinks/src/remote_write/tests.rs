@@ -74,6 +74,16 @@ async fn posts_snappy_protobuf_with_the_required_headers_and_auth() {
     assert_eq!((stats.samples_written, stats.batches_written, stats.requests), (2 * n as u64, 1, 1));
 }
 
+/// A healthcheck starts the writer; after `shutdown` it is refused.
+#[tokio::test]
+async fn healthcheck_after_shutdown_is_refused() {
+    let server = TestServer::start(Reply::status(204)).await;
+    let mut sink = RemoteWriteSink::from_config(&config(&server.url)).unwrap();
+    sink.healthcheck().await.unwrap();
+    sink.shutdown().await.unwrap();
+    assert!(matches!(sink.healthcheck().await, Err(gpumon_core::SinkError::AlreadyShutdown)));
+}
+
 #[tokio::test]
 async fn batches_by_samples() {
     let server = TestServer::start(Reply::status(204)).await;
