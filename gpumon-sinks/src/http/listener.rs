@@ -7,12 +7,13 @@
 //! `[web] header_read_timeout = "5s"`), and so do the public fields of
 //! [`PrometheusConfig`](crate::prometheus::PrometheusConfig) and
 //! [`WebConfig`](crate::web::WebConfig): both are declared with [`listener_section!`], which
-//! writes the listener's fields, their defaults and the section's `ListenerConfig` once. Why not `#[serde(flatten)]` (shared/STYLE.md's wording):
-//! serde does not support `flatten` together with `deny_unknown_fields`. It half works — a
-//! misspelt key is still refused — but the error loses the list of expected keys, and every
-//! error about a flattened key (`max_connections = "x"`) points at the `[prometheus]` header
-//! without naming the key; the web view's own default (`max_connections = 256`) could not be
-//! told apart from the endpoint's (64) either. Today's errors name the key and its line.
+//! writes the listener's fields, their docs, their defaults and the section's `ListenerConfig`
+//! once. Why not `#[serde(flatten)]` (shared/STYLE.md's wording): serde does not support
+//! `flatten` together with `deny_unknown_fields`. It half works — a misspelt key is still
+//! refused — but the error loses the list of expected keys, and every error about a flattened
+//! key (`max_connections = "x"`) points at the `[prometheus]` header without naming the key; the
+//! web view's own default (`max_connections = 256`) could not be told apart from the endpoint's
+//! (64) either. Today's errors name the key and its line.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

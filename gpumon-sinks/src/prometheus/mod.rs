@@ -250,8 +250,8 @@ impl PrometheusHandle {
         }
     }
 
-    /// Replaces the snapshot that is rendered (what [`Sink::export`](gpumon_core::Sink::export) does). For embedders that
-    /// sample without an agent.
+    /// Replaces the snapshot that is rendered (what [`Sink::export`](gpumon_core::Sink::export)
+    /// does). For embedders that sample without an agent.
     pub fn store(&self, snapshot: Arc<Snapshot>) {
         self.shared.snapshot.store(Some(snapshot));
     }

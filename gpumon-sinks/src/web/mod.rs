@@ -90,8 +90,8 @@ impl WebHandle {
         self.hub.dropped_clients()
     }
 
-    /// Takes a snapshot in, as [`Sink::export`](gpumon_core::Sink::export) does (history, latest, one event per live
-    /// client). Never waits.
+    /// Takes a snapshot in, as [`Sink::export`](gpumon_core::Sink::export) does (history, latest,
+    /// one event per live client). Never waits.
     pub fn publish(&self, snapshot: Arc<Snapshot>) {
         self.hub.publish(snapshot);
     }
