@@ -23,10 +23,15 @@ fn snapshot() -> Arc<Snapshot> {
     Arc::new(sampler.sample(&SampleRequest::default()).unwrap())
 }
 
+// The old exposition parser, shared with the unit tests (their oracle).
+#[path = "../tests/prometheus_support/exposition.rs"]
+mod exposition;
+
 /// The encoder as it was before the series layer (`prometheus/series.rs`' `visit_series` and
 /// `remote_write/encode.rs`' `Encoder::encode` at def79bc), kept here only to measure against:
 /// render the exposition into a reused `String`, parse every sample line back into borrowed
-/// labels, then sort and write each series as the encoder still does.
+/// labels ([`exposition::parse_sample_line`]), then sort and write each series as the encoder
+/// still does.
 mod via_text {
     use std::borrow::Cow;
 
@@ -50,7 +55,7 @@ mod via_text {
                     continue;
                 }
                 parsed.clear();
-                let Some((name, value)) = parse_line(line, &mut parsed) else { continue };
+                let Some((name, value)) = super::exposition::parse_sample_line(line, &mut parsed) else { continue };
                 let mut labels: Vec<(&str, &str)> = std::mem::take(&mut spare).into_iter().map(|_| ("", "")).collect();
                 labels.push(("__name__", name));
                 labels.extend(parsed.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (*k, v.as_ref())));
@@ -62,69 +67,6 @@ mod via_text {
             }
             n
         }
-    }
-
-    fn parse_line<'a>(line: &'a str, labels: &mut Vec<(&'a str, Cow<'a, str>)>) -> Option<(&'a str, f64)> {
-        let name_end = line.find(['{', ' '])?;
-        let name = &line[..name_end];
-        let mut rest = &line[name_end..];
-        if let Some(body) = rest.strip_prefix('{') {
-            rest = body;
-            loop {
-                if let Some(after) = rest.strip_prefix('}') {
-                    rest = after;
-                    break;
-                }
-                let eq = rest.find("=\"")?;
-                let key = &rest[..eq];
-                rest = &rest[eq + 2..];
-                let bytes = rest.as_bytes();
-                let (mut i, mut escaped) = (0, false);
-                while i < bytes.len() {
-                    match bytes[i] {
-                        b'\\' => {
-                            escaped = true;
-                            i += 2;
-                            continue;
-                        }
-                        b'"' => break,
-                        _ => i += 1,
-                    }
-                }
-                if i >= bytes.len() {
-                    return None;
-                }
-                let raw = &rest[..i];
-                labels.push((key, if escaped { Cow::Owned(unescape(raw)) } else { Cow::Borrowed(raw) }));
-                rest = &rest[i + 1..];
-                rest = rest.strip_prefix(',').unwrap_or(rest);
-            }
-        }
-        let value = rest.trim_start().split(' ').next()?;
-        let value = match value {
-            "+Inf" => f64::INFINITY,
-            "-Inf" => f64::NEG_INFINITY,
-            "NaN" => f64::NAN,
-            _ => value.parse().ok()?,
-        };
-        Some((name, value))
-    }
-
-    fn unescape(s: &str) -> String {
-        let mut out = String::with_capacity(s.len());
-        let mut chars = s.chars();
-        while let Some(c) = chars.next() {
-            if c != '\\' {
-                out.push(c);
-                continue;
-            }
-            match chars.next() {
-                Some('n') => out.push('\n'),
-                Some(other) => out.push(other),
-                None => out.push('\\'),
-            }
-        }
-        out
     }
 
     fn label_len(name: &str, value: &str) -> usize {

@@ -364,16 +364,46 @@ mod tls {
         tokio_rustls::TlsConnector::from(Arc::new(config))
     }
 
+    /// A client connection to `addr` through a completed handshake, trusting the test CA.
+    async fn tls_connect(addr: std::net::SocketAddr) -> tokio_rustls::client::TlsStream<TcpStream> {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        connector().connect(name, tcp).await.unwrap()
+    }
+
+    /// A directory of this test's PEM files, removed when dropped (also when the test fails).
+    struct PemDir(std::path::PathBuf);
+
+    impl PemDir {
+        fn new(test: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!("gpumon-{test}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            PemDir(dir)
+        }
+
+        fn write(&self, name: &str, text: &str) -> std::path::PathBuf {
+            let path = self.0.join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        }
+
+        /// The test leaf certificate and its key, as a listener's TLS settings.
+        fn leaf_tls(&self) -> TlsConfig {
+            TlsConfig::new(self.write("cert.pem", LEAF), self.write("key.pem", KEY))
+        }
+    }
+
+    impl Drop for PemDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
     /// PEM files without what they should hold, or broken, are build errors naming the file.
     #[test]
     fn unusable_pem_files_are_named() {
-        let dir = std::env::temp_dir().join(format!("gpumon-tls-bad-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let write = |name: &str, text: &str| {
-            let path = dir.join(name);
-            std::fs::write(&path, text).unwrap();
-            path
-        };
+        let dir = PemDir::new("tls-bad");
+        let write = |name: &str, text: &str| dir.write(name, text);
         let (leaf, key) = (write("leaf.pem", LEAF), write("key.pem", KEY));
         let not_pem = write("notes.txt", "just some text\n");
         let truncated = write("truncated.pem", &KEY[..KEY.len() - 30]);
@@ -392,19 +422,14 @@ mod tls {
         assert!(e.contains("prometheus.tls.key") && e.contains("no private key found in"), "{e}");
         let e = build(&leaf, &truncated);
         assert!(e.contains(&format!("bad PEM in {}", truncated.display())), "{e}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn https_scrape_with_auth() {
-        let dir = std::env::temp_dir().join(format!("gpumon-tls-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-        std::fs::write(&cert, LEAF).unwrap();
-        std::fs::write(&key, KEY).unwrap();
+        let dir = PemDir::new("tls");
         let mut sink = PrometheusSink::builder()
             .with_http_listener(([127, 0, 0, 1], 0))
-            .with_tls(TlsConfig::new(cert, key))
+            .with_tls(dir.leaf_tls())
             .with_auth(Auth::bearer("tok"))
             .header_read_timeout(Duration::from_secs(1))
             .build()
@@ -413,9 +438,7 @@ mod tls {
         let addr = sink.local_addr().unwrap();
 
         let get = |auth: &'static str| async move {
-            let tcp = TcpStream::connect(addr).await.unwrap();
-            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-            let mut tls = connector().connect(name, tcp).await.unwrap();
+            let mut tls = tls_connect(addr).await;
             let req = format!("GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}\r\n");
             tls.write_all(req.as_bytes()).await.unwrap();
             let mut buf = Vec::new();
@@ -434,7 +457,6 @@ mod tls {
         let _stalled = TcpStream::connect(addr).await.unwrap();
         assert!(get("Authorization: Bearer tok\r\n").await.starts_with("HTTP/1.1 200"));
         sink.shutdown().await.unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// The web view over the same TLS and auth: the page and a live stream over HTTPS.
@@ -442,23 +464,15 @@ mod tls {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn https_web_view_and_live_stream_with_basic_auth() {
         use gpumon_sinks::web::{WebConfig, WebSink};
-        let dir = std::env::temp_dir().join(format!("gpumon-tls-web-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-        std::fs::write(&cert, LEAF).unwrap();
-        std::fs::write(&key, KEY).unwrap();
+        let dir = PemDir::new("tls-web");
         let mut cfg = WebConfig::default();
         cfg.listen = Some("127.0.0.1:0".parse().unwrap());
-        cfg.tls = Some(TlsConfig::new(cert, key));
+        cfg.tls = Some(dir.leaf_tls());
         cfg.auth = Some(Auth::basic("ops", "pw"));
         let mut sink = WebSink::from_config(&cfg).unwrap();
         sink.export(Arc::new(test_snapshot(1))).await.unwrap();
         let addr = sink.local_addr().unwrap();
-        let connect = || async move {
-            let tcp = TcpStream::connect(addr).await.unwrap();
-            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-            connector().connect(name, tcp).await.unwrap()
-        };
+        let connect = || tls_connect(addr);
         // "ops:pw" in base64.
         let auth = "Authorization: Basic b3BzOnB3\r\n";
         let mut tls = connect().await;
@@ -497,6 +511,5 @@ mod tls {
         }
         assert!(seen.contains("text/event-stream"), "{seen:.500}");
         sink.shutdown().await.unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -126,17 +126,19 @@ impl Drop for Backend {
 }
 
 fn start(script: &str, port_var: &str, instance: &str, extra: &[(&str, &str)]) -> (String, Backend) {
+    let port = free_port().to_string();
+    backend_script(&format!("start-{script}"), instance, &[&[(port_var, port.as_str())], extra].concat());
     let dir = require_env("GPUMON_TEST_BACKENDS_DIR");
-    let port = free_port();
-    let status = Command::new(format!("{dir}/start-{script}.sh"))
-        .env("BACKEND_INSTANCE", instance)
-        .env(port_var, port.to_string())
-        .envs(extra.iter().copied())
-        .status()
-        .unwrap();
-    assert!(status.success(), "start-{script}.sh failed");
     let guard = Backend { stop: format!("{dir}/stop-{script}.sh"), instance: instance.to_owned(), extra: Vec::new() };
     (format!("http://127.0.0.1:{port}"), guard)
+}
+
+/// Runs `scripts/backends/{script}.sh` for the backend `instance` with `env`; panics if it fails.
+fn backend_script(script: &str, instance: &str, env: &[(&str, &str)]) {
+    let dir = require_env("GPUMON_TEST_BACKENDS_DIR");
+    let status =
+        Command::new(format!("{dir}/{script}.sh")).env("BACKEND_INSTANCE", instance).envs(env.iter().copied()).status();
+    assert!(status.unwrap().success(), "{script}.sh failed");
 }
 
 fn config(url: &str, naming: Naming) -> RemoteWriteConfig {
@@ -248,7 +250,6 @@ async fn outage_run(
     let instance = unique_host("vm-outage");
     let (url, mut guard) = start("victoria-metrics", "VM_PORT", &instance, &[]);
     let port = url.rsplit(':').next().unwrap().to_owned();
-    let dir = require_env("GPUMON_TEST_BACKENDS_DIR");
     let sampler = gpumon_mock::MockSampler::from_profile_name("h100x8").unwrap();
     let host = unique_host("outage");
     let mut c = config(&format!("{url}/api/v1/write"), Naming::Native);
@@ -263,22 +264,11 @@ async fn outage_run(
         sent.push(s.taken_at.duration_since(UNIX_EPOCH).unwrap().as_millis() as i64);
         let _ = sink.export(s).await;
         if !stopped && started.elapsed() >= down_at {
-            let st = Command::new(format!("{dir}/stop-victoria-metrics.sh"))
-                .env("BACKEND_INSTANCE", &instance)
-                .env("KEEP_DATA", "1")
-                .status()
-                .unwrap();
-            assert!(st.success());
+            backend_script("stop-victoria-metrics", &instance, &[("KEEP_DATA", "1")]);
             stopped = true;
         }
         if stopped && !restarted && started.elapsed() >= down_at + down_for {
-            let st = Command::new(format!("{dir}/start-victoria-metrics.sh"))
-                .env("BACKEND_INSTANCE", &instance)
-                .env("VM_PORT", &port)
-                .env("KEEP_DATA", "1")
-                .status()
-                .unwrap();
-            assert!(st.success());
+            backend_script("start-victoria-metrics", &instance, &[("VM_PORT", &port), ("KEEP_DATA", "1")]);
             restarted = true;
             guard.extra = Vec::new();
         }

@@ -230,8 +230,14 @@ impl Delivery {
         self.shared.stats()
     }
 
-    pub(crate) fn is_shut_down(&self) -> bool {
-        self.shut_down
+    /// What a sink's healthcheck does first: refused after `shutdown`, else the writer is started
+    /// (so batches spilled by an earlier run are replayed right away).
+    pub(crate) fn start(&mut self) -> Result<(), SinkError> {
+        if self.shut_down {
+            return Err(SinkError::AlreadyShutdown);
+        }
+        self.ensure_writer();
+        Ok(())
     }
 
     pub(crate) fn attach_telemetry(&mut self, telemetry: Telemetry) {

@@ -6,13 +6,14 @@
 //! In the config file the keys stay flat in each section (`[prometheus] max_connections = 8`,
 //! `[web] header_read_timeout = "5s"`), and so do the public fields of
 //! [`PrometheusConfig`](crate::prometheus::PrometheusConfig) and
-//! [`WebConfig`](crate::web::WebConfig): each config builds its `ListenerConfig` with
-//! [`listener_config!`], in one place. Why not `#[serde(flatten)]` (shared/STYLE.md's wording):
-//! serde does not support `flatten` together with `deny_unknown_fields`. It half works — a
-//! misspelt key is still refused — but the error loses the list of expected keys, and every
-//! error about a flattened key (`max_connections = "x"`) points at the `[prometheus]` header
-//! without naming the key; the web view's own default (`max_connections = 256`) could not be
-//! told apart from the endpoint's (64) either. Today's errors name the key and its line.
+//! [`WebConfig`](crate::web::WebConfig): both are declared with [`listener_section!`], which
+//! writes the listener's fields, their docs, their defaults and the section's `ListenerConfig`
+//! once. Why not `#[serde(flatten)]` (shared/STYLE.md's wording): serde does not support
+//! `flatten` together with `deny_unknown_fields`. It half works — a misspelt key is still
+//! refused — but the error loses the list of expected keys, and every error about a flattened
+//! key (`max_connections = "x"`) points at the `[prometheus]` header without naming the key; the
+//! web view's own default (`max_connections = 256`) could not be told apart from the endpoint's
+//! (64) either. Today's errors name the key and its line.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -101,24 +102,89 @@ impl ListenerConfig {
     }
 }
 
-/// The [`ListenerConfig`] of a config that declares the listener's keys flat (`listen`, `tls`,
-/// `max_connections`, `header_read_timeout`, `connection_timeout`, `max_header_bytes`,
-/// `max_headers`): the one place those fields are gathered.
-macro_rules! listener_config {
-    ($config:expr) => {{
-        let c = $config;
-        $crate::http::listener::ListenerConfig {
-            listen: c.listen,
-            tls: c.tls.clone(),
-            max_connections: c.max_connections,
-            header_read_timeout: c.header_read_timeout,
-            connection_timeout: c.connection_timeout,
-            max_header_bytes: c.max_header_bytes,
-            max_headers: c.max_headers,
+/// Declares a section's config struct (`[prometheus]`, `[web]`) with its own fields followed by
+/// the listener's keys, flat (`listen`, `tls`, `max_connections`, `header_read_timeout`,
+/// `connection_timeout`, `max_header_bytes`, `max_headers`): the one place those public fields,
+/// their docs and their serde attributes are written. It also writes the section's `Default`
+/// (each own field's `= default`, the listener's from the `listener defaults` expression) and
+/// `listener()`, the section's [`ListenerConfig`]. A plain struct, not `#[serde(flatten)]`, so
+/// that serde's errors keep naming the key (the module docs say why).
+macro_rules! listener_section {
+    (
+        $(#[$attr:meta])*
+        pub struct $name:ident {
+            $(
+                $(#[$field_attr:meta])*
+                pub $field:ident: $ty:ty = $default:expr,
+            )*
         }
-    }};
+        listener defaults: $listener_defaults:expr;
+    ) => {
+        $(#[$attr])*
+        pub struct $name {
+            $(
+                $(#[$field_attr])*
+                pub $field: $ty,
+            )*
+            /// Address to listen on. `None` means the section's `DEFAULT_LISTEN` (`[prometheus]`
+            /// `127.0.0.1:9400`, `[web]` `127.0.0.1:9401`: loopback only; set `listen =
+            /// "0.0.0.0:9400"` to expose it). Port 0 picks a free port (the sink's `local_addr`).
+            pub listen: Option<std::net::SocketAddr>,
+            /// Serve HTTPS (feature `prometheus-tls`, for either listener).
+            pub tls: Option<$crate::http::listener::TlsConfig>,
+            /// Most connections served at once, live streams included (default 64; the web view's
+            /// 256, at least its `max_clients`). When all are taken, the oldest idle connection
+            /// (those that never completed a request first) is closed and its slot handed to the
+            /// newcomer; only when every connection is busy answering does a newcomer wait (≤ 1 s).
+            pub max_connections: usize,
+            /// Time a client has to send a complete request head (and, on a kept-alive
+            /// connection, the next one; also bounds the TLS handshake). Default 10 s.
+            #[serde(deserialize_with = "crate::duration::deserialize")]
+            pub header_read_timeout: std::time::Duration,
+            /// Longest a connection may stay open, whatever it does (a live stream of the web view
+            /// is exempt). Default 60 s.
+            #[serde(deserialize_with = "crate::duration::deserialize")]
+            pub connection_timeout: std::time::Duration,
+            /// Largest request head accepted, bytes (default 16384, at least 8192); larger heads
+            /// get `431`.
+            pub max_header_bytes: usize,
+            /// Most header fields in a request (default 64).
+            pub max_headers: usize,
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                let l: $crate::http::listener::ListenerConfig = $listener_defaults;
+                Self {
+                    $($field: $default,)*
+                    listen: l.listen,
+                    tls: l.tls,
+                    max_connections: l.max_connections,
+                    header_read_timeout: l.header_read_timeout,
+                    connection_timeout: l.connection_timeout,
+                    max_header_bytes: l.max_header_bytes,
+                    max_headers: l.max_headers,
+                }
+            }
+        }
+
+        impl $name {
+            /// This section's listener settings.
+            pub(crate) fn listener(&self) -> $crate::http::listener::ListenerConfig {
+                $crate::http::listener::ListenerConfig {
+                    listen: self.listen,
+                    tls: self.tls.clone(),
+                    max_connections: self.max_connections,
+                    header_read_timeout: self.header_read_timeout,
+                    connection_timeout: self.connection_timeout,
+                    max_header_bytes: self.max_header_bytes,
+                    max_headers: self.max_headers,
+                }
+            }
+        }
+    };
 }
-pub(crate) use listener_config;
+pub(crate) use listener_section;
 
 #[cfg(test)]
 mod tests {

@@ -65,6 +65,15 @@ impl TestServer {
         self.stub.count()
     }
 
+    /// Waits until `n` requests have arrived; fails with `why` if they have not within `within`.
+    pub(crate) async fn wait_for_requests(&self, n: usize, within: std::time::Duration, why: &str) {
+        let deadline = std::time::Instant::now() + within;
+        while self.requests() < n {
+            assert!(std::time::Instant::now() < deadline, "{why}: {} of {n} requests in {within:?}", self.requests());
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     /// Every request so far: its head (request line and headers, lower-cased) and body.
     pub(crate) fn received(&self) -> Vec<Received> {
         self.stub

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::http::access::Auth;
-use crate::http::listener::{listener_config, ListenerConfig, TlsConfig};
+use crate::http::listener::{listener_section, ListenerConfig};
 use crate::http::tenants::TenantConfig;
 
 /// The scrape address used when [`PrometheusConfig::listen`] is not set: `127.0.0.1:9400`
@@ -42,95 +42,50 @@ impl std::str::FromStr for Naming {
     }
 }
 
-/// Settings of the Prometheus scrape sink (`[prometheus]` in the agent's config file).
-///
-/// Every field has a default; `PrometheusConfig::default()` serves `127.0.0.1:9400` with native
-/// names, no auth and no TLS. The struct is `#[non_exhaustive]`: outside this crate, start from
-/// `PrometheusConfig::default()` and assign the fields you need.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-#[non_exhaustive]
-pub struct PrometheusConfig {
-    /// Address of the scrape endpoint. `None` means [`DEFAULT_LISTEN`] (`127.0.0.1:9400`). Port
-    /// 0 picks a free port ([`PrometheusSink::local_addr`](super::PrometheusSink::local_addr)).
-    pub listen: Option<SocketAddr>,
-    /// Metric and label names: `"native"` (default) or `"dcgm"`.
-    pub naming: Naming,
-    /// Require credentials on `/metrics` (`/health` stays open for probes). With
-    /// [`tenants`](Self::tenants), this is the admin credential: it reads every GPU.
-    pub auth: Option<Auth>,
-    /// Tenants: each credential reads only its tenant's view of the GPUs (`[[prometheus.tenants]]`,
-    /// see [`TenantConfig`] and `docs/tenancy.md`). When tenants are configured, a scrape
-    /// without a credential gets `401` (unless no credential is configured at all).
-    #[serde(default)]
-    pub tenants: Vec<TenantConfig>,
-    /// Serve HTTPS (feature `prometheus-tls`).
-    pub tls: Option<TlsConfig>,
-    /// Most connections served at once (default 64). When all are taken, the oldest idle
-    /// connection (those that never completed a request first) is closed and its slot handed to
-    /// the newcomer; only when every connection is busy answering does a newcomer wait (≤ 1 s).
-    pub max_connections: usize,
-    /// Time a client has to send a complete request head (and, on a kept-alive connection,
-    /// the next one; also bounds the TLS handshake). Default 10 s.
-    #[serde(deserialize_with = "crate::duration::deserialize")]
-    pub header_read_timeout: Duration,
-    /// Longest a connection may stay open, whatever it does. Default 60 s.
-    #[serde(deserialize_with = "crate::duration::deserialize")]
-    pub connection_timeout: Duration,
-    /// Largest request head accepted, bytes (default 16384, at least 8192); larger heads get
-    /// `431`.
-    pub max_header_bytes: usize,
-    /// Most header fields in a request (default 64).
-    pub max_headers: usize,
-    /// Put the host name on every series (`host`, or `Hostname` in dcgm naming). Default true:
-    /// fleet dashboards can filter by host without joins. When false, the host name is only in
-    /// `gpumon_gpu_info`.
-    pub host_label: bool,
-    /// dcgm naming: `hostname` (dcgm-exporter since 2026-05) instead of `Hostname`.
-    pub dcgm_lowercase_hostname: bool,
-    /// Offer OpenMetrics to scrapers that ask for it (default true). When false, always serve
-    /// the 0.0.4 text format.
-    pub openmetrics: bool,
-    /// Stop exporting device series (and answer `/health` with `503`) when the latest snapshot
-    /// is older than this: sampling has stalled or keeps failing, and serving the last values
-    /// forever would hide it. Self-metrics (`gpumon_last_sample_success`, sample counters, sink
-    /// status) are still exported, so alerts on them keep working.
+listener_section! {
+    /// Settings of the Prometheus scrape sink (`[prometheus]` in the agent's config file): its
+    /// own keys, then the listener's (shared with `[web]`).
     ///
-    /// Default (`None`): derived from the agent the sink is attached to —
-    /// [`default_stale_after`](super::default_stale_after)`(interval)` = three sampling intervals,
-    /// but at least 5 s (1 s interval: 5 s; 10 s interval: 30 s). Without an agent (an embedder
-    /// calling [`PrometheusHandle::store`](super::PrometheusHandle::store) itself) nothing is ever
-    /// hidden unless this is set. Set it to override the derived value (e.g. `"2m"` for a
-    /// sampler that is slow by nature).
-    #[serde(default, with = "crate::duration::opt")]
-    pub stale_after: Option<Duration>,
-}
-
-impl Default for PrometheusConfig {
-    fn default() -> Self {
-        let l = ListenerConfig::default();
-        Self {
-            listen: l.listen,
-            naming: Naming::Native,
-            auth: None,
-            tenants: Vec::new(),
-            tls: l.tls,
-            max_connections: l.max_connections,
-            header_read_timeout: l.header_read_timeout,
-            connection_timeout: l.connection_timeout,
-            max_header_bytes: l.max_header_bytes,
-            max_headers: l.max_headers,
-            host_label: true,
-            dcgm_lowercase_hostname: false,
-            openmetrics: true,
-            stale_after: None,
-        }
+    /// Every field has a default; `PrometheusConfig::default()` serves `127.0.0.1:9400` with native
+    /// names, no auth and no TLS. The struct is `#[non_exhaustive]`: outside this crate, start from
+    /// `PrometheusConfig::default()` and assign the fields you need.
+    #[derive(Clone, Debug, PartialEq, Deserialize)]
+    #[serde(default, deny_unknown_fields)]
+    #[non_exhaustive]
+    pub struct PrometheusConfig {
+        /// Metric and label names: `"native"` (default) or `"dcgm"`.
+        pub naming: Naming = Naming::Native,
+        /// Require credentials on `/metrics` (`/health` stays open for probes). With
+        /// [`tenants`](Self::tenants), this is the admin credential: it reads every GPU.
+        pub auth: Option<Auth> = None,
+        /// Tenants: each credential reads only its tenant's view of the GPUs
+        /// (`[[prometheus.tenants]]`, see [`TenantConfig`] and `docs/tenancy.md`). When tenants are
+        /// configured, a scrape without a credential gets `401` (unless no credential is
+        /// configured at all).
+        #[serde(default)]
+        pub tenants: Vec<TenantConfig> = Vec::new(),
+        /// Put the host name on every series (`host`, or `Hostname` in dcgm naming). Default true:
+        /// fleet dashboards can filter by host without joins. When false, the host name is only in
+        /// `gpumon_gpu_info`.
+        pub host_label: bool = true,
+        /// dcgm naming: `hostname` (dcgm-exporter since 2026-05) instead of `Hostname`.
+        pub dcgm_lowercase_hostname: bool = false,
+        /// Offer OpenMetrics to scrapers that ask for it (default true). When false, always serve
+        /// the 0.0.4 text format.
+        pub openmetrics: bool = true,
+        /// Stop exporting device series (and answer `/health` with `503`) when the latest snapshot
+        /// is older than this: sampling has stalled or keeps failing, and serving the last values
+        /// forever would hide it. Self-metrics (`gpumon_last_sample_success`, sample counters, sink
+        /// status) are still exported, so alerts on them keep working.
+        ///
+        /// Default (`None`): derived from the agent the sink is attached to —
+        /// [`default_stale_after`](super::default_stale_after)`(interval)` = three sampling
+        /// intervals, but at least 5 s (1 s interval: 5 s; 10 s interval: 30 s). Without an agent
+        /// (an embedder calling [`PrometheusHandle::store`](super::PrometheusHandle::store) itself)
+        /// nothing is ever hidden unless this is set. Set it to override the derived value (e.g.
+        /// `"2m"` for a sampler that is slow by nature).
+        #[serde(default, with = "crate::duration::opt")]
+        pub stale_after: Option<Duration> = None,
     }
-}
-
-impl PrometheusConfig {
-    /// The scrape endpoint's listener settings.
-    pub(crate) fn listener(&self) -> ListenerConfig {
-        listener_config!(self)
-    }
+    listener defaults: ListenerConfig::default();
 }

@@ -109,7 +109,7 @@ use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwapOption;
 use gpumon_core::attribution::TenantSelector;
-use gpumon_core::{BuildError, InlineExport, Sink, SinkError, Snapshot, Telemetry};
+use gpumon_core::{BuildError, Snapshot, Telemetry};
 
 use crate::http;
 
@@ -250,8 +250,8 @@ impl PrometheusHandle {
         }
     }
 
-    /// Replaces the snapshot that is rendered (what [`Sink::export`] does). For embedders that
-    /// sample without an agent.
+    /// Replaces the snapshot that is rendered (what [`Sink::export`](gpumon_core::Sink::export)
+    /// does). For embedders that sample without an agent.
     pub fn store(&self, snapshot: Arc<Snapshot>) {
         self.shared.snapshot.store(Some(snapshot));
     }
@@ -262,7 +262,7 @@ impl PrometheusHandle {
     }
 
     /// Sets the telemetry rendered as self-metrics (the agent does this through
-    /// [`Sink::attach_telemetry`]).
+    /// [`Sink::attach_telemetry`](gpumon_core::Sink::attach_telemetry)).
     pub fn set_telemetry(&self, telemetry: Telemetry) {
         self.shared.telemetry.store(Some(Arc::new(telemetry)));
     }
@@ -496,46 +496,21 @@ impl PrometheusSink {
     }
 }
 
-#[async_trait::async_trait]
-impl Sink for PrometheusSink {
-    fn name(&self) -> &str {
+impl http::serving::Published for PrometheusHandle {
+    fn sink_name(&self) -> &str {
         "prometheus"
     }
 
-    fn attach_telemetry(&mut self, telemetry: Telemetry) {
-        self.handle.set_telemetry(telemetry);
-        self.serving.ensure_started();
+    fn keep_telemetry(&self, telemetry: Telemetry) {
+        self.set_telemetry(telemetry);
     }
 
-    async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
-        self.serving.check_open()?;
-        self.handle.store(snapshot);
-        self.serving.ensure_started();
-        Ok(())
-    }
-
-    /// Storing the snapshot is all an export does (a scrape renders it): it runs on the sampling
-    /// thread, and a tick wakes no other thread for this sink.
-    fn exports_inline(&self) -> bool {
-        true
-    }
-
-    fn export_inline(&mut self, snapshot: &Arc<Snapshot>) -> Result<InlineExport, SinkError> {
-        self.serving.check_open()?;
-        self.handle.store(snapshot.clone());
-        Ok(InlineExport::Done)
-    }
-
-    async fn healthcheck(&mut self) -> Result<(), SinkError> {
-        self.serving.ensure_started();
-        Ok(())
-    }
-
-    async fn shutdown(&mut self) -> Result<(), SinkError> {
-        self.serving.shutdown();
-        Ok(())
+    fn take_snapshot(&self, snapshot: Arc<Snapshot>) {
+        self.store(snapshot);
     }
 }
+
+http::serving::served_sink!(PrometheusSink, handle);
 
 #[cfg(test)]
 pub(crate) mod tests;

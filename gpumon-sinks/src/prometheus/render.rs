@@ -428,31 +428,6 @@ impl Visitor for TextWriter<'_> {
 }
 
 #[cfg(test)]
-pub(crate) fn unescape_label_value(s: &str) -> Option<String> {
-    // The Prometheus text parser's rules: `\\`, `\"`, `\n` are escapes; a raw `"` or newline
-    // cannot appear; any other backslash sequence is kept as is.
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => match chars.next() {
-                Some('\\') => out.push('\\'),
-                Some('"') => out.push('"'),
-                Some('n') => out.push('\n'),
-                Some(other) => {
-                    out.push('\\');
-                    out.push(other);
-                }
-                None => return None,
-            },
-            '"' | '\n' => return None,
-            c => out.push(c),
-        }
-    }
-    Some(out)
-}
-
-#[cfg(test)]
 mod number_tests {
     use std::sync::Arc;
 

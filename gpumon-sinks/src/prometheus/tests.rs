@@ -4,13 +4,17 @@ use std::collections::HashSet;
 use std::time::UNIX_EPOCH;
 
 use gpumon_core::{
-    ClockEventReasons, DeviceInfo, DeviceSample, Diagnosis, FailureReason, Family, Finding, FindingCount, FindingKind,
-    MetricId, MigInfo, ProcessSample, Severity, SystemInfo, WindowStats, XidCount,
+    DeviceInfo, DeviceSample, Diagnosis, FailureReason, Family, Finding, FindingCount, FindingKind, MetricId, MigInfo,
+    ProcessSample, Severity, Sink, SinkError, SystemInfo, XidCount,
 };
 use proptest::prelude::*;
 
-use super::render::{push_f64, unescape_label_value};
+use super::render::push_f64;
 use super::*;
+
+#[path = "../../tests/prometheus_support/exposition.rs"]
+mod exposition;
+use exposition::unescape_label_value;
 
 fn system() -> SystemInfo {
     let mut system = SystemInfo::new("node-1", "nvml");
@@ -101,85 +105,12 @@ pub(crate) fn diagnosis(active: &[Active<'_>]) -> Diagnosis {
     d
 }
 
-/// A device with every value present.
-pub(crate) fn full_device(index: u32, name: &str) -> DeviceSample {
-    let mut info = DeviceInfo::new(index, format!("GPU-{index:08x}-1111-2222-3333-444444444444"), name);
-    info.pci_bus_id = Some(format!("00000000:{:02X}:00.0", 0x17 + index));
-    info.serial = Some(format!("16500{index}"));
-    info.architecture = Some("Hopper".into());
-    let mut d = DeviceSample::new(Arc::new(info));
-    d.utilization.gpu = Some(0.87);
-    d.utilization.memory = Some(0.41);
-    d.utilization.encoder = Some(0.0);
-    d.utilization.decoder = Some(0.0);
-    d.memory.used = Some(61_234_567_168);
-    d.memory.free = Some(20_000_000_000);
-    d.memory.total = Some(85_520_809_984);
-    d.memory.reserved = Some(566_231_040);
-    d.temperature.gpu = Some(64.0);
-    d.temperature.memory = Some(71.0);
-    d.power.usage_watts = Some(512.25);
-    d.power.limit_watts = Some(700.0);
-    d.power.energy_joules = Some(98_765_432.125);
-    d.clocks.graphics = Some(1.98e9);
-    d.clocks.sm = Some(1.98e9);
-    d.clocks.memory = Some(2.619e9);
-    d.clocks.video = Some(1.545e9);
-    d.fan_speed = Some(0.3);
-    d.performance_state = Some(0);
-    d.clock_event_reasons = Some(ClockEventReasons(ClockEventReasons::SW_POWER_CAP));
-    d.pcie.link_generation = Some(5);
-    d.pcie.link_width = Some(16);
-    d.pcie.replays = Some(3);
-    d.pcie.tx_bytes_per_second = Some(1.2e9);
-    d.pcie.rx_bytes_per_second = Some(3.4e9);
-    d.ecc.corrected = Some(12);
-    d.ecc.uncorrected = Some(0);
-    d.ecc.retired_pages_single_bit = Some(1);
-    d.ecc.retired_pages_double_bit = Some(0);
-    d.ecc.retired_pages_pending = Some(false);
-    d.ecc.remapped_rows_correctable = Some(2);
-    d.ecc.remapped_rows_uncorrectable = Some(0);
-    d.ecc.remapped_rows_pending = Some(false);
-    d.ecc.remapped_rows_failure = Some(false);
-    d.xid_errors.push(XidCount::new(13, 1, UNIX_EPOCH + Duration::from_secs(1_700_000_000)));
-    d.xid_errors.push(XidCount::new(79, 1, UNIX_EPOCH + Duration::from_secs(1_700_000_500)));
-    for pid in [4242, 4343] {
-        let mut p = ProcessSample::new(pid);
-        p.name = Some("python3 train.py".into());
-        p.memory_used = Some(30_000_000_000);
-        p.sm_utilization = Some(0.4);
-        p.memory_utilization = Some(0.2);
-        p.encoder_utilization = Some(0.0);
-        p.decoder_utilization = Some(0.0);
-        d.processes.push(p);
-    }
-    let w = WindowStats::from_values([0.8, 0.9, 0.91]);
-    d.windows.gpu_utilization = w;
-    d.windows.memory_utilization = w;
-    d.windows.power_watts = WindowStats::from_values([500.0, 520.0]);
-    d.windows.sm_clock = WindowStats::from_values([1.9e9, 1.98e9]);
-    d.windows.memory_clock = WindowStats::from_values([2.619e9]);
-    d.gpm.graphics_activity = Some(0.8);
-    d.gpm.sm_activity = Some(0.7);
-    d.gpm.sm_occupancy = Some(0.5);
-    d.gpm.tensor_activity = Some(0.6);
-    d.gpm.dram_bandwidth = Some(0.45);
-    d.nvlink = Some(gpumon_core::Nvlink::new(
-        (0..2)
-            .map(|l| {
-                let mut link = gpumon_core::NvlinkLink::new(l);
-                link.version = Some(4);
-                link.tx_bytes = Some(1_000_000 * u64::from(l + 1));
-                link.rx_bytes = Some(2_000_000 * u64::from(l + 1));
-                link.crc_errors = Some(u64::from(l));
-                link.replay_errors = Some(0);
-                link.recovery_errors = Some(0);
-                link
-            })
-            .collect(),
-    ));
-    d
+#[path = "../../tests/device_support/mod.rs"]
+mod device_support;
+
+/// A device with every value present (the crate's one such test GPU), at tick 0.
+fn full_device(index: u32) -> DeviceSample {
+    device_support::full_gpu(index, 0)
 }
 
 fn render_with(naming: Naming, format: Format, snapshot: Snapshot) -> String {
@@ -203,24 +134,17 @@ fn check_golden(file: &str, actual: &str) {
     }
 }
 
+/// The fixture in both namings and both formats, each against its golden file.
 #[test]
-fn golden_native_text() {
-    check_golden("native.prom", &render_with(Naming::Native, Format::Text, fixture()));
-}
-
-#[test]
-fn golden_native_openmetrics() {
-    check_golden("native.om", &render_with(Naming::Native, Format::OpenMetrics, fixture()));
-}
-
-#[test]
-fn golden_dcgm_text() {
-    check_golden("dcgm.prom", &render_with(Naming::Dcgm, Format::Text, fixture()));
-}
-
-#[test]
-fn golden_dcgm_openmetrics() {
-    check_golden("dcgm.om", &render_with(Naming::Dcgm, Format::OpenMetrics, fixture()));
+fn goldens_in_every_naming_and_format() {
+    for (file, naming, format) in [
+        ("native.prom", Naming::Native, Format::Text),
+        ("native.om", Naming::Native, Format::OpenMetrics),
+        ("dcgm.prom", Naming::Dcgm, Format::Text),
+        ("dcgm.om", Naming::Dcgm, Format::OpenMetrics),
+    ] {
+        check_golden(file, &render_with(naming, format, fixture()));
+    }
 }
 
 /// Structural checks of a rendering: every sample's family was declared with HELP and TYPE
@@ -275,17 +199,17 @@ pub(crate) fn check_structure(text: &str, format: Format) {
 
 #[test]
 fn every_family_has_help_and_type_in_every_format() {
-    let mut devices: Vec<DeviceSample> = (0..8).map(|i| full_device(i, "NVIDIA H100 80GB HBM3")).collect();
+    let mut devices: Vec<DeviceSample> = (0..8).map(full_device).collect();
     // A runtime-suspended GPU carries only `up` and `suspended`.
-    devices.push(DeviceSample::suspended(full_device(8, "NVIDIA H100 80GB HBM3").info));
+    devices.push(DeviceSample::suspended(full_device(8).info));
     // A GPU whose XID events are not monitored: no XID series, a `metric_failure` instead.
-    let mut unwatched = full_device(9, "NVIDIA H100 80GB HBM3");
+    let mut unwatched = full_device(9);
     unwatched.xid_errors.clear();
     unwatched.record_failure(Family::Xid, FailureReason::Other("XID events not monitored".into()));
     devices.push(unwatched);
     let mut snap = Snapshot::new(Arc::new(system()), devices);
     snap.attach(diagnosis(&[
-        (FindingKind::NearOom, Severity::Warning, Some((2, "GPU-00000002-1111-2222-3333-444444444444"))),
+        (FindingKind::NearOom, Severity::Warning, Some((2, "GPU-00000002-1111-2222-3333-444455556666"))),
         (FindingKind::Imbalance, Severity::Info, None),
     ]));
     snap.attach(steps(&snap.devices));
@@ -310,7 +234,7 @@ fn every_family_has_help_and_type_in_every_format() {
             assert!(text.contains(&format!("\n{}{{", d.name)), "{} missing", d.name);
         }
     }
-    assert!(text.contains("DCGM_FI_DEV_SM_CLOCK{gpu=\"0\",UUID=\"GPU-00000000-1111-2222-3333-444444444444\""));
+    assert!(text.contains("DCGM_FI_DEV_SM_CLOCK{gpu=\"0\",UUID=\"GPU-00000000-1111-2222-3333-444455556666\""));
     assert!(text.contains("DCGM_FI_DEV_FB_USED{gpu=\"7\","));
     let sm = text.lines().find(|l| l.starts_with("DCGM_FI_DEV_SM_CLOCK{")).unwrap();
     assert!(sm.ends_with(" 1980"), "{sm}");
@@ -320,13 +244,13 @@ fn every_family_has_help_and_type_in_every_format() {
 fn absent_device_is_not_exported_and_lost_device_only_reports_down() {
     let sink = PrometheusSink::builder().build().unwrap();
     let h = sink.handle();
-    let devices = vec![full_device(0, "A"), full_device(1, "B")];
+    let devices = vec![full_device(0), full_device(1)];
     h.store(Arc::new(Snapshot::new(Arc::new(system()), devices)));
     let before = h.render(Format::Text);
-    let gone = "GPU-00000001-1111-2222-3333-444444444444";
+    let gone = "GPU-00000001-1111-2222-3333-444455556666";
     assert!(before.contains(gone));
 
-    let mut lost = full_device(0, "A");
+    let mut lost = full_device(0);
     lost.state = gpumon_core::DeviceState::Lost;
     h.store(Arc::new(Snapshot::new(Arc::new(system()), vec![lost])));
     let after = h.render(Format::Text);
@@ -334,7 +258,7 @@ fn absent_device_is_not_exported_and_lost_device_only_reports_down() {
     let device_lines: Vec<_> = after.lines().filter(|l| !l.starts_with('#') && l.contains("uuid=")).collect();
     assert_eq!(
         device_lines,
-        ["gpumon_up{gpu=\"0\",uuid=\"GPU-00000000-1111-2222-3333-444444444444\",host=\"node-1\"} 0"]
+        ["gpumon_up{gpu=\"0\",uuid=\"GPU-00000000-1111-2222-3333-444455556666\",host=\"node-1\"} 0"]
     );
 }
 
@@ -404,7 +328,7 @@ fn findings_from_the_diagnoser_are_rendered() {
     diagnoser.attach(&ProcessorContext::new(Duration::from_secs(1)));
     let mut snap = None;
     for tick in 0..diagnoser.raise_after_ticks() as u64 {
-        let mut d = full_device(0, "NVIDIA H100 80GB HBM3");
+        let mut d = full_device(0);
         d.memory.used = Some(d.memory.total.unwrap() / 100 * 97);
         let mut s = Snapshot::new(Arc::new(system()), vec![d])
             .with_seq(tick + 1)
@@ -413,7 +337,7 @@ fn findings_from_the_diagnoser_are_rendered() {
         snap = Some(s);
     }
     let text = render_with(Naming::Native, Format::Text, snap.unwrap());
-    let uuid = "GPU-00000000-1111-2222-3333-444444444444";
+    let uuid = "GPU-00000000-1111-2222-3333-444455556666";
     let want = format!("gpumon_finding_active{{gpu=\"0\",uuid=\"{uuid}\",host=\"node-1\",kind=\"near_oom\",severity=");
     assert!(text.lines().any(|l| l.starts_with(&want) && l.ends_with("} 1")), "{text}");
     assert!(text.contains("\ngpumon_findings_raised_total{host=\"node-1\",kind=\"near_oom\"} 1\n"), "{text}");
@@ -666,27 +590,23 @@ fn port_in_use_is_a_build_error() {
     assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
 }
 
-#[cfg(all(feature = "prometheus-http", not(feature = "prometheus-tls")))]
+/// TLS settings are checked when the sink is built: the files (feature `prometheus-tls`), or,
+/// in a build without it, the missing feature is named.
+#[cfg(feature = "prometheus-http")]
 #[test]
-fn tls_without_feature_names_it() {
-    let cfg = PrometheusConfig {
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        tls: Some(TlsConfig { cert: "c".into(), key: "k".into() }),
-        ..PrometheusConfig::default()
-    };
-    assert!(PrometheusSink::from_config(&cfg).unwrap_err().to_string().contains("prometheus-tls"));
-}
-
-#[cfg(feature = "prometheus-tls")]
-#[test]
-fn tls_files_are_checked_at_build() {
+fn tls_settings_are_checked_at_build() {
     let cfg = PrometheusConfig {
         listen: Some("127.0.0.1:0".parse().unwrap()),
         tls: Some(TlsConfig { cert: "/nonexistent/cert.pem".into(), key: "/nonexistent/key.pem".into() }),
         ..PrometheusConfig::default()
     };
     let err = PrometheusSink::from_config(&cfg).unwrap_err().to_string();
-    assert!(err.contains("cannot read TLS certificate /nonexistent/cert.pem"), "{err}");
+    let expected = if cfg!(feature = "prometheus-tls") {
+        "cannot read TLS certificate /nonexistent/cert.pem"
+    } else {
+        "prometheus-tls"
+    };
+    assert!(err.contains(expected), "{err}");
 }
 
 #[tokio::test]
@@ -1054,42 +974,11 @@ fn parse_exposition(text: &str) -> Vec<Parsed> {
         .collect()
 }
 
-/// `name{k="v",…} value` or `name value` (the renderer writes no timestamps).
+/// One sample line as data (see [`exposition::parse_sample_line`]).
 fn parse_sample_line(line: &str) -> Option<Parsed> {
-    let name_end = line.find(['{', ' '])?;
-    let name = &line[..name_end];
-    let mut rest = &line[name_end..];
     let mut labels = Vec::new();
-    if let Some(body) = rest.strip_prefix('{') {
-        rest = body;
-        loop {
-            if let Some(after) = rest.strip_prefix('}') {
-                rest = after;
-                break;
-            }
-            let eq = rest.find("=\"")?;
-            let key = &rest[..eq];
-            rest = &rest[eq + 2..];
-            // The value ends at the first `"` not escaped by a backslash.
-            let bytes = rest.as_bytes();
-            let mut i = 0;
-            while i < bytes.len() && bytes[i] != b'"' {
-                i += if bytes[i] == b'\\' { 2 } else { 1 };
-            }
-            if i >= bytes.len() {
-                return None;
-            }
-            labels.push((key.to_owned(), unescape_label_value(&rest[..i])?));
-            rest = &rest[i + 1..];
-            rest = rest.strip_prefix(',').unwrap_or(rest);
-        }
-    }
-    let value = match rest.strip_prefix(' ')? {
-        "+Inf" => f64::INFINITY,
-        "-Inf" => f64::NEG_INFINITY,
-        "NaN" => f64::NAN,
-        v => v.parse().ok()?,
-    };
+    let (name, value) = exposition::parse_sample_line(line, &mut labels)?;
+    let labels = labels.into_iter().map(|(k, v)| (k.to_owned(), v.into_owned())).collect();
     Some((name.to_owned(), normalized(labels), value))
 }
 

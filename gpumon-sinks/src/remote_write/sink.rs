@@ -7,9 +7,9 @@ use gpumon_core::{BuildError, Sink, SinkError, Snapshot, Telemetry};
 
 use super::config::RemoteWriteConfig;
 use super::encode::{compress, Encoder};
-use crate::delivery::{Delivery, DeliveryConfig, DeliveryShared, DeliveryStats, Transport, Unit};
+use crate::delivery::{Delivery, DeliveryConfig, DeliveryShared, DeliveryStats, PostBatches, Unit};
 use crate::http::client::{Auth, ClientConfig, HttpClient};
-use crate::http::retry::{Backoff, Failure};
+use crate::http::retry::Backoff;
 
 /// The sink's name (status, logs, `Telemetry::record_dropped`).
 const NAME: &str = "remote_write";
@@ -130,7 +130,9 @@ impl RemoteWriteSink {
             headers,
         })?;
         let target = format!("POST {url}");
-        let transport = Arc::new(RemoteWriteTransport { url, client, target });
+        // One snappy-compressed `WriteRequest`, with the headers the spec requires (the client's).
+        let snappy: fn(&[u8]) -> Result<Vec<u8>, String> = |body| compress(body).map_err(|e| e.to_string());
+        let transport = Arc::new(PostBatches { client, url, target, compression: Some(("snappy", snappy)) });
         let delivery_config = DeliveryConfig {
             batch_items: config.batch_samples,
             batch_interval: config.batch_interval,
@@ -172,11 +174,7 @@ impl Sink for RemoteWriteSink {
     /// Receivers share no health endpoint (Prometheus `/-/ready`, Mimir `/ready`,
     /// VictoriaMetrics `/health`): the first write is the check. Starts the writer.
     async fn healthcheck(&mut self) -> Result<(), SinkError> {
-        if self.delivery.is_shut_down() {
-            return Err(SinkError::AlreadyShutdown);
-        }
-        self.delivery.ensure_writer();
-        Ok(())
+        self.delivery.start()
     }
 
     async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
@@ -190,24 +188,5 @@ impl Sink for RemoteWriteSink {
 
     async fn shutdown(&mut self) -> Result<(), SinkError> {
         self.delivery.shutdown().await
-    }
-}
-
-/// Posts one snappy-compressed `WriteRequest` with the headers the spec requires.
-#[derive(Debug)]
-struct RemoteWriteTransport {
-    url: reqwest::Url,
-    client: HttpClient,
-    /// `POST <url>`, the start of every error message.
-    target: String,
-}
-
-#[async_trait::async_trait]
-impl Transport for RemoteWriteTransport {
-    async fn send(&self, body: &bytes::Bytes) -> Result<(), Failure> {
-        let compressed =
-            compress(body).map_err(|e| Failure::Reject { message: format!("{}: snappy: {e}", self.target) })?;
-        let request = self.client.request(reqwest::Method::POST, self.url.clone()).body(compressed);
-        self.client.send(request).await.map_err(|e| e.into_failure(&self.target))
     }
 }

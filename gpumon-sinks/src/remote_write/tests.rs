@@ -2,7 +2,7 @@
 //! `gpumon-sinks/tests/remote_write_backends.rs`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gpumon_core::{DeviceInfo, DeviceSample, Sink, Snapshot, SystemInfo};
 use prost::Message as _;
@@ -34,6 +34,14 @@ fn config(url: &str) -> RemoteWriteConfig {
     c
 }
 
+/// A receiver answering `reply`, and a sink writing to it with [`config`] as `set` changes it.
+async fn sink_to(reply: Reply, set: impl FnOnce(&mut RemoteWriteConfig)) -> (TestServer, RemoteWriteSink) {
+    let server = TestServer::start(reply).await;
+    let mut c = config(&server.url);
+    set(&mut c);
+    (server, RemoteWriteSink::from_config(&c).unwrap())
+}
+
 fn decode_body(body: &[u8]) -> WriteRequest {
     let raw = snap::raw::Decoder::new().decompress_vec(body).expect("snappy block format");
     WriteRequest::decode(raw.as_slice()).expect("a WriteRequest")
@@ -41,12 +49,12 @@ fn decode_body(body: &[u8]) -> WriteRequest {
 
 #[tokio::test]
 async fn posts_snappy_protobuf_with_the_required_headers_and_auth() {
-    let server = TestServer::start(Reply::status(204)).await;
-    let mut c = config(&server.url);
-    c.bearer_token = Some("s3cret".into());
-    c.headers.insert("X-Scope-OrgID".into(), "tenant-1".into());
-    c.external_labels.insert("cluster".into(), "eu-1".into());
-    let mut sink = RemoteWriteSink::from_config(&c).unwrap();
+    let (server, mut sink) = sink_to(Reply::status(204), |c| {
+        c.bearer_token = Some("s3cret".into());
+        c.headers.insert("X-Scope-OrgID".into(), "tenant-1".into());
+        c.external_labels.insert("cluster".into(), "eu-1".into());
+    })
+    .await;
     sink.export(snapshot(1_000)).await.unwrap();
     sink.export(snapshot(2_000)).await.unwrap();
     sink.flush().await.unwrap();
@@ -74,37 +82,33 @@ async fn posts_snappy_protobuf_with_the_required_headers_and_auth() {
     assert_eq!((stats.samples_written, stats.batches_written, stats.requests), (2 * n as u64, 1, 1));
 }
 
+/// A healthcheck starts the writer; after `shutdown` it is refused.
+#[tokio::test]
+async fn healthcheck_after_shutdown_is_refused() {
+    let (_server, mut sink) = sink_to(Reply::status(204), |_| {}).await;
+    sink.healthcheck().await.unwrap();
+    sink.shutdown().await.unwrap();
+    assert!(matches!(sink.healthcheck().await, Err(gpumon_core::SinkError::AlreadyShutdown)));
+}
+
 #[tokio::test]
 async fn batches_by_samples() {
-    let server = TestServer::start(Reply::status(204)).await;
     let n = per_snapshot();
-    let mut c = config(&server.url);
-    c.batch_samples = 2 * n; // sealed after every second snapshot
-    let mut sink = RemoteWriteSink::from_config(&c).unwrap();
+    // Sealed after every second snapshot.
+    let (server, mut sink) = sink_to(Reply::status(204), |c| c.batch_samples = 2 * n).await;
     for i in 0..4 {
         sink.export(snapshot(1000 * (i + 1))).await.unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while server.requests() < 2 {
-        assert!(Instant::now() < deadline, "two full batches are sent without a flush");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    server.wait_for_requests(2, Duration::from_secs(5), "two full batches are sent without a flush").await;
     let sizes: Vec<usize> = server.received().iter().map(|(_, b)| decode_body(b).timeseries.len()).collect();
     assert_eq!(sizes, [2 * n, 2 * n]);
 }
 
 #[tokio::test]
 async fn batches_by_time() {
-    let server = TestServer::start(Reply::status(204)).await;
-    let mut c = config(&server.url);
-    c.batch_interval = Duration::from_millis(50);
-    let mut sink = RemoteWriteSink::from_config(&c).unwrap();
+    let (server, mut sink) = sink_to(Reply::status(204), |c| c.batch_interval = Duration::from_millis(50)).await;
     sink.export(snapshot(1000)).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while server.requests() < 1 {
-        assert!(Instant::now() < deadline, "the open batch is sent after batch_interval");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    server.wait_for_requests(1, Duration::from_secs(5), "the open batch is sent after batch_interval").await;
 }
 
 /// An export that comes about a batch interval or more after the previous one is sealed at once: its
@@ -112,29 +116,22 @@ async fn batches_by_time() {
 /// default 1 s interval). Faster exports are still batched.
 #[tokio::test]
 async fn exports_slower_than_the_batch_interval_are_sent_at_once() {
-    let server = TestServer::start(Reply::status(204)).await;
-    let mut c = config(&server.url);
-    c.batch_interval = Duration::from_secs(2);
-    let mut sink = RemoteWriteSink::from_config(&c).unwrap();
+    let interval = Duration::from_secs(2);
+    let (server, mut sink) = sink_to(Reply::status(204), |c| c.batch_interval = interval).await;
     sink.export(snapshot(1000)).await.unwrap();
     sink.export(snapshot(2000)).await.unwrap();
     sink.flush().await.unwrap();
     assert_eq!(server.requests(), 1, "back to back: one batch");
-    tokio::time::sleep(c.batch_interval).await;
-    let exported = Instant::now();
+    tokio::time::sleep(interval).await;
     sink.export(snapshot(3000)).await.unwrap();
-    while server.requests() < 2 {
-        assert!(exported.elapsed() < Duration::from_millis(1500), "not sent at once: waiting out the interval");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    server.wait_for_requests(2, Duration::from_millis(1500), "not sent at once: waiting out the interval").await;
     let sizes: Vec<usize> = server.received().iter().map(|(_, b)| decode_body(b).timeseries.len()).collect();
     assert_eq!(sizes, [2 * per_snapshot(), per_snapshot()]);
 }
 
 #[tokio::test]
 async fn server_errors_are_retried_until_accepted() {
-    let server = TestServer::start(Reply::with(503, &[], "ingester unavailable")).await;
-    let mut sink = RemoteWriteSink::from_config(&config(&server.url)).unwrap();
+    let (server, mut sink) = sink_to(Reply::with(503, &[], "ingester unavailable"), |_| {}).await;
     sink.export(snapshot(1000)).await.unwrap();
     let e = sink.flush().await.unwrap_err().to_string();
     assert!(e.starts_with("transient") && e.contains("503") && e.contains("ingester unavailable"), "{e}");
@@ -153,8 +150,7 @@ async fn server_errors_are_retried_until_accepted() {
 #[tokio::test]
 async fn a_400_is_not_retried_and_its_message_is_kept() {
     let body = "out of order sample";
-    let server = TestServer::start(Reply::with(400, &[], body)).await;
-    let mut sink = RemoteWriteSink::from_config(&config(&server.url)).unwrap();
+    let (server, mut sink) = sink_to(Reply::with(400, &[], body), |_| {}).await;
     sink.export(snapshot(1000)).await.unwrap();
     sink.flush().await.unwrap(); // refused and dropped: nothing left to send
                                  // Proves a retry does *not* happen: with retry_initial 10 ms and retry_max 50 ms, a retrying
@@ -175,8 +171,7 @@ async fn a_400_is_not_retried_and_its_message_is_kept() {
 
 #[tokio::test]
 async fn retry_after_is_honoured() {
-    let server = TestServer::start(Reply::with(429, &["Retry-After: 30"], "rate limited")).await;
-    let mut sink = RemoteWriteSink::from_config(&config(&server.url)).unwrap();
+    let (server, mut sink) = sink_to(Reply::with(429, &["Retry-After: 30"], "rate limited"), |_| {}).await;
     sink.export(snapshot(1000)).await.unwrap();
     assert!(sink.flush().await.unwrap_err().to_string().contains("429"));
     let e = sink.flush().await.unwrap_err().to_string();

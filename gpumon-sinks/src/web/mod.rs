@@ -48,7 +48,7 @@ mod serve;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use gpumon_core::{BuildError, InlineExport, Sink, SinkError, Snapshot, Telemetry};
+use gpumon_core::{BuildError, Snapshot, Telemetry};
 
 pub use assets::{page_weight, page_weight_gzip};
 pub use config::{WebConfig, DEFAULT_LISTEN};
@@ -90,8 +90,8 @@ impl WebHandle {
         self.hub.dropped_clients()
     }
 
-    /// Takes a snapshot in, as [`Sink::export`] does (history, latest, one event per live
-    /// client). Never waits.
+    /// Takes a snapshot in, as [`Sink::export`](gpumon_core::Sink::export) does (history, latest,
+    /// one event per live client). Never waits.
     pub fn publish(&self, snapshot: Arc<Snapshot>) {
         self.hub.publish(snapshot);
     }
@@ -187,46 +187,23 @@ impl WebSink {
     }
 }
 
-#[async_trait::async_trait]
-impl Sink for WebSink {
-    fn name(&self) -> &str {
-        self.hub.name
+impl crate::http::serving::Published for Hub {
+    fn sink_name(&self) -> &str {
+        self.name
     }
 
-    fn attach_telemetry(&mut self, telemetry: Telemetry) {
-        self.hub.set_telemetry(telemetry);
-        self.serving.ensure_started();
+    fn keep_telemetry(&self, telemetry: Telemetry) {
+        self.set_telemetry(telemetry);
     }
 
-    async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {
-        self.serving.check_open()?;
-        self.serving.ensure_started();
-        self.hub.publish(snapshot);
-        Ok(())
-    }
-
-    /// Publishing stores the tick and hands live clients their event without waiting: inline,
-    /// so the runtime wakes for this sink only when a client is there to be served.
-    fn exports_inline(&self) -> bool {
-        true
-    }
-
-    fn export_inline(&mut self, snapshot: &Arc<Snapshot>) -> Result<InlineExport, SinkError> {
-        self.serving.check_open()?;
-        self.hub.publish(snapshot.clone());
-        Ok(InlineExport::Done)
-    }
-
-    async fn healthcheck(&mut self) -> Result<(), SinkError> {
-        self.serving.ensure_started();
-        Ok(())
-    }
-
-    async fn shutdown(&mut self) -> Result<(), SinkError> {
-        self.serving.shutdown();
-        Ok(())
+    /// Publishing stores the tick and hands live clients their event without waiting: the runtime
+    /// wakes for this sink only when a client is there to be served.
+    fn take_snapshot(&self, snapshot: Arc<Snapshot>) {
+        self.publish(snapshot);
     }
 }
+
+crate::http::serving::served_sink!(WebSink, hub);
 
 #[cfg(test)]
 mod tests;

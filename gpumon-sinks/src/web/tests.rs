@@ -9,6 +9,7 @@ use tokio::net::TcpStream;
 use super::*;
 use crate::http::access::Auth;
 use crate::http::listener::TlsConfig;
+use crate::prometheus::PrometheusConfig;
 
 #[path = "../../tests/http_support/mod.rs"]
 mod http_support;
@@ -174,6 +175,31 @@ fn bad_config_names_the_key() {
     let cfg: WebConfig =
         toml::from_str("listen = \"127.0.0.1:0\"\nclient_buffer = 3\nconnection_timeout = \"5s\"").unwrap();
     assert_eq!((cfg.client_buffer, cfg.connection_timeout), (3, Duration::from_secs(5)));
+}
+
+/// The listener's keys are declared once for `[prometheus]` and `[web]` (`listener_section!`),
+/// flat in each section: a misspelt or mistyped one is refused naming the key, in either.
+#[test]
+fn listener_keys_errors_name_the_key_in_both_sections() {
+    fn error<C: serde::de::DeserializeOwned + std::fmt::Debug>(toml: &str) -> String {
+        toml::from_str::<C>(toml).unwrap_err().to_string()
+    }
+    for (toml, names) in [
+        ("max_conections = 3", &["unknown field `max_conections`", "`max_connections`", "`max_headers`"][..]),
+        ("max_connections = \"many\"", &["max_connections = \"many\"", "expected usize"]),
+        ("header_read_timeout = \"soon\"", &["header_read_timeout = \"soon\"", "soon"]),
+        ("listen = \"localhost\"", &["listen = \"localhost\"", "socket address"]),
+        ("tls = { cert = \"c.pem\" }", &["missing field `key`"]),
+    ] {
+        for (section, e) in [("prometheus", error::<PrometheusConfig>(toml)), ("web", error::<WebConfig>(toml))] {
+            for name in names {
+                assert!(e.contains(name), "[{section}] {toml}: {name} not in {e}");
+            }
+        }
+    }
+    // Each section keeps its own listener defaults.
+    assert_eq!(PrometheusConfig::default().listener(), crate::http::listener::ListenerConfig::default());
+    assert_eq!(WebConfig::default().max_connections, 256);
 }
 
 #[tokio::test]
