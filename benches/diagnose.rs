@@ -72,9 +72,8 @@ fn warm(snapshot: &Snapshot) {
 }
 
 fn diagnose(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let mut group = c.benchmark_group("diagnose");
-    group.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    let rt = common::runtime();
+    let mut group = common::group(c, "diagnose", 3);
     for devices in [8usize, 64] {
         let profile = common::profile(devices);
         let (sampler, _) = common::sampler_baseline(&mut group, devices);

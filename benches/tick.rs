@@ -13,9 +13,8 @@ use gpumon::mock::MockSampler;
 mod common;
 
 fn tick(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let mut group = c.benchmark_group("tick");
-    group.measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
+    let rt = common::runtime();
+    let mut group = common::group(c, "tick", 4);
     for devices in [8usize, 64] {
         let profile = common::profile(devices);
         let (sampler, request) = common::sampler_baseline(&mut group, devices);

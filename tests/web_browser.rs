@@ -104,6 +104,20 @@ fn browse_around(
     (result, wait_marker)
 }
 
+/// [`start`] on the mock with `count` H100s named `gpu_name` (a profile written to `dir` as
+/// `<profile>.toml`), on the host `host`.
+fn start_named(dir: &Path, profile: &str, count: u32, gpu_name: &str, host: &str) -> (AgentProcess, String) {
+    let path = dir.join(format!("{profile}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "name = \"{profile}\"\n[[devices]]\nmodel = \"h100\"\ncount = {count}\noverrides = {{ name = {gpu_name:?} }}\n"
+        ),
+    )
+    .unwrap();
+    start(&["--backend", "mock", "--mock-profile", path.to_str().unwrap(), "--host", host])
+}
+
 fn shots_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("gpumon-web-tests-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -216,13 +230,7 @@ fn browser_shows_hostile_names_as_text() {
     const HOSTILE: &str = "<img src=x onerror=alert(1)>";
     const HOST: &str = "<script>alert(2)</script><b>node</b>";
     let dir = shots_dir();
-    let profile = dir.join("hostile.toml");
-    std::fs::write(
-        &profile,
-        format!("name = \"hostile\"\n[[devices]]\nmodel = \"h100\"\ncount = 2\noverrides = {{ name = {HOSTILE:?} }}\n"),
-    )
-    .unwrap();
-    let (_agent, base) = start(&["--backend", "mock", "--mock-profile", profile.to_str().unwrap(), "--host", HOST]);
+    let (_agent, base) = start_named(&dir, "hostile", 2, HOSTILE, HOST);
     let run = browse(&format!("{base}/"), &[3.0], &dir.join("hostile.png"));
     assert_clean(&run);
     let probe = &run["probes"][0];
@@ -648,13 +656,7 @@ fn browser_layout_holds_long_names_at_any_width() {
     assert_eq!(name.len(), 55);
     let host = "n".repeat(2000);
     let dir = shots_dir();
-    let profile = dir.join("long.toml");
-    std::fs::write(
-        &profile,
-        format!("name = \"long\"\n[[devices]]\nmodel = \"h100\"\ncount = 3\noverrides = {{ name = {name:?} }}\n"),
-    )
-    .unwrap();
-    let (_agent, base) = start(&["--backend", "mock", "--mock-profile", profile.to_str().unwrap(), "--host", &host]);
+    let (_agent, base) = start_named(&dir, "long", 3, name, &host);
     for width in [1280, 360] {
         let size = ["--size".to_owned(), format!("{width}x800")];
         let run = browse_with(&format!("{base}/"), &[3.0], &size, &dir.join(format!("long-{width}.png")));

@@ -647,7 +647,7 @@ fn idling_together_is_starvation_and_in_turn_is_pipeline_bubbles() {
         let last = Rig::new(10).run(30, || {
             let gpus = (0..4)
                 .map(|i| {
-                    let idle = if staggered { tick % 4 == i } else { tick % 4 == 0 || tick % 4 == 1 };
+                    let idle = if staggered { tick % 4 == i } else { tick % 4 < 2 };
                     one_sample(i, if idle { 0.02 } else { 0.93 }, true)
                 })
                 .collect();
