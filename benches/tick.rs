@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use gpumon::core::{Agent, Sampler};
-use gpumon::mock::MockSampler;
 
 mod common;
 
@@ -16,7 +15,6 @@ fn tick(c: &mut Criterion) {
     let rt = common::runtime();
     let mut group = common::group(c, "tick", 4);
     for devices in [8usize, 64] {
-        let profile = common::profile(devices);
         let (sampler, request) = common::sampler_baseline(&mut group, devices);
 
         let snapshot = sampler.sample(&request).unwrap();
@@ -34,11 +32,7 @@ fn tick(c: &mut Criterion) {
         });
 
         let handle = rt.block_on(async {
-            Agent::builder(MockSampler::from_profile_name(&profile).unwrap())
-                .scheduled(false)
-                .sink(gpumon::mock::NullSink)
-                .spawn()
-                .unwrap()
+            Agent::builder(common::sampler(devices)).scheduled(false).sink(gpumon::mock::NullSink).spawn().unwrap()
         });
         group.bench_with_input(BenchmarkId::new("runtime_flush_to_noop_sink", devices), &devices, |b, _| {
             b.iter(|| rt.block_on(handle.flush(Duration::from_secs(10))).unwrap())

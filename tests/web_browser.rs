@@ -124,6 +124,13 @@ fn shots_dir() -> PathBuf {
     dir
 }
 
+/// A folder of its own under [`shots_dir`], for one test's files.
+fn shots_subdir(name: &str) -> PathBuf {
+    let dir = shots_dir().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// [`assert_clean`] for a page whose agent went away on purpose: the browser logs the broken
 /// or refused stream (`net::…`), and nothing else may show.
 fn assert_clean_but_network(run: &Value) {
@@ -439,8 +446,7 @@ fn browser_shows_one_clear_state_when_sampling_fails() {
 #[test]
 #[ignore = "needs scripts/test.sh (chromium)"]
 fn browser_cards_follow_the_devices_across_a_restart_on_a_smaller_host() {
-    let dir = shots_dir().join("restart");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = shots_subdir("restart");
     let (mut first, base) = start(&["--backend", "mock", "--mock-profile", "a100x8-mig"]);
     let addr = first.addr();
     let marker = dir.join("restart-now");
@@ -482,8 +488,7 @@ fn browser_cards_follow_the_devices_across_a_restart_on_a_smaller_host() {
 #[ignore = "needs scripts/test.sh (chromium)"]
 fn browser_retries_a_full_server_and_says_why() {
     use std::io::{Read, Write};
-    let dir = shots_dir().join("full");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = shots_subdir("full");
     let port = free_port();
     let cfg = dir.join("agent.toml");
     std::fs::write(
@@ -679,8 +684,7 @@ fn browser_layout_holds_long_names_at_any_width() {
 #[ignore = "needs scripts/test.sh (chromium)"]
 fn browser_shows_training_steps_when_a_run_marks_them() {
     use std::io::Write;
-    let dir = shots_dir().join("steps");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = shots_subdir("steps");
     let socket = dir.join("steps.sock");
     let (_agent, base) =
         start(&["--backend", "mock", "--mock-scenario", "training", "--steps-socket", socket.to_str().unwrap()]);
@@ -723,8 +727,7 @@ fn browser_shows_training_steps_when_a_run_marks_them() {
 #[test]
 #[ignore = "needs scripts/test.sh (chromium)"]
 fn browser_greys_cards_with_the_reason_while_sampling_fails() {
-    let dir = shots_dir().join("failing");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = shots_subdir("failing");
     let scenario = dir.join("failing.toml");
     // At 500 ms: GPU 3 lost from 1 s; every sample fails from 8 s to 13 s (after the page is
     // up, however long a loaded machine takes to bring it up, within 6 s).

@@ -20,12 +20,12 @@ pub fn group<'a>(c: &'a mut Criterion, name: &str, seconds: u64) -> BenchmarkGro
     group
 }
 
-/// The mock profile of `devices` H100s.
-pub fn profile(devices: usize) -> String {
-    format!("h100x{devices}")
+/// The mock sampler of `devices` H100s.
+pub fn sampler(devices: usize) -> MockSampler {
+    MockSampler::from_profile_name(&format!("h100x{devices}")).unwrap()
 }
 
-/// The mock sampler of [`profile`]`(devices)` and a request for the default metrics, after
+/// The mock [`sampler`]`(devices)` and a request for the default metrics, after
 /// benching the bare sampler call as `sampler_only/<devices>` in `group`: the baseline the
 /// group's other figures are read against.
 pub fn sampler_baseline(group: &mut BenchmarkGroup<'_, WallTime>, devices: usize) -> (MockSampler, SampleRequest) {
@@ -38,7 +38,7 @@ pub fn sampler_baseline_of(
     devices: usize,
     metrics: MetricSet,
 ) -> (MockSampler, SampleRequest) {
-    let sampler = MockSampler::from_profile_name(&profile(devices)).unwrap();
+    let sampler = sampler(devices);
     let request = SampleRequest::new(metrics, DeviceFilter::all());
     group.bench_with_input(BenchmarkId::new("sampler_only", devices), &devices, |b, _| {
         b.iter(|| std::hint::black_box(sampler.sample(&request).unwrap()))

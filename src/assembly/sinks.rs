@@ -83,13 +83,18 @@ macro_rules! feature_missing {
     };
 }
 
-/// A sink's section: when `$section` is set, the sink `$build` makes from it (`|s|`), seen by
-/// the optional second closure (e.g. for its listener) and pushed onto `$sinks`, where
-/// `$feature` is compiled in; else [`AssemblyError::FeatureMissing`]. A sink's error is
-/// [`AssemblyError::Sink`] under `$key`.
+/// A sink's section: when `$section` is set, the sink `$build` makes from it (`|s|`), pushed onto
+/// `$sinks` where `$feature` is compiled in (a serving sink's [`Listener`] put in `$listener`);
+/// else [`AssemblyError::FeatureMissing`]. A sink's error is [`AssemblyError::Sink`] under `$key`.
 macro_rules! section_sink {
     ($sinks:ident, $section:expr, $key:literal, $what:literal, $feature:literal, |$s:ident| $build:expr) => {
-        section_sink!($sinks, $section, $key, $what, $feature, |$s| $build, |_sink| {})
+        section_sink!($sinks, $section, $key, $what, $feature, |$s| $build, |_sink| ())
+    };
+    ($sinks:ident, $section:expr, $key:literal, $what:literal, $feature:literal, |$s:ident| $build:expr,
+     listener: $listener:expr) => {
+        section_sink!($sinks, $section, $key, $what, $feature, |$s| $build, |sink| {
+            $listener = sink.local_addr().map(|addr| Listener { addr, tls: $s.tls.is_some() })
+        })
     };
     ($sinks:ident, $section:expr, $key:literal, $what:literal, $feature:literal, |$s:ident| $build:expr,
      |$sink:ident| $then:expr) => {
@@ -117,15 +122,8 @@ pub(super) fn build(config: &AgentConfig, marks: Marks<'_>, report: bool) -> Res
     let mut listeners = Listeners::default();
 
     // --- Prometheus scrape endpoint ---------------------------------------------------------------
-    section_sink!(
-        sinks,
-        &config.prometheus,
-        "prometheus",
-        "a Prometheus endpoint",
-        "prometheus",
-        |s| gpumon_sinks::prometheus::PrometheusSink::from_config(s),
-        |sink| listeners.prometheus = sink.local_addr().map(|addr| Listener { addr, tls: s.tls.is_some() })
-    );
+    section_sink!(sinks, &config.prometheus, "prometheus", "a Prometheus endpoint", "prometheus",
+        |s| gpumon_sinks::prometheus::PrometheusSink::from_config(s), listener: listeners.prometheus);
 
     // --- Pushgateway ------------------------------------------------------------------------------
     section_sink!(sinks, &config.pushgateway, "pushgateway", "a Pushgateway", "pushgateway", |s| {
@@ -170,15 +168,8 @@ pub(super) fn build(config: &AgentConfig, marks: Marks<'_>, report: bool) -> Res
     // --- live web view ----------------------------------------------------------------------------
     // An exporting sink (its name is not `stdout`): with it, `auto` never falls back to simulated
     // GPUs; the page shows its "simulated data" banner only when the snapshots say `mock`.
-    section_sink!(
-        sinks,
-        &config.web,
-        "web",
-        "the web view",
-        "web",
-        |s| gpumon_sinks::web::WebSink::from_config(s),
-        |sink| listeners.web = sink.local_addr().map(|addr| Listener { addr, tls: s.tls.is_some() })
-    );
+    section_sink!(sinks, &config.web, "web", "the web view", "web",
+        |s| gpumon_sinks::web::WebSink::from_config(s), listener: listeners.web);
 
     // --- stdout -----------------------------------------------------------------------------------
     if config.stdout.enabled.unwrap_or(sinks.is_empty() && !report) {
