@@ -5,12 +5,11 @@
 //!
 //! `cargo bench --bench attribution`
 
-use std::time::Duration;
-
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use gpumon::core::attribution::AttributionConfig;
-use gpumon::core::{DeviceFilter, Family, MetricSet, Processor, SampleRequest, Sampler, Snapshot};
-use gpumon::mock::MockSampler;
+use gpumon::core::{Family, MetricSet, Processor, Sampler, Snapshot};
+
+mod common;
 
 /// A proc root where every pid of `snaps` is a containerised process of root.
 fn proc_root(snaps: &[Snapshot], devices: usize) -> std::path::PathBuf {
@@ -35,14 +34,10 @@ fn proc_root(snaps: &[Snapshot], devices: usize) -> std::path::PathBuf {
 }
 
 fn attribution(c: &mut Criterion) {
-    let mut group = c.benchmark_group("attribution");
-    group.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    let mut group = common::group(c, "attribution", 3);
     for devices in [8usize, 64] {
-        let sampler = MockSampler::from_profile_name(&format!("h100x{devices}")).unwrap();
-        let request = SampleRequest::new(MetricSet::default().with(Family::Processes), DeviceFilter::all());
-        group.bench_with_input(BenchmarkId::new("sampler_only", devices), &devices, |b, _| {
-            b.iter(|| std::hint::black_box(sampler.sample(&request).unwrap()))
-        });
+        let (sampler, request) =
+            common::sampler_baseline_of(&mut group, devices, MetricSet::default().with(Family::Processes));
         let snaps: Vec<Snapshot> = (0..16).map(|_| sampler.sample(&request).unwrap()).collect();
         let dir = proc_root(&snaps, devices);
         let config = AttributionConfig::new().with_proc_root(dir.join("proc")).with_passwd_file(dir.join("passwd"));

@@ -72,11 +72,9 @@ fn warm(snapshot: &Snapshot) {
 }
 
 fn diagnose(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let mut group = c.benchmark_group("diagnose");
-    group.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    let rt = common::runtime();
+    let mut group = common::group(c, "diagnose", 3);
     for devices in [8usize, 64] {
-        let profile = common::profile(devices);
         let (sampler, _) = common::sampler_baseline(&mut group, devices);
 
         for (case, full) in [("process_healthy", false), ("process_findings_active", true)] {
@@ -144,9 +142,7 @@ fn diagnose(c: &mut Criterion) {
 
         for (case, with) in [("runtime_tick_without_diagnosis", false), ("runtime_tick_with_diagnosis", true)] {
             let handle = rt.block_on(async {
-                let mut b = Agent::builder(MockSampler::from_profile_name(&profile).unwrap())
-                    .scheduled(false)
-                    .sink(gpumon::mock::NullSink);
+                let mut b = Agent::builder(common::sampler(devices)).scheduled(false).sink(gpumon::mock::NullSink);
                 if with {
                     b = b.processor(diagnoser());
                 }

@@ -15,6 +15,14 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use gpumon::core::steps::socket::{SocketConfig, StepSocket};
 use gpumon::core::steps::{StepConfig, StepTracker};
 
+/// Writes step `step` of `job`'s rank 0 to `socket` as the one JSON line a client sends, built
+/// in `line` (reused: no allocation per mark).
+fn mark(socket: &mut UnixStream, line: &mut Vec<u8>, job: &str, step: u64) {
+    line.clear();
+    writeln!(line, "{{\"job\":\"{job}\",\"rank\":0,\"step\":{step}}}").unwrap();
+    socket.write_all(line).unwrap();
+}
+
 fn steps(c: &mut Criterion) {
     let mut group = c.benchmark_group("step");
     group.measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
@@ -55,9 +63,7 @@ fn steps(c: &mut Criterion) {
     group.bench_function("socket: write until recorded", |b| {
         b.iter(|| {
             k += 1;
-            line.clear();
-            writeln!(line, "{{\"job\":\"remote\",\"rank\":0,\"step\":{k}}}").unwrap();
-            client.write_all(&line).unwrap();
+            mark(&mut client, &mut line, "remote", k);
             while remote.last_step() != Some(k) {
                 std::hint::spin_loop();
             }
@@ -71,9 +77,7 @@ fn steps(c: &mut Criterion) {
     group.bench_function("socket: client write only", |b| {
         b.iter(|| {
             w += 1;
-            line.clear();
-            writeln!(line, "{{\"job\":\"writer\",\"rank\":0,\"step\":{w}}}").unwrap();
-            writer.write_all(&line).unwrap();
+            mark(&mut writer, &mut line, "writer", w);
         })
     });
     group.finish();

@@ -8,16 +8,13 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use gpumon::core::{Agent, Sampler};
-use gpumon::mock::MockSampler;
 
 mod common;
 
 fn tick(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let mut group = c.benchmark_group("tick");
-    group.measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
+    let rt = common::runtime();
+    let mut group = common::group(c, "tick", 4);
     for devices in [8usize, 64] {
-        let profile = common::profile(devices);
         let (sampler, request) = common::sampler_baseline(&mut group, devices);
 
         let snapshot = sampler.sample(&request).unwrap();
@@ -35,11 +32,7 @@ fn tick(c: &mut Criterion) {
         });
 
         let handle = rt.block_on(async {
-            Agent::builder(MockSampler::from_profile_name(&profile).unwrap())
-                .scheduled(false)
-                .sink(gpumon::mock::NullSink)
-                .spawn()
-                .unwrap()
+            Agent::builder(common::sampler(devices)).scheduled(false).sink(gpumon::mock::NullSink).spawn().unwrap()
         });
         group.bench_with_input(BenchmarkId::new("runtime_flush_to_noop_sink", devices), &devices, |b, _| {
             b.iter(|| rt.block_on(handle.flush(Duration::from_secs(10))).unwrap())

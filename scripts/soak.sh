@@ -321,6 +321,26 @@ fresh() {
             [ "${v:-0}" -gt 0 ] ;;
     esac
 }
+# back_up NAME T_STOP RECOVERY_MAX POLL CSV WHAT: the second half of every outage: start NAME again
+# (KEEP_DATA=1), wait up to RECOVERY_MAX s (polling every POLL s) for fresh data in it, log it as
+# WHAT and append "backend,stop_at,start_at,ready_at,recovered_at" to CSV (-1: never). Fails when
+# the backend does not start.
+back_up() {
+    local name="$1" t_stop="$2" max="$3" poll="$4" csv="$5" what="$6" t_start t_ready_epoch t_ready rec=-1
+    t_start=$(( $(date +%s) - T0 ))
+    if ! KEEP_DATA=1 start_backend "$name" 2>>"$OUT/restarts.log"; then
+        log "$what: start FAILED"
+        echo "$name,$t_stop,$t_start,-1,-1" >> "$csv"
+        return 1
+    fi
+    t_ready_epoch=$(date +%s); t_ready=$((t_ready_epoch - T0))
+    while [ $(( $(date +%s) - t_ready_epoch )) -le "$max" ]; do
+        if fresh "$t_ready_epoch" "$name"; then rec=$(( $(date +%s) - T0 )); break; fi
+        sleep "$poll"
+    done
+    log "$what: down ${t_stop}s..${t_start}s, ready ${t_ready}s, fresh data at ${rec}s"
+    echo "$name,$t_stop,$t_start,$t_ready,$rec" >> "$csv"
+}
 (
     trap 'exit 0' TERM
     for ev in "${schedule[@]}"; do
@@ -330,16 +350,7 @@ fresh() {
         log "restart $name: stop"
         KEEP_DATA=1 "$B/stop-$name.sh" 2>>"$OUT/restarts.log"
         sleep "$OUTAGE"
-        t_start=$(( $(date +%s) - T0 ))
-        KEEP_DATA=1 start_backend "$name" 2>>"$OUT/restarts.log" || { log "restart $name: start FAILED"; echo "$name,$t_stop,$t_start,-1,-1" >> "$OUT/restarts.csv"; continue; }
-        t_ready_epoch=$(date +%s); t_ready=$((t_ready_epoch - T0))
-        rec=-1
-        while [ $(( $(date +%s) - t_ready_epoch )) -le "$RECOVERY_MAX" ]; do
-            if fresh "$t_ready_epoch" "$name"; then rec=$(( $(date +%s) - T0 )); break; fi
-            sleep 0.5
-        done
-        log "restart $name: down ${t_stop}s..${t_start}s, ready ${t_ready}s, fresh data at ${rec}s"
-        echo "$name,$t_stop,$t_start,$t_ready,$rec" >> "$OUT/restarts.csv"
+        back_up "$name" "$t_stop" "$RECOVERY_MAX" 0.5 "$OUT/restarts.csv" "restart $name" || continue
     done
 ) &
 SCHED_PID=$!
@@ -355,17 +366,8 @@ if [ "$LONG_OUTAGE" -gt 0 ]; then
         log "long outage of $LONG_BACKEND: stop for ${LONG_OUTAGE}s"
         KEEP_DATA=1 "$B/stop-$LONG_BACKEND.sh" 2>>"$OUT/restarts.log"
         while [ $(( $(date +%s) - T0 )) -lt $((t_stop + LONG_OUTAGE)) ]; do sleep 0.5; done
-        t_start=$(( $(date +%s) - T0 ))
-        KEEP_DATA=1 start_backend "$LONG_BACKEND" 2>>"$OUT/restarts.log" \
-            || { log "long outage: start FAILED"; echo "$LONG_BACKEND,$t_stop,$t_start,-1,-1" >> "$OUT/long-outage.csv"; exit 0; }
-        t_ready_epoch=$(date +%s); t_ready=$((t_ready_epoch - T0))
-        rec=-1
-        while [ $(( $(date +%s) - t_ready_epoch )) -le "$LONG_RECOVERY_MAX" ]; do
-            if fresh "$t_ready_epoch" "$LONG_BACKEND"; then rec=$(( $(date +%s) - T0 )); break; fi
-            sleep 1
-        done
-        log "long outage of $LONG_BACKEND: down ${t_stop}s..${t_start}s, ready ${t_ready}s, fresh data at ${rec}s"
-        echo "$LONG_BACKEND,$t_stop,$t_start,$t_ready,$rec" >> "$OUT/long-outage.csv"
+        back_up "$LONG_BACKEND" "$t_stop" "$LONG_RECOVERY_MAX" 1 "$OUT/long-outage.csv" \
+            "long outage of $LONG_BACKEND" || exit 0
     ) &
     LONG_PID=$!
 fi

@@ -46,3 +46,17 @@ def run_python(code, **kw):
 
 def run(args, **kw):
     return subprocess.run(args, env=env(**kw), capture_output=True, text=True, timeout=120)
+
+
+def physical_gpus(want):
+    """The expected devices a client lists by index: the physical GPUs (not their MIG instances)."""
+    return [d for d in want["devices"] if d["mig"] is None]
+
+
+def assert_each_gpu(test, profile, got_gpus, want_gpus, fields):
+    """One subTest per GPU: for every (key, expect[, why]) of `fields`, the client's `got[key]`
+    equals `expect` of the expected device — a key into it, or a function of it."""
+    for g, w in zip(got_gpus, want_gpus):
+        with test.subTest(profile=profile, gpu=w["index"]):
+            for key, expect, *why in fields:
+                test.assertEqual(g[key], expect(w) if callable(expect) else w[expect], why[0] if why else key)

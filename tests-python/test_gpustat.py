@@ -6,6 +6,23 @@ import fakenvml
 
 MIB = 1024 * 1024
 
+# gpustat's field -> the expected device's key, or a function of the expected device.
+FIELDS = [
+    ("index", "index"),
+    ("uuid", "uuid"),
+    ("name", "name"),
+    ("temperature.gpu", "temperature"),
+    ("fan.speed", "fan"),
+    # With MIG on, the parent's utilisation is NotSupported (null), as on real GPUs.
+    ("utilization.gpu", lambda w: w["utilization"] and w["utilization"]["gpu"]),
+    ("utilization.enc", "encoder"),
+    ("utilization.dec", "decoder"),
+    ("power.draw", lambda w: w["power_mw"] // 1000),
+    ("enforced.power.limit", lambda w: w["power_limit_mw"] // 1000),
+    ("memory.used", lambda w: w["memory"]["used"] // MIB),
+    ("memory.total", lambda w: w["memory"]["total"] // MIB),
+]
+
 
 class GpustatListsTheProfile(unittest.TestCase):
     def check(self, profile):
@@ -13,24 +30,10 @@ class GpustatListsTheProfile(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         got = json.loads(out.stdout)
         want = fakenvml.expected(profile=profile)
-        gpus = [d for d in want["devices"] if d["mig"] is None]
+        gpus = fakenvml.physical_gpus(want)
         self.assertEqual(got["driver_version"], want["driver_version"])
         self.assertEqual(len(got["gpus"]), len(gpus))
-        for g, w in zip(got["gpus"], gpus):
-            with self.subTest(profile=profile, gpu=w["index"]):
-                self.assertEqual(g["index"], w["index"])
-                self.assertEqual(g["uuid"], w["uuid"])
-                self.assertEqual(g["name"], w["name"])
-                self.assertEqual(g["temperature.gpu"], w["temperature"])
-                self.assertEqual(g["fan.speed"], w["fan"])
-                # With MIG on, the parent's utilisation is NotSupported (null), as on real GPUs.
-                self.assertEqual(g["utilization.gpu"], w["utilization"] and w["utilization"]["gpu"])
-                self.assertEqual(g["utilization.enc"], w["encoder"])
-                self.assertEqual(g["utilization.dec"], w["decoder"])
-                self.assertEqual(g["power.draw"], w["power_mw"] // 1000)
-                self.assertEqual(g["enforced.power.limit"], w["power_limit_mw"] // 1000)
-                self.assertEqual(g["memory.used"], w["memory"]["used"] // MIB)
-                self.assertEqual(g["memory.total"], w["memory"]["total"] // MIB)
+        fakenvml.assert_each_gpu(self, profile, got["gpus"], gpus, FIELDS)
 
     def test_h100x8(self):
         self.check("h100x8")

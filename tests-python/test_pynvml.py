@@ -46,38 +46,39 @@ N.nvmlShutdown()
 print(json.dumps(out))
 '''
 
+# READ_ALL's field -> the expected device's key or a function of it[, why the value is so].
+FIELDS = [
+    ("index", "index"),
+    ("name", "name"),
+    ("uuid", "uuid"),
+    ("pci_bus_id", "pci_bus_id"),
+    ("serial", "serial", "GeForce boards have none: NotSupported"),
+    ("util", lambda w: w["utilization"] and [w["utilization"]["gpu"], w["utilization"]["memory"]]),
+    ("mem_v1", lambda w: [w["memory"]["total"], w["memory"]["free"], w["memory"]["v1_used"]], "v1 counts reserved as used"),
+    ("mem_v2", lambda w: [w["memory"][k] for k in ("total", "reserved", "free", "used")]),
+    ("temp", "temperature"),
+    ("power", "power_mw"),
+    ("limit", "power_limit_mw"),
+    ("energy", "energy_mj"),
+    ("sm_clock", lambda w: w["clocks_mhz"]["sm"]),
+    ("pstate", "pstate"),
+    ("fan", "fan"),
+    ("enc", "encoder"),
+    ("dec", "decoder"),
+    ("procs", lambda w: [[p["pid"], p["used_memory"]] for p in w["processes"]]),
+    ("proc_names", lambda w: [p["name"] for p in w["processes"]]),
+]
+
 
 class PynvmlReadsTheProfile(unittest.TestCase):
     def check(self, profile, tick=0):
         got = fakenvml.run_python(READ_ALL, profile=profile, tick=tick)
         want = fakenvml.expected(profile=profile, tick=tick)
-        gpus = [d for d in want["devices"] if d["mig"] is None]
+        gpus = fakenvml.physical_gpus(want)
         self.assertEqual(got["count"], want["device_count"])
         self.assertEqual(got["driver"], want["driver_version"])
         self.assertEqual(got["cuda"], want["cuda_driver_version"])
-        for g, w in zip(got["devices"], gpus):
-            with self.subTest(profile=profile, gpu=w["index"]):
-                self.assertEqual(g["index"], w["index"])
-                self.assertEqual(g["name"], w["name"])
-                self.assertEqual(g["uuid"], w["uuid"])
-                self.assertEqual(g["pci_bus_id"], w["pci_bus_id"])
-                self.assertEqual(g["serial"], w["serial"], "GeForce boards have none: NotSupported")
-                wu = w["utilization"]
-                self.assertEqual(g["util"], wu and [wu["gpu"], wu["memory"]])
-                m = w["memory"]
-                self.assertEqual(g["mem_v1"], [m["total"], m["free"], m["v1_used"]], "v1 counts reserved as used")
-                self.assertEqual(g["mem_v2"], [m["total"], m["reserved"], m["free"], m["used"]])
-                self.assertEqual(g["temp"], w["temperature"])
-                self.assertEqual(g["power"], w["power_mw"])
-                self.assertEqual(g["limit"], w["power_limit_mw"])
-                self.assertEqual(g["energy"], w["energy_mj"])
-                self.assertEqual(g["sm_clock"], w["clocks_mhz"]["sm"])
-                self.assertEqual(g["pstate"], w["pstate"])
-                self.assertEqual(g["fan"], w["fan"])
-                self.assertEqual(g["enc"], w["encoder"])
-                self.assertEqual(g["dec"], w["decoder"])
-                self.assertEqual(g["procs"], [[p["pid"], p["used_memory"]] for p in w["processes"]])
-                self.assertEqual(g["proc_names"], [p["name"] for p in w["processes"]])
+        fakenvml.assert_each_gpu(self, profile, got["devices"], gpus, FIELDS)
 
     def test_default_fleet_is_h100x8(self):
         got = fakenvml.run_python(

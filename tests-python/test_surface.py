@@ -172,7 +172,7 @@ class EveryImplementedCallReturnsTheModel(unittest.TestCase):
         exprs = {name: expr for name, (expr, _) in TABLE.items()}
         got = fakenvml.run_python(READ % (json.dumps(exprs), json.dumps(sorted(PER_LINK))), profile=profile, faults=faults, tick=tick)
         want = fakenvml.expected(profile=profile, faults=faults, tick=tick)
-        gpus = [d for d in want["devices"] if d["mig"] is None]
+        gpus = fakenvml.physical_gpus(want)
         self.assertEqual(len(got), len(gpus))
         for g, w in zip(got, gpus):
             for name, (_, path) in TABLE.items():

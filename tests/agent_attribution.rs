@@ -4,10 +4,8 @@
 //! agent_attribution.rs.)
 #![cfg(all(feature = "agent", feature = "stdout"))]
 
-use gpumon::core::Snapshot;
-
 mod common;
-use common::{agent, proc_root_owning, run};
+use common::{agent, mock_once, proc_root_owning, run};
 
 fn temp_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("gpumon-agent-attribution-{name}-{}", std::process::id()));
@@ -48,10 +46,7 @@ fn bad_attribution_settings_exit_2_naming_the_key() {
 fn attribution_turns_on_processes_and_reads_the_proc_root_it_is_given() {
     // The mock's process tables name simulated pids; a fixture proc root gives one of them
     // (GPU 0's first process, whichever pid it is) an owner.
-    let (code, stdout, stderr) =
-        run(agent().args(["--backend", "mock", "--once", "--stdout-format", "json", "--enable", "processes"]));
-    assert_eq!(code, 0, "{stderr}");
-    let plain: Snapshot = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    let plain = mock_once(agent().args(["--enable", "processes"]));
     let pid = plain.devices[0].processes.first().expect("the mock's GPU 0 has processes").pid;
     assert!(
         plain.output::<gpumon::core::attribution::AttributionSummary>().is_none() && plain.devices[0].owners.is_empty()
@@ -59,13 +54,8 @@ fn attribution_turns_on_processes_and_reads_the_proc_root_it_is_given() {
 
     let dir = temp_dir("run");
     let (proc_root, passwd) = proc_root_owning(&dir, pid, "carol");
-    let (code, stdout, stderr) = run(agent()
-        .args(["--backend", "mock", "--once", "--stdout-format", "json", "--attribution", "--proc-root"])
-        .arg(proc_root)
-        .arg("--passwd-file")
-        .arg(passwd));
-    assert_eq!(code, 0, "{stderr}");
-    let snap: Snapshot = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    let snap =
+        mock_once(agent().args(["--attribution", "--proc-root"]).arg(proc_root).arg("--passwd-file").arg(passwd));
     let gpu = &snap.devices[0];
     let owner = gpu.process(pid).and_then(|p| p.owner.as_ref()).expect("the fixture's process has an owner");
     assert_eq!(owner.user.as_deref(), Some("carol"));

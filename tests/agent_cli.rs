@@ -8,7 +8,7 @@ use gpumon::core::{DeviceFilter, DeviceState, MetricSet, SampleRequest, Sampler,
 use gpumon_mock::MockSampler;
 
 mod common;
-use common::{agent, agent_process, run};
+use common::{agent, agent_process, mock_once, run};
 #[cfg(feature = "prometheus")]
 use gpumon_mock::test_kit::{free_port, http_get, AgentProcess, Credential, Ready, Scrape, TempDir};
 
@@ -19,12 +19,7 @@ fn expected_first_sample(profile: &str) -> Snapshot {
 
 #[test]
 fn once_json_prints_one_snapshot_matching_the_profile() {
-    let (code, stdout, stderr) =
-        run(agent().args(["--backend", "mock", "--mock-profile", "a100x4", "--once", "--stdout-format", "json"]));
-    assert_eq!(code, 0, "stderr: {stderr}");
-    let lines: Vec<_> = stdout.lines().collect();
-    assert_eq!(lines.len(), 1, "exactly one snapshot: {stdout}");
-    let got: Snapshot = serde_json::from_str(lines[0]).unwrap();
+    let got = mock_once(agent().args(["--mock-profile", "a100x4"]));
     let want = expected_first_sample("a100x4");
     assert_eq!(got.seq, 1);
     assert_eq!(got.system.backend, "mock");
@@ -38,11 +33,7 @@ fn a_lost_gpu_keeps_the_others_reporting() {
     let dir = TempDir::new("agent-test");
     let scenario =
         dir.file("lost.toml", "workload = \"training\"\n[[faults]]\nkind = \"device_lost\"\ndevice = 2\nat_tick = 0\n");
-    let (code, stdout, stderr) = run(agent()
-        .args(["--backend", "mock", "--once", "--stdout-format", "json"])
-        .args(["--mock-scenario".as_ref(), scenario.as_os_str()]));
-    assert_eq!(code, 0, "stderr: {stderr}");
-    let got: Snapshot = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    let got = mock_once(agent().args(["--mock-scenario".as_ref(), scenario.as_os_str()]));
     assert_eq!(got.devices.len(), 8);
     for d in &got.devices {
         if d.info.index == 2 {
@@ -75,16 +66,10 @@ fn nvml_backend_without_nvml_fails_clearly() {
 
 #[test]
 fn devices_flag_hides_other_gpus() {
-    let (code, stdout, stderr) =
-        run(agent().args(["--backend", "mock", "--once", "--stdout-format", "json", "--devices", "1,3"]));
-    assert_eq!(code, 0, "{stderr}");
-    let got: Snapshot = serde_json::from_str(stdout.trim()).unwrap();
+    let got = mock_once(agent().args(["--devices", "1,3"]));
     assert_eq!(got.devices.iter().map(|d| d.info.index).collect::<Vec<_>>(), [1, 3]);
     // The same through the CUDA convention.
-    let (code, stdout, _) =
-        run(agent().args(["--backend", "mock", "--once", "--stdout-format", "json"]).env("CUDA_VISIBLE_DEVICES", "0"));
-    assert_eq!(code, 0);
-    let got: Snapshot = serde_json::from_str(stdout.trim()).unwrap();
+    let got = mock_once(agent().env("CUDA_VISIBLE_DEVICES", "0"));
     assert_eq!(got.devices.iter().map(|d| d.info.index).collect::<Vec<_>>(), [0]);
 }
 
@@ -298,12 +283,7 @@ fn an_explicit_mock_backend_marks_every_prometheus_series() {
 
 #[test]
 fn the_host_label_can_be_overridden() {
-    let host_of = |cmd: &mut Command| -> String {
-        let (code, stdout, stderr) = run(cmd.args(["--backend", "mock", "--once", "--stdout-format", "json"]));
-        assert_eq!(code, 0, "{stderr}");
-        let snap: Snapshot = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
-        snap.system.hostname.clone()
-    };
+    let host_of = |cmd: &mut Command| -> String { mock_once(cmd).system.hostname.clone() };
     let system = host_of(agent().env_remove("GPUMON_HOST").env_remove("NODE_NAME"));
     assert_eq!(system, gpumon::core::hostname());
     assert_eq!(host_of(agent().args(["--host", "node-17"]).env("NODE_NAME", "pod-x")), "node-17");

@@ -9,7 +9,7 @@ use gpumon::core::{FindingKind, Snapshot};
 use gpumon_mock::test_kit::TempDir;
 
 mod common;
-use common::{agent, agent_process, run};
+use common::{agent, agent_process, mock_once, run};
 
 #[test]
 fn imbalance_report_names_the_idle_twins_and_prints_nothing_else() {
@@ -113,14 +113,9 @@ fn snapshots_then_the_report_when_stdout_is_also_asked_for() {
 
 #[test]
 fn no_diagnose_leaves_snapshots_without_diagnosis() {
-    let (code, stdout, _) = run(agent().args(["--backend", "mock", "--once", "--stdout-format", "json"]));
-    assert_eq!(code, 0);
-    let s: Snapshot = serde_json::from_str(stdout.trim()).unwrap();
+    let s = mock_once(&mut agent());
     assert!(s.output::<gpumon::core::Diagnosis>().is_some());
-    let (code, stdout, _) =
-        run(agent().args(["--backend", "mock", "--once", "--stdout-format", "json", "--no-diagnose"]));
-    assert_eq!(code, 0);
-    let s: Snapshot = serde_json::from_str(stdout.trim()).unwrap();
+    let s = mock_once(agent().arg("--no-diagnose"));
     assert!(s.output::<gpumon::core::Diagnosis>().is_none());
 }
 

@@ -8,10 +8,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use gpumon::core::Snapshot;
-
 mod common;
-use common::{agent, agent_process, run};
+use common::{agent, agent_process, mock_once};
 use gpumon_mock::kubelet::{container, devices, pod, TestKubelet};
 use gpumon_mock::test_kit::{free_port, Scrape};
 
@@ -48,10 +46,7 @@ fn counter(text: &str, line_prefix: &str) -> Option<u64> {
 #[test]
 fn the_agent_labels_exactly_the_gpus_and_mig_instances_the_kubelet_lists() {
     // The mock fleet's identities: 8 A100s, some in MIG mode.
-    let (code, stdout, stderr) =
-        run(agent().args(["--backend", "mock", "--mock-profile", "a100x8-mig", "--once", "--stdout-format", "json"]));
-    assert_eq!(code, 0, "{stderr}");
-    let fleet: Snapshot = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    let fleet = mock_once(agent().args(["--mock-profile", "a100x8-mig"]));
     let gpus: Vec<&str> = fleet.devices.iter().filter(|d| d.info.mig.is_none()).map(|d| d.info.uuid.as_str()).collect();
     let migs: Vec<&str> = fleet.devices.iter().filter(|d| d.info.mig.is_some()).map(|d| d.info.uuid.as_str()).collect();
     assert!(gpus.len() >= 3 && !migs.is_empty(), "fleet: {gpus:?} {migs:?}");

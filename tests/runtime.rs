@@ -42,6 +42,22 @@ async fn tick(clock: &ManualClock, by: Duration, rec: &RecordingSink, n: usize) 
 
 /// The `h100x8` mock whose sample number `tick` (counting from 0, requested samples included)
 /// hangs until `gate` is released.
+/// The agent on the mock h100x8 under a manual clock, exporting to `sink` alone (at `options`).
+fn one_sink_on_a_manual_clock(sink: FaultySink, options: SinkOptions) -> (ManualClock, AgentHandle) {
+    let clock = ManualClock::new();
+    let handle = Agent::builder(h100x8()).clock(clock.clone()).sink_with(sink, options).spawn().unwrap();
+    (clock, handle)
+}
+
+/// Steps `clock` a second at a time after the first tick, each time until the tick was taken,
+/// up to sample `last`.
+async fn sample_up_to(clock: &ManualClock, handle: &AgentHandle, last: u64) {
+    for n in 2..=last {
+        clock.advance(Duration::from_secs(1));
+        until("the tick was taken", || handle.stats().samples_taken == n).await;
+    }
+}
+
 fn hangs_at(tick: u64, gate: &Gate) -> MockSampler {
     MockSampler::builder()
         .profile(gpumon_mock::FleetProfile::load("h100x8").unwrap())
@@ -213,20 +229,12 @@ async fn flush_exports_a_fresh_sample_then_flushes_every_sink() {
 
 #[tokio::test]
 async fn flush_drains_what_is_queued_before_the_flush_sample() {
-    let clock = ManualClock::new();
     let slow = FaultySink::new("slow").export_behavior(Behavior::Delay(Duration::from_millis(200)));
     let slow_calls = slow.calls();
     let slow_rec = slow.recorder();
-    let handle = Agent::builder(h100x8())
-        .clock(clock.clone())
-        .sink_with(slow, SinkOptions::default().capacity(8))
-        .spawn()
-        .unwrap();
+    let (clock, handle) = one_sink_on_a_manual_clock(slow, SinkOptions::default().capacity(8));
     until("the first export began", || slow_calls.exports() == 1).await;
-    for n in 2..=4 {
-        clock.advance(Duration::from_secs(1));
-        until("the tick was taken", || handle.stats().samples_taken == n).await;
-    }
+    sample_up_to(&clock, &handle, 4).await;
     assert!(slow_rec.len() < 4, "the slow sink is behind");
     handle.flush(Duration::from_secs(60)).await.unwrap();
     let seqs: Vec<_> = slow_rec.snapshots().iter().map(|s| s.seq).collect();
@@ -432,19 +440,12 @@ async fn opt_in_families_are_sampled_only_when_asked() {
 
 #[tokio::test]
 async fn queue_capacity_is_exact_and_every_loss_is_counted() {
-    let clock = ManualClock::new();
     let hung = FaultySink::new("hung").export_behavior(Behavior::Stall);
     let hung_calls = hung.calls();
-    let handle = Agent::builder(h100x8())
-        .clock(clock.clone())
-        .sink_with(hung, SinkOptions::default().capacity(3).export_timeout(Duration::from_secs(3600)))
-        .spawn()
-        .unwrap();
+    let options = SinkOptions::default().capacity(3).export_timeout(Duration::from_secs(3600));
+    let (clock, handle) = one_sink_on_a_manual_clock(hung, options);
     until("the first export is stuck", || hung_calls.exports() == 1).await;
-    for n in 2..=10 {
-        clock.advance(Duration::from_secs(1));
-        until("the tick was taken", || handle.stats().samples_taken == n).await;
-    }
+    sample_up_to(&clock, &handle, 10).await;
     settle().await;
     // 10 published: 1 stuck in export, 3 queued (not 4: the capacity is exact), 6 dropped.
     assert_eq!(handle.sink_status()[0].dropped, 6);

@@ -104,8 +104,29 @@ fn browse_around(
     (result, wait_marker)
 }
 
+/// [`start`] on the mock with `count` H100s named `gpu_name` (a profile written to `dir` as
+/// `<profile>.toml`), on the host `host`.
+fn start_named(dir: &Path, profile: &str, count: u32, gpu_name: &str, host: &str) -> (AgentProcess, String) {
+    let path = dir.join(format!("{profile}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "name = \"{profile}\"\n[[devices]]\nmodel = \"h100\"\ncount = {count}\noverrides = {{ name = {gpu_name:?} }}\n"
+        ),
+    )
+    .unwrap();
+    start(&["--backend", "mock", "--mock-profile", path.to_str().unwrap(), "--host", host])
+}
+
 fn shots_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("gpumon-web-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A folder of its own under [`shots_dir`], for one test's files.
+fn shots_subdir(name: &str) -> PathBuf {
+    let dir = shots_dir().join(name);
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -216,13 +237,7 @@ fn browser_shows_hostile_names_as_text() {
     const HOSTILE: &str = "<img src=x onerror=alert(1)>";
     const HOST: &str = "<script>alert(2)</script><b>node</b>";
     let dir = shots_dir();
-    let profile = dir.join("hostile.toml");
-    std::fs::write(
-        &profile,
-        format!("name = \"hostile\"\n[[devices]]\nmodel = \"h100\"\ncount = 2\noverrides = {{ name = {HOSTILE:?} }}\n"),
-    )
-    .unwrap();
-    let (_agent, base) = start(&["--backend", "mock", "--mock-profile", profile.to_str().unwrap(), "--host", HOST]);
+    let (_agent, base) = start_named(&dir, "hostile", 2, HOSTILE, HOST);
     let run = browse(&format!("{base}/"), &[3.0], &dir.join("hostile.png"));
     assert_clean(&run);
     let probe = &run["probes"][0];
@@ -431,8 +446,7 @@ fn browser_shows_one_clear_state_when_sampling_fails() {
 #[test]
 #[ignore = "needs scripts/test.sh (chromium)"]
 fn browser_cards_follow_the_devices_across_a_restart_on_a_smaller_host() {
-    let dir = shots_dir().join("restart");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = shots_subdir("restart");
     let (mut first, base) = start(&["--backend", "mock", "--mock-profile", "a100x8-mig"]);
     let addr = first.addr();
     let marker = dir.join("restart-now");
@@ -474,8 +488,7 @@ fn browser_cards_follow_the_devices_across_a_restart_on_a_smaller_host() {
 #[ignore = "needs scripts/test.sh (chromium)"]
 fn browser_retries_a_full_server_and_says_why() {
     use std::io::{Read, Write};
-    let dir = shots_dir().join("full");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = shots_subdir("full");
     let port = free_port();
     let cfg = dir.join("agent.toml");
     std::fs::write(
@@ -648,13 +661,7 @@ fn browser_layout_holds_long_names_at_any_width() {
     assert_eq!(name.len(), 55);
     let host = "n".repeat(2000);
     let dir = shots_dir();
-    let profile = dir.join("long.toml");
-    std::fs::write(
-        &profile,
-        format!("name = \"long\"\n[[devices]]\nmodel = \"h100\"\ncount = 3\noverrides = {{ name = {name:?} }}\n"),
-    )
-    .unwrap();
-    let (_agent, base) = start(&["--backend", "mock", "--mock-profile", profile.to_str().unwrap(), "--host", &host]);
+    let (_agent, base) = start_named(&dir, "long", 3, name, &host);
     for width in [1280, 360] {
         let size = ["--size".to_owned(), format!("{width}x800")];
         let run = browse_with(&format!("{base}/"), &[3.0], &size, &dir.join(format!("long-{width}.png")));
@@ -677,8 +684,7 @@ fn browser_layout_holds_long_names_at_any_width() {
 #[ignore = "needs scripts/test.sh (chromium)"]
 fn browser_shows_training_steps_when_a_run_marks_them() {
     use std::io::Write;
-    let dir = shots_dir().join("steps");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = shots_subdir("steps");
     let socket = dir.join("steps.sock");
     let (_agent, base) =
         start(&["--backend", "mock", "--mock-scenario", "training", "--steps-socket", socket.to_str().unwrap()]);
@@ -721,8 +727,7 @@ fn browser_shows_training_steps_when_a_run_marks_them() {
 #[test]
 #[ignore = "needs scripts/test.sh (chromium)"]
 fn browser_greys_cards_with_the_reason_while_sampling_fails() {
-    let dir = shots_dir().join("failing");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = shots_subdir("failing");
     let scenario = dir.join("failing.toml");
     // At 500 ms: GPU 3 lost from 1 s; every sample fails from 8 s to 13 s (after the page is
     // up, however long a loaded machine takes to bring it up, within 6 s).

@@ -89,6 +89,18 @@ fn toml_key(src: &str, e: &toml::de::Error) -> Option<String> {
     (!key.is_empty()).then(|| key.to_owned())
 }
 
+/// Reads the TOML file of a `what` ("profile", "scenario") and parses it with `parse(src, origin)`,
+/// the path as the origin: `from_file` of profiles and scenarios alike.
+pub(crate) fn parse_file<T>(
+    what: &'static str,
+    path: &std::path::Path,
+    parse: impl FnOnce(&str, &str) -> Result<T, ConfigError>,
+) -> Result<T, ConfigError> {
+    let src =
+        std::fs::read_to_string(path).map_err(|source| ConfigError::Io { what, path: path.to_owned(), source })?;
+    parse(&src, &path.display().to_string())
+}
+
 /// The rule profiles and scenarios share: `name_or_path` is a built-in name, else the path of a
 /// TOML file; when it is neither, the built-in lookup's error (which lists the known names) wins.
 pub(crate) fn load_builtin_or_file<T>(

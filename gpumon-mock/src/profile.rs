@@ -191,12 +191,7 @@ impl FleetProfile {
     /// # Errors
     /// [`ConfigError::Io`], or as [`FleetProfile::from_toml_str`].
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let src = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            what: "profile",
-            path: path.to_owned(),
-            source,
-        })?;
-        Self::from_toml_str(&src, &path.display().to_string())
+        crate::error::parse_file("profile", path, Self::from_toml_str)
     }
 
     /// Parses a TOML profile; `origin` (a path or name) is used in errors and as the default name.

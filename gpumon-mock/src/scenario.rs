@@ -466,12 +466,7 @@ impl Scenario {
     /// # Errors
     /// [`ConfigError::Io`], or as [`Scenario::from_toml_str`].
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let src = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            what: "scenario",
-            path: path.to_owned(),
-            source,
-        })?;
-        Self::from_toml_str(&src, &path.display().to_string())
+        crate::error::parse_file("scenario", path, Self::from_toml_str)
     }
 
     /// Parses a TOML scenario; `origin` is used in errors and as the default name.

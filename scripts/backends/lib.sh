@@ -85,17 +85,19 @@ check_not_running() {
     rm -f "$pidf" "$BACKENDS_STATE_DIR/$name.exe"
 }
 
-# claim_instance NAME VAR PORT...: what every start script does before it
-# spawns: refuses a NAME already running, waits for each PORT to be free, and
-# sets VAR to the data directory (make_datadir_into).
+# claim_instance BASE VAR PORT...: what every start script does before it
+# spawns: sets NAME to the instance's name (instance_name BASE), refuses a NAME
+# already running, waits for each PORT to be free, and sets VAR to the data
+# directory (make_datadir_into).
 claim_instance() {
-    local name="$1" var="$2" port
+    local var="$2" port
+    NAME="$(instance_name "$1")"
     shift 2
-    check_not_running "$name"
+    check_not_running "$NAME"
     for port in "$@"; do
-        wait_port_free "$name" "$port"
+        wait_port_free "$NAME" "$port"
     done
-    make_datadir_into "$name" "$var"
+    make_datadir_into "$NAME" "$var"
 }
 
 # remove_datadir NAME DIR: delete DIR only if it is one of ours
@@ -175,6 +177,20 @@ wait_http() {
         fi
         sleep 0.1
     done
+}
+
+# serve NAME READY_URL WANT MATCH CMD ARGS...: what every start script does to
+# run its server: spawn it (MATCH as for spawn), wait until READY_URL answers
+# (with WANT in the body unless WANT is empty: wait_http), and if it never does,
+# stop it (stop_backend) and exit 1. Sets READY_MS to how long that took.
+serve() {
+    local name="$1" url="$2" want="$3" t0
+    shift 3
+    t0=$(now_ms)
+    spawn "$name" "$@"
+    wait_http "$name" "$url" "$want" || { stop_backend "$name"; exit 1; }
+    # shellcheck disable=SC2034  # read by the start scripts
+    READY_MS=$(( $(now_ms) - t0 ))
 }
 
 # stop_backend NAME: SIGTERM the recorded PID, wait up to 10 s, then SIGKILL;

@@ -29,11 +29,11 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 AUTH="${INFLUX_AUTH:-0}"
 TLS_CERT="${INFLUX_TLS_CERT:-}"     # PEM certificate + INFLUX_TLS_KEY: serve https (start-influxdb-tls.sh)
 if [ -n "$TLS_CERT" ]; then
-    NAME="$(instance_name influxdb-tls)"; def_port=18090; def_rpc=18091
+    base=influxdb-tls; def_port=18090; def_rpc=18091
 elif [ "$AUTH" = 1 ]; then
-    NAME="$(instance_name influxdb-auth)"; def_port=18087; def_rpc=18089
+    base=influxdb-auth; def_port=18087; def_rpc=18089
 else
-    NAME="$(instance_name influxdb)";      def_port=18086; def_rpc=18088
+    base=influxdb;      def_port=18086; def_rpc=18088
 fi
 PORT="${INFLUX_PORT:-$def_port}"
 RPC_PORT="${INFLUX_RPC_PORT:-$def_rpc}"
@@ -41,7 +41,7 @@ DB="${INFLUX_DB-gpumon}"
 USER_="${INFLUX_USER:-gpumon}"
 PASS_="${INFLUX_PASSWORD:-gpumon-test-pw}"
 need_cmd influxd influxdb
-claim_instance "$NAME" DATA "$PORT" "$RPC_PORT"
+claim_instance "$base" DATA "$PORT" "$RPC_PORT"
 [ "$AUTH" = 1 ] && auth_enabled=true || auth_enabled=false
 SCHEME=http
 https_conf=""
@@ -82,10 +82,7 @@ $https_conf
   suppress-logo = true
 C
 
-t0=$(now_ms)
-spawn "$NAME" /usr/bin/influxd /usr/bin/influxd run -config "$DATA/influxdb.conf"
-wait_http "$NAME" "$SCHEME://127.0.0.1:$PORT/ping" || { "$HERE/stop-influxdb.sh"; exit 1; }
-ready_ms=$(( $(now_ms) - t0 ))
+serve "$NAME" "$SCHEME://127.0.0.1:$PORT/ping" "" /usr/bin/influxd /usr/bin/influxd run -config "$DATA/influxdb.conf"
 
 # shellcheck disable=SC2086
 q() { curl -fsS --noproxy '*' ${BACKENDS_CURL_TLS:-} -XPOST "$SCHEME://127.0.0.1:$PORT/query" "$@" >/dev/null; }
@@ -100,4 +97,4 @@ if [ "$AUTH" = 1 ]; then
 elif [ -n "$DB" ]; then
     q --data-urlencode "q=CREATE DATABASE \"$DB\""
 fi
-log "$NAME ready on $SCHEME://127.0.0.1:$PORT (pid $SPAWNED_PID, ${ready_ms} ms to /ping, db '${DB}', auth $auth_enabled, data $DATA)"
+log "$NAME ready on $SCHEME://127.0.0.1:$PORT (pid $SPAWNED_PID, ${READY_MS} ms to /ping, db '${DB}', auth $auth_enabled, data $DATA)"

@@ -20,17 +20,15 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$HERE/lib.sh"
-NAME="$(instance_name otlp-receiver)"
-GPORT="${OTLP_GRPC_PORT:-14317}"
-HPORT="${OTLP_HTTP_PORT:-14318}"
 PY="$GPUMON_VENV/bin/python"
 [ -x "$PY" ] || die "$PY not found: run scripts/backends/install.sh (creates $GPUMON_VENV)"
 "$PY" -c 'import grpc, opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc' 2>/dev/null \
     || die "$GPUMON_VENV lacks grpcio/opentelemetry-proto: run scripts/backends/install.sh"
-claim_instance "$NAME" DATA "$GPORT" "$HPORT"
+GPORT="${OTLP_GRPC_PORT:-14317}"
+HPORT="${OTLP_HTTP_PORT:-14318}"
+claim_instance otlp-receiver DATA "$GPORT" "$HPORT"
 OUT="${OTLP_OUT:-$DATA/otlp-metrics.jsonl}"
 
-t0=$(now_ms)
 tls_args=()
 SCHEME=http
 if [ -n "${OTLP_TLS_CERT:-}" ]; then
@@ -38,8 +36,8 @@ if [ -n "${OTLP_TLS_CERT:-}" ]; then
     [ -n "${OTLP_TLS_CLIENT_CA:-}" ] && tls_args+=(--tls-client-ca "$OTLP_TLS_CLIENT_CA")
     SCHEME=https
 fi
-spawn "$NAME" otlp_receiver.py "$PY" -u "$HERE/otlp_receiver.py" --grpc-port "$GPORT" --http-port "$HPORT" --out "$OUT" \
+serve "$NAME" "$SCHEME://127.0.0.1:$HPORT/health" OK otlp_receiver.py \
+    "$PY" -u "$HERE/otlp_receiver.py" --grpc-port "$GPORT" --http-port "$HPORT" --out "$OUT" \
     --record "${OTLP_RECORD:-points}" ${tls_args[@]+"${tls_args[@]}"}
-wait_http "$NAME" "$SCHEME://127.0.0.1:$HPORT/health" OK || { "$HERE/stop-otlp-receiver.sh"; exit 1; }
-log "$NAME ready: grpc 127.0.0.1:$GPORT, http 127.0.0.1:$HPORT (pid $SPAWNED_PID, $(( $(now_ms) - t0 )) ms, out $OUT)"
+log "$NAME ready: grpc 127.0.0.1:$GPORT, http 127.0.0.1:$HPORT (pid $SPAWNED_PID, $READY_MS ms, out $OUT)"
 echo "OTLP_OUT=$OUT"

@@ -26,7 +26,6 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$HERE/lib.sh"
-NAME="$(instance_name prometheus)"
 PORT="${PROM_PORT:-19090}"
 TARGETS="${PROM_SCRAPE_TARGETS:-}"
 SPATH="${PROM_SCRAPE_PATH:-/metrics}"
@@ -45,7 +44,7 @@ for t in "${tarr[@]}"; do
         *) die "scrape target '$t' is not on loopback (127.0.0.0/8, localhost, [::1])" ;;
     esac
 done
-claim_instance "$NAME" DATA "$PORT"
+claim_instance prometheus DATA "$PORT"
 
 if [ -n "${PROM_CONFIG:-}" ]; then
     cp "$PROM_CONFIG" "$DATA/prometheus.yml"
@@ -88,7 +87,5 @@ args=(--config.file="$DATA/prometheus.yml"
 # shellcheck disable=SC2206
 [ -n "${PROM_EXTRA_ARGS:-}" ] && args+=($PROM_EXTRA_ARGS)
 
-t0=$(now_ms)
-spawn "$NAME" /usr/bin/prometheus /usr/bin/prometheus "${args[@]}"
-wait_http "$NAME" "http://127.0.0.1:$PORT/-/ready" || { "$HERE/stop-prometheus.sh"; exit 1; }
-log "$NAME ready on http://127.0.0.1:$PORT (pid $SPAWNED_PID, $(( $(now_ms) - t0 )) ms, targets [${TARGETS}], data $DATA); first scrape in ~5-6 s"
+serve "$NAME" "http://127.0.0.1:$PORT/-/ready" "" /usr/bin/prometheus /usr/bin/prometheus "${args[@]}"
+log "$NAME ready on http://127.0.0.1:$PORT (pid $SPAWNED_PID, $READY_MS ms, targets [${TARGETS}], data $DATA); first scrape in ~5-6 s"

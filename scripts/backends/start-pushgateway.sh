@@ -17,10 +17,9 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$HERE/lib.sh"
-NAME="$(instance_name pushgateway)"
-PORT="${PUSHGW_PORT:-19191}"
 need_cmd prometheus-pushgateway prometheus-pushgateway
-claim_instance "$NAME" DATA "$PORT"
+PORT="${PUSHGW_PORT:-19191}"
+claim_instance pushgateway DATA "$PORT"
 
 args=(--web.listen-address="$BACKENDS_BIND:$PORT"
       --persistence.file="$DATA/pushgateway.data"
@@ -30,7 +29,6 @@ args=(--web.listen-address="$BACKENDS_BIND:$PORT"
 # shellcheck disable=SC2206
 [ -n "${PUSHGW_EXTRA_ARGS:-}" ] && args+=($PUSHGW_EXTRA_ARGS)
 
-t0=$(now_ms)
-spawn "$NAME" /usr/bin/prometheus-pushgateway /usr/bin/prometheus-pushgateway "${args[@]}"
-wait_http "$NAME" "${PUSHGW_SCHEME:-http}://127.0.0.1:$PORT/-/ready" || { "$HERE/stop-pushgateway.sh"; exit 1; }
-log "$NAME ready on ${PUSHGW_SCHEME:-http}://127.0.0.1:$PORT (pid $SPAWNED_PID, $(( $(now_ms) - t0 )) ms, data $DATA)"
+serve "$NAME" "${PUSHGW_SCHEME:-http}://127.0.0.1:$PORT/-/ready" "" \
+    /usr/bin/prometheus-pushgateway /usr/bin/prometheus-pushgateway "${args[@]}"
+log "$NAME ready on ${PUSHGW_SCHEME:-http}://127.0.0.1:$PORT (pid $SPAWNED_PID, $READY_MS ms, data $DATA)"

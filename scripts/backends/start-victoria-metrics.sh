@@ -22,10 +22,9 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$HERE/lib.sh"
-NAME="$(instance_name victoria-metrics)"
-PORT="${VM_PORT:-18428}"
 need_cmd victoria-metrics victoria-metrics
-claim_instance "$NAME" DATA "$PORT"
+PORT="${VM_PORT:-18428}"
+claim_instance victoria-metrics DATA "$PORT"
 
 args=(-httpListenAddr="$BACKENDS_BIND:$PORT"
       -storageDataPath="$DATA/storage"
@@ -36,7 +35,6 @@ args=(-httpListenAddr="$BACKENDS_BIND:$PORT"
 # shellcheck disable=SC2206
 [ -n "${VM_EXTRA_ARGS:-}" ] && args+=($VM_EXTRA_ARGS)
 
-t0=$(now_ms)
-spawn "$NAME" /usr/bin/victoria-metrics /usr/bin/victoria-metrics "${args[@]}"
-wait_http "$NAME" "${VM_SCHEME:-http}://127.0.0.1:$PORT/health" OK || { "$HERE/stop-victoria-metrics.sh"; exit 1; }
-log "$NAME ready on ${VM_SCHEME:-http}://127.0.0.1:$PORT (pid $SPAWNED_PID, $(( $(now_ms) - t0 )) ms, data $DATA)"
+serve "$NAME" "${VM_SCHEME:-http}://127.0.0.1:$PORT/health" OK \
+    /usr/bin/victoria-metrics /usr/bin/victoria-metrics "${args[@]}"
+log "$NAME ready on ${VM_SCHEME:-http}://127.0.0.1:$PORT (pid $SPAWNED_PID, $READY_MS ms, data $DATA)"

@@ -17,6 +17,8 @@ import time
 
 import pynvml
 
+from pacing import Pacer
+
 
 def main() -> int:
     ap = argparse.ArgumentParser()
@@ -38,7 +40,7 @@ def main() -> int:
     uuids = [pynvml.nvmlDeviceGetUUID(h) for h in handles]
     out = sys.stdout
     rounds = 0
-    next_t = time.monotonic()
+    pacer = Pacer(args.interval)
     while not stop and (args.samples == 0 or rounds < args.samples):
         gpus = []
         for i, h in enumerate(handles):
@@ -61,12 +63,7 @@ def main() -> int:
         out.write(json.dumps({"timestamp": time.time(), "gpus": gpus}) + "\n")
         out.flush()
         rounds += 1
-        next_t += args.interval
-        delay = next_t - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        else:
-            next_t = time.monotonic()
+        pacer.wait()
     pynvml.nvmlShutdown()
     print(f"rounds={rounds}", file=sys.stderr)
     return 0

@@ -14,6 +14,8 @@ import sys
 import time
 import urllib.parse
 
+from pacing import Pacer
+
 
 def main() -> int:
     ap = argparse.ArgumentParser()
@@ -51,7 +53,7 @@ def main() -> int:
     lat = []
     size = 0
     failures = 0
-    next_t = time.monotonic()
+    pacer = Pacer(args.interval)
     for _ in range(args.count):
         t0 = time.perf_counter()
         try:
@@ -68,12 +70,7 @@ def main() -> int:
         if not ok:
             failures += 1
         size = len(body)
-        next_t += args.interval
-        d = next_t - time.monotonic()
-        if d > 0:
-            time.sleep(d)
-        else:
-            next_t = time.monotonic()
+        pacer.wait()
     conn.close()
     with open(args.out, "w") as f:
         f.write("\n".join(f"{x:.4f}" for x in lat) + "\n")

@@ -83,6 +83,35 @@ macro_rules! feature_missing {
     };
 }
 
+/// A sink's section: when `$section` is set, the sink `$build` makes from it (`|s|`), pushed onto
+/// `$sinks` where `$feature` is compiled in (a serving sink's [`Listener`] put in `$listener`);
+/// else [`AssemblyError::FeatureMissing`]. A sink's error is [`AssemblyError::Sink`] under `$key`.
+macro_rules! section_sink {
+    ($sinks:ident, $section:expr, $key:literal, $what:literal, $feature:literal, |$s:ident| $build:expr) => {
+        section_sink!($sinks, $section, $key, $what, $feature, |$s| $build, |_sink| ())
+    };
+    ($sinks:ident, $section:expr, $key:literal, $what:literal, $feature:literal, |$s:ident| $build:expr,
+     listener: $listener:expr) => {
+        section_sink!($sinks, $section, $key, $what, $feature, |$s| $build, |sink| {
+            $listener = sink.local_addr().map(|addr| Listener { addr, tls: $s.tls.is_some() })
+        })
+    };
+    ($sinks:ident, $section:expr, $key:literal, $what:literal, $feature:literal, |$s:ident| $build:expr,
+     |$sink:ident| $then:expr) => {
+        if let Some(_section) = $section {
+            #[cfg(feature = $feature)]
+            {
+                let $s = _section;
+                let $sink = $build.map_err(|e| AssemblyError::sink($key, e))?;
+                $then;
+                $sinks.push(Box::new($sink));
+            }
+            #[cfg(not(feature = $feature))]
+            feature_missing!($key, $what, $feature);
+        }
+    };
+}
+
 /// Every sink `config` asks for; stdout when nothing else is and `report` is false (the run
 /// report is output of its own: with it alone, no per-tick lines).
 pub(super) fn build(config: &AgentConfig, marks: Marks<'_>, report: bool) -> Result<Built, AssemblyError> {
@@ -93,79 +122,42 @@ pub(super) fn build(config: &AgentConfig, marks: Marks<'_>, report: bool) -> Res
     let mut listeners = Listeners::default();
 
     // --- Prometheus scrape endpoint ---------------------------------------------------------------
-    if let Some(_section) = &config.prometheus {
-        #[cfg(feature = "prometheus")]
-        {
-            use gpumon_sinks::prometheus::PrometheusSink;
-            let sink = PrometheusSink::from_config(_section).map_err(|e| AssemblyError::sink("prometheus", e))?;
-            listeners.prometheus = sink.local_addr().map(|addr| Listener { addr, tls: _section.tls.is_some() });
-            sinks.push(Box::new(sink));
-        }
-        #[cfg(not(feature = "prometheus"))]
-        feature_missing!("prometheus", "a Prometheus endpoint", "prometheus");
-    }
+    section_sink!(sinks, &config.prometheus, "prometheus", "a Prometheus endpoint", "prometheus",
+        |s| gpumon_sinks::prometheus::PrometheusSink::from_config(s), listener: listeners.prometheus);
 
     // --- Pushgateway ------------------------------------------------------------------------------
-    if let Some(_section) = &config.pushgateway {
-        #[cfg(feature = "pushgateway")]
-        {
-            use gpumon_sinks::prometheus::PushgatewaySink;
-            let mut cfg = _section.clone();
-            // The group's `instance` (this host's name unless configured) is the host label of
-            // everything pushed: the host override sets it like every other sink's.
-            if let Some(host) = marks.host {
-                cfg.grouping.entry("instance".to_owned()).or_insert_with(|| host.to_owned());
-            }
-            let sink = PushgatewaySink::from_config(&cfg).map_err(|e| AssemblyError::sink("pushgateway", e))?;
-            sinks.push(Box::new(sink));
+    section_sink!(sinks, &config.pushgateway, "pushgateway", "a Pushgateway", "pushgateway", |s| {
+        let mut cfg = s.clone();
+        // The group's `instance` (this host's name unless configured) is the host label of
+        // everything pushed: the host override sets it like every other sink's.
+        if let Some(host) = marks.host {
+            cfg.grouping.entry("instance".to_owned()).or_insert_with(|| host.to_owned());
         }
-        #[cfg(not(feature = "pushgateway"))]
-        feature_missing!("pushgateway", "a Pushgateway", "pushgateway");
-    }
+        gpumon_sinks::prometheus::PushgatewaySink::from_config(&cfg)
+    });
 
     // --- InfluxDB ---------------------------------------------------------------------------------
-    if let Some(_section) = &config.influxdb {
-        #[cfg(feature = "influxdb")]
-        {
-            use gpumon_sinks::influxdb::InfluxSink;
-            let sink = InfluxSink::from_config(_section).map_err(|e| AssemblyError::sink("influxdb", e))?;
-            sinks.push(Box::new(sink));
-        }
-        #[cfg(not(feature = "influxdb"))]
-        feature_missing!("influxdb", "InfluxDB", "influxdb");
-    }
+    section_sink!(sinks, &config.influxdb, "influxdb", "InfluxDB", "influxdb", |s| {
+        gpumon_sinks::influxdb::InfluxSink::from_config(s)
+    });
 
     // --- Prometheus remote write ------------------------------------------------------------------
-    if let Some(_section) = &config.remote_write {
-        #[cfg(feature = "remote-write")]
-        {
-            use gpumon_sinks::remote_write::RemoteWriteSink;
-            let sink = RemoteWriteSink::from_config(_section).map_err(|e| AssemblyError::sink("remote_write", e))?;
-            sinks.push(Box::new(sink));
-        }
-        #[cfg(not(feature = "remote-write"))]
-        feature_missing!("remote_write", "Prometheus remote write", "remote-write");
-    }
+    section_sink!(sinks, &config.remote_write, "remote_write", "Prometheus remote write", "remote-write", |s| {
+        gpumon_sinks::remote_write::RemoteWriteSink::from_config(s)
+    });
 
     // --- OTLP -------------------------------------------------------------------------------------
-    if let Some(_section) = &config.otlp {
-        #[cfg(feature = "otlp")]
-        {
-            use gpumon_sinks::otlp::OtlpSink;
-            let mut cfg = _section.clone();
-            // Both pipelines take the resource from the config (an explicit key there wins).
-            if let Some(mark) = marks.backend {
-                cfg.resource_attributes.entry("gpumon.backend".to_owned()).or_insert_with(|| mark.to_owned());
-            }
-            if let Some(host) = marks.host {
-                cfg.resource_attributes.entry("host.name".to_owned()).or_insert_with(|| host.to_owned());
-            }
-            let sink = OtlpSink::from_config(&cfg).map_err(|e| AssemblyError::sink("otlp", e))?;
-            sinks.push(Box::new(sink));
+    section_sink!(sinks, &config.otlp, "otlp", "OTLP export", "otlp", |s| {
+        let mut cfg = s.clone();
+        // Both pipelines take the resource from the config (an explicit key there wins).
+        if let Some(mark) = marks.backend {
+            cfg.resource_attributes.entry("gpumon.backend".to_owned()).or_insert_with(|| mark.to_owned());
         }
-        #[cfg(not(feature = "otlp"))]
-        feature_missing!("otlp", "OTLP export", "otlp");
-    }
+        if let Some(host) = marks.host {
+            cfg.resource_attributes.entry("host.name".to_owned()).or_insert_with(|| host.to_owned());
+        }
+        gpumon_sinks::otlp::OtlpSink::from_config(&cfg)
+    });
 
     // --- record: a trace of every snapshot (gpumon_core::trace, docs/replay.md) --------------------
     if let Some(path) = &config.record.file {
@@ -176,17 +168,8 @@ pub(super) fn build(config: &AgentConfig, marks: Marks<'_>, report: bool) -> Res
     // --- live web view ----------------------------------------------------------------------------
     // An exporting sink (its name is not `stdout`): with it, `auto` never falls back to simulated
     // GPUs; the page shows its "simulated data" banner only when the snapshots say `mock`.
-    if let Some(_section) = &config.web {
-        #[cfg(feature = "web")]
-        {
-            use gpumon_sinks::web::WebSink;
-            let sink = WebSink::from_config(_section).map_err(|e| AssemblyError::sink("web", e))?;
-            listeners.web = sink.local_addr().map(|addr| Listener { addr, tls: _section.tls.is_some() });
-            sinks.push(Box::new(sink));
-        }
-        #[cfg(not(feature = "web"))]
-        feature_missing!("web", "the web view", "web");
-    }
+    section_sink!(sinks, &config.web, "web", "the web view", "web",
+        |s| gpumon_sinks::web::WebSink::from_config(s), listener: listeners.web);
 
     // --- stdout -----------------------------------------------------------------------------------
     if config.stdout.enabled.unwrap_or(sinks.is_empty() && !report) {

@@ -27,6 +27,17 @@ pub fn run(cmd: &mut Command) -> (i32, String, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
 }
 
+/// Runs `cmd` as `--backend mock --once --stdout-format json` (the flags appended to its own):
+/// it must exit 0 and print exactly one snapshot, which is returned.
+#[cfg(feature = "agent")]
+pub fn mock_once(cmd: &mut Command) -> gpumon::core::Snapshot {
+    let (code, stdout, stderr) = run(cmd.args(["--backend", "mock", "--once", "--stdout-format", "json"]));
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let lines: Vec<_> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "exactly one snapshot: {stdout}");
+    serde_json::from_str(lines[0]).unwrap()
+}
+
 /// A Prometheus started by the backends dir's `start-prometheus.sh` under `BACKEND_INSTANCE`
 /// (instance, backends dir), stopped with `stop-prometheus.sh` when dropped.
 pub struct PrometheusInstance(pub String, pub String);

@@ -877,6 +877,35 @@ fn memory_phrase(out: &mut String, s: &TickStats) {
     }
 }
 
+/// "temperature up to T °C (slowdown at S °C)", as far as it was read.
+fn temperature_phrase(out: &mut String, s: &Summary, now: &TickStats) {
+    if let Some(t) = s.temperature_max {
+        let _ = write!(out, "temperature up to {t:.0} °C");
+        if let Some(slow) = now.temperature_slowdown {
+            let _ = write!(out, " (slowdown at {slow:.0} °C)");
+        }
+    }
+}
+
+/// `lead` then "power P W of a L W limit", when both were read.
+fn power_phrase(out: &mut String, lead: &str, s: &Summary, now: &TickStats) {
+    if let (Some(p), Some(l)) = (s.power.get(), now.power_limit) {
+        let _ = write!(out, "{lead}power {p:.0} W of a {l:.0} W limit");
+    }
+}
+
+/// ", SM clock C MHz of M MHz max", as far as it was read; then ", {reasons} active on n of N
+/// ticks": the clock-held-down findings' closing words.
+fn held_down_phrase(out: &mut String, s: &Summary, now: &TickStats, reasons: &str) {
+    if let Some(c) = s.sm_clock.get() {
+        let _ = write!(out, ", SM clock {:.0} MHz", c / 1e6);
+        if let Some(max) = now.sm_clock_max {
+            let _ = write!(out, " of {:.0} MHz max", max / 1e6);
+        }
+    }
+    let _ = write!(out, ", {reasons} active on {} of {} ticks", s.reason_ticks, s.ticks);
+}
+
 /// The evidence sentence for `kind` on a device, from this tick's stats `now` and its window
 /// `history` (newest last, `now` included). `peer` names the busiest other GPU for imbalance:
 /// (index, uuid, level).
@@ -965,22 +994,9 @@ pub(crate) fn evidence(
             }
         }
         K::ExternalSlowdown => {
-            if let Some(temp) = s.temperature_max {
-                let _ = write!(out, "temperature up to {temp:.0} °C");
-                if let Some(slow) = now.temperature_slowdown {
-                    let _ = write!(out, " (slowdown at {slow:.0} °C)");
-                }
-            }
-            if let (Some(p), Some(l)) = (s.power.get(), now.power_limit) {
-                let _ = write!(out, ", power {p:.0} W of a {l:.0} W limit");
-            }
-            if let Some(c) = s.sm_clock.get() {
-                let _ = write!(out, ", SM clock {:.0} MHz", c / 1e6);
-                if let Some(max) = now.sm_clock_max {
-                    let _ = write!(out, " of {:.0} MHz max", max / 1e6);
-                }
-            }
-            let _ = write!(out, ", HW slowdown / power brake active on {} of {} ticks", s.reason_ticks, s.ticks);
+            temperature_phrase(&mut out, &s, now);
+            power_phrase(&mut out, ", ", &s, now);
+            held_down_phrase(&mut out, &s, now, "HW slowdown / power brake");
         }
         K::MemoryBound => {
             pct(&mut out, "SM activity", s.sm_activity.get().or(s.level.get()));
@@ -1006,22 +1022,11 @@ pub(crate) fn evidence(
         }
         K::ThermalThrottling | K::PowerThrottling => {
             if kind == K::ThermalThrottling {
-                if let Some(t) = s.temperature_max {
-                    let _ = write!(out, "temperature up to {t:.0} °C");
-                    if let Some(slow) = now.temperature_slowdown {
-                        let _ = write!(out, " (slowdown at {slow:.0} °C)");
-                    }
-                }
-            } else if let (Some(p), Some(l)) = (s.power.get(), now.power_limit) {
-                let _ = write!(out, "power {p:.0} W of a {l:.0} W limit");
+                temperature_phrase(&mut out, &s, now);
+            } else {
+                power_phrase(&mut out, "", &s, now);
             }
-            if let Some(c) = s.sm_clock.get() {
-                let _ = write!(out, ", SM clock {:.0} MHz", c / 1e6);
-                if let Some(max) = now.sm_clock_max {
-                    let _ = write!(out, " of {:.0} MHz max", max / 1e6);
-                }
-            }
-            let _ = write!(out, ", slowdown reasons active on {} of {} ticks", s.reason_ticks, s.ticks);
+            held_down_phrase(&mut out, &s, now, "slowdown reasons");
         }
         K::NearOom => {
             if let (Some(r), Some(used)) = (now.memory_ratio(), now.memory_used) {

@@ -48,19 +48,59 @@ struct Rig {
 
 impl Rig {
     fn new(window_secs: u64) -> Self {
-        let mut d = Diagnoser::new(DiagnoseConfig::default().with_window(Duration::from_secs(window_secs))).unwrap();
+        Self::with_config(DiagnoseConfig::default().with_window(Duration::from_secs(window_secs)))
+    }
+
+    /// A 10 s window with no warm-up grace: idle GPUs count as idle from the first tick.
+    fn without_grace() -> Self {
+        Self::with_config(
+            DiagnoseConfig::default().with_window(Duration::from_secs(10)).with_idle_grace(Duration::ZERO),
+        )
+    }
+
+    fn with_config(config: DiagnoseConfig) -> Self {
+        let mut d = Diagnoser::new(config).unwrap();
         d.attach(&ProcessorContext::new(Duration::from_secs(1)));
         Self { d, tick: 0, system: Arc::new(SystemInfo::new("node-1", "test")) }
     }
 
     fn step(&mut self, devices: Vec<DeviceSample>) -> Diagnosis {
+        self.step_with(devices, None)
+    }
+
+    /// One tick (1 s after the last) of `devices`, with the step tracker's output when `steps`.
+    fn step_with(&mut self, devices: Vec<DeviceSample>, steps: Option<crate::stages::steps::Steps>) -> Diagnosis {
         self.tick += 1;
         let mut s = Snapshot::new(self.system.clone(), devices)
             .with_seq(self.tick)
             .with_taken_at(UNIX_EPOCH + Duration::from_secs(1_700_000_000 + self.tick));
+        if let Some(steps) = steps {
+            s.attach(steps);
+        }
         self.d.process(&mut s);
         s.output::<crate::Diagnosis>().cloned().expect("the diagnoser always attaches its diagnosis")
     }
+
+    /// `ticks` ticks, each of the devices `devices` makes; the last tick's diagnosis.
+    fn run(&mut self, ticks: usize, mut devices: impl FnMut() -> Vec<DeviceSample>) -> Diagnosis {
+        (0..ticks).map(|_| self.step(devices())).last().expect("at least one tick")
+    }
+}
+
+fn assert_quiet(d: &Diagnosis) {
+    assert!(d.active.is_empty(), "{:?}", kinds_on(d));
+}
+
+/// A GPU whose utilisation dips to near zero and recovers within every interval (a starving
+/// input pipeline, seen in the high-resolution windows), compute and DRAM low.
+fn dipping(index: u32) -> DeviceSample {
+    let mut d = busy(index);
+    d.utilization.gpu = Some(0.4);
+    d.windows.gpu_utilization = Some(WindowStats { min: 0.02, max: 0.96, mean: 0.31, count: 6 });
+    d.windows.memory_utilization = Some(WindowStats { min: 0.0, max: 0.3, mean: 0.12, count: 6 });
+    d.gpm.sm_activity = Some(0.3);
+    d.gpm.dram_bandwidth = Some(0.1);
+    d
 }
 
 fn kinds_on(d: &Diagnosis) -> Vec<(Option<u32>, FindingKind)> {
@@ -76,7 +116,7 @@ fn healthy_busy_gpus_raise_nothing() {
     let mut rig = Rig::new(10);
     for _ in 0..100 {
         let d = rig.step((0..4).map(busy).collect());
-        assert!(d.active.is_empty(), "{:?}", kinds_on(&d));
+        assert_quiet(&d);
         assert!(d.events.is_empty());
     }
 }
@@ -129,8 +169,7 @@ fn near_oom_is_not_raised_while_memory_shrinks() {
     for tick in 0..30u64 {
         let mut d = busy(0);
         d.memory.used = Some(79 * GIB - tick * 10_000_000);
-        let diag = rig.step(vec![d]);
-        assert!(diag.active.is_empty(), "{:?}", kinds_on(&diag));
+        assert_quiet(&rig.step(vec![d]));
     }
 }
 
@@ -153,16 +192,13 @@ fn active_findings_are_shared_between_ticks_not_rebuilt() {
 
 #[test]
 fn imbalance_is_found_on_the_idle_twin_and_names_the_busy_one() {
-    let mut rig = Rig::new(10);
-    let mut last = None;
-    for _ in 0..12 {
+    let d = Rig::new(10).run(12, || {
         let mut idle = busy(1);
         idle.utilization.gpu = Some(0.05);
         idle.windows.gpu_utilization = Some(WindowStats { min: 0.0, max: 0.12, mean: 0.06, count: 6 });
         idle.gpm.sm_activity = Some(0.05);
-        last = Some(rig.step(vec![busy(0), idle]));
-    }
-    let d = last.unwrap();
+        vec![busy(0), idle]
+    });
     assert_eq!(kinds_on(&d), [(Some(1), FindingKind::Imbalance)]);
     let f = &d.active[0];
     assert!(f.evidence.contains("while GPU 0 (GPU-0000) runs at 94 %"), "{}", f.evidence);
@@ -170,15 +206,9 @@ fn imbalance_is_found_on_the_idle_twin_and_names_the_busy_one() {
 
 #[test]
 fn idle_allocated_without_a_busy_peer() {
-    let mut rig = Rig::new(10);
     // Past the warm-up grace from the first tick (its own test is below).
-    rig.d =
-        Diagnoser::new(DiagnoseConfig::default().with_window(Duration::from_secs(10)).with_idle_grace(Duration::ZERO))
-            .unwrap();
-    rig.d.attach(&ProcessorContext::new(Duration::from_secs(1)));
-    let mut last = None;
-    for _ in 0..12 {
-        let gpus = (0..2)
+    let d = Rig::without_grace().run(12, || {
+        (0..2)
             .map(|i| {
                 let mut d = busy(i);
                 d.utilization.gpu = Some(0.0);
@@ -187,28 +217,18 @@ fn idle_allocated_without_a_busy_peer() {
                 d.memory.used = Some(30 * GIB);
                 d
             })
-            .collect();
-        last = Some(rig.step(gpus));
-    }
-    let d = last.unwrap();
+            .collect()
+    });
     assert_eq!(kinds_on(&d), [(Some(0), FindingKind::IdleAllocated), (Some(1), FindingKind::IdleAllocated)]);
 }
 
 #[test]
 fn starvation_from_high_resolution_dips() {
-    let mut rig = Rig::new(10);
-    let mut last = None;
-    for _ in 0..12 {
-        let mut d = busy(0);
-        d.utilization.gpu = Some(0.4);
+    let d = Rig::new(10).run(12, || {
+        let mut d = dipping(0);
         d.utilization.memory = Some(0.15);
-        d.windows.gpu_utilization = Some(WindowStats { min: 0.02, max: 0.96, mean: 0.31, count: 6 });
-        d.windows.memory_utilization = Some(WindowStats { min: 0.0, max: 0.3, mean: 0.12, count: 6 });
-        d.gpm.sm_activity = Some(0.3);
-        d.gpm.dram_bandwidth = Some(0.1);
-        last = Some(rig.step(vec![d]));
-    }
-    let d = last.unwrap();
+        vec![d]
+    });
     assert_eq!(kinds_on(&d), [(Some(0), FindingKind::DataloaderStarvation)]);
     let e = &d.active[0].evidence;
     assert!(
@@ -227,25 +247,14 @@ fn starvation_evidence_quotes_the_step_time_when_steps_are_tracked() {
     let mut rig = Rig::new(10);
     let mut raised = None;
     for tick in 1..=12u64 {
-        let mut d = busy(0);
-        d.utilization.gpu = Some(0.4);
-        d.windows.gpu_utilization = Some(WindowStats { min: 0.02, max: 0.96, mean: 0.31, count: 6 });
-        d.windows.memory_utilization = Some(WindowStats { min: 0.0, max: 0.3, mean: 0.12, count: 6 });
-        d.gpm.sm_activity = Some(0.3);
-        d.gpm.dram_bandwidth = Some(0.1);
+        let d = dipping(0);
         let mut report = StepReport::new(tick, Duration::from_millis(1250));
         let mut g = DeviceStep::new(d.info.uuid.clone());
         g.utilization_mean = Some(0.4);
         report.devices.push(g);
         let mut run = RunSteps::new("train", Some(0));
         run.last = Some(report);
-        let steps = Steps { runs: vec![run], ..Default::default() };
-        let mut s = Snapshot::new(rig.system.clone(), vec![d])
-            .with_seq(tick)
-            .with_taken_at(UNIX_EPOCH + Duration::from_secs(1_700_000_000 + tick));
-        s.attach(steps);
-        rig.d.process(&mut s);
-        let diagnosis = s.output::<crate::Diagnosis>().cloned().unwrap();
+        let diagnosis = rig.step_with(vec![d], Some(Steps { runs: vec![run], ..Default::default() }));
         if let Some(f) = first_raise(&diagnosis, FindingKind::DataloaderStarvation) {
             raised = Some((tick, f.evidence.clone()));
         }
@@ -274,34 +283,29 @@ fn starvation_without_high_resolution_windows_uses_the_swings_across_ticks() {
 
 #[test]
 fn memory_bound_is_not_starvation() {
-    let mut rig = Rig::new(10);
-    let mut last = None;
-    for _ in 0..12 {
+    let d = Rig::new(10).run(12, || {
         let mut d = busy(0);
         d.utilization.gpu = Some(0.35);
         d.windows.gpu_utilization = Some(WindowStats { min: 0.05, max: 0.7, mean: 0.33, count: 6 });
         d.gpm.sm_activity = Some(0.3);
         d.gpm.dram_bandwidth = Some(0.82);
         d.utilization.memory = Some(0.8);
-        last = Some(rig.step(vec![d]));
-    }
-    assert_eq!(kinds_on(&last.unwrap()), [(Some(0), FindingKind::MemoryBound)]);
+        vec![d]
+    });
+    assert_eq!(kinds_on(&d), [(Some(0), FindingKind::MemoryBound)]);
 }
 
 #[test]
 fn thermal_throttling_suppresses_power_throttling() {
-    let mut rig = Rig::new(10);
-    let mut last = None;
-    for _ in 0..12 {
+    let d = Rig::new(10).run(12, || {
         let mut d = busy(0);
         d.temperature.gpu = Some(90.0);
         d.clocks.sm = Some(1400e6);
         d.power.usage_watts = Some(690.0);
         d.clock_event_reasons =
             Some(ClockEventReasons(ClockEventReasons::HW_THERMAL_SLOWDOWN | ClockEventReasons::SW_POWER_CAP));
-        last = Some(rig.step(vec![d]));
-    }
-    let d = last.unwrap();
+        vec![d]
+    });
     assert_eq!(kinds_on(&d), [(Some(0), FindingKind::ThermalThrottling)]);
     assert!(d.active[0].evidence.contains("slowdown at 87 °C"), "{}", d.active[0].evidence);
 }
@@ -324,20 +328,14 @@ fn power_throttling_needs_the_limit_and_reduced_clocks() {
     for _ in 0..20 {
         assert!(rig.step(vec![power_capped(699.0, 1980e6)]).active.is_empty());
     }
-    let mut last = None;
-    for _ in 0..12 {
-        last = Some(rig.step(vec![power_capped(699.0, 1500e6)]));
-    }
-    let d = last.unwrap();
+    let d = rig.run(12, || vec![power_capped(699.0, 1500e6)]);
     assert_eq!(kinds_on(&d), [(Some(0), FindingKind::PowerThrottling)]);
     assert_eq!(d.active[0].severity, Severity::Info);
 }
 
 #[test]
 fn pcie_bound_compares_traffic_with_the_link() {
-    let mut rig = Rig::new(10);
-    let mut last = None;
-    for _ in 0..12 {
+    let d = Rig::new(10).run(12, || {
         let mut d = busy(0);
         d.utilization.gpu = Some(0.3);
         d.windows.gpu_utilization = Some(WindowStats { min: 0.2, max: 0.4, mean: 0.3, count: 6 });
@@ -348,9 +346,8 @@ fn pcie_bound_compares_traffic_with_the_link() {
         d.pcie.link_width = Some(16);
         d.pcie.rx_bytes_per_second = Some(48e9);
         d.pcie.tx_bytes_per_second = Some(2e9);
-        last = Some(rig.step(vec![d]));
-    }
-    let d = last.unwrap();
+        vec![d]
+    });
     assert_eq!(kinds_on(&d), [(Some(0), FindingKind::PcieBound)]);
     assert!(d.active[0].evidence.starts_with("PCIe traffic 48.0 GB/s (76 % of the link)"), "{}", d.active[0].evidence);
 }
@@ -646,19 +643,18 @@ fn starvation_with_one_driver_sample_per_interval_is_found_across_ticks() {
 fn idling_together_is_starvation_and_in_turn_is_pipeline_bubbles() {
     // Four GPUs. Together: all idle on the same ticks. In turn: GPU i idles on ticks ≡ i mod 4.
     let run = |staggered: bool| {
-        let mut rig = Rig::new(10);
-        let mut last = None;
-        for tick in 0..30u32 {
+        let mut tick = 0u32;
+        let last = Rig::new(10).run(30, || {
             let gpus = (0..4)
                 .map(|i| {
-                    let idle = if staggered { tick % 4 == i } else { tick % 4 == 0 || tick % 4 == 1 };
+                    let idle = if staggered { tick % 4 == i } else { tick % 4 < 2 };
                     one_sample(i, if idle { 0.02 } else { 0.93 }, true)
                 })
                 .collect();
-            last = Some(rig.step(gpus));
-        }
-        let kinds: BTreeSet<FindingKind> = kinds_on(&last.unwrap()).into_iter().map(|(_, k)| k).collect();
-        kinds
+            tick += 1;
+            gpus
+        });
+        kinds_on(&last).into_iter().map(|(_, k)| k).collect::<BTreeSet<FindingKind>>()
     };
     assert_eq!(run(false), BTreeSet::from([FindingKind::DataloaderStarvation]));
     let in_turn = run(true);
@@ -667,13 +663,7 @@ fn idling_together_is_starvation_and_in_turn_is_pipeline_bubbles() {
 
 #[test]
 fn a_straggler_among_busy_peers_is_named_and_twins_stay_imbalance() {
-    let mut rig = Rig::new(10);
-    let mut last = None;
-    for _ in 0..12 {
-        let gpus = (0..8).map(|i| one_sample(i, if i == 5 { 0.6 } else { 0.97 }, true)).collect();
-        last = Some(rig.step(gpus));
-    }
-    let d = last.unwrap();
+    let d = Rig::new(10).run(12, || (0..8).map(|i| one_sample(i, if i == 5 { 0.6 } else { 0.97 }, true)).collect());
     assert_eq!(kinds_on(&d), [(Some(5), FindingKind::Straggler)]);
     assert!(
         d.active[0].evidence.starts_with("utilisation 60 % while its peers run at up to 97 %"),
@@ -681,26 +671,19 @@ fn a_straggler_among_busy_peers_is_named_and_twins_stay_imbalance() {
         d.active[0].evidence
     );
     // Two GPUs, one far behind: imbalance, not a straggler (there is no group to fall behind).
-    let mut rig = Rig::new(10);
-    let mut last = None;
-    for _ in 0..12 {
-        last = Some(rig.step(vec![one_sample(0, 0.97, true), one_sample(1, 0.05, true)]));
-    }
-    assert_eq!(kinds_on(&last.unwrap()), [(Some(1), FindingKind::Imbalance)]);
+    let d = Rig::new(10).run(12, || vec![one_sample(0, 0.97, true), one_sample(1, 0.05, true)]);
+    assert_eq!(kinds_on(&d), [(Some(1), FindingKind::Imbalance)]);
 }
 
 #[test]
 fn hw_slowdown_on_a_cool_gpu_is_an_external_slowdown() {
-    let mut rig = Rig::new(10);
-    let mut last = None;
-    for _ in 0..12 {
+    let d = Rig::new(10).run(12, || {
         let mut d = busy(0);
         d.clock_event_reasons = Some(ClockEventReasons(ClockEventReasons::HW_SLOWDOWN));
         d.clocks.sm = d.info.max_clocks.sm.map(|m| m * 0.5);
         d.temperature.gpu = Some(45.0);
-        last = Some(rig.step(vec![d]));
-    }
-    let d = last.unwrap();
+        vec![d]
+    });
     assert_eq!(kinds_on(&d), [(Some(0), FindingKind::ExternalSlowdown)]);
     assert!(d.active[0].evidence.contains("HW slowdown / power brake active on"), "{}", d.active[0].evidence);
 }
@@ -733,11 +716,7 @@ fn idle_allocated_waits_for_the_warm_up_grace_unless_the_gpu_has_run() {
 fn idle_allocated_evidence_quotes_what_the_rule_tested() {
     // Idle on most ticks, with a little housekeeping (12 %: above the idle level, below the idle
     // peak) on every tenth; the evidence says how often the rule's own test held.
-    let mut rig = Rig::new(10);
-    rig.d =
-        Diagnoser::new(DiagnoseConfig::default().with_window(Duration::from_secs(10)).with_idle_grace(Duration::ZERO))
-            .unwrap();
-    rig.d.attach(&ProcessorContext::new(Duration::from_secs(1)));
+    let mut rig = Rig::without_grace();
     let mut evidence = None;
     for tick in 0..40 {
         let util = if tick % 10 == 0 { 0.12 } else { 0.0 };
@@ -776,40 +755,36 @@ fn averaged_tick(rig: &mut Rig, tick: u64, levels: &[f64], marked: &[bool]) -> D
         }
         devices.push(d);
     }
-    rig.tick += 1;
-    let mut s = Snapshot::new(rig.system.clone(), devices)
-        .with_seq(rig.tick)
-        .with_taken_at(UNIX_EPOCH + Duration::from_secs(1_700_000_000 + rig.tick));
-    if !runs.is_empty() {
-        s.attach(Steps { runs, ..Default::default() });
+    rig.step_with(devices, (!runs.is_empty()).then(|| Steps { runs, ..Default::default() }))
+}
+
+/// 20 ticks of [`averaged_tick`] on a fresh rig, `each` seeing every tick's diagnosis; the last.
+fn averaged_run(levels: &[f64], marked: &[bool], mut each: impl FnMut(&Diagnosis)) -> Diagnosis {
+    let mut rig = Rig::new(10);
+    let mut last = None;
+    for tick in 1..=20 {
+        let d = averaged_tick(&mut rig, tick, levels, marked);
+        each(&d);
+        last = Some(d);
     }
-    rig.d.process(&mut s);
-    s.output::<crate::Diagnosis>().cloned().unwrap()
+    last.expect("20 ticks")
 }
 
 #[test]
 fn marked_steps_decide_starvation_where_the_readings_average_it_away() {
     // Two GPUs at a steady 40 % in every reading: without steps nothing tells a starving loop
     // from steady light work, and nothing is raised.
-    let mut unmarked = Rig::new(10);
-    for tick in 1..=20 {
-        let d = averaged_tick(&mut unmarked, tick, &[0.4, 0.4], &[false, false]);
-        assert!(d.active.is_empty(), "{:?}", kinds_on(&d));
-    }
+    averaged_run(&[0.4, 0.4], &[false, false], assert_quiet);
     // With GPU 0's rank marking its steps, its steps are 60 % idle: starvation, on GPU 0 only
     // (GPU 1 has no run of its own: rank 0's steps are not its steps).
-    let mut marked = Rig::new(10);
     let mut evidence = None;
-    for tick in 1..=20 {
-        let d = averaged_tick(&mut marked, tick, &[0.4, 0.4], &[true, false]);
-        if let Some(f) = first_raise(&d, FindingKind::DataloaderStarvation) {
+    let last = averaged_run(&[0.4, 0.4], &[true, false], |d| {
+        if let Some(f) = first_raise(d, FindingKind::DataloaderStarvation) {
             assert_eq!(f.gpu, Some(0));
             evidence = Some(f.evidence.clone());
         }
-        if tick == 20 {
-            assert_eq!(kinds_on(&d), vec![(Some(0), FindingKind::DataloaderStarvation)]);
-        }
-    }
+    });
+    assert_eq!(kinds_on(&last), vec![(Some(0), FindingKind::DataloaderStarvation)]);
     let e = evidence.expect("raised");
     assert!(e.contains("its marked steps 40 % busy on average (60 % of each step idle"), "{e}");
     assert!(e.contains("these may be pipeline bubbles"), "{e}");
@@ -819,17 +794,9 @@ fn marked_steps_decide_starvation_where_the_readings_average_it_away() {
 #[test]
 fn marked_steps_of_a_busy_loop_or_a_straggler_are_not_starvation() {
     // Busy steps: nothing.
-    let mut rig = Rig::new(10);
-    for tick in 1..=20 {
-        let d = averaged_tick(&mut rig, tick, &[0.95, 0.94], &[true, true]);
-        assert!(d.active.is_empty(), "{:?}", kinds_on(&d));
-    }
+    averaged_run(&[0.95, 0.94], &[true, true], assert_quiet);
     // One rank at 55 % among three at 96 %, all marked: a straggler, not a starving loader
     // (a loader holds back every rank of the job alike).
-    let mut rig = Rig::new(10);
-    let mut last = None;
-    for tick in 1..=20 {
-        last = Some(averaged_tick(&mut rig, tick, &[0.96, 0.96, 0.55, 0.96], &[true; 4]));
-    }
-    assert_eq!(kinds_on(&last.unwrap()), vec![(Some(2), FindingKind::Straggler)]);
+    let last = averaged_run(&[0.96, 0.96, 0.55, 0.96], &[true; 4], |_| {});
+    assert_eq!(kinds_on(&last), vec![(Some(2), FindingKind::Straggler)]);
 }

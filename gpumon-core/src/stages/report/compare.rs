@@ -301,6 +301,16 @@ fn write_delta(f: &mut fmt::Formatter<'_>, c: &Change) -> fmt::Result {
     }
 }
 
+/// `before → after`, `separator`, the difference (`write_delta`), and the end of the line.
+fn write_change(f: &mut fmt::Formatter<'_>, c: &Change, separator: &str) -> fmt::Result {
+    c.measure.write_value(f, c.before)?;
+    f.write_str(" → ")?;
+    c.measure.write_value(f, c.after)?;
+    f.write_str(separator)?;
+    write_delta(f, c)?;
+    writeln!(f)
+}
+
 fn write_kinds(
     f: &mut fmt::Formatter<'_>,
     label: &str,
@@ -328,23 +338,13 @@ impl fmt::Display for Comparison {
         match self.main.and_then(|m| self.change(m)) {
             Some(c) => {
                 write!(f, "  main change           {} ", c.measure.label())?;
-                c.measure.write_value(f, c.before)?;
-                f.write_str(" → ")?;
-                c.measure.write_value(f, c.after)?;
-                f.write_str(", ")?;
-                write_delta(f, c)?;
-                writeln!(f)?;
+                write_change(f, c, ", ")?;
             }
             None => writeln!(f, "  main change           none measurable")?,
         }
         for c in &self.changes {
             write!(f, "  {:<22}", c.measure.label())?;
-            c.measure.write_value(f, c.before)?;
-            f.write_str(" → ")?;
-            c.measure.write_value(f, c.after)?;
-            f.write_str("  ")?;
-            write_delta(f, c)?;
-            writeln!(f)?;
+            write_change(f, c, "  ")?;
         }
         if !self.missing.is_empty() {
             let names: Vec<&str> = self.missing.iter().map(|m| m.label()).collect();
