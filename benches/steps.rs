@@ -64,7 +64,13 @@ fn steps(c: &mut Criterion) {
         b.iter(|| {
             k += 1;
             mark(&mut client, &mut line, "remote", k);
+            let mut spins = 0u32;
             while remote.last_step() != Some(k) {
+                // A refused mark is never recorded: fail instead of spinning for ever.
+                spins = spins.wrapping_add(1);
+                if spins % (1 << 20) == 0 {
+                    assert_eq!(registry.rejections().unwrap().total(), 0, "the agent refused a mark");
+                }
                 std::hint::spin_loop();
             }
         })

@@ -379,7 +379,9 @@ pub struct StepRegistry {
 /// only on the error path, so no libc call is needed.
 fn self_uid() -> u32 {
     use std::os::unix::fs::MetadataExt as _;
-    std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid())
+    // Read once: a peer's mark for a run of this process asks on every line.
+    static UID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *UID.get_or_init(|| std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid()))
 }
 
 fn validate_job(job: &str) -> Result<(), StepError> {
@@ -440,6 +442,8 @@ impl StepRegistry {
         if let Some(cell) = runs.iter().find(|c| &*c.job == job && c.rank == rank) {
             if let Some(peer) = owner {
                 // A peer marks only its own runs; this process (no peer) is trusted with all.
+                // A run this process registered belongs to this process's user, so a peer of
+                // that user may mark it too (the run keeps this process's pid).
                 match cell.owner {
                     Some(o) if o.uid == peer.uid => {
                         if let Some(pid) = peer.pid {
@@ -447,6 +451,7 @@ impl StepRegistry {
                         }
                     }
                     Some(o) => return Err(StepError::NotOwner { owner: o.uid, uid: peer.uid }),
+                    None if peer.uid == self_uid() => {}
                     None => return Err(StepError::NotOwner { owner: self_uid(), uid: peer.uid }),
                 }
             }
@@ -560,7 +565,8 @@ impl StepRegistry {
 
     /// [`StepRegistry::record`] for a mark that `peer` sent (the steps socket passes the
     /// connection's credentials): a run first seen here belongs to `peer.uid`, and a run that
-    /// another uid registered — or that this process made — is not `peer`'s to mark.
+    /// another uid registered — or that this process made, unless `peer` is this process's own
+    /// user — is not `peer`'s to mark.
     ///
     /// ```
     /// use gpumon_core::steps::{Peer, StepConfig, StepError, StepTracker};

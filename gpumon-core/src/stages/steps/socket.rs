@@ -23,8 +23,8 @@
 //!
 //! # Who owns a run
 //! The agent reads each connection's credentials from the kernel (`SO_PEERCRED`: uid, gid, pid;
-//! a client cannot forge them). A run belongs to the uid whose mark registered it: another
-//! uid's marks for it are refused as `not_owner` (and logged, once per connection), so a user
+//! a client cannot forge them). A run belongs to the uid whose mark registered it (a run the
+//! agent's process registered itself, to the agent's uid): another uid's marks for it are refused as `not_owner` (and logged, once per connection), so a user
 //! who can reach the socket cannot move another user's steps. One uid holds at most
 //! [`SocketConfig::max_runs_per_uid`] runs and [`SocketConfig::max_connections_per_uid`]
 //! connections, so that one user cannot fill the table ([`MAX_RUNS`](super::MAX_RUNS)) or the

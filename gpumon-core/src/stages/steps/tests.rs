@@ -379,6 +379,11 @@ fn a_run_belongs_to_the_uid_that_registered_it() {
     let local = steps.run("local", None).unwrap();
     assert!(matches!(steps.record_from(&alice, "local", None, 1), Err(StepError::NotOwner { uid: 1001, .. })));
     local.step(1).unwrap();
+    // ... and belongs to this process's user: a peer of that user marks it (a client of the
+    // agent's own socket marking a run the agent registered), and the run keeps this process.
+    let me = peer(super::self_uid(), 44);
+    steps.record_from(&me, "local", None, 2).unwrap();
+    assert_eq!(local.last_step(), Some(2));
     steps.record("train", Some(0), 8).unwrap();
     // The same job and rank under another uid is the same run: refused, not a second run.
     assert_eq!(steps.len(), 2);
