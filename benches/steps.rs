@@ -68,7 +68,7 @@ fn steps(c: &mut Criterion) {
             while remote.last_step() != Some(k) {
                 // A refused mark is never recorded: fail instead of spinning for ever.
                 spins = spins.wrapping_add(1);
-                if spins % (1 << 20) == 0 {
+                if spins.is_multiple_of(1 << 20) {
                     assert_eq!(registry.rejections().unwrap().total(), 0, "the agent refused a mark");
                 }
                 std::hint::spin_loop();
