@@ -64,22 +64,33 @@ struct Sender {
 
 /// One tick's live event for one view: the Server-Sent Event as text and the same as a deflate
 /// segment of a gzip stream ([`page::deflate_segment`]), each made once and shared by every
-/// client of the view.
+/// client of the view. The segment is made only when a client takes gzip: deflating is most of
+/// an event's cost, and curl or a script reading the stream plainly should not pay for it.
 #[derive(Clone)]
 pub(crate) struct Event {
     plain: Bytes,
-    gzip: Bytes,
+    gzip: Arc<OnceLock<Bytes>>,
 }
 
 impl Event {
     fn new(plain: Bytes) -> Self {
-        let gzip = page::deflate_segment(&plain);
-        Self { plain, gzip }
+        Self { plain, gzip: Arc::default() }
+    }
+
+    /// The deflate segment, made on first use and shared by every clone.
+    fn gzip(&self) -> &Bytes {
+        self.gzip.get_or_init(|| page::deflate_segment(&self.plain))
+    }
+
+    /// Whether the deflate segment has been made (tests).
+    #[cfg(test)]
+    fn deflated(&self) -> bool {
+        self.gzip.get().is_some()
     }
 
     fn for_client(&self, gzip: bool) -> Bytes {
         if gzip {
-            self.gzip.clone()
+            self.gzip().clone()
         } else {
             self.plain.clone()
         }
@@ -105,6 +116,8 @@ pub(crate) struct Hub {
     history: usize,
     inner: Mutex<Inner>,
     clients: AtomicUsize,
+    /// How many of `clients` take gzip: the tick deflates its events, outside the lock, only then.
+    gzip_clients: AtomicUsize,
     dropped: AtomicU64,
     telemetry: OnceLock<Telemetry>,
     /// The tenants' selectors, in configuration order.
@@ -120,10 +133,18 @@ impl Hub {
             history,
             inner: Mutex::default(),
             clients: AtomicUsize::new(0),
+            gzip_clients: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
             telemetry: OnceLock::new(),
             tenants,
         }
+    }
+
+    /// Publishes how many clients there are, and how many take gzip, for the next tick's look
+    /// without the lock.
+    fn count_clients(&self, inner: &Inner) {
+        self.gzip_clients.store(inner.clients.iter().filter(|c| c.gzip).count(), Ordering::Release);
+        self.clients.store(inner.clients.len(), Ordering::Release);
     }
 
     /// Bitset words per GPU in [`Point::held`].
@@ -193,6 +214,13 @@ impl Hub {
             scopes.dedup();
             events = scopes.into_iter().map(|s| (s, self.event_for(&snapshot, s, Some(&held_now)))).collect();
         }
+        if self.gzip_clients.load(Ordering::Acquire) > 0 {
+            // Deflate outside the lock too (a client that takes gzip and arrives later deflates
+            // its first event itself).
+            for (_, event) in &events {
+                event.gzip();
+            }
+        }
         let words = self.words();
         let mut inner = self.inner();
         // Clients that subscribed since the look above must not miss this tick.
@@ -237,7 +265,7 @@ impl Hub {
                 Err(mpsc::error::TrySendError::Closed(_)) => false,
             }
         });
-        self.clients.store(inner.clients.len(), Ordering::Release);
+        self.count_clients(&inner);
         drop(inner);
         if dropped > 0 {
             self.dropped.fetch_add(dropped, Ordering::Relaxed);
@@ -263,7 +291,7 @@ impl Hub {
         let lease = match self.shares.take(Holder::of(scope)) {
             Ok(lease) => lease,
             Err(refused) => {
-                self.clients.store(inner.clients.len(), Ordering::Release);
+                self.count_clients(&inner);
                 return Err(refused);
             }
         };
@@ -287,7 +315,7 @@ impl Hub {
             let _ = tx.try_send(first.for_client(gzip));
         }
         inner.clients.push(Sender { tx, close: close.clone(), scope, gzip, _lease: lease });
-        self.clients.store(inner.clients.len(), Ordering::Release);
+        self.count_clients(&inner);
         Ok(Client { rx, close, gzip })
     }
 
@@ -364,4 +392,48 @@ fn event(snapshot: &Snapshot, t: f64) -> Bytes {
     }
     out.push_str("}\n\n");
     Bytes::from(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use gpumon_core::SystemInfo;
+
+    use super::*;
+
+    fn snapshot(seq: u64) -> Arc<Snapshot> {
+        let mut d = DeviceSample::new(Arc::new(DeviceInfo::new(0, "GPU-0000", "Test GPU")));
+        d.utilization.gpu = Some(0.5);
+        Arc::new(Snapshot::new(Arc::new(SystemInfo::new("node-1", "mock")), vec![d]).with_seq(seq))
+    }
+
+    fn latest_deflated(hub: &Hub) -> bool {
+        hub.inner().latest_event.as_ref().expect("an event for the live client").deflated()
+    }
+
+    #[test]
+    fn events_are_deflated_only_when_a_client_takes_gzip() {
+        let hub = Hub::new(8, 4, 10, Vec::new());
+        let mut plain = hub.subscribe_with(None, false).unwrap();
+        hub.publish(snapshot(1));
+        assert!(!latest_deflated(&hub), "no client takes gzip: nothing deflated");
+        // A gzip client arriving now gets the latest event deflated, and every later one is
+        // deflated on the tick (before the lock), once for every gzip client.
+        let mut gzip = hub.subscribe_with(None, true).unwrap();
+        assert!(latest_deflated(&hub));
+        hub.publish(snapshot(2));
+        assert!(latest_deflated(&hub));
+        let plain_events: Vec<Bytes> = std::iter::from_fn(|| plain.rx.try_recv().ok()).collect();
+        let gzip_events: Vec<Bytes> = std::iter::from_fn(|| gzip.rx.try_recv().ok()).collect();
+        // retry, tick 1, tick 2 — and the gzip client: its header and retry, tick 1, tick 2.
+        assert_eq!((plain_events.len(), gzip_events.len()), (3, 3));
+        assert!(std::str::from_utf8(&plain_events[2]).unwrap().contains("data:"));
+        assert!(gzip_events[0].starts_with(&page::GZIP_HEADER));
+        assert_ne!(gzip_events[2], plain_events[2]);
+        // The plain client leaving stops nothing; the gzip client leaving stops the deflating.
+        drop(gzip);
+        hub.publish(snapshot(3));
+        assert!(latest_deflated(&hub), "counted until the tick notices the closed client");
+        hub.publish(snapshot(4));
+        assert!(!latest_deflated(&hub));
+    }
 }
