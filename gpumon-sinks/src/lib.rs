@@ -33,6 +33,9 @@ pub mod tls;
 
 pub mod duration;
 
+mod secret;
+pub use secret::Secret;
+
 #[cfg(feature = "stdout")]
 #[cfg_attr(docsrs, doc(cfg(feature = "stdout")))]
 pub mod stdout;

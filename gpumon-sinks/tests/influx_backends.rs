@@ -535,7 +535,7 @@ async fn wrong_password_is_reported_without_a_retry_storm() {
     let mut cfg = config(&run);
     cfg.url = auth_url.clone();
     cfg.username = Some(user.clone());
-    cfg.password = Some(password.clone());
+    cfg.password = Some(password.clone().into());
     let (handle, rec, _) =
         start_agent(TestSampler::new("itest-auth", &["H100"]), InfluxSink::from_config(&cfg).unwrap());
     wait_for(Duration::from_secs(10), "3 snapshots", || rec.snapshots().len() >= 3).await;

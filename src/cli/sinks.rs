@@ -96,13 +96,16 @@ fn influxdb(cli: &Cli, file: &mut AgentConfig) {
     for (flag, key) in [
         (&cli.influx_db, &mut cfg.db),
         (&cli.influx_user, &mut cfg.username),
-        (&cli.influx_password, &mut cfg.password),
         (&cli.influx_org, &mut cfg.org),
         (&cli.influx_bucket, &mut cfg.bucket),
-        (&cli.influx_token, &mut cfg.token),
     ] {
         if flag.is_some() {
             key.clone_from(flag);
+        }
+    }
+    for (flag, key) in [(&cli.influx_password, &mut cfg.password), (&cli.influx_token, &mut cfg.token)] {
+        if let Some(secret) = flag {
+            *key = Some(secret.into());
         }
     }
     if let Some(ca) = &cli.influx_ca_file {
@@ -126,7 +129,7 @@ fn remote_write(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
         cfg.naming = naming.parse::<Naming>().map_err(|e| ConfigError(format!("--remote-write-naming: {e}")))?;
     }
     if let Some(token) = &cli.remote_write_token {
-        cfg.bearer_token = Some(token.clone());
+        cfg.bearer_token = Some(token.into());
     }
     if let Some(ca) = &cli.remote_write_ca_file {
         cfg.tls.ca_file = Some(ca.clone());

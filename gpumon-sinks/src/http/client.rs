@@ -11,6 +11,7 @@ use reqwest::{RequestBuilder, StatusCode};
 
 use super::retry::{classify, parse_retry_after, Failure};
 use crate::tls::{certificate_hint, TlsConfig};
+use crate::Secret;
 
 /// Most bytes of an error response body that are read (the rest is never received): enough for
 /// any real server message, and a misbehaving server cannot make the sink buffer megabytes.
@@ -20,33 +21,22 @@ const MAX_ERROR_BODY: usize = 4096;
 const MAX_SERVER_MESSAGE: usize = 500;
 
 /// How a sink proves who it is.
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) enum Auth {
     /// No credentials.
     #[default]
     None,
     /// HTTP Basic (`username`/`password`: InfluxDB v1, remote write, Pushgateway).
-    Basic { user: String, password: Option<String> },
+    Basic { user: String, password: Option<Secret> },
     /// `Authorization: Bearer <token>` (remote write).
-    Bearer(String),
+    Bearer(Secret),
     /// `Authorization: Token <token>` (InfluxDB v2).
-    Token(String),
-}
-
-impl std::fmt::Debug for Auth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Auth::None => "None",
-            Auth::Basic { .. } => "Basic(<redacted>)",
-            Auth::Bearer(_) => "Bearer(<redacted>)",
-            Auth::Token(_) => "Token(<redacted>)",
-        })
-    }
+    Token(Secret),
 }
 
 impl Auth {
     /// HTTP Basic when `user` is set.
-    pub(crate) fn basic(user: Option<&String>, password: Option<&String>) -> Self {
+    pub(crate) fn basic(user: Option<&String>, password: Option<&Secret>) -> Self {
         user.map_or(Auth::None, |user| Auth::Basic { user: user.clone(), password: password.cloned() })
     }
 }
@@ -76,7 +66,7 @@ pub(crate) struct ClientConfig<'a> {
 pub(crate) struct HttpClient {
     client: reqwest::Client,
     /// HTTP Basic credentials (encoded by reqwest per request).
-    basic: Option<(String, Option<String>)>,
+    basic: Option<(String, Option<Secret>)>,
     /// The fixed headers, with `Authorization` for a bearer or InfluxDB token.
     headers: HeaderMap,
     /// `influxdb.tls`, for certificate hints.
@@ -187,8 +177,8 @@ impl HttpClient {
             Auth::Basic { user, password } => {
                 return Ok(Self { client, basic: Some((user, password)), headers, tls_key });
             }
-            Auth::Bearer(token) => Some(("bearer_token", format!("Bearer {token}"))),
-            Auth::Token(token) => Some(("token", format!("Token {token}"))),
+            Auth::Bearer(token) => Some(("bearer_token", format!("Bearer {}", token.expose()))),
+            Auth::Token(token) => Some(("token", format!("Token {}", token.expose()))),
         };
         if let Some((field, value)) = token {
             let mut value = HeaderValue::from_str(&value)
@@ -203,7 +193,7 @@ impl HttpClient {
     pub(crate) fn request(&self, method: reqwest::Method, url: reqwest::Url) -> RequestBuilder {
         let request = self.client.request(method, url).headers(self.headers.clone());
         match &self.basic {
-            Some((user, password)) => request.basic_auth(user, password.as_ref()),
+            Some((user, password)) => request.basic_auth(user, password.as_ref().map(Secret::expose)),
             None => request,
         }
     }
@@ -388,7 +378,7 @@ mod tests {
         let auths = [
             (Auth::Bearer("s3cret".into()), "authorization: bearer s3cret"),
             (Auth::Token("t0k".into()), "authorization: token t0k"),
-            (Auth::basic(Some(&"u".to_owned()), Some(&"p".to_owned())), "authorization: basic dtpw"),
+            (Auth::basic(Some(&"u".to_owned()), Some(&"p".into())), "authorization: basic dtpw"),
         ];
         for (auth, expected) in auths {
             let http = client(&server.url, auth, headers.clone());

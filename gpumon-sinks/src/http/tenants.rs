@@ -6,7 +6,6 @@
 // server, too: feature `prometheus`); only the HTTP server resolves a credential to a tenant.
 #![cfg_attr(not(feature = "_http-server"), allow(dead_code))]
 
-use std::fmt;
 use std::path::PathBuf;
 
 use gpumon_core::attribution::TenantSelector;
@@ -14,6 +13,7 @@ use gpumon_core::BuildError;
 use serde::Deserialize;
 
 use super::access::Auth;
+use crate::Secret;
 
 /// One tenant (`[[prometheus.tenants]]` / `[[web.tenants]]` in the agent's config file): its
 /// name, its selector, and exactly one credential — `bearer`, `token_file` or `basic`.
@@ -27,7 +27,7 @@ use super::access::Auth;
 ///
 /// The struct is `#[non_exhaustive]`: build one with [`TenantConfig::bearer`],
 /// [`TenantConfig::basic`] or [`TenantConfig::token_file`].
-#[derive(Clone, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct TenantConfig {
@@ -38,7 +38,7 @@ pub struct TenantConfig {
     pub selector: TenantSelector,
     /// `Authorization: Bearer <token>`.
     #[serde(default)]
-    pub bearer: Option<String>,
+    pub bearer: Option<Secret>,
     /// A file holding the bearer token (read once, when the sink is built; surrounding
     /// whitespace, such as the final newline, is ignored).
     #[serde(default)]
@@ -49,19 +49,19 @@ pub struct TenantConfig {
 }
 
 /// A user name and password for HTTP Basic auth.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct BasicCredentials {
     /// User name (must not contain `:`).
     pub username: String,
     /// Password.
-    pub password: String,
+    pub password: Secret,
 }
 
 impl TenantConfig {
     /// A tenant that presents `Authorization: Bearer <token>`.
-    pub fn bearer(name: impl Into<String>, token: impl Into<String>, selector: TenantSelector) -> Self {
+    pub fn bearer(name: impl Into<String>, token: impl Into<Secret>, selector: TenantSelector) -> Self {
         Self { name: name.into(), selector, bearer: Some(token.into()), token_file: None, basic: None }
     }
 
@@ -69,7 +69,7 @@ impl TenantConfig {
     pub fn basic(
         name: impl Into<String>,
         username: impl Into<String>,
-        password: impl Into<String>,
+        password: impl Into<Secret>,
         selector: TenantSelector,
     ) -> Self {
         let basic = BasicCredentials { username: username.into(), password: password.into() };
@@ -79,24 +79,6 @@ impl TenantConfig {
     /// A tenant whose bearer token is in the file at `path`.
     pub fn token_file(name: impl Into<String>, path: impl Into<PathBuf>, selector: TenantSelector) -> Self {
         Self { name: name.into(), selector, bearer: None, token_file: Some(path.into()), basic: None }
-    }
-}
-
-impl fmt::Debug for TenantConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TenantConfig")
-            .field("name", &self.name)
-            .field("selector", &self.selector.to_string())
-            .field("bearer", &self.bearer.as_ref().map(|_| "<redacted>"))
-            .field("token_file", &self.token_file)
-            .field("basic", &self.basic)
-            .finish()
-    }
-}
-
-impl fmt::Debug for BasicCredentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BasicCredentials").field("username", &self.username).field("password", &"<redacted>").finish()
     }
 }
 
@@ -172,7 +154,7 @@ pub(crate) fn resolve(
 fn check_credential(auth: &Auth, key: &str) -> Result<(), BuildError> {
     match auth {
         Auth::Bearer { token } if token.is_empty() => Err(BuildError::invalid(key, "the token must not be empty")),
-        Auth::Bearer { token } if token.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) => {
+        Auth::Bearer { token } if token.expose().bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) => {
             Err(BuildError::invalid(key, "the token must not contain whitespace or control characters"))
         }
         Auth::Basic { username, .. } if username.is_empty() || username.contains(':') => {

@@ -8,6 +8,7 @@ use gpumon_core::BuildError;
 
 use super::encode::DEFAULT_MEASUREMENT;
 use crate::tls::TlsConfig;
+use crate::Secret;
 
 /// Which write API to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
@@ -41,7 +42,7 @@ pub enum ApiVersion {
 /// [influxdb.tls]             # only with an https:// URL
 /// ca_file = "/etc/gpumon/influx-ca.pem"
 /// ```
-#[derive(Clone, PartialEq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 #[non_exhaustive]
 pub struct InfluxConfig {
@@ -57,13 +58,13 @@ pub struct InfluxConfig {
     /// v1: user for HTTP Basic auth.
     pub username: Option<String>,
     /// v1: password for HTTP Basic auth.
-    pub password: Option<String>,
+    pub password: Option<Secret>,
     /// v2: organisation (required by InfluxDB 2.x; ignored by VictoriaMetrics).
     pub org: Option<String>,
     /// v2: bucket (required for v2).
     pub bucket: Option<String>,
     /// v2: API token, sent as `Authorization: Token <token>`.
-    pub token: Option<String>,
+    pub token: Option<Secret>,
     /// Compress request bodies with gzip (`Content-Encoding: gzip`). Default true: InfluxDB 1.x
     /// and 2.x and VictoriaMetrics all take it, and line protocol shrinks about tenfold.
     pub gzip: bool,
@@ -99,36 +100,6 @@ pub struct InfluxConfig {
     /// TLS for an `https://` URL (`[influxdb.tls]`): CA file, client certificate,
     /// `insecure_skip_verify`. See [`TlsConfig`].
     pub tls: TlsConfig,
-}
-
-impl std::fmt::Debug for InfluxConfig {
-    /// Credentials are not printed.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let redact = |o: &Option<String>| o.as_ref().map(|_| "<redacted>");
-        f.debug_struct("InfluxConfig")
-            .field("url", &self.url)
-            .field("api", &self.api)
-            .field("db", &self.db)
-            .field("rp", &self.rp)
-            .field("username", &self.username)
-            .field("password", &redact(&self.password))
-            .field("org", &self.org)
-            .field("bucket", &self.bucket)
-            .field("token", &redact(&self.token))
-            .field("gzip", &self.gzip)
-            .field("batch_points", &self.batch_points)
-            .field("batch_interval", &self.batch_interval)
-            .field("timeout", &self.timeout)
-            .field("buffer_max_points", &self.buffer_max_points)
-            .field("buffer_max_bytes", &self.buffer_max_bytes)
-            .field("spill_dir", &self.spill_dir)
-            .field("measurement", &self.measurement)
-            .field("tags", &self.tags)
-            .field("retry_initial", &self.retry_initial)
-            .field("retry_max", &self.retry_max)
-            .field("tls", &self.tls)
-            .finish()
-    }
 }
 
 impl Default for InfluxConfig {
@@ -174,7 +145,7 @@ impl InfluxConfig {
         url: impl Into<String>,
         org: impl Into<String>,
         bucket: impl Into<String>,
-        token: impl Into<String>,
+        token: impl Into<Secret>,
     ) -> Self {
         Self {
             url: url.into(),
@@ -257,8 +228,10 @@ impl InfluxConfig {
                 if self.db.is_none() {
                     return Err(BuildError::invalid("influxdb.db", "required for the v1 API"));
                 }
-                for (key, v) in [("org", &self.org), ("bucket", &self.bucket), ("token", &self.token)] {
-                    if v.is_some() {
+                for (key, set) in
+                    [("org", self.org.is_some()), ("bucket", self.bucket.is_some()), ("token", self.token.is_some())]
+                {
+                    if set {
                         return Err(BuildError::invalid(format!("influxdb.{key}"), "is a v2 setting but `api` is v1"));
                     }
                 }
@@ -270,10 +243,13 @@ impl InfluxConfig {
                 if self.bucket.is_none() {
                     return Err(BuildError::invalid("influxdb.bucket", "required for the v2 API"));
                 }
-                for (key, v) in
-                    [("db", &self.db), ("rp", &self.rp), ("username", &self.username), ("password", &self.password)]
-                {
-                    if v.is_some() {
+                for (key, set) in [
+                    ("db", self.db.is_some()),
+                    ("rp", self.rp.is_some()),
+                    ("username", self.username.is_some()),
+                    ("password", self.password.is_some()),
+                ] {
+                    if set {
                         return Err(BuildError::invalid(format!("influxdb.{key}"), "is a v1 setting but `api` is v2"));
                     }
                 }
@@ -352,11 +328,5 @@ mod tests {
         let mut c = InfluxConfig::v1("http://h", "d");
         c.token = Some("t".into());
         assert!(err(c).contains("influxdb.token"));
-    }
-
-    #[test]
-    fn debug_redacts_secrets() {
-        let c = InfluxConfig::v2("http://h", "o", "b", "s3cret");
-        assert!(!format!("{c:?}").contains("s3cret"));
     }
 }

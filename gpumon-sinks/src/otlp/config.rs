@@ -7,6 +7,7 @@ use std::time::Duration;
 use gpumon_core::BuildError;
 
 use crate::tls::TlsConfig;
+use crate::Secret;
 
 /// Default timeout of one export (the OTel default, `OTEL_EXPORTER_OTLP_TIMEOUT`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -148,8 +149,9 @@ pub struct OtlpConfig {
     pub endpoint: Option<String>,
     /// `grpc` or `http` (= `http/protobuf`).
     pub protocol: Option<Protocol>,
-    /// Extra request headers (gRPC metadata), e.g. `authorization`.
-    pub headers: BTreeMap<String, String>,
+    /// Extra request headers (gRPC metadata), e.g. `authorization`. Their values are kept as
+    /// [`Secret`]s, as the OpenTelemetry Collector keeps them.
+    pub headers: BTreeMap<String, Secret>,
     /// Longest one export may take.
     #[serde(with = "crate::duration::opt")]
     pub timeout: Option<Duration>,
@@ -186,7 +188,7 @@ impl OtlpConfig {
 pub(crate) struct Resolved {
     pub(crate) endpoint: String,
     pub(crate) protocol: Protocol,
-    pub(crate) headers: BTreeMap<String, String>,
+    pub(crate) headers: BTreeMap<String, Secret>,
     pub(crate) timeout: Duration,
     pub(crate) compression: Compression,
     pub(crate) export_interval: Option<Duration>,
@@ -245,7 +247,7 @@ pub(crate) fn resolve(cfg: &OtlpConfig, env: Env<'_>) -> Result<Resolved, BuildE
         let parsed = parse_key_values(&raw).map_err(|reason| BuildError::invalid(name.clone(), reason))?;
         for (k, v) in parsed {
             source.insert(k.to_ascii_lowercase(), name.clone());
-            headers.insert(k.to_ascii_lowercase(), v);
+            headers.insert(k.to_ascii_lowercase(), Secret::from(v));
         }
     }
     for (k, v) in &cfg.headers {
@@ -257,7 +259,7 @@ pub(crate) fn resolve(cfg: &OtlpConfig, env: Env<'_>) -> Result<Resolved, BuildE
         if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
             return Err(BuildError::invalid(from, format!("`{k}` is not a valid header name")));
         }
-        if v.bytes().any(|b| b < 0x20 && b != b'\t') {
+        if v.expose().bytes().any(|b| b < 0x20 && b != b'\t') {
             return Err(BuildError::invalid(from, format!("the value of `{k}` contains control characters")));
         }
         // gRPC treats a `-bin` key as base64-encoded binary metadata; tonic panics on such a key
@@ -458,8 +460,10 @@ mod tests {
         ];
         let r = resolve(&OtlpConfig::default(), &env_of(ENV)).unwrap();
         assert_eq!(r.endpoint, "http://collector:4318/v1/metrics");
-        assert_eq!(r.headers.get("authorization").map(String::as_str), Some("Bearer abc"));
-        assert_eq!(r.headers.get("x-tenant").map(String::as_str), Some("t1"));
+        assert_eq!(r.headers.get("authorization").map(Secret::expose), Some("Bearer abc"));
+        assert_eq!(r.headers.get("x-tenant").map(Secret::expose), Some("t1"));
+        // Header values from the environment are secrets too: the resolved settings are logged.
+        assert!(!format!("{r:?}").contains("Bearer abc"), "{r:?}");
         assert_eq!(r.timeout, Duration::from_millis(2500));
         assert_eq!(r.compression, Compression::Gzip);
         assert_eq!(r.resource["service.name"], "svc-env");
@@ -469,7 +473,7 @@ mod tests {
         let explicit = OtlpConfig {
             endpoint: Some("http://10.0.0.1:4317".into()),
             protocol: Some(Protocol::Grpc),
-            headers: [("x-tenant".to_owned(), "t2".to_owned())].into(),
+            headers: [("x-tenant".to_owned(), "t2".into())].into(),
             timeout: Some(Duration::from_secs(1)),
             compression: Some(Compression::None),
             service_name: Some("mine".into()),
@@ -479,7 +483,7 @@ mod tests {
         let r = resolve(&explicit, &env_of(ENV)).unwrap();
         assert_eq!(r.endpoint, "http://10.0.0.1:4317");
         assert_eq!(r.protocol, Protocol::Grpc);
-        assert_eq!(r.headers["x-tenant"], "t2");
+        assert_eq!(r.headers["x-tenant"].expose(), "t2");
         assert_eq!(r.timeout, Duration::from_secs(1));
         assert_eq!(r.compression, Compression::None);
         assert_eq!(r.resource["service.name"], "mine");
@@ -519,7 +523,7 @@ mod tests {
         let e =
             resolve(&OtlpConfig::default(), &env_of(&[("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")])).unwrap_err().to_string();
         assert!(e.contains("OTEL_EXPORTER_OTLP_TIMEOUT"), "{e}");
-        let cfg = OtlpConfig { headers: [("bad header".to_owned(), "v".to_owned())].into(), ..OtlpConfig::default() };
+        let cfg = OtlpConfig { headers: [("bad header".to_owned(), "v".into())].into(), ..OtlpConfig::default() };
         assert!(resolve(&cfg, &env_of(&[])).unwrap_err().to_string().contains("bad header"));
         // A CA for an http:// endpoint would do nothing: refused, naming the table.
         let cfg = OtlpConfig::new("http://x:4318", Protocol::HttpProtobuf);
@@ -558,7 +562,7 @@ mod tests {
         // Over HTTP the same header is an ordinary one.
         let cfg = OtlpConfig { protocol: Some(Protocol::HttpProtobuf), ..OtlpConfig::default() };
         let r = resolve(&cfg, &env).unwrap();
-        assert_eq!(r.headers["trace-ctx-bin"], "AAEC");
+        assert_eq!(r.headers["trace-ctx-bin"].expose(), "AAEC");
     }
 
     #[test]

@@ -709,8 +709,10 @@ impl Transport {
         for (k, v) in &r.headers {
             let name = HeaderName::from_bytes(k.as_bytes())
                 .map_err(|e| BuildError::invalid("otlp.headers", format!("`{k}`: {e}")))?;
-            let value = HeaderValue::from_str(v)
+            let mut value = HeaderValue::from_str(v.expose())
                 .map_err(|e| BuildError::invalid("otlp.headers", format!("value of `{k}`: {e}")))?;
+            // The client's `Debug` shows its headers: a configured value shows as sensitive.
+            value.set_sensitive(true);
             headers.insert(name, value);
         }
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/x-protobuf"));

@@ -577,7 +577,7 @@ fn build_exporter(r: &config::Resolved) -> Result<opentelemetry_otlp::MetricExpo
                 .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
                 .with_endpoint(r.endpoint.clone())
                 .with_timeout(r.timeout)
-                .with_headers(r.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect());
+                .with_headers(r.headers.iter().map(|(k, v)| (k.clone(), v.expose().to_owned())).collect());
             if let Some(c) = compression {
                 b = b.with_compression(c);
             }
@@ -643,14 +643,14 @@ fn build_grpc(
 /// a key or value gRPC cannot carry as ASCII metadata (`config::resolve` already refuses `-bin`).
 #[cfg(feature = "otlp-grpc")]
 pub(crate) fn grpc_metadata(
-    headers: &std::collections::BTreeMap<String, String>,
+    headers: &std::collections::BTreeMap<String, crate::Secret>,
 ) -> Result<tonic::metadata::MetadataMap, BuildError> {
     use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
     let mut metadata = MetadataMap::new();
     for (k, v) in headers {
         let key = MetadataKey::from_bytes(k.as_bytes())
             .map_err(|e| BuildError::invalid("otlp.headers", format!("`{k}`: {e}")))?;
-        let value = MetadataValue::try_from(v.as_str())
+        let value = MetadataValue::try_from(v.expose())
             .map_err(|e| BuildError::invalid("otlp.headers", format!("value of `{k}`: {e}")))?;
         metadata.insert(key, value);
     }

@@ -14,12 +14,13 @@ use super::{Format, Naming, PrometheusHandle};
 use crate::http::client::{Auth, ClientConfig, HttpClient, HttpError};
 use crate::http::retry::Backoff;
 use crate::tls::TlsConfig;
+use crate::Secret;
 
 /// Settings of the Pushgateway sink (`[pushgateway]` in the agent's config file).
 ///
 /// `#[non_exhaustive]`: outside this crate, start from `PushgatewayConfig::default()` (or
 /// [`PushgatewaySink::builder`]) and assign the fields you need.
-#[derive(Clone, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct PushgatewayConfig {
@@ -32,7 +33,7 @@ pub struct PushgatewayConfig {
     /// HTTP basic-auth user.
     pub username: Option<String>,
     /// HTTP basic-auth password (needs `username`).
-    pub password: Option<String>,
+    pub password: Option<Secret>,
     /// Metric and label names, as for the scrape endpoint.
     pub naming: Naming,
     /// Time budget of one export, retries included (default 8 s, below the agent's default
@@ -67,23 +68,6 @@ impl Default for PushgatewayConfig {
     }
 }
 
-impl std::fmt::Debug for PushgatewayConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PushgatewayConfig")
-            .field("url", &self.url)
-            .field("job", &self.job)
-            .field("grouping", &self.grouping)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("naming", &self.naming)
-            .field("timeout", &self.timeout)
-            .field("tls", &self.tls)
-            .field("host_label", &self.host_label)
-            .field("delete_on_shutdown", &self.delete_on_shutdown)
-            .finish()
-    }
-}
-
 /// Builds a [`PushgatewaySink`].
 #[derive(Debug)]
 #[must_use]
@@ -106,7 +90,7 @@ impl PushgatewaySinkBuilder {
     }
 
     /// HTTP basic auth.
-    pub fn basic_auth(mut self, username: impl Into<String>, password: impl Into<String>) -> Self {
+    pub fn basic_auth(mut self, username: impl Into<String>, password: impl Into<Secret>) -> Self {
         self.config.username = Some(username.into());
         self.config.password = Some(password.into());
         self

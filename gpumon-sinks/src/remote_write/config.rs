@@ -7,6 +7,7 @@ use gpumon_core::BuildError;
 
 use crate::prometheus::Naming;
 use crate::tls::TlsConfig;
+use crate::Secret;
 
 /// Settings of [`RemoteWriteSink`](super::RemoteWriteSink), as read from a config file
 /// (`[remote_write]` table) or built in code. Every key except `url` has a default.
@@ -25,7 +26,7 @@ use crate::tls::TlsConfig;
 /// [remote_write.tls]                     # only with an https:// URL
 /// ca_file = "/etc/gpumon/ca.pem"
 /// ```
-#[derive(Clone, PartialEq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 #[non_exhaustive]
 pub struct RemoteWriteConfig {
@@ -43,11 +44,12 @@ pub struct RemoteWriteConfig {
     /// HTTP Basic auth user (Mimir/Cortex tenant, a reverse proxy).
     pub username: Option<String>,
     /// HTTP Basic auth password.
-    pub password: Option<String>,
+    pub password: Option<Secret>,
     /// `Authorization: Bearer <token>`; not together with `username`.
-    pub bearer_token: Option<String>,
+    pub bearer_token: Option<Secret>,
     /// Extra request headers, e.g. `{ "X-Scope-OrgID" = "tenant-1" }` for a multi-tenant Mimir.
-    pub headers: BTreeMap<String, String>,
+    /// Their values are kept as [`Secret`]s (a proxy may take a credential in one).
+    pub headers: BTreeMap<String, Secret>,
     /// A batch (one request) is sent once it holds this many samples. Default 2000 (Prometheus'
     /// `max_samples_per_send`).
     pub batch_samples: usize,
@@ -70,30 +72,6 @@ pub struct RemoteWriteConfig {
     pub retry_max: Duration,
     /// TLS for an `https://` URL (`[remote_write.tls]`). See [`TlsConfig`].
     pub tls: TlsConfig,
-}
-
-impl std::fmt::Debug for RemoteWriteConfig {
-    /// Credentials are not printed.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let redact = |o: &Option<String>| o.as_ref().map(|_| "<redacted>");
-        f.debug_struct("RemoteWriteConfig")
-            .field("url", &self.url)
-            .field("naming", &self.naming)
-            .field("external_labels", &self.external_labels)
-            .field("username", &self.username)
-            .field("password", &redact(&self.password))
-            .field("bearer_token", &redact(&self.bearer_token))
-            .field("headers", &self.headers.keys().collect::<Vec<_>>())
-            .field("batch_samples", &self.batch_samples)
-            .field("batch_interval", &self.batch_interval)
-            .field("timeout", &self.timeout)
-            .field("buffer_max_samples", &self.buffer_max_samples)
-            .field("buffer_max_bytes", &self.buffer_max_bytes)
-            .field("retry_initial", &self.retry_initial)
-            .field("retry_max", &self.retry_max)
-            .field("tls", &self.tls)
-            .finish()
-    }
 }
 
 impl Default for RemoteWriteConfig {
@@ -185,7 +163,7 @@ impl RemoteWriteConfig {
                 return Err(BuildError::invalid("remote_write.headers", format!("`{k}` is set by the sink itself")));
             }
             if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err()
-                || reqwest::header::HeaderValue::from_str(v).is_err()
+                || reqwest::header::HeaderValue::from_str(v.expose()).is_err()
             {
                 return Err(BuildError::invalid("remote_write.headers", format!("`{k}` is not a valid HTTP header")));
             }

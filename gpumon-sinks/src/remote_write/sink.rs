@@ -110,7 +110,8 @@ impl RemoteWriteSink {
         let mut headers = HeaderMap::new();
         for (k, v) in &config.headers {
             // validate() checked both.
-            if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) {
+            if let (Ok(k), Ok(mut v)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v.expose())) {
+                v.set_sensitive(true);
                 headers.insert(k, v);
             }
         }

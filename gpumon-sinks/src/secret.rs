@@ -1,0 +1,137 @@
+//! [`Secret`]: a credential (password, token, a header's value) that `Debug` prints as
+//! `<redacted>`.
+//!
+//! Every setting that holds a credential has this type, so that a config, a sink or an error
+//! that is logged with `{:?}` never shows one. This is the one place that decides it: the
+//! configs derive `Debug` instead of each writing its own with the secret fields left out (a
+//! field added later, or a struct that forgot, printed the credential: the OTLP headers did).
+//! The OpenTelemetry Collector treats header values the same way (`configopaque`).
+//!
+//! Not the `secrecy` crate: the configs compare equal (`PartialEq`, which `secrecy` refuses on
+//! purpose) and the value is copied into request headers anyway, so its zeroizing would promise
+//! more than the process keeps.
+
+use std::fmt;
+
+/// A credential: compared, cloned and deserialized as the string it holds (a TOML or JSON
+/// string), shown by `Debug` as `<redacted>`. [`expose`](Secret::expose) reads it.
+///
+/// ```
+/// use gpumon_sinks::Secret;
+/// let token = Secret::from("s3cret");
+/// assert_eq!(format!("{token:?}"), "<redacted>");
+/// assert_eq!(token.expose(), "s3cret");
+/// ```
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "_serde", derive(serde::Deserialize), serde(transparent))]
+pub struct Secret(String);
+
+impl Secret {
+    /// The credential itself, for the request that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether it is the empty string (refused where a credential is required).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl From<String> for Secret {
+    fn from(s: String) -> Self {
+        Self(s)
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(s: &str) -> Self {
+        Self(s.to_owned())
+    }
+}
+
+impl From<&String> for Secret {
+    fn from(s: &String) -> Self {
+        Self(s.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Secret;
+
+    /// The credential configured below: it must not appear in any `{:?}` that may reach a log.
+    const TOKEN: &str = "tok-7f3a9c";
+
+    #[test]
+    fn debug_never_prints_the_value() {
+        let s = Secret::from(TOKEN);
+        assert_eq!(format!("{s:?}"), "<redacted>");
+        assert_eq!(format!("{:?}", Some(s.clone())), "Some(<redacted>)");
+        assert_eq!(s.expose(), TOKEN);
+    }
+
+    /// Every setting that holds a credential, as `{:?}` shows it, in this build's features.
+    #[allow(unused_mut)] // with no sink feature, the list stays empty
+    fn configured_credentials() -> Vec<(&'static str, String)> {
+        let mut shown = Vec::new();
+        #[cfg(feature = "influxdb")]
+        {
+            use crate::influxdb::InfluxConfig;
+            shown.push((
+                "InfluxConfig.password",
+                format!("{:?}", InfluxConfig { password: Some(TOKEN.into()), ..Default::default() }),
+            ));
+            shown.push(("InfluxConfig.token", format!("{:?}", InfluxConfig::v2("http://h", "o", "b", TOKEN))));
+        }
+        #[cfg(feature = "remote-write")]
+        {
+            use crate::remote_write::RemoteWriteConfig;
+            let c = RemoteWriteConfig { bearer_token: Some(TOKEN.into()), ..Default::default() };
+            shown.push(("RemoteWriteConfig.bearer_token", format!("{c:?}")));
+            let c = RemoteWriteConfig { password: Some(TOKEN.into()), ..Default::default() };
+            shown.push(("RemoteWriteConfig.password", format!("{c:?}")));
+            let mut c = RemoteWriteConfig::default();
+            c.headers.insert("x-auth".into(), TOKEN.into());
+            shown.push(("RemoteWriteConfig.headers", format!("{c:?}")));
+        }
+        #[cfg(feature = "pushgateway")]
+        {
+            use crate::prometheus::{PushgatewayConfig, PushgatewaySink};
+            let c = PushgatewayConfig { password: Some(TOKEN.into()), ..Default::default() };
+            shown.push(("PushgatewayConfig.password", format!("{c:?}")));
+            let b = PushgatewaySink::builder("http://127.0.0.1:9091").basic_auth("u", TOKEN);
+            shown.push(("PushgatewaySinkBuilder", format!("{b:?}")));
+        }
+        #[cfg(feature = "otlp")]
+        {
+            let mut c = crate::otlp::OtlpConfig::default();
+            c.headers.insert("authorization".into(), format!("Bearer {TOKEN}").into());
+            shown.push(("OtlpConfig.headers", format!("{c:?}")));
+        }
+        #[cfg(feature = "prometheus")]
+        {
+            use crate::prometheus::{Auth, TenantConfig};
+            let selector: gpumon_core::attribution::TenantSelector = "namespace=team-a".parse().unwrap();
+            shown.push(("Auth::bearer", format!("{:?}", Auth::bearer(TOKEN))));
+            shown.push(("Auth::basic", format!("{:?}", Auth::basic("ops", TOKEN))));
+            shown.push(("TenantConfig::bearer", format!("{:?}", TenantConfig::bearer("a", TOKEN, selector.clone()))));
+            shown.push(("TenantConfig::basic", format!("{:?}", TenantConfig::basic("a", "u", TOKEN, selector))));
+        }
+        shown
+    }
+
+    #[test]
+    fn no_configured_credential_is_printed() {
+        for (what, debug) in configured_credentials() {
+            assert!(!debug.contains(TOKEN), "{what} printed the credential: {debug}");
+            assert!(debug.contains("<redacted>"), "{what} does not say a credential is set: {debug}");
+        }
+    }
+}
