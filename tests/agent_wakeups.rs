@@ -48,7 +48,7 @@ fn context_switches(pid: u32) -> ((u64, u64), usize) {
 
 /// Ticks written so far: one `GPU0` line per tick in the human format.
 fn ticks(stdout: &Path) -> usize {
-    std::fs::read_to_string(stdout).unwrap_or_default().lines().filter(|l| l.contains("] GPU0 |")).count()
+    std::fs::read_to_string(stdout).unwrap_or_default().lines().filter(|l| l.contains("GPU0 |")).count()
 }
 
 /// A reading between two ticks: the count of ticks did not move while the switches were read.

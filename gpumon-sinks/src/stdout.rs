@@ -1,9 +1,11 @@
 //! Snapshots on a terminal or in a pipe: one human line per GPU per tick, or one JSON object per
 //! snapshot.
 //!
-//! Human format (times are UTC):
+//! Human format (times are UTC; on simulated GPUs every line says `MOCK` after the time, on a
+//! replayed trace `REPLAY`):
 //! ```text
 //! [14:03:07] GPU0 | Util: 40% | Mem: 12345/40960 MB | Temp: 45°C | Power: 78.0W | SM: 1980 MHz
+//! [14:03:07] MOCK GPU1 | Util: 92% | Mem: 20480/81559 MB | Temp: 61°C | Power: 612.4W | SM: 1980 MHz
 //! [14:03:07] GPU3 | LOST
 //! [14:03:08] SAMPLING FAILED: GPU backend unavailable: could not load libnvidia-ml.so.1: …
 //! [14:03:07] FINDING raised gpu 0 GPU-8f2… dataloader_starvation (warning): utilisation mean 31 %, min 2 % / max 96 % within the interval. Advice: raise the data loader's num_workers, …
@@ -279,11 +281,17 @@ fn push_fixed(out: &mut String, x: f64, decimals: u32) {
     }
 }
 
-/// `[hh:mm:ss]` of the snapshot, UTC.
+/// `[hh:mm:ss]` of the snapshot, UTC, then `MOCK` or `REPLAY` when the data is simulated or
+/// played back ([`SystemInfo::marked_backend`](gpumon_core::SystemInfo::marked_backend)): every
+/// human line starts here, so none of them passes for a live reading of real GPUs.
 fn push_clock(out: &mut String, snapshot: &Snapshot) {
     let secs = snapshot.taken_at.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
     let _ = write!(out, "[{h:02}:{m:02}:{s:02}]");
+    if let Some(backend) = snapshot.system.marked_backend() {
+        out.push(' ');
+        out.extend(backend.chars().map(|c| c.to_ascii_uppercase()));
+    }
 }
 
 /// Formats a whole snapshot in `format` into `out`, newline-terminated.
@@ -458,8 +466,41 @@ mod tests {
         info.mig = Some(MigInfo::new("GPU-b", 2, 7, 0));
         let mig = DeviceSample::new(Arc::new(info));
         let lost = DeviceSample::lost(Arc::new(DeviceInfo::new(3, "GPU-d", "X")));
-        Snapshot::new(Arc::new(SystemInfo::new("h", "mock")), vec![gpu, mig, lost])
+        Snapshot::new(Arc::new(SystemInfo::new("h", "nvml")), vec![gpu, mig, lost])
             .with_taken_at(UNIX_EPOCH + Duration::from_secs(14 * 3600 + 3 * 60 + 7))
+    }
+
+    /// Every kind of human line (GPU, LOST, FINDING, STEP, SAMPLING FAILED) of `backend`.
+    fn every_human_line(backend: &str) -> Vec<String> {
+        use gpumon_core::steps::{RunSteps, StepReport, Steps};
+        let mut snap = with_findings();
+        snap.system = Arc::new(SystemInfo::new("h", backend));
+        let mut run = RunSteps::new("train", Some(0));
+        run.reported.push(StepReport::new(42, Duration::from_millis(1250)));
+        let mut steps = Steps::default();
+        steps.runs = vec![run];
+        snap.attach(steps);
+        let failed = Snapshot::sampling_failed(snap.system.clone(), "no driver");
+        let mut out = String::new();
+        format_snapshot(&mut out, &snap, StdoutFormat::Human).unwrap();
+        format_snapshot(&mut out, &failed, StdoutFormat::Human).unwrap();
+        out.lines().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn every_human_line_of_simulated_or_replayed_data_says_so() {
+        let real = every_human_line("nvml");
+        assert_eq!(real.len(), 7, "{real:#?}");
+        for (backend, mark) in [("mock", "MOCK"), ("replay", "REPLAY")] {
+            let lines = every_human_line(backend);
+            assert_eq!(lines.len(), real.len(), "{lines:#?}");
+            for (line, real) in lines.iter().zip(&real) {
+                // Right after the time; the mark is all that differs from the line of real GPUs.
+                assert!(line.contains(&format!("] {mark} ")), "{backend}: {line}");
+                assert_eq!(line.replacen(&format!("] {mark} "), "] ", 1), *real, "{backend}: {line}");
+            }
+        }
+        assert!(real.iter().all(|l| !l.contains("MOCK") && !l.contains("REPLAY")), "{real:#?}");
     }
 
     #[test]

@@ -1093,9 +1093,19 @@ fn write_finding(f: &mut fmt::Formatter<'_>, r: &FindingReport) -> fmt::Result {
     writeln!(f, "      advice: {}", r.advice)
 }
 
+/// What a report's or comparison's header says of data that was not read from a GPU just now:
+/// simulated (the mock) or played back from a recorded trace.
+pub(crate) fn backend_note(backend: &str) -> &'static str {
+    match backend {
+        "mock" => " (MOCK backend: simulated GPUs)",
+        crate::REPLAY_BACKEND => " (REPLAY of a recorded trace, not live GPUs)",
+        _ => "",
+    }
+}
+
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let simulated = if self.backend == "mock" { " (MOCK backend: simulated GPUs)" } else { "" };
+        let simulated = backend_note(&self.backend);
         writeln!(
             f,
             "gpumon run report: host {}{simulated}, {} tick(s) over {:.1} s, interval {} s",

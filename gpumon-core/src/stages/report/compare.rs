@@ -329,12 +329,19 @@ fn write_kinds(
 impl fmt::Display for Comparison {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let side = |s: &RunSide| {
-            let simulated = if s.backend == "mock" { " (MOCK backend)" } else { "" };
+            let simulated = super::backend_note(&s.backend);
             format!("host {}{simulated}, {} GPU(s), {:.1} s, {} step(s)", s.hostname, s.gpus, s.wall_seconds, s.steps)
         };
         writeln!(f, "gpumon compare")?;
         writeln!(f, "  before                {}", side(&self.before))?;
         writeln!(f, "  after                 {}", side(&self.after))?;
+        if super::backend_note(&self.before.backend) != super::backend_note(&self.after.backend) {
+            writeln!(
+                f,
+                "  note                  one run's data is simulated or replayed and the other's is not: \
+                 the changes below are not a measurement of one job"
+            )?;
+        }
         match self.main.and_then(|m| self.change(m)) {
             Some(c) => {
                 write!(f, "  main change           {} ", c.measure.label())?;
@@ -459,6 +466,28 @@ mod tests {
         assert!(text.contains("  utilisation           37.5 % → 95.0 %  +57.5 points (better)"), "{text}");
         assert!(text.contains("  findings gone         dataloader_starvation (55.0 GPU-s lost before)"), "{text}");
         assert!(text.contains("  findings new          none"), "{text}");
+    }
+
+    #[test]
+    fn the_header_says_which_run_was_not_read_from_gpus_and_warns_when_they_differ() {
+        let run = |backend: &str| {
+            let mut r = report(0.5, 0.6, vec![gpu(0.9, 10)], (1.0, 10.0), 100.0, Vec::new());
+            r.backend = backend.into();
+            r
+        };
+        let note = "  note                  one run's data is simulated or replayed";
+        let text = compare(&run("nvml"), &run("mock")).to_string();
+        assert!(text.contains("  before                host node-1, 1 GPU(s)"), "{text}");
+        assert!(text.contains("  after                 host node-1 (MOCK backend: simulated GPUs), "), "{text}");
+        assert!(text.contains(note), "{text}");
+        let text = compare(&run("replay"), &run("replay")).to_string();
+        assert!(text.contains("host node-1 (REPLAY of a recorded trace, not live GPUs), "), "{text}");
+        assert!(!text.contains(note), "both replayed: {text}");
+        // A report from before the field (no backend) reads as live data, like `nvml`.
+        assert!(!compare(&run(""), &run("nvml")).to_string().contains(note));
+        assert!(run("replay")
+            .to_string()
+            .starts_with("gpumon run report: host node-1 (REPLAY of a recorded trace, not live GPUs), 10 tick(s)"));
     }
 
     #[test]
