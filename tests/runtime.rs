@@ -768,3 +768,30 @@ async fn a_hanging_sample_times_out_on_the_system_clock() {
     assert!(failures[1..].iter().all(|r| r.contains("timed out") && r.contains("already in flight")), "{failures:?}");
     handle.shutdown(Duration::from_secs(1)).await.unwrap();
 }
+
+/// A sink whose healthcheck hangs (its server accepts and never answers at start-up) loses none
+/// of the ticks taken meanwhile: the queue holds the healthcheck's ticks beyond its capacity.
+#[tokio::test]
+async fn ticks_taken_during_a_hung_startup_healthcheck_are_kept() {
+    let hanging = FaultySink::new("slow-start").healthcheck_behavior(Behavior::Stall);
+    let calls = hanging.calls();
+    // 2 s of healthcheck at a 500 ms interval: 4 ticks held beyond the capacity of 2.
+    let options = SinkOptions::default().capacity(2).healthcheck_timeout(Duration::from_secs(2));
+    let clock = ManualClock::new();
+    let handle = Agent::builder(h100x8())
+        .interval(Duration::from_millis(500))
+        .clock(clock.clone())
+        .sink_with(hanging, options)
+        .spawn()
+        .unwrap();
+    until("the first tick was taken", || handle.stats().samples_taken == 1).await;
+    for n in 2..=6 {
+        clock.advance(Duration::from_millis(500));
+        until("the tick was taken", || handle.stats().samples_taken == n).await;
+    }
+    assert_eq!(calls.exports(), 0, "still in its healthcheck");
+    until("the healthcheck timed out and the queue drained", || calls.exports() == 6).await;
+    let status = &handle.sink_status()[0];
+    assert_eq!(status.dropped, 0, "{status:?}");
+    assert_eq!(status.healthy, Some(false));
+}

@@ -8,7 +8,7 @@ use gpumon_core::diagnose::{Limitation, Sampling};
 use gpumon_core::report::ReportHandle;
 use gpumon_core::steps::StepRegistry;
 use gpumon_core::trace::{ReplayProgress, ReplaySampler, ReplaySpeed, TraceHeader};
-use gpumon_core::{Agent, AgentBuilder, DeviceFilter, Family, MetricSet, Sampler, SinkOptions};
+use gpumon_core::{Agent, AgentBuilder, DeviceFilter, Family, MetricSet, Sampler, SinkOptions, MAX_SINK_QUEUE};
 
 use super::backend::{self, Backend, BackendError, MockFactory, MockOptions, NvmlOptions, Source};
 use super::config::{AgentConfig, AgentSection};
@@ -270,12 +270,17 @@ impl Assembly {
         let metrics = attribution.metrics(metrics(a, &options.families)?, processes_disabled)?;
         let mut sink_options = SinkOptions::default();
         if let Some(q) = a.sink_queue {
-            if q == 0 {
-                return Err(AssemblyError::invalid("agent.sink_queue", "must be at least 1"));
+            if !(1..=MAX_SINK_QUEUE).contains(&q) {
+                return Err(AssemblyError::invalid("agent.sink_queue", format!("must be 1 to {MAX_SINK_QUEUE}")));
             }
             sink_options = sink_options.capacity(q);
         }
         if let Some(t) = a.export_timeout {
+            // Checked here too, so that the error names the key the user wrote (the runtime
+            // names the setting of one sink).
+            if t.is_zero() {
+                return Err(AssemblyError::invalid("agent.export_timeout", "must be greater than zero"));
+            }
             sink_options = sink_options.export_timeout(t);
         }
         let mut diagnose = stages::diagnose(&config.diagnose, interval)?;
@@ -499,6 +504,10 @@ mod tests {
             ("[agent]\ninterval = \"10ms\"\n", Some("agent.interval")),
             ("[agent]\ndevices = \"gpu0\"\n", Some("agent.devices")),
             ("[agent]\nsink_queue = 0\n", Some("agent.sink_queue")),
+            // Large enough to abort on allocation before it was bounded.
+            ("[agent]\nsink_queue = 99999999999999\n", Some("agent.sink_queue")),
+            ("[agent]\nexport_timeout = \"0s\"\n", Some("agent.export_timeout")),
+            ("[diagnose]\nwindow = \"100000000h\"\n", Some("diagnose.window")),
             ("[agent]\nenable = [\"telepathy\"]\n", Some("agent.enable")),
             ("[steps]\nsocket = \"/tmp/s\"\nevery_n = 0\n", Some("steps.every_n")),
             ("[diagnose]\nwindow = \"500ms\"\n", Some("diagnose.window")),

@@ -214,7 +214,7 @@ pub struct ReplaySection {
 /// ```toml
 /// [diagnose]
 /// enabled = true            # default; --no-diagnose turns it off
-/// window = "30s"            # --diagnose-window; at least the sampling interval
+/// window = "30s"            # --diagnose-window; default 30 s or 3 intervals; ≥ 1 interval
 /// idle_grace = "60s"        # idle_allocated waits this long for a job that has not run yet
 /// disable = ["imbalance"]   # rules switched off (stable kind names)
 ///
@@ -228,7 +228,8 @@ pub struct DiagnoseSection {
     /// Whether diagnosis runs (default true).
     pub enabled: Option<bool>,
     /// How long a condition must hold to raise a finding (default
-    /// [`gpumon_core::diagnose::DEFAULT_WINDOW`]).
+    /// [`gpumon_core::diagnose::DEFAULT_WINDOW`], or three sampling intervals when longer;
+    /// at least one interval, at most [`gpumon_core::diagnose::MAX_WINDOW_TICKS`] of them).
     #[serde(default, with = "gpumon_sinks::duration::opt")]
     pub window: Option<Duration>,
     /// How long idle_allocated waits for a job that has not run yet.

@@ -41,7 +41,9 @@ pub(super) struct DiagnosePlan {
 
 /// Resolves `[diagnose]` against the sampling interval; every error names the key.
 pub(super) fn diagnose(file: &DiagnoseSection, interval: Duration) -> Result<DiagnosePlan, AssemblyError> {
-    let mut cfg = DiagnoseConfig::default().with_window(file.window.unwrap_or(DEFAULT_WINDOW));
+    // The default spans at least three ticks of a long interval (`--interval 1m` works as is).
+    let window = file.window.unwrap_or_else(|| DEFAULT_WINDOW.max(interval.saturating_mul(3)));
+    let mut cfg = DiagnoseConfig::default().with_window(window);
     cfg = cfg.disable_by_name(file.disable.iter().map(String::as_str))?;
     if let Some(table) = &file.thresholds {
         cfg = cfg.with_thresholds(thresholds(table)?);
@@ -484,6 +486,21 @@ mod tests {
         assert_eq!(plan.thresholds.starvation_peak, 0.7);
         assert_eq!(plan.thresholds.idle_level, 0.0);
         assert_eq!(plan.thresholds.imbalance_busy, want.imbalance_busy);
+    }
+
+    /// The default window spans three ticks of a long interval: `--interval 1m30s` alone was
+    /// refused for a window (30 s) the user never set. A window the user set is kept, and
+    /// still checked against the interval.
+    #[test]
+    fn the_default_window_spans_at_least_three_intervals() {
+        let window =
+            |s: &DiagnoseSection, secs| diagnose(s, Duration::from_secs(secs)).map(|p| p.config.unwrap().window);
+        let default = DiagnoseSection::default();
+        assert_eq!(window(&default, 1).unwrap(), DEFAULT_WINDOW);
+        assert_eq!(window(&default, 90).unwrap(), Duration::from_secs(270));
+        let set: DiagnoseSection = section("window = \"30s\"\n");
+        assert_eq!(window(&set, 10).unwrap(), Duration::from_secs(30));
+        assert!(window(&set, 90).unwrap_err().to_string().contains("diagnose.window"));
     }
 
     /// The commented-out `# [header]` block of the example config file, uncommented.

@@ -33,7 +33,7 @@ pub struct DiagnoseArgs {
     #[arg(long)]
     pub no_diagnose: bool,
     /// How long a condition must hold to raise a finding, and stop holding to clear it
-    /// (default 30s; at least the sampling interval).
+    /// (default 30s, or three intervals when longer; at least one interval, at most 36 000).
     #[arg(long, value_parser = crate::sinks::duration::parse_duration, value_name = "DURATION")]
     pub diagnose_window: Option<Duration>,
     /// Run this long, then shut down gracefully (as on SIGTERM).

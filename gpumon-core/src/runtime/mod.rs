@@ -63,11 +63,29 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 /// [`AgentHandle::shutdown`]).
 const REPLY_GRACE: Duration = Duration::from_millis(100);
 
+/// Most snapshots a sink's queue holds beyond its capacity during its start-up healthcheck (see
+/// [`SinkOptions::capacity`]): a bound for a tiny interval with a long healthcheck timeout.
+const MAX_STARTUP_ALLOWANCE: usize = 600;
+
+/// Most snapshots one sink's queue may hold ([`SinkOptions::capacity`]): a sink that hangs holds
+/// that many in memory.
+pub const MAX_SINK_QUEUE: usize = 100_000;
+
+/// The ticks one healthcheck may last: its timeout over the interval, rounded up.
+fn startup_allowance(healthcheck_timeout: Duration, interval: Duration) -> usize {
+    let ticks = healthcheck_timeout.as_nanos().div_ceil(interval.as_nanos().max(1));
+    usize::try_from(ticks).unwrap_or(usize::MAX).min(MAX_STARTUP_ALLOWANCE)
+}
+
 /// Per-sink settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SinkOptions {
-    /// Snapshots queued for the sink before the oldest is dropped. Default 16.
+    /// Snapshots queued for the sink before the oldest is dropped: 1 to [`MAX_SINK_QUEUE`],
+    /// default 16. Until the
+    /// start-up healthcheck has ended, the queue holds as many more as ticks fit in
+    /// [`healthcheck_timeout`](SinkOptions::healthcheck_timeout) (at most 600), so that a sink
+    /// whose server hangs at start-up loses nothing.
     pub capacity: usize,
     /// Longest one `export`, `flush` or `shutdown` call may take. Default 10 s.
     pub export_timeout: Duration,
@@ -314,8 +332,11 @@ impl AgentBuilder {
             if !names.insert(sink.name().to_owned()) {
                 return Err(BuildError::invalid("sinks", format!("two sinks are named `{}`", sink.name())));
             }
-            if options.capacity == 0 {
-                return Err(BuildError::invalid(format!("{}.capacity", sink.name()), "must be at least 1"));
+            if !(1..=MAX_SINK_QUEUE).contains(&options.capacity) {
+                return Err(BuildError::invalid(
+                    format!("{}.capacity", sink.name()),
+                    format!("must be 1 to {MAX_SINK_QUEUE}"),
+                ));
             }
             if options.export_timeout.is_zero() {
                 return Err(BuildError::invalid(
@@ -346,7 +367,10 @@ impl AgentBuilder {
             // Registered before the sink sees the telemetry, so it can report drops at once.
             let status = telemetry.register_sink(name.clone());
             sink.attach_telemetry(telemetry.clone());
-            let queue = Arc::new(SinkQueue::new(options.capacity));
+            let queue = Arc::new(SinkQueue::with_startup_allowance(
+                options.capacity,
+                startup_allowance(options.healthcheck_timeout, self.interval),
+            ));
             let (cmd_tx, cmd_rx) = mpsc::channel(4);
             let exports_inline = sink.exports_inline();
             let sink: SharedSink = Arc::new(tokio::sync::Mutex::new(sink));

@@ -1,4 +1,7 @@
-//! A sink's bounded queue: exactly `capacity` snapshots, the oldest dropped when full.
+//! A sink's bounded queue: exactly `capacity` snapshots, the oldest dropped when full — plus,
+//! until the sink's start-up healthcheck has ended, the ticks that healthcheck may last (its
+//! timeout over the interval): a sink whose server hangs at start-up would otherwise lose the
+//! first seconds of data before it could export anything, though it buffers any later outage.
 //!
 //! tokio's broadcast channel would give drop-oldest for free, but it rounds its capacity up to a
 //! power of two, so a configured queue of 3 would hold 4 and every loss count would be off by
@@ -24,15 +27,31 @@ struct State {
     closed: bool,
     /// An inline export asked for the sink's `flush` ([`InlineExport::FlushDue`](crate::InlineExport)).
     flush_due: bool,
+    /// Snapshots held beyond `capacity` until [`SinkQueue::started`].
+    startup_allowance: usize,
 }
 
 impl SinkQueue {
+    #[cfg(test)]
     pub(crate) fn new(capacity: usize) -> Self {
+        Self::with_startup_allowance(capacity, 0)
+    }
+
+    /// A queue that holds `allowance` more snapshots until [`SinkQueue::started`].
+    pub(crate) fn with_startup_allowance(capacity: usize, allowance: usize) -> Self {
+        // Grown as needed: a large capacity costs nothing until a sink falls behind.
+        let items = VecDeque::with_capacity(capacity.min(32));
         Self {
-            state: Mutex::new(State { items: VecDeque::with_capacity(capacity), closed: false, flush_due: false }),
+            state: Mutex::new(State { items, closed: false, flush_due: false, startup_allowance: allowance }),
             ready: Notify::new(),
             capacity,
         }
+    }
+
+    /// The sink's start-up is over: from now on, `capacity` is the bound. What the allowance
+    /// held stays queued; the next snapshots find the queue full only once it drained below it.
+    pub(crate) fn started(&self) {
+        self.lock().startup_allowance = 0;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -50,7 +69,7 @@ impl SinkQueue {
         if st.closed {
             return true;
         }
-        let dropped = st.items.len() >= self.capacity && st.items.pop_front().is_some();
+        let dropped = st.items.len() >= self.capacity + st.startup_allowance && st.items.pop_front().is_some();
         st.items.push_back(snapshot);
         dropped
     }
@@ -148,6 +167,23 @@ mod tests {
             seqs.push(s.seq);
         }
         assert_eq!(seqs, [3, 4, 5]);
+    }
+
+    #[tokio::test]
+    async fn the_startup_allowance_holds_more_until_started() {
+        let q = SinkQueue::with_startup_allowance(2, 3);
+        let dropped: Vec<bool> = (1..=6).map(|i| push(&q, snap(i))).collect();
+        assert_eq!(dropped, [false, false, false, false, false, true], "2 + 3 held while starting");
+        q.started();
+        // Still 5 queued: the next push drops one (the queue is above its capacity) ...
+        assert!(push(&q, snap(7)));
+        for _ in 0..4 {
+            q.try_pop();
+        }
+        // ... and once it drained below the capacity, nothing is dropped again until it is full.
+        assert_eq!([push(&q, snap(8)), push(&q, snap(9))], [false, true]);
+        let seqs: Vec<u64> = std::iter::from_fn(|| q.try_pop()).map(|s| s.seq).collect();
+        assert_eq!(seqs, [8, 9]);
     }
 
     #[tokio::test]

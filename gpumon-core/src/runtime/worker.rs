@@ -63,6 +63,7 @@ impl Worker {
         {
             let mut sink = self.sink.lock().await;
             let health = guarded(calls.options.healthcheck_timeout, async { sink.healthcheck().await }).await;
+            calls.queue.started();
             match &health {
                 Ok(()) => calls.status.update(|s| s.healthy = Some(true)),
                 Err(e) => {

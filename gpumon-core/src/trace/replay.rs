@@ -151,7 +151,8 @@ impl Sampler for ReplaySampler {
 pub enum ReplaySpeed {
     /// As fast as possible: each snapshot as soon as every sink has taken the previous one.
     Max,
-    /// This many times real time (finite, greater than zero); `1.0` is the recorded pace.
+    /// This many times real time, from [`ReplaySpeed::SLOWEST`] to [`ReplaySpeed::FASTEST`];
+    /// `1.0` is the recorded pace.
     Factor(f64),
 }
 
@@ -163,12 +164,20 @@ impl Default for ReplaySpeed {
 }
 
 impl ReplaySpeed {
+    /// The slowest factor parsed: a thousand times slower than recorded (slower, a replay of
+    /// one 1 s interval would wait for hours; a factor such as 1e-300 would not even fit a
+    /// `Duration`).
+    pub const SLOWEST: f64 = 1e-3;
+    /// The fastest factor parsed (faster, use `max`).
+    pub const FASTEST: f64 = 1e6;
+
     /// The wall time between two snapshots recorded `interval` apart; `None` for
-    /// [`ReplaySpeed::Max`].
+    /// [`ReplaySpeed::Max`]. Saturates at [`Duration::MAX`] for a factor built by hand outside
+    /// the parsed range.
     pub fn pace(self, interval: Duration) -> Option<Duration> {
         match self {
             Self::Max => None,
-            Self::Factor(f) => Some(interval.div_f64(f)),
+            Self::Factor(f) => Some(Duration::try_from_secs_f64(interval.as_secs_f64() / f).unwrap_or(Duration::MAX)),
         }
     }
 }
@@ -184,7 +193,12 @@ impl std::str::FromStr for ReplaySpeed {
         let number = text.strip_suffix(['x', 'X']).unwrap_or(text);
         match number.parse::<f64>() {
             Ok(0.0) => Ok(Self::Max),
-            Ok(f) if f.is_finite() && f > 0.0 => Ok(Self::Factor(f)),
+            Ok(f) if (Self::SLOWEST..=Self::FASTEST).contains(&f) => Ok(Self::Factor(f)),
+            Ok(f) if f.is_finite() && f > 0.0 => Err(format!(
+                "`{s}` is out of range: a factor of real time from {} to {} (or `max`)",
+                Self::SLOWEST,
+                Self::FASTEST
+            )),
             _ => Err(format!(
                 "`{s}` is not a replay speed: `max` (or 0) for as fast as possible, or a factor of real time such as 1, 2x or 0.5"
             )),

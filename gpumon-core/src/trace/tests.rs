@@ -323,6 +323,13 @@ fn replay_speeds_parse_and_pace() {
     for bad in ["", "fast", "-2", "inf", "NaN", "1e999"] {
         assert!(s(bad).unwrap_err().contains("max"), "{bad}");
     }
+    // Positive but absurd: refused with the range (1e-300 made the pace overflow a `Duration`
+    // and panic; 1e-18 slept for ever).
+    for bad in ["1e-300", "5e-324", "1e-18", "0.0001", "1e7"] {
+        assert!(s(bad).unwrap_err().contains("out of range"), "{bad}");
+    }
+    assert_eq!(s("0.001"), Ok(ReplaySpeed::Factor(0.001)));
+    assert_eq!(ReplaySpeed::Factor(1e-300).pace(Duration::from_secs(1)), Some(Duration::MAX));
     assert_eq!(ReplaySpeed::Factor(2.0).to_string(), "2x");
 }
 

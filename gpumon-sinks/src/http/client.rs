@@ -239,7 +239,9 @@ impl HttpClient {
 }
 
 /// The server's error text: InfluxDB answers `{"error":"…"}`; Prometheus, Mimir,
-/// VictoriaMetrics, the Pushgateway and OTLP collectors plain text. At most 500 characters.
+/// VictoriaMetrics, the Pushgateway and OTLP collectors plain text. At most 500 characters, on
+/// one line: control characters are escaped (`\n`, `\u{1b}`), because the text goes into the
+/// agent's log, where a server could otherwise forge lines or send terminal escapes.
 pub(crate) fn server_message(body: &str) -> String {
     let body = body.trim();
     let inner = body
@@ -247,7 +249,14 @@ pub(crate) fn server_message(body: &str) -> String {
         .and_then(|s| s.strip_suffix("\"}"))
         .map(|s| s.replace("\\\"", "\"").replace("\\\\", "\\"))
         .unwrap_or_else(|| body.to_owned());
-    let mut s: String = inner.chars().take(MAX_SERVER_MESSAGE).collect();
+    let mut s = String::new();
+    for c in inner.chars().take(MAX_SERVER_MESSAGE) {
+        if c.is_control() {
+            s.extend(c.escape_debug());
+        } else {
+            s.push(c);
+        }
+    }
     if inner.chars().count() > MAX_SERVER_MESSAGE {
         s.push('…');
     }
@@ -435,6 +444,9 @@ mod tests {
         assert_eq!(server_message("{\"error\":\"authorization failed\"}\n"), "authorization failed");
         assert_eq!(server_message("plain text"), "plain text");
         assert!(server_message(&"x".repeat(2000)).ends_with('…'));
+        // A server cannot write lines of its own into the log, nor terminal escapes.
+        let forged = "bad\n2026-12-05T00:00:00Z  INFO FAKE\u{1b}[31mRED\r";
+        assert_eq!(server_message(forged), "bad\\n2026-12-05T00:00:00Z  INFO FAKE\\u{1b}[31mRED");
     }
 
     #[test]

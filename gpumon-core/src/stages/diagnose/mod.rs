@@ -72,6 +72,10 @@ use window::{Ring, Tallies};
 /// raise anything, short enough that a starving job is named within half a minute.
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(30);
 
+/// Most ticks one window may span (an hour at 100 ms): each GPU keeps one reading per tick of its
+/// window, so a window of days at a short interval would ask for gigabytes.
+pub const MAX_WINDOW_TICKS: usize = 36_000;
+
 /// A bad diagnosis setting. The message names the configuration key.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -316,6 +320,16 @@ impl DiagnoseConfig {
                     format!("{:?} is shorter than the sampling interval {interval:?}", self.window),
                 );
             }
+            if window_ticks(self.window, interval) > MAX_WINDOW_TICKS {
+                return invalid(
+                    "window",
+                    format!(
+                        "{:?} spans more than {MAX_WINDOW_TICKS} ticks of the sampling interval {interval:?} \
+                         (one reading per GPU and tick is kept)",
+                        self.window
+                    ),
+                );
+            }
         }
         if !(self.raise_share > 0.0 && self.raise_share <= 1.0) {
             return invalid("raise_share", format!("{} is not in (0, 1]", self.raise_share));
@@ -457,7 +471,7 @@ impl Diagnoser {
     fn set_interval(&mut self, interval: Duration) {
         let interval = interval.max(Duration::from_millis(1));
         self.interval_secs = interval.as_secs_f64();
-        let n = (self.config.window.as_secs_f64() / interval.as_secs_f64()).ceil().max(1.0) as usize;
+        let n = window_ticks(self.config.window, interval).min(MAX_WINDOW_TICKS);
         self.ticks = n;
         self.raise_at = ((self.config.raise_share * n as f64).ceil() as usize).clamp(1, n);
         self.clear_at = ((self.config.clear_share * n as f64).floor() as usize).min(self.raise_at - 1);
@@ -672,6 +686,11 @@ impl Processor for Diagnoser {
 }
 
 /// Whether a raised finding with `yes` holding ticks in its window clears.
+/// `ceil(window / interval)`, at least 1 (saturating: a window of years is just too many).
+fn window_ticks(window: Duration, interval: Duration) -> usize {
+    (window.as_secs_f64() / interval.max(Duration::from_millis(1)).as_secs_f64()).ceil().max(1.0) as usize
+}
+
 fn clears(kind: FindingKind, yes: usize, clear_at: usize) -> bool {
     match kind {
         // An error stays news until a whole window has passed without another.
