@@ -76,13 +76,22 @@ fn devices_flag_hides_other_gpus() {
 #[test]
 fn invalid_configuration_exits_2_naming_the_key() {
     let dir = TempDir::new("agent-cfg");
-    let cases: [(&str, &[&str], &str); 6] = [
+    let cases: [(&str, &[&str], &str); 13] = [
         ("[agent]\nintervall = \"1s\"\n", &[], "intervall"),
         ("[agent]\ninterval = \"soon\"\n", &[], "soon"),
         ("[agent]\ninterval = \"10ms\"\n", &[], "agent.interval"),
         ("[mock]\nprofile = \"dgx-z9\"\n", &["--backend", "mock"], "mock.profile"),
         ("", &["--devices", "gpu0"], "gpu0"),
         ("", &["--enable", "telepathy"], "telepathy"),
+        // A flag that refines a sink or a feature nobody configured would be silently ignored.
+        ("", &["--influx-db", "x"], "--influx-db refines a sink that is not configured"),
+        ("", &["--prometheus-naming", "bogus"], "--prometheus-naming refines"),
+        ("", &["--replay-speed", "2x"], "--replay-speed: no trace"),
+        ("", &["--no-diagnose", "--diagnose-window", "10s"], "--no-diagnose"),
+        // Values that aborted the process on allocation.
+        ("[agent]\nsink_queue = 99999999999999\n", &[], "agent.sink_queue"),
+        ("", &["--diagnose-window", "10000d"], "diagnose.window"),
+        ("", &["--log", "gpumon=verbose"], "--log / GPUMON_LOG"),
     ];
     for (i, (toml, args, needle)) in cases.iter().enumerate() {
         let path = dir.file(&format!("c{i}.toml"), toml);

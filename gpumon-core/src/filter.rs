@@ -54,6 +54,17 @@ impl DeviceSelector {
     }
 }
 
+impl std::fmt::Display for DeviceSelector {
+    /// As written in a device list: `3`, `GPU-8f2…`, `0:1`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceSelector::Index(i) => write!(f, "{i}"),
+            DeviceSelector::Uuid(prefix) => f.write_str(prefix),
+            DeviceSelector::Mig { gpu, mig } => write!(f, "{gpu}:{mig}"),
+        }
+    }
+}
+
 /// Which devices are visible. The default shows every device.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeviceFilter {
@@ -270,6 +281,14 @@ impl DeviceFilter {
         ambiguous.into_iter().map(str::to_owned).collect()
     }
 
+    /// The entries of the list that select none of `visible` (the devices left after
+    /// [`DeviceFilter::apply`]), as written: `--devices 0,99` on a host with GPUs 0–7 gives
+    /// `["99"]`. Empty for the default filter.
+    pub fn unmatched(&self, visible: &[crate::model::DeviceSample]) -> Vec<String> {
+        let Some(list) = &self.allow else { return Vec::new() };
+        list.iter().filter(|s| !visible.iter().any(|d| s.matches(&d.info))).map(ToString::to_string).collect()
+    }
+
     /// Whether a physical GPU with this index and UUID might be visible, itself or through one of
     /// its MIG instances — lets a backend skip hidden GPUs before reading anything else.
     pub fn may_allow_gpu(&self, index: u32, uuid: &str) -> bool {
@@ -370,6 +389,18 @@ mod tests {
         let mut with_mig = same.to_vec();
         with_mig.push(mig(0, 0));
         assert!(cuda("0", None).check_device_order(&with_mig).is_ok());
+    }
+
+    #[test]
+    fn entries_that_select_nothing_are_named_as_written() {
+        use crate::model::DeviceSample;
+        use std::sync::Arc;
+        let dev = |i, uuid| DeviceSample::new(Arc::new(DeviceInfo::new(i, uuid, "X")));
+        let mut d = vec![dev(0, "GPU-aaa"), dev(1, "GPU-bbb")];
+        let filter = DeviceFilter::parse("0,99,GPU-zzz").unwrap();
+        filter.apply(&mut d);
+        assert_eq!(filter.unmatched(&d), ["99", "GPU-zzz"]);
+        assert!(DeviceFilter::all().unmatched(&d).is_empty());
     }
 
     #[test]

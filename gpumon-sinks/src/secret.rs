@@ -36,6 +36,19 @@ impl Secret {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// What is wrong with it as a token sent or taken as `Authorization: <scheme> <token>`
+    /// (bearer, InfluxDB): empty, or holding whitespace or control characters, which a server
+    /// splits on or refuses. The one check of every token setting, inbound and outbound.
+    pub(crate) fn token_problem(&self) -> Option<&'static str> {
+        if self.0.is_empty() {
+            Some("must not be empty")
+        } else if self.0.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
+            Some("must not contain whitespace or control characters")
+        } else {
+            None
+        }
+    }
 }
 
 impl fmt::Debug for Secret {

@@ -264,6 +264,14 @@ impl Assembly {
             }
         };
         let mut attribution = stages::attribution(&config.attribution)?;
+        if !attribution.processes && sinks::has_tenants(config) {
+            // Allowed (a tenant may be configured ahead of attribution), but almost always a
+            // mistake: without owners no GPU is any tenant's.
+            tracing::warn!(
+                "tenants are configured but attribution is off: every tenant sees no GPU \
+                 (attribution.enabled = true or --attribution; docs/tenancy.md)"
+            );
+        }
         let processes = Family::Processes.name();
         let processes_disabled =
             a.disable.iter().any(|n| n.trim() == processes) || options.families.disable.contains(&Family::Processes);

@@ -177,3 +177,34 @@ pub(super) fn build(config: &AgentConfig, marks: Marks<'_>, report: bool) -> Res
     }
     Ok(Built { sinks, listeners })
 }
+
+/// Whether the Prometheus endpoint or the web view has tenants (who see only their own GPUs,
+/// which takes attribution).
+pub(super) fn has_tenants(config: &AgentConfig) -> bool {
+    #[cfg(feature = "prometheus")]
+    let prometheus = config.prometheus.as_ref().is_some_and(|p| !p.tenants.is_empty());
+    #[cfg(not(feature = "prometheus"))]
+    let prometheus = false;
+    #[cfg(feature = "web")]
+    let web = config.web.as_ref().is_some_and(|w| !w.tenants.is_empty());
+    #[cfg(not(feature = "web"))]
+    let web = false;
+    prometheus || web
+}
+
+#[cfg(all(test, feature = "prometheus", feature = "web"))]
+mod tenant_tests {
+    use super::*;
+
+    #[test]
+    fn tenants_of_either_listener_count() {
+        let tenant = "[[tenants]]\nname = \"a\"\nselector = { namespace = \"a\" }\nbearer = \"t\"\n";
+        let parse = |text: &str| toml::from_str::<AgentConfig>(text).unwrap();
+        assert!(!has_tenants(&parse("[prometheus]\n[web]\n")));
+        assert!(has_tenants(&parse(&format!(
+            "[prometheus]\n{}",
+            tenant.replace("[[tenants]]", "[[prometheus.tenants]]")
+        ))));
+        assert!(has_tenants(&parse(&format!("[web]\n{}", tenant.replace("[[tenants]]", "[[web.tenants]]")))));
+    }
+}

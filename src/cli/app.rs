@@ -268,6 +268,16 @@ pub fn flags_onto_config(cli: &Cli, file: &mut AgentConfig) -> Result<(), Config
     }
     set(&cli.record, &mut file.record.file);
     set(&cli.replay, &mut file.replay.file);
+    // Flags that would be silently ignored are refused (the sinks' own: `sinks::onto_config`).
+    if cli.replay_speed.is_some() && file.replay.file.is_none() {
+        return Err(ConfigError("--replay-speed: no trace to play (--replay FILE or [replay] file)".into()));
+    }
+    let kubelet = cli.attribution.kubelet || file.attribution.kubelet == Some(true);
+    if cli.attribution.kubelet_socket.is_some() && !kubelet && std::env::var_os("GPUMON_KUBELET_SOCKET").is_none() {
+        return Err(ConfigError(
+            "--kubelet-socket: the kubelet is not asked (--kubelet or attribution.kubelet)".into(),
+        ));
+    }
     if let Some(speed) = cli.replay_speed {
         file.replay.speed = Some(toml::Value::String(speed.to_string()));
     }
@@ -293,7 +303,9 @@ pub fn main(args: Vec<OsString>, mock: Option<MockFactory>) -> u8 {
         Ok(cli) => cli,
         Err(code) => return code,
     };
-    init_logging(&cli.log);
+    if let Err(e) = init_logging(&cli.log) {
+        return config_failure(&e.0);
+    }
     let mut file = match &cli.config {
         Some(path) => match config::load(path) {
             Ok(f) => f,
@@ -347,11 +359,15 @@ pub fn config_failure(message: &str) -> u8 {
     2
 }
 
-pub fn init_logging(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
-        eprintln!("gpumon: invalid --log filter `{filter}` ({e}); using `info`");
-        tracing_subscriber::EnvFilter::new("info")
-    });
+/// Installs the log subscriber at `filter` (`--log` / `GPUMON_LOG`).
+///
+/// ## Errors
+///
+/// A filter that does not parse: the agent refuses it rather than log at a level not asked for.
+pub fn init_logging(filter: &str) -> Result<(), ConfigError> {
+    let filter = tracing_subscriber::EnvFilter::builder()
+        .parse(filter)
+        .map_err(|e| ConfigError(format!("--log / GPUMON_LOG: `{filter}` is not a log filter ({e})")))?;
     // Logs go to stderr so that stdout carries only data (JSON lines stay parseable).
     use std::io::IsTerminal;
     // From the Python package, a `gpumon.Monitor` may have installed the process's subscriber
@@ -362,6 +378,7 @@ pub fn init_logging(filter: &str) {
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .try_init();
+    Ok(())
 }
 
 async fn run(cli: Cli, file: AgentConfig, options: AssemblyOptions) -> u8 {

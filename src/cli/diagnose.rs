@@ -34,7 +34,12 @@ pub struct DiagnoseArgs {
     pub no_diagnose: bool,
     /// How long a condition must hold to raise a finding, and stop holding to clear it
     /// (default 30s, or three intervals when longer; at least one interval, at most 36 000).
-    #[arg(long, value_parser = crate::sinks::duration::parse_duration, value_name = "DURATION")]
+    #[arg(
+        long,
+        value_parser = crate::sinks::duration::parse_duration,
+        value_name = "DURATION",
+        conflicts_with = "no_diagnose"
+    )]
     pub diagnose_window: Option<Duration>,
     /// Run this long, then shut down gracefully (as on SIGTERM).
     #[arg(long, value_parser = crate::sinks::duration::parse_duration, value_name = "DURATION", conflicts_with = "once")]

@@ -77,7 +77,9 @@ pub fn main(args: Vec<OsString>, mock: Option<MockFactory>) -> u8 {
         Ok(cli) => cli,
         Err(code) => return code,
     };
-    crate::cli::app::init_logging(&cli.agent.log);
+    if let Err(e) = crate::cli::app::init_logging(&cli.agent.log) {
+        return crate::cli::app::config_failure(&e.0);
+    }
     if cli.command.is_empty() {
         eprintln!("gpumon: run: no command given (gpumon-agent run [FLAGS] -- CMD ARGS…)");
         return NOT_FOUND;

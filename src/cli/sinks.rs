@@ -15,6 +15,7 @@ use crate::cli::app::{Cli, ConfigError};
 ///
 /// A flag whose value does not parse (an address, a naming, a protocol).
 pub fn onto_config(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
+    refinements_have_their_sink(cli, file)?;
     prometheus(cli, file)?;
     pushgateway(cli, file);
     influxdb(cli, file);
@@ -24,6 +25,66 @@ pub fn onto_config(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError>
     // --stdout, or a format asked for: stdout whatever else is configured.
     if cli.stdout || cli.stdout_format.is_some() {
         file.stdout.enabled = Some(true);
+    }
+    Ok(())
+}
+
+/// Refuses a flag that refines a sink which neither a flag nor the config file configures
+/// (`--influx-db` without `--influx-url` or `[influxdb]`): it would be silently ignored.
+/// A credential whose environment variable is set is not held against the user: a secret may be
+/// in every container's environment, whether that agent writes to the sink or not.
+fn refinements_have_their_sink(cli: &Cli, file: &AgentConfig) -> Result<(), ConfigError> {
+    let from_env = |var: &str| std::env::var_os(var).is_some();
+    // Per sink: what configures it, whether something does, and its refining flags (set or not).
+    type Refined<'a> = (&'a str, bool, Vec<(&'a str, bool)>);
+    let sinks: [Refined<'_>; 5] = [
+        (
+            "--prometheus-listen or a [prometheus]",
+            cli.prometheus_listen.is_some() || file.prometheus.is_some(),
+            vec![("--prometheus-naming", cli.prometheus_naming.is_some())],
+        ),
+        (
+            "--pushgateway-url or a [pushgateway]",
+            cli.pushgateway_url.is_some() || file.pushgateway.is_some(),
+            vec![
+                ("--pushgateway-job", cli.pushgateway_job.is_some()),
+                ("--pushgateway-ca-file", cli.pushgateway_ca_file.is_some()),
+            ],
+        ),
+        (
+            "--influx-url or an [influxdb]",
+            cli.influx_url.is_some() || file.influxdb.is_some(),
+            vec![
+                ("--influx-db", cli.influx_db.is_some()),
+                ("--influx-user", cli.influx_user.is_some()),
+                ("--influx-password", cli.influx_password.is_some() && !from_env("GPUMON_INFLUX_PASSWORD")),
+                ("--influx-org", cli.influx_org.is_some()),
+                ("--influx-bucket", cli.influx_bucket.is_some()),
+                ("--influx-token", cli.influx_token.is_some() && !from_env("GPUMON_INFLUX_TOKEN")),
+                ("--influx-ca-file", cli.influx_ca_file.is_some()),
+            ],
+        ),
+        (
+            "--remote-write-url or a [remote_write]",
+            cli.remote_write_url.is_some() || file.remote_write.is_some(),
+            vec![
+                ("--remote-write-naming", cli.remote_write_naming.is_some()),
+                ("--remote-write-token", cli.remote_write_token.is_some() && !from_env("GPUMON_REMOTE_WRITE_TOKEN")),
+                ("--remote-write-ca-file", cli.remote_write_ca_file.is_some()),
+            ],
+        ),
+        (
+            "--otlp-endpoint, --otlp-protocol or an [otlp]",
+            cli.otlp_endpoint.is_some() || cli.otlp_protocol.is_some() || file.otlp.is_some(),
+            vec![("--otlp-ca-file", cli.otlp_ca_file.is_some())],
+        ),
+    ];
+    for (configured_by, configured, flags) in sinks {
+        if let Some((flag, _)) = flags.iter().find(|(_, set)| *set).filter(|_| !configured) {
+            return Err(ConfigError(format!(
+                "{flag} refines a sink that is not configured: add {configured_by} section to the config file"
+            )));
+        }
     }
     Ok(())
 }

@@ -418,6 +418,7 @@ impl AgentBuilder {
             subscribers: subscribers.clone(),
             hostname: self.hostname.map(|name| HostOverride { name, last: None }),
             warned_ambiguous: false,
+            checked_unmatched: false,
         };
         let agent = Agent {
             sampler_name: self.sampler.name().to_owned(),

@@ -303,6 +303,8 @@ pub(crate) struct SamplingThread {
     pub(crate) hostname: Option<HostOverride>,
     /// Whether ambiguous device-filter prefixes were already reported.
     pub(crate) warned_ambiguous: bool,
+    /// Whether the device list was checked for entries that select nothing (at the first sample).
+    pub(crate) checked_unmatched: bool,
 }
 
 /// How a sample ended.
@@ -417,6 +419,18 @@ impl SamplingThread {
                         prefixes = ?ambiguous,
                         "device UUID prefixes match more than one GPU; they select nothing (use a longer prefix)"
                     );
+                }
+                // Said once, at the first sample: `--devices 99` on an 8-GPU host is a typo, not
+                // a GPU to wait for (one that appears later is sampled then all the same).
+                if !std::mem::replace(&mut self.checked_unmatched, true) {
+                    let unmatched = self.request.devices.unmatched(&snapshot.devices);
+                    if !unmatched.is_empty() {
+                        tracing::warn!(
+                            entries = ?unmatched,
+                            visible = snapshot.devices.len(),
+                            "device list entries select no GPU on this host"
+                        );
+                    }
                 }
                 if let Some(host) = &mut self.hostname {
                     host.apply(&mut snapshot.system);

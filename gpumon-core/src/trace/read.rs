@@ -12,6 +12,10 @@ use serde_json::Value;
 use super::{json_reason, TraceError, TraceHeader, FORMAT, FORMAT_VERSION, GPUMON_VERSION};
 use crate::model::{DeviceInfo, Snapshot, SystemInfo};
 
+/// Longest line read (a snapshot of 64 GPUs with their processes is well under 1 MiB): a
+/// corrupt or hostile trace with no newline for gigabytes is refused instead of read into memory.
+pub(crate) const MAX_LINE_BYTES: u64 = 16 << 20;
+
 /// The two bytes every gzip stream starts with.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
@@ -95,8 +99,14 @@ impl TraceReader {
         loop {
             self.buf.clear();
             let line = self.line + 1;
-            match self.input.read_line(&mut self.buf) {
+            match (&mut self.input).take(MAX_LINE_BYTES + 1).read_line(&mut self.buf) {
                 Ok(0) => return Ok(false),
+                Ok(n) if n as u64 > MAX_LINE_BYTES => {
+                    return Err(TraceError::Corrupt {
+                        line,
+                        reason: format!("longer than {} MiB", MAX_LINE_BYTES >> 20),
+                    })
+                }
                 Ok(_) => {
                     self.line = line;
                     if !self.buf.trim().is_empty() {

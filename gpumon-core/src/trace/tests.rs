@@ -156,6 +156,21 @@ fn a_truncated_trace_yields_what_it_holds_then_names_the_line() {
     }
 }
 
+/// A line with no end (a corrupt or hostile trace) is refused at the limit, not read into memory
+/// whole; a line just under it is still read (and then parsed, here refused as bad JSON).
+#[test]
+fn a_line_longer_than_the_limit_is_refused_before_it_is_read_whole() {
+    let limit = usize::try_from(super::read::MAX_LINE_BYTES).unwrap();
+    let long = "x".repeat(limit + 10);
+    let read: Vec<_> = TraceReader::new(Cursor::new(plain(&[&long]))).unwrap().collect();
+    let e = read[0].as_ref().unwrap_err();
+    assert!(matches!(e, TraceError::Corrupt { line: 2, .. }) && e.to_string().contains("longer than 16 MiB"), "{e}");
+    let under = "x".repeat(limit - 1);
+    let read: Vec<_> = TraceReader::new(Cursor::new(plain(&[&under]))).unwrap().collect();
+    let e = read[0].as_ref().unwrap_err();
+    assert!(!e.to_string().contains("longer than"), "{e}");
+}
+
 #[test]
 fn a_writer_killed_after_a_flush_leaves_the_flushed_snapshots_readable() {
     let sys = system();

@@ -56,17 +56,10 @@ impl Auth {
     /// (`web.auth.bearer.token`).
     pub(crate) fn validate(&self, section: &str) -> Result<(), BuildError> {
         match self {
-            Auth::Bearer { token } if token.is_empty() => {
-                Err(BuildError::invalid(format!("{section}.auth.bearer.token"), "must not be empty"))
-            }
-            Auth::Bearer { token }
-                if token.expose().bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) =>
-            {
-                Err(BuildError::invalid(
-                    format!("{section}.auth.bearer.token"),
-                    "must not contain whitespace or control characters",
-                ))
-            }
+            Auth::Bearer { token } => match token.token_problem() {
+                Some(problem) => Err(BuildError::invalid(format!("{section}.auth.bearer.token"), problem)),
+                None => Ok(()),
+            },
             Auth::Basic { username, .. } if username.is_empty() || username.contains(':') => Err(BuildError::invalid(
                 format!("{section}.auth.basic.username"),
                 "must be non-empty and must not contain `:`",

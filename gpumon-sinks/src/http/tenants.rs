@@ -153,10 +153,10 @@ pub(crate) fn resolve(
 
 fn check_credential(auth: &Auth, key: &str) -> Result<(), BuildError> {
     match auth {
-        Auth::Bearer { token } if token.is_empty() => Err(BuildError::invalid(key, "the token must not be empty")),
-        Auth::Bearer { token } if token.expose().bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) => {
-            Err(BuildError::invalid(key, "the token must not contain whitespace or control characters"))
-        }
+        Auth::Bearer { token } => match token.token_problem() {
+            Some(problem) => Err(BuildError::invalid(key, format!("the token {problem}"))),
+            None => Ok(()),
+        },
         Auth::Basic { username, .. } if username.is_empty() || username.contains(':') => {
             Err(BuildError::invalid(format!("{key}.username"), "must be non-empty and must not contain `:`"))
         }

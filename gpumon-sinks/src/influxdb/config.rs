@@ -223,6 +223,9 @@ impl InfluxConfig {
         for (key, v) in [("db", &self.db), ("rp", &self.rp), ("org", &self.org), ("bucket", &self.bucket)] {
             nonempty(key, v)?;
         }
+        if let Some(problem) = self.token.as_ref().and_then(Secret::token_problem) {
+            return Err(BuildError::invalid("influxdb.token", problem));
+        }
         match api {
             ApiVersion::V1 => {
                 if self.db.is_none() {
@@ -328,5 +331,9 @@ mod tests {
         let mut c = InfluxConfig::v1("http://h", "d");
         c.token = Some("t".into());
         assert!(err(c).contains("influxdb.token"));
+        for token in ["a b", "a\tb", ""] {
+            let e = err(InfluxConfig::v2("http://h", "o", "b", token));
+            assert!(e.contains("influxdb.token") && e.contains("must not"), "{token:?}: {e}");
+        }
     }
 }

@@ -143,6 +143,9 @@ impl RemoteWriteConfig {
                 "set either `bearer_token` or `username`/`password`",
             ));
         }
+        if let Some(problem) = self.bearer_token.as_ref().and_then(Secret::token_problem) {
+            return Err(BuildError::invalid("remote_write.bearer_token", problem));
+        }
         if self.password.is_some() && self.username.is_none() {
             return Err(BuildError::invalid("remote_write.username", "required when `password` is set"));
         }
@@ -205,6 +208,11 @@ mod tests {
         let mut c = ok.clone();
         c.headers.insert("Content-Encoding".into(), "gzip".into());
         assert!(key_of(&c).contains("remote_write.headers"));
+        // A token with a space was sent as `Bearer a b`; one with a newline was refused later.
+        for token in ["a b", "a\nb", ""] {
+            let c = RemoteWriteConfig { bearer_token: Some(token.into()), ..ok.clone() };
+            assert!(key_of(&c).contains("remote_write.bearer_token"), "{token:?}");
+        }
         let mut c = ok.clone();
         c.buffer_max_samples = 10;
         assert!(key_of(&c).contains("remote_write.buffer_max_samples"));
