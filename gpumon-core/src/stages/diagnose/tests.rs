@@ -742,7 +742,7 @@ fn averaged_tick_with_spread(rig: &mut Rig, tick: u64, levels: &[f64], marked: &
     let mut runs = Vec::new();
     for (i, (&level, &marks)) in levels.iter().zip(marked).enumerate() {
         let mut d = busy(i as u32);
-        let read = level + if tick % 2 == 0 { spread / 2.0 } else { -spread / 2.0 };
+        let read = level + if tick.is_multiple_of(2) { spread / 2.0 } else { -spread / 2.0 };
         d.utilization.gpu = Some(read);
         d.windows.gpu_utilization = Some(WindowStats { min: read, max: read, mean: read, count: 1 });
         d.utilization.memory = Some(0.1);
@@ -843,18 +843,16 @@ fn peers_waiting_for_a_slowed_busy_gpu_are_not_bubbles_and_its_finding_names_the
     // The review's case: GPU 0 throttled and never idle; GPUs 1 and 2 wait for it at every
     // step, idle together — but with GPU 0 busy, "most others busy" made their idling "in turn":
     // pipeline bubbles on both, the run's main cause, with advice about micro-batches.
-    let mut tick = 0u32;
     let mut raised = Vec::new();
     let mut rig = Rig::new(10);
-    for _ in 0..40 {
-        let idle = tick % 2 == 0;
+    for tick in 0..40u32 {
+        let idle = tick.is_multiple_of(2);
         let d = rig.step(vec![
             hot_and_busy(0),
             one_sample(1, if idle { 0.02 } else { 0.95 }, true),
             one_sample(2, if idle { 0.02 } else { 0.95 }, true),
         ]);
         raised.extend(d.events.iter().filter(|e| e.transition == Transition::Raised).map(|e| e.finding.clone()));
-        tick += 1;
     }
     let kinds: Vec<_> = raised.iter().map(|f| (f.gpu, f.kind)).collect();
     assert_eq!(kinds, [(Some(0), FindingKind::ThermalThrottling)]);
@@ -864,7 +862,7 @@ fn peers_waiting_for_a_slowed_busy_gpu_are_not_bubbles_and_its_finding_names_the
     // Every rank starving, one of them also hot: it idles with the others, nobody waits for it.
     let mut tick = 0u32;
     let last = Rig::new(10).run(30, || {
-        let idle = tick % 2 == 0;
+        let idle = tick.is_multiple_of(2);
         tick += 1;
         let util = if idle { 0.02 } else { 0.95 };
         let mut hot = hot_and_busy(0);
