@@ -17,6 +17,9 @@ The files are committed; edit this script (not the files) and run it again. Keys
                   averages the pattern away, and such settings are reported as unsupported
   interval_at_most_s  longer sampling intervals cannot see the pattern (reported as unsupported)
   ecc_at_s        inject an ECC burst (XID 48) on GPU `ecc_gpu` at this time
+  exact           every supported setting must say exactly the expected findings, no miss and
+                  nothing else (the test fails otherwise, whatever the floors): for the cases a
+                  rule was changed for, the look-alike and the real case
 A phase with `steps = true` marks the job's training steps (rank r on GPU r); the test feeds the
 marks to a step tracker ahead of diagnosis.
 """
@@ -229,4 +232,55 @@ write("pipeline-bubbles-4s-marked", "Four marked pipeline stages, 3 s busy then 
         "steps": True}],
       {"findings": every("pipeline_bubbles"), "raise_within_s": 60, "duration_s": 150, "visible_above_s": 0.5,
        "interval_at_most_s": 1.0})
+
+# Found by an outside review (each rule change has its look-alike that must stay quiet and its
+# real case that must raise, `exact`: checked at every supported setting).
+#
+# Steady light work whose loop marks its steps: every step is 72 % idle, but the readings never
+# alternate (no idle and busy stretches): not a starving loader.
+write("steady-low-marked", "A small job at a steady 28 %, marking 0.2 s steps (nothing alternates)",
+      [{"shape": "steady", "busy": 0.28, "memory": 0.3, "memory_controller": 0.12, "steps": True, "step_s": 0.2}],
+      {"findings": [], "duration_s": 150, "exact": True})
+write("steady-40-marked-step0p3", "A steady 40 % job marking 0.3 s steps: the marks of starved-marked-duty40-step0p3",
+      [{"shape": "steady", "busy": 0.4, "memory": 0.7, "memory_controller": 0.15, "steps": True, "step_s": 0.3}],
+      {"findings": [], "duration_s": 150, "exact": True})
+# Its real case: the same mean, the same marks, but the step's 0.144 s of waiting is one stretch.
+# A driver period longer than the step averages whole steps into the same flat reading as the
+# look-alike's: unsupported there (nothing can tell them apart).
+write("starved-marked-duty28-step0p2", "Loader starvation with step marks: 0.056 s of compute then 0.144 s waiting",
+      [dict(MARKED_STARVED, busy_s=0.056, idle_s=0.144, memory=0.3, memory_controller=0.12)],
+      {"findings": every("dataloader_starvation"), "raise_within_s": 60, "duration_s": 150, "visible_above_s": 0.2,
+       "exact": True})
+# One data-parallel rank thermally throttled and always busy; its healthy peers wait for it at
+# every step, in lockstep with each other: the cause is the hot GPU, not bubbles nor a loader.
+SLOW_RANK_HOT = {"gpus": [0], "shape": "steady", "busy": 0.97, "memory": 0.8, "memory_controller": 0.4,
+                 "temperature_c": 89.0, "sm_clock": 0.6, "power": 0.75,
+                 "reasons": ["hw_thermal_slowdown", "sw_thermal_slowdown"]}
+write("slow-rank-thermal", "GPU 0 throttled at 89 °C and always busy; GPUs 1-2 wait for it (0.55 s busy, 0.45 s idle)",
+      [SLOW_RANK_HOT,
+       {"gpus": [1, 2], "shape": "square", "busy_s": 0.55, "idle_s": 0.45, "jitter": 0.05, "busy": 0.95, "idle": 0.02,
+        "memory": 0.8, "memory_controller": 0.25}],
+      {"findings": every("thermal_throttling", [0]), "raise_within_s": 40, "duration_s": 150, "exact": True})
+# Its real case: every rank starves (1 s steps, 40 % busy), one of them also hot — it idles with
+# the others, so the others do not wait for it: starvation everywhere, and the throttling.
+write("starved-one-rank-hot", "Loader starvation on every GPU (1 s steps, 40 % busy); GPU 0 also thermally throttled",
+      [{"shape": "square", "busy_s": 0.4, "idle_s": 0.6, "jitter": 0.1, "memory": 0.7, "memory_controller": 0.15},
+       {"gpus": [0], "shape": "square", "busy_s": 0.4, "idle_s": 0.6, "jitter": 0.1, "memory": 0.7,
+        "memory_controller": 0.15, "temperature_c": 89.0, "sm_clock": 0.6, "power": 0.6,
+        "reasons": ["hw_thermal_slowdown", "sw_thermal_slowdown"]}],
+      {"findings": every("dataloader_starvation") + every("thermal_throttling", [0]), "raise_within_s": 60,
+       "duration_s": 150, "visible_above_s": 0.4, "exact": True})
+# Copies saturating the link between compute bursts (0.4 s at 90 %, 0.6 s at 5 %): PCIe-bound on
+# every GPU at every interval, though no short tick in a burst reads a low level.
+write("memcopy-square", "Copies at 85 % of the PCIe link between 0.4 s compute bursts, 63 % idle",
+      [{"shape": "square", "busy_s": 0.4, "idle_s": 0.6, "jitter": 0.1, "busy": 0.9, "idle": 0.05, "memory": 0.6,
+        "memory_controller": 0.2, "pcie_rx": 0.85}],
+      {"findings": every("pcie_bound"), "raise_within_s": 60, "duration_s": 150, "metrics": ["pcie_throughput"],
+       "exact": True})
+# Its look-alike for starvation: the same loop with a quiet link, PCIe sampled: still a loader.
+write("starved-pcie-sampled", "Loader starvation (1 s steps, 40 % busy) with PCIe sampled and the link at 5 %",
+      [{"shape": "square", "busy_s": 0.4, "idle_s": 0.6, "jitter": 0.1, "memory": 0.7, "memory_controller": 0.15,
+        "pcie_rx": 0.05}],
+      {"findings": every("dataloader_starvation"), "raise_within_s": 60, "duration_s": 150,
+       "metrics": ["pcie_throughput"], "visible_above_s": 0.4, "exact": True})
 print(f"{len(WRITTEN)} corpus entries written to {HERE}")

@@ -44,6 +44,9 @@ struct Entry {
     visible_above_s: Option<f64>,
     interval_at_most_s: Option<f64>,
     ecc: Option<(f64, u32)>,
+    /// Every supported setting must say exactly the expected findings (the entries a rule was
+    /// changed for: the look-alike that must stay quiet, the real case that must raise).
+    exact: bool,
 }
 
 fn corpus_dir() -> PathBuf {
@@ -92,6 +95,7 @@ fn load(path: &Path) -> Entry {
         visible_above_s: f("visible_above_s"),
         interval_at_most_s: f("interval_at_most_s"),
         ecc: f("ecc_at_s").map(|at| (at, f("ecc_gpu").unwrap_or(0.0) as u32)),
+        exact: expect.get("exact").and_then(|v| v.as_bool()).unwrap_or(false),
         name,
     }
 }
@@ -180,6 +184,8 @@ fn diagnosis_accuracy_on_the_corpus_at_every_sampling_setting() {
     let mut confusion: BTreeMap<String, BTreeMap<String, u32>> = BTreeMap::new();
     let mut unsupported: BTreeSet<String> = BTreeSet::new();
     let mut misses: Vec<String> = Vec::new();
+    // Misses on `exact` entries: each one fails the test.
+    let mut exact_misses: BTreeSet<String> = BTreeSet::new();
     let mut runs = 0;
     for e in &entries {
         for interval in INTERVALS_MS {
@@ -193,6 +199,7 @@ fn diagnosis_accuracy_on_the_corpus_at_every_sampling_setting() {
                         unsupported.insert(format!("{} @ {interval} ms, driver {:.0} ms", e.name, driver * 1000.0));
                         continue;
                     }
+                    let misses_before = misses.len();
                     for gpu in 0..r.gpus {
                         let expected: BTreeSet<FindingKind> = e
                             .expected
@@ -242,6 +249,9 @@ fn diagnosis_accuracy_on_the_corpus_at_every_sampling_setting() {
                             *row.entry(k.name().to_owned()).or_default() += 1;
                         }
                     }
+                    if e.exact {
+                        exact_misses.extend(misses[misses_before..].iter().map(|m| format!("{m} (seed {seed})")));
+                    }
                 }
             }
         }
@@ -287,5 +297,12 @@ fn diagnosis_accuracy_on_the_corpus_at_every_sampling_setting() {
             println!("  {n:4}  {m}");
         }
     }
+    if !exact_misses.is_empty() {
+        println!("\n{} misses on exact entries:", exact_misses.len());
+        for m in &exact_misses {
+            println!("  {m}");
+        }
+    }
+    assert!(exact_misses.is_empty(), "{} misses on entries that must be exact: {exact_misses:?}", exact_misses.len());
     assert!(failures.is_empty(), "below the floor (precision {PRECISION_FLOOR}, recall {RECALL_FLOOR}): {failures:?}");
 }

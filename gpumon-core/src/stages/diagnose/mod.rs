@@ -57,6 +57,7 @@ mod window;
 pub use limits::{limitations, Limitation, Sampling, MIN_WINDOW_TICKS};
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -535,6 +536,13 @@ impl Processor for Diagnoser {
                 if let Some(level) = stats.level {
                     host.offer(level, position);
                 }
+                // Busy throughout the window so far and busy now, with its clocks held down.
+                let busy_throughout = track.swings.busy_throughout() && stats.busy_now(&t);
+                stats.slowed_busy = busy_throughout && stats.held_down(&t);
+                host.slowed += usize::from(stats.slowed_busy);
+                if !busy_throughout && position < 128 {
+                    host.not_busy_throughout |= 1 << position;
+                }
                 if stats.util.is_some() {
                     host.readable += 1;
                     host.busy_now += usize::from(stats.busy_now(&t));
@@ -596,6 +604,29 @@ impl Processor for Diagnoser {
                     let since = track.history.iter().rev().nth(held - 1).map_or(at, |s| s.at);
                     let window = (yes, track.history.iter().count());
                     let mut evidence = rules::evidence(kind, &stats, &track.history, peer, window, &t);
+                    // A slowed GPU busy throughout, with peers that are not: they wait for it.
+                    if stats.slowed_busy
+                        && matches!(
+                            kind,
+                            FindingKind::ThermalThrottling
+                                | FindingKind::PowerThrottling
+                                | FindingKind::ExternalSlowdown
+                        )
+                    {
+                        let waiting: Vec<String> = (0..snapshot.devices.len().min(128))
+                            .filter(|&p| p != position && host.not_busy_throughout & (1 << p) != 0)
+                            .map(|p| snapshot.devices[p].info.index.to_string())
+                            .collect();
+                        if !waiting.is_empty() {
+                            let _ = write!(
+                                evidence,
+                                "; busy on every tick while GPU(s) {} are not: in a synchronous job they wait \
+                                 for it at every step (no starvation, pipeline bubbles or straggler is named on \
+                                 them meanwhile)",
+                                waiting.join(", ")
+                            );
+                        }
+                    }
                     // With a step tracker before this stage: the step time and the GPU's idle
                     // share of it, the number a starving loader costs.
                     if kind == FindingKind::DataloaderStarvation {

@@ -65,6 +65,9 @@ pub(crate) struct TickStats {
     /// The driver's utilisation sampling period as observed (the interval over the driver
     /// samples per interval, averaged over recent ticks); `None` before any was seen.
     pub(crate) driver_period: Option<f64>,
+    /// Busy on every tick of its window while its clocks are held down (thermal, power or
+    /// external slowdown): a GPU the others may be waiting for (see [`HostContext::slowed`]).
+    pub(crate) slowed_busy: bool,
 }
 
 /// What the window keeps of one tick: the numbers evidence averages and the multi-tick rules
@@ -210,6 +213,7 @@ impl TickStats {
             step_level: None,
             step_secs: None,
             driver_period: None,
+            slowed_busy: false,
         }
     }
 
@@ -276,6 +280,19 @@ impl TickStats {
         self.reasons.is_some_and(|r| r & bits != 0)
     }
 
+    /// A slowdown reason (thermal, power cap, HW slowdown or power brake) is active and the SM
+    /// clock is reduced: the GPU runs slower than it could, whatever the cause. The three
+    /// throttling rules tell the causes apart; this is what they share.
+    pub(crate) fn held_down(&self, t: &Thresholds) -> bool {
+        self.has_reason(
+            ClockEventReasons::SW_THERMAL_SLOWDOWN
+                | ClockEventReasons::HW_THERMAL_SLOWDOWN
+                | ClockEventReasons::HW_SLOWDOWN
+                | ClockEventReasons::SW_POWER_CAP
+                | ClockEventReasons::HW_POWER_BRAKE_SLOWDOWN,
+        ) && self.sm_clock_reduced(t)
+    }
+
     /// The GPU's run marks steps shorter than [`TURN_PERIODS`] driver periods (the observed
     /// one, else the slowest NVML documents, 1 s): too short to tell idling together from idling
     /// in turn. `false` without steps.
@@ -310,6 +327,14 @@ pub(crate) struct HostContext {
     /// Allocated GPUs with a reading now, and how many of them read busy now.
     pub(crate) readable: usize,
     pub(crate) busy_now: usize,
+    /// Allocated GPUs busy on every tick of their window with their clocks held down
+    /// ([`TickStats::slowed_busy`]). Data-parallel ranks wait at every step for the slowest
+    /// one: while one is slowed and never idle, the others' idle stretches are that wait —
+    /// not their loaders, not pipeline bubbles, not a straggler of their own.
+    pub(crate) slowed: usize,
+    /// Positions (below 128) of the allocated GPUs that are not busy throughout their window:
+    /// those a slowed GPU's evidence names as waiting for it.
+    pub(crate) not_busy_throughout: u128,
 }
 
 impl HostContext {
@@ -339,6 +364,12 @@ impl HostContext {
         } else if self.second.is_none_or(|(l, _)| level > l) {
             self.second = Some((level, position));
         }
+    }
+
+    /// Whether another allocated GPU than this one (`self_slowed`: this one is
+    /// [`TickStats::slowed_busy`]) is slowed and busy throughout: this GPU waits for it.
+    pub(crate) fn waits_for_slowed_peer(&self, self_slowed: bool) -> bool {
+        self.slowed > usize::from(self_slowed)
     }
 
     /// The busiest allocated GPU other than the one at `position`.
@@ -387,8 +418,16 @@ pub(crate) fn evaluate(
     }
     let level = s.level;
     let allocated = s.allocated(t);
+    let mut all = *swings;
+    all.entered(s.swing(together, t));
+    // The level over the window, not this interval's: one interval of a cycle longer than it
+    // is all busy or all idle.
+    let mean = all.mean();
 
-    let pcie_bound = match (s.pcie_peak_bytes_per_second, s.pcie_link_bytes_per_second, level) {
+    // The level over the window too: a GPU whose copies saturate the link between compute
+    // bursts reads busy on the short intervals within a burst, and the bursts are what the
+    // copies hold back (the rule held only on the idle intervals, never on 80 % of them).
+    let pcie_bound = match (s.pcie_peak_bytes_per_second, s.pcie_link_bytes_per_second, mean.or(level)) {
         (Some(peak), Some(link), Some(l)) if link > 0.0 => peak >= t.pcie_link_share * link && l <= t.pcie_max_level,
         _ => false,
     };
@@ -410,17 +449,12 @@ pub(crate) fn evaluate(
         (Some(min), Some(max)) => min <= t.starvation_dip && max >= t.starvation_peak,
         _ => false,
     };
-    let mut all = *swings;
-    all.entered(s.swing(together, t));
     // Across ticks, the GPU must also go back and forth: a long evaluation pause is as low and
     // as high over the window, once each.
     let cycling = (within_interval || (all.busy_and_idle() && back_and_forth(history, s.swing(together, t), t)))
         && !memory_bound
         && !pcie_bound
         && s.memory_controller.is_none_or(|m| m < t.starvation_max_memory_controller);
-    // The level over the window, not this interval's: one interval of a cycle longer than it
-    // is all busy or all idle.
-    let mean = all.mean();
     // Idle *together* (data-parallel ranks waiting on their loaders, steps in lockstep) or *in
     // turn* (pipeline stages waiting on each other): told apart by whether the other GPUs read
     // idle at the ticks this one does.
@@ -441,13 +475,24 @@ pub(crate) fn evaluate(
     // A loop whose steps keep the GPU busy 15-70 % of the time waits on its host (input, CPU
     // work) for the rest — also when the driver's sampling period averages every idle stretch
     // away, which no reading can show.
+    //
+    // But steps 72 % idle are what a steady light job reports too (small kernels, a CPU-bound
+    // loop): starvation is idle *stretches*, and those show in the readings as a spread — a
+    // driver sample within a wait reads lower than one within a batch, also when each sample
+    // averages several steps (the part of a step it catches moves). A steady job's readings
+    // stay within a point or two. Read from the window last, once the rest holds.
     let from_steps = all.step_mean().is_some_and(|m| band.contains(&m))
         && !memory_bound
         && !pcie_bound
         && !behind_peers
-        && s.memory_controller.is_none_or(|m| m < t.starvation_max_memory_controller);
-    let starved = allocated && !staggered && ((cycling && mean.is_some_and(|m| band.contains(&m))) || from_steps);
-    let bubbles = allocated && cycling && staggered && mean.is_some_and(|m| m <= t.bubbles_max_mean);
+        && s.memory_controller.is_none_or(|m| m < t.starvation_max_memory_controller)
+        && readings_spread(history, s) >= STEP_MIN_SPREAD;
+    // Waiting for a slowed peer (see `HostContext::slowed`): the idle stretches and the lower
+    // level are the wait at each step, and the slowed GPU's finding names the cause.
+    let waits = host.waits_for_slowed_peer(s.slowed_busy);
+    let starved =
+        allocated && !waits && !staggered && ((cycling && mean.is_some_and(|m| band.contains(&m))) || from_steps);
+    let bubbles = allocated && !waits && cycling && staggered && mean.is_some_and(|m| m <= t.bubbles_max_mean);
 
     let busy_peer = host.busiest_other(position).filter(|(l, _)| *l >= t.imbalance_busy);
     let imbalance = allocated && level.is_some_and(|l| l <= t.imbalance_idle) && busy_peer.is_some();
@@ -462,7 +507,7 @@ pub(crate) fn evaluate(
         && busy_peer.is_none()
         && level.is_some_and(|l| l <= t.idle_level)
         && s.hires_max.is_none_or(|m| m <= t.idle_peak);
-    let straggler = allocated && !imbalance && !starved && !bubbles && behind_peers;
+    let straggler = allocated && !waits && !imbalance && !starved && !bubbles && behind_peers;
 
     let thermal_reason = s.has_reason(ClockEventReasons::SW_THERMAL_SLOWDOWN | ClockEventReasons::HW_THERMAL_SLOWDOWN)
         || (s.has_reason(ClockEventReasons::HW_SLOWDOWN)
@@ -602,6 +647,29 @@ fn back_and_forth(history: &Ring<Past>, now: Option<SwingReading>, t: &Threshold
     false
 }
 
+/// The spread of the window's driver readings (this tick's included): the highest sample (else
+/// latest reading) less the lowest. 0 without any reading.
+fn readings_spread(history: &Ring<Past>, now: &TickStats) -> f64 {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    let mut take = |min: Option<f64>, max: Option<f64>| {
+        if let Some(v) = min.filter(|v| !v.is_nan()) {
+            lo = lo.min(v);
+        }
+        if let Some(v) = max.filter(|v| !v.is_nan()) {
+            hi = hi.max(v);
+        }
+    };
+    for h in history.iter() {
+        take(h.hires_min.get().or(h.util.get()), h.hires_max.get().or(h.util.get()));
+    }
+    take(now.hires_min.or(now.util), now.hires_max.or(now.util));
+    if hi >= lo {
+        hi - lo
+    } else {
+        0.0
+    }
+}
+
 /// Busy and idle in turn across the window's ticks, whatever each interval holds: kept up to
 /// date as ticks enter and leave the window rather than re-read from it every tick (a 60 s
 /// window at 100 ms is 600 ticks per GPU per tick, most of the diagnosis stage's cost when it
@@ -688,6 +756,12 @@ impl Swings {
         share(self.low) >= 0.1 && share(self.high) >= 0.1
     }
 
+    /// Busy on every tick of the window: no tick low, nine in ten or more high, and five ticks
+    /// at least.
+    pub(crate) fn busy_throughout(&self) -> bool {
+        self.n >= 5 && self.low == 0 && self.high * 10 >= self.n * 9
+    }
+
     /// The mean level over the window's ticks.
     fn mean(&self) -> Option<f64> {
         (self.n > 0).then(|| self.sum_micros as f64 / 1e6 / self.n as f64)
@@ -709,6 +783,14 @@ impl Swings {
 /// How many driver sampling periods a step must span for idle stretches to be told together or
 /// in turn.
 const TURN_PERIODS: f64 = 4.0;
+
+/// The spread of the window's readings (highest less lowest) the steps need before they decide
+/// starvation: 5 points. A steady job's driver readings stay within a point or two; a loop that
+/// idles in stretches spreads its readings by the part of a step each sample catches — at least
+/// 7 points with 0.3 s steps under a 1 s driver, 20 with 0.2 s steps under a 1/6 s one. A
+/// driver period that is a whole number of steps flattens even those (each sample holds whole
+/// steps): nothing can tell such a loop from steady light work, and nothing is raised.
+const STEP_MIN_SPREAD: f64 = 0.05;
 
 /// Ticks with reported steps the window needs before the steps decide starvation: one slow
 /// step (a checkpoint, an evaluation) must not.

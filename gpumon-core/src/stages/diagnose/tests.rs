@@ -728,17 +728,23 @@ fn idle_allocated_evidence_quotes_what_the_rule_tested() {
     assert!(e.starts_with("utilisation at most 5 % on "), "{e}");
 }
 
-/// GPUs whose every reading is a steady `level` (the driver's sampling period averages each
-/// step's busy and idle stretches away), with memory held; GPU `i`'s run (rank `i`) reports a
-/// 0.3 s step at every tick with that mean, when `marked` says so.
+/// GPUs whose readings average each step's busy and idle stretches away (the driver's sampling
+/// period spans several steps), with memory held: each reads `level`, give or take the part of
+/// a step the sample caught (± `spread` / 2, a tick up, a tick down); GPU `i`'s run (rank `i`)
+/// reports a 0.3 s step at every tick with that mean, when `marked` says so.
 fn averaged_tick(rig: &mut Rig, tick: u64, levels: &[f64], marked: &[bool]) -> Diagnosis {
+    averaged_tick_with_spread(rig, tick, levels, marked, 0.08)
+}
+
+fn averaged_tick_with_spread(rig: &mut Rig, tick: u64, levels: &[f64], marked: &[bool], spread: f64) -> Diagnosis {
     use crate::stages::steps::{DeviceStep, RunSteps, StepReport, Steps};
     let mut devices = Vec::new();
     let mut runs = Vec::new();
     for (i, (&level, &marks)) in levels.iter().zip(marked).enumerate() {
         let mut d = busy(i as u32);
-        d.utilization.gpu = Some(level);
-        d.windows.gpu_utilization = Some(WindowStats { min: level - 0.02, max: level + 0.02, mean: level, count: 1 });
+        let read = level + if tick.is_multiple_of(2) { spread / 2.0 } else { -spread / 2.0 };
+        d.utilization.gpu = Some(read);
+        d.windows.gpu_utilization = Some(WindowStats { min: read, max: read, mean: read, count: 1 });
         d.utilization.memory = Some(0.1);
         d.windows.memory_utilization = None;
         d.gpm = Default::default();
@@ -799,4 +805,98 @@ fn marked_steps_of_a_busy_loop_or_a_straggler_are_not_starvation() {
     // (a loader holds back every rank of the job alike).
     let last = averaged_run(&[0.96, 0.96, 0.55, 0.96], &[true; 4], |_| {});
     assert_eq!(kinds_on(&last), vec![(Some(2), FindingKind::Straggler)]);
+}
+
+#[test]
+fn marked_steps_of_steady_light_work_are_not_starvation() {
+    // The review's case: a small job at a steady 28 %, marking 0.2 s steps. Each step is 72 %
+    // idle, but the readings never move: no idle stretch, no starving loader (it was raised on
+    // both GPUs, with "min 28 % / max 28 %" in its own evidence).
+    let mut rig = Rig::new(10);
+    for tick in 1..=30 {
+        let d = averaged_tick_with_spread(&mut rig, tick, &[0.28, 0.28], &[true, true], 0.0);
+        assert_quiet(&d);
+    }
+    // The same steps with readings that move by the part of a step each sample catches: the
+    // idle comes in stretches, a starving loader.
+    let mut rig = Rig::new(10);
+    let mut last = None;
+    for tick in 1..=20 {
+        last = Some(averaged_tick_with_spread(&mut rig, tick, &[0.28, 0.28], &[true, true], 0.08));
+    }
+    let kinds: Vec<_> = kinds_on(&last.expect("20 ticks")).into_iter().map(|(_, k)| k).collect();
+    assert_eq!(kinds, [FindingKind::DataloaderStarvation; 2]);
+}
+
+/// A GPU busy at 97 % with its clocks held down by a thermal slowdown.
+fn hot_and_busy(index: u32) -> DeviceSample {
+    let mut d = one_sample(index, 0.97, true);
+    d.temperature.gpu = Some(89.0);
+    d.clocks.sm = d.info.max_clocks.sm.map(|m| m * 0.6);
+    d.clock_event_reasons =
+        Some(ClockEventReasons(ClockEventReasons::HW_THERMAL_SLOWDOWN | ClockEventReasons::SW_THERMAL_SLOWDOWN));
+    d
+}
+
+#[test]
+fn peers_waiting_for_a_slowed_busy_gpu_are_not_bubbles_and_its_finding_names_them() {
+    // The review's case: GPU 0 throttled and never idle; GPUs 1 and 2 wait for it at every
+    // step, idle together — but with GPU 0 busy, "most others busy" made their idling "in turn":
+    // pipeline bubbles on both, the run's main cause, with advice about micro-batches.
+    let mut raised = Vec::new();
+    let mut rig = Rig::new(10);
+    for tick in 0..40u32 {
+        let idle = tick.is_multiple_of(2);
+        let d = rig.step(vec![
+            hot_and_busy(0),
+            one_sample(1, if idle { 0.02 } else { 0.95 }, true),
+            one_sample(2, if idle { 0.02 } else { 0.95 }, true),
+        ]);
+        raised.extend(d.events.iter().filter(|e| e.transition == Transition::Raised).map(|e| e.finding.clone()));
+    }
+    let kinds: Vec<_> = raised.iter().map(|f| (f.gpu, f.kind)).collect();
+    assert_eq!(kinds, [(Some(0), FindingKind::ThermalThrottling)]);
+    let e = &raised[0].evidence;
+    assert!(e.contains("busy on every tick while GPU(s) 1, 2 are not: in a synchronous job they wait for it"), "{e}");
+
+    // Every rank starving, one of them also hot: it idles with the others, nobody waits for it.
+    let mut tick = 0u32;
+    let last = Rig::new(10).run(30, || {
+        let idle = tick.is_multiple_of(2);
+        tick += 1;
+        let util = if idle { 0.02 } else { 0.95 };
+        let mut hot = hot_and_busy(0);
+        hot.utilization.gpu = Some(util);
+        hot.windows.gpu_utilization = Some(WindowStats { min: util, max: util, mean: util, count: 1 });
+        vec![hot, one_sample(1, util, true), one_sample(2, util, true)]
+    });
+    let mut kinds = kinds_on(&last);
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            (Some(0), FindingKind::DataloaderStarvation),
+            (Some(0), FindingKind::ThermalThrottling),
+            (Some(1), FindingKind::DataloaderStarvation),
+            (Some(2), FindingKind::DataloaderStarvation),
+        ]
+    );
+}
+
+#[test]
+fn pcie_bound_reads_the_level_over_the_window_not_the_interval() {
+    // The review's memcopy case at short intervals: 0.4 s compute bursts at 90 % between copies
+    // at 85 % of the link; each tick is all burst or all copy, and the burst ticks read busy.
+    let mut tick = 0u32;
+    let d = Rig::new(10).run(20, || {
+        let util = if tick % 5 < 2 { 0.9 } else { 0.05 };
+        tick += 1;
+        let mut d = one_sample(0, util, true);
+        d.pcie.link_generation = Some(4);
+        d.pcie.link_width = Some(16);
+        d.pcie.rx_bytes_per_second = Some(0.85 * 16.0 * 1.969e9);
+        d.pcie.tx_bytes_per_second = Some(1e9);
+        vec![d]
+    });
+    assert_eq!(kinds_on(&d), [(Some(0), FindingKind::PcieBound)]);
 }
