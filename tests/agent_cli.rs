@@ -105,6 +105,29 @@ fn invalid_configuration_exits_2_naming_the_key() {
     assert!(stderr.contains("/nonexistent/gpumon.toml"), "{stderr}");
 }
 
+/// A token from the environment that conflicts with a flag: the error says where it came from
+/// (the user wrote only `--influx-db`), and the value itself is not printed.
+#[cfg(feature = "influxdb")]
+#[test]
+fn a_conflict_with_a_credential_from_the_environment_names_the_variable() {
+    let (code, stdout, stderr) = run(agent().env("GPUMON_INFLUX_TOKEN", "tok-from-env").args([
+        "--once",
+        "--backend",
+        "mock",
+        "--influx-url",
+        "http://127.0.0.1:9",
+        "--influx-db",
+        "x",
+    ]));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("influxdb.api") && stderr.contains("GPUMON_INFLUX_TOKEN"), "{stderr}");
+    assert!(!stderr.contains("tok-from-env"), "{stderr}");
+    assert!(stdout.is_empty());
+    // The variable alone, with no InfluxDB sink, is not an error (a secret in every container).
+    let (code, _, stderr) = run(agent().env("GPUMON_INFLUX_TOKEN", "tok").args(["--once", "--backend", "mock"]));
+    assert_eq!(code, 0, "{stderr}");
+}
+
 #[test]
 fn sigterm_shuts_down_gracefully() {
     let mut child = agent_process()

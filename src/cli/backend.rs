@@ -52,6 +52,18 @@ pub fn failure(e: &AssemblyError, cli: &Cli) -> u8 {
 fn with_flags(e: &AssemblyError, cli: &Cli) -> String {
     let message = e.to_string();
     let Some(key) = e.key() else { return message };
+    // A credential from the environment is easily forgotten: say where it came from.
+    let from_env = [
+        ("influxdb.", "GPUMON_INFLUX_TOKEN", "--influx-token"),
+        ("influxdb.", "GPUMON_INFLUX_PASSWORD", "--influx-password"),
+        ("remote_write.", "GPUMON_REMOTE_WRITE_TOKEN", "--remote-write-token"),
+    ];
+    let notes: Vec<String> = from_env
+        .iter()
+        .filter(|(section, var, _)| key.starts_with(section) && std::env::var_os(var).is_some())
+        .map(|(_, var, flag)| format!("{flag} is set from {var}"))
+        .collect();
+    let message = if notes.is_empty() { message } else { format!("{message} ({})", notes.join("; ")) };
     let alias = match key {
         "agent.interval" => "agent.interval / --interval",
         "agent.devices" => "agent.devices / --devices",

@@ -150,6 +150,11 @@ pub struct GpuReport {
     pub name: String,
     /// Ticks on which the GPU was in the snapshot and up.
     pub samples: u64,
+    /// GPU-time those ticks cover, seconds: each tick the interval, or the time since the
+    /// previous tick when that is shorter (the sample taken at exit covers only the part of an
+    /// interval the run lasted). 0 in a report from before this field.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub observed_seconds: f64,
     /// Mean utilisation (ratio 0–1), over the ticks that reported it.
     pub utilization_mean: Option<f64>,
     /// 5th percentile of utilisation (ratio, 0.001 resolution).
@@ -466,6 +471,7 @@ struct GpuAcc {
     index: u32,
     name: String,
     samples: u64,
+    observed_seconds: f64,
     util: Histogram,
     util_sum: f64,
     memory_peak: Option<u64>,
@@ -495,6 +501,7 @@ impl GpuAcc {
             index: d.info.index,
             name: d.info.name.clone(),
             samples: 0,
+            observed_seconds: 0.0,
             util: Histogram::new(),
             util_sum: 0.0,
             memory_peak: None,
@@ -524,6 +531,7 @@ impl GpuAcc {
             return;
         }
         self.samples += 1;
+        self.observed_seconds += interval;
         let level = d.windows.gpu_utilization.map(|w| w.mean).or(d.utilization.gpu);
         if let Some(l) = level {
             self.util.add(l);
@@ -623,6 +631,7 @@ impl GpuAcc {
             uuid: uuid.to_owned(),
             name: self.name.clone(),
             samples: self.samples,
+            observed_seconds: self.observed_seconds,
             utilization_mean: (n > 0).then(|| self.util_sum / n as f64),
             utilization_p5: self.util.percentile(5.0),
             utilization_p95: self.util.percentile(95.0),
@@ -789,7 +798,7 @@ impl State {
         };
         Overview {
             gpus: gpus.len(),
-            gpu_seconds: gpus.iter().map(|g| g.samples as f64 * interval).sum(),
+            gpu_seconds: gpus.iter().map(|g| g.observed_seconds).sum(),
             allocated_seconds: gpus.iter().map(|g| g.allocated_seconds).sum(),
             idle_allocated_seconds: gpus.iter().map(|g| g.idle_allocated_seconds).sum(),
             main_cause: causes.first().cloned(),
@@ -902,6 +911,13 @@ impl Processor for RunReport {
         let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let s = &mut *guard;
         s.ticks += 1;
+        // What this tick covers: an interval, or less when it came sooner (the sample taken at
+        // exit, a flush): a run of 1 s at a 5 s interval is not 10 GPU-s of two ticks.
+        let interval = s.interval.as_secs_f64();
+        let span = match s.last.map(|prev| snapshot.taken_at.duration_since(prev)) {
+            Some(Ok(since)) => since.as_secs_f64().min(interval),
+            _ => interval,
+        };
         s.first.get_or_insert(snapshot.taken_at);
         s.last = Some(snapshot.taken_at);
         if s.hostname != snapshot.system.hostname {
@@ -910,13 +926,12 @@ impl Processor for RunReport {
         if s.backend != snapshot.system.backend {
             s.backend.clone_from(&snapshot.system.backend);
         }
-        let interval = s.interval.as_secs_f64();
         for d in &snapshot.devices {
             let acc = match s.gpus.get_mut(d.info.uuid.as_str()) {
                 Some(acc) => acc,
                 None => s.gpus.entry(d.info.uuid.clone()).or_insert_with(|| GpuAcc::new(d)),
             };
-            acc.add(d, interval, s.idle_level, s.allocated_ratio);
+            acc.add(d, span, s.idle_level, s.allocated_ratio);
         }
         if let Some(steps) = snapshot.output::<crate::steps::Steps>() {
             for run in steps.runs.iter().filter(|r| !r.reported.is_empty()) {
@@ -1305,6 +1320,33 @@ mod tests {
         );
         assert_eq!(g.memory_peak_bytes, ticks.iter().map(|t| t.1).max());
         assert_eq!(g.memory_total_bytes, Some(total));
+    }
+
+    /// The sample taken at exit, 1.3 s after the last tick at a 5 s interval, covers 1.3 s, not
+    /// an interval: a run of `gpumon-agent run -- sleep 1` is not 10 GPU-s of two ticks.
+    #[test]
+    fn a_tick_sooner_than_the_interval_covers_only_the_time_since_the_previous_one() {
+        let interval = Duration::from_secs(5);
+        let (mut report, handle) = attached(interval);
+        let gpu = info(0);
+        let first = snapshot(0, interval, vec![allocated(&gpu, 0.0, 0)]);
+        let exit = first.clone().with_seq(2).with_taken_at(first.taken_at + Duration::from_millis(1300));
+        let mut at_exit = exit.clone();
+        at_exit.devices = vec![allocated(&gpu, 0.0, 0)];
+        report.process(&mut first.clone());
+        report.process(&mut at_exit);
+        let r = handle.report();
+        let g = &r.gpus[0];
+        assert_eq!(g.samples, 2);
+        assert!((g.observed_seconds - 6.3).abs() < 1e-9, "{}", g.observed_seconds);
+        assert!((g.allocated_seconds - 6.3).abs() < 1e-9, "{}", g.allocated_seconds);
+        assert!((g.idle_allocated_seconds - 6.3).abs() < 1e-9, "idle both ticks: {}", g.idle_allocated_seconds);
+        assert!((r.overview.gpu_seconds - 6.3).abs() < 1e-9, "{}", r.overview.gpu_seconds);
+        // A tick on the grid covers its interval; a second snapshot at the same instant, none.
+        let mut same = at_exit.clone().with_seq(3);
+        same.devices = vec![allocated(&gpu, 0.0, 0)];
+        report.process(&mut same);
+        assert!((handle.report().gpus[0].observed_seconds - 6.3).abs() < 1e-9);
     }
 
     /// A sample allocated (40 of 80 GiB) whose high-resolution window reads `mean`, with `count`

@@ -374,6 +374,7 @@ mod tests {
             uuid: "GPU-0".into(),
             name: "H100".into(),
             samples,
+            observed_seconds: samples as f64,
             utilization_mean: Some(util),
             utilization_p5: None,
             utilization_p95: None,
