@@ -166,6 +166,17 @@ def test_exceptions_are_gpumons_and_pickle(no_rank_env):
     assert type(e) is gpumon.BackendUnavailableError and e.args == ("no NVML",)
 
 
+def test_an_exception_leaving_a_temporary_monitor_is_kept(no_rank_env):
+    # The temporary is dropped (and closed) while the exception leaves the call: closing it used
+    # to clear the exception ("SystemError: error return without exception set").
+    import pickle
+
+    with pytest.raises(ValueError, match="step: -1 is negative"):
+        gpumon.Monitor(backend="mock", devices="0").step(-1)
+    with pytest.raises(TypeError, match="Monitor"):
+        pickle.dumps(gpumon.Monitor(backend="mock", devices="0"))
+
+
 def _raise_in_worker(_):
     import gpumon as g
 
