@@ -214,11 +214,11 @@ impl Monitor {
     /// Marks the end of training step `n` (`n` = the last completed step). Cheap: a lock-free
     /// hand-off to the agent, with the GIL kept.
     ///
-    /// Raises TypeError when `n` is not an int (a bool is not a step number), ValueError when it
-    /// is negative or not above the last step marked, GpumonError after `close()` or in a
-    /// forked child.
+    /// Raises GpumonError after `close()` or in a forked child (whatever `n` is: a closed
+    /// Monitor takes no mark), then TypeError when `n` is not an int (a bool is not a step
+    /// number), ValueError when it is negative, above 2**64 - 2 or not above the last step
+    /// marked.
     fn step(&self, n: &Bound<'_, PyAny>) -> PyResult<()> {
-        let n = step_number(n)?;
         if self.shared.closed.load(std::sync::atomic::Ordering::Relaxed) || self.shared.is_foreign() {
             return Err(GpumonError::new_err(if self.shared.is_foreign() {
                 "step: this Monitor belongs to the parent process (fork)"
@@ -226,6 +226,7 @@ impl Monitor {
                 "step: the Monitor is closed"
             }));
         }
+        let n = crate::options::step_number(n)?;
         match self.run.step(n) {
             Ok(()) => Ok(()),
             Err(StepError::NotIncreasing { last, got }) => Err(PyValueError::new_err(format!(
@@ -377,19 +378,6 @@ impl Monitor {
             if self.closed() { "True" } else { "False" }
         )
     }
-}
-
-/// `step(n)`'s `n`: an int (or anything with `__index__`, such as a NumPy integer), not a bool
-/// (`step(True)` would be step 1) and not a float.
-fn step_number(n: &Bound<'_, PyAny>) -> PyResult<u64> {
-    if n.is_instance_of::<pyo3::types::PyBool>() {
-        return Err(pyo3::exceptions::PyTypeError::new_err("step: expected an int, got a bool"));
-    }
-    let n: i64 = n.extract().map_err(|_| {
-        let type_name = n.get_type().name().map(|t| t.to_string()).unwrap_or_else(|_| "?".to_owned());
-        pyo3::exceptions::PyTypeError::new_err(format!("step: expected an int, got {type_name}"))
-    })?;
-    u64::try_from(n).map_err(|_| PyValueError::new_err(format!("step: {n} is negative")))
 }
 
 /// Closes every Monitor still open (the `atexit` hook), then stops forwarding log records: the
