@@ -104,9 +104,10 @@ pub fn install() {
 
 /// Waits (at most [`DELIVERY_WAIT`]) until every record queued so far has been handed to
 /// Python. Call it without the GIL: the delivery thread needs it. Returns at once on the
-/// delivery thread itself (a handler calling the Monitor) and before [`install`].
+/// delivery thread itself (a handler calling the Monitor), before [`install`] and in a forked
+/// child (the delivery thread exists only in the parent; a child delivers no records).
 pub fn wait_delivered() {
-    if ON_DELIVERY_THREAD.get() {
+    if ON_DELIVERY_THREAD.get() || crate::fork::generation() != 0 {
         return;
     }
     let Some(queue) = QUEUE.get() else { return };
