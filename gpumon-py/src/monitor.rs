@@ -313,7 +313,7 @@ impl Monitor {
     /// Stops the agent. First every step marked so far is reported (a final sample) and every
     /// sink exports what is queued and flushes; then listeners close. All of it within 5 s; a
     /// sink still busy then is abandoned (logged). Releases the GIL. Calling it again does
-    /// nothing.
+    /// nothing. A Ctrl-C meanwhile raises `KeyboardInterrupt` once the close has finished.
     fn close(&self, py: Python<'_>) {
         py.detach(|| {
             self.shared.close();

@@ -55,7 +55,8 @@ class Monitor:
         """The latest snapshot: {"seq", "taken_at", "system", "devices": [...], "steps"?}.
         Releases the GIL."""
     def close(self) -> None:
-        """Stops the agent, flushing the sinks (up to 5 s). Releases the GIL. Idempotent."""
+        """Stops the agent, flushing the sinks (up to 5 s). Releases the GIL. Idempotent. A
+        Ctrl-C meanwhile raises KeyboardInterrupt once the close has finished."""
     @property
     def closed(self) -> bool: ...
     @property
