@@ -50,7 +50,7 @@ impl Shared {
     }
 
     /// Stops the agent (flushing the sinks within the deadline) and its runtime. Blocks: call it
-    /// without the GIL, since the agent's threads may be waiting for it to log.
+    /// without the GIL, which the thread that delivers log records to Python needs.
     fn close(&self) {
         if self.is_foreign() {
             return;
@@ -67,6 +67,11 @@ impl Shared {
 /// the step tracker reports every step marked since the last tick) goes to every sink and each
 /// sink flushes; then the agent shuts down. Both within [`SHUTDOWN_DEADLINE`] in all.
 fn stop(r: Running) {
+    // A runtime cannot be blocked on (or shut down) from a thread that drives one.
+    off_runtime(move || stop_here(r));
+}
+
+fn stop_here(r: Running) {
     let until = std::time::Instant::now() + SHUTDOWN_DEADLINE;
     let left = || until.saturating_duration_since(std::time::Instant::now());
     let outcome = r.runtime.block_on(async {
@@ -90,6 +95,19 @@ fn stop(r: Running) {
     r.runtime.shutdown_timeout(Duration::from_millis(500));
 }
 
+/// Runs `f`, which blocks on the agent's runtime, on this thread — or, when this thread drives
+/// a tokio runtime already (Python code called back from an async task of another Rust
+/// extension), where blocking panics, on a thread of its own for the call.
+fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return f();
+    }
+    std::thread::scope(|scope| match scope.spawn(f).join() {
+        Ok(value) => value,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
+}
+
 impl Drop for Shared {
     fn drop(&mut self) {
         let running = self.running.get_mut().unwrap_or_else(PoisonError::into_inner).take();
@@ -101,8 +119,10 @@ impl Drop for Shared {
             return;
         }
         // Dropped by Python's garbage collector, with the GIL held: release it while the agent
-        // shuts down (its threads may need it to log). While the interpreter is finalizing
-        // `try_attach` declines and the threads do not log either.
+        // shuts down. While the interpreter is finalizing `try_attach` declines. `stop` runs no
+        // Python code on this thread (its log records go to the delivery thread), so an
+        // exception leaving the call that dropped the Monitor (`Monitor(...).step(-1)`) stays
+        // pending.
         let mut slot = Some(r);
         if Python::try_attach(|py| py.detach(|| stop_owned(&mut slot))).is_none() {
             stop_owned(&mut slot);
@@ -164,7 +184,14 @@ impl Monitor {
             rank,
         }
         .resolve()?;
-        let started = py.detach(|| start(settings)).map_err(StartError::into_py)?;
+        let started = py.detach(|| {
+            let started = start(settings);
+            // The start's records (a backend fallback, the listener's address) are in the log
+            // when the constructor returns.
+            crate::logging::wait_delivered();
+            started
+        });
+        let started = started.map_err(StartError::into_py)?;
         let shared = Arc::new(Shared {
             running: Mutex::new(Some(started.running)),
             latest: started.latest,
@@ -187,11 +214,11 @@ impl Monitor {
     /// Marks the end of training step `n` (`n` = the last completed step). Cheap: a lock-free
     /// hand-off to the agent, with the GIL kept.
     ///
-    /// Raises TypeError when `n` is not an int (a bool is not a step number), ValueError when it
-    /// is negative or not above the last step marked, GpumonError after `close()` or in a
-    /// forked child.
+    /// Raises GpumonError after `close()` or in a forked child (whatever `n` is: a closed
+    /// Monitor takes no mark), then TypeError when `n` is not an int (a bool is not a step
+    /// number), ValueError when it is negative, above 2**64 - 2 or not above the last step
+    /// marked.
     fn step(&self, n: &Bound<'_, PyAny>) -> PyResult<()> {
-        let n = step_number(n)?;
         if self.shared.closed.load(std::sync::atomic::Ordering::Relaxed) || self.shared.is_foreign() {
             return Err(GpumonError::new_err(if self.shared.is_foreign() {
                 "step: this Monitor belongs to the parent process (fork)"
@@ -199,6 +226,7 @@ impl Monitor {
                 "step: the Monitor is closed"
             }));
         }
+        let n = crate::options::step_number(n)?;
         match self.run.step(n) {
             Ok(()) => Ok(()),
             Err(StepError::NotIncreasing { last, got }) => Err(PyValueError::new_err(format!(
@@ -229,9 +257,11 @@ impl Monitor {
                         let r = running.as_ref().ok_or_else(|| "the Monitor is closed".to_owned())?;
                         (r.runtime.handle().clone(), r.agent.clone())
                     };
-                    rt.block_on(async { tokio::time::timeout(SNAPSHOT_TIMEOUT, agent.snapshot_now()).await })
-                        .map_err(|_| format!("no sample within {SNAPSHOT_TIMEOUT:?}"))?
-                        .map_err(|e| format!("sampling failed: {e}"))?
+                    off_runtime(|| {
+                        rt.block_on(async { tokio::time::timeout(SNAPSHOT_TIMEOUT, agent.snapshot_now()).await })
+                    })
+                    .map_err(|_| format!("no sample within {SNAPSHOT_TIMEOUT:?}"))?
+                    .map_err(|e| format!("sampling failed: {e}"))?
                 }
             };
             serde_json::to_string(&*snapshot).map_err(|e| format!("cannot encode the snapshot: {e}"))
@@ -266,7 +296,7 @@ impl Monitor {
             // here (not waiting for the task that follows them) makes `snapshot()` right after
             // `flush()` show it.
             let mut updates = agent.subscribe();
-            let result = rt.block_on(agent.flush(deadline));
+            let result = off_runtime(|| rt.block_on(agent.flush(deadline)));
             let mut newest = None;
             while let Ok(s) = updates.try_recv() {
                 newest = Some(s);
@@ -274,6 +304,7 @@ impl Monitor {
             if let Some(s) = newest {
                 keep_newest(&self.shared.latest, s);
             }
+            crate::logging::wait_delivered();
             result
         })
         .map_err(|e| GpumonError::new_err(format!("flush: {e}")))
@@ -282,9 +313,12 @@ impl Monitor {
     /// Stops the agent. First every step marked so far is reported (a final sample) and every
     /// sink exports what is queued and flushes; then listeners close. All of it within 5 s; a
     /// sink still busy then is abandoned (logged). Releases the GIL. Calling it again does
-    /// nothing.
+    /// nothing. A Ctrl-C meanwhile raises `KeyboardInterrupt` once the close has finished.
     fn close(&self, py: Python<'_>) {
-        py.detach(|| self.shared.close());
+        py.detach(|| {
+            self.shared.close();
+            crate::logging::wait_delivered();
+        });
     }
 
     /// The last step marked with `step()`, or None.
@@ -346,19 +380,6 @@ impl Monitor {
     }
 }
 
-/// `step(n)`'s `n`: an int (or anything with `__index__`, such as a NumPy integer), not a bool
-/// (`step(True)` would be step 1) and not a float.
-fn step_number(n: &Bound<'_, PyAny>) -> PyResult<u64> {
-    if n.is_instance_of::<pyo3::types::PyBool>() {
-        return Err(pyo3::exceptions::PyTypeError::new_err("step: expected an int, got a bool"));
-    }
-    let n: i64 = n.extract().map_err(|_| {
-        let type_name = n.get_type().name().map(|t| t.to_string()).unwrap_or_else(|_| "?".to_owned());
-        pyo3::exceptions::PyTypeError::new_err(format!("step: expected an int, got {type_name}"))
-    })?;
-    u64::try_from(n).map_err(|_| PyValueError::new_err(format!("step: {n} is negative")))
-}
-
 /// Closes every Monitor still open (the `atexit` hook), then stops forwarding log records: the
 /// interpreter is about to finalize.
 #[pyfunction]
@@ -368,7 +389,10 @@ pub fn _atexit(py: Python<'_>) {
             .iter()
             .filter_map(Weak::upgrade)
             .collect();
-        py.detach(|| live.iter().for_each(|s| s.close()));
+        py.detach(|| {
+            live.iter().for_each(|s| s.close());
+            crate::logging::wait_delivered();
+        });
     }
     crate::logging::silence();
 }

@@ -8,7 +8,7 @@ pub use gpumon::assembly::backend::Backend;
 use gpumon_core::DeviceFilter;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyFloat, PyInt, PyString};
+use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
 
 /// Everything `Monitor.__init__` was given, checked.
 #[derive(Debug)]
@@ -100,10 +100,7 @@ impl Args<'_> {
             Some(d) => device_arg(d)?,
             None => env_devices(rank)?,
         };
-        let job = self.job.unwrap_or_else(|| DEFAULT_JOB.to_owned());
-        if job.trim().is_empty() {
-            return Err(err("job: must not be empty".to_owned()));
-        }
+        let job = job_arg(self.job.as_deref().unwrap_or(DEFAULT_JOB))?;
         Ok(Settings {
             backend,
             interval,
@@ -120,8 +117,14 @@ impl Args<'_> {
     }
 }
 
-/// `"1s"`, `"250ms"` (gpumon's duration grammar) or a number of seconds.
+/// `"1s"`, `"250ms"` (gpumon's duration grammar) or a number of seconds (not a bool: `True`
+/// is no duration).
 pub(crate) fn duration(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Duration> {
+    if v.is_instance_of::<PyBool>() {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "{name}: expected a duration string such as \"1s\" or a number of seconds, got a bool"
+        )));
+    }
     if v.is_instance_of::<PyString>() {
         let s: String = v.extract()?;
         let s = s.as_str();
@@ -137,9 +140,80 @@ pub(crate) fn duration(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Duration> {
     )))
 }
 
+/// The highest step number gpumon stores (the step tracker refuses `u64::MAX`: `StepError::OutOfRange`).
+pub const MAX_STEP: u64 = u64::MAX - 1;
+
+/// An int argument (a Python int or anything with `__index__`, such as a NumPy integer) as a
+/// `u64`: `Ok(Ok(n))`, or `Ok(Err(text))` for an int outside `0..=u64::MAX` (the caller names
+/// its range), or a TypeError naming `name` for anything else — a bool included (`True` is an
+/// int to Python, but no step, rank or device number).
+fn index_arg(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Result<u64, String>> {
+    let type_error =
+        |got: String| pyo3::exceptions::PyTypeError::new_err(format!("{name}: expected an int, got {got}"));
+    if v.is_instance_of::<PyBool>() {
+        return Err(type_error("a bool".to_owned()));
+    }
+    if let Ok(n) = v.extract::<u64>() {
+        return Ok(Ok(n));
+    }
+    // Not a u64: an int out of range, or no int at all.
+    match v.py().import("operator")?.call_method1("index", (v,)) {
+        Ok(int) => Ok(Err(int.str()?.to_string())),
+        Err(_) => Err(type_error(v.get_type().name().map(|t| t.to_string()).unwrap_or_else(|_| "?".to_owned()))),
+    }
+}
+
+/// A step number: `step(n)` of the Monitor and of the StepClient (`_check_step`), so that both
+/// take exactly what the step tracker stores — on this process's tracker or the agent's.
+pub(crate) fn step_number(n: &Bound<'_, PyAny>) -> PyResult<u64> {
+    match index_arg(n, "step")? {
+        Ok(n) if n <= MAX_STEP => Ok(n),
+        Ok(n) => Err(err(format!("step: {n} is out of range (0 to {MAX_STEP})"))),
+        Err(n) if n.starts_with('-') => Err(err(format!("step: {n} is negative"))),
+        Err(n) => Err(err(format!("step: {n} is out of range (0 to {MAX_STEP})"))),
+    }
+}
+
+/// A rank: an int from 0 to `u32::MAX` (what the agent's step marks carry).
 fn rank_arg(v: &Bound<'_, PyAny>) -> PyResult<u32> {
-    let r: i64 = v.extract().map_err(|_| pyo3::exceptions::PyTypeError::new_err("rank: expected an int or None"))?;
-    u32::try_from(r).map_err(|_| err(format!("rank: {r} is not a rank (0 or more)")))
+    let r = index_arg(v, "rank")?;
+    r.ok().and_then(|r| u32::try_from(r).ok()).ok_or_else(|| {
+        err(format!("rank: {} is not a rank (0 to {})", v.str().map(|s| s.to_string()).unwrap_or_default(), u32::MAX))
+    })
+}
+
+/// A job name as the step tracker takes it (the agent applies the same rule to every mark of
+/// its steps socket): 1 to 128 bytes, no control characters — and not blank.
+pub(crate) fn job_arg(job: &str) -> PyResult<String> {
+    use gpumon_core::steps::{StepConfig, StepTracker};
+    if job.trim().is_empty() {
+        return Err(err("job: must not be empty".to_owned()));
+    }
+    // The tracker's own check (not a copy of it): a registry of its own registers the run.
+    let (_tracker, registry) =
+        StepTracker::new(StepConfig::default()).map_err(|e| err(format!("job: cannot check the name: {e}")))?;
+    registry.run(job, None).map_err(|e| err(format!("job: {e}")))?;
+    Ok(job.to_owned())
+}
+
+/// `StepClient(job=, rank=)` checked as `Monitor(job=, rank=)` is: the job name, and the rank
+/// (`None`: `LOCAL_RANK` from the environment, if set). Returns `(job, rank)`.
+#[pyfunction]
+#[pyo3(signature = (job, rank))]
+pub fn _check_run(job: &Bound<'_, PyAny>, rank: Option<&Bound<'_, PyAny>>) -> PyResult<(String, Option<u32>)> {
+    let job: String = job.extract().map_err(|_| pyo3::exceptions::PyTypeError::new_err("job: expected a string"))?;
+    let job = job_arg(&job)?;
+    let rank = match rank {
+        Some(r) => Some(rank_arg(r)?),
+        None => env_rank()?,
+    };
+    Ok((job, rank))
+}
+
+/// `StepClient.step(n)`'s number checked as `Monitor.step(n)`'s is: returns it as an int.
+#[pyfunction]
+pub fn _check_step(n: &Bound<'_, PyAny>) -> PyResult<u64> {
+    step_number(n)
 }
 
 fn env_rank() -> PyResult<Option<u32>> {
@@ -159,8 +233,16 @@ type Selection = (DeviceFilter, Option<(String, String)>);
 
 /// `devices=`: a CUDA_VISIBLE_DEVICES-style string, or a list of indices / UUIDs.
 fn device_arg(v: &Bound<'_, PyAny>) -> PyResult<Selection> {
+    let bool_error = || pyo3::exceptions::PyTypeError::new_err("devices: expected a GPU index or UUID, got a bool");
+    if v.is_instance_of::<PyBool>() {
+        return Err(bool_error());
+    }
     let list = if v.is_instance_of::<PyString>() {
-        v.extract::<String>()?
+        let list = v.extract::<String>()?;
+        if selects_nothing(&list) {
+            return Err(err(format!("devices: `{list}` selects no GPU (None monitors every visible device)")));
+        }
+        list
     } else if let Ok(i) = v.extract::<i64>() {
         i.to_string()
     } else {
@@ -169,6 +251,9 @@ fn device_arg(v: &Bound<'_, PyAny>) -> PyResult<Selection> {
             pyo3::exceptions::PyTypeError::new_err("devices: expected a string, an int or a list of ints / UUIDs")
         })? {
             let item = item?;
+            if item.is_instance_of::<PyBool>() {
+                return Err(bool_error());
+            }
             parts.push(if let Ok(i) = item.extract::<i64>() { i.to_string() } else { item.str()?.to_string() });
         }
         if parts.is_empty() {
@@ -190,10 +275,20 @@ fn env_devices(rank: Option<u32>) -> PyResult<Selection> {
     let order = std::env::var("CUDA_DEVICE_ORDER").ok();
     let env_err = |e: gpumon_core::FilterParseError| err(format!("environment CUDA_VISIBLE_DEVICES: {e}"));
     let Some(rank) = rank else {
-        // What the environment hides stays hidden; an empty visible set is the environment's
-        // choice (CUDA_VISIBLE_DEVICES="" hides every GPU from CUDA too), not checked.
-        let filter = DeviceFilter::from_vars_ordered(cuda, std::env::var("NVIDIA_VISIBLE_DEVICES").ok(), order)
-            .map_err(env_err)?;
+        // What the environment hides stays hidden — but a Monitor left with no GPU at all
+        // (CUDA_VISIBLE_DEVICES="", a CPU-only process) is a mistake to say, not an empty
+        // snapshot: `devices=` chooses GPUs regardless.
+        let nvidia = std::env::var("NVIDIA_VISIBLE_DEVICES").ok();
+        let visible = cuda
+            .as_ref()
+            .map(|v| ("CUDA_VISIBLE_DEVICES", v))
+            .or(nvidia.as_ref().map(|v| ("NVIDIA_VISIBLE_DEVICES", v)));
+        if let Some((var, list)) = visible.filter(|(_, list)| selects_nothing(list)) {
+            return Err(err(format!(
+                "environment {var}=`{list}` hides every GPU: the Monitor would watch none (pass devices= to choose GPUs)"
+            )));
+        }
+        let filter = DeviceFilter::from_vars_ordered(cuda, nvidia, order).map_err(env_err)?;
         return Ok((filter, None));
     };
     let filter = match cuda {
@@ -205,7 +300,16 @@ fn env_devices(rank: Option<u32>) -> PyResult<Selection> {
         Some(list) => {
             let entries: Vec<&str> = list.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
             let entry = match entries.as_slice() {
-                [] => return Ok((DeviceFilter::parse("none").map_err(env_err)?, None)),
+                [] => {
+                    return Err(err(format!(
+                        "rank {rank} (LOCAL_RANK) has no device: CUDA_VISIBLE_DEVICES is empty (pass devices=)"
+                    )))
+                }
+                [only] if selects_nothing(only) => {
+                    return Err(err(format!(
+                        "rank {rank} (LOCAL_RANK) has no device: CUDA_VISIBLE_DEVICES is `{only}` (pass devices=)"
+                    )))
+                }
                 [only] => *only,
                 many => *many.get(rank as usize).ok_or_else(|| {
                     err(format!(
@@ -220,4 +324,9 @@ fn env_devices(rank: Option<u32>) -> PyResult<Selection> {
     };
     let (filter, entry) = filter;
     Ok((filter, Some((format!("rank {rank}'s entry of CUDA_VISIBLE_DEVICES"), entry))))
+}
+
+/// Whether a CUDA-style list selects no device at all (`""`, `none`, `void`).
+fn selects_nothing(list: &str) -> bool {
+    matches!(list.trim().to_ascii_lowercase().as_str(), "" | "none" | "void")
 }

@@ -166,6 +166,17 @@ def test_exceptions_are_gpumons_and_pickle(no_rank_env):
     assert type(e) is gpumon.BackendUnavailableError and e.args == ("no NVML",)
 
 
+def test_an_exception_leaving_a_temporary_monitor_is_kept(no_rank_env):
+    # The temporary is dropped (and closed) while the exception leaves the call: closing it used
+    # to clear the exception ("SystemError: error return without exception set").
+    import pickle
+
+    with pytest.raises(ValueError, match="step: -1 is negative"):
+        gpumon.Monitor(backend="mock", devices="0").step(-1)
+    with pytest.raises(TypeError, match="Monitor"):
+        pickle.dumps(gpumon.Monitor(backend="mock", devices="0"))
+
+
 def _raise_in_worker(_):
     import gpumon as g
 
@@ -228,6 +239,64 @@ def test_bad_arguments_raise_value_error(no_rank_env, kwargs, match):
     kwargs.setdefault("backend", "mock")
     with pytest.raises(ValueError, match=match):
         gpumon.Monitor(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(interval=True), "interval: .* got a bool"),
+        (dict(rank=True), "rank: expected an int, got a bool"),
+        (dict(devices=True), "devices: .* got a bool"),
+        (dict(devices=[True]), "devices: .* got a bool"),
+        (dict(devices=[0, False]), "devices: .* got a bool"),
+        (dict(rank=1.0), "rank: expected an int, got float"),
+    ],
+)
+def test_bools_and_floats_are_no_numbers(no_rank_env, kwargs, match):
+    # `True` is an int to Python: it used to be 1 s, rank 1 or GPU 1.
+    with pytest.raises(TypeError, match=match):
+        gpumon.Monitor(backend="mock", **kwargs)
+
+
+@pytest.mark.parametrize(
+    "env, kwargs, match",
+    [
+        ({}, dict(devices=""), "devices: `` selects no GPU"),
+        ({}, dict(devices="none"), "devices: `none` selects no GPU"),
+        ({"CUDA_VISIBLE_DEVICES": ""}, {}, "environment CUDA_VISIBLE_DEVICES=`` hides every GPU"),
+        ({"CUDA_VISIBLE_DEVICES": "", "LOCAL_RANK": "1"}, {}, r"rank 1 \(LOCAL_RANK\) has no device"),
+        ({"CUDA_VISIBLE_DEVICES": "void", "LOCAL_RANK": "0"}, {}, r"rank 0 \(LOCAL_RANK\) has no device"),
+        ({"CUDA_VISIBLE_DEVICES": ""}, dict(rank=0), r"rank 0 \(LOCAL_RANK\) has no device"),
+    ],
+)
+def test_a_selection_of_no_gpu_is_an_error(no_rank_env, monkeypatch, env, kwargs, match):
+    # These used to start a Monitor that watched nothing.
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    with pytest.raises(ValueError, match=match):
+        gpumon.Monitor(backend="mock", **kwargs)
+    # devices= still chooses GPUs whatever the environment hides.
+    with gpumon.Monitor(backend="mock", devices="1") as m:
+        assert [d["info"]["index"] for d in m.snapshot()["devices"]] == [1]
+
+
+def test_step_range_and_the_order_of_errors(no_rank_env):
+    with gpumon.Monitor(backend="mock", devices="0") as m:
+        # Every step the tracker stores is taken (2**63 used to be "expected an int, got int").
+        with pytest.raises(ValueError, match=r"step: 18446744073709551616 is out of range \(0 to 18446744073709551614\)"):
+            m.step(2**64)
+        with pytest.raises(ValueError, match="step: 18446744073709551615 is out of range"):
+            m.step(2**64 - 1)
+        with pytest.raises(ValueError, match=r"step: -36893488147419103232 is negative"):
+            m.step(-(2**65))
+        m.step(2**63)
+        assert m.last_step == 2**63
+        with pytest.raises(TypeError, match="timeout: .* got a bool"):
+            m.flush(timeout=True)
+    # A closed Monitor takes no mark, whatever the argument: GpumonError first.
+    for n in (2**63 + 1, 2**64, -1, True, "1"):
+        with pytest.raises(gpumon.GpumonError, match="closed"):
+            m.step(n)
 
 
 def test_bad_local_rank_names_the_variable(no_rank_env, monkeypatch):

@@ -167,3 +167,79 @@ with gpumon.Monitor(backend="mock", interval="100ms", prometheus_listen=f"127.0.
                 p.kill()
                 raise
     assert [p.returncode for p in procs] == [0, 0]
+
+
+def test_a_logging_handler_may_call_the_monitor():
+    """A handler on the "gpumon" logger that calls back into the Monitor (snapshot, flush) used
+    to abort the interpreter: records were delivered on the agent's runtime threads, where
+    `flush()` cannot block, and the panic's own record re-entered the handler."""
+    code = r"""
+import json, logging, socket, time
+import gpumon
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+mon = None
+seen = {"snapshots": 0, "flushes": 0, "errors": []}
+class Reentrant(logging.Handler):
+    def emit(self, record):
+        if mon is None or mon.closed or seen["snapshots"] >= 3:
+            return
+        try:
+            assert "devices" in mon.snapshot()
+            seen["snapshots"] += 1
+            mon.flush(0.5)
+            seen["flushes"] += 1
+        except gpumon.GpumonError as e:  # the sink is down: a flush may report it
+            seen["errors"].append(str(e))
+log = logging.getLogger("gpumon"); log.addHandler(Reentrant()); log.setLevel(logging.WARNING)
+# Nobody listens on the port: every export fails and logs a warning.
+mon = gpumon.Monitor(backend="mock", interval="100ms", devices="0",
+                     influx_url=f"http://127.0.0.1:{port}", influx_db="train")
+for i in range(1, 11):
+    time.sleep(0.1)
+    mon.step(i)
+try:
+    mon.flush(1)  # the export fails: warnings from the agent's threads, for the handler
+except gpumon.GpumonError:
+    pass
+mon.close()
+print(json.dumps(seen))
+"""
+    p = _run(code, timeout=60)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    seen = json.loads(p.stdout)
+    assert seen["snapshots"] >= 1, seen
+    assert seen["flushes"] + len(seen["errors"]) == seen["snapshots"], seen
+    assert all(e.startswith("flush: ") and "closed" not in e for e in seen["errors"]), seen
+
+
+def test_ctrl_c_during_close_raises_keyboard_interrupt_when_close_returns():
+    """close() blocks on a sink that never answers; a Ctrl-C meanwhile must surface once close
+    has done its work (the close's own warning used to run Python logging on the main thread,
+    which consumed the signal's KeyboardInterrupt)."""
+    code = r"""
+import json, os, signal, socket, threading, time
+import gpumon
+server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(16)
+held = []
+def accept_and_never_answer():
+    while True:
+        held.append(server.accept()[0])
+threading.Thread(target=accept_and_never_answer, daemon=True).start()
+m = gpumon.Monitor(backend="mock", interval="10s", devices="0",
+                   influx_url=f"http://127.0.0.1:{server.getsockname()[1]}", influx_db="train")
+m.step(1)
+threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+t0 = time.monotonic()
+try:
+    m.close()
+    outcome = "returned"
+except KeyboardInterrupt:
+    outcome = "KeyboardInterrupt"
+print(json.dumps({"outcome": outcome, "closed": m.closed, "seconds": time.monotonic() - t0}))
+"""
+    p = _run(code, timeout=60)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    result = json.loads(p.stdout)
+    assert result["outcome"] == "KeyboardInterrupt", result
+    # close() finished its work (the 5 s bound on a sink that never answers) before raising.
+    assert result["closed"] and result["seconds"] >= 2, result

@@ -133,3 +133,42 @@ def test_step_client_without_a_path_needs_the_environment(monkeypatch):
         gpumon.StepClient()
     monkeypatch.setenv("GPUMON_STEPS_SOCKET", "/nonexistent/steps.sock")
     assert gpumon.StepClient().path == "/nonexistent/steps.sock"
+
+
+@pytest.mark.parametrize("job", ["x" * 200, "a\tb", "a\nb", "   "])
+def test_step_client_refuses_the_job_names_monitor_refuses(tmp_path, no_rank_env, job):
+    # The agent drops every mark of such a job (a WARN on its side only): the client used to
+    # send them anyway, losing every step without an error or a `dropped` count.
+    with pytest.raises(ValueError) as monitor_error:
+        gpumon.Monitor(backend="mock", devices="0", job=job)
+    with pytest.raises(ValueError) as client_error:
+        gpumon.StepClient(tmp_path / "s", job=job)
+    assert str(client_error.value) == str(monitor_error.value)
+    assert str(client_error.value).startswith("job: ")
+
+
+def test_step_client_takes_the_steps_and_ranks_monitor_takes(tmp_path, no_rank_env):
+    with pytest.raises(ValueError, match=r"rank: 4294967296 is not a rank \(0 to 4294967295\)"):
+        gpumon.StepClient(tmp_path / "s", rank=2**32)
+    with pytest.raises(TypeError, match="rank: expected an int, got a bool"):
+        gpumon.StepClient(tmp_path / "s", rank=True)
+    client = gpumon.StepClient(tmp_path / "s", rank=0)
+    with gpumon.Monitor(backend="mock", devices="0", rank=0) as m:
+        for bad, error in [(2**64, ValueError), (2**64 - 1, ValueError), (-1, ValueError), (True, TypeError),
+                           (1.0, TypeError), ("1", TypeError)]:
+            with pytest.raises(error) as monitor_error:
+                m.step(bad)
+            with pytest.raises(error) as client_error:
+                client.step(bad)
+            assert str(client_error.value) == str(monitor_error.value), bad
+        # An object with __index__ (a NumPy integer) is a step number to both.
+        class Index:
+            def __index__(self):
+                return 7
+
+        m.step(Index())
+        client.step(Index())
+        # The largest step the tracker stores is taken by both.
+        m.step(2**64 - 2)
+        client.step(2**64 - 2)
+    assert client.dropped == 2  # no agent: the marks sent are dropped, counted

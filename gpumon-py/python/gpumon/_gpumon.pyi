@@ -49,12 +49,14 @@ class Monitor:
     ) -> None: ...
     def step(self, n: int) -> None:
         """Marks the end of step n (the last completed step); keeps the GIL (lock-free hand-off).
-        ValueError when n is negative or not above the last step; GpumonError when closed."""
+        GpumonError when closed (whatever n is); TypeError when n is not an int (a bool
+        included); ValueError when n is negative, above 2**64 - 2 or not above the last step."""
     def snapshot(self) -> Dict[str, Any]:
         """The latest snapshot: {"seq", "taken_at", "system", "devices": [...], "steps"?}.
         Releases the GIL."""
     def close(self) -> None:
-        """Stops the agent, flushing the sinks (up to 5 s). Releases the GIL. Idempotent."""
+        """Stops the agent, flushing the sinks (up to 5 s). Releases the GIL. Idempotent. A
+        Ctrl-C meanwhile raises KeyboardInterrupt once the close has finished."""
     @property
     def closed(self) -> bool: ...
     @property
@@ -75,3 +77,7 @@ class Monitor:
     ) -> bool: ...
 
 def _atexit() -> None: ...
+def _check_run(job: str, rank: Optional[int]) -> "tuple[str, Optional[int]]":
+    """StepClient's job and rank checked as Monitor's are (rank None: LOCAL_RANK)."""
+def _check_step(n: int) -> int:
+    """StepClient.step's n checked as Monitor.step's is."""

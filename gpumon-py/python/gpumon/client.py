@@ -6,7 +6,7 @@ import os
 import socket
 from typing import Optional, Union
 
-from ._gpumon import DEFAULT_JOB
+from ._gpumon import DEFAULT_JOB, _check_run, _check_step
 
 __all__ = ["StepClient", "STEPS_SOCKET_ENV"]
 
@@ -29,7 +29,10 @@ class StepClient:
     Each mark is one line, ``{"job": "train", "rank": 0, "step": 42}``. The client keeps one
     connection, never blocks the caller (the socket is non-blocking; marks that cannot be sent
     are dropped and counted in :attr:`dropped`) and reconnects on the next mark after the agent
-    restarts. Only bad input raises.
+    restarts. Only bad input raises, and it raises exactly where ``Monitor`` does (the same
+    checks, in the extension): a job name the agent would refuse (empty, over 128 bytes, with a
+    control character), a rank outside 0 to 2**32 - 1 or a step outside 0 to 2**64 - 2 is an
+    error here, not a mark the agent drops.
 
     The agent reads the connection's credentials from the kernel: a run (``job``, ``rank``)
     belongs to the Unix user whose marks registered it, and another user's marks for it are
@@ -54,17 +57,8 @@ class StepClient:
             if not path:
                 raise ValueError(f"path: none given and {STEPS_SOCKET_ENV} is not set (gpumon-agent run sets it)")
         self._path = os.fspath(path)
-        if not isinstance(job, str) or not job.strip():
-            raise ValueError("job: must be a non-empty string")
-        if rank is None:
-            env = os.environ.get("LOCAL_RANK", "").strip()
-            if env:
-                try:
-                    rank = int(env)
-                except ValueError:
-                    raise ValueError(f"environment LOCAL_RANK: {env!r} is not a rank (0 or more)") from None
-        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
-            raise ValueError(f"rank: {rank!r} is not a rank (0 or more)")
+        # Monitor's checks (the step tracker's rule for job names; rank None: LOCAL_RANK).
+        job, rank = _check_run(job, rank)
         self._job = job
         self._rank = rank
         # The line without its step: the JSON for job and rank is made once.
@@ -98,13 +92,12 @@ class StepClient:
     def step(self, n: int) -> None:
         """Marks the end of training step ``n`` (the last completed step).
 
-        Raises ``ValueError`` when ``n`` is negative or not above the last step marked; never
-        raises for a missing or slow agent (the mark is dropped and counted).
+        Raises ``TypeError`` when ``n`` is not an int (a bool is not a step number),
+        ``ValueError`` when it is negative, above 2**64 - 2 or not above the last step marked
+        (as ``Monitor.step``); never raises for a missing or slow agent (the mark is dropped and
+        counted).
         """
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TypeError(f"step: expected an int, got {type(n).__name__}")
-        if n < 0:
-            raise ValueError(f"step: {n} is negative")
+        n = _check_step(n)
         if self._last is not None and n <= self._last:
             raise ValueError(f"step: {n} is not after the last step marked ({self._last}); steps must increase")
         self._last = n
