@@ -225,6 +225,9 @@ struct RunCell {
     /// First step ever marked + 1; 0 = none yet. Lets the tracker report every step of a run's
     /// first period, not only the last (marks 1 and 2 before the first tick are two steps).
     first: AtomicU64,
+    /// Unix nanos of the first mark; 0 = none yet. A run registered through the steps socket has
+    /// no creation time: its first mark is where the steps after it start.
+    first_at: AtomicU64,
     /// Unix nanos of the latest mark.
     at: AtomicU64,
 }
@@ -242,6 +245,7 @@ impl RunCell {
                 Ok(_) => {
                     if cur == 0 {
                         // Only the caller that moved the run off "no step yet" gets here.
+                        self.first_at.store(now, Ordering::Release);
                         self.first.store(stored, Ordering::Release);
                     }
                     break;
@@ -485,6 +489,7 @@ impl StepRegistry {
             pid: AtomicU64::new(owner.and_then(|p| p.pid).map_or(u64::MAX, u64::from)),
             step: AtomicU64::new(0),
             first: AtomicU64::new(0),
+            first_at: AtomicU64::new(0),
             at: AtomicU64::new(0),
         });
         runs.push(Arc::clone(&cell));

@@ -231,6 +231,24 @@ fn the_first_mark_over_the_socket_only_starts_the_clock() {
     assert_eq!(r.rank_label, "3");
 }
 
+/// A run registered over the socket has no start, so its first mark only starts the clock; the
+/// steps marked after it before the tracker's first turn are reported all the same (they were
+/// all lost: `gpumon-run` reported 2 of 20 quick marks).
+#[test]
+fn the_steps_after_the_first_socket_mark_are_reported_at_the_first_tick() {
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let at = |ms: u64| UNIX_EPOCH + Duration::from_nanos(T0) + Duration::from_millis(ms);
+    steps.record_at("remote", Some(0), 1, at(100)).unwrap();
+    steps.record_at("remote", Some(0), 2, at(400)).unwrap();
+    steps.record_at("remote", Some(0), 3, at(700)).unwrap();
+    let mut s = snap(1, T0 + SEC, 0.5, 1, 1.0);
+    tracker.process(&mut s);
+    let r = &s.output::<crate::stages::steps::Steps>().unwrap().runs[0];
+    let reported: Vec<_> = r.reported.iter().map(|rep| (rep.step, rep.duration)).collect();
+    assert_eq!(reported, [(2, Duration::from_millis(300)), (3, Duration::from_millis(300))]);
+    assert_eq!(r.last_step, Some(3));
+}
+
 #[test]
 fn derived_points_follow_the_catalogue() {
     use crate::metric::{MetricId, Scope};

@@ -237,12 +237,22 @@ impl Processor for StepTracker {
                     run.acc.add(snapshot, prev);
                     // Steps completed since the last report; in the first period, every step
                     // from the first one marked (a mark of the first one may not be the latest).
-                    let k = match run.seen {
+                    let mut k = match run.seen {
                         Some(seen) => last - seen,
                         None => run.cell.first().map_or(1, |first| last.saturating_sub(first) + 1),
                     };
-                    let duration =
-                        (run.start != 0).then(|| Duration::from_nanos(at.saturating_sub(run.start) / k.max(1)));
+                    let mut start = run.start;
+                    if start == 0 && run.seen.is_none() {
+                        // No creation time (a run registered over the steps socket): the first
+                        // mark starts the steps after it, which are all reported; only the
+                        // first step's own start is unknown.
+                        let first_at = run.cell.first_at.load(Ordering::Acquire);
+                        if let Some(first) = run.cell.first().filter(|f| last > *f && first_at != 0) {
+                            start = first_at;
+                            k = last - first;
+                        }
+                    }
+                    let duration = (start != 0).then(|| Duration::from_nanos(at.saturating_sub(start) / k.max(1)));
                     run.last_duration = duration;
                     if let Some(duration) = duration {
                         let first = last + 1 - k;
