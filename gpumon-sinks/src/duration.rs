@@ -24,7 +24,9 @@ pub enum DurationError {
         reason: String,
     },
     /// A number of seconds that is negative, not finite, or too large.
-    #[error("invalid duration {input}: must be a number of seconds from 0 up ({EXAMPLES})")]
+    #[error(
+        "invalid duration {input}: must be a finite number of seconds, from 0 to about 584 billion years ({EXAMPLES})"
+    )]
     OutOfRange {
         /// The number given, as written.
         input: String,

@@ -61,7 +61,8 @@ fn stdout_prints_the_event_and_writes_the_output_in_json() {
     format_snapshot(&mut out, &hot, StdoutFormat::Human).unwrap();
     let (uuid, _) = gpu0(&hot);
     let t = hot.devices[0].temperature.gpu.unwrap();
-    let line = format!("] THERMAL gpu 0 {uuid} hot: {t:.1} °C, limit 85.0 °C");
+    // The mock's data: the line says so after its time.
+    let line = format!("] MOCK THERMAL gpu 0 {uuid} hot: {t:.1} °C, limit 85.0 °C");
     assert_eq!(out.lines().filter(|l| l.ends_with(&line)).count(), 1, "{out}");
     out.clear();
     format_snapshot(&mut out, &quiet, StdoutFormat::Human).unwrap();
