@@ -82,7 +82,12 @@ fn the_json_report_carries_the_overview() {
     let o = &report.overview;
     assert_eq!(o.gpus, 8);
     let tick = report.interval_seconds;
-    assert!((o.gpu_seconds - report.gpus.iter().map(|g| g.samples as f64 * tick).sum::<f64>()).abs() < 1e-9);
+    assert!((o.gpu_seconds - report.gpus.iter().map(|g| g.observed_seconds).sum::<f64>()).abs() < 1e-9);
+    for g in &report.gpus {
+        // Each tick covers an interval, the last (taken at exit) at most one.
+        let whole = (g.samples - 1) as f64 * tick;
+        assert!(g.observed_seconds > whole - 1e-9 && g.observed_seconds <= whole + tick + 1e-9, "{g:?}");
+    }
     assert!(
         (o.idle_allocated_seconds - report.gpus.iter().map(|g| g.idle_allocated_seconds).sum::<f64>()).abs() < 1e-9
     );

@@ -228,6 +228,9 @@ threading.Thread(target=accept_and_never_answer, daemon=True).start()
 m = gpumon.Monitor(backend="mock", interval="10s", devices="0",
                    influx_url=f"http://127.0.0.1:{server.getsockname()[1]}", influx_db="train")
 m.step(1)
+# Python's own Ctrl-C handler, whatever this process inherited: a child of a background job
+# starts with SIGINT ignored, and Python then installs no handler (the signal would do nothing).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
 t0 = time.monotonic()
 try:
