@@ -12,7 +12,9 @@
 //! driver's measured sampling period and the settings under which rules cannot work — then one
 //! [`GpuReport`] per GPU.
 //!
-//! What is measured, exactly:
+//! What is measured, exactly ("interval" below is the time a tick covers: the sampling
+//! interval, or the time since the previous tick when that is shorter — the sample taken at exit
+//! covers only the part of an interval the run lasted; the first tick covers one interval):
 //! - **Utilisation** is the diagnosis "level": the driver's high-resolution mean over the
 //!   interval when the sample carries one, else the instantaneous `utilization.gpu`. Percentiles
 //!   come from a fixed histogram of 1 001 bins (0.1 % wide, nearest rank), allocated once per
@@ -173,7 +175,8 @@ pub struct GpuReport {
     pub energy_source: Option<EnergySource>,
     /// Whole ticks idle (level ≤ `idle_level`) while allocated.
     pub idle_allocated_ticks: u64,
-    /// GPU-time allocated (ticks allocated with a known level × the interval), seconds.
+    /// GPU-time allocated (what the ticks allocated with a known level cover, see
+    /// [`GpuReport::observed_seconds`]), seconds.
     pub allocated_seconds: f64,
     /// Idle GPU-time while allocated: `(1 − level) × interval` summed over the allocated
     /// ticks, seconds — idle time within intervals counts, not only whole idle ticks.
@@ -384,7 +387,8 @@ fn steps_report(runs: &[RunAcc], keep: &dyn Fn(&str) -> bool) -> Option<StepsRep
 pub struct Overview {
     /// GPUs seen during the run.
     pub gpus: usize,
-    /// GPU-time observed: every GPU's ticks up × the interval, seconds.
+    /// GPU-time observed: the sum of [`GpuReport::observed_seconds`] (each tick up covers an
+    /// interval, or the shorter time since the previous tick), seconds.
     pub gpu_seconds: f64,
     /// GPU-time allocated, seconds (the sum of [`GpuReport::allocated_seconds`]).
     pub allocated_seconds: f64,
