@@ -53,13 +53,8 @@ fn with_flags(e: &AssemblyError, cli: &Cli) -> String {
     let message = e.to_string();
     let Some(key) = e.key() else { return message };
     // A credential from the environment is easily forgotten: say where it came from.
-    let from_env = [
-        ("influxdb", "GPUMON_INFLUX_TOKEN", "--influx-token"),
-        ("influxdb", "GPUMON_INFLUX_PASSWORD", "--influx-password"),
-        ("remote_write", "GPUMON_REMOTE_WRITE_TOKEN", "--remote-write-token"),
-    ];
     let in_section = |section: &str| key == section || key.strip_prefix(section).is_some_and(|k| k.starts_with('.'));
-    let notes: Vec<String> = from_env
+    let notes: Vec<String> = crate::cli::sinks::FROM_ENV
         .iter()
         .filter(|(section, var, _)| in_section(section) && std::env::var_os(var).is_some())
         .map(|(_, var, flag)| format!("{flag} is set from {var}"))

@@ -29,12 +29,24 @@ pub fn onto_config(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError>
     Ok(())
 }
 
+/// The credential flags that may be set from the environment (their `env` in `Cli`): the sink's
+/// section, the variable, the flag.
+pub const FROM_ENV: [(&str, &str, &str); 3] = [
+    ("influxdb", "GPUMON_INFLUX_PASSWORD", "--influx-password"),
+    ("influxdb", "GPUMON_INFLUX_TOKEN", "--influx-token"),
+    ("remote_write", "GPUMON_REMOTE_WRITE_TOKEN", "--remote-write-token"),
+];
+
+/// Whether the variable behind credential flag `flag` ([`FROM_ENV`]) is set.
+fn set_in_env(flag: &str) -> bool {
+    FROM_ENV.iter().any(|(_, var, f)| *f == flag && std::env::var_os(var).is_some())
+}
+
 /// Refuses a flag that refines a sink which neither a flag nor the config file configures
 /// (`--influx-db` without `--influx-url` or `[influxdb]`): it would be silently ignored.
 /// A credential whose environment variable is set is not held against the user: a secret may be
 /// in every container's environment, whether that agent writes to the sink or not.
 fn refinements_have_their_sink(cli: &Cli, file: &AgentConfig) -> Result<(), ConfigError> {
-    let from_env = |var: &str| std::env::var_os(var).is_some();
     // Per sink: what configures it, whether something does, and its refining flags (set or not).
     type Refined<'a> = (&'a str, bool, Vec<(&'a str, bool)>);
     let sinks: [Refined<'_>; 5] = [
@@ -57,10 +69,10 @@ fn refinements_have_their_sink(cli: &Cli, file: &AgentConfig) -> Result<(), Conf
             vec![
                 ("--influx-db", cli.influx_db.is_some()),
                 ("--influx-user", cli.influx_user.is_some()),
-                ("--influx-password", cli.influx_password.is_some() && !from_env("GPUMON_INFLUX_PASSWORD")),
+                ("--influx-password", cli.influx_password.is_some() && !set_in_env("--influx-password")),
                 ("--influx-org", cli.influx_org.is_some()),
                 ("--influx-bucket", cli.influx_bucket.is_some()),
-                ("--influx-token", cli.influx_token.is_some() && !from_env("GPUMON_INFLUX_TOKEN")),
+                ("--influx-token", cli.influx_token.is_some() && !set_in_env("--influx-token")),
                 ("--influx-ca-file", cli.influx_ca_file.is_some()),
             ],
         ),
@@ -69,7 +81,7 @@ fn refinements_have_their_sink(cli: &Cli, file: &AgentConfig) -> Result<(), Conf
             cli.remote_write_url.is_some() || file.remote_write.is_some(),
             vec![
                 ("--remote-write-naming", cli.remote_write_naming.is_some()),
-                ("--remote-write-token", cli.remote_write_token.is_some() && !from_env("GPUMON_REMOTE_WRITE_TOKEN")),
+                ("--remote-write-token", cli.remote_write_token.is_some() && !set_in_env("--remote-write-token")),
                 ("--remote-write-ca-file", cli.remote_write_ca_file.is_some()),
             ],
         ),

@@ -55,16 +55,25 @@ impl Auth {
     /// Checks the credential configured as `section.auth`; errors name the key
     /// (`web.auth.bearer.token`).
     pub(crate) fn validate(&self, section: &str) -> Result<(), BuildError> {
+        match self.problem() {
+            Some(problem) if matches!(self, Auth::Bearer { .. }) => {
+                Err(BuildError::invalid(format!("{section}.auth.bearer.token"), problem))
+            }
+            Some(problem) => Err(BuildError::invalid(format!("{section}.auth.basic.username"), problem)),
+            None => Ok(()),
+        }
+    }
+
+    /// What is wrong with the credential, if anything: the bearer token's problem, or a Basic
+    /// user name that is empty or holds the `:` that ends it. The one check of the listener's
+    /// credential and every tenant's, which word their keys differently.
+    pub(crate) fn problem(&self) -> Option<&'static str> {
         match self {
-            Auth::Bearer { token } => match token.token_problem() {
-                Some(problem) => Err(BuildError::invalid(format!("{section}.auth.bearer.token"), problem)),
-                None => Ok(()),
-            },
-            Auth::Basic { username, .. } if username.is_empty() || username.contains(':') => Err(BuildError::invalid(
-                format!("{section}.auth.basic.username"),
-                "must be non-empty and must not contain `:`",
-            )),
-            _ => Ok(()),
+            Auth::Bearer { token } => token.token_problem(),
+            Auth::Basic { username, .. } if username.is_empty() || username.contains(':') => {
+                Some("must be non-empty and must not contain `:`")
+            }
+            Auth::Basic { .. } => None,
         }
     }
 }

@@ -152,15 +152,12 @@ pub(crate) fn resolve(
 }
 
 fn check_credential(auth: &Auth, key: &str) -> Result<(), BuildError> {
-    match auth {
-        Auth::Bearer { token } => match token.token_problem() {
-            Some(problem) => Err(BuildError::invalid(key, format!("the token {problem}"))),
-            None => Ok(()),
-        },
-        Auth::Basic { username, .. } if username.is_empty() || username.contains(':') => {
-            Err(BuildError::invalid(format!("{key}.username"), "must be non-empty and must not contain `:`"))
+    match auth.problem() {
+        Some(problem) if matches!(auth, Auth::Bearer { .. }) => {
+            Err(BuildError::invalid(key, format!("the token {problem}")))
         }
-        _ => Ok(()),
+        Some(problem) => Err(BuildError::invalid(format!("{key}.username"), problem)),
+        None => Ok(()),
     }
 }
 
