@@ -185,14 +185,11 @@ fn rank_arg(v: &Bound<'_, PyAny>) -> PyResult<u32> {
 /// A job name as the step tracker takes it (the agent applies the same rule to every mark of
 /// its steps socket): 1 to 128 bytes, no control characters — and not blank.
 pub(crate) fn job_arg(job: &str) -> PyResult<String> {
-    use gpumon_core::steps::{StepConfig, StepTracker};
     if job.trim().is_empty() {
         return Err(err("job: must not be empty".to_owned()));
     }
-    // The tracker's own check (not a copy of it): a registry of its own registers the run.
-    let (_tracker, registry) =
-        StepTracker::new(StepConfig::default()).map_err(|e| err(format!("job: cannot check the name: {e}")))?;
-    registry.run(job, None).map_err(|e| err(format!("job: {e}")))?;
+    // The step tracker's own rule, which the agent applies to every mark of its steps socket.
+    gpumon_core::steps::validate_job(job).map_err(|e| err(format!("job: {e}")))?;
     Ok(job.to_owned())
 }
 

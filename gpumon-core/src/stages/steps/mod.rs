@@ -388,7 +388,19 @@ fn self_uid() -> u32 {
     *UID.get_or_init(|| std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid()))
 }
 
-fn validate_job(job: &str) -> Result<(), StepError> {
+/// The rule every run's job name meets, in this process and over the steps socket: 1 to
+/// [`MAX_JOB_LEN`] bytes, no control characters. For a client that checks a name before sending
+/// marks the agent would refuse.
+///
+/// ```
+/// use gpumon_core::steps::{validate_job, StepError};
+/// assert!(validate_job("train").is_ok());
+/// assert!(matches!(validate_job("a\tb"), Err(StepError::InvalidJob(_))));
+/// ```
+///
+/// # Errors
+/// [`StepError::InvalidJob`].
+pub fn validate_job(job: &str) -> Result<(), StepError> {
     if job.is_empty() || job.len() > MAX_JOB_LEN || job.chars().any(char::is_control) {
         return Err(StepError::InvalidJob(job.chars().take(MAX_JOB_LEN).collect()));
     }
