@@ -14,7 +14,8 @@
 //!
 //! What is measured, exactly ("interval" below is the time a tick covers: the sampling
 //! interval, or the time since the previous tick when that is shorter — the sample taken at exit
-//! covers only the part of an interval the run lasted; the first tick covers one interval):
+//! covers only the part of an interval the run lasted; the first tick opens the run and covers
+//! no time, so a run's GPU-time is its wall time × GPUs when no tick came late):
 //! - **Utilisation** is the diagnosis "level": the driver's high-resolution mean over the
 //!   interval when the sample carries one, else the instantaneous `utilization.gpu`. Percentiles
 //!   come from a fixed histogram of 1 001 bins (0.1 % wide, nearest rank), allocated once per
@@ -152,9 +153,9 @@ pub struct GpuReport {
     pub name: String,
     /// Ticks on which the GPU was in the snapshot and up.
     pub samples: u64,
-    /// GPU-time those ticks cover, seconds: each tick the interval, or the time since the
-    /// previous tick when that is shorter (the sample taken at exit covers only the part of an
-    /// interval the run lasted). 0 in a report from before this field.
+    /// GPU-time those ticks cover, seconds: each tick the time since the previous tick, at most
+    /// the interval (the sample taken at exit covers only the part of an interval the run
+    /// lasted; the run's first tick covers none). 0 in a report from before this field.
     #[cfg_attr(feature = "serde", serde(default))]
     pub observed_seconds: f64,
     /// Mean utilisation (ratio 0–1), over the ticks that reported it.
@@ -387,8 +388,8 @@ fn steps_report(runs: &[RunAcc], keep: &dyn Fn(&str) -> bool) -> Option<StepsRep
 pub struct Overview {
     /// GPUs seen during the run.
     pub gpus: usize,
-    /// GPU-time observed: the sum of [`GpuReport::observed_seconds`] (each tick up covers an
-    /// interval, or the shorter time since the previous tick), seconds.
+    /// GPU-time observed: the sum of [`GpuReport::observed_seconds`] (each tick up covers the
+    /// time since the previous tick, at most an interval), seconds.
     pub gpu_seconds: f64,
     /// GPU-time allocated, seconds (the sum of [`GpuReport::allocated_seconds`]).
     pub allocated_seconds: f64,
@@ -915,12 +916,17 @@ impl Processor for RunReport {
         let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let s = &mut *guard;
         s.ticks += 1;
-        // What this tick covers: an interval, or less when it came sooner (the sample taken at
-        // exit, a flush): a run of 1 s at a 5 s interval is not 10 GPU-s of two ticks.
+        // What this tick covers: the time since the previous tick, at most an interval (less
+        // when it came sooner: the sample taken at exit, a flush). The first tick opens the run
+        // and covers nothing: its readings describe the driver's window before the run began.
+        // So GPU-time is wall time × GPUs (gaps longer than an interval aside): a run of 1.3 s
+        // at a 5 s interval is 1.3 GPU-s per GPU, not one or two whole intervals.
         let interval = s.interval.as_secs_f64();
         let span = match s.last.map(|prev| snapshot.taken_at.duration_since(prev)) {
             Some(Ok(since)) => since.as_secs_f64().min(interval),
-            _ => interval,
+            // A clock that stepped back: one interval, as a tick on schedule would cover.
+            Some(Err(_)) => interval,
+            None => 0.0,
         };
         s.first.get_or_insert(snapshot.taken_at);
         s.last = Some(snapshot.taken_at);
@@ -1288,7 +1294,8 @@ mod tests {
             report.process(&mut snapshot(tick as u64, interval, vec![d]));
         }
         let g = &handle.report().gpus[0];
-        let expected: f64 = power.iter().map(|p| p * 0.25).sum();
+        // The first tick opens the run: each later one covers the 0.25 s since the one before.
+        let expected: f64 = power[1..].iter().map(|p| p * 0.25).sum();
         assert_eq!(g.energy_joules, Some(expected));
         assert_eq!(g.energy_source, Some(EnergySource::IntegratedPower));
         assert_eq!(g.power_mean_watts, Some(power.iter().sum::<f64>() / 4.0));
@@ -1309,9 +1316,10 @@ mod tests {
             d.memory.total = Some(total);
             report.process(&mut snapshot(tick as u64, interval, vec![d]));
         }
-        let allocated: Vec<f64> =
-            ticks.iter().filter(|(_, used)| *used as f64 / total as f64 >= 0.10).map(|t| t.0).collect();
-        let idle = allocated.iter().filter(|u| **u <= 0.05).count() as u64;
+        let is_allocated = |used: u64| used as f64 / total as f64 >= 0.10;
+        let idle = ticks.iter().filter(|&&(u, used)| is_allocated(used) && u <= 0.05).count() as u64;
+        // Time: the first tick opens the run and covers none; each later one covers 0.1 s.
+        let allocated: Vec<f64> = ticks[1..].iter().filter(|(_, used)| is_allocated(*used)).map(|t| t.0).collect();
         let g = &handle.report().gpus[0];
         assert_eq!(g.index, 3);
         assert_eq!(g.idle_allocated_ticks, idle);
@@ -1326,8 +1334,9 @@ mod tests {
         assert_eq!(g.memory_total_bytes, Some(total));
     }
 
-    /// The sample taken at exit, 1.3 s after the last tick at a 5 s interval, covers 1.3 s, not
-    /// an interval: a run of `gpumon-agent run -- sleep 1` is not 10 GPU-s of two ticks.
+    /// A run of `gpumon-agent run -- sleep 1` at a 5 s interval: the first tick opens it, the
+    /// sample taken at exit 1.3 s later covers those 1.3 s — not 10 GPU-s of two intervals, nor
+    /// 6.3 of one and a bit.
     #[test]
     fn a_tick_sooner_than_the_interval_covers_only_the_time_since_the_previous_one() {
         let interval = Duration::from_secs(5);
@@ -1342,15 +1351,16 @@ mod tests {
         let r = handle.report();
         let g = &r.gpus[0];
         assert_eq!(g.samples, 2);
-        assert!((g.observed_seconds - 6.3).abs() < 1e-9, "{}", g.observed_seconds);
-        assert!((g.allocated_seconds - 6.3).abs() < 1e-9, "{}", g.allocated_seconds);
-        assert!((g.idle_allocated_seconds - 6.3).abs() < 1e-9, "idle both ticks: {}", g.idle_allocated_seconds);
-        assert!((r.overview.gpu_seconds - 6.3).abs() < 1e-9, "{}", r.overview.gpu_seconds);
+        assert!((g.observed_seconds - 1.3).abs() < 1e-9, "{}", g.observed_seconds);
+        assert!((g.observed_seconds - r.wall_seconds).abs() < 1e-9, "one GPU: GPU-time is wall time");
+        assert!((g.allocated_seconds - 1.3).abs() < 1e-9, "{}", g.allocated_seconds);
+        assert!((g.idle_allocated_seconds - 1.3).abs() < 1e-9, "idle both ticks: {}", g.idle_allocated_seconds);
+        assert!((r.overview.gpu_seconds - 1.3).abs() < 1e-9, "{}", r.overview.gpu_seconds);
         // A tick on the grid covers its interval; a second snapshot at the same instant, none.
         let mut same = at_exit.clone().with_seq(3);
         same.devices = vec![allocated(&gpu, 0.0, 0)];
         report.process(&mut same);
-        assert!((handle.report().gpus[0].observed_seconds - 6.3).abs() < 1e-9);
+        assert!((handle.report().gpus[0].observed_seconds - 1.3).abs() < 1e-9);
     }
 
     /// A sample allocated (40 of 80 GiB) whose high-resolution window reads `mean`, with `count`
@@ -1373,7 +1383,8 @@ mod tests {
         let interval = Duration::from_secs(1);
         let (mut report, handle) = attached(interval);
         let (a, b) = (info(0), info(1));
-        for tick in 0..50u64 {
+        // 51 ticks: the first opens the run, the 50 after it cover 50 s.
+        for tick in 0..=50u64 {
             let busy_twin = allocated(&b, 0.9, 6);
             report.process(&mut snapshot(tick, interval, vec![allocated(&a, 0.38, 6), busy_twin]));
         }
@@ -1736,7 +1747,8 @@ mod tests {
         let only = handle.report_of(|uuid| uuid == "GPU-0");
         assert_eq!(only.gpus.iter().map(|g| g.uuid.as_str()).collect::<Vec<_>>(), ["GPU-0"]);
         assert_eq!(only.overview.gpus, 1);
-        assert_eq!(only.overview.gpu_seconds, 3.0);
+        // Three ticks a second apart: 2 s of GPU-0 (the first tick opens the run).
+        assert_eq!(only.overview.gpu_seconds, 2.0);
         assert_eq!(only.steps.expect("steps").energy_per_step_joules, Some(100.0));
         assert_eq!(handle.report().overview.gpus, 2);
     }
@@ -1765,13 +1777,14 @@ mod tests {
         assert!(text.contains("GPU 0 NVIDIA H100 80GB HBM3 (GPU-0), 4 sample(s)"), "{text}");
         assert!(text.contains("mean 37.5 %, p5 0.0 %, p95 75.0 %"), "{text}");
         assert!(text.contains("peak 40.0 GiB of 80.0 GiB"), "{text}");
-        assert!(text.contains("energy 0.8 kJ"), "{text}");
+        // 200 W over the 3 s after the first tick.
+        assert!(text.contains("energy 0.6 kJ"), "{text}");
         assert!(
             text.starts_with("gpumon run report: host node-1, 4 tick(s) over 3.0 s, interval 1 s\noverview\n"),
             "{text}"
         );
         assert!(
-            text.contains("  GPUs                  1, wall time 3.0 s, 0.001 GPU-h (4.0 GPU-s) observed"),
+            text.contains("  GPUs                  1, wall time 3.0 s, 0.001 GPU-h (3.0 GPU-s) observed"),
             "{text}"
         );
         // Charged on ticks 2 and 3, idle 50 % and 25 %.
@@ -1793,9 +1806,10 @@ mod tests {
             assert_eq!(v["gpus"][0]["findings"][0]["lost_gpu_seconds"], 0.75);
             let o = &v["overview"];
             assert_eq!(o["gpus"], 1);
-            assert_eq!(o["gpu_seconds"], 4.0);
-            assert_eq!(o["allocated_seconds"], 4.0);
-            assert_eq!(o["idle_allocated_seconds"], 2.5);
+            assert_eq!(o["gpu_seconds"], 3.0);
+            assert_eq!(o["allocated_seconds"], 3.0);
+            // Ticks 1–3, idle 75 %, 50 % and 25 % of a second each.
+            assert_eq!(o["idle_allocated_seconds"], 1.5);
             assert_eq!(o["main_cause"]["kind"], "idle_allocated");
             assert_eq!(o["main_cause"]["lost_gpu_seconds"], 0.75);
             assert_eq!(o["causes"][0]["active_gpu_seconds"], 2.0);
