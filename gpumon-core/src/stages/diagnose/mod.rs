@@ -67,7 +67,7 @@ use crate::stages::steps::Steps;
 use crate::stages::{Processor, ProcessorContext};
 
 use rules::{Counters, Holds, HostContext, Past, TickStats, KINDS};
-use window::{Ring, Tallies};
+use window::{Extremes, Ring, Tallies};
 
 /// Default diagnosis window: long enough that a few slow steps or one checkpoint save do not
 /// raise anything, short enough that a starving job is named within half a minute.
@@ -390,6 +390,8 @@ struct Track {
     history: Ring<Past>,
     /// Running counts over `history` for the starvation rule.
     swings: rules::Swings,
+    /// The lowest and highest reading over `history` (the steps' spread check).
+    extremes: Extremes,
     /// Which conditions held on each tick of the window, per kind.
     tallies: Tallies<KINDS>,
     raised: RaisedSet,
@@ -510,6 +512,7 @@ impl Processor for Diagnoser {
                 None => self.tracks.entry(d.info.uuid.clone()).or_insert_with(|| Track {
                     history: Ring::new(ticks),
                     swings: rules::Swings::default(),
+                    extremes: Extremes::default(),
                     tallies: Tallies::new(ticks),
                     raised: RaisedSet::default(),
                     counters: Counters::default(),
@@ -577,6 +580,7 @@ impl Processor for Diagnoser {
                 &stats,
                 &track.history,
                 &track.swings,
+                &track.extremes,
                 &host,
                 position,
                 &active,
@@ -585,8 +589,11 @@ impl Processor for Diagnoser {
                 &t,
             );
             track.swings.entered(stats.swing(together, &t));
+            let (low, high) = stats.reading_extremes();
+            track.extremes.entered(low, high);
             if let Some(left) = track.history.push(stats.past(together)) {
                 track.swings.left(left.swing(&t));
+                track.extremes.left();
             }
             track.tallies.push(std::array::from_fn(|k| holds[k] && enabled[k]));
             for (k, &kind) in FindingKind::ALL.iter().enumerate() {

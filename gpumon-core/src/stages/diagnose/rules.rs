@@ -12,7 +12,7 @@ use std::time::SystemTime;
 use crate::model::{ClockEventReasons, DeviceSample};
 use crate::stages::diagnose::finding::{FindingKind, Severity};
 
-use super::window::Ring;
+use super::window::{Extremes, Ring};
 use super::Thresholds;
 
 /// What diagnosis reads from one device at one tick. Read once per device per tick into a
@@ -218,6 +218,13 @@ impl TickStats {
     }
 
     /// What the window keeps of this tick; `idle_together` from the host's other GPUs.
+    /// This tick's lowest and highest reading for [`Extremes`]: its driver samples' within the
+    /// interval, else the latest reading (NaN is none).
+    pub(crate) fn reading_extremes(&self) -> (Option<f64>, Option<f64>) {
+        let real = |v: Option<f64>| v.filter(|v| !v.is_nan());
+        (real(self.hires_min.or(self.util)), real(self.hires_max.or(self.util)))
+    }
+
     pub(crate) fn past(&self, idle_together: bool) -> Past {
         Past {
             at: self.at,
@@ -400,6 +407,7 @@ pub(crate) fn evaluate(
     s: &TickStats,
     history: &Ring<Past>,
     swings: &Swings,
+    extremes: &Extremes,
     host: &HostContext,
     position: usize,
     active: &Holds,
@@ -486,7 +494,7 @@ pub(crate) fn evaluate(
         && !pcie_bound
         && !behind_peers
         && s.memory_controller.is_none_or(|m| m < t.starvation_max_memory_controller)
-        && readings_spread(history, s) >= STEP_MIN_SPREAD;
+        && readings_spread(extremes, s) >= STEP_MIN_SPREAD;
     // Waiting for a slowed peer (see `HostContext::slowed`): the idle stretches and the lower
     // level are the wait at each step, and the slowed GPU's finding names the cause.
     let waits = host.waits_for_slowed_peer(s.slowed_busy);
@@ -649,24 +657,15 @@ fn back_and_forth(history: &Ring<Past>, now: Option<SwingReading>, t: &Threshold
 
 /// The spread of the window's driver readings (this tick's included): the highest sample (else
 /// latest reading) less the lowest. 0 without any reading.
-fn readings_spread(history: &Ring<Past>, now: &TickStats) -> f64 {
-    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-    let mut take = |min: Option<f64>, max: Option<f64>| {
-        if let Some(v) = min.filter(|v| !v.is_nan()) {
-            lo = lo.min(v);
-        }
-        if let Some(v) = max.filter(|v| !v.is_nan()) {
-            hi = hi.max(v);
-        }
+fn readings_spread(window: &Extremes, now: &TickStats) -> f64 {
+    let ((lo, hi), (now_lo, now_hi)) = (window.get(), now.reading_extremes());
+    let either = |a: Option<f64>, b: Option<f64>, pick: fn(f64, f64) -> f64| match (a, b) {
+        (Some(a), Some(b)) => Some(pick(a, b)),
+        (a, b) => a.or(b),
     };
-    for h in history.iter() {
-        take(h.hires_min.get().or(h.util.get()), h.hires_max.get().or(h.util.get()));
-    }
-    take(now.hires_min.or(now.util), now.hires_max.or(now.util));
-    if hi >= lo {
-        hi - lo
-    } else {
-        0.0
+    match (either(lo, now_lo, f64::min), either(hi, now_hi, f64::max)) {
+        (Some(lo), Some(hi)) if hi >= lo => hi - lo,
+        _ => 0.0,
     }
 }
 
