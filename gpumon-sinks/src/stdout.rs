@@ -75,26 +75,17 @@ enum Output {
     Async(Box<dyn AsyncWrite + Send + Unpin>),
 }
 
-/// How the stdout sink prints a snapshot.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum StdoutFormat {
-    /// One human-readable line per GPU per tick.
-    #[default]
-    Human,
-    /// One JSON object per snapshot, per line.
-    Json,
-}
-
-impl std::str::FromStr for StdoutFormat {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "human" => Ok(Self::Human),
-            "json" => Ok(Self::Json),
-            other => Err(format!("unknown stdout format `{other}` (expected `human` or `json`)")),
-        }
+gpumon_core::named_enum! {
+    /// How the stdout sink prints a snapshot.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    #[non_exhaustive]
+    pub enum StdoutFormat as "stdout format" {
+        /// One human-readable line per GPU per tick.
+        #[default]
+        Human = "human",
+        /// One JSON object per snapshot, per line.
+        Json = "json",
     }
 }
 
