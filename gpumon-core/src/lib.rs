@@ -65,6 +65,7 @@
 mod filter;
 mod metric;
 mod model;
+mod names;
 mod sampler;
 mod sink;
 pub mod stages;
@@ -92,6 +93,9 @@ pub use model::{
     MigInfo, Nvlink, NvlinkLink, NvlinkRemote, NvlinkState, Pcie, Power, ProcessSample, SamplingState, Snapshot,
     SystemInfo, Temperature, Utilization, WindowStats, Windows, XidCount, REPLAY_BACKEND,
 };
+// What `named_enum!` expands to in other crates.
+#[doc(hidden)]
+pub use names::unknown_name as __unknown_name;
 pub use sampler::{BoxError, SampleError, SampleRequest, Sampler, UnavailableSampler};
 pub use sink::{BuildError, InlineExport, Sink, SinkError};
 pub use stages::diagnose::finding::{

@@ -30,100 +30,64 @@ const BUILTIN: &[(&str, &str)] = &[
     ("ecc-burst", include_str!("../profiles/scenarios/ecc-burst.toml")),
 ];
 
-/// What a GPU is doing over time, as a function of the tick. Every value is a pure function of
-/// (seed, device, tick).
-///
-/// Each workload shows one pattern gpumon's diagnosis recognises, with its values clearly on one
-/// side of every threshold (see `docs/diagnosis.md`); `training` and `idle` are the healthy
-/// baselines that must raise nothing. Whatever the tick period, a tick's high-resolution window
-/// holds the shape the workload was written for (about ten driver samples per second of tick);
-/// a real driver samples at its own period. The built-in scenarios are written in phases
-/// ([`Phase`](crate::Phase)) for that reason; workloads remain for code ([`Scenario::new`]) and
-/// scenario files that name them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-#[non_exhaustive]
-pub enum Workload {
-    /// Nothing running: utilisation ~0, no memory allocated, no processes, idle power and
-    /// clocks, P8, `GPU_IDLE`.
-    Idle,
-    /// Steady training: utilisation 90–98 % (every driver sample at 85 % or more), memory controller
-    /// 40–55 %, memory ~86 % ± 3 % used, power 88–95 % of the limit with a short `SW_POWER_CAP`
-    /// event (one tick at 97–99 %, clocks 86–92 %) in about 60 % of each 30-tick block.
-    #[default]
-    Training,
-    /// Starved by the input pipeline: within each interval the GPU runs a batch (85–97 %) and
-    /// then waits for the next (0–3 %), so the high-resolution window spans ~0 to ~0.9 with a
-    /// mean of 25–41 % and the instantaneous reading jumps between the two; memory ~70 % used,
-    /// memory controller 8–21 %, PCIe traffic low.
-    #[serde(alias = "dataloader_starved", alias = "starved")]
-    DataloaderStarved,
-    /// Memory-bandwidth bound: SM utilisation 30–35 % (GPM SM activity 24–32 %) while the memory
-    /// controller is 76–86 % busy and GPM DRAM bandwidth 76–86 %; steady windows.
-    #[serde(alias = "memory_bound")]
-    MemoryBound,
-    /// GPUs in pairs by index: the even one trains, its odd twin waits (utilisation 3–11 %,
-    /// same memory footprint).
-    Imbalance,
-    /// Training while cooling fails: temperature climbs past the slowdown threshold within
-    /// ~60 ticks and hovers there; then SM clocks drop to 55–65 % of maximum with the thermal
-    /// slowdown reasons set, and power falls to 70–78 % of the limit (no power-cap reason).
-    #[serde(alias = "thermal_throttling", alias = "throttling")]
-    ThermalThrottling,
-    /// Training pinned at the power limit: power 97.5–99.8 % of the limit, SM clocks 70–82 % of
-    /// maximum and `SW_POWER_CAP` on 24 ticks in 25; on the 25th the draw dips to 92–95 % and
-    /// the reason clears.
-    #[serde(alias = "power_capped")]
-    PowerCapped,
-    /// Training with memory nearly full: used memory from 95.5 % of the total, rising ever more
-    /// slowly toward 99 %, never falling.
-    #[serde(alias = "near_oom")]
-    NearOom,
-    /// A process holds 32–58 % of memory and runs nothing: utilisation 0–1 % (no driver sample
-    /// above 2 %), near-idle power, `GPU_IDLE`.
-    #[serde(alias = "idle_allocated")]
-    IdleAllocated,
-    /// Bound by host-device copies: PCIe receive 74–86 % of the link's bandwidth (transmit
-    /// 4–12 %), utilisation a steady 27–33 %, memory controller 10–19 %.
-    #[serde(alias = "pcie_bound")]
-    PcieBound,
-}
-
-impl Workload {
-    /// Every workload.
-    pub const ALL: [Workload; 10] = [
-        Workload::Idle,
-        Workload::Training,
-        Workload::DataloaderStarved,
-        Workload::MemoryBound,
-        Workload::Imbalance,
-        Workload::ThermalThrottling,
-        Workload::PowerCapped,
-        Workload::NearOom,
-        Workload::IdleAllocated,
-        Workload::PcieBound,
-    ];
-
-    /// The name used in scenario files.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Workload::Idle => "idle",
-            Workload::Training => "training",
-            Workload::DataloaderStarved => "dataloader-starved",
-            Workload::MemoryBound => "memory-bound",
-            Workload::Imbalance => "imbalance",
-            Workload::ThermalThrottling => "thermal-throttling",
-            Workload::PowerCapped => "power-capped",
-            Workload::NearOom => "near-oom",
-            Workload::IdleAllocated => "idle-allocated",
-            Workload::PcieBound => "pcie-bound",
-        }
-    }
-}
-
-impl std::fmt::Display for Workload {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+gpumon_core::named_enum! {
+    /// What a GPU is doing over time, as a function of the tick. Every value is a pure function of
+    /// (seed, device, tick).
+    ///
+    /// Each workload shows one pattern gpumon's diagnosis recognises, with its values clearly on one
+    /// side of every threshold (see `docs/diagnosis.md`); `training` and `idle` are the healthy
+    /// baselines that must raise nothing. Whatever the tick period, a tick's high-resolution window
+    /// holds the shape the workload was written for (about ten driver samples per second of tick);
+    /// a real driver samples at its own period. The built-in scenarios are written in phases
+    /// ([`Phase`](crate::Phase)) for that reason; workloads remain for code ([`Scenario::new`]) and
+    /// scenario files that name them.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    #[non_exhaustive]
+    pub enum Workload as "workload" {
+        /// Nothing running: utilisation ~0, no memory allocated, no processes, idle power and
+        /// clocks, P8, `GPU_IDLE`.
+        Idle = "idle",
+        /// Steady training: utilisation 90–98 % (every driver sample at 85 % or more), memory controller
+        /// 40–55 %, memory ~86 % ± 3 % used, power 88–95 % of the limit with a short `SW_POWER_CAP`
+        /// event (one tick at 97–99 %, clocks 86–92 %) in about 60 % of each 30-tick block.
+        #[default]
+        Training = "training",
+        /// Starved by the input pipeline: within each interval the GPU runs a batch (85–97 %) and
+        /// then waits for the next (0–3 %), so the high-resolution window spans ~0 to ~0.9 with a
+        /// mean of 25–41 % and the instantaneous reading jumps between the two; memory ~70 % used,
+        /// memory controller 8–21 %, PCIe traffic low.
+        #[serde(alias = "dataloader_starved", alias = "starved")]
+        DataloaderStarved = "dataloader-starved",
+        /// Memory-bandwidth bound: SM utilisation 30–35 % (GPM SM activity 24–32 %) while the memory
+        /// controller is 76–86 % busy and GPM DRAM bandwidth 76–86 %; steady windows.
+        #[serde(alias = "memory_bound")]
+        MemoryBound = "memory-bound",
+        /// GPUs in pairs by index: the even one trains, its odd twin waits (utilisation 3–11 %,
+        /// same memory footprint).
+        Imbalance = "imbalance",
+        /// Training while cooling fails: temperature climbs past the slowdown threshold within
+        /// ~60 ticks and hovers there; then SM clocks drop to 55–65 % of maximum with the thermal
+        /// slowdown reasons set, and power falls to 70–78 % of the limit (no power-cap reason).
+        #[serde(alias = "thermal_throttling", alias = "throttling")]
+        ThermalThrottling = "thermal-throttling",
+        /// Training pinned at the power limit: power 97.5–99.8 % of the limit, SM clocks 70–82 % of
+        /// maximum and `SW_POWER_CAP` on 24 ticks in 25; on the 25th the draw dips to 92–95 % and
+        /// the reason clears.
+        #[serde(alias = "power_capped")]
+        PowerCapped = "power-capped",
+        /// Training with memory nearly full: used memory from 95.5 % of the total, rising ever more
+        /// slowly toward 99 %, never falling.
+        #[serde(alias = "near_oom")]
+        NearOom = "near-oom",
+        /// A process holds 32–58 % of memory and runs nothing: utilisation 0–1 % (no driver sample
+        /// above 2 %), near-idle power, `GPU_IDLE`.
+        #[serde(alias = "idle_allocated")]
+        IdleAllocated = "idle-allocated",
+        /// Bound by host-device copies: PCIe receive 74–86 % of the link's bandwidth (transmit
+        /// 4–12 %), utilisation a steady 27–33 %, memory controller 10–19 %.
+        #[serde(alias = "pcie_bound")]
+        PcieBound = "pcie-bound",
     }
 }
 

@@ -8,6 +8,7 @@ build from source (an sdist, or `pip install ./gpumon-py`):
 Everything else is maturin's own hooks, unchanged.
 """
 
+import functools
 import os
 import shutil
 import sys
@@ -46,26 +47,24 @@ def _announce() -> None:
         pass
 
 
-def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
-    _need_cargo()
-    return _maturin.prepare_metadata_for_build_wheel(metadata_directory, config_settings)
+def _checked(hook, announce=False):
+    """maturin's ``hook``, run once cargo is known to be there (and, for a hook that compiles,
+    after saying so)."""
+
+    @functools.wraps(hook)
+    def run(*args, **kwargs):
+        _need_cargo()
+        if announce:
+            _announce()
+        return hook(*args, **kwargs)
+
+    return run
 
 
-def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    _need_cargo()
-    _announce()
-    return _maturin.build_wheel(wheel_directory, config_settings, metadata_directory)
-
-
-def prepare_metadata_for_build_editable(metadata_directory, config_settings=None):
-    _need_cargo()
-    return _maturin.prepare_metadata_for_build_editable(metadata_directory, config_settings)
-
-
-def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
-    _need_cargo()
-    _announce()
-    return _maturin.build_editable(wheel_directory, config_settings, metadata_directory)
+prepare_metadata_for_build_wheel = _checked(_maturin.prepare_metadata_for_build_wheel)
+build_wheel = _checked(_maturin.build_wheel, announce=True)
+prepare_metadata_for_build_editable = _checked(_maturin.prepare_metadata_for_build_editable)
+build_editable = _checked(_maturin.build_editable, announce=True)
 
 
 def get_requires_for_build_editable(config_settings=None):

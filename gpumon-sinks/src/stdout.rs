@@ -75,26 +75,17 @@ enum Output {
     Async(Box<dyn AsyncWrite + Send + Unpin>),
 }
 
-/// How the stdout sink prints a snapshot.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum StdoutFormat {
-    /// One human-readable line per GPU per tick.
-    #[default]
-    Human,
-    /// One JSON object per snapshot, per line.
-    Json,
-}
-
-impl std::str::FromStr for StdoutFormat {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "human" => Ok(Self::Human),
-            "json" => Ok(Self::Json),
-            other => Err(format!("unknown stdout format `{other}` (expected `human` or `json`)")),
-        }
+gpumon_core::named_enum! {
+    /// How the stdout sink prints a snapshot.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    #[non_exhaustive]
+    pub enum StdoutFormat as "stdout format" {
+        /// One human-readable line per GPU per tick.
+        #[default]
+        Human = "human",
+        /// One JSON object per snapshot, per line.
+        Json = "json",
     }
 }
 
@@ -564,15 +555,20 @@ mod tests {
         );
     }
 
+    /// `snap` as the JSON format prints it, after checking that it is one line and that it
+    /// parses back to `snap`.
+    fn json_round_trip(snap: &Snapshot) -> serde_json::Value {
+        let mut out = String::new();
+        format_snapshot(&mut out, snap, StdoutFormat::Json).unwrap();
+        assert_eq!(out.lines().count(), 1, "one line, whatever the strings in it hold: {out}");
+        let back: Snapshot = serde_json::from_str(out.trim_end()).unwrap();
+        assert_eq!(&back, snap);
+        serde_json::from_str(&out).unwrap()
+    }
+
     #[test]
     fn json_round_trips_to_the_same_snapshot() {
-        let snap = snapshot();
-        let mut out = String::new();
-        format_snapshot(&mut out, &snap, StdoutFormat::Json).unwrap();
-        assert_eq!(out.lines().count(), 1);
-        let back: Snapshot = serde_json::from_str(out.trim_end()).unwrap();
-        assert_eq!(back, snap);
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let v = json_round_trip(&snapshot());
         assert_eq!(v["devices"][0]["info"]["uuid"], "GPU-a");
         assert_eq!(v["devices"][2]["state"], "lost");
         assert_eq!(v["taken_at"], 50_587_000_000_000u64);
@@ -663,13 +659,8 @@ mod tests {
 
     #[test]
     fn json_round_trips_a_snapshot_with_findings() {
-        let snap = with_findings();
-        let mut out = String::new();
-        format_snapshot(&mut out, &snap, StdoutFormat::Json).unwrap();
-        assert_eq!(out.lines().count(), 1, "one line even with a newline in the evidence");
-        let back: Snapshot = serde_json::from_str(out.trim_end()).unwrap();
-        assert_eq!(back, snap);
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        // One line even with a newline in the evidence.
+        let v = json_round_trip(&with_findings());
         let d = &v["diagnosis"];
         assert_eq!(d["active"][0]["kind"], "dataloader_starvation");
         assert_eq!(d["active"][0]["uuid"], "GPU-a");

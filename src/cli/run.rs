@@ -424,6 +424,8 @@ fn parent_pid(stat: &str) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
+    use gpumon_mock::test_kit::TempDir;
+
     use super::*;
 
     fn proc_entry(root: &Path, pid: u32, ppid: u32, comm: &str) {
@@ -434,28 +436,27 @@ mod tests {
 
     #[test]
     fn the_tree_holds_every_descendant_and_nothing_else() {
-        let dir = std::env::temp_dir().join(format!("gpumon-run-tree-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        proc_entry(&dir, 100, 1, "torchrun");
-        proc_entry(&dir, 101, 100, "python (rank 0)");
-        proc_entry(&dir, 102, 100, "python) S 1"); // a name that looks like the end of the name
-        proc_entry(&dir, 103, 101, "loader");
-        proc_entry(&dir, 200, 1, "other");
-        proc_entry(&dir, 201, 200, "other child");
+        let tmp = TempDir::new("run-tree");
+        let dir = tmp.path();
+        proc_entry(dir, 100, 1, "torchrun");
+        proc_entry(dir, 101, 100, "python (rank 0)");
+        proc_entry(dir, 102, 100, "python) S 1"); // a name that looks like the end of the name
+        proc_entry(dir, 103, 101, "loader");
+        proc_entry(dir, 200, 1, "other");
+        proc_entry(dir, 201, 200, "other child");
         std::fs::create_dir_all(dir.join("self")).unwrap();
-        let tree = process_tree(&dir, 100);
+        let tree = process_tree(dir, 100);
         assert_eq!(tree, HashSet::from([100, 101, 102, 103]));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn the_job_s_gpus_are_those_its_processes_are_on_and_proc_is_read_for_new_pids_only() {
         use crate::core::{DeviceInfo, DeviceSample, ProcessSample, SystemInfo};
-        let dir = std::env::temp_dir().join(format!("gpumon-run-gpus-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        proc_entry(&dir, 100, 1, "launcher");
-        proc_entry(&dir, 101, 100, "rank 0");
-        proc_entry(&dir, 200, 1, "someone else");
+        let tmp = TempDir::new("run-gpus");
+        let dir = tmp.path();
+        proc_entry(dir, 100, 1, "launcher");
+        proc_entry(dir, 101, 100, "rank 0");
+        proc_entry(dir, 200, 1, "someone else");
         let snapshot = |pids: [&[u32]; 3]| {
             let devices = pids
                 .iter()
@@ -469,20 +470,19 @@ mod tests {
             Snapshot::new(Arc::new(SystemInfo::new("node", "test")), devices)
         };
         let mut job = JobGpus::default();
-        note_job_gpus(&snapshot([&[], &[], &[]]), 100, &dir, &mut job);
+        note_job_gpus(&snapshot([&[], &[], &[]]), 100, dir, &mut job);
         assert!(!job.processes_listed && job.seen.is_empty());
-        note_job_gpus(&snapshot([&[101], &[200], &[]]), 100, &dir, &mut job);
+        note_job_gpus(&snapshot([&[101], &[200], &[]]), 100, dir, &mut job);
         assert_eq!(job.seen, HashSet::from(["GPU-0".to_owned()]));
         assert_eq!(job.classified, HashMap::from([(101, true), (200, false)]));
         // A second rank starts on GPU 2: a pid not classified yet, so /proc is read again.
-        proc_entry(&dir, 102, 100, "rank 1");
-        note_job_gpus(&snapshot([&[101], &[200], &[102]]), 100, &dir, &mut job);
+        proc_entry(dir, 102, 100, "rank 1");
+        note_job_gpus(&snapshot([&[101], &[200], &[102]]), 100, dir, &mut job);
         assert_eq!(job.seen, HashSet::from(["GPU-0".to_owned(), "GPU-2".to_owned()]));
         // Known pids only: /proc is not read (a pid that vanished from it keeps its class).
         std::fs::remove_dir_all(dir.join("101")).unwrap();
-        note_job_gpus(&snapshot([&[101], &[200], &[102]]), 100, &dir, &mut job);
+        note_job_gpus(&snapshot([&[101], &[200], &[102]]), 100, dir, &mut job);
         assert_eq!(job.classified.get(&101), Some(&true));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

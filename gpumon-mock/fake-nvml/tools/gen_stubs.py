@@ -49,7 +49,9 @@ def wrapper_sys_functions():
 def implemented():
     names = set()
     for f in glob.glob(os.path.join(CRATE, "src", "exports", "*.rs")):
-        names |= set(re.findall(r"\bfn (nvml\w+)\s*\(", open(f, encoding="utf-8").read()))
+        # `fn nvmlA(` or, for one function exported under several names, `fn nvmlA | nvmlB(`.
+        for group in re.findall(r"\bfn\s+(nvml\w+(?:\s*\|\s*nvml\w+)*)\s*\(", open(f, encoding="utf-8").read()):
+            names |= set(re.findall(r"nvml\w+", group))
     return names
 
 

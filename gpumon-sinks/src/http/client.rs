@@ -238,6 +238,18 @@ impl HttpClient {
     }
 }
 
+/// The endpoint URL a push sink's config sets at `key` (`influxdb.url`, …), parsed. An empty
+/// one is [`BuildError::InvalidConfig`] suggesting `example`; one that does not parse is
+/// [`BuildError::InvalidEndpoint`] naming the key. What else the URL must be (scheme, host, no
+/// credentials) is the sink's own check.
+pub(crate) fn parse_endpoint(key: &str, url: &str, example: &str) -> Result<reqwest::Url, BuildError> {
+    if url.trim().is_empty() {
+        return Err(BuildError::invalid(key, format!("missing: e.g. `{example}`")));
+    }
+    reqwest::Url::parse(url)
+        .map_err(|e| BuildError::InvalidEndpoint { endpoint: url.to_owned(), reason: format!("{key}: {e}") })
+}
+
 /// The server's error text: InfluxDB answers `{"error":"…"}`; Prometheus, Mimir,
 /// VictoriaMetrics, the Pushgateway and OTLP collectors plain text. At most 500 characters, on
 /// one line: control characters are escaped (`\n`, `\u{1b}`), because the text goes into the
@@ -302,6 +314,25 @@ async fn read_body_capped(mut response: reqwest::Response, cap: usize) -> String
 mod tests {
     use super::super::test_server::{Reply, TestServer};
     use super::*;
+
+    #[test]
+    fn an_endpoint_is_missing_unparseable_or_a_url_and_the_error_names_its_key() {
+        match parse_endpoint("sink.url", " ", "http://127.0.0.1:1") {
+            Err(BuildError::InvalidConfig { name, reason }) => {
+                assert_eq!((name.as_str(), reason.as_str()), ("sink.url", "missing: e.g. `http://127.0.0.1:1`"));
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse_endpoint("sink.url", "127.0.0.1:1", "http://127.0.0.1:1") {
+            Err(BuildError::InvalidEndpoint { endpoint, reason }) => {
+                assert_eq!(endpoint, "127.0.0.1:1");
+                assert!(reason.starts_with("sink.url: "), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let url = parse_endpoint("sink.url", "https://db.example:8086/x", "http://127.0.0.1:1").unwrap();
+        assert_eq!((url.scheme(), url.host_str(), url.port()), ("https", Some("db.example"), Some(8086)));
+    }
 
     fn client(url: &str, auth: Auth, headers: HeaderMap) -> HttpClient {
         let url = reqwest::Url::parse(url).unwrap();

@@ -7,6 +7,7 @@ use std::time::Duration;
 use gpumon_core::BuildError;
 
 use super::encode::DEFAULT_MEASUREMENT;
+use crate::http::client::parse_endpoint;
 use crate::tls::TlsConfig;
 use crate::Secret;
 
@@ -187,13 +188,7 @@ impl InfluxConfig {
     /// # Errors
     /// The first problem found, naming its key.
     pub fn validate(&self) -> Result<ApiVersion, BuildError> {
-        if self.url.trim().is_empty() {
-            return Err(BuildError::invalid("influxdb.url", "missing: e.g. `http://127.0.0.1:8086`"));
-        }
-        let parsed = reqwest::Url::parse(&self.url).map_err(|e| BuildError::InvalidEndpoint {
-            endpoint: self.url.clone(),
-            reason: format!("influxdb.url: {e}"),
-        })?;
+        let parsed = parse_endpoint("influxdb.url", &self.url, "http://127.0.0.1:8086")?;
         self.tls.check("influxdb.tls", "influxdb.url", &parsed)?;
         if parsed.host_str().is_none_or(str::is_empty) {
             return Err(BuildError::InvalidEndpoint {

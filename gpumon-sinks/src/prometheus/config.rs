@@ -14,31 +14,22 @@ use crate::http::tenants::TenantConfig;
 /// (dcgm-exporter's port, on loopback only; set `listen = "0.0.0.0:9400"` to expose it).
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9400));
 
-/// Which metric and label names to emit.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum Naming {
-    /// Prometheus conventions: `gpumon_<name>_<unit>[_total]`, labels `gpu`, `uuid`, `host`,
-    /// everything else in `gpumon_gpu_info`.
-    #[default]
-    Native,
-    /// dcgm-exporter's names (`DCGM_FI_DEV_GPU_UTIL`, …), units (percent, MiB, MHz, mJ) and
-    /// labels (`gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, `Hostname`,
-    /// `DCGM_FI_DRIVER_VERSION`, `GPU_I_PROFILE`/`GPU_I_ID`), so dashboards built for
-    /// dcgm-exporter work unchanged. Metrics dcgm-exporter has no field for keep their native
-    /// names (with the dcgm label set).
-    Dcgm,
-}
-
-impl std::str::FromStr for Naming {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "native" => Ok(Naming::Native),
-            "dcgm" => Ok(Naming::Dcgm),
-            other => Err(format!("unknown naming `{other}` (expected `native` or `dcgm`)")),
-        }
+gpumon_core::named_enum! {
+    /// Which metric and label names to emit.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    #[non_exhaustive]
+    pub enum Naming as "naming" {
+        /// Prometheus conventions: `gpumon_<name>_<unit>[_total]`, labels `gpu`, `uuid`, `host`,
+        /// everything else in `gpumon_gpu_info`.
+        #[default]
+        Native = "native",
+        /// dcgm-exporter's names (`DCGM_FI_DEV_GPU_UTIL`, …), units (percent, MiB, MHz, mJ) and
+        /// labels (`gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, `Hostname`,
+        /// `DCGM_FI_DRIVER_VERSION`, `GPU_I_PROFILE`/`GPU_I_ID`), so dashboards built for
+        /// dcgm-exporter work unchanged. Metrics dcgm-exporter has no field for keep their
+        /// native names (with the dcgm label set).
+        Dcgm = "dcgm",
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use gpumon_core::BuildError;
 
+use crate::http::client::parse_endpoint;
 use crate::prometheus::Naming;
 use crate::tls::TlsConfig;
 use crate::Secret;
@@ -117,13 +118,7 @@ impl RemoteWriteConfig {
     /// [`BuildError::InvalidConfig`] naming the key (`remote_write.<key>`), or
     /// [`BuildError::InvalidEndpoint`] for a URL that does not parse.
     pub fn validate(&self) -> Result<(), BuildError> {
-        if self.url.trim().is_empty() {
-            return Err(BuildError::invalid("remote_write.url", "missing: e.g. `http://127.0.0.1:9090/api/v1/write`"));
-        }
-        let parsed = reqwest::Url::parse(&self.url).map_err(|e| BuildError::InvalidEndpoint {
-            endpoint: self.url.clone(),
-            reason: format!("remote_write.url: {e}"),
-        })?;
+        let parsed = parse_endpoint("remote_write.url", &self.url, "http://127.0.0.1:9090/api/v1/write")?;
         if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none_or(str::is_empty) {
             return Err(BuildError::InvalidEndpoint {
                 endpoint: self.url.clone(),

@@ -20,98 +20,56 @@ use crate::stages::{Event, EventField, EventValue, StageOutput};
 /// The key of the diagnosis stage's output (its JSON field).
 pub(crate) const DIAGNOSIS_KEY: &str = "diagnosis";
 
-macro_rules! kinds {
-    ($( $(#[$doc:meta])* $kind:ident = $name:literal, )*) => {
-        /// The kind of a finding. Each has a stable snake_case name (the `kind` label).
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-        #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-        #[non_exhaustive]
-        pub enum FindingKind { $( $(#[$doc])* $kind, )* }
-
-        impl FindingKind {
-            /// Every kind, in declaration order.
-            pub const ALL: &'static [FindingKind] = &[ $( FindingKind::$kind, )* ];
-
-            /// The stable snake_case name.
-            pub const fn name(self) -> &'static str {
-                match self { $( FindingKind::$kind => $name, )* }
-            }
-        }
-    };
-}
-
-kinds! {
-    /// Work is allocated but utilisation collapses to near zero and recovers within each
-    /// interval: the GPU waits for its input pipeline.
-    DataloaderStarvation = "dataloader_starvation",
-    /// SM activity is low while DRAM bandwidth is near its peak: kernels wait on memory.
-    MemoryBound = "memory_bound",
-    /// This GPU idles while another allocated GPU on the host is busy.
-    Imbalance = "imbalance",
-    /// Memory is held (a process is attached) but nothing runs.
-    IdleAllocated = "idle_allocated",
-    /// Clocks are held down because the GPU is too hot.
-    ThermalThrottling = "thermal_throttling",
-    /// Clocks are held down because the board is at its power limit.
-    PowerThrottling = "power_throttling",
-    /// Device memory is almost full and not shrinking.
-    NearOom = "near_oom",
-    /// Host↔device traffic saturates the PCIe link while the GPU waits.
-    PcieBound = "pcie_bound",
-    /// Uncorrectable ECC errors, XID errors, pending/failed row remapping, or the GPU is lost.
-    HardwareErrors = "hardware_errors",
-    /// One GPU runs persistently behind a group of busy peers doing the same work.
-    Straggler = "straggler",
-    /// Clocks are held down from outside (HW slowdown, power brake) on a cool GPU below its
-    /// power limit.
-    ExternalSlowdown = "external_slowdown",
-    /// The GPU cycles between busy and idle like a starved one, but idles in turn with the other
-    /// GPUs rather than together: pipeline-parallel bubbles (or unevenly starved ranks).
-    PipelineBubbles = "pipeline_bubbles",
-}
-
-impl FindingKind {
-    /// Parses a name produced by [`FindingKind::name`].
-    pub fn from_name(name: &str) -> Option<FindingKind> {
-        FindingKind::ALL.iter().copied().find(|k| k.name() == name)
+crate::named_enum! {
+    /// The kind of a finding. Each has a stable snake_case name (the `kind` label).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+    #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+    #[non_exhaustive]
+    pub enum FindingKind as "finding kind" {
+        /// Work is allocated but utilisation collapses to near zero and recovers within each
+        /// interval: the GPU waits for its input pipeline.
+        DataloaderStarvation = "dataloader_starvation",
+        /// SM activity is low while DRAM bandwidth is near its peak: kernels wait on memory.
+        MemoryBound = "memory_bound",
+        /// This GPU idles while another allocated GPU on the host is busy.
+        Imbalance = "imbalance",
+        /// Memory is held (a process is attached) but nothing runs.
+        IdleAllocated = "idle_allocated",
+        /// Clocks are held down because the GPU is too hot.
+        ThermalThrottling = "thermal_throttling",
+        /// Clocks are held down because the board is at its power limit.
+        PowerThrottling = "power_throttling",
+        /// Device memory is almost full and not shrinking.
+        NearOom = "near_oom",
+        /// Host↔device traffic saturates the PCIe link while the GPU waits.
+        PcieBound = "pcie_bound",
+        /// Uncorrectable ECC errors, XID errors, pending/failed row remapping, or the GPU is lost.
+        HardwareErrors = "hardware_errors",
+        /// One GPU runs persistently behind a group of busy peers doing the same work.
+        Straggler = "straggler",
+        /// Clocks are held down from outside (HW slowdown, power brake) on a cool GPU below its
+        /// power limit.
+        ExternalSlowdown = "external_slowdown",
+        /// The GPU cycles between busy and idle like a starved one, but idles in turn with the other
+        /// GPUs rather than together: pipeline-parallel bubbles (or unevenly starved ranks).
+        PipelineBubbles = "pipeline_bubbles",
     }
 }
 
-impl std::fmt::Display for FindingKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// How urgent a finding is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-#[non_exhaustive]
-pub enum Severity {
-    /// Worth knowing; money is not burning fast.
-    Info,
-    /// Capacity is being wasted or a job is at risk.
-    Warning,
-    /// The hardware is failing or a job is about to fail.
-    Critical,
-}
-
-impl Severity {
-    /// The stable snake_case name (the `severity` label).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Severity::Info => "info",
-            Severity::Warning => "warning",
-            Severity::Critical => "critical",
-        }
-    }
-}
-
-impl std::fmt::Display for Severity {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+crate::named_enum! {
+    /// How urgent a finding is. Its name is the `severity` label.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+    #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+    #[non_exhaustive]
+    pub enum Severity as "severity" {
+        /// Worth knowing; money is not burning fast.
+        Info = "info",
+        /// Capacity is being wasted or a job is at risk.
+        Warning = "warning",
+        /// The hardware is failing or a job is about to fail.
+        Critical = "critical",
     }
 }
 
@@ -162,25 +120,17 @@ impl Finding {
     }
 }
 
-/// Whether a finding started or ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-#[non_exhaustive]
-pub enum Transition {
-    /// The condition has held for the diagnosis window: the finding is now active.
-    Raised,
-    /// The condition has stopped holding for the window: the finding is over.
-    Cleared,
-}
-
-impl Transition {
-    /// `"raised"` or `"cleared"`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Transition::Raised => "raised",
-            Transition::Cleared => "cleared",
-        }
+crate::named_enum! {
+    /// Whether a finding started or ended.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+    #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+    #[non_exhaustive]
+    pub enum Transition as "transition" {
+        /// The condition has held for the diagnosis window: the finding is now active.
+        Raised = "raised",
+        /// The condition has stopped holding for the window: the finding is over.
+        Cleared = "cleared",
     }
 }
 
@@ -397,7 +347,7 @@ mod tests {
     #[test]
     fn kind_names_round_trip_and_are_snake_case() {
         for k in FindingKind::ALL {
-            assert_eq!(FindingKind::from_name(k.name()), Some(*k));
+            assert_eq!(FindingKind::from_name(k.name()), Some(k));
             assert!(k.name().bytes().all(|b| b.is_ascii_lowercase() || b == b'_'), "{k}");
         }
         assert_eq!(FindingKind::from_name("dataloader-starvation"), None);

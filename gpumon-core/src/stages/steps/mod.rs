@@ -301,37 +301,22 @@ struct Shared {
     evicted: AtomicU64,
 }
 
-/// Why a mark from another process was dropped (the `reason` label of
-/// `gpumon_steps_rejected_total`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Rejection {
-    /// Not a JSON object with `job` and `step` (or not UTF-8, or cut off).
-    Malformed,
-    /// A line over the length limit.
-    Oversized,
-    /// A well-formed mark the registry refused ([`StepError`]).
-    Refused,
-    /// A connection past the connection limit (all of them, or its user's), closed at once.
-    Connections,
-    /// A mark for a run another Unix user registered ([`StepError::NotOwner`]).
-    NotOwner,
-}
-
-impl Rejection {
-    /// Every reason, in declaration order.
-    pub const ALL: [Rejection; 5] =
-        [Rejection::Malformed, Rejection::Oversized, Rejection::Refused, Rejection::Connections, Rejection::NotOwner];
-
-    /// The `reason` label value.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Rejection::Malformed => "malformed",
-            Rejection::Oversized => "oversized",
-            Rejection::Refused => "refused",
-            Rejection::Connections => "connections",
-            Rejection::NotOwner => "not_owner",
-        }
+crate::named_enum! {
+    /// Why a mark from another process was dropped. Its name is the `reason` label of
+    /// `gpumon_steps_rejected_total`.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
+    pub enum Rejection as "rejection reason" {
+        /// Not a JSON object with `job` and `step` (or not UTF-8, or cut off).
+        Malformed = "malformed",
+        /// A line over the length limit.
+        Oversized = "oversized",
+        /// A well-formed mark the registry refused ([`StepError`]).
+        Refused = "refused",
+        /// A connection past the connection limit (all of them, or its user's), closed at once.
+        Connections = "connections",
+        /// A mark for a run another Unix user registered ([`StepError::NotOwner`]).
+        NotOwner = "not_owner",
     }
 }
 

@@ -107,28 +107,18 @@ nvml_export! {
     fn nvmlDeviceGetComputeRunningProcesses(device: nvmlDevice_t, info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v1_t) {
         unsafe { procs_v1(NAME, device, info_count, infos, false) }
     }
-    fn nvmlDeviceGetComputeRunningProcesses_v2(device: nvmlDevice_t, info_count: *mut c_uint, infos: *mut nvmlProcessInfo_t) {
+    fn nvmlDeviceGetComputeRunningProcesses_v2 | nvmlDeviceGetComputeRunningProcesses_v3(device: nvmlDevice_t, info_count: *mut c_uint, infos: *mut nvmlProcessInfo_t) {
         unsafe { procs_v2(NAME, device, info_count, infos, false) }
     }
-    fn nvmlDeviceGetComputeRunningProcesses_v3(device: nvmlDevice_t, info_count: *mut c_uint, infos: *mut nvmlProcessInfo_t) {
-        unsafe { procs_v2(NAME, device, info_count, infos, false) }
-    }
-    fn nvmlDeviceGetGraphicsRunningProcesses(device: nvmlDevice_t, info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v1_t) {
+    // The model has no graphics or MPS contexts (every process is a plain compute one): both
+    // lists are empty.
+    fn nvmlDeviceGetGraphicsRunningProcesses | nvmlDeviceGetMPSComputeRunningProcesses(device: nvmlDevice_t, info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v1_t) {
         unsafe { procs_v1(NAME, device, info_count, infos, true) }
     }
-    fn nvmlDeviceGetGraphicsRunningProcesses_v2(device: nvmlDevice_t, info_count: *mut c_uint, infos: *mut nvmlProcessInfo_t) {
-        unsafe { procs_v2(NAME, device, info_count, infos, true) }
-    }
-    fn nvmlDeviceGetGraphicsRunningProcesses_v3(device: nvmlDevice_t, info_count: *mut c_uint, infos: *mut nvmlProcessInfo_t) {
-        unsafe { procs_v2(NAME, device, info_count, infos, true) }
-    }
-    fn nvmlDeviceGetMPSComputeRunningProcesses(device: nvmlDevice_t, info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v1_t) {
-        unsafe { procs_v1(NAME, device, info_count, infos, true) }
-    }
-    fn nvmlDeviceGetMPSComputeRunningProcesses_v2(device: nvmlDevice_t, info_count: *mut c_uint, infos: *mut nvmlProcessInfo_t) {
-        unsafe { procs_v2(NAME, device, info_count, infos, true) }
-    }
-    fn nvmlDeviceGetMPSComputeRunningProcesses_v3(device: nvmlDevice_t, info_count: *mut c_uint, infos: *mut nvmlProcessInfo_t) {
+    fn nvmlDeviceGetGraphicsRunningProcesses_v2
+        | nvmlDeviceGetGraphicsRunningProcesses_v3
+        | nvmlDeviceGetMPSComputeRunningProcesses_v2
+        | nvmlDeviceGetMPSComputeRunningProcesses_v3(device: nvmlDevice_t, info_count: *mut c_uint, infos: *mut nvmlProcessInfo_t) {
         unsafe { procs_v2(NAME, device, info_count, infos, true) }
     }
 

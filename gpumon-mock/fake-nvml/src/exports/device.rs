@@ -127,15 +127,7 @@ nvml_export! {
         let i = get(NAME, device, None, |d| if d.info.mig.is_some() { Err(NVML_ERROR_NOT_SUPPORTED) } else { Ok(d.info.index) })?;
         unsafe { out(minor, i) }
     }
-    fn nvmlDeviceGetPciInfo(device: nvmlDevice_t, pci: *mut nvmlPciInfo_t) {
-        let p = get(NAME, device, None, pci_info)?;
-        unsafe { out(pci, p) }
-    }
-    fn nvmlDeviceGetPciInfo_v2(device: nvmlDevice_t, pci: *mut nvmlPciInfo_t) {
-        let p = get(NAME, device, None, pci_info)?;
-        unsafe { out(pci, p) }
-    }
-    fn nvmlDeviceGetPciInfo_v3(device: nvmlDevice_t, pci: *mut nvmlPciInfo_t) {
+    fn nvmlDeviceGetPciInfo | nvmlDeviceGetPciInfo_v2 | nvmlDeviceGetPciInfo_v3(device: nvmlDevice_t, pci: *mut nvmlPciInfo_t) {
         let p = get(NAME, device, None, pci_info)?;
         unsafe { out(pci, p) }
     }
@@ -259,28 +251,16 @@ nvml_export! {
         unsafe { out(num_fans, n) }
     }
 
-    fn nvmlDeviceGetPerformanceState(device: nvmlDevice_t, p_state: *mut c_uint) {
-        let p = get(NAME, device, Some(Family::PerformanceState), pstate)?;
-        unsafe { out(p_state, p) }
-    }
-    fn nvmlDeviceGetPowerState(device: nvmlDevice_t, p_state: *mut c_uint) {
+    fn nvmlDeviceGetPerformanceState | nvmlDeviceGetPowerState(device: nvmlDevice_t, p_state: *mut c_uint) {
         let p = get(NAME, device, Some(Family::PerformanceState), pstate)?;
         unsafe { out(p_state, p) }
     }
 
-    fn nvmlDeviceGetCurrentClocksEventReasons(device: nvmlDevice_t, clocks_event_reasons: *mut c_ulonglong) {
+    fn nvmlDeviceGetCurrentClocksEventReasons | nvmlDeviceGetCurrentClocksThrottleReasons(device: nvmlDevice_t, clocks_event_reasons: *mut c_ulonglong) {
         let r = get(NAME, device, Some(Family::ClockEvents), reasons)?;
         unsafe { out(clocks_event_reasons, r) }
     }
-    fn nvmlDeviceGetCurrentClocksThrottleReasons(device: nvmlDevice_t, clocks_throttle_reasons: *mut c_ulonglong) {
-        let r = get(NAME, device, Some(Family::ClockEvents), reasons)?;
-        unsafe { out(clocks_throttle_reasons, r) }
-    }
-    fn nvmlDeviceGetSupportedClocksEventReasons(device: nvmlDevice_t, supported: *mut c_ulonglong) {
-        get(NAME, device, Some(Family::ClockEvents), reasons)?;
-        unsafe { out(supported, SUPPORTED_REASONS) }
-    }
-    fn nvmlDeviceGetSupportedClocksThrottleReasons(device: nvmlDevice_t, supported: *mut c_ulonglong) {
+    fn nvmlDeviceGetSupportedClocksEventReasons | nvmlDeviceGetSupportedClocksThrottleReasons(device: nvmlDevice_t, supported: *mut c_ulonglong) {
         get(NAME, device, Some(Family::ClockEvents), reasons)?;
         unsafe { out(supported, SUPPORTED_REASONS) }
     }

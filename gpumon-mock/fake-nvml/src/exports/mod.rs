@@ -14,15 +14,26 @@ use crate::ffi::*;
 use crate::state::Ret;
 
 /// Defines `#[no_mangle] extern "C"` NVML functions whose body returns `Result<(), Ret>`.
+///
+/// `fn a | b (…) { … }` exports the same function under each name: NVML keeps an entry point's
+/// old names (`_v2`, `_v3` of one struct layout; `…ClocksThrottleReasons`, renamed
+/// `…ClocksEventReasons`) and callers bind whichever their headers name. Each export still
+/// counts and fails under its own name (`NAME`).
 macro_rules! nvml_export {
-    ($( $(#[$m:meta])* fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $body:block )*) => {$(
+    ($( $(#[$m:meta])* fn $($name:ident)|+ ( $($arg:ident : $ty:ty),* $(,)? ) $body:block )*) => {$(
+        nvml_export!(@names [$(#[$m])*] [$($arg: $ty),*] $body; $($name)+);
+    )*};
+    (@names $attrs:tt $args:tt $body:block; $($name:ident)+) => {$(
+        nvml_export!(@one $name $attrs $args $body);
+    )+};
+    (@one $name:ident [$(#[$m:meta])*] [$($arg:ident : $ty:ty),*] $body:block) => {
         $(#[$m])*
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::ffi::nvmlReturn_t {
             const NAME: &str = stringify!($name);
             $crate::state::guard(NAME, move || -> Result<(), $crate::state::Ret> { $body })
         }
-    )*};
+    };
 }
 
 /// Exports each named function as a stub returning `NVML_ERROR_NOT_SUPPORTED` (see

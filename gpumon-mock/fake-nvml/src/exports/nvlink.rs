@@ -63,11 +63,7 @@ nvml_export! {
         };
         unsafe { out(cap_result, v) }
     }
-    fn nvmlDeviceGetNvLinkRemotePciInfo_v2(device: nvmlDevice_t, link_id: c_uint, pci: *mut nvmlPciInfo_t) {
-        let id = some(link(NAME, device, None, link_id)?.remote_pci_bus_id)?;
-        unsafe { out(pci, remote_pci(&id)) }
-    }
-    fn nvmlDeviceGetNvLinkRemotePciInfo(device: nvmlDevice_t, link_id: c_uint, pci: *mut nvmlPciInfo_t) {
+    fn nvmlDeviceGetNvLinkRemotePciInfo | nvmlDeviceGetNvLinkRemotePciInfo_v2(device: nvmlDevice_t, link_id: c_uint, pci: *mut nvmlPciInfo_t) {
         let id = some(link(NAME, device, None, link_id)?.remote_pci_bus_id)?;
         unsafe { out(pci, remote_pci(&id)) }
     }

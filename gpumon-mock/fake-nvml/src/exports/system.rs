@@ -137,10 +137,7 @@ nvml_export! {
     fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut nvmlDevice_t) {
         by_key(NAME, uuid, device, |d| Some(d.uuid.as_str()))
     }
-    fn nvmlDeviceGetHandleByPciBusId(bus_id: *const c_char, device: *mut nvmlDevice_t) {
-        by_key(NAME, bus_id, device, |d| if d.mig.is_none() { d.pci_bus_id.as_deref() } else { None })
-    }
-    fn nvmlDeviceGetHandleByPciBusId_v2(bus_id: *const c_char, device: *mut nvmlDevice_t) {
+    fn nvmlDeviceGetHandleByPciBusId | nvmlDeviceGetHandleByPciBusId_v2(bus_id: *const c_char, device: *mut nvmlDevice_t) {
         by_key(NAME, bus_id, device, |d| if d.mig.is_none() { d.pci_bus_id.as_deref() } else { None })
     }
     fn nvmlDeviceGetHandleBySerial(serial: *const c_char, device: *mut nvmlDevice_t) {
