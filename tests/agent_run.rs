@@ -340,3 +340,25 @@ fn the_report_is_about_the_gpus_the_job_s_processes_were_seen_on() {
     let steps = report.steps.expect("steps");
     assert_eq!(steps.runs.iter().map(|r| r.last_step).collect::<Vec<_>>(), [Some(5), Some(5)]);
 }
+
+/// A loop marking thousands of steps a second, the last ones just before it exits: the report
+/// counts every step, not only those the tracker reports one by one (64 a tick), and none of the
+/// marks still unread when the command exited is cut off.
+#[test]
+fn a_fast_loop_s_every_step_is_counted_up_to_its_last_mark() {
+    const FAST: &str = r#"
+import json, os, socket, sys
+n = int(sys.argv[1])
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(os.environ["GPUMON_STEPS_SOCKET"])
+s.sendall(b"".join(b'{"job":"fast","step":%d}\n' % i for i in range(1, n + 1)))
+"#;
+    let dir = temp_dir("fast");
+    let job = write(&dir, "fast.py", FAST);
+    let (code, stdout, stderr) = run(run_cmd(&dir, &[]).arg("--").arg(python()).arg(&job).arg("20000"));
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(stdout.contains("\n  fast                  19999 step(s) (2–20000), "), "{stdout}");
+    let (report, _) = report_file(&dir);
+    let steps = report.steps.expect("steps in the report");
+    assert_eq!(steps.steps, 19_999);
+}

@@ -370,3 +370,43 @@ async fn steps_over_the_socket_with_garbage_and_a_flood() {
     assert!(StepSocket::bind(SocketConfig::new(&path), steps).is_err());
     assert_eq!(std::fs::read_to_string(&path).unwrap(), "precious");
 }
+
+/// A connection counts as open until its last mark is read, after the client closed it: what
+/// `gpumon-agent run` waits for before the run's last sample, so that a burst written just
+/// before the command exited is reported whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_counts_open_until_its_last_mark_is_read() {
+    let dir = TempDir::new("steps-drain");
+    let path = dir.path().join("steps.sock");
+    let (_tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let socket = StepSocket::bind(SocketConfig::new(&path), steps.clone()).unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(socket.serve(async move {
+        let _ = stop_rx.await;
+    }));
+    assert_eq!(steps.connections_open(), 0);
+    let marks = 20_000u64;
+    let p = path.clone();
+    let until = |what: &str, cond: &dyn Fn() -> bool| {
+        let started = Instant::now();
+        while !cond() {
+            assert!(started.elapsed() < Duration::from_secs(20), "never {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    let mut s = tokio::task::spawn_blocking(move || UnixStream::connect(&p).unwrap()).await.unwrap();
+    until("accepted", &|| steps.connections_open() == 1);
+    let lines: Vec<u8> =
+        (1..=marks).flat_map(|i| format!("{{\"job\":\"burst\",\"step\":{i}}}\n").into_bytes()).collect();
+    // Written whole and closed: the agent may still be reading when the writer is gone.
+    tokio::task::spawn_blocking(move || {
+        s.write_all(&lines).unwrap();
+        drop(s);
+    })
+    .await
+    .unwrap();
+    until("read to its end", &|| steps.connections_open() == 0);
+    assert_eq!(steps.run("burst", None).unwrap().last_step(), Some(marks), "every mark read when it stops counting");
+    let _ = stop_tx.send(());
+    server.await.unwrap();
+}

@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -172,3 +173,39 @@ def test_step_client_takes_the_steps_and_ranks_monitor_takes(tmp_path, no_rank_e
         m.step(2**64 - 2)
         client.step(2**64 - 2)
     assert client.dropped == 2  # no agent: the marks sent are dropped, counted
+
+
+def test_marks_pending_at_exit_are_written_out_or_counted(tmp_path):
+    # An agent that does not read until the client has exited: the kernel's buffer fills, the
+    # client queues what it can (and drops, counted, the rest), and at interpreter exit writes
+    # the queue out. Every mark is either received or counted as dropped.
+    path = str(tmp_path / "steps.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    n = 20000
+    script = (
+        "import gpumon, sys\n"
+        f"c = gpumon.StepClient({path!r}, job='burst', rank=0)\n"
+        f"for i in range(1, {n} + 1): c.step(i)\n"
+        "print(c.dropped, flush=True)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        conn, _ = server.accept()
+        dropped_before_exit = int(proc.stdout.readline())
+        received = b""
+        while True:
+            chunk = conn.recv(1 << 16)
+            if not chunk:
+                break
+            received += chunk
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        server.close()
+    lines = received.decode().splitlines()
+    steps = [json.loads(line)["step"] for line in lines]
+    assert steps == sorted(steps) and len(set(steps)) == len(steps)
+    # Marks queued in the client when the loop ended reached the agent after it exited.
+    assert len(steps) + dropped_before_exit == n, (len(steps), dropped_before_exit)

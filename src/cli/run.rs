@@ -125,6 +125,24 @@ pub fn main(args: Vec<OsString>, mock: Option<MockFactory>) -> u8 {
     code
 }
 
+/// Waits (at most `limit`) until the steps socket has read every connection to its end: a
+/// command that wrote a burst of marks just before it exited has them all reported, however
+/// long reading them takes. A connection still open past `limit` (a daemon the command left
+/// behind) is said, not waited for.
+async fn read_every_mark(steps: &crate::core::steps::StepRegistry, limit: Duration) {
+    let until = tokio::time::Instant::now() + limit;
+    while steps.connections_open() > 0 {
+        if tokio::time::Instant::now() >= until {
+            tracing::warn!(
+                open = steps.connections_open(),
+                "steps socket: connections still open after the command exited; marks they send later are not in the report"
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A directory only this user can enter, removed on drop.
 struct PrivateDir {
     path: PathBuf,
@@ -166,7 +184,7 @@ async fn run(cli: RunCli, file: AgentConfig, options: crate::assembly::AssemblyO
         crate::cli::backend::say(source, &file);
     }
     let mock = assembled.source.as_ref().is_some_and(|s| s.is_mock());
-    let Assembled { builder, mut services, report, shutdown_timeout, .. } = assembled;
+    let Assembled { builder, mut services, report, shutdown_timeout, steps, .. } = assembled;
     let Some(report) = report else {
         eprintln!("gpumon: run: the run report was not assembled");
         return 1;
@@ -231,6 +249,9 @@ async fn run(cli: RunCli, file: AgentConfig, options: crate::assembly::AssemblyO
     let status = wait_forwarding_signals(child, signals).await;
     // The marks the command wrote before it exited: read them, then one last sample reports them.
     tokio::time::sleep(SETTLE).await;
+    if let Some(steps) = &steps {
+        read_every_mark(steps, shutdown_timeout).await;
+    }
     let until = tokio::time::Instant::now() + shutdown_timeout;
     if let Err(e) = handle.flush(shutdown_timeout).await {
         tracing::warn!(error = %e, "final sample incomplete");

@@ -229,9 +229,11 @@ pub const REPORT_FORMAT: u32 = 1;
 
 /// The training steps of a run: every run (job, rank) together, then each run.
 ///
-/// Step times are the durations the step tracker reported (docs: [`crate::steps`]); the median
-/// and p95 are nearest-rank over every reported step. **Energy per step** is, per GPU in the
-/// report, the mean energy of the steps that had a reading for it, summed over those GPUs: the
+/// Steps are every step the tracker saw completed with a known duration (docs: [`crate::steps`]):
+/// also those a loop marked faster than the tracker reports one by one (at most 64 a tick, the
+/// latest), which take the tick's duration ([`RunSteps::completed`](crate::steps::RunSteps::completed)).
+/// The median and p95 are nearest-rank over those steps. **Energy per step** is, per GPU in the
+/// report, the mean energy of the reported steps that had a reading for it, summed over those GPUs: the
 /// energy the job's GPUs used per step (the tracker gives every run the figures of every GPU,
 /// so the runs' steps are pooled per GPU rather than added).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -239,7 +241,7 @@ pub const REPORT_FORMAT: u32 = 1;
 #[cfg_attr(feature = "serde", serde(default))]
 #[non_exhaustive]
 pub struct StepsReport {
-    /// Steps reported, over every run.
+    /// Steps completed, over every run.
     pub steps: u64,
     /// Median step time over every run's steps, seconds.
     pub duration_median_seconds: Option<f64>,
@@ -263,11 +265,11 @@ pub struct RunStepsReport {
     pub job: String,
     /// The rank, if any.
     pub rank: Option<u32>,
-    /// Steps reported.
+    /// Steps completed.
     pub steps: u64,
-    /// The first step number reported.
+    /// The first step number completed.
     pub first_step: Option<u64>,
-    /// The last step number reported.
+    /// The last step number completed.
     pub last_step: Option<u64>,
     /// Median step time, seconds.
     pub duration_median_seconds: Option<f64>,
@@ -279,13 +281,18 @@ pub struct RunStepsReport {
     pub energy_per_step_joules: Option<f64>,
 }
 
-/// Nearest-rank percentile `p` (0–100) of `sorted` (ascending).
-fn nearest_rank(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
+/// Nearest-rank percentile `p` (0–100) of `sorted` — (value, how many times), ascending by
+/// value — over `total` values.
+fn nearest_rank(sorted: &[(f64, u64)], total: u64, p: f64) -> Option<f64> {
+    let rank = ((p / 100.0) * total as f64).ceil().max(1.0) as u64;
+    let mut seen = 0;
+    for &(value, n) in sorted {
+        seen += n;
+        if seen >= rank {
+            return Some(value);
+        }
     }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted.get(rank.min(sorted.len()) - 1).copied()
+    sorted.last().map(|&(value, _)| value)
 }
 
 /// Per GPU UUID, the energy summed over the steps that had a reading, and how many had one.
@@ -312,17 +319,40 @@ fn energy_per_step(energy: &[&StepEnergy], keep: &dyn Fn(&str) -> bool) -> Optio
 struct RunAcc {
     job: String,
     rank: Option<u32>,
-    durations: Vec<f64>,
+    /// Step times, seconds, each with how many steps took it: the steps completed at one tick
+    /// share one duration, reported or not (a loop marking faster than the tracker reports).
+    durations: Vec<(f64, u64)>,
     first_step: Option<u64>,
     last_step: Option<u64>,
     energy: StepEnergy,
 }
 
 impl RunAcc {
-    fn add(&mut self, step: &crate::steps::StepReport) {
-        self.durations.push(step.duration.as_secs_f64());
-        self.first_step.get_or_insert(step.step);
-        self.last_step = Some(step.step);
+    /// Takes one tick of the run: every step it completed counts (`completed`), the reported
+    /// ones give the energy. A run from a trace written before `completed` existed counts the
+    /// reported steps.
+    fn add_tick(&mut self, run: &crate::steps::RunSteps) {
+        let duration = run.reported.first().map(|r| r.duration).or(run.last_duration);
+        match (run.completed, duration, run.last_step) {
+            (n, Some(duration), Some(last)) if n > 0 => {
+                self.durations.push((duration.as_secs_f64(), n));
+                self.first_step.get_or_insert(last.saturating_sub(n - 1));
+                self.last_step = Some(last);
+            }
+            _ => {
+                for step in &run.reported {
+                    self.durations.push((step.duration.as_secs_f64(), 1));
+                    self.first_step.get_or_insert(step.step);
+                    self.last_step = Some(step.step);
+                }
+            }
+        }
+        for step in &run.reported {
+            self.add_energy(step);
+        }
+    }
+
+    fn add_energy(&mut self, step: &crate::steps::StepReport) {
         for d in &step.devices {
             if let Some(e) = d.energy_joules.filter(|e| e.is_finite()) {
                 let slot = match self.energy.get_mut(d.uuid.as_str()) {
@@ -337,22 +367,32 @@ impl RunAcc {
 }
 
 /// Median, p95 and mean of `durations`.
-fn duration_stats(durations: &[f64]) -> (Option<f64>, Option<f64>, Option<f64>) {
+fn duration_stats(durations: &[(f64, u64)]) -> (Option<f64>, Option<f64>, Option<f64>) {
     let mut sorted = durations.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let mean = (!sorted.is_empty()).then(|| sorted.iter().sum::<f64>() / sorted.len() as f64);
-    (nearest_rank(&sorted, 50.0), nearest_rank(&sorted, 95.0), mean)
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total: u64 = sorted.iter().map(|&(_, n)| n).sum();
+    if total == 0 {
+        return (None, None, None);
+    }
+    let mean = sorted.iter().map(|&(d, n)| d * n as f64).sum::<f64>() / total as f64;
+    (nearest_rank(&sorted, total, 50.0), nearest_rank(&sorted, total, 95.0), Some(mean))
+}
+
+/// How many steps `durations` holds.
+fn step_count(durations: &[(f64, u64)]) -> u64 {
+    durations.iter().map(|&(_, n)| n).sum()
 }
 
 fn steps_report(runs: &[RunAcc], keep: &dyn Fn(&str) -> bool) -> Option<StepsReport> {
-    let all: Vec<f64> = runs.iter().flat_map(|r| r.durations.iter().copied()).collect();
-    if all.is_empty() {
+    let all: Vec<(f64, u64)> = runs.iter().flat_map(|r| r.durations.iter().copied()).collect();
+    let steps = step_count(&all);
+    if steps == 0 {
         return None;
     }
     let (median, p95, mean) = duration_stats(&all);
     let energies: Vec<&StepEnergy> = runs.iter().map(|r| &r.energy).collect();
     Some(StepsReport {
-        steps: all.len() as u64,
+        steps,
         duration_median_seconds: median,
         duration_p95_seconds: p95,
         duration_mean_seconds: mean,
@@ -365,7 +405,7 @@ fn steps_report(runs: &[RunAcc], keep: &dyn Fn(&str) -> bool) -> Option<StepsRep
                 RunStepsReport {
                     job: r.job.clone(),
                     rank: r.rank,
-                    steps: r.durations.len() as u64,
+                    steps: step_count(&r.durations),
                     first_step: r.first_step,
                     last_step: r.last_step,
                     duration_median_seconds: median,
@@ -944,7 +984,7 @@ impl Processor for RunReport {
             acc.add(d, span, s.idle_level, s.allocated_ratio);
         }
         if let Some(steps) = snapshot.output::<crate::steps::Steps>() {
-            for run in steps.runs.iter().filter(|r| !r.reported.is_empty()) {
+            for run in steps.runs.iter().filter(|r| r.completed > 0 || !r.reported.is_empty()) {
                 let at = match s.runs.iter().position(|a| a.job == run.job && a.rank == run.rank) {
                     Some(at) => at,
                     None => {
@@ -959,9 +999,7 @@ impl Processor for RunReport {
                         s.runs.len() - 1
                     }
                 };
-                for step in &run.reported {
-                    s.runs[at].add(step);
-                }
+                s.runs[at].add_tick(run);
             }
         }
         let Some(diagnosis) = snapshot.output::<crate::Diagnosis>() else { return };
@@ -1751,6 +1789,36 @@ mod tests {
         assert_eq!(only.overview.gpu_seconds, 2.0);
         assert_eq!(only.steps.expect("steps").energy_per_step_joules, Some(100.0));
         assert_eq!(handle.report().overview.gpus, 2);
+    }
+
+    /// A loop marking 1 000 steps a second: the tracker reports the latest 64 of each tick, and
+    /// the report still counts every step completed, from the first.
+    #[test]
+    fn the_report_counts_every_completed_step_not_only_the_reported_ones() {
+        use crate::steps::{RunSteps, StepReport, Steps};
+        let interval = Duration::from_secs(1);
+        let (mut report, handle) = attached(interval);
+        let ms = Duration::from_millis(1);
+        // (tick, steps completed, the last one, each step's time): the last tick, one slow step.
+        for (tick, completed, last, took) in [(1u64, 999u64, 999u64, ms), (2, 1000, 1999, ms), (3, 1, 2000, 500 * ms)] {
+            let mut run = RunSteps::new("fast", Some(0));
+            run.last_step = Some(last);
+            run.last_duration = Some(took);
+            run.completed = completed;
+            let from = last + 1 - completed.min(64);
+            run.reported = (from..=last).map(|n| StepReport::new(n, took)).collect();
+            let mut s = snapshot(tick, interval, vec![DeviceSample::new(info(0))]);
+            s.attach(Steps { runs: vec![run], rejected: None });
+            report.process(&mut s);
+        }
+        let steps = handle.report().steps.expect("steps");
+        assert_eq!(steps.steps, 2000);
+        let run = &steps.runs[0];
+        assert_eq!((run.steps, run.first_step, run.last_step), (2000, Some(1), Some(2000)));
+        // Weighted by steps: 1 999 steps of 1 ms and one of 0.5 s.
+        assert_eq!((run.duration_median_seconds, run.duration_p95_seconds), (Some(0.001), Some(0.001)));
+        let mean = (1999.0 * 0.001 + 0.5) / 2000.0;
+        assert!((run.duration_mean_seconds.unwrap() - mean).abs() < 1e-12, "{:?}", run.duration_mean_seconds);
     }
 
     #[test]

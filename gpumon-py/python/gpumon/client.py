@@ -1,9 +1,13 @@
 """``StepClient``: step marks to a running gpumon agent over its steps socket."""
 
+import atexit
 import json
 import logging
 import os
+import select
 import socket
+import time
+import weakref
 from typing import Optional, Union
 
 from ._gpumon import DEFAULT_JOB, _check_run, _check_step
@@ -21,6 +25,18 @@ _MAX_LINE = 1024
 # Bytes a client keeps when the agent reads slower than marks arrive; beyond, marks are dropped
 # (counted in ``dropped``) rather than blocking the training loop.
 _MAX_PENDING = 64 * 1024
+# How long closing a client (also at interpreter exit) may wait for the agent to take the marks
+# still pending: a loop that marks a burst of steps and exits has them reported.
+_DRAIN_SECONDS = 2.0
+
+# Connected clients: at interpreter exit each writes out its pending marks, as close() does.
+_connected: "weakref.WeakSet[StepClient]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for client in list(_connected):
+        client.close()
 
 
 class StepClient:
@@ -104,13 +120,37 @@ class StepClient:
         self._send((self._prefix + str(n) + "}\n").encode())
 
     def close(self) -> None:
-        """Closes the connection (a later ``step`` reconnects)."""
-        if self._sock is not None:
+        """Writes out the marks still pending — waiting at most 2 s for the agent to take them;
+        those it does not are counted in :attr:`dropped` — and closes the connection (a later
+        ``step`` reconnects). Done for every connected client at interpreter exit too, so a loop
+        that marks a burst of steps just before it exits loses none of them silently."""
+        if self._sock is None:
+            return
+        try:
+            if self._pid == os.getpid():
+                self._drain(time.monotonic() + _DRAIN_SECONDS)
+            self._sock.close()
+        finally:
+            self._sock = None
+            self._pending = b""
+            _connected.discard(self)
+
+    def _drain(self, deadline: float) -> None:
+        """Sends what is pending until ``deadline``; counts the lines left unsent as dropped."""
+        assert self._sock is not None
+        while self._pending:
+            left = deadline - time.monotonic()
             try:
-                self._sock.close()
-            finally:
-                self._sock = None
-                self._pending = b""
+                if left <= 0 or not select.select([], [self._sock], [], left)[1]:
+                    break
+                sent = self._sock.send(self._pending)
+            except BlockingIOError:
+                continue
+            except OSError:
+                break
+            self._pending = self._pending[sent:]
+        # Lines stay whole in `_pending` but for the first, which may have been sent in part.
+        self.dropped += self._pending.count(b"\n")
 
     def __enter__(self) -> "StepClient":
         return self
@@ -137,6 +177,7 @@ class StepClient:
             s.setblocking(False)
             self._sock = s
             self._warned = False
+            _connected.add(self)
         return self._sock
 
     def _send(self, line: bytes) -> None:

@@ -299,6 +299,8 @@ struct Shared {
     rejected: [AtomicU64; 5],
     /// Runs evicted for idleness so far.
     evicted: AtomicU64,
+    /// Steps-socket connections being read now (see [`StepRegistry::connections_open`]).
+    connections: AtomicUsize,
 }
 
 crate::named_enum! {
@@ -405,6 +407,7 @@ impl StepRegistry {
                 idle_timeout: AtomicU64::new(0),
                 rejected: Default::default(),
                 evicted: AtomicU64::new(0),
+                connections: AtomicUsize::new(0),
             }),
         }
     }
@@ -412,6 +415,26 @@ impl StepRegistry {
     /// Counts one mark from another process dropped for `reason` (the steps socket does this).
     pub fn reject(&self, reason: Rejection) {
         self.shared.rejected[reason as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Steps-socket connections being read now: a client that closed its connection counts
+    /// until every mark it wrote has been read. `gpumon-agent run` waits for none before the
+    /// run's last sample, so that a burst of marks written just before the command exited is
+    /// reported rather than cut off.
+    pub fn connections_open(&self) -> usize {
+        self.shared.connections.load(Ordering::Acquire)
+    }
+
+    /// Counts a connection open until the guard is dropped (also when its task is aborted).
+    pub(crate) fn connection_guard(&self) -> impl Drop + Send + 'static {
+        struct Open(Arc<Shared>);
+        impl Drop for Open {
+            fn drop(&mut self) {
+                self.0.connections.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        self.shared.connections.fetch_add(1, Ordering::AcqRel);
+        Open(Arc::clone(&self.shared))
     }
 
     /// Marks dropped so far, `None` unless a steps socket feeds this registry.
@@ -711,6 +734,11 @@ pub struct RunSteps {
     /// The steps reported at this tick, oldest first (usually none or one).
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Vec::is_empty"))]
     pub reported: Vec<StepReport>,
+    /// Steps completed at this tick whose duration is known, reported or not: `reported` holds
+    /// at most the latest 64 of them (and, with `every_n` over 1, only every n-th), so a loop
+    /// marking faster than that is counted here, each step taking `last_duration`.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "is_zero"))]
+    pub completed: u64,
     /// The process that registered the run through the steps socket (with the pid of its
     /// latest mark); `None` for a run made in the sampling process. A tenant sees the runs whose
     /// process is one of its own.
@@ -847,6 +875,11 @@ mod secs {
         let v: f64 = serde::Deserialize::deserialize(d)?;
         Duration::try_from_secs_f64(v).map_err(serde::de::Error::custom)
     }
+}
+
+#[cfg(feature = "serde")]
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[cfg(feature = "serde")]

@@ -260,9 +260,11 @@ impl StepSocket {
                             continue;
                         };
                         let registry = registry.clone();
+                        let open = registry.connection_guard();
                         tasks.spawn(async move {
                             serve_connection(stream, &registry, &peer).await;
                             drop(slot);
+                            drop(open);
                         });
                     }
                     Err(e) => {

@@ -359,6 +359,30 @@ fn evidence_names_the_rank_of_the_gpu_it_is_about() {
     assert!(steps.evidence_for(3, "GPU-3").is_none());
 }
 
+/// A loop marking faster than the tracker reports one by one: the latest 64 steps of the tick
+/// are reported, and `completed` counts all of them (the run report's step count reads it).
+#[test]
+fn steps_past_the_per_tick_report_limit_are_counted() {
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let run = run_at(&steps, "train", Some(0), T0);
+    let mut s0 = snap(1, T0, 0.5, 1, 0.0);
+    tracker.process(&mut s0);
+    for i in 1..=1000u64 {
+        run.step_at(i, T0 + i * SEC / 1000).unwrap();
+    }
+    let mut s1 = snap(2, T0 + SEC, 0.9, 1, 10.0);
+    tracker.process(&mut s1);
+    let r = &s1.output::<crate::stages::steps::Steps>().unwrap().runs[0];
+    assert_eq!(r.completed, 1000);
+    assert_eq!(r.reported.len(), 64);
+    assert_eq!(r.reported.first().map(|p| p.step), Some(937));
+    assert_eq!(r.last_duration, Some(Duration::from_millis(1)));
+    // A tick with no new mark completes nothing.
+    let mut s2 = snap(3, T0 + 2 * SEC, 0.9, 1, 20.0);
+    tracker.process(&mut s2);
+    assert_eq!(s2.output::<crate::stages::steps::Steps>().unwrap().runs[0].completed, 0);
+}
+
 #[test]
 fn marks_recorded_at_given_times_are_reported_with_those_durations() {
     let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();

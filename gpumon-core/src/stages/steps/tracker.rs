@@ -230,6 +230,7 @@ impl Processor for StepTracker {
             let at = run.cell.at.load(Ordering::Acquire);
             let marked = stored.checked_sub(1).filter(|s| run.seen.is_none_or(|seen| *s > seen));
             let mut reported = Vec::new();
+            let mut completed = 0;
             match marked {
                 Some(last) if at <= t => {
                     // This sample covers the end of the step(s): it belongs to them, and also to
@@ -255,6 +256,7 @@ impl Processor for StepTracker {
                     let duration = (start != 0).then(|| Duration::from_nanos(at.saturating_sub(start) / k.max(1)));
                     run.last_duration = duration;
                     if let Some(duration) = duration {
+                        completed = k;
                         let first = last + 1 - k;
                         let from = first.max(last.saturating_sub(MAX_REPORTS_PER_TICK - 1));
                         let mut single: Option<Acc> = None;
@@ -304,6 +306,7 @@ impl Processor for StepTracker {
                 last_duration: run.last_duration,
                 last: run.last.clone(),
                 reported,
+                completed,
                 registered_by: run.cell.peer(),
             });
         }
