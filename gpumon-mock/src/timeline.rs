@@ -442,8 +442,11 @@ impl GpuTimeline {
         let latest = self.sample(last_k * p + self.phase_offset);
         let mut window = Vec::new();
         let mut k = last_k;
-        // Oldest first; at most 64 samples (a 10 s interval at 1/6 s is 60).
-        while window.len() < 64 {
+        // Oldest first; every sample of the interval up to a bound on the work: 4 096 samples
+        // are 11 min at the fastest driver (1/6 s), past which a window holds the interval's
+        // last 11 min. A bound of 64 made windows of intervals over 10.7 s hold only their last
+        // seconds: the level and the measured driver period were the tail's.
+        while window.len() < MAX_WINDOW_SAMPLES {
             let s = k * p + self.phase_offset;
             if s <= end - interval {
                 break;
@@ -457,6 +460,10 @@ impl GpuTimeline {
         TimelineTick { phase: self.phase_at(end), latest, window, activity }
     }
 }
+
+/// Most driver samples one interval's window holds in the mock (a bound on work; see
+/// `Timeline::tick`).
+const MAX_WINDOW_SAMPLES: usize = 4096;
 
 #[cfg(test)]
 mod tests {
@@ -479,6 +486,8 @@ mod tests {
         assert!(counts.iter().all(|&n| n <= 1), "{counts:?}");
         assert_eq!(counts.iter().sum::<usize>(), 36);
         assert_eq!(t.tick(10.0, 2.0).window.len(), 12);
+        // Long intervals hold the whole interval, not its last seconds: 30 s is 180 samples.
+        assert_eq!(t.tick(60.0, 30.0).window.len(), 180);
         // 1 s driver period at 100 ms: nine windows in ten are empty.
         let slow = timeline(vec![square(0.5, 0.5)], 1.0);
         let empty = (1..=100).filter(|&k| slow.tick(k as f64 * 0.1, 0.1).window.is_empty()).count();
