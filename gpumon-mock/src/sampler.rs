@@ -1,8 +1,9 @@
 //! [`MockSampler`]: the mock fleet behind the [`Sampler`] seam, one tick per call.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
 
 use gpumon_core::{SampleError, SampleRequest, Sampler, Snapshot};
 
@@ -12,7 +13,9 @@ use crate::profile::FleetProfile;
 use crate::scenario::{Fault, Scenario};
 
 /// A [`Sampler`] over a [`MockFleet`]. Each [`Sampler::sample`] call takes the current tick and
-/// advances it by one, so the n-th call (from 0) samples tick n.
+/// advances it by one, so the n-th call (from 0) samples tick n — unless the sampler is
+/// [paced](MockSamplerBuilder::paced) to a real-time interval, where a sample taken sooner
+/// than half an interval after the last one is part of the coming tick (see there).
 ///
 /// Scheduled faults act per tick: [`Fault::Hang`] blocks the calling thread,
 /// [`Fault::Unavailable`] fails the call, the others shape the devices' values.
@@ -20,6 +23,22 @@ use crate::scenario::{Fault, Scenario};
 pub struct MockSampler {
     fleet: Arc<MockFleet>,
     tick: AtomicU64,
+    pace: Option<Pace>,
+}
+
+/// A paced sampler's real-time interval, and what its last whole tick read.
+#[derive(Debug)]
+struct Pace {
+    interval: Duration,
+    last: Mutex<LastTick>,
+}
+
+#[derive(Debug, Default)]
+struct LastTick {
+    /// When the last sample that advanced the tick was taken.
+    at: Option<Instant>,
+    /// Each GPU's energy counter then, joules (by UUID).
+    energy: HashMap<String, f64>,
 }
 
 impl MockSampler {
@@ -30,7 +49,7 @@ impl MockSampler {
 
     /// A sampler over an already built fleet, starting at tick 0.
     pub fn new(fleet: impl Into<Arc<MockFleet>>) -> Self {
-        Self { fleet: fleet.into(), tick: AtomicU64::new(0) }
+        Self { fleet: fleet.into(), tick: AtomicU64::new(0), pace: None }
     }
 
     /// The built-in or file profile `name_or_path` running the `training` scenario.
@@ -62,14 +81,10 @@ impl MockSampler {
     }
 }
 
-impl Sampler for MockSampler {
-    fn name(&self) -> &str {
-        "mock"
-    }
-
-    fn sample(&self, request: &SampleRequest) -> Result<Snapshot, SampleError> {
+impl MockSampler {
+    /// Samples the current tick and advances it.
+    fn whole_tick(&self, request: &SampleRequest, started: Instant) -> Result<Snapshot, SampleError> {
         let tick = self.tick.fetch_add(1, Ordering::SeqCst);
-        let started = Instant::now();
         match self.fleet.hang_at(tick) {
             Some(Fault::Hang { duration, .. }) => std::thread::sleep(*duration),
             Some(Fault::HangUntilReleased { gate, .. }) => gate.wait(),
@@ -77,6 +92,38 @@ impl Sampler for MockSampler {
         }
         let snapshot = self.fleet.snapshot(tick, request)?;
         Ok(snapshot.with_duration(started.elapsed()))
+    }
+}
+
+impl Sampler for MockSampler {
+    fn name(&self) -> &str {
+        "mock"
+    }
+
+    fn sample(&self, request: &SampleRequest) -> Result<Snapshot, SampleError> {
+        let started = Instant::now();
+        if let Some(pace) = &self.pace {
+            let mut last = pace.last.lock().unwrap_or_else(PoisonError::into_inner);
+            let since = last.at.map(|at| started.saturating_duration_since(at));
+            if let Some(since) = since.filter(|s| *s < pace.interval / 2) {
+                // Early (a flush, the sample at exit): the coming tick's readings, its energy
+                // counter only `since` into the interval. The tick itself stays to come.
+                let mut snapshot = self.fleet.snapshot(self.tick(), request)?;
+                let share = since.as_secs_f64() / pace.interval.as_secs_f64();
+                for d in &mut snapshot.devices {
+                    if let (Some(now), Some(&then)) = (d.power.energy_joules, last.energy.get(d.info.uuid.as_str())) {
+                        d.power.energy_joules = Some(then + (now - then).max(0.0) * share);
+                    }
+                }
+                return Ok(snapshot.with_duration(started.elapsed()));
+            }
+            let snapshot = self.whole_tick(request, started)?;
+            last.at = Some(started);
+            last.energy =
+                snapshot.devices.iter().filter_map(|d| Some((d.info.uuid.clone(), d.power.energy_joules?))).collect();
+            return Ok(snapshot);
+        }
+        self.whole_tick(request, started)
     }
 }
 
@@ -91,6 +138,7 @@ pub struct MockSamplerBuilder {
     faults: Vec<Fault>,
     epoch: Option<SystemTime>,
     start_tick: u64,
+    pace: Option<Duration>,
 }
 
 impl MockSamplerBuilder {
@@ -130,6 +178,17 @@ impl MockSamplerBuilder {
         self
     }
 
+    /// Paces the sampler to an agent sampling every `interval` in real time (the agent and the
+    /// Python binding do): a sample taken sooner than half an interval after the last one — a
+    /// flush, the sample at exit — reads the coming tick without taking it, its energy counters
+    /// only as far into the interval as the time since the last tick. So a run's last, short
+    /// interval is not a whole interval of simulated energy. Unpaced (the default), every call
+    /// is a tick, as tests that step the mock by hand want.
+    pub fn paced(mut self, interval: Duration) -> Self {
+        self.pace = Some(interval);
+        self
+    }
+
     /// Builds the fleet and the sampler.
     ///
     /// # Errors
@@ -143,8 +202,12 @@ impl MockSamplerBuilder {
         if let Some(epoch) = self.epoch {
             fleet = fleet.with_epoch(epoch);
         }
-        let sampler = MockSampler::new(fleet);
+        let mut sampler = MockSampler::new(fleet);
         sampler.set_tick(self.start_tick);
+        sampler.pace = self
+            .pace
+            .filter(|interval| !interval.is_zero())
+            .map(|interval| Pace { interval, last: Mutex::new(LastTick::default()) });
         Ok(sampler)
     }
 }

@@ -393,3 +393,35 @@ fn tick_period_scales_energy() {
     let step = s1.power.energy_joules.unwrap() - e0;
     assert!((step - 10.0 * s1.power.usage_watts.unwrap()).abs() < 0.01, "{step}");
 }
+
+/// A paced sampler (the agent's and the Python binding's mock): a sample taken sooner than half
+/// an interval after the last — a flush, the sample at exit — reads the coming tick without
+/// taking it, with its energy counter only as far into the interval as the time since; the
+/// next sample on time takes that tick whole, as an unpaced sampler's second call does.
+#[test]
+fn a_paced_sample_taken_early_is_part_of_the_coming_tick() {
+    use std::time::Instant;
+    // Long enough that the early sample, 20 ms in, stays early on a loaded machine.
+    let interval = Duration::from_secs(1);
+    let paced = MockSampler::builder().seed(7).paced(interval).build().unwrap();
+    let unpaced = MockSampler::builder().seed(7).build().unwrap();
+    let request = SampleRequest::new(MetricSet::default(), DeviceFilter::all());
+    let energy = |s: &Snapshot| s.devices[0].power.energy_joules.unwrap();
+    let first = Instant::now();
+    let (t0, u0) = (paced.sample(&request).unwrap(), unpaced.sample(&request).unwrap());
+    std::thread::sleep(Duration::from_millis(20));
+    let early = paced.sample(&request).unwrap();
+    // At most this share of the interval had passed when the early sample was read.
+    let early_share = first.elapsed().as_secs_f64() / interval.as_secs_f64();
+    assert_eq!(paced.tick(), 1, "an early sample does not take the tick");
+    std::thread::sleep(interval.saturating_sub(first.elapsed()));
+    let (t1, u1) = (paced.sample(&request).unwrap(), unpaced.sample(&request).unwrap());
+    assert_eq!(paced.tick(), 2);
+    // Whole ticks read as unpaced ones do.
+    assert_eq!((energy(&t0), energy(&t1)), (energy(&u0), energy(&u1)));
+    let whole = energy(&t1) - energy(&t0);
+    let part = energy(&early) - energy(&t0);
+    assert!(whole > 0.0 && part > 0.0, "{part} of {whole}");
+    // The share of the interval that had passed: at least the 20 ms slept (2 %).
+    assert!(part >= 0.02 * whole - 1e-9 && part <= early_share * whole + 1e-9, "{part} of {whole} ({early_share})");
+}

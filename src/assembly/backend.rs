@@ -199,8 +199,11 @@ macro_rules! __mock_sampler {
                             .map_err(|e| MockError::Scenario { name: name.clone(), reason: e.to_string() })?,
                         None => Scenario::default(),
                     };
-                    let mut builder =
-                        MockSampler::builder().profile(profile).scenario(scenario.following_interval(options.interval));
+                    // Paced: the sample at exit or a flush is not a whole interval of simulated time.
+                    let mut builder = MockSampler::builder()
+                        .profile(profile)
+                        .scenario(scenario.following_interval(options.interval))
+                        .paced(options.interval);
                     if let Some(seed) = options.seed {
                         builder = builder.seed(seed);
                     }
