@@ -79,5 +79,8 @@ class Monitor:
 def _atexit() -> None: ...
 def _check_run(job: str, rank: Optional[int]) -> "tuple[str, Optional[int]]":
     """StepClient's job and rank checked as Monitor's are (rank None: LOCAL_RANK)."""
+def _steps_gpu(rank: Optional[int], gpu: Union[None, str, int, Sequence[Union[int, str]]] = None) -> Optional[str]:
+    """The physical GPUs a StepClient's marks are about (CUDA_VISIBLE_DEVICES syntax), by the
+    Monitor's device rule; None: every GPU."""
 def _check_step(n: int) -> int:
     """StepClient.step's n checked as Monitor.step's is."""
