@@ -301,7 +301,9 @@ impl Monitor {
     /// for each sink to export and flush. Releases the GIL. The Monitor keeps running.
     ///
     /// Raises GpumonError when the Monitor is closed, the sample failed (the sinks are still
-    /// flushed) or a sink did not finish in time (named in the message).
+    /// flushed) or a sink did not finish in time (named in the message) — but not for the
+    /// missing NVML of the degraded mode (`backend="auto"` with a sink and no NVML), whose
+    /// `gpumon_up 0` is what there is to flush.
     #[pyo3(signature = (timeout=None))]
     fn flush(&self, py: Python<'_>, timeout: Option<Bound<'_, PyAny>>) -> PyResult<()> {
         let deadline = match &timeout {
@@ -347,7 +349,8 @@ impl Monitor {
     /// Stops the agent. First every step marked so far is reported (a final sample) and every
     /// sink exports what is queued and flushes; then listeners close. All of it within 5 s; a
     /// sink still busy then is abandoned (logged). Releases the GIL. Calling it again does
-    /// nothing. A Ctrl-C meanwhile raises `KeyboardInterrupt` once the close has finished.
+    /// nothing. A Ctrl-C meanwhile raises `KeyboardInterrupt` once the close has finished. The
+    /// last open Monitor that took SIGTERM gives it its previous disposition back.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| {
             self.shared.close();
