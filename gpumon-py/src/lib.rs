@@ -34,9 +34,12 @@ fn _gpumon(m: &Bound<'_, PyModule>) -> PyResult<()> {
     fork::install();
     m.add_class::<monitor::Monitor>()?;
     m.add_function(wrap_pyfunction!(monitor::_atexit, m)?)?;
+    m.add_function(wrap_pyfunction!(monitor::_close_for_sigterm, m)?)?;
+    m.add_function(wrap_pyfunction!(monitor::_sigterm_monitors_open, m)?)?;
     m.add_function(wrap_pyfunction!(cli::agent_main, m)?)?;
     m.add_function(wrap_pyfunction!(options::_check_run, m)?)?;
     m.add_function(wrap_pyfunction!(options::_check_step, m)?)?;
+    m.add_function(wrap_pyfunction!(options::_steps_gpu, m)?)?;
     m.add("GpumonError", m.py().get_type::<GpumonError>())?;
     m.add("BackendUnavailableError", m.py().get_type::<BackendUnavailableError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -42,6 +42,8 @@ struct Shared {
     generation: u64,
     /// Set by `close()`: read by `step()` without a lock.
     closed: std::sync::atomic::AtomicBool,
+    /// Whether this Monitor asked for the SIGTERM hook (`handle_sigterm=True`).
+    sigterm: bool,
 }
 
 impl Shared {
@@ -144,16 +146,19 @@ pub struct Monitor {
     run: TrainingRun,
     backend: &'static str,
     prometheus_address: Option<SocketAddr>,
+    /// `backend="auto"` with a sink and no NVML: no GPU data, NVML retried (`Source::LazyNvml`).
+    /// Why NVML is missing, while it is.
+    degraded: Option<String>,
 }
 
 #[pymethods]
 impl Monitor {
     #[new]
     #[pyo3(
-        text_signature = "(backend='auto', interval='1s', prometheus_listen=None, influx_url=None, influx_db=None, otlp_endpoint=None, mock_profile=None, mock_scenario=None, devices=None, job=None, rank=None)"
+        text_signature = "(backend='auto', interval='1s', prometheus_listen=None, influx_url=None, influx_db=None, otlp_endpoint=None, mock_profile=None, mock_scenario=None, devices=None, job=None, rank=None, handle_sigterm=True)"
     )]
     #[pyo3(signature = (backend="auto", interval=None, prometheus_listen=None, influx_url=None, influx_db=None,
-        otlp_endpoint=None, mock_profile=None, mock_scenario=None, devices=None, job=None, rank=None))]
+        otlp_endpoint=None, mock_profile=None, mock_scenario=None, devices=None, job=None, rank=None, handle_sigterm=true))]
     #[allow(clippy::too_many_arguments)]
     fn new<'py>(
         py: Python<'py>,
@@ -168,6 +173,7 @@ impl Monitor {
         devices: Option<Bound<'py, PyAny>>,
         job: Option<String>,
         rank: Option<Bound<'py, PyAny>>,
+        handle_sigterm: bool,
     ) -> PyResult<Self> {
         crate::logging::install();
         let settings = Args {
@@ -197,18 +203,29 @@ impl Monitor {
             latest: started.latest,
             generation: crate::fork::generation(),
             closed: std::sync::atomic::AtomicBool::new(false),
+            sigterm: handle_sigterm,
         });
         {
             let mut live = LIVE.lock().unwrap_or_else(PoisonError::into_inner);
             live.retain(|w| w.strong_count() > 0);
             live.push(Arc::downgrade(&shared));
         }
-        Ok(Monitor {
+        let monitor = Monitor {
             shared,
             run: started.run,
             backend: started.backend,
             prometheus_address: started.prometheus_address,
-        })
+            degraded: started.degraded,
+        };
+        if handle_sigterm {
+            // gpumon/_signals.py: closes the open Monitors on a SIGTERM whose disposition is the
+            // default, then lets it terminate the process.
+            if let Err(e) = py.import("gpumon._signals").and_then(|m| m.call_method0("_monitor_opened")) {
+                monitor.shared.close();
+                return Err(e);
+            }
+        }
+        Ok(monitor)
     }
 
     /// Marks the end of training step `n` (`n` = the last completed step). Cheap: a lock-free
@@ -261,7 +278,15 @@ impl Monitor {
                         rt.block_on(async { tokio::time::timeout(SNAPSHOT_TIMEOUT, agent.snapshot_now()).await })
                     })
                     .map_err(|_| format!("no sample within {SNAPSHOT_TIMEOUT:?}"))?
-                    .map_err(|e| format!("sampling failed: {e}"))?
+                    .map_err(|e| match (&self.degraded, &e) {
+                        (Some(_), gpumon_core::AgentError::Sample(gpumon_core::SampleError::Unavailable { .. })) => {
+                            format!(
+                                "snapshot: no GPU data: {e} (backend=\"auto\" with a sink and no NVML exports \
+                                 gpumon_up 0 and retries NVML; snapshot() has nothing to return until it answers)"
+                            )
+                        }
+                        _ => format!("sampling failed: {e}"),
+                    })?
                 }
             };
             serde_json::to_string(&*snapshot).map_err(|e| format!("cannot encode the snapshot: {e}"))
@@ -276,7 +301,9 @@ impl Monitor {
     /// for each sink to export and flush. Releases the GIL. The Monitor keeps running.
     ///
     /// Raises GpumonError when the Monitor is closed, the sample failed (the sinks are still
-    /// flushed) or a sink did not finish in time (named in the message).
+    /// flushed) or a sink did not finish in time (named in the message) — but not for the
+    /// missing NVML of the degraded mode (`backend="auto"` with a sink and no NVML), whose
+    /// `gpumon_up 0` is what there is to flush.
     #[pyo3(signature = (timeout=None))]
     fn flush(&self, py: Python<'_>, timeout: Option<Bound<'_, PyAny>>) -> PyResult<()> {
         let deadline = match &timeout {
@@ -305,7 +332,16 @@ impl Monitor {
                 keep_newest(&self.shared.latest, s);
             }
             crate::logging::wait_delivered();
-            result
+            match result {
+                // The degraded mode's documented state, not a failure of the flush: the sinks
+                // were flushed (`gpumon_up 0`); there are no GPU figures to report.
+                Err(gpumon_core::AgentError::Sample(gpumon_core::SampleError::Unavailable { .. }))
+                    if self.degraded.is_some() =>
+                {
+                    Ok(())
+                }
+                other => other,
+            }
         })
         .map_err(|e| GpumonError::new_err(format!("flush: {e}")))
     }
@@ -313,12 +349,17 @@ impl Monitor {
     /// Stops the agent. First every step marked so far is reported (a final sample) and every
     /// sink exports what is queued and flushes; then listeners close. All of it within 5 s; a
     /// sink still busy then is abandoned (logged). Releases the GIL. Calling it again does
-    /// nothing. A Ctrl-C meanwhile raises `KeyboardInterrupt` once the close has finished.
-    fn close(&self, py: Python<'_>) {
+    /// nothing. A Ctrl-C meanwhile raises `KeyboardInterrupt` once the close has finished. The
+    /// last open Monitor that took SIGTERM gives it its previous disposition back.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| {
             self.shared.close();
             crate::logging::wait_delivered();
         });
+        if self.shared.sigterm {
+            release_sigterm(py)?;
+        }
+        Ok(())
     }
 
     /// The last step marked with `step()`, or None.
@@ -362,9 +403,9 @@ impl Monitor {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close(py);
-        false
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
     }
 
     fn __repr__(&self) -> String {
@@ -378,6 +419,56 @@ impl Monitor {
             if self.closed() { "True" } else { "False" }
         )
     }
+}
+
+/// Tells gpumon/_signals.py that a Monitor with the SIGTERM hook closed: the last one gives
+/// SIGTERM its previous disposition back. An error of its own is no reason for `close()` to
+/// fail, but the Python code it runs also runs the handlers of signals that arrived during the
+/// close: their KeyboardInterrupt (any exception that is not an `Exception`) is `close()`'s.
+fn release_sigterm(py: Python<'_>) -> PyResult<()> {
+    match py.import("gpumon._signals").and_then(|m| m.call_method0("_monitor_closed")) {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyException>(py) => {
+            tracing::debug!(target: "_gpumon", "close: SIGTERM disposition not restored: {e}");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// How many Monitors of this process that asked for the SIGTERM hook are open.
+#[pyfunction]
+pub fn _sigterm_monitors_open() -> usize {
+    if crate::fork::generation() != 0 {
+        return 0;
+    }
+    LIVE.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter_map(Weak::upgrade)
+        .filter(|s| s.sigterm && !s.closed.load(std::sync::atomic::Ordering::Relaxed))
+        .count()
+}
+
+/// Closes every open Monitor of this process — each reports the steps marked since its last
+/// tick and flushes its sinks, within `close()`'s deadline — for the SIGTERM hook, which then
+/// terminates the process. Logging keeps going (the process has not finished yet).
+#[pyfunction]
+pub fn _close_for_sigterm(py: Python<'_>) {
+    if crate::fork::generation() != 0 {
+        return;
+    }
+    let live: Vec<Arc<Shared>> =
+        LIVE.lock().unwrap_or_else(PoisonError::into_inner).iter().filter_map(Weak::upgrade).collect();
+    py.detach(|| {
+        // Side by side, so that the wait is one deadline, not one per Monitor.
+        std::thread::scope(|scope| {
+            for s in &live {
+                scope.spawn(|| s.close());
+            }
+        });
+        crate::logging::wait_delivered();
+    });
 }
 
 /// Closes every Monitor still open (the `atexit` hook), then stops forwarding log records: the
@@ -412,6 +503,7 @@ struct Started {
     run: TrainingRun,
     backend: &'static str,
     prometheus_address: Option<SocketAddr>,
+    degraded: Option<String>,
 }
 
 enum StartError {
@@ -444,7 +536,7 @@ fn start(settings: Settings) -> Result<Started, StartError> {
         let _enter = runtime.enter();
         build(&settings)
     };
-    let (builder, prometheus_address, backend, run) = match result {
+    let (builder, prometheus_address, backend, run, degraded) = match result {
         Ok(parts) => parts,
         Err(e) => {
             runtime.shutdown_timeout(Duration::from_millis(500));
@@ -468,10 +560,10 @@ fn start(settings: Settings) -> Result<Started, StartError> {
         }
     });
     runtime.spawn(agent.run());
-    Ok(Started { running: Running { runtime, agent: handle }, latest, run, backend, prometheus_address })
+    Ok(Started { running: Running { runtime, agent: handle }, latest, run, backend, prometheus_address, degraded })
 }
 
-type Built = (gpumon_core::AgentBuilder, Option<SocketAddr>, &'static str, TrainingRun);
+type Built = (gpumon_core::AgentBuilder, Option<SocketAddr>, &'static str, TrainingRun, Option<String>);
 
 /// The agent's own assembly (`gpumon::assembly`, as `gpumon-agent` builds it) from the Monitor's
 /// settings: the same backend rule, defaults, sinks and step tracker. Runs inside the runtime (the
@@ -491,7 +583,11 @@ fn build(s: &Settings) -> Result<Built, StartError> {
     let steps = assembled.steps.as_ref().expect("asked for the in-process step tracker");
     let run = steps.run(&s.job, s.rank).map_err(|e| StartError::Config(format!("job: {e}")))?;
     let backend = if source.is_mock() { "mock" } else { "nvml" };
-    Ok((assembled.builder, assembled.listeners.prometheus.map(|l| l.addr), backend, run))
+    let degraded = match source {
+        gpumon::assembly::backend::Source::LazyNvml { reason } => Some(reason.to_string()),
+        _ => None,
+    };
+    Ok((assembled.builder, assembled.listeners.prometheus.map(|l| l.addr), backend, run, degraded))
 }
 
 /// The Monitor's settings as the agent's configuration. Every sink of the Monitor exports (no

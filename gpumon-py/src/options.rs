@@ -92,7 +92,16 @@ impl Args<'_> {
             }
         };
         let influx = match (self.influx_url, self.influx_db) {
-            (Some(url), db) => Some((url, db)),
+            (Some(url), Some(db)) => Some((url, Some(db))),
+            // The sink's own message names its v2 keys (`bucket`, `org`), which the Monitor has
+            // not: say it in the Monitor's arguments.
+            (Some(url), None) => {
+                return Err(err(format!(
+                    "influx_db: required with influx_url `{url}` (the database the Monitor writes to \
+                     through InfluxDB's 1.x write API, which InfluxDB 2.x also serves for a bucket \
+                     mapped to a database)"
+                )))
+            }
             (None, Some(_)) => return Err(err("influx_db: given without influx_url".to_owned())),
             (None, None) => None,
         };
@@ -295,32 +304,69 @@ fn env_devices(rank: Option<u32>) -> PyResult<Selection> {
             return Ok((filter, Some((format!("rank {rank} (its GPU, CUDA_VISIBLE_DEVICES unset)"), list))));
         }
         Some(list) => {
-            let entries: Vec<&str> = list.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
-            let entry = match entries.as_slice() {
-                [] => {
-                    return Err(err(format!(
-                        "rank {rank} (LOCAL_RANK) has no device: CUDA_VISIBLE_DEVICES is empty (pass devices=)"
-                    )))
-                }
-                [only] if selects_nothing(only) => {
-                    return Err(err(format!(
-                        "rank {rank} (LOCAL_RANK) has no device: CUDA_VISIBLE_DEVICES is `{only}` (pass devices=)"
-                    )))
-                }
-                [only] => *only,
-                many => *many.get(rank as usize).ok_or_else(|| {
-                    err(format!(
-                        "rank {rank} (LOCAL_RANK) has no device: CUDA_VISIBLE_DEVICES lists {} (pass devices=)",
-                        many.len()
-                    ))
-                })?,
-            };
+            let entry = rank_entry(rank, &list)?;
             let filter = DeviceFilter::from_vars_ordered(Some(entry.to_owned()), None, order).map_err(env_err)?;
             (filter, entry.to_owned())
         }
     };
     let (filter, entry) = filter;
     Ok((filter, Some((format!("rank {rank}'s entry of CUDA_VISIBLE_DEVICES"), entry))))
+}
+
+/// The entry of `CUDA_VISIBLE_DEVICES` (`list`) that rank `rank` drives: entry `rank`, as
+/// `torch.cuda.set_device(local_rank)` picks it, or the only entry when the launcher gave each
+/// rank one device.
+fn rank_entry(rank: u32, list: &str) -> PyResult<&str> {
+    let entries: Vec<&str> = list.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
+    match entries.as_slice() {
+        [] => {
+            Err(err(format!("rank {rank} (LOCAL_RANK) has no device: CUDA_VISIBLE_DEVICES is empty (pass devices=)")))
+        }
+        [only] if selects_nothing(only) => Err(err(format!(
+            "rank {rank} (LOCAL_RANK) has no device: CUDA_VISIBLE_DEVICES is `{only}` (pass devices=)"
+        ))),
+        [only] => Ok(only),
+        many => many.get(rank as usize).copied().ok_or_else(|| {
+            err(format!(
+                "rank {rank} (LOCAL_RANK) has no device: CUDA_VISIBLE_DEVICES lists {} (pass devices=)",
+                many.len()
+            ))
+        }),
+    }
+}
+
+/// The physical GPUs a `StepClient`'s marks are about, as the steps socket's `gpu` key writes
+/// them (`CUDA_VISIBLE_DEVICES` syntax), by the rule the Monitor chooses its devices with — one
+/// resolver for both: `gpu` when given (`devices=`'s syntax); else with a rank, the rank's
+/// entry of `CUDA_VISIBLE_DEVICES` (GPU `rank` when it is unset); without one, what
+/// `CUDA_VISIBLE_DEVICES` / `NVIDIA_VISIBLE_DEVICES` make visible. `None`: every GPU (nothing
+/// narrows it). Raises ValueError where the Monitor would.
+#[pyfunction]
+#[pyo3(signature = (rank, gpu=None))]
+pub fn _steps_gpu(rank: Option<u32>, gpu: Option<&Bound<'_, PyAny>>) -> PyResult<Option<String>> {
+    let (_, source) = match gpu {
+        Some(g) => device_arg(g).map_err(|e| rename_arg(e, "devices", "gpu"))?,
+        None => env_devices(rank)?,
+    };
+    if let Some((_, list)) = source {
+        return Ok(Some(list));
+    }
+    // No rank: env_devices names no source, as the Monitor then watches every visible GPU.
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok().or_else(|| std::env::var("NVIDIA_VISIBLE_DEVICES").ok());
+    Ok(visible.filter(|v| gpu.is_none() && !DeviceFilter::parse(v).is_ok_and(|f| f.is_all())))
+}
+
+/// `e`'s message with the argument `from` named `to` (a shared check, another argument's name).
+fn rename_arg(e: PyErr, from: &str, to: &str) -> PyErr {
+    Python::attach(|py| {
+        let message = e.value(py).to_string();
+        let renamed = message.strip_prefix(from).map_or(message.clone(), |rest| format!("{to}{rest}"));
+        if e.is_instance_of::<pyo3::exceptions::PyTypeError>(py) {
+            pyo3::exceptions::PyTypeError::new_err(renamed)
+        } else {
+            err(renamed)
+        }
+    })
 }
 
 /// Whether a CUDA-style list selects no device at all (`""`, `none`, `void`).

@@ -127,3 +127,31 @@ for n in range(1, 31):
     p = run_python(code, env={"LOCAL_RANK": "", "CUDA_VISIBLE_DEVICES": ""})
     assert p.returncode == 0, p.stderr
     assert sorted(_gpu_steps(job).get("0", [])) == list(range(1, 31))
+
+
+@pytest.mark.skipif(not URL, reason="needs scripts/test.sh (InfluxDB: GPUMON_TEST_INFLUXDB_URL unset)")
+def test_sigterm_reports_every_marked_step_then_terminates_by_sigterm(no_rank_env):
+    """Slurm, Kubernetes and torchrun stop workers with SIGTERM, whose default action skips
+    ``atexit``: the open Monitor still reports the steps since its last tick, and the process
+    still ends by SIGTERM."""
+    import signal
+
+    from conftest import run_python
+
+    job = "py-sigterm-" + uuid.uuid4().hex[:12]
+    code = f"""
+import os, signal, time, gpumon
+m = gpumon.Monitor(backend="mock", interval="1s", influx_url={URL!r}, influx_db={DB!r}, job={job!r},
+                   rank=0, devices=[0])
+for n in range(1, 26):
+    time.sleep(0.1)
+    m.step(n)
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(30)
+print("still running")
+"""
+    p = run_python(code, env={"LOCAL_RANK": "", "CUDA_VISIBLE_DEVICES": ""})
+    assert p.returncode == -signal.SIGTERM, (p.returncode, p.stdout, p.stderr)
+    assert "still running" not in p.stdout
+    # Steps 20-25 were marked after the last tick: only the close on SIGTERM reports them.
+    assert sorted(_gpu_steps(job).get("0", [])) == list(range(1, 26))

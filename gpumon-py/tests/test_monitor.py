@@ -1,6 +1,7 @@
 """Monitor on the mock backend: snapshot values, steps on the Prometheus endpoint, bad input."""
 
 import ctypes.util
+import re
 import time
 
 import pytest
@@ -226,6 +227,7 @@ def test_a_port_in_use_raises_gpumon_error(no_rank_env):
         (dict(interval=-1), "interval"),
         (dict(prometheus_listen="localhost"), "prometheus_listen"),
         (dict(influx_db="gpumon"), "influx_db: given without influx_url"),
+        (dict(influx_url="http://127.0.0.1:18086"), "^influx_db: required with influx_url `http://127.0.0.1:18086`"),
         (dict(devices="zero"), "devices"),
         (dict(devices=[]), "devices"),
         (dict(rank=-1), "rank"),
@@ -237,8 +239,11 @@ def test_a_port_in_use_raises_gpumon_error(no_rank_env):
 )
 def test_bad_arguments_raise_value_error(no_rank_env, kwargs, match):
     kwargs.setdefault("backend", "mock")
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError, match=match) as e:
         gpumon.Monitor(**kwargs)
+    # Every message names the Monitor's own arguments, never a key of the agent's config file
+    # that the Monitor has no argument for.
+    assert not re.search(r"`(bucket|org|token|db)`", str(e.value)), e.value
 
 
 @pytest.mark.parametrize(
@@ -335,3 +340,16 @@ def test_mock_data_is_marked_on_every_series(no_rank_env):
         text = wait_for("a scrape with GPU series", lambda: (t := scrape(m.prometheus_address)) and "gpumon_gpu" in t and t)
         gpu_lines = [l for l in text.splitlines() if l.startswith("gpumon_gpu")]
         assert gpu_lines and all('backend="mock"' in l for l in gpu_lines)
+
+
+@pytest.mark.skipif(not NO_NVML, reason="this machine has libnvidia-ml: the no-NVML rule cannot be seen")
+def test_without_nvml_an_exporting_monitor_flushes_and_says_why_it_has_no_snapshot(no_rank_env):
+    # backend="auto" with a sink and no NVML: gpumon_up 0, NVML retried. flush() flushes the
+    # sinks and does not raise for the missing GPU data; snapshot() has none to give.
+    with gpumon.Monitor(prometheus_listen="127.0.0.1:0", interval="100ms") as m:
+        assert m.backend == "nvml"
+        m.step(1)
+        m.flush()
+        with pytest.raises(gpumon.GpumonError, match=r"snapshot: no GPU data: .*gpumon_up 0 and retries NVML"):
+            m.snapshot()
+        assert [v for _, v in series(scrape(m.prometheus_address), "gpumon_up")] == [0.0]

@@ -246,3 +246,60 @@ print(json.dumps({"outcome": outcome, "closed": m.closed, "seconds": time.monoto
     assert result["outcome"] == "KeyboardInterrupt", result
     # close() finished its work (the 5 s bound on a sink that never answers) before raising.
     assert result["closed"] and result["seconds"] >= 2, result
+
+
+def test_sigterm_disposition_while_a_monitor_is_open():
+    """The Monitor takes SIGTERM only over the default disposition and gives it back when the
+    last such Monitor closes; a program's own handler, SIG_IGN and handle_sigterm=False are left
+    alone."""
+    code = """
+import signal, gpumon
+get = lambda: signal.getsignal(signal.SIGTERM)
+a = gpumon.Monitor(backend="mock", devices="0")
+b = gpumon.Monitor(backend="mock", devices="1")
+taken = get()
+assert taken is not signal.SIG_DFL and callable(taken), taken
+a.close()
+assert get() is taken, "b is still open"
+b.close()
+assert get() is signal.SIG_DFL, get()
+with gpumon.Monitor(backend="mock", devices="0", handle_sigterm=False):
+    assert get() is signal.SIG_DFL
+def mine(signum, frame):
+    pass
+signal.signal(signal.SIGTERM, mine)
+with gpumon.Monitor(backend="mock", devices="0"):
+    assert get() is mine
+assert get() is mine
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+with gpumon.Monitor(backend="mock", devices="0"):
+    assert get() is signal.SIG_IGN
+print("ok")
+"""
+    p = _run(code, **CLEAN_ENV)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
+def test_sigterm_ends_the_process_by_sigterm_and_closes_the_monitor():
+    """Without a server: the close runs (its log says so) and the exit status is SIGTERM's —
+    also for a Monitor opted out (no close), and for a program's own handler (which decides)."""
+    import signal
+
+    template = """
+import logging, os, signal, sys, time, gpumon
+logging.basicConfig(level=logging.DEBUG, stream=sys.stderr, format="LOG %(message)s")
+m = gpumon.Monitor(backend="mock", interval="100ms", devices="0", {args})
+m.step(1)
+{before}
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(5)
+print("after", m.closed)
+"""
+    p = _run(template.format(args="", before=""), **CLEAN_ENV)
+    assert p.returncode == -signal.SIGTERM, (p.returncode, p.stderr)
+    assert "monitor closed" in p.stderr and "after" not in p.stdout
+    p = _run(template.format(args="handle_sigterm=False", before=""), **CLEAN_ENV)
+    assert p.returncode == -signal.SIGTERM and "monitor closed" not in p.stderr, (p.returncode, p.stderr)
+    own = "signal.signal(signal.SIGTERM, lambda *a: print('mine', flush=True))"
+    p = _run(template.format(args="", before=own), **CLEAN_ENV)
+    assert p.returncode == 0 and p.stdout.split() == ["mine", "after", "False"], (p.returncode, p.stdout, p.stderr)

@@ -209,3 +209,90 @@ def test_marks_pending_at_exit_are_written_out_or_counted(tmp_path):
     assert steps == sorted(steps) and len(set(steps)) == len(steps)
     # Marks queued in the client when the loop ended reached the agent after it exited.
     assert len(steps) + dropped_before_exit == n, (len(steps), dropped_before_exit)
+
+
+def _first_line(path, make_client):
+    """The first line a client made by ``make_client(path)`` sends, read on a socket of our own."""
+    import socket as _socket
+
+    with _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM) as server:
+        server.bind(str(path))
+        server.listen(1)
+        client = make_client(path)
+        client.step(1)
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(5)
+            data = b""
+            while not data.endswith(b"\n"):
+                data += conn.recv(4096)
+        client.close()
+    os.unlink(path)
+    return client, json.loads(data)
+
+
+@pytest.mark.parametrize(
+    "env, kwargs, gpu",
+    [
+        # torch.cuda.set_device(local_rank) drives entry `rank` of CUDA_VISIBLE_DEVICES.
+        ({"CUDA_VISIBLE_DEVICES": "4,5"}, dict(rank=1), "5"),
+        ({"CUDA_VISIBLE_DEVICES": "4,5", "LOCAL_RANK": "0"}, {}, "4"),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-aaaa,MIG-bbbb"}, dict(rank=1), "MIG-bbbb"),
+        # A launcher that gives each rank its one GPU.
+        ({"CUDA_VISIBLE_DEVICES": "6"}, dict(rank=3), "6"),
+        # Unset: GPU `rank`, as the Monitor.
+        ({}, dict(rank=2), "2"),
+        # No rank: what the environment makes visible; nothing narrows it: no key.
+        ({"CUDA_VISIBLE_DEVICES": "4,5"}, {}, "4,5"),
+        ({}, {}, None),
+        # Given: the Monitor's devices= syntax.
+        ({"CUDA_VISIBLE_DEVICES": "4,5"}, dict(rank=1, gpu=[0, "GPU-cc"]), "0,GPU-cc"),
+        ({"CUDA_VISIBLE_DEVICES": "4,5"}, dict(rank=1, gpu="all"), None),
+    ],
+)
+def test_marks_name_the_physical_gpu_the_monitor_would_watch(tmp_path, no_rank_env, monkeypatch, env, kwargs, gpu):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    client, line = _first_line(tmp_path / "s.sock", lambda p: gpumon.StepClient(p, job="j", **kwargs))
+    assert client.gpu == line.get("gpu") == gpu
+    assert line["step"] == 1
+    if "rank" in kwargs and "gpu" not in kwargs:
+        # One resolver: the Monitor of that rank watches the GPU the marks name.
+        m = gpumon.Monitor(backend="mock", rank=kwargs["rank"]) if gpu and gpu[0].isdigit() else None
+        if m is not None:
+            with m:
+                assert [d["info"]["index"] for d in m.snapshot()["devices"]] == [int(gpu)]
+
+
+def test_an_environment_without_the_ranks_gpu_names_none_and_says_so(tmp_path, no_rank_env, monkeypatch, caplog):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    with pytest.raises(ValueError) as monitor_error:
+        gpumon.Monitor(backend="mock", rank=3)
+    with caplog.at_level("WARNING", logger="gpumon"):
+        client, line = _first_line(tmp_path / "s.sock", lambda p: gpumon.StepClient(p, rank=3))
+    # Steps still counted; no GPU's figures: attributing them to GPU 3 would be wrong.
+    assert line["gpu"] == client.gpu == "none"
+    assert str(monitor_error.value) in caplog.text
+    with pytest.raises(ValueError, match="^gpu: "):
+        gpumon.StepClient(tmp_path / "s.sock", rank=0, gpu="four")
+
+
+def test_under_cuda_visible_devices_the_agent_gives_each_rank_its_own_gpu(agent, no_rank_env, monkeypatch):
+    """Ranks 0 and 1 under CUDA_VISIBLE_DEVICES=4,5 drive GPUs 4 and 5: the agent's per-GPU step
+    figures for them are those GPUs', not GPUs 0 and 1 (nor all eight)."""
+    sock, addr = agent
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    clients = [gpumon.StepClient(sock, job="cvd", rank=r) for r in range(2)]
+    for n in range(1, 8):
+        time.sleep(0.12)
+        for c in clients:
+            c.step(n)
+
+    def figures():
+        got = [(l["rank"], l["gpu"]) for l, _ in series(scrape(addr), "gpumon_step_utilization_ratio")
+               if l.get("job") == "cvd"]
+        return sorted(got) if {r for r, _ in got} == {"0", "1"} else None
+
+    assert wait_for("both ranks' step figures", figures) == [("0", "4"), ("1", "5")]
+    for c in clients:
+        c.close()

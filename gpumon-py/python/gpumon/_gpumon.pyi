@@ -30,6 +30,9 @@ class Monitor:
     "h100x8"), mock_scenario: the mock's fleet and script. devices: "0,2", [0, 2], UUIDs, "all";
     default: the rank's own GPU (LOCAL_RANK, CUDA_VISIBLE_DEVICES), else every visible GPU.
     job (default "train") and rank (default LOCAL_RANK): the labels of step marks.
+    handle_sigterm (default True): while the Monitor is open, a SIGTERM whose disposition is the
+    default closes the open Monitors (every marked step reaches the sinks), then ends the process
+    by SIGTERM; a handler of the program's own is left alone (call close() in it).
     Bad arguments raise ValueError (or TypeError) naming the argument.
     """
 
@@ -46,6 +49,7 @@ class Monitor:
         devices: Union[str, int, Sequence[Union[int, str]], None] = None,
         job: Optional[str] = None,
         rank: Optional[int] = None,
+        handle_sigterm: bool = True,
     ) -> None: ...
     def step(self, n: int) -> None:
         """Marks the end of step n (the last completed step); keeps the GIL (lock-free hand-off).
@@ -53,7 +57,11 @@ class Monitor:
         included); ValueError when n is negative, above 2**64 - 2 or not above the last step."""
     def snapshot(self) -> Dict[str, Any]:
         """The latest snapshot: {"seq", "taken_at", "system", "devices": [...], "steps"?}.
-        Releases the GIL."""
+        Releases the GIL. GpumonError while no sample has succeeded (degraded mode: no NVML)."""
+    def flush(self, timeout: Union[str, float, None] = None) -> None:
+        """Reports every step marked so far and waits (default 5 s) for every sink to export
+        and flush. GpumonError when closed, when the sample failed (not for the missing NVML
+        of backend="auto"'s degraded mode) or when a sink did not finish in time."""
     def close(self) -> None:
         """Stops the agent, flushing the sinks (up to 5 s). Releases the GIL. Idempotent. A
         Ctrl-C meanwhile raises KeyboardInterrupt once the close has finished."""
@@ -79,5 +87,8 @@ class Monitor:
 def _atexit() -> None: ...
 def _check_run(job: str, rank: Optional[int]) -> "tuple[str, Optional[int]]":
     """StepClient's job and rank checked as Monitor's are (rank None: LOCAL_RANK)."""
+def _steps_gpu(rank: Optional[int], gpu: Union[None, str, int, Sequence[Union[int, str]]] = None) -> Optional[str]:
+    """The physical GPUs a StepClient's marks are about (CUDA_VISIBLE_DEVICES syntax), by the
+    Monitor's device rule; None: every GPU."""
 def _check_step(n: int) -> int:
     """StepClient.step's n checked as Monitor.step's is."""

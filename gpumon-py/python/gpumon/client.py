@@ -8,9 +8,9 @@ import select
 import socket
 import time
 import weakref
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
-from ._gpumon import DEFAULT_JOB, _check_run, _check_step
+from ._gpumon import DEFAULT_JOB, _check_run, _check_step, _steps_gpu
 
 __all__ = ["StepClient", "STEPS_SOCKET_ENV"]
 
@@ -42,7 +42,15 @@ def _close_all() -> None:
 class StepClient:
     """Sends step marks to ``gpumon-agent --steps-socket PATH`` (a Unix stream socket).
 
-    Each mark is one line, ``{"job": "train", "rank": 0, "step": 42}``. The client keeps one
+    Each mark is one line, ``{"job": "train", "rank": 1, "gpu": "5", "step": 42}``: ``gpu`` is
+    the physical GPU the rank drives, resolved from the environment exactly as ``Monitor`` chooses
+    its GPUs — entry ``rank`` of ``CUDA_VISIBLE_DEVICES`` (``torch.cuda.set_device(local_rank)``'s
+    device; an index, a ``GPU-`` UUID or a ``MIG-`` id as written there), GPU ``rank`` when the
+    variable is unset, and without a rank what ``CUDA_VISIBLE_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES``
+    make visible. The agent attributes the run's steps, their figures and its diagnosis to that
+    GPU; under ``CUDA_VISIBLE_DEVICES=4,5`` rank 1 is GPU 5, not GPU 1. An environment that gives
+    the rank no GPU (``CUDA_VISIBLE_DEVICES=""``, fewer entries than ranks) is logged once and the
+    marks name no GPU (``"gpu": "none"``: steps counted, no GPU's figures). The client keeps one
     connection, never blocks the caller (the socket is non-blocking; marks that cannot be sent
     are dropped and counted in :attr:`dropped`) and reconnects on the next mark after the agent
     restarts. Only bad input raises, and it raises exactly where ``Monitor`` does (the same
@@ -60,6 +68,10 @@ class StepClient:
         which ``gpumon-agent run -- CMD`` sets for CMD).
     :param job: the job name the marks are reported under.
     :param rank: the rank, or ``None`` (default: ``LOCAL_RANK`` from the environment, if set).
+    :param gpu: the physical GPU(s) the marks are about, as ``Monitor``'s ``devices=`` takes them
+        (``5``, ``"GPU-8f1e…"``, ``[4, 5]``, ``"all"`` for none in particular); default: from the
+        environment, as above. Indices are NVML's (``nvidia-smi``'s); inside a container whose
+        GPUs the agent outside sees under other indices, give UUIDs.
     """
 
     def __init__(
@@ -67,6 +79,7 @@ class StepClient:
         path: Optional[Union[str, "os.PathLike[str]"]] = None,
         job: str = DEFAULT_JOB,
         rank: Optional[int] = None,
+        gpu: Union[None, int, str, Sequence[Union[int, str]]] = None,
     ):
         if path is None:
             path = os.environ.get(STEPS_SOCKET_ENV, "").strip()
@@ -77,11 +90,25 @@ class StepClient:
         job, rank = _check_run(job, rank)
         self._job = job
         self._rank = rank
-        # The line without its step: the JSON for job and rank is made once.
-        prefix = json.dumps({"job": job, "rank": rank}, separators=(",", ":"))
+        if gpu is not None:
+            resolved = _steps_gpu(rank, gpu)
+        else:
+            try:
+                resolved = _steps_gpu(rank)
+            except ValueError as e:
+                # A Monitor would refuse to start; a client only loses the GPU attribution, which
+                # must not stop training.
+                _log.warning("StepClient: %s; the marks name no GPU", e)
+                resolved = "none"
+        self._gpu = resolved
+        # The line without its step: the JSON for job, rank and GPU is made once.
+        fields = {"job": job, "rank": rank}
+        if resolved is not None:
+            fields["gpu"] = resolved
+        prefix = json.dumps(fields, separators=(",", ":"))
         self._prefix = prefix[:-1] + ',"step":'
         if len(self._prefix) + 22 > _MAX_LINE:
-            raise ValueError(f"job: too long (a mark must fit in {_MAX_LINE} bytes)")
+            raise ValueError(f"job, gpu: too long (a mark must fit in {_MAX_LINE} bytes)")
         self._sock: Optional[socket.socket] = None
         self._pending = b""
         self._last: Optional[int] = None
@@ -104,6 +131,12 @@ class StepClient:
     def rank(self) -> Optional[int]:
         """The rank marks are reported under."""
         return self._rank
+
+    @property
+    def gpu(self) -> Optional[str]:
+        """The physical GPUs the marks name (``CUDA_VISIBLE_DEVICES`` syntax: ``"5"``,
+        ``"GPU-…"``), or ``None`` when nothing narrows them (every GPU)."""
+        return self._gpu
 
     def step(self, n: int) -> None:
         """Marks the end of training step ``n`` (the last completed step).
@@ -159,7 +192,7 @@ class StepClient:
         self.close()
 
     def __repr__(self) -> str:
-        return f"StepClient(path={self._path!r}, job={self._job!r}, rank={self._rank!r})"
+        return f"StepClient(path={self._path!r}, job={self._job!r}, rank={self._rank!r}, gpu={self._gpu!r})"
 
     def _connect(self) -> Optional[socket.socket]:
         if self._pid != os.getpid():

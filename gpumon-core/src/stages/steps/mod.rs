@@ -78,6 +78,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 #[cfg(doc)]
 use crate::model::Snapshot;
+use crate::DeviceFilter;
 
 #[cfg(feature = "steps-socket")]
 #[cfg_attr(docsrs, doc(cfg(feature = "steps-socket")))]
@@ -230,6 +231,9 @@ struct RunCell {
     first_at: AtomicU64,
     /// Unix nanos of the latest mark.
     at: AtomicU64,
+    /// The GPUs the run's marks named (the steps socket's `gpu` key), `None` when they named
+    /// none: then rank `r` is taken to drive GPU `r`. Changes only when a mark names other GPUs.
+    gpus: Mutex<Option<Arc<DeviceFilter>>>,
 }
 
 impl RunCell {
@@ -276,6 +280,19 @@ impl RunCell {
     /// The first step ever marked on this run.
     fn first(&self) -> Option<u64> {
         self.first.load(Ordering::Acquire).checked_sub(1)
+    }
+
+    /// The GPUs the run's marks named, if any.
+    fn gpus(&self) -> Option<Arc<DeviceFilter>> {
+        self.gpus.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Remembers the GPUs a mark named (a no-op when they are the ones already known).
+    fn name_gpus(&self, gpus: &DeviceFilter) {
+        let mut cur = self.gpus.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cur.as_deref() != Some(gpus) {
+            *cur = Some(Arc::new(gpus.clone()));
+        }
     }
 }
 
@@ -511,6 +528,7 @@ impl StepRegistry {
             first: AtomicU64::new(0),
             first_at: AtomicU64::new(0),
             at: AtomicU64::new(0),
+            gpus: Mutex::new(None),
         });
         runs.push(Arc::clone(&cell));
         self.shared.count.store(runs.len(), Ordering::Release);
@@ -610,6 +628,40 @@ impl StepRegistry {
     /// may.
     pub fn record_from(&self, peer: &Peer, job: &str, rank: Option<u32>, step: u64) -> Result<(), StepError> {
         let cell = self.find_or_create(job, rank, 0, Some(peer))?;
+        cell.mark(step, self.shared.clock.now())
+    }
+
+    /// [`StepRegistry::record_from`] for a mark that names the GPUs its run drives (the steps
+    /// socket's `gpu` key, `CUDA_VISIBLE_DEVICES` syntax): the run's step figures and its
+    /// diagnosis are then those GPUs' ([`Steps::for_gpu`]), whatever its rank. A rank indexes
+    /// the process's `CUDA_VISIBLE_DEVICES`, not the node's GPUs, so a client that knows the
+    /// physical GPU says it. The GPUs are remembered until a mark names others.
+    ///
+    /// ```
+    /// use gpumon_core::steps::{Peer, StepConfig, StepTracker};
+    /// use gpumon_core::DeviceFilter;
+    ///
+    /// let (_tracker, steps) = StepTracker::new(StepConfig::default())?;
+    /// let me = Peer::new(1001, 1001, Some(4242));
+    /// // Rank 1 of a job started with CUDA_VISIBLE_DEVICES=4,5 drives GPU 5.
+    /// steps.record_from_gpus(&me, "train", Some(1), &DeviceFilter::parse("5").unwrap(), 1)?;
+    /// # Ok::<(), gpumon_core::steps::StepError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`StepRegistry::record_from`] (a mark refused for its step still names the GPUs of
+    /// the peer's own run).
+    pub fn record_from_gpus(
+        &self,
+        peer: &Peer,
+        job: &str,
+        rank: Option<u32>,
+        gpus: &DeviceFilter,
+        step: u64,
+    ) -> Result<(), StepError> {
+        let cell = self.find_or_create(job, rank, 0, Some(peer))?;
+        // Named before the mark, so that the tick that reads the mark knows its GPUs.
+        cell.name_gpus(gpus);
         cell.mark(step, self.shared.clock.now())
     }
 
@@ -744,6 +796,13 @@ pub struct RunSteps {
     /// process is one of its own.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub registered_by: Option<Peer>,
+    /// The indices of this snapshot's GPUs that the run's marks named (the steps socket's
+    /// `gpu` key; a MIG instance gives its parent's index): its reported steps carry figures
+    /// for those GPUs only, and [`Steps::for_gpu`] attributes the run to them. `None` when the
+    /// marks named no GPU: rank `r` is then taken to drive GPU `r`, and the reports cover every
+    /// GPU. Empty when the GPUs named are not among the sampled ones.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub gpus: Option<Vec<u32>>,
 }
 
 /// The figures of one reported step.
@@ -823,17 +882,23 @@ impl Steps {
         self.runs.iter().find(|r| r.job == job && r.rank == rank)
     }
 
-    /// The run whose steps GPU `index` (`uuid`) works on: the run whose rank is the GPU's index
-    /// (ranks are *local* ranks, and rank `r` drives GPU `r`, as `torch.cuda.set_device(local_rank)`
-    /// does); else, when only one run is registered, that run (a single training loop — the Python
-    /// `Monitor`, which samples only its rank's own GPUs); else a run without a rank. `None` when
-    /// no run fits: a GPU that no marked loop drives has no steps.
+    /// The run whose steps GPU `index` (`uuid`) works on: the run whose marks named the GPU
+    /// ([`RunSteps::gpus`]: the client resolved its `CUDA_VISIBLE_DEVICES`); else, among the
+    /// runs whose marks named no GPU, the run whose rank is the GPU's index (ranks are *local*
+    /// ranks, and rank `r` drives entry `r` of `CUDA_VISIBLE_DEVICES`, as
+    /// `torch.cuda.set_device(local_rank)` does — GPU `r` when the variable is unset); else,
+    /// when only one run is registered and it named no GPU, that run (a single training loop —
+    /// the Python `Monitor`, which samples only its rank's own GPUs); else such a run without a
+    /// rank. `None` when no run fits: a GPU that no marked loop drives has no steps. A run that
+    /// named GPUs is never taken for another GPU.
     pub fn for_gpu(&self, index: u32) -> Option<&RunSteps> {
+        let unnamed = || self.runs.iter().filter(|r| r.gpus.is_none());
         self.runs
             .iter()
-            .find(|r| r.rank == Some(index))
-            .or_else(|| if self.runs.len() == 1 { self.runs.first() } else { None })
-            .or_else(|| self.runs.iter().find(|r| r.rank.is_none()))
+            .find(|r| r.gpus.as_ref().is_some_and(|g| g.contains(&index)))
+            .or_else(|| unnamed().find(|r| r.rank == Some(index)))
+            .or_else(|| if self.runs.len() == 1 { unnamed().next() } else { None })
+            .or_else(|| unnamed().find(|r| r.rank.is_none()))
     }
 
     /// The mean utilisation of GPU `index` (`uuid`) over the steps its run (see

@@ -11,6 +11,14 @@
 //! - Each line is one UTF-8 JSON object ending in `\n`, at most [`MAX_LINE`] bytes without the
 //!   newline: `{"job":"train","rank":0,"step":42}`. `rank` may be `null` or absent; other keys
 //!   are ignored (room for later additions). Blank lines are ignored.
+//! - `gpu` (optional): the physical GPUs the run drives, as an index (`5`) or a
+//!   `CUDA_VISIBLE_DEVICES`-style string (`"5"`, `"GPU-8f1e…"`, `"MIG-…"`, `"0:1"`, `"4,5"`):
+//!   `{"job":"train","rank":1,"step":42,"gpu":"5"}`. The run's step figures and diagnosis are
+//!   then those GPUs' ([`StepRegistry::record_from_gpus`]). Without it, rank `r` is taken to
+//!   drive GPU `r` — wrong under `CUDA_VISIBLE_DEVICES=4,5`, where rank 1 drives GPU 5: a client
+//!   sends `gpu` whenever `CUDA_VISIBLE_DEVICES` is set (the Python `StepClient` does). Indices
+//!   are NVML's (PCI bus order); `"all"` names no GPU in particular; a value that is not that
+//!   syntax makes the line `malformed`.
 //! - Nothing is written back. A client may keep one connection for many steps, and several
 //!   clients may connect at once (at most [`SocketConfig::max_connections`], and at most
 //!   [`SocketConfig::max_connections_per_uid`] of one Unix user; a connection past either is
@@ -70,6 +78,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::{UnixListener, UnixStream};
 
 use super::{Peer, Rejection, StepError, StepRegistry};
+use crate::{DeviceFilter, DeviceSelector, FilterParseError};
 
 /// Longest line accepted, in bytes, without its newline.
 pub const MAX_LINE: usize = 1024;
@@ -388,6 +397,28 @@ struct Mark<'a> {
     #[serde(default)]
     rank: Option<u32>,
     step: u64,
+    #[serde(default, borrow)]
+    gpu: Option<GpuKey<'a>>,
+}
+
+/// The `gpu` key: the GPUs the run drives, an index or a `CUDA_VISIBLE_DEVICES`-style list.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum GpuKey<'a> {
+    Index(u32),
+    List(#[serde(borrow)] std::borrow::Cow<'a, str>),
+}
+
+impl GpuKey<'_> {
+    /// The GPUs named; `None` for `"all"` (no GPU in particular), `Err` for a list that is not
+    /// `CUDA_VISIBLE_DEVICES` syntax.
+    fn filter(&self) -> Result<Option<DeviceFilter>, FilterParseError> {
+        let filter = match self {
+            GpuKey::Index(i) => DeviceFilter::only([DeviceSelector::Index(*i)]),
+            GpuKey::List(list) => DeviceFilter::parse(list)?,
+        };
+        Ok((!filter.is_all()).then_some(filter))
+    }
 }
 
 /// One line from `peer`: parse and record, or count why not. The first refusal of a
@@ -402,7 +433,15 @@ pub(crate) fn handle_line(line: &[u8], registry: &StepRegistry, peer: &Peer, log
         registry.reject(Rejection::Malformed);
         return;
     };
-    let Err(e) = registry.record_from(peer, &mark.job, mark.rank, mark.step) else { return };
+    let recorded = match mark.gpu.as_ref().map(GpuKey::filter).transpose().map(Option::flatten) {
+        Ok(Some(gpus)) => registry.record_from_gpus(peer, &mark.job, mark.rank, &gpus, mark.step),
+        Ok(None) => registry.record_from(peer, &mark.job, mark.rank, mark.step),
+        Err(_) => {
+            registry.reject(Rejection::Malformed);
+            return;
+        }
+    };
+    let Err(e) = recorded else { return };
     let reason = match e {
         StepError::NotOwner { .. } => Rejection::NotOwner,
         _ => Rejection::Refused,

@@ -558,3 +558,91 @@ fn a_tenant_sees_the_runs_its_own_processes_registered() {
     let nobody: crate::attribution::TenantSelector = "user=1003".parse().unwrap();
     assert!(snapshot.scoped_to(&nobody).output::<Steps>().is_none());
 }
+
+/// Eight GPUs (index `i`, UUID `GPU-i`) at time `t`: GPUs 0–3 busy at 40 %, 4–7 at 20 %.
+fn eight_gpus(seq: u64, t: u64) -> Snapshot {
+    let devices = (0..8u32)
+        .map(|i| {
+            let mut d = DeviceSample::new(Arc::new(DeviceInfo::new(i, format!("GPU-{i}"), "test")));
+            d.utilization.gpu = Some(if i < 4 { 0.4 } else { 0.2 });
+            d.power.energy_joules = Some(100.0 * seq as f64);
+            d
+        })
+        .collect();
+    Snapshot::new(Arc::new(SystemInfo::new("h", "test")), devices)
+        .with_seq(seq)
+        .with_taken_at(UNIX_EPOCH + Duration::from_nanos(t))
+}
+
+#[cfg(feature = "steps-socket")]
+#[test]
+fn marks_that_name_their_gpu_are_that_gpus_steps() {
+    use super::socket::handle_line;
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let me = peer(1001, 11);
+    let mut logged = false;
+    let mut send = |line: &str| handle_line(line.as_bytes(), &steps, &me, &mut logged);
+    // Ranks 0 and 1 of a job under CUDA_VISIBLE_DEVICES=4,5 (the second says it by UUID), and a
+    // raw client that sends only a rank.
+    let lines = |n: u64| {
+        [
+            format!(r#"{{"job":"ddp","rank":0,"step":{n},"gpu":"4"}}"#),
+            format!(r#"{{"job":"ddp","rank":1,"step":{n},"gpu":"GPU-5"}}"#),
+            format!(r#"{{"job":"old","rank":2,"step":{n}}}"#),
+        ]
+    };
+    for (tick, n) in [(1u64, 1u64), (2, 2), (3, 3)] {
+        lines(n).iter().for_each(|l| send(l));
+        // Socket marks are stamped now: the sample is taken just after them.
+        let mut s = eight_gpus(tick, steps.shared.clock.now() + 1);
+        tracker.process(&mut s);
+        if tick < 3 {
+            continue;
+        }
+        let out = s.output::<Steps>().unwrap();
+        let run = |job: &str, rank: u32| out.run(job, Some(rank)).unwrap();
+        assert_eq!(run("ddp", 0).gpus, Some(vec![4]));
+        assert_eq!(run("ddp", 1).gpus, Some(vec![5]));
+        assert_eq!(run("old", 2).gpus, None, "no gpu key: rank r is GPU r, as before");
+        // The named runs' figures are their own GPU's only (the step's energy is not 8 GPUs').
+        let uuids = |r: &RunSteps| r.reported[0].devices.iter().map(|d| d.uuid.clone()).collect::<Vec<_>>();
+        assert_eq!(uuids(run("ddp", 0)), ["GPU-4"]);
+        assert_eq!(uuids(run("ddp", 1)), ["GPU-5"]);
+        assert_eq!(uuids(run("old", 2)).len(), 8);
+        // GPU 5 is rank 1's; GPUs 0 and 1 (another job's) are none of ddp's; the rank-only run
+        // keeps GPU 2.
+        assert_eq!(out.for_gpu(5).map(|r| (r.job.as_str(), r.rank)), Some(("ddp", Some(1))));
+        assert_eq!(out.for_gpu(4).map(|r| (r.job.as_str(), r.rank)), Some(("ddp", Some(0))));
+        assert!(out.for_gpu(0).is_none() && out.for_gpu(1).is_none());
+        assert_eq!(out.for_gpu(2).map(|r| r.job.as_str()), Some("old"));
+        assert_eq!(out.reported_utilization(5, "GPU-5"), Some(0.2));
+        assert!(out.evidence_for(5, "GPU-5").unwrap().starts_with("step 3 of ddp rank 1 "));
+    }
+    // A gpu value that is not CUDA_VISIBLE_DEVICES syntax: the line is malformed, nothing moves.
+    send(r#"{"job":"ddp","rank":0,"step":9,"gpu":"four"}"#);
+    assert_eq!(steps.shared.rejected[Rejection::Malformed as usize].load(Ordering::Relaxed), 1);
+    assert_eq!(steps.last_step("ddp", Some(0)), Some(3));
+    // "all" names no GPU in particular; an integer is an index.
+    send(r#"{"job":"x","rank":0,"step":1,"gpu":"all"}"#);
+    send(r#"{"job":"y","rank":0,"step":1,"gpu":7}"#);
+    let mut s = eight_gpus(4, steps.shared.clock.now() + 1);
+    tracker.process(&mut s);
+    let out = s.output::<Steps>().unwrap();
+    assert_eq!(
+        (out.run("x", Some(0)).unwrap().gpus.clone(), out.run("y", Some(0)).unwrap().gpus.clone()),
+        (None, Some(vec![7]))
+    );
+}
+
+#[test]
+fn a_run_that_named_its_gpus_is_never_taken_for_another() {
+    let mut named = RunSteps::new("ddp", Some(0));
+    named.gpus = Some(vec![4]);
+    // The only run registered, but it drives GPU 4: GPU 0 has no steps.
+    let steps = Steps { runs: vec![named.clone()], ..Default::default() };
+    assert!(steps.for_gpu(0).is_none());
+    assert_eq!(steps.for_gpu(4).map(|r| r.rank), Some(Some(0)));
+    // Named GPUs come before a rank that happens to equal the index.
+    let steps = Steps { runs: vec![RunSteps::new("other", Some(4)), named], ..Default::default() };
+    assert_eq!(steps.for_gpu(4).map(|r| r.job.as_str()), Some("ddp"));
+}

@@ -229,6 +229,7 @@ impl Processor for StepTracker {
             let stored = run.cell.step.load(Ordering::Acquire);
             let at = run.cell.at.load(Ordering::Acquire);
             let marked = stored.checked_sub(1).filter(|s| run.seen.is_none_or(|seen| *s > seen));
+            let gpus = run.cell.gpus();
             let mut reported = Vec::new();
             let mut completed = 0;
             match marked {
@@ -289,6 +290,15 @@ impl Processor for StepTracker {
                             s += every_n;
                         }
                     }
+                    if let Some(named) = &gpus {
+                        // Figures for the GPUs the run drives only: another job's GPUs are not
+                        // this run's steps (nor its energy).
+                        for report in &mut reported {
+                            report.devices.retain(|d| {
+                                snapshot.devices.iter().any(|s| s.info.uuid == d.uuid && named.allows(&s.info))
+                            });
+                        }
+                    }
                     if let Some(r) = reported.last() {
                         run.last = Some(r.clone());
                     }
@@ -308,6 +318,13 @@ impl Processor for StepTracker {
                 reported,
                 completed,
                 registered_by: run.cell.peer(),
+                gpus: gpus.as_ref().map(|named| {
+                    let mut indices: Vec<u32> =
+                        snapshot.devices.iter().filter(|d| named.allows(&d.info)).map(|d| d.info.index).collect();
+                    indices.sort_unstable();
+                    indices.dedup();
+                    indices
+                }),
             });
         }
         snapshot.outputs.insert(Arc::new(Steps { runs: out, rejected }));
