@@ -68,6 +68,12 @@ pub(crate) struct TickStats {
     /// Busy on every tick of its window while its clocks are held down (thermal, power or
     /// external slowdown): a GPU the others may be waiting for (see [`HostContext::slowed`]).
     pub(crate) slowed_busy: bool,
+    /// Busy on every tick of its window, with no slowdown reason, while every other allocated
+    /// GPU (two at least) goes busy and idle in turn: the one GPU the others wait for at each
+    /// step (another process on it, a larger share of the work), named `straggler`.
+    pub(crate) paces_peers: bool,
+    /// The level is GPM's SM activity: the device reads no utilisation (a MIG instance).
+    pub(crate) level_from_gpm: bool,
 }
 
 /// What the window keeps of one tick: the numbers evidence averages and the multi-tick rules
@@ -143,7 +149,13 @@ impl TickStats {
     pub(crate) fn read(d: &DeviceSample, at: SystemTime, counters: &mut Counters) -> Self {
         let info = &*d.info;
         let hires = d.windows.gpu_utilization;
-        let util = d.utilization.gpu;
+        // NVML reads no utilisation for a MIG instance (nor for a GPU sampled without it); GPM's
+        // SM activity, where there is GPM (Hopper and later, MIG instances included), is the
+        // level then. It reads at or below utilisation (the share of SMs busy, not whether any
+        // kernel runs): an idle instance reads idle either way, and a busy one reads busy or
+        // less — no rule raises on it what utilisation would not have.
+        let level_from_gpm = d.utilization.gpu.is_none() && hires.is_none() && d.gpm.sm_activity.is_some();
+        let util = if level_from_gpm { d.gpm.sm_activity } else { d.utilization.gpu };
         let link = match (d.pcie.link_generation, d.pcie.link_width) {
             (Some(g), Some(w)) => lane_bytes_per_second(g).map(|b| b * f64::from(w)),
             _ => None,
@@ -214,6 +226,8 @@ impl TickStats {
             step_secs: None,
             driver_period: None,
             slowed_busy: false,
+            paces_peers: false,
+            level_from_gpm,
         }
     }
 
@@ -334,10 +348,11 @@ pub(crate) struct HostContext {
     /// Allocated GPUs with a reading now, and how many of them read busy now.
     pub(crate) readable: usize,
     pub(crate) busy_now: usize,
-    /// Allocated GPUs busy on every tick of their window with their clocks held down
-    /// ([`TickStats::slowed_busy`]). Data-parallel ranks wait at every step for the slowest
-    /// one: while one is slowed and never idle, the others' idle stretches are that wait —
-    /// not their loaders, not pipeline bubbles, not a straggler of their own.
+    /// Allocated GPUs the others wait for: busy on every tick of their window with their clocks
+    /// held down ([`TickStats::slowed_busy`]), or the lone such GPU among cycling peers
+    /// ([`TickStats::paces_peers`]). Data-parallel ranks wait at every step for the slowest
+    /// one: while one is never idle, the others' idle stretches are that wait — not their
+    /// loaders, not pipeline bubbles, not a straggler of their own.
     pub(crate) slowed: usize,
     /// Positions (below 128) of the allocated GPUs that are not busy throughout their window:
     /// those a slowed GPU's evidence names as waiting for it.
@@ -374,7 +389,8 @@ impl HostContext {
     }
 
     /// Whether another allocated GPU than this one (`self_slowed`: this one is
-    /// [`TickStats::slowed_busy`]) is slowed and busy throughout: this GPU waits for it.
+    /// [`TickStats::slowed_busy`] or [`TickStats::paces_peers`]) is busy throughout while the
+    /// others wait for it: this GPU waits for it.
     pub(crate) fn waits_for_slowed_peer(&self, self_slowed: bool) -> bool {
         self.slowed > usize::from(self_slowed)
     }
@@ -447,7 +463,11 @@ pub(crate) fn evaluate(
                     || s.memory_controller.is_some_and(|m| m >= t.memory_bound_min_bandwidth))
         }
         None => false,
-    };
+    } || (s.sm_activity.is_none()
+        // Without GPM, the level stands in for SM activity, and a memory-bound kernel that runs
+        // all the time reads busy: the memory controller, busy nearly all the time, decides.
+        && level.is_some()
+        && s.memory_controller.is_some_and(|m| m >= t.memory_bound_min_controller));
 
     // Starvation is busy and idle in turn. Within one interval when the driver's buffer holds
     // enough samples to show both; across the window's ticks otherwise — whatever the number
@@ -497,7 +517,7 @@ pub(crate) fn evaluate(
         && readings_spread(extremes, s) >= STEP_MIN_SPREAD;
     // Waiting for a slowed peer (see `HostContext::slowed`): the idle stretches and the lower
     // level are the wait at each step, and the slowed GPU's finding names the cause.
-    let waits = host.waits_for_slowed_peer(s.slowed_busy);
+    let waits = host.waits_for_slowed_peer(s.slowed_busy || s.paces_peers);
     let starved =
         allocated && !waits && !staggered && ((cycling && mean.is_some_and(|m| band.contains(&m))) || from_steps);
     let bubbles = allocated && !waits && cycling && staggered && mean.is_some_and(|m| m <= t.bubbles_max_mean);
@@ -515,7 +535,9 @@ pub(crate) fn evaluate(
         && busy_peer.is_none()
         && level.is_some_and(|l| l <= t.idle_level)
         && s.hires_max.is_none_or(|m| m <= t.idle_peak);
-    let straggler = allocated && !waits && !imbalance && !starved && !bubbles && behind_peers;
+    // Behind its peers, or the lone GPU they all wait for (busy throughout while each of them
+    // idles at every step): in both, every synchronous step waits for this one.
+    let straggler = (allocated && !waits && !imbalance && !starved && !bubbles && behind_peers) || s.paces_peers;
 
     let thermal_reason = s.has_reason(ClockEventReasons::SW_THERMAL_SLOWDOWN | ClockEventReasons::HW_THERMAL_SLOWDOWN)
         || (s.has_reason(ClockEventReasons::HW_SLOWDOWN)
@@ -743,7 +765,7 @@ impl Swings {
 
     /// At least a tenth of the ticks low and a tenth high; five ticks at least (fewer show no
     /// pattern).
-    fn busy_and_idle(&self) -> bool {
+    pub(crate) fn busy_and_idle(&self) -> bool {
         if self.n < 5 {
             return false;
         }
@@ -1068,7 +1090,9 @@ pub(crate) fn evidence(
         K::Straggler => {
             pct(&mut out, "utilisation", s.level.get());
             if let Some((index, uuid, level)) = peer {
-                let _ = write!(out, " while its peers run at up to {:.0} % (GPU {index}, {uuid})", level * 100.0);
+                // The GPU its peers wait for is the busiest: its peers' level is the wait's trace.
+                let verb = if now.paces_peers { "and" } else { "while" };
+                let _ = write!(out, " {verb} its peers run at up to {:.0} % (GPU {index}, {uuid})", level * 100.0);
             }
             if let Some(c) = s.sm_clock.get() {
                 let _ = write!(out, ", SM clock {:.0} MHz", c / 1e6);
@@ -1167,6 +1191,19 @@ pub(crate) fn evidence(
                 }
             }
         }
+    }
+    if now.level_from_gpm
+        && matches!(
+            kind,
+            K::DataloaderStarvation
+                | K::PipelineBubbles
+                | K::Straggler
+                | K::Imbalance
+                | K::IdleAllocated
+                | K::PcieBound
+        )
+    {
+        out.push_str("; the level is GPM SM activity (NVML reads no utilisation for this device)");
     }
     if !matches!(kind, K::NearOom | K::HardwareErrors) && secs > 0.0 {
         let _ = write!(out, " (over the last {secs:.0} s)");
