@@ -322,4 +322,26 @@ write("mig-idle-h100", "Two H100s in MIG mode: every instance holds memory and r
        "exact": True})
 write("mig-training-h100", "Two H100s in MIG mode running training on every instance", [TRAIN],
       {"findings": [], "duration_s": 120, "profile": H100_MIG, "exact": True})
+# Look-alikes NVML alone cannot tell from a starving loader, raised as `dataloader_starvation`
+# with advice that names them (docs/diagnosis.md): a regular 5 s evaluation pass every 15 s
+# (idle stretches of seconds: the advice names host phases first), an inference server at
+# 40 % duty (no marked steps: the advice names serving). Next to them, a loader that starves
+# in 1.5 s gaps of 4 s cycles, which must stay raised.
+write("eval-every-15s", "Training at 95 % with a 5 s evaluation pass (GPU at 3 %) every 15 s",
+      [dict(TRAIN, shape="dips", period_s=15.0, dip_s=5.0, idle=0.03)],
+      {"findings": every("dataloader_starvation"), "raise_within_s": 70, "duration_s": 150, "exact": True})
+write("inference-duty40", "An inference server: 0.2 s batches every 0.5 s (40 % busy)",
+      [{"shape": "bursts", "busy_s": 0.2, "idle_s": 0.3, "busy": 0.9, "idle": 0.0, "jitter": 0.3, "memory": 0.5,
+        "memory_controller": 0.2}],
+      {"findings": every("dataloader_starvation"), "raise_within_s": 60, "duration_s": 150, "visible_above_s": 0.2})
+write("starved-duty62-step4p0", "Loader starvation in 4 s cycles: 2.5 s of compute, then a 1.5 s wait",
+      [{"shape": "square", "busy_s": 2.5, "idle_s": 1.5, "jitter": 0.2, "memory": 0.75, "memory_controller": 0.2}],
+      {"findings": every("dataloader_starvation"), "raise_within_s": 60, "duration_s": 150, "visible_above_s": 1.5})
+# A multi-tenant node: GPUs 0-6 run one job at 95 %, GPU 7 holds 12 GiB for someone's paused
+# notebook. Without owners (no attribution) this is `imbalance`, whose advice names the shared
+# node's reading; with owners that differ it is `idle_allocated` (a unit test: the mock has none).
+write("idle-notebook-shared-h100x8", "GPUs 0-6 train at 95 %; GPU 7 holds 12 GiB for a paused notebook",
+      [{"busy": 0.95, "memory": 0.85}, {"gpus": [7], "busy": 0.0, "idle": 0.0, "memory": 0.15}],
+      {"findings": every("imbalance", [7]), "raise_within_s": 40, "duration_s": 120, "profile": "h100x8",
+       "exact": True})
 print(f"{len(WRITTEN)} corpus entries written to {HERE}")

@@ -339,7 +339,12 @@ pub fn limitations(config: &DiagnoseConfig, sampling: &Sampling) -> Vec<Limitati
         add(
             &[K::DataloaderStarvation],
             Severity::Info,
-            format!("busy or idle stretches shorter than the driver's utilisation sampling period ({period}) are averaged away"),
+            format!(
+                "busy or idle stretches shorter than the driver's utilisation sampling period ({period}) are averaged away, \
+                 and stretches not much longer are seen only where a sample falls within them: with steps a whole number \
+                 of periods long, every sample of a GPU falls at the same point of its steps, and only the GPUs whose \
+                 samples catch the idle part are found"
+            ),
             if sampling.step_marks {
                 "step marks are read: the idle share within steps (gpumon_step_utilization_ratio) shows them".into()
             } else {

@@ -602,6 +602,9 @@ impl Processor for Diagnoser {
             if stats.allocated(&t) {
                 if let Some(level) = stats.level {
                     host.offer(level, position);
+                    if level >= t.imbalance_busy {
+                        host.offer_busy_owner(stats.owner);
+                    }
                 }
                 // Busy throughout the window so far and busy now, with its clocks held down.
                 let busy_throughout = track.swings.busy_throughout() && stats.busy_now(&t);
@@ -745,7 +748,7 @@ impl Processor for Diagnoser {
                         Some((d.info.index, d.info.uuid.as_str())),
                         since,
                         evidence,
-                        rules::advice(kind),
+                        rules::advice_for(kind, &track.history, &t),
                     );
                     events.push(FindingEvent {
                         transition: Transition::Raised,

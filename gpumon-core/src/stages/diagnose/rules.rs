@@ -74,6 +74,9 @@ pub(crate) struct TickStats {
     pub(crate) paces_peers: bool,
     /// The level is GPM's SM activity: the device reads no utilisation (a MIG instance).
     pub(crate) level_from_gpm: bool,
+    /// Who runs on the GPU, when processes are sampled with attribution and every process on
+    /// it has the same known owner (a hash of it); `None` otherwise.
+    pub(crate) owner: Option<u64>,
 }
 
 /// What the window keeps of one tick: the numbers evidence averages and the multi-tick rules
@@ -228,6 +231,7 @@ impl TickStats {
             slowed_busy: false,
             paces_peers: false,
             level_from_gpm,
+            owner: sole_owner(d),
         }
     }
 
@@ -322,6 +326,25 @@ impl TickStats {
     }
 }
 
+/// A hash of the owner every process on the GPU shares, when each has a known one (attribution
+/// on); `None` without processes, with an unknown owner, or with several.
+fn sole_owner(d: &DeviceSample) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut owner: Option<&crate::model::Owner> = None;
+    for p in &d.processes {
+        let o = p.owner.as_deref().filter(|o| !o.is_unknown())?;
+        match owner {
+            Some(seen) if seen != o => return None,
+            _ => owner = Some(o),
+        }
+    }
+    owner.map(|o| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        o.hash(&mut h);
+        h.finish()
+    })
+}
+
 /// Bytes per second one PCIe lane carries at generation `generation` (after encoding).
 fn lane_bytes_per_second(generation: u32) -> Option<f64> {
     let gbps = match generation {
@@ -357,6 +380,13 @@ pub(crate) struct HostContext {
     /// Positions (below 128) of the allocated GPUs that are not busy throughout their window:
     /// those a slowed GPU's evidence names as waiting for it.
     pub(crate) not_busy_throughout: u128,
+    /// The owners of the allocated GPUs at or above `imbalance_busy` (up to four distinct
+    /// ones), how many such GPUs had no sole owner, and whether more owners were seen: an idle
+    /// GPU is behind a busy one of *its own job* only when they may share an owner.
+    pub(crate) busy_owners: [u64; 4],
+    pub(crate) busy_owners_n: usize,
+    pub(crate) busy_without_owner: usize,
+    pub(crate) busy_owners_overflow: bool,
 }
 
 impl HostContext {
@@ -393,6 +423,32 @@ impl HostContext {
     /// others wait for it: this GPU waits for it.
     pub(crate) fn waits_for_slowed_peer(&self, self_slowed: bool) -> bool {
         self.slowed > usize::from(self_slowed)
+    }
+
+    /// Notes the owner of a busy allocated GPU (see [`HostContext::busy_owners`]).
+    pub(crate) fn offer_busy_owner(&mut self, owner: Option<u64>) {
+        match owner {
+            None => self.busy_without_owner += 1,
+            Some(o) if self.busy_owners[..self.busy_owners_n].contains(&o) => {}
+            Some(o) if self.busy_owners_n < self.busy_owners.len() => {
+                self.busy_owners[self.busy_owners_n] = o;
+                self.busy_owners_n += 1;
+            }
+            Some(_) => self.busy_owners_overflow = true,
+        }
+    }
+
+    /// Whether a busy GPU may belong to the same job as a GPU owned by `owner`: always, unless
+    /// both owners are known and differ (another user's or container's job on a shared node).
+    pub(crate) fn busy_may_share_job(&self, owner: Option<u64>) -> bool {
+        match owner {
+            None => true,
+            Some(o) => {
+                self.busy_without_owner > 0
+                    || self.busy_owners_overflow
+                    || self.busy_owners[..self.busy_owners_n].contains(&o)
+            }
+        }
     }
 
     /// The busiest allocated GPU other than the one at `position`.
@@ -522,7 +578,12 @@ pub(crate) fn evaluate(
         allocated && !waits && !staggered && ((cycling && mean.is_some_and(|m| band.contains(&m))) || from_steps);
     let bubbles = allocated && !waits && cycling && staggered && mean.is_some_and(|m| m <= t.bubbles_max_mean);
 
-    let busy_peer = host.busiest_other(position).filter(|(l, _)| *l >= t.imbalance_busy);
+    // A busy peer of another owner (attribution on, processes sampled) is another job: an idle
+    // GPU next to it is idle, not behind it.
+    let busy_peer = host
+        .busiest_other(position)
+        .filter(|(l, _)| *l >= t.imbalance_busy)
+        .filter(|_| host.busy_may_share_job(s.owner));
     let imbalance = allocated && level.is_some_and(|l| l <= t.imbalance_idle) && busy_peer.is_some();
     // A job that has not run yet (loading, compiling) gets a grace period; one that ran and
     // stopped, or has held the GPU idle for longer, does not.
@@ -847,6 +908,60 @@ pub(crate) fn severity(kind: FindingKind) -> Severity {
     }
 }
 
+/// Mean length, seconds, of the window's idle stretches (consecutive ticks whose readings were
+/// all near idle: low and not busy), and how many there were; `None` without one. A tick
+/// that reads both idle and busy (a loader's gap within the interval) breaks a stretch, so gaps
+/// between batches shorter than the interval count as none.
+pub(crate) fn idle_stretches(history: &Ring<Past>, t: &Thresholds) -> Option<(f64, usize)> {
+    let (first, last) = (history.first()?, history.last()?);
+    let n = history.iter().count();
+    let span = last.at.duration_since(first.at).ok()?.as_secs_f64();
+    if n < 2 || span <= 0.0 {
+        return None;
+    }
+    let interval = span / (n - 1) as f64;
+    let (mut runs, mut ticks, mut current) = (0usize, 0usize, 0usize);
+    for r in history.iter().map(|h| h.swing(t)) {
+        if r.is_some_and(|r| r.low && !r.high) {
+            current += 1;
+        } else if current > 0 {
+            runs += 1;
+            ticks += current;
+            current = 0;
+        }
+    }
+    if current > 0 {
+        runs += 1;
+        ticks += current;
+    }
+    (runs > 0).then(|| (ticks as f64 * interval / runs as f64, runs))
+}
+
+/// Idle stretches this long or longer (mean over the window) are named as what they most
+/// likely are: a host phase of the loop — in-loop evaluation, RL rollouts on the CPU, a
+/// checkpoint — rather than a loader's gap between batches. 3 s: the corpus' starving loaders
+/// wait 0.1–2.25 s per step; an evaluation pass takes seconds. Both stay `dataloader_starvation`
+/// (a loader that stalls for seconds, loading a shard, reads the same): only the evidence and
+/// the advice change.
+pub(crate) const LONG_IDLE_SECS: f64 = 3.0;
+
+/// The advice for a finding raised on a GPU with `history` as its window: the kind's, or for
+/// `dataloader_starvation` the reading its pattern fits — long idle stretches (a host phase or
+/// a stalling loader), no marked steps (a training loop or a server idling between requests),
+/// marked steps (a training loop whose loader starves it).
+pub(crate) fn advice_for(kind: FindingKind, history: &Ring<Past>, t: &Thresholds) -> &'static str {
+    if kind != FindingKind::DataloaderStarvation {
+        return advice(kind);
+    }
+    if idle_stretches(history, t).is_some_and(|(secs, _)| secs >= LONG_IDLE_SECS) {
+        return "The GPU idles for seconds at a time: if the loop runs an evaluation pass, RL rollouts on the CPU or checkpoints between training steps, that is the idle time (by design; overlap it or move it off the training GPUs if it matters). Otherwise the loader stalls between bursts (e.g. loading the next shard): prefetch it in the background, and raise num_workers.";
+    }
+    if history.iter().any(|h| h.step_level.get().is_some()) {
+        return advice(kind);
+    }
+    "The GPU waits for input: raise the data loader's num_workers, use pinned memory (pin_memory=True) and prefetching, and move decoding/augmentation off the critical path. If this GPU serves requests rather than trains, it idles between requests by design and there is nothing to fix."
+}
+
 /// One sentence of advice per kind (docs/diagnosis.md says more).
 pub(crate) fn advice(kind: FindingKind) -> &'static str {
     use FindingKind as K;
@@ -858,7 +973,7 @@ pub(crate) fn advice(kind: FindingKind) -> &'static str {
             "Kernels wait on memory bandwidth: use fused kernels (e.g. flash attention), mixed precision (bf16/fp16) and larger batches to raise arithmetic intensity."
         }
         K::Imbalance => {
-            "Work is not spread evenly: check the data/model sharding and that every rank gets its share (DistributedSampler, balanced pipeline stages)."
+            "Work is not spread evenly: check the data/model sharding and that every rank gets its share (DistributedSampler, balanced pipeline stages). On a shared node this GPU may instead hold another job idle (a paused notebook, a finished run): check who owns its processes (--enable processes with attribution tells owners apart) and release it."
         }
         K::IdleAllocated => {
             "Memory is held but nothing runs: a stalled or finished job still owns the GPU — check for deadlocked ranks, a paused notebook, or release the device."
@@ -1058,6 +1173,15 @@ pub(crate) fn evidence(
                     t.starvation_peak * 100.0,
                     share(sw.high)
                 );
+            }
+            if let Some((secs, runs)) = idle_stretches(history, t) {
+                let _ = write!(out, ", idle in {runs} stretch(es) of {secs:.1} s on average");
+                if kind == K::DataloaderStarvation && secs >= LONG_IDLE_SECS {
+                    out.push_str(
+                        " — seconds at a time: a host phase (evaluation, rollouts, checkpoints) idles a GPU this way \
+                         by design, as does a loader that stalls",
+                    );
+                }
             }
             if sw.idle_now > 0 {
                 let _ = write!(

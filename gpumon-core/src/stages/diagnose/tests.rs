@@ -1019,3 +1019,72 @@ fn the_lone_busy_gpu_its_cycling_peers_wait_for_is_the_straggler_and_they_are_no
     let expected: Vec<_> = (0..6).map(|g| (Some(g), FindingKind::DataloaderStarvation)).collect();
     assert_eq!(kinds_on(&d), expected);
 }
+
+/// A GPU running one process of the user `uid` (attribution on).
+fn owned(mut d: DeviceSample, uid: u32) -> DeviceSample {
+    let mut p = crate::model::ProcessSample::new(1000 + d.info.index);
+    p.owner = Some(Arc::new(crate::model::Owner { uid: Some(uid), ..Default::default() }));
+    d.processes = vec![p];
+    d
+}
+
+#[test]
+fn an_idle_gpu_of_another_owner_next_to_a_busy_job_is_idle_allocated_not_imbalance() {
+    // GPUs 0-2 run one user's job; GPU 3 holds memory with nothing running.
+    let idle = |uid| {
+        move || {
+            let mut gpus: Vec<DeviceSample> = (0..3).map(|i| owned(busy(i), 1000)).collect();
+            let mut d = busy(3);
+            d.utilization.gpu = Some(0.0);
+            d.windows.gpu_utilization = Some(WindowStats { min: 0.0, max: 0.0, mean: 0.0, count: 6 });
+            d.gpm.sm_activity = Some(0.0);
+            d.memory.used = Some(12 * GIB);
+            gpus.push(owned(d, uid));
+            gpus
+        }
+    };
+    // Another user's (a paused notebook): idle while allocated, and no imbalance claimed.
+    let d = Rig::without_grace().run(12, idle(2000));
+    assert_eq!(kinds_on(&d), [(Some(3), FindingKind::IdleAllocated)]);
+    // The same user's: one job, unevenly spread.
+    let d = Rig::without_grace().run(12, idle(1000));
+    assert_eq!(kinds_on(&d), [(Some(3), FindingKind::Imbalance)]);
+    assert!(d.active[0].advice.contains("another job"), "{}", d.active[0].advice);
+    // Owners unknown (no attribution): imbalance, whose advice names both readings.
+    let d = Rig::without_grace().run(12, || {
+        let mut gpus = idle(2000)();
+        gpus.iter_mut().for_each(|g| g.processes.clear());
+        gpus
+    });
+    assert_eq!(kinds_on(&d), [(Some(3), FindingKind::Imbalance)]);
+}
+
+#[test]
+fn starvation_advice_names_what_else_idles_a_gpu_that_way() {
+    // Across ticks, no high-resolution windows: `period` ticks busy, then `idle` ticks idle.
+    let cycling = |period: u64, idle: u64| {
+        let mut tick = 0u64;
+        move || {
+            tick += 1;
+            let mut d = busy(0);
+            let u = if tick % period < idle { 0.02 } else { 0.95 };
+            d.utilization.gpu = Some(u);
+            d.windows.gpu_utilization = None;
+            d.gpm.sm_activity = Some(u * 0.8);
+            d.utilization.memory = Some(0.2);
+            vec![d]
+        }
+    };
+    let raised = |gen: &mut dyn FnMut() -> Vec<DeviceSample>| {
+        let mut rig = Rig::new(30);
+        (0..90).find_map(|_| first_raise(&rig.step(gen()), FindingKind::DataloaderStarvation).cloned())
+    };
+    // 1 s idle every 2 s (no marked steps): a loader, or a server between requests.
+    let f = raised(&mut cycling(2, 1)).expect("starvation raised");
+    assert!(f.advice.contains("num_workers") && f.advice.contains("serves requests"), "{}", f.advice);
+    assert!(f.evidence.contains("stretch(es) of 1.0 s"), "{}", f.evidence);
+    // 5 s idle every 15 s: a host phase of the loop, or a stalling loader.
+    let f = raised(&mut cycling(15, 5)).expect("starvation raised");
+    assert!(f.advice.contains("evaluation pass") && f.advice.contains("loader stalls"), "{}", f.advice);
+    assert!(f.evidence.contains("seconds at a time"), "{}", f.evidence);
+}
