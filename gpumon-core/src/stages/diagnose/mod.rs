@@ -607,7 +607,11 @@ impl Processor for Diagnoser {
                     }
                 }
                 // Busy throughout the window so far and busy now, with its clocks held down.
-                let busy_throughout = track.swings.busy_throughout() && stats.busy_now(&t);
+                // This tick included, as the rules count it: a GPU its peers wait for is known
+                // by the tick their starvation could first hold (see `MIN_PATTERN_TICKS`).
+                let mut window = track.swings;
+                window.entered(stats.swing(false, &t));
+                let busy_throughout = window.busy_throughout() && stats.busy_now(&t);
                 stats.slowed_busy = busy_throughout && stats.held_down(&t);
                 host.slowed += usize::from(stats.slowed_busy);
                 if !busy_throughout && position < 128 {
@@ -620,7 +624,7 @@ impl Processor for Diagnoser {
                         if !stats.slowed_busy {
                             unslowed_busy = Some(position);
                         }
-                    } else if track.swings.busy_and_idle() {
+                    } else if window.busy_and_idle() {
                         cycling += 1;
                     }
                 }

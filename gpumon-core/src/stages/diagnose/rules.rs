@@ -574,9 +574,16 @@ pub(crate) fn evaluate(
     // Waiting for a slowed peer (see `HostContext::slowed`): the idle stretches and the lower
     // level are the wait at each step, and the slowed GPU's finding names the cause.
     let waits = host.waits_for_slowed_peer(s.slowed_busy || s.paces_peers);
-    let starved =
-        allocated && !waits && !staggered && ((cycling && mean.is_some_and(|m| band.contains(&m))) || from_steps);
-    let bubbles = allocated && !waits && cycling && staggered && mean.is_some_and(|m| m <= t.bubbles_max_mean);
+    // Not before the window holds enough readings to know whether a peer is busy throughout
+    // (what this GPU would be waiting for): a short window would raise first.
+    let judged = all.n >= MIN_PATTERN_TICKS;
+    let starved = allocated
+        && judged
+        && !waits
+        && !staggered
+        && ((cycling && mean.is_some_and(|m| band.contains(&m))) || from_steps);
+    let bubbles =
+        allocated && judged && !waits && cycling && staggered && mean.is_some_and(|m| m <= t.bubbles_max_mean);
 
     // A busy peer of another owner (attribution on, processes sampled) is another job: an idle
     // GPU next to it is idle, not behind it.
@@ -827,7 +834,7 @@ impl Swings {
     /// At least a tenth of the ticks low and a tenth high; five ticks at least (fewer show no
     /// pattern).
     pub(crate) fn busy_and_idle(&self) -> bool {
-        if self.n < 5 {
+        if self.n < MIN_PATTERN_TICKS {
             return false;
         }
         let share = |k: usize| k as f64 / self.n as f64;
@@ -841,7 +848,7 @@ impl Swings {
     /// Busy on every tick of the window: no tick low, nine in ten or more high, and five ticks
     /// at least.
     pub(crate) fn busy_throughout(&self) -> bool {
-        self.n >= 5 && self.low == 0 && self.high * 10 >= self.n * 9
+        self.n >= MIN_PATTERN_TICKS && self.low == 0 && self.high * 10 >= self.n * 9
     }
 
     /// The mean level over the window's ticks.
@@ -861,6 +868,10 @@ impl Swings {
         self.idle_now >= 3 && self.idle_together * 2 < self.idle_now
     }
 }
+
+/// Readings a window needs before it shows a pattern across ticks: busy and idle in turn, busy
+/// throughout ([`super::MIN_WINDOW_TICKS`], the same five).
+const MIN_PATTERN_TICKS: usize = super::MIN_WINDOW_TICKS;
 
 /// How many driver sampling periods a step must span for idle stretches to be told together or
 /// in turn.
@@ -1213,10 +1224,9 @@ pub(crate) fn evidence(
         }
         K::Straggler => {
             pct(&mut out, "utilisation", s.level.get());
-            if let Some((index, uuid, level)) = peer {
-                // The GPU its peers wait for is the busiest: its peers' level is the wait's trace.
-                let verb = if now.paces_peers { "and" } else { "while" };
-                let _ = write!(out, " {verb} its peers run at up to {:.0} % (GPU {index}, {uuid})", level * 100.0);
+            // The GPU its peers wait for is the busiest; the finding names them as waiting instead.
+            if let Some((index, uuid, level)) = peer.filter(|_| !now.paces_peers) {
+                let _ = write!(out, " while its peers run at up to {:.0} % (GPU {index}, {uuid})", level * 100.0);
             }
             if let Some(c) = s.sm_clock.get() {
                 let _ = write!(out, ", SM clock {:.0} MHz", c / 1e6);

@@ -991,7 +991,7 @@ fn the_lone_busy_gpu_its_cycling_peers_wait_for_is_the_straggler_and_they_are_no
                         return busy(i);
                     }
                     let mut d = busy(i);
-                    let u = if tick % 2 == 0 { 0.95 } else { 0.02 };
+                    let u = if tick.is_multiple_of(2) { 0.95 } else { 0.02 };
                     d.utilization.gpu = Some(u);
                     d.windows.gpu_utilization = None;
                     d.gpm.sm_activity = Some(u * 0.8);
@@ -1015,7 +1015,7 @@ fn the_lone_busy_gpu_its_cycling_peers_wait_for_is_the_straggler_and_they_are_no
     // Two busy GPUs next to six cycling ones: another job as likely as a slow rank; the
     // cycling ones starve.
     let mut gen = peers_and(8, &[6, 7]);
-    let d = Rig::new(10).run(30, || gen());
+    let d = Rig::new(10).run(30, &mut gen);
     let expected: Vec<_> = (0..6).map(|g| (Some(g), FindingKind::DataloaderStarvation)).collect();
     assert_eq!(kinds_on(&d), expected);
 }
@@ -1087,4 +1087,33 @@ fn starvation_advice_names_what_else_idles_a_gpu_that_way() {
     let f = raised(&mut cycling(15, 5)).expect("starvation raised");
     assert!(f.advice.contains("evaluation pass") && f.advice.contains("loader stalls"), "{}", f.advice);
     assert!(f.evidence.contains("seconds at a time"), "{}", f.evidence);
+}
+
+#[test]
+fn with_a_window_of_few_ticks_the_peers_of_the_gpu_they_wait_for_never_read_as_starving_first() {
+    // A 6-tick window (a 5 s interval, the default 30 s window) and a 5-tick one: the peers'
+    // intervals each hold both busy and idle driver samples, so starvation could hold from the
+    // first tick — before five readings show GPU 2 busy throughout. It must not be raised in
+    // between.
+    for window in [5, 6] {
+        let mut rig = Rig::new(window);
+        let mut straggler = false;
+        for _ in 0..20 {
+            let devices = (0..4)
+                .map(|i| {
+                    if i == 2 {
+                        return busy(i);
+                    }
+                    let mut d = dipping(i);
+                    d.windows.gpu_utilization = Some(WindowStats { min: 0.02, max: 0.97, mean: 0.6, count: 30 });
+                    d.utilization.gpu = Some(0.6);
+                    d
+                })
+                .collect();
+            let d = rig.step(devices);
+            assert!(first_raise(&d, FindingKind::DataloaderStarvation).is_none(), "{:?}", kinds_on(&d));
+            straggler |= first_raise(&d, FindingKind::Straggler).is_some_and(|f| f.gpu == Some(2));
+        }
+        assert!(straggler, "GPU 2 named ({window}-tick window)");
+    }
 }
