@@ -612,6 +612,8 @@ impl Processor for Diagnoser {
                 let mut window = track.swings;
                 window.entered(stats.swing(false, &t));
                 let busy_throughout = window.busy_throughout() && stats.busy_now(&t);
+                stats.pending_busy = window.busy_so_far();
+                host.pending_busy += usize::from(stats.pending_busy);
                 stats.slowed_busy = busy_throughout && stats.held_down(&t);
                 host.slowed += usize::from(stats.slowed_busy);
                 if !busy_throughout && position < 128 {

@@ -74,6 +74,9 @@ pub(crate) struct TickStats {
     pub(crate) paces_peers: bool,
     /// The level is GPM's SM activity: the device reads no utilisation (a MIG instance).
     pub(crate) level_from_gpm: bool,
+    /// Busy on every reading of its window so far, with fewer readings than "busy throughout"
+    /// needs: possibly a GPU its peers wait for (see [`HostContext::pending_busy`]).
+    pub(crate) pending_busy: bool,
     /// Who runs on the GPU, when processes are sampled with attribution and every process on
     /// it has the same known owner (a hash of it); `None` otherwise.
     pub(crate) owner: Option<u64>,
@@ -231,6 +234,7 @@ impl TickStats {
             slowed_busy: false,
             paces_peers: false,
             level_from_gpm,
+            pending_busy: false,
             owner: sole_owner(d),
         }
     }
@@ -387,6 +391,10 @@ pub(crate) struct HostContext {
     pub(crate) busy_owners_n: usize,
     pub(crate) busy_without_owner: usize,
     pub(crate) busy_owners_overflow: bool,
+    /// Allocated GPUs busy on every reading so far, too few readings yet to be "busy
+    /// throughout" ([`TickStats::pending_busy`]): until they have enough, whether the others
+    /// wait for one of them is not known, and starvation and bubbles are not judged on them.
+    pub(crate) pending_busy: usize,
 }
 
 impl HostContext {
@@ -574,9 +582,10 @@ pub(crate) fn evaluate(
     // Waiting for a slowed peer (see `HostContext::slowed`): the idle stretches and the lower
     // level are the wait at each step, and the slowed GPU's finding names the cause.
     let waits = host.waits_for_slowed_peer(s.slowed_busy || s.paces_peers);
-    // Not before the window holds enough readings to know whether a peer is busy throughout
-    // (what this GPU would be waiting for): a short window would raise first.
-    let judged = all.n >= MIN_PATTERN_TICKS;
+    // Not while another GPU is busy on every reading so far but has too few readings to tell
+    // whether it is busy throughout — what this GPU would be waiting for: a short window would
+    // raise starvation before that is known.
+    let judged = host.pending_busy == usize::from(s.pending_busy);
     let starved = allocated
         && judged
         && !waits
@@ -843,6 +852,11 @@ impl Swings {
         // are clearly either. Enough, with the back-and-forth check and the mean's bounds:
         // healthy work never reads idle, and a pause (checkpoint, evaluation) is one cycle.
         share(self.low) >= 0.1 && share(self.high) >= 0.1
+    }
+
+    /// Busy on every reading so far, too few of them yet for [`Swings::busy_throughout`].
+    pub(crate) fn busy_so_far(&self) -> bool {
+        self.n > 0 && self.n < MIN_PATTERN_TICKS && self.low == 0 && self.high == self.n
     }
 
     /// Busy on every tick of the window: no tick low, nine in ten or more high, and five ticks
