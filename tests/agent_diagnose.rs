@@ -152,11 +152,14 @@ fn sigterm_prints_the_report() {
 #[test]
 fn bad_diagnosis_configuration_exits_2_naming_the_key() {
     let dir = TempDir::new("agent-diag-cfg");
-    let cases: [(&str, &[&str], &str); 9] = [
+    let cases: [(&str, &[&str], &str); 11] = [
         ("", &["--interval", "1s", "--diagnose-window", "500ms"], "--diagnose-window"),
         ("[diagnose]\nwindow = \"500ms\"\n", &[], "diagnose.window"),
         ("[diagnose.thresholds]\nstarvation_dip = 1.5\n", &[], "diagnose.thresholds.starvation_dip"),
         ("[diagnose.thresholds]\nstarvation_dip = 0.7\n", &[], "must be below starvation_peak"),
+        // Pairs out of order switch a rule off silently: refused, naming the key.
+        ("[diagnose.thresholds]\nstarvation_min_mean = 0.8\n", &[], "diagnose.thresholds.starvation_min_mean"),
+        ("[diagnose.thresholds]\nidle_level = 0.3\nidle_peak = 0.15\n", &[], "diagnose.thresholds.idle_level"),
         ("[diagnose.thresholds]\nloader_dip = 0.1\n", &[], "diagnose.thresholds.loader_dip"),
         ("[diagnose]\ndisable = [\"imbalanse\"]\n", &[], "diagnose.disable: unknown rule `imbalanse`"),
         ("[diagnose]\nenable = true\n", &[], "enable"),

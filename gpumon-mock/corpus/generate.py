@@ -11,7 +11,7 @@ The files are committed; edit this script (not the files) and run it again. Keys
   onset_s         when the cause starts (default 0)
   cleared_at_s    when the cause ends: the finding must be cleared after it, within clear_within_s
   duration_s      simulated seconds to run
-  profile         the fleet (default a100x4)
+  profile         the fleet (default a100x4): a built-in name, or a file (corpus/profiles/)
   metrics         extra metric families (e.g. ["pcie_throughput"])
   visible_above_s the shortest busy or idle stretch; a driver sampling period longer than it
                   averages the pattern away, and such settings are reported as unsupported
@@ -283,4 +283,65 @@ write("starved-pcie-sampled", "Loader starvation (1 s steps, 40 % busy) with PCI
         "pcie_rx": 0.05}],
       {"findings": every("dataloader_starvation"), "raise_within_s": 60, "duration_s": 150,
        "metrics": ["pcie_throughput"], "visible_above_s": 0.4, "exact": True})
+# One rank slowed with no slowdown reason (another process on GPU 3): busy throughout, while its
+# seven peers compute 0.6 s of each 1 s step and wait 0.4 s for it in lockstep. GPU 3 is named
+# (`straggler`: every step waits for it), its peers are not starving. A 1 s driver averages
+# the peers' steps flat: unsupported there.
+SLOW_RANK_PEERS = {"shape": "square", "busy_s": 0.6, "idle_s": 0.4, "jitter": 0.05, "memory": 0.8,
+                   "memory_controller": 0.3}
+write("slow-rank-busy-h100x8", "GPU 3 busy 98 % with no slowdown reason; its 7 peers wait 0.4 s of each 1 s step",
+      [SLOW_RANK_PEERS, {"gpus": [3], "busy": 0.98, "memory": 0.8, "memory_controller": 0.4}],
+      {"findings": every("straggler", [3]), "raise_within_s": 45, "duration_s": 150, "profile": "h100x8",
+       "visible_above_s": 0.4, "exact": True})
+# Its look-alike: a starving job (GPUs 0-5, 1 s steps, 40 % busy) next to another job busy on
+# GPUs 6-7. Two GPUs busy throughout is not one rank the others wait for: starvation stands.
+write("starved-next-to-busy-job-h100x8", "GPUs 0-5 starve (1 s steps, 40 % busy); GPUs 6-7 run another job at 95 %",
+      [{"gpus": [0, 1, 2, 3, 4, 5], "shape": "square", "busy_s": 0.4, "idle_s": 0.6, "jitter": 0.1, "memory": 0.7,
+        "memory_controller": 0.15},
+       {"gpus": [6, 7], "shape": "steady", "busy": 0.95, "memory": 0.85, "memory_controller": 0.45}],
+      {"findings": every("dataloader_starvation", [0, 1, 2, 3, 4, 5]), "raise_within_s": 60, "duration_s": 150,
+       "profile": "h100x8", "visible_above_s": 0.4, "exact": True})
+# Memory-bound kernels that run all the time (utilisation 97 %, memory controller 85 %): on
+# H100s GPM's SM activity (30 %) and DRAM bandwidth show it; on A100s, without GPM, the level
+# stands in for SM activity and reads busy, and the memory controller busy nearly all the time
+# decides. Its look-alike: memory-heavy but compute-bound training (controller at 70 %).
+MEMBOUND_BUSY = {"busy": 0.97, "memory": 0.8, "memory_controller": 0.85, "sm_activity": 0.3, "dram": 0.88}
+write("memory-bound-busy-a100", "Memory-bound kernels running all the time on A100s (no GPM): controller 85 %",
+      [MEMBOUND_BUSY], {"findings": every("memory_bound"), "raise_within_s": 40, "duration_s": 120, "exact": True})
+write("memory-bound-busy-h100x8", "Memory-bound kernels running all the time on H100s: SM activity 30 %, DRAM 88 %",
+      [MEMBOUND_BUSY], {"findings": every("memory_bound"), "raise_within_s": 40, "duration_s": 120,
+                        "profile": "h100x8", "exact": True})
+write("training-memory-heavy-a100", "Compute-bound training on A100s (no GPM) with the memory controller at 70 %",
+      [dict(TRAIN, memory_controller=0.7)], {"findings": [], "duration_s": 120, "exact": True})
+# MIG instances (no utilisation from NVML): on H100, GPM's SM activity is the level. Instances
+# holding memory with nothing running are idle while allocated; busy ones are not.
+H100_MIG = "corpus/profiles/h100x2-mig.toml"
+write("mig-idle-h100", "Two H100s in MIG mode: every instance holds memory and runs nothing",
+      [{"busy": 0.0, "idle": 0.0, "memory": 0.5}],
+      {"findings": every("idle_allocated"), "raise_within_s": 100, "duration_s": 150, "profile": H100_MIG,
+       "exact": True})
+write("mig-training-h100", "Two H100s in MIG mode running training on every instance", [TRAIN],
+      {"findings": [], "duration_s": 120, "profile": H100_MIG, "exact": True})
+# Look-alikes NVML alone cannot tell from a starving loader, raised as `dataloader_starvation`
+# with advice that names them (docs/diagnosis.md): a regular 5 s evaluation pass every 15 s
+# (idle stretches of seconds: the advice names host phases first), an inference server at
+# 40 % duty (no marked steps: the advice names serving). Next to them, a loader that starves
+# in 1.5 s gaps of 4 s cycles, which must stay raised.
+write("eval-every-15s", "Training at 95 % with a 5 s evaluation pass (GPU at 3 %) every 15 s",
+      [dict(TRAIN, shape="dips", period_s=15.0, dip_s=5.0, idle=0.03)],
+      {"findings": every("dataloader_starvation"), "raise_within_s": 70, "duration_s": 150, "exact": True})
+write("inference-duty40", "An inference server: 0.2 s batches every 0.5 s (40 % busy)",
+      [{"shape": "bursts", "busy_s": 0.2, "idle_s": 0.3, "busy": 0.9, "idle": 0.0, "jitter": 0.3, "memory": 0.5,
+        "memory_controller": 0.2}],
+      {"findings": every("dataloader_starvation"), "raise_within_s": 60, "duration_s": 150, "visible_above_s": 0.2})
+write("starved-duty62-step4p0", "Loader starvation in 4 s cycles: 2.5 s of compute, then a 1.5 s wait",
+      [{"shape": "square", "busy_s": 2.5, "idle_s": 1.5, "jitter": 0.2, "memory": 0.75, "memory_controller": 0.2}],
+      {"findings": every("dataloader_starvation"), "raise_within_s": 60, "duration_s": 150, "visible_above_s": 1.5})
+# A multi-tenant node: GPUs 0-6 run one job at 95 %, GPU 7 holds 12 GiB for someone's paused
+# notebook. Without owners (no attribution) this is `imbalance`, whose advice names the shared
+# node's reading; with owners that differ it is `idle_allocated` (a unit test: the mock has none).
+write("idle-notebook-shared-h100x8", "GPUs 0-6 train at 95 %; GPU 7 holds 12 GiB for a paused notebook",
+      [{"busy": 0.95, "memory": 0.85}, {"gpus": [7], "busy": 0.0, "idle": 0.0, "memory": 0.15}],
+      {"findings": every("imbalance", [7]), "raise_within_s": 40, "duration_s": 120, "profile": "h100x8",
+       "exact": True})
 print(f"{len(WRITTEN)} corpus entries written to {HERE}")

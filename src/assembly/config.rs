@@ -228,7 +228,7 @@ pub struct DiagnoseSection {
     /// Whether diagnosis runs (default true).
     pub enabled: Option<bool>,
     /// How long a condition must hold to raise a finding (default
-    /// [`gpumon_core::diagnose::DEFAULT_WINDOW`], or three sampling intervals when longer;
+    /// [`gpumon_core::diagnose::DEFAULT_WINDOW`], or five sampling intervals when longer;
     /// at least one interval, at most [`gpumon_core::diagnose::MAX_WINDOW_TICKS`] of them).
     #[serde(default, with = "gpumon_sinks::duration::opt")]
     pub window: Option<Duration>,

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use gpumon_core::attribution::procfs::{DEFAULT_PASSWD_FILE, DEFAULT_PROC_ROOT};
 use gpumon_core::attribution::{AllocationCache, AttributionConfig, AttributionStats};
-use gpumon_core::diagnose::{limitations, DiagnoseConfig, Diagnoser, Limitation, Sampling, Thresholds, DEFAULT_WINDOW};
+use gpumon_core::diagnose::{
+    limitations, DiagnoseConfig, Diagnoser, Limitation, Sampling, Thresholds, DEFAULT_WINDOW, MIN_WINDOW_TICKS,
+};
 use gpumon_core::report::{ReportHandle, RunReport};
 use gpumon_core::stages::{Service, ServiceError as CoreServiceError};
 use gpumon_core::steps::socket::{SocketConfig, SocketError, StepSocket};
@@ -41,8 +43,9 @@ pub(super) struct DiagnosePlan {
 
 /// Resolves `[diagnose]` against the sampling interval; every error names the key.
 pub(super) fn diagnose(file: &DiagnoseSection, interval: Duration) -> Result<DiagnosePlan, AssemblyError> {
-    // The default spans at least three ticks of a long interval (`--interval 1m` works as is).
-    let window = file.window.unwrap_or_else(|| DEFAULT_WINDOW.max(interval.saturating_mul(3)));
+    // The default spans at least MIN_WINDOW_TICKS ticks of a long interval (`--interval 1m`
+    // works as is, and without the agent's own warning that the cross-tick rules need that many).
+    let window = file.window.unwrap_or_else(|| DEFAULT_WINDOW.max(interval.saturating_mul(MIN_WINDOW_TICKS as u32)));
     let mut cfg = DiagnoseConfig::default().with_window(window);
     cfg = cfg.disable_by_name(file.disable.iter().map(String::as_str))?;
     if let Some(table) = &file.thresholds {
@@ -488,16 +491,25 @@ mod tests {
         assert_eq!(plan.thresholds.imbalance_busy, want.imbalance_busy);
     }
 
-    /// The default window spans three ticks of a long interval: `--interval 1m30s` alone was
-    /// refused for a window (30 s) the user never set. A window the user set is kept, and
-    /// still checked against the interval.
+    /// The default window spans five ticks of a long interval: `--interval 1m30s` alone was
+    /// refused for a window (30 s) the user never set, and three ticks drew the agent's own
+    /// warning that starvation needs five. A window the user set is kept, and still checked
+    /// against the interval.
     #[test]
-    fn the_default_window_spans_at_least_three_intervals() {
+    fn the_default_window_spans_enough_ticks_for_every_rule() {
         let window =
             |s: &DiagnoseSection, secs| diagnose(s, Duration::from_secs(secs)).map(|p| p.config.unwrap().window);
         let default = DiagnoseSection::default();
         assert_eq!(window(&default, 1).unwrap(), DEFAULT_WINDOW);
-        assert_eq!(window(&default, 90).unwrap(), Duration::from_secs(270));
+        assert_eq!(window(&default, 90).unwrap(), Duration::from_secs(450));
+        // No window limitation at any interval with the default window.
+        for secs in [1, 5, 7, 10, 15, 60, 90] {
+            let interval = Duration::from_secs(secs);
+            let config = diagnose(&default, interval).unwrap().config.unwrap();
+            let sampling = Sampling::new(interval, gpumon_core::MetricSet::everything());
+            let found = limitations(&config, &sampling);
+            assert!(found.iter().all(|l| !l.reason.contains("window holds")), "{secs} s: {found:#?}");
+        }
         let set: DiagnoseSection = section("window = \"30s\"\n");
         assert_eq!(window(&set, 10).unwrap(), Duration::from_secs(30));
         assert!(window(&set, 90).unwrap_err().to_string().contains("diagnose.window"));

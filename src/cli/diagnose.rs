@@ -33,7 +33,7 @@ pub struct DiagnoseArgs {
     #[arg(long)]
     pub no_diagnose: bool,
     /// How long a condition must hold to raise a finding, and stop holding to clear it
-    /// (default 30s, or three intervals when longer; at least one interval, at most 36 000).
+    /// (default 30s, or five intervals when longer; at least one interval, at most 36 000).
     #[arg(
         long,
         value_parser = crate::sinks::duration::parse_duration,

@@ -1637,6 +1637,8 @@ mod tests {
         let interval = Duration::from_secs(1);
         let (report, handle) = RunReport::new();
         let mut t = Thresholds::default();
+        // The peak first: the level may not be above it.
+        t.set("idle_peak", 0.25).unwrap();
         t.set("idle_level", 0.2).unwrap();
         let mut report = report.with_thresholds(&t);
         report.attach(&ProcessorContext::new(interval));

@@ -29,13 +29,23 @@ pub struct Sampling {
     devices: Option<usize>,
     driver_period: Option<Duration>,
     step_marks: bool,
+    without_sm_activity: usize,
+    without_level: usize,
 }
 
 impl Sampling {
     /// Sampling every `interval`, the families in `metrics`; the device count and the driver's
     /// sampling period unknown, no step marks.
     pub fn new(interval: Duration, metrics: MetricSet) -> Self {
-        Self { interval, metrics, devices: None, driver_period: None, step_marks: false }
+        Self {
+            interval,
+            metrics,
+            devices: None,
+            driver_period: None,
+            step_marks: false,
+            without_sm_activity: 0,
+            without_level: 0,
+        }
     }
 
     /// The number of GPUs diagnosed, when known (rules that compare GPUs need several).
@@ -57,6 +67,24 @@ impl Sampling {
     #[must_use]
     pub fn step_marks(mut self, on: bool) -> Self {
         self.step_marks = on;
+        self
+    }
+
+    /// How many of the GPUs diagnosed read a level but no GPM SM activity (GPM: Hopper and
+    /// later), when known: `memory_bound` reads the level in its place there (see
+    /// [`limitations`]).
+    #[must_use]
+    pub fn without_sm_activity(mut self, gpus: usize) -> Self {
+        self.without_sm_activity = gpus;
+        self
+    }
+
+    /// How many GPUs held memory with no level to read — neither utilisation nor GPM SM
+    /// activity: MIG instances without GPM, for which NVML reads no utilisation (see
+    /// [`Diagnoser::devices_without_level`](super::Diagnoser::devices_without_level)).
+    #[must_use]
+    pub fn without_level(mut self, gpus: usize) -> Self {
+        self.without_level = gpus;
         self
     }
 
@@ -189,6 +217,43 @@ pub fn limitations(config: &DiagnoseConfig, sampling: &Sampling) -> Vec<Limitati
             "--enable gpm or --enable utilization".into(),
         );
     }
+    // Without GPM the level stands in for SM activity, and utilisation counts any kernel
+    // running: a memory-bound kernel that runs all the time reads busy.
+    let no_sm_activity = if !has(Family::Gpm) {
+        Some("GPM is not sampled".to_owned())
+    } else if sampling.without_sm_activity > 0 {
+        Some(format!("{} GPU(s) read no GPM SM activity (GPM: Hopper and later)", sampling.without_sm_activity))
+    } else {
+        None
+    };
+    if let (Some(why), true) = (no_sm_activity, level) {
+        add(
+            &[K::MemoryBound],
+            Severity::Info,
+            format!(
+                "{why}: a memory-bound kernel that keeps the GPU busy is found only from the memory controller busy on \
+                 ≥ {:.0} % of the time (time busy, not bandwidth)",
+                config.thresholds.memory_bound_min_controller * 100.0
+            ),
+            if has(Family::Gpm) {
+                "confirm memory-bound kernels on those GPUs with a profiler (Nsight Compute's memory throughput)".into()
+            } else {
+                "--enable gpm (Hopper and later); elsewhere confirm with a profiler (Nsight Compute)".into()
+            },
+        );
+    }
+    if sampling.without_level > 0 {
+        add(
+            &[&level_rules[..], &[K::PcieBound]].concat(),
+            Severity::Warning,
+            format!(
+                "{} GPU(s) held memory with no level to judge — MIG instances: NVML reads no utilisation per instance, and \
+                 only Hopper and later have GPM SM activity to stand in",
+                sampling.without_level
+            ),
+            "on Hopper --enable gpm; elsewhere judge the instances by their processes (--enable processes)".into(),
+        );
+    }
     if !has(Family::ClockEvents) {
         add(
             &[K::ThermalThrottling, K::PowerThrottling, K::ExternalSlowdown],
@@ -274,7 +339,12 @@ pub fn limitations(config: &DiagnoseConfig, sampling: &Sampling) -> Vec<Limitati
         add(
             &[K::DataloaderStarvation],
             Severity::Info,
-            format!("busy or idle stretches shorter than the driver's utilisation sampling period ({period}) are averaged away"),
+            format!(
+                "busy or idle stretches shorter than the driver's utilisation sampling period ({period}) are averaged away, \
+                 and stretches not much longer are seen only where a sample falls within them: with steps a whole number \
+                 of periods long, every sample of a GPU falls at the same point of its steps, and only the GPUs whose \
+                 samples catch the idle part are found"
+            ),
             if sampling.step_marks {
                 "step marks are read: the idle share within steps (gpumon_step_utilization_ratio) shows them".into()
             } else {
@@ -439,6 +509,30 @@ mod tests {
         assert!(l.reason.contains("(measured here: 167ms)"), "{l}");
         let l = starvation(base.step_marks(true));
         assert!(l.remedy.starts_with("step marks are read"), "{l}");
+    }
+
+    #[test]
+    fn gpus_without_gpm_or_without_any_level_are_said() {
+        let config = DiagnoseConfig::default();
+        let base = Sampling::new(Duration::from_secs(1), MetricSet::everything()).devices(4);
+        assert!(!has_rule(&limitations(&config, &base), FindingKind::MemoryBound, Severity::Info));
+        // A100s: GPM sampled, none read.
+        let found = limitations(&config, &base.without_sm_activity(4));
+        let l = found.iter().find(|l| l.rules == [FindingKind::MemoryBound]).expect("a memory_bound limitation");
+        assert_eq!(l.severity, Severity::Info);
+        assert!(l.reason.starts_with("4 GPU(s) read no GPM SM activity"), "{l}");
+        assert!(l.reason.contains("busy on ≥ 80 % of the time"), "{l}");
+        // GPM not sampled at all.
+        let found =
+            limitations(&config, &Sampling::new(Duration::from_secs(1), MetricSet::everything().without(Family::Gpm)));
+        let l = found.iter().find(|l| l.rules == [FindingKind::MemoryBound]).expect("a memory_bound limitation");
+        assert!(l.remedy.contains("--enable gpm"), "{l}");
+        // MIG instances with no level: every rule that reads it, as a warning.
+        let found = limitations(&config, &base.without_level(7));
+        let l = found.iter().find(|l| l.reason.contains("no level to judge")).expect("a MIG limitation");
+        assert_eq!(l.severity, Severity::Warning);
+        assert!(l.reason.starts_with("7 GPU(s) held memory"), "{l}");
+        assert!(l.rules.contains(&FindingKind::IdleAllocated) && l.rules.contains(&FindingKind::DataloaderStarvation));
     }
 
     #[test]

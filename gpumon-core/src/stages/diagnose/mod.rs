@@ -157,6 +157,29 @@ macro_rules! thresholds {
                 ordered("starvation_dip", self.starvation_dip, self.starvation_peak, "must be below starvation_peak")?;
                 ordered("imbalance_idle", self.imbalance_idle, self.imbalance_busy, "must be below imbalance_busy")?;
                 ordered("near_oom_clear", self.near_oom_clear, self.near_oom_raise, "must be below near_oom_raise")?;
+                // The pairs that bound one reading from both sides: out of order, the rule can
+                // never hold, and a run would look healthy with it silently off.
+                ordered(
+                    "starvation_min_mean",
+                    self.starvation_min_mean,
+                    self.starvation_max_mean,
+                    "must be below starvation_max_mean",
+                )?;
+                if self.idle_level > self.idle_peak {
+                    return Err(DiagnoseConfigError::Invalid {
+                        key: "thresholds.idle_level".to_owned(),
+                        reason: "must not be above idle_peak (the interval's highest reading is at least its level)"
+                            .to_owned(),
+                    });
+                }
+                // A straggler reads above `imbalance_idle` and `straggler_gap` below peers that
+                // are at most 100 % busy.
+                ordered(
+                    "straggler_gap",
+                    self.straggler_gap,
+                    1.0 - self.imbalance_idle,
+                    "must be below 1 - imbalance_idle (a straggler reads above imbalance_idle and this far below its peers)",
+                )?;
                 Ok(())
             }
         }
@@ -189,6 +212,12 @@ thresholds! {
     /// Memory-bound: DRAM bandwidth (or memory controller) at or above this. 70 %: near the
     /// practical peak of HBM.
     memory_bound_min_bandwidth: 0.70,
+    /// Memory-bound where SM activity is not read (no GPM: before Hopper): the memory
+    /// controller busy at least this share of the time, whatever the utilisation. Utilisation
+    /// counts any kernel running, so a memory-bound kernel that runs all the time reads busy and
+    /// the SM-activity test above cannot see it. 80 %: compute-bound training keeps the
+    /// controller busy well under half the time; streaming kernels keep it busy nearly always.
+    memory_bound_min_controller: 0.80,
     /// Imbalance: this GPU's utilisation at or below this. 25 %.
     imbalance_idle: 0.25,
     /// Imbalance: another allocated GPU's utilisation at or above this. 60 %.
@@ -404,6 +433,12 @@ struct Track {
     /// Driver utilisation samples per tick, averaged over recent ticks (exponentially): the
     /// driver's sampling period is the interval over it.
     driver_samples_per_tick: Option<f64>,
+    /// Allocated at the last tick with no level to judge (a MIG instance without GPM): no rule
+    /// that reads the level can hold on it. Logged once per device.
+    unjudged: bool,
+    unjudged_logged: bool,
+    /// A level was read at the last tick but no GPM SM activity (before Hopper).
+    no_sm_activity: bool,
 }
 
 /// The diagnosis stage. Add it to an agent with
@@ -466,6 +501,22 @@ impl Diagnoser {
         self.raise_at
     }
 
+    /// How many GPUs held memory at the last tick with no level to judge — neither utilisation
+    /// nor GPM SM activity: MIG instances on GPUs without GPM (NVML reads no utilisation per
+    /// instance). No rule that reads the level (starvation, bubbles, imbalance, idle while
+    /// allocated, straggler, PCIe-bound) can hold on them; [`Sampling::without_level`] says so
+    /// in the limitations.
+    pub fn devices_without_level(&self) -> usize {
+        self.tracks.values().filter(|t| t.unjudged && t.seen == self.tick).count()
+    }
+
+    /// How many GPUs read a level at the last tick but no GPM SM activity (GPUs before Hopper):
+    /// `memory_bound` reads the level and the memory controller there
+    /// ([`Sampling::without_sm_activity`] says so in the limitations).
+    pub fn devices_without_sm_activity(&self) -> usize {
+        self.tracks.values().filter(|t| t.no_sm_activity && t.seen == self.tick).count()
+    }
+
     /// The settings.
     pub fn config(&self) -> &DiagnoseConfig {
         &self.config
@@ -506,6 +557,10 @@ impl Processor for Diagnoser {
         // 1. Read every device once; note the busiest allocated GPUs for the comparisons.
         self.scratch.clear();
         let mut host = HostContext::default();
+        // For the lone busy GPU its peers wait for (see `TickStats::paces_peers`): allocated GPUs
+        // with a level, those busy throughout (and the last of them not slowed), those cycling.
+        let (mut with_level, mut busy_throughout_n, mut cycling) = (0usize, 0usize, 0usize);
+        let mut unslowed_busy: Option<usize> = None;
         for (position, d) in snapshot.devices.iter().enumerate() {
             let track = match self.tracks.get_mut(d.info.uuid.as_str()) {
                 Some(track) => track,
@@ -520,6 +575,9 @@ impl Processor for Diagnoser {
                     allocated_ticks: 0,
                     ran: false,
                     driver_samples_per_tick: None,
+                    unjudged: false,
+                    unjudged_logged: false,
+                    no_sm_activity: false,
                 }),
             };
             track.seen = tick;
@@ -535,16 +593,42 @@ impl Processor for Diagnoser {
                 stats.step_level = run.reported_utilization(&d.info.uuid);
                 stats.step_secs = run.last_duration.map(|d| d.as_secs_f64());
             }
+            track.unjudged = stats.allocated(&t) && stats.level.is_none();
+            track.no_sm_activity = stats.level.is_some() && stats.sm_activity.is_none();
+            if track.unjudged && !track.unjudged_logged {
+                track.unjudged_logged = true;
+                tracing_warn_unjudged(&d.info.uuid, d.info.mig.is_some());
+            }
             if stats.allocated(&t) {
                 if let Some(level) = stats.level {
                     host.offer(level, position);
+                    if level >= t.imbalance_busy {
+                        host.offer_busy_owner(stats.owner);
+                    }
                 }
                 // Busy throughout the window so far and busy now, with its clocks held down.
-                let busy_throughout = track.swings.busy_throughout() && stats.busy_now(&t);
+                // This tick included, as the rules count it: a GPU its peers wait for is known
+                // by the tick their starvation could first hold (see `MIN_PATTERN_TICKS`).
+                let mut window = track.swings;
+                window.entered(stats.swing(false, &t));
+                let busy_throughout = window.busy_throughout() && stats.busy_now(&t);
+                stats.pending_busy = window.busy_so_far();
+                host.pending_busy += usize::from(stats.pending_busy);
                 stats.slowed_busy = busy_throughout && stats.held_down(&t);
                 host.slowed += usize::from(stats.slowed_busy);
                 if !busy_throughout && position < 128 {
                     host.not_busy_throughout |= 1 << position;
+                }
+                if stats.level.is_some() {
+                    with_level += 1;
+                    if busy_throughout {
+                        busy_throughout_n += 1;
+                        if !stats.slowed_busy {
+                            unslowed_busy = Some(position);
+                        }
+                    } else if window.busy_and_idle() {
+                        cycling += 1;
+                    }
                 }
                 if stats.util.is_some() {
                     host.readable += 1;
@@ -552,6 +636,16 @@ impl Processor for Diagnoser {
                 }
             }
             self.scratch.push(stats);
+        }
+        // One GPU busy throughout, with no slowdown reason, while every other allocated GPU (two
+        // at least) goes busy and idle in turn: in a synchronous job they wait for it at every
+        // step. Two or more busy GPUs, or a peer that does not cycle, is more than one job's
+        // pattern (a busy job next to a starving one): nothing is inferred then.
+        if let Some(position) = unslowed_busy {
+            if host.slowed == 0 && busy_throughout_n == 1 && with_level >= 3 && cycling == with_level - 1 {
+                self.scratch[position].paces_peers = true;
+                host.slowed += 1;
+            }
         }
 
         // 2. Ask every rule, update the windows, raise and clear.
@@ -612,14 +706,15 @@ impl Processor for Diagnoser {
                     let window = (yes, track.history.iter().count());
                     let mut evidence = rules::evidence(kind, &stats, &track.history, peer, window, &t);
                     // A slowed GPU busy throughout, with peers that are not: they wait for it.
-                    if stats.slowed_busy
+                    let slowed_finding = stats.slowed_busy
                         && matches!(
                             kind,
                             FindingKind::ThermalThrottling
                                 | FindingKind::PowerThrottling
                                 | FindingKind::ExternalSlowdown
-                        )
-                    {
+                        );
+                    let pacing_finding = stats.paces_peers && kind == FindingKind::Straggler;
+                    if slowed_finding || pacing_finding {
                         let waiting: Vec<String> = (0..snapshot.devices.len().min(128))
                             .filter(|&p| p != position && host.not_busy_throughout & (1 << p) != 0)
                             .map(|p| snapshot.devices[p].info.index.to_string())
@@ -632,6 +727,15 @@ impl Processor for Diagnoser {
                                  them meanwhile)",
                                 waiting.join(", ")
                             );
+                            if pacing_finding {
+                                // Nothing on the GPU says why it is slower, and nothing says it
+                                // shares the others' job: both readings, the second's cause.
+                                evidence.push_str(
+                                    "; no slowdown reason is active on it: another process on it, a larger share of \
+                                     the work or a slower link would do this — or it runs a job of its own, and the \
+                                     others idle for a cause of theirs (e.g. starving data loaders)",
+                                );
+                            }
                         }
                     }
                     // With a step tracker before this stage: the step time and the GPU's idle
@@ -650,7 +754,7 @@ impl Processor for Diagnoser {
                         Some((d.info.index, d.info.uuid.as_str())),
                         since,
                         evidence,
-                        rules::advice(kind),
+                        rules::advice_for(kind, &track.history, &t),
                     );
                     events.push(FindingEvent {
                         transition: Transition::Raised,
@@ -736,6 +840,22 @@ fn clears(kind: FindingKind, yes: usize, clear_at: usize) -> bool {
         _ => yes <= clear_at,
     }
 }
+
+#[cfg(feature = "runtime")]
+fn tracing_warn_unjudged(uuid: &str, mig: bool) {
+    let why = if mig {
+        "a MIG instance: NVML reads no utilisation per instance, and it has no GPM"
+    } else {
+        "neither utilisation nor GPM SM activity is read"
+    };
+    tracing::warn!(
+        gpu = uuid,
+        "diagnosis cannot judge this GPU's level ({why}); only memory, clock and error rules apply to it"
+    );
+}
+
+#[cfg(not(feature = "runtime"))]
+fn tracing_warn_unjudged(_: &str, _: bool) {}
 
 #[cfg(feature = "runtime")]
 fn tracing_warn_window(window: Duration, interval: Duration) {

@@ -68,6 +68,18 @@ pub(crate) struct TickStats {
     /// Busy on every tick of its window while its clocks are held down (thermal, power or
     /// external slowdown): a GPU the others may be waiting for (see [`HostContext::slowed`]).
     pub(crate) slowed_busy: bool,
+    /// Busy on every tick of its window, with no slowdown reason, while every other allocated
+    /// GPU (two at least) goes busy and idle in turn: the one GPU the others wait for at each
+    /// step (another process on it, a larger share of the work), named `straggler`.
+    pub(crate) paces_peers: bool,
+    /// The level is GPM's SM activity: the device reads no utilisation (a MIG instance).
+    pub(crate) level_from_gpm: bool,
+    /// Busy on every reading of its window so far, with fewer readings than "busy throughout"
+    /// needs: possibly a GPU its peers wait for (see [`HostContext::pending_busy`]).
+    pub(crate) pending_busy: bool,
+    /// Who runs on the GPU, when processes are sampled with attribution and every process on
+    /// it has the same known owner (a hash of it); `None` otherwise.
+    pub(crate) owner: Option<u64>,
 }
 
 /// What the window keeps of one tick: the numbers evidence averages and the multi-tick rules
@@ -143,7 +155,13 @@ impl TickStats {
     pub(crate) fn read(d: &DeviceSample, at: SystemTime, counters: &mut Counters) -> Self {
         let info = &*d.info;
         let hires = d.windows.gpu_utilization;
-        let util = d.utilization.gpu;
+        // NVML reads no utilisation for a MIG instance (nor for a GPU sampled without it); GPM's
+        // SM activity, where there is GPM (Hopper and later, MIG instances included), is the
+        // level then. It reads at or below utilisation (the share of SMs busy, not whether any
+        // kernel runs): an idle instance reads idle either way, and a busy one reads busy or
+        // less — no rule raises on it what utilisation would not have.
+        let level_from_gpm = d.utilization.gpu.is_none() && hires.is_none() && d.gpm.sm_activity.is_some();
+        let util = if level_from_gpm { d.gpm.sm_activity } else { d.utilization.gpu };
         let link = match (d.pcie.link_generation, d.pcie.link_width) {
             (Some(g), Some(w)) => lane_bytes_per_second(g).map(|b| b * f64::from(w)),
             _ => None,
@@ -214,6 +232,10 @@ impl TickStats {
             step_secs: None,
             driver_period: None,
             slowed_busy: false,
+            paces_peers: false,
+            level_from_gpm,
+            pending_busy: false,
+            owner: sole_owner(d),
         }
     }
 
@@ -308,6 +330,25 @@ impl TickStats {
     }
 }
 
+/// A hash of the owner every process on the GPU shares, when each has a known one (attribution
+/// on); `None` without processes, with an unknown owner, or with several.
+fn sole_owner(d: &DeviceSample) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut owner: Option<&crate::model::Owner> = None;
+    for p in &d.processes {
+        let o = p.owner.as_deref().filter(|o| !o.is_unknown())?;
+        match owner {
+            Some(seen) if seen != o => return None,
+            _ => owner = Some(o),
+        }
+    }
+    owner.map(|o| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        o.hash(&mut h);
+        h.finish()
+    })
+}
+
 /// Bytes per second one PCIe lane carries at generation `generation` (after encoding).
 fn lane_bytes_per_second(generation: u32) -> Option<f64> {
     let gbps = match generation {
@@ -334,14 +375,26 @@ pub(crate) struct HostContext {
     /// Allocated GPUs with a reading now, and how many of them read busy now.
     pub(crate) readable: usize,
     pub(crate) busy_now: usize,
-    /// Allocated GPUs busy on every tick of their window with their clocks held down
-    /// ([`TickStats::slowed_busy`]). Data-parallel ranks wait at every step for the slowest
-    /// one: while one is slowed and never idle, the others' idle stretches are that wait —
-    /// not their loaders, not pipeline bubbles, not a straggler of their own.
+    /// Allocated GPUs the others wait for: busy on every tick of their window with their clocks
+    /// held down ([`TickStats::slowed_busy`]), or the lone such GPU among cycling peers
+    /// ([`TickStats::paces_peers`]). Data-parallel ranks wait at every step for the slowest
+    /// one: while one is never idle, the others' idle stretches are that wait — not their
+    /// loaders, not pipeline bubbles, not a straggler of their own.
     pub(crate) slowed: usize,
     /// Positions (below 128) of the allocated GPUs that are not busy throughout their window:
     /// those a slowed GPU's evidence names as waiting for it.
     pub(crate) not_busy_throughout: u128,
+    /// The owners of the allocated GPUs at or above `imbalance_busy` (up to four distinct
+    /// ones), how many such GPUs had no sole owner, and whether more owners were seen: an idle
+    /// GPU is behind a busy one of *its own job* only when they may share an owner.
+    pub(crate) busy_owners: [u64; 4],
+    pub(crate) busy_owners_n: usize,
+    pub(crate) busy_without_owner: usize,
+    pub(crate) busy_owners_overflow: bool,
+    /// Allocated GPUs busy on every reading so far, too few readings yet to be "busy
+    /// throughout" ([`TickStats::pending_busy`]): until they have enough, whether the others
+    /// wait for one of them is not known, and starvation and bubbles are not judged on them.
+    pub(crate) pending_busy: usize,
 }
 
 impl HostContext {
@@ -374,9 +427,36 @@ impl HostContext {
     }
 
     /// Whether another allocated GPU than this one (`self_slowed`: this one is
-    /// [`TickStats::slowed_busy`]) is slowed and busy throughout: this GPU waits for it.
+    /// [`TickStats::slowed_busy`] or [`TickStats::paces_peers`]) is busy throughout while the
+    /// others wait for it: this GPU waits for it.
     pub(crate) fn waits_for_slowed_peer(&self, self_slowed: bool) -> bool {
         self.slowed > usize::from(self_slowed)
+    }
+
+    /// Notes the owner of a busy allocated GPU (see [`HostContext::busy_owners`]).
+    pub(crate) fn offer_busy_owner(&mut self, owner: Option<u64>) {
+        match owner {
+            None => self.busy_without_owner += 1,
+            Some(o) if self.busy_owners[..self.busy_owners_n].contains(&o) => {}
+            Some(o) if self.busy_owners_n < self.busy_owners.len() => {
+                self.busy_owners[self.busy_owners_n] = o;
+                self.busy_owners_n += 1;
+            }
+            Some(_) => self.busy_owners_overflow = true,
+        }
+    }
+
+    /// Whether a busy GPU may belong to the same job as a GPU owned by `owner`: always, unless
+    /// both owners are known and differ (another user's or container's job on a shared node).
+    pub(crate) fn busy_may_share_job(&self, owner: Option<u64>) -> bool {
+        match owner {
+            None => true,
+            Some(o) => {
+                self.busy_without_owner > 0
+                    || self.busy_owners_overflow
+                    || self.busy_owners[..self.busy_owners_n].contains(&o)
+            }
+        }
     }
 
     /// The busiest allocated GPU other than the one at `position`.
@@ -447,7 +527,11 @@ pub(crate) fn evaluate(
                     || s.memory_controller.is_some_and(|m| m >= t.memory_bound_min_bandwidth))
         }
         None => false,
-    };
+    } || (s.sm_activity.is_none()
+        // Without GPM, the level stands in for SM activity, and a memory-bound kernel that runs
+        // all the time reads busy: the memory controller, busy nearly all the time, decides.
+        && level.is_some()
+        && s.memory_controller.is_some_and(|m| m >= t.memory_bound_min_controller));
 
     // Starvation is busy and idle in turn. Within one interval when the driver's buffer holds
     // enough samples to show both; across the window's ticks otherwise — whatever the number
@@ -497,12 +581,25 @@ pub(crate) fn evaluate(
         && readings_spread(extremes, s) >= STEP_MIN_SPREAD;
     // Waiting for a slowed peer (see `HostContext::slowed`): the idle stretches and the lower
     // level are the wait at each step, and the slowed GPU's finding names the cause.
-    let waits = host.waits_for_slowed_peer(s.slowed_busy);
-    let starved =
-        allocated && !waits && !staggered && ((cycling && mean.is_some_and(|m| band.contains(&m))) || from_steps);
-    let bubbles = allocated && !waits && cycling && staggered && mean.is_some_and(|m| m <= t.bubbles_max_mean);
+    let waits = host.waits_for_slowed_peer(s.slowed_busy || s.paces_peers);
+    // Not while another GPU is busy on every reading so far but has too few readings to tell
+    // whether it is busy throughout — what this GPU would be waiting for: a short window would
+    // raise starvation before that is known.
+    let judged = host.pending_busy == usize::from(s.pending_busy);
+    let starved = allocated
+        && judged
+        && !waits
+        && !staggered
+        && ((cycling && mean.is_some_and(|m| band.contains(&m))) || from_steps);
+    let bubbles =
+        allocated && judged && !waits && cycling && staggered && mean.is_some_and(|m| m <= t.bubbles_max_mean);
 
-    let busy_peer = host.busiest_other(position).filter(|(l, _)| *l >= t.imbalance_busy);
+    // A busy peer of another owner (attribution on, processes sampled) is another job: an idle
+    // GPU next to it is idle, not behind it.
+    let busy_peer = host
+        .busiest_other(position)
+        .filter(|(l, _)| *l >= t.imbalance_busy)
+        .filter(|_| host.busy_may_share_job(s.owner));
     let imbalance = allocated && level.is_some_and(|l| l <= t.imbalance_idle) && busy_peer.is_some();
     // A job that has not run yet (loading, compiling) gets a grace period; one that ran and
     // stopped, or has held the GPU idle for longer, does not.
@@ -515,7 +612,9 @@ pub(crate) fn evaluate(
         && busy_peer.is_none()
         && level.is_some_and(|l| l <= t.idle_level)
         && s.hires_max.is_none_or(|m| m <= t.idle_peak);
-    let straggler = allocated && !waits && !imbalance && !starved && !bubbles && behind_peers;
+    // Behind its peers, or the lone GPU they all wait for (busy throughout while each of them
+    // idles at every step): in both, every synchronous step waits for this one.
+    let straggler = (allocated && !waits && !imbalance && !starved && !bubbles && behind_peers) || s.paces_peers;
 
     let thermal_reason = s.has_reason(ClockEventReasons::SW_THERMAL_SLOWDOWN | ClockEventReasons::HW_THERMAL_SLOWDOWN)
         || (s.has_reason(ClockEventReasons::HW_SLOWDOWN)
@@ -743,8 +842,8 @@ impl Swings {
 
     /// At least a tenth of the ticks low and a tenth high; five ticks at least (fewer show no
     /// pattern).
-    fn busy_and_idle(&self) -> bool {
-        if self.n < 5 {
+    pub(crate) fn busy_and_idle(&self) -> bool {
+        if self.n < MIN_PATTERN_TICKS {
             return false;
         }
         let share = |k: usize| k as f64 / self.n as f64;
@@ -755,10 +854,15 @@ impl Swings {
         share(self.low) >= 0.1 && share(self.high) >= 0.1
     }
 
+    /// Busy on every reading so far, too few of them yet for [`Swings::busy_throughout`].
+    pub(crate) fn busy_so_far(&self) -> bool {
+        self.n > 0 && self.n < MIN_PATTERN_TICKS && self.low == 0 && self.high == self.n
+    }
+
     /// Busy on every tick of the window: no tick low, nine in ten or more high, and five ticks
     /// at least.
     pub(crate) fn busy_throughout(&self) -> bool {
-        self.n >= 5 && self.low == 0 && self.high * 10 >= self.n * 9
+        self.n >= MIN_PATTERN_TICKS && self.low == 0 && self.high * 10 >= self.n * 9
     }
 
     /// The mean level over the window's ticks.
@@ -778,6 +882,10 @@ impl Swings {
         self.idle_now >= 3 && self.idle_together * 2 < self.idle_now
     }
 }
+
+/// Readings a window needs before it shows a pattern across ticks: busy and idle in turn, busy
+/// throughout ([`super::MIN_WINDOW_TICKS`], the same five).
+const MIN_PATTERN_TICKS: usize = super::MIN_WINDOW_TICKS;
 
 /// How many driver sampling periods a step must span for idle stretches to be told together or
 /// in turn.
@@ -825,6 +933,60 @@ pub(crate) fn severity(kind: FindingKind) -> Severity {
     }
 }
 
+/// Mean length, seconds, of the window's idle stretches (consecutive ticks whose readings were
+/// all near idle: low and not busy), and how many there were; `None` without one. A tick
+/// that reads both idle and busy (a loader's gap within the interval) breaks a stretch, so gaps
+/// between batches shorter than the interval count as none.
+pub(crate) fn idle_stretches(history: &Ring<Past>, t: &Thresholds) -> Option<(f64, usize)> {
+    let (first, last) = (history.first()?, history.last()?);
+    let n = history.iter().count();
+    let span = last.at.duration_since(first.at).ok()?.as_secs_f64();
+    if n < 2 || span <= 0.0 {
+        return None;
+    }
+    let interval = span / (n - 1) as f64;
+    let (mut runs, mut ticks, mut current) = (0usize, 0usize, 0usize);
+    for r in history.iter().map(|h| h.swing(t)) {
+        if r.is_some_and(|r| r.low && !r.high) {
+            current += 1;
+        } else if current > 0 {
+            runs += 1;
+            ticks += current;
+            current = 0;
+        }
+    }
+    if current > 0 {
+        runs += 1;
+        ticks += current;
+    }
+    (runs > 0).then(|| (ticks as f64 * interval / runs as f64, runs))
+}
+
+/// Idle stretches this long or longer (mean over the window) are named as what they most
+/// likely are: a host phase of the loop — in-loop evaluation, RL rollouts on the CPU, a
+/// checkpoint — rather than a loader's gap between batches. 3 s: the corpus' starving loaders
+/// wait 0.1–2.25 s per step; an evaluation pass takes seconds. Both stay `dataloader_starvation`
+/// (a loader that stalls for seconds, loading a shard, reads the same): only the evidence and
+/// the advice change.
+pub(crate) const LONG_IDLE_SECS: f64 = 3.0;
+
+/// The advice for a finding raised on a GPU with `history` as its window: the kind's, or for
+/// `dataloader_starvation` the reading its pattern fits — long idle stretches (a host phase or
+/// a stalling loader), no marked steps (a training loop or a server idling between requests),
+/// marked steps (a training loop whose loader starves it).
+pub(crate) fn advice_for(kind: FindingKind, history: &Ring<Past>, t: &Thresholds) -> &'static str {
+    if kind != FindingKind::DataloaderStarvation {
+        return advice(kind);
+    }
+    if idle_stretches(history, t).is_some_and(|(secs, _)| secs >= LONG_IDLE_SECS) {
+        return "The GPU idles for seconds at a time: if the loop runs an evaluation pass, RL rollouts on the CPU or checkpoints between training steps, that is the idle time (by design; overlap it or move it off the training GPUs if it matters). Otherwise the loader stalls between bursts (e.g. loading the next shard): prefetch it in the background, and raise num_workers.";
+    }
+    if history.iter().any(|h| h.step_level.get().is_some()) {
+        return advice(kind);
+    }
+    "The GPU waits for input: raise the data loader's num_workers, use pinned memory (pin_memory=True) and prefetching, and move decoding/augmentation off the critical path. If this GPU serves requests rather than trains, it idles between requests by design and there is nothing to fix."
+}
+
 /// One sentence of advice per kind (docs/diagnosis.md says more).
 pub(crate) fn advice(kind: FindingKind) -> &'static str {
     use FindingKind as K;
@@ -836,7 +998,7 @@ pub(crate) fn advice(kind: FindingKind) -> &'static str {
             "Kernels wait on memory bandwidth: use fused kernels (e.g. flash attention), mixed precision (bf16/fp16) and larger batches to raise arithmetic intensity."
         }
         K::Imbalance => {
-            "Work is not spread evenly: check the data/model sharding and that every rank gets its share (DistributedSampler, balanced pipeline stages)."
+            "Work is not spread evenly: check the data/model sharding and that every rank gets its share (DistributedSampler, balanced pipeline stages). On a shared node this GPU may instead hold another job idle (a paused notebook, a finished run): check who owns its processes (--enable processes with attribution tells owners apart) and release it."
         }
         K::IdleAllocated => {
             "Memory is held but nothing runs: a stalled or finished job still owns the GPU — check for deadlocked ranks, a paused notebook, or release the device."
@@ -1037,6 +1199,15 @@ pub(crate) fn evidence(
                     share(sw.high)
                 );
             }
+            if let Some((secs, runs)) = idle_stretches(history, t) {
+                let _ = write!(out, ", idle in {runs} stretch(es) of {secs:.1} s on average");
+                if kind == K::DataloaderStarvation && secs >= LONG_IDLE_SECS {
+                    out.push_str(
+                        " — seconds at a time: a host phase (evaluation, rollouts, checkpoints) idles a GPU this way \
+                         by design, as does a loader that stalls",
+                    );
+                }
+            }
             if sw.idle_now > 0 {
                 let _ = write!(
                     out,
@@ -1067,7 +1238,8 @@ pub(crate) fn evidence(
         }
         K::Straggler => {
             pct(&mut out, "utilisation", s.level.get());
-            if let Some((index, uuid, level)) = peer {
+            // The GPU its peers wait for is the busiest; the finding names them as waiting instead.
+            if let Some((index, uuid, level)) = peer.filter(|_| !now.paces_peers) {
                 let _ = write!(out, " while its peers run at up to {:.0} % (GPU {index}, {uuid})", level * 100.0);
             }
             if let Some(c) = s.sm_clock.get() {
@@ -1167,6 +1339,19 @@ pub(crate) fn evidence(
                 }
             }
         }
+    }
+    if now.level_from_gpm
+        && matches!(
+            kind,
+            K::DataloaderStarvation
+                | K::PipelineBubbles
+                | K::Straggler
+                | K::Imbalance
+                | K::IdleAllocated
+                | K::PcieBound
+        )
+    {
+        out.push_str("; the level is GPM SM activity (NVML reads no utilisation for this device)");
     }
     if !matches!(kind, K::NearOom | K::HardwareErrors) && secs > 0.0 {
         let _ = write!(out, " (over the last {secs:.0} s)");

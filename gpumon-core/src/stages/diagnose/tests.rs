@@ -475,6 +475,22 @@ fn bad_configuration_names_the_key() {
     let mut t = Thresholds::default();
     let err = t.set("near_oom_clear", 0.97).unwrap_err();
     assert_eq!(err.to_string(), "diagnose.thresholds.near_oom_clear: must be below near_oom_raise");
+    // Every pair that bounds a reading from both sides is checked for order: out of order the
+    // rule could never hold.
+    for (key, value, needle) in [
+        ("starvation_min_mean", 0.8, "must be below starvation_max_mean"),
+        ("starvation_max_mean", 0.1, "must be below starvation_max_mean"),
+        ("idle_level", 0.3, "must not be above idle_peak"),
+        ("idle_peak", 0.01, "must not be above idle_peak"),
+        ("straggler_gap", 0.8, "must be below 1 - imbalance_idle"),
+    ] {
+        let err = Thresholds::default().set(key, value).unwrap_err();
+        assert!(err.to_string().contains(needle), "{key} = {value}: {err}");
+        assert!(err.to_string().starts_with("diagnose.thresholds."), "{err}");
+    }
+    // Equal bounds on the idle pair are a flat reading, still possible.
+    let mut t = Thresholds::default();
+    t.set("idle_level", 0.15).unwrap();
     let err = Thresholds::default().set("no_such", 0.5).unwrap_err();
     assert!(err
         .to_string()
@@ -899,4 +915,205 @@ fn pcie_bound_reads_the_level_over_the_window_not_the_interval() {
         vec![d]
     });
     assert_eq!(kinds_on(&d), [(Some(0), FindingKind::PcieBound)]);
+}
+
+#[test]
+fn without_gpm_a_busy_gpu_with_its_memory_controller_busy_nearly_always_is_memory_bound() {
+    // An A100 (no GPM): a kernel runs all the time (utilisation 97 %), so the level, standing in
+    // for SM activity, is high; the memory controller, busy 85 % of the time, decides.
+    let no_gpm = |controller: f64| {
+        move || {
+            let mut d = busy(0);
+            d.utilization.gpu = Some(0.97);
+            d.windows.gpu_utilization = Some(WindowStats { min: 0.95, max: 0.99, mean: 0.97, count: 6 });
+            d.utilization.memory = Some(controller);
+            d.gpm.sm_activity = None;
+            d.gpm.dram_bandwidth = None;
+            vec![d]
+        }
+    };
+    let mut rig = Rig::new(10);
+    let d = rig.run(12, no_gpm(0.85));
+    assert_eq!(kinds_on(&d), [(Some(0), FindingKind::MemoryBound)]);
+    assert_eq!(rig.d.devices_without_sm_activity(), 1);
+    // Compute-bound training keeps the controller busy well under that: nothing.
+    assert_quiet(&Rig::new(10).run(12, no_gpm(0.45)));
+    // With GPM, SM activity decides: busy SMs are not memory-bound, whatever the controller.
+    let mut rig = Rig::new(10);
+    let d = rig.run(12, || {
+        let mut d = busy(0);
+        d.utilization.memory = Some(0.85);
+        vec![d]
+    });
+    assert_quiet(&d);
+    assert_eq!(rig.d.devices_without_sm_activity(), 0);
+}
+
+/// A MIG instance: memory, no utilisation (NVML reads none per instance), GPM where given.
+fn mig_instance(index: u32, sm_activity: Option<f64>) -> DeviceSample {
+    let mut i = (*info(index)).clone();
+    i.uuid = format!("MIG-{index:04}");
+    let mut d = DeviceSample::new(Arc::new(i));
+    d.memory.used = Some(20 * GIB);
+    d.memory.total = Some(40 * GIB);
+    d.gpm.sm_activity = sm_activity;
+    d
+}
+
+#[test]
+fn a_mig_instance_reads_its_level_from_gpm_and_without_gpm_is_counted_unjudged() {
+    // With GPM (H100): SM activity is the level, and an instance holding memory with nothing
+    // running is idle while allocated.
+    let mut rig = Rig::without_grace();
+    let d = rig.run(12, || vec![mig_instance(0, Some(0.0)), mig_instance(1, Some(0.0))]);
+    assert_eq!(kinds_on(&d), [(Some(0), FindingKind::IdleAllocated), (Some(1), FindingKind::IdleAllocated)]);
+    assert!(d.active[0].evidence.contains("GPM SM activity"), "{}", d.active[0].evidence);
+    assert_eq!(rig.d.devices_without_level(), 0);
+    // A busy instance is not.
+    assert_quiet(&Rig::without_grace().run(12, || vec![mig_instance(0, Some(0.9))]));
+    // Without GPM (A100): no level, nothing can be judged, and that is counted.
+    let mut rig = Rig::without_grace();
+    assert_quiet(&rig.run(12, || vec![mig_instance(0, None), mig_instance(1, None)]));
+    assert_eq!(rig.d.devices_without_level(), 2);
+}
+
+#[test]
+fn the_lone_busy_gpu_its_cycling_peers_wait_for_is_the_straggler_and_they_are_not_starving() {
+    // GPU 2 busy throughout with no slowdown reason; GPUs 0, 1, 3 idle together in every other
+    // tick (they wait for it in lockstep).
+    let peers_and = |gpus: u32, busy_ones: &'static [u32]| {
+        let mut tick = 0u32;
+        move || {
+            tick += 1;
+            (0..gpus)
+                .map(|i| {
+                    if busy_ones.contains(&i) {
+                        return busy(i);
+                    }
+                    let mut d = busy(i);
+                    let u = if tick.is_multiple_of(2) { 0.95 } else { 0.02 };
+                    d.utilization.gpu = Some(u);
+                    d.windows.gpu_utilization = None;
+                    d.gpm.sm_activity = Some(u * 0.8);
+                    d.utilization.memory = Some(0.2);
+                    d
+                })
+                .collect()
+        }
+    };
+    let mut rig = Rig::new(10);
+    let mut raised = None;
+    for devices in std::iter::repeat_with(peers_and(4, &[2])).take(30) {
+        let d = rig.step(devices);
+        raised = raised.or_else(|| first_raise(&d, FindingKind::Straggler).cloned());
+        assert!(kinds_on(&d).iter().all(|(g, k)| *g == Some(2) && *k == FindingKind::Straggler), "{:?}", kinds_on(&d));
+    }
+    let f = raised.expect("the straggler raised");
+    assert_eq!(f.gpu, Some(2));
+    assert!(f.evidence.contains("while GPU(s) 0, 1, 3 are not"), "{}", f.evidence);
+    assert!(f.evidence.contains("no slowdown reason"), "{}", f.evidence);
+    // Two busy GPUs next to six cycling ones: another job as likely as a slow rank; the
+    // cycling ones starve.
+    let mut gen = peers_and(8, &[6, 7]);
+    let d = Rig::new(10).run(30, &mut gen);
+    let expected: Vec<_> = (0..6).map(|g| (Some(g), FindingKind::DataloaderStarvation)).collect();
+    assert_eq!(kinds_on(&d), expected);
+}
+
+/// A GPU running one process of the user `uid` (attribution on).
+fn owned(mut d: DeviceSample, uid: u32) -> DeviceSample {
+    let mut p = crate::model::ProcessSample::new(1000 + d.info.index);
+    p.owner = Some(Arc::new(crate::model::Owner { uid: Some(uid), ..Default::default() }));
+    d.processes = vec![p];
+    d
+}
+
+#[test]
+fn an_idle_gpu_of_another_owner_next_to_a_busy_job_is_idle_allocated_not_imbalance() {
+    // GPUs 0-2 run one user's job; GPU 3 holds memory with nothing running.
+    let idle = |uid| {
+        move || {
+            let mut gpus: Vec<DeviceSample> = (0..3).map(|i| owned(busy(i), 1000)).collect();
+            let mut d = busy(3);
+            d.utilization.gpu = Some(0.0);
+            d.windows.gpu_utilization = Some(WindowStats { min: 0.0, max: 0.0, mean: 0.0, count: 6 });
+            d.gpm.sm_activity = Some(0.0);
+            d.memory.used = Some(12 * GIB);
+            gpus.push(owned(d, uid));
+            gpus
+        }
+    };
+    // Another user's (a paused notebook): idle while allocated, and no imbalance claimed.
+    let d = Rig::without_grace().run(12, idle(2000));
+    assert_eq!(kinds_on(&d), [(Some(3), FindingKind::IdleAllocated)]);
+    // The same user's: one job, unevenly spread.
+    let d = Rig::without_grace().run(12, idle(1000));
+    assert_eq!(kinds_on(&d), [(Some(3), FindingKind::Imbalance)]);
+    assert!(d.active[0].advice.contains("another job"), "{}", d.active[0].advice);
+    // Owners unknown (no attribution): imbalance, whose advice names both readings.
+    let d = Rig::without_grace().run(12, || {
+        let mut gpus = idle(2000)();
+        gpus.iter_mut().for_each(|g| g.processes.clear());
+        gpus
+    });
+    assert_eq!(kinds_on(&d), [(Some(3), FindingKind::Imbalance)]);
+}
+
+#[test]
+fn starvation_advice_names_what_else_idles_a_gpu_that_way() {
+    // Across ticks, no high-resolution windows: `period` ticks busy, then `idle` ticks idle.
+    let cycling = |period: u64, idle: u64| {
+        let mut tick = 0u64;
+        move || {
+            tick += 1;
+            let mut d = busy(0);
+            let u = if tick % period < idle { 0.02 } else { 0.95 };
+            d.utilization.gpu = Some(u);
+            d.windows.gpu_utilization = None;
+            d.gpm.sm_activity = Some(u * 0.8);
+            d.utilization.memory = Some(0.2);
+            vec![d]
+        }
+    };
+    let raised = |gen: &mut dyn FnMut() -> Vec<DeviceSample>| {
+        let mut rig = Rig::new(30);
+        (0..90).find_map(|_| first_raise(&rig.step(gen()), FindingKind::DataloaderStarvation).cloned())
+    };
+    // 1 s idle every 2 s (no marked steps): a loader, or a server between requests.
+    let f = raised(&mut cycling(2, 1)).expect("starvation raised");
+    assert!(f.advice.contains("num_workers") && f.advice.contains("serves requests"), "{}", f.advice);
+    assert!(f.evidence.contains("stretch(es) of 1.0 s"), "{}", f.evidence);
+    // 5 s idle every 15 s: a host phase of the loop, or a stalling loader.
+    let f = raised(&mut cycling(15, 5)).expect("starvation raised");
+    assert!(f.advice.contains("evaluation pass") && f.advice.contains("loader stalls"), "{}", f.advice);
+    assert!(f.evidence.contains("seconds at a time"), "{}", f.evidence);
+}
+
+#[test]
+fn with_a_window_of_few_ticks_the_peers_of_the_gpu_they_wait_for_never_read_as_starving_first() {
+    // A 6-tick window (a 5 s interval, the default 30 s window) and a 5-tick one: the peers'
+    // intervals each hold both busy and idle driver samples, so starvation could hold from the
+    // first tick — before five readings show GPU 2 busy throughout. It must not be raised in
+    // between.
+    for window in [5, 6] {
+        let mut rig = Rig::new(window);
+        let mut straggler = false;
+        for _ in 0..20 {
+            let devices = (0..4)
+                .map(|i| {
+                    if i == 2 {
+                        return busy(i);
+                    }
+                    let mut d = dipping(i);
+                    d.windows.gpu_utilization = Some(WindowStats { min: 0.02, max: 0.97, mean: 0.6, count: 30 });
+                    d.utilization.gpu = Some(0.6);
+                    d
+                })
+                .collect();
+            let d = rig.step(devices);
+            assert!(first_raise(&d, FindingKind::DataloaderStarvation).is_none(), "{:?}", kinds_on(&d));
+            straggler |= first_raise(&d, FindingKind::Straggler).is_some_and(|f| f.gpu == Some(2));
+        }
+        assert!(straggler, "GPU 2 named ({window}-tick window)");
+    }
 }
