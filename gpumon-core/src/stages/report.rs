@@ -533,6 +533,11 @@ struct GpuAcc {
     /// Driver samples in the high-resolution windows, and the ticks since the first window.
     driver_samples: u64,
     driver_ticks: u64,
+    /// Whether the GPU ever read a level, ever read GPM's SM activity, and held memory on a
+    /// tick with no level (a MIG instance without GPM): for the limitations.
+    level_seen: bool,
+    sm_activity_seen: bool,
+    held_without_level: bool,
     findings: Vec<Held>,
     /// Bit `k` set: a finding of kind `k` (in [`FindingKind::ALL`] order) is open, and
     /// `open_at[k]` is its position in `findings`.
@@ -562,6 +567,9 @@ impl GpuAcc {
             idle_seconds: 0.0,
             driver_samples: 0,
             driver_ticks: 0,
+            level_seen: false,
+            sm_activity_seen: false,
+            held_without_level: false,
             findings: Vec::new(),
             open: 0,
             open_at: [0; KINDS],
@@ -577,7 +585,10 @@ impl GpuAcc {
         }
         self.samples += 1;
         self.observed_seconds += interval;
-        let level = d.windows.gpu_utilization.map(|w| w.mean).or(d.utilization.gpu);
+        // As diagnosis reads it: GPM's SM activity where NVML gives no utilisation (MIG).
+        let level = d.windows.gpu_utilization.map(|w| w.mean).or(d.utilization.gpu).or(d.gpm.sm_activity);
+        self.level_seen |= level.is_some();
+        self.sm_activity_seen |= d.gpm.sm_activity.is_some();
         if let Some(l) = level {
             self.util.add(l);
             self.util_sum += l;
@@ -613,6 +624,7 @@ impl GpuAcc {
         let allocated = !d.processes.is_empty()
             || matches!((d.memory.used, total), (Some(u), Some(t)) if t > 0 && u as f64 / t as f64 >= allocated_ratio);
         let busy = level.map(|l| l.clamp(0.0, 1.0));
+        self.held_without_level |= allocated && busy.is_none();
         if let (true, Some(busy)) = (allocated, busy) {
             self.allocated_seconds += interval;
             self.idle_seconds += (1.0 - busy) * interval;
@@ -828,9 +840,12 @@ impl State {
             .filter(|(u, _)| keep(u))
             .fold((0u64, 0u64), |(s, t), (_, g)| (s + g.driver_samples, t + g.driver_ticks));
         let period = (samples > 0).then(|| ticks as f64 * interval / samples as f64);
+        let kept = || self.gpus.iter().filter(|(u, _)| keep(u)).map(|(_, g)| g);
+        let without_level = kept().filter(|g| g.held_without_level && !g.level_seen).count();
+        let without_sm_activity = kept().filter(|g| g.level_seen && !g.sm_activity_seen).count();
         let limitations = match &self.diagnosis {
             Some((config, sampling)) => {
-                let mut sampling = *sampling;
+                let mut sampling = sampling.without_level(without_level).without_sm_activity(without_sm_activity);
                 if !gpus.is_empty() {
                     sampling = sampling.devices(gpus.len());
                 }
