@@ -76,7 +76,8 @@
 //! }
 //! let r = handle.report();
 //! assert_eq!(r.gpus[0].samples, 3);
-//! assert_eq!(r.gpus[0].energy_joules, Some(900.0)); // no counter: 3 ticks × 300 W × 1 s
+//! // No counter: 300 W over the 2 s the ticks cover (the first opens the run).
+//! assert_eq!(r.gpus[0].energy_joules, Some(600.0));
 //! println!("{r}"); // the human summary
 //! ```
 
