@@ -156,7 +156,10 @@ def implemented():
     names = set()
     for f in glob.glob(os.path.join(REPO, "gpumon-mock/fake-nvml/src/exports/*.rs")):
         with open(f, encoding="utf-8") as src:
-            names |= set(re.findall(r"\bfn (nvml\w+)\s*\(", src.read()))
+            # One export may answer under several NVML names: `fn nvmlA | nvmlA_v2(...)` (the
+            # rule tools/gen_stubs.py reads too).
+            for group in re.findall(r"\bfn\s+(nvml\w+(?:\s*\|\s*nvml\w+)*)\s*\(", src.read()):
+                names |= set(re.findall(r"nvml\w+", group))
     return names
 
 
