@@ -443,6 +443,7 @@ impl StepRegistry {
     }
 
     /// Counts a connection open until the guard is dropped (also when its task is aborted).
+    #[cfg(feature = "steps-socket")]
     pub(crate) fn connection_guard(&self) -> impl Drop + Send + 'static {
         struct Open(Arc<Shared>);
         impl Drop for Open {

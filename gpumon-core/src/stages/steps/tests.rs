@@ -560,6 +560,7 @@ fn a_tenant_sees_the_runs_its_own_processes_registered() {
 }
 
 /// Eight GPUs (index `i`, UUID `GPU-i`) at time `t`: GPUs 0–3 busy at 40 %, 4–7 at 20 %.
+#[cfg(feature = "steps-socket")]
 fn eight_gpus(seq: u64, t: u64) -> Snapshot {
     let devices = (0..8u32)
         .map(|i| {
