@@ -119,8 +119,18 @@ impl Sampler for MockSampler {
             }
             let snapshot = self.whole_tick(request, started)?;
             last.at = Some(started);
-            last.energy =
-                snapshot.devices.iter().filter_map(|d| Some((d.info.uuid.clone(), d.power.energy_joules?))).collect();
+            for d in &snapshot.devices {
+                // Updated in place: a UUID is copied once, not at every tick.
+                match (d.power.energy_joules, last.energy.get_mut(d.info.uuid.as_str())) {
+                    (Some(e), Some(then)) => *then = e,
+                    (Some(e), None) => {
+                        last.energy.insert(d.info.uuid.clone(), e);
+                    }
+                    (None, _) => {
+                        last.energy.remove(d.info.uuid.as_str());
+                    }
+                }
+            }
             return Ok(snapshot);
         }
         self.whole_tick(request, started)

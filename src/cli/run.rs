@@ -43,8 +43,9 @@ use crate::cli::diagnose::ReportFormat;
 /// The environment variable that carries the steps socket's path to the command.
 pub const STEPS_SOCKET_ENV: &str = "GPUMON_STEPS_SOCKET";
 
-/// How long marks written before the command exited may take to be read: the socket is served
-/// on this process's runtime and, once the writer is gone, read from memory.
+/// A pause after the command exited before waiting for its steps connections to be read
+/// ([`read_every_mark`]): a connection the command opened just before it exited may still be in
+/// the listener's queue, not yet counted open.
 const SETTLE: Duration = Duration::from_millis(300);
 
 /// `gpumon-agent run`: the agent's flags, `--report-file`, and the command.

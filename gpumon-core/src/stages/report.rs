@@ -586,8 +586,7 @@ impl GpuAcc {
         }
         self.samples += 1;
         self.observed_seconds += interval;
-        // As diagnosis reads it: GPM's SM activity where NVML gives no utilisation (MIG).
-        let level = d.windows.gpu_utilization.map(|w| w.mean).or(d.utilization.gpu).or(d.gpm.sm_activity);
+        let level = crate::stages::diagnose::level_of(d);
         self.level_seen |= level.is_some();
         self.sm_activity_seen |= d.gpm.sm_activity.is_some();
         if let Some(l) = level {

@@ -55,6 +55,7 @@ mod rules;
 mod window;
 
 pub use limits::{limitations, Limitation, Sampling, MIN_WINDOW_TICKS};
+pub(crate) use rules::level_of;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;

@@ -203,7 +203,7 @@ impl TickStats {
             at,
             up: d.is_up(),
             asleep: d.state == crate::model::DeviceState::Suspended,
-            level: hires.map(|w| w.mean).or(util),
+            level: level_of(d),
             util,
             hires_min: hires.map(|w| w.min),
             hires_max: hires.map(|w| w.max),
@@ -328,6 +328,13 @@ impl TickStats {
     pub(crate) fn steps_too_short_for_turns(&self) -> bool {
         self.step_secs.is_some_and(|step| step < TURN_PERIODS * self.driver_period.unwrap_or(1.0))
     }
+}
+
+/// A GPU's level at one tick, as every rule reads it — the driver's high-resolution mean over
+/// the interval, else the latest utilisation, else (no utilisation: a MIG instance) GPM's SM
+/// activity — and as the run report reads it too.
+pub(crate) fn level_of(d: &DeviceSample) -> Option<f64> {
+    d.windows.gpu_utilization.map(|w| w.mean).or(d.utilization.gpu).or(d.gpm.sm_activity)
 }
 
 /// A hash of the owner every process on the GPU shares, when each has a known one (attribution
