@@ -36,7 +36,10 @@
 //! - **Time lost** ([`FindingReport::lost_gpu_seconds`], summed per kind in
 //!   [`Overview::causes`]) is what each charged interval cost, by kind of cause:
 //!   - utilisation causes (`dataloader_starvation`, `pipeline_bubbles`, `idle_allocated`,
-//!     `imbalance`, `straggler`, `pcie_bound`): the idle GPU-time, `(1 − level) × interval`;
+//!     `imbalance`, `pcie_bound`): the idle GPU-time, `(1 − level) × interval`;
+//!   - `straggler`: its own idle GPU-time, plus its peers' wait for it — each other allocated
+//!     GPU's idle time beyond the straggler's own (what all ranks idle for alike, the loader or
+//!     the host, is not the straggler's); GPUs of another owner (attribution on) are not peers;
 //!   - `memory_bound`: the idle SM time, `(1 − SM activity) × interval` (GPM's SM activity, else
 //!     the level, as the rule reads it);
 //!   - slowdowns (`thermal_throttling`, `power_throttling`, `external_slowdown`): busy time ×
@@ -577,7 +580,9 @@ impl GpuAcc {
         }
     }
 
-    fn add(&mut self, d: &DeviceSample, interval: f64, idle_level: f64, allocated_ratio: f64) {
+    /// Adds one tick of `d` covering `interval` seconds; `peers_wait`: what the other GPUs
+    /// waited for this one, charged to an open `straggler` (see [`peers_wait`]).
+    fn add(&mut self, d: &DeviceSample, interval: f64, idle_level: f64, allocated_ratio: f64, peers_wait: f64) {
         if !d.is_up() {
             // A lost GPU breaks the energy counter's chain: a reset may restart it.
             self.last_counter = None;
@@ -621,8 +626,7 @@ impl GpuAcc {
             }
             self.last_counter = Some(e);
         }
-        let allocated = !d.processes.is_empty()
-            || matches!((d.memory.used, total), (Some(u), Some(t)) if t > 0 && u as f64 / t as f64 >= allocated_ratio);
+        let allocated = is_allocated(d, allocated_ratio);
         let busy = level.map(|l| l.clamp(0.0, 1.0));
         self.held_without_level |= allocated && busy.is_none();
         if let (true, Some(busy)) = (allocated, busy) {
@@ -633,7 +637,7 @@ impl GpuAcc {
             }
         }
         if self.open != 0 {
-            self.charge(|kind| lost(kind, d, busy, interval));
+            self.charge(|kind| lost(kind, d, busy, interval, peers_wait));
         }
     }
 
@@ -705,17 +709,55 @@ impl GpuAcc {
     }
 }
 
+/// Whether `d` is allocated: memory used at least `ratio` of the total, or a process on it
+/// (the diagnosis' own test).
+fn is_allocated(d: &DeviceSample, ratio: f64) -> bool {
+    let total = d.memory.total.or(d.info.memory_total_bytes);
+    !d.processes.is_empty()
+        || matches!((d.memory.used, total), (Some(u), Some(t)) if t > 0 && u as f64 / t as f64 >= ratio)
+}
+
+/// The GPU-time `d` idled over `span` seconds while allocated; `None` when it is down, not
+/// allocated or without a level.
+fn idle_while_allocated(d: &DeviceSample, span: f64, ratio: f64) -> Option<f64> {
+    if !d.is_up() || !is_allocated(d, ratio) {
+        return None;
+    }
+    crate::stages::diagnose::level_of(d).map(|l| (1.0 - l.clamp(0.0, 1.0)) * span)
+}
+
+/// What the other GPUs waited this tick for the GPU at `at`: each other allocated GPU's idle
+/// time beyond the GPU's own. In a synchronous step every rank idles for what they all share
+/// (the loader, the host) and, beyond that, for the slowest rank: that part is the straggler's.
+/// GPUs of another owner (attribution on, each GPU's processes of one owner) are not its peers.
+/// `idle`: [`idle_while_allocated`] of each device, in the snapshot's order.
+fn peers_wait(devices: &[DeviceSample], idle: &[Option<f64>], at: usize) -> f64 {
+    let own = idle.get(at).copied().flatten().unwrap_or(0.0);
+    let owner = devices.get(at).and_then(crate::stages::diagnose::sole_owner);
+    let same_job = |d: &DeviceSample| match (owner, crate::stages::diagnose::sole_owner(d)) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    };
+    devices
+        .iter()
+        .zip(idle)
+        .enumerate()
+        .filter(|&(j, (d, _))| j != at && same_job(d))
+        .filter_map(|(_, (_, peer))| *peer)
+        .map(|peer| (peer - own).max(0.0))
+        .sum()
+}
+
 /// The GPU-time one interval of an open finding of `kind` cost, on a GPU that is up with
-/// utilisation level `busy` (see the module docs).
-fn lost(kind: FindingKind, d: &DeviceSample, busy: Option<f64>, interval: f64) -> f64 {
+/// utilisation level `busy`; `peers_wait`: what the other GPUs waited for it (see the module
+/// docs).
+fn lost(kind: FindingKind, d: &DeviceSample, busy: Option<f64>, interval: f64, peers_wait: f64) -> f64 {
     use FindingKind as K;
     match kind {
-        K::DataloaderStarvation
-        | K::PipelineBubbles
-        | K::IdleAllocated
-        | K::Imbalance
-        | K::Straggler
-        | K::PcieBound => busy.map_or(0.0, |b| (1.0 - b) * interval),
+        K::DataloaderStarvation | K::PipelineBubbles | K::IdleAllocated | K::Imbalance | K::PcieBound => {
+            busy.map_or(0.0, |b| (1.0 - b) * interval)
+        }
+        K::Straggler => busy.map_or(0.0, |b| (1.0 - b) * interval) + peers_wait,
         K::MemoryBound => d.gpm.sm_activity.or(busy).map_or(0.0, |sm| (1.0 - sm.clamp(0.0, 1.0)) * interval),
         K::ThermalThrottling | K::PowerThrottling | K::ExternalSlowdown => {
             match (busy, d.clocks.sm, d.info.max_clocks.sm) {
@@ -991,12 +1033,21 @@ impl Processor for RunReport {
         if s.backend != snapshot.system.backend {
             s.backend.clone_from(&snapshot.system.backend);
         }
-        for d in &snapshot.devices {
+        // A straggler is charged its peers' wait, read from every GPU's idle time this tick:
+        // worked out only while one is open.
+        let straggler = 1 << slot(FindingKind::Straggler);
+        let idle: Vec<Option<f64>> = if s.gpus.values().any(|g| g.open & straggler != 0) {
+            snapshot.devices.iter().map(|d| idle_while_allocated(d, span, s.allocated_ratio)).collect()
+        } else {
+            Vec::new()
+        };
+        for (at, d) in snapshot.devices.iter().enumerate() {
             let acc = match s.gpus.get_mut(d.info.uuid.as_str()) {
                 Some(acc) => acc,
                 None => s.gpus.entry(d.info.uuid.clone()).or_insert_with(|| GpuAcc::new(d)),
             };
-            acc.add(d, span, s.idle_level, s.allocated_ratio);
+            let wait = if acc.open & straggler != 0 { peers_wait(&snapshot.devices, &idle, at) } else { 0.0 };
+            acc.add(d, span, s.idle_level, s.allocated_ratio, wait);
         }
         if let Some(steps) = snapshot.output::<crate::steps::Steps>() {
             for run in steps.runs.iter().filter(|r| r.completed > 0 || !r.reported.is_empty()) {
@@ -1540,6 +1591,68 @@ mod tests {
         );
         assert!(text.contains("    dataloader_starvation       1.2 GPU-s lost, held 2.0 GPU-s on 1 GPU(s)"), "{text}");
         assert!(text.contains("dataloader_starvation (warning) held 2.0 s, 1.2 GPU-s lost"), "{text}");
+    }
+
+    #[test]
+    fn a_straggler_is_charged_its_peers_wait_beyond_its_own_idle() {
+        // GPU 3 busy 95 % (idle 5 %); GPUs 0-2, its peers, idle 45 %: 40 points of that is the
+        // wait for GPU 3, the 5 they share with it is not. GPU 4 runs another user's job and
+        // idles 90 %: not a peer. GPU 5 holds no memory: not allocated, not a peer.
+        let interval = Duration::from_secs(1);
+        let (mut report, handle) = attached(interval);
+        let gpus: Vec<_> = (0..6).map(info).collect();
+        let owned = |mut d: DeviceSample, uid: u32| {
+            let mut p = crate::model::ProcessSample::new(1000 + d.info.index);
+            p.owner = Some(Arc::new(crate::model::Owner { uid: Some(uid), ..Default::default() }));
+            d.processes = vec![p];
+            d
+        };
+        let last = 10u64;
+        for tick in 0..=last {
+            let mut devices: Vec<_> = (0..3).map(|g| owned(allocated(&gpus[g], 0.55, 6), 1)).collect();
+            devices.push(owned(allocated(&gpus[3], 0.95, 6), 1));
+            devices.push(owned(allocated(&gpus[4], 0.1, 6), 2));
+            let mut free = DeviceSample::new(gpus[5].clone());
+            free.utilization.gpu = Some(0.0);
+            devices.push(free);
+            let mut s = snapshot(tick, interval, devices);
+            let events = match tick {
+                2 => vec![event(Transition::Raised, FindingKind::Straggler, Some("GPU-3"), None)],
+                6 => vec![event(Transition::Cleared, FindingKind::Straggler, Some("GPU-3"), None)],
+                _ => Vec::new(),
+            };
+            s.attach(Diagnosis { events, ..Diagnosis::default() });
+            report.process(&mut s);
+        }
+        let r = handle.report();
+        let straggler = r.gpus[3].findings.iter().find(|f| f.kind == FindingKind::Straggler).unwrap();
+        // Charged ticks 3-6: its own 5 % and three peers' 40 % each.
+        let expected = 4.0 * (0.05 + 3.0 * 0.40);
+        assert!((straggler.lost_gpu_seconds - expected).abs() < 1e-9, "{} != {expected}", straggler.lost_gpu_seconds);
+        let main = r.overview.main_cause.as_ref().unwrap();
+        assert_eq!(main.kind, FindingKind::Straggler);
+    }
+
+    #[test]
+    fn a_straggler_behind_busy_peers_is_charged_its_own_idle() {
+        // GPU 2 at 50 % behind two peers at 90 %: they idle less than it does, so nothing of
+        // theirs is a wait for it; its own idle half is the loss.
+        let interval = Duration::from_secs(1);
+        let (mut report, handle) = attached(interval);
+        let gpus: Vec<_> = (0..3).map(info).collect();
+        for tick in 0..=6u64 {
+            let devices = vec![allocated(&gpus[0], 0.9, 6), allocated(&gpus[1], 0.9, 6), allocated(&gpus[2], 0.5, 6)];
+            let mut s = snapshot(tick, interval, devices);
+            let events = match tick {
+                1 => vec![event(Transition::Raised, FindingKind::Straggler, Some("GPU-2"), None)],
+                _ => Vec::new(),
+            };
+            s.attach(Diagnosis { events, ..Diagnosis::default() });
+            report.process(&mut s);
+        }
+        let r = handle.report();
+        let straggler = r.gpus[2].findings.iter().find(|f| f.kind == FindingKind::Straggler).unwrap();
+        assert!((straggler.lost_gpu_seconds - 5.0 * 0.5).abs() < 1e-9, "{}", straggler.lost_gpu_seconds);
     }
 
     #[test]

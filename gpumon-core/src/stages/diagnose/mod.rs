@@ -55,7 +55,7 @@ mod rules;
 mod window;
 
 pub use limits::{limitations, Limitation, Sampling, MIN_WINDOW_TICKS};
-pub(crate) use rules::level_of;
+pub(crate) use rules::{level_of, sole_owner};
 
 use std::collections::HashMap;
 use std::fmt::Write as _;

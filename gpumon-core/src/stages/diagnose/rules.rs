@@ -235,7 +235,7 @@ impl TickStats {
             paces_peers: false,
             level_from_gpm,
             pending_busy: false,
-            owner: sole_owner(d),
+            owner: sole_owner(d).map(owner_hash),
         }
     }
 
@@ -337,10 +337,10 @@ pub(crate) fn level_of(d: &DeviceSample) -> Option<f64> {
     d.windows.gpu_utilization.map(|w| w.mean).or(d.utilization.gpu).or(d.gpm.sm_activity)
 }
 
-/// A hash of the owner every process on the GPU shares, when each has a known one (attribution
-/// on); `None` without processes, with an unknown owner, or with several.
-fn sole_owner(d: &DeviceSample) -> Option<u64> {
-    use std::hash::{Hash, Hasher};
+/// The owner every process on the GPU shares, when each has a known one (attribution on);
+/// `None` without processes, with an unknown owner, or with several. The run report reads it
+/// too (a straggler's peers).
+pub(crate) fn sole_owner(d: &DeviceSample) -> Option<&crate::model::Owner> {
     let mut owner: Option<&crate::model::Owner> = None;
     for p in &d.processes {
         let o = p.owner.as_deref().filter(|o| !o.is_unknown())?;
@@ -349,11 +349,15 @@ fn sole_owner(d: &DeviceSample) -> Option<u64> {
             _ => owner = Some(o),
         }
     }
-    owner.map(|o| {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        o.hash(&mut h);
-        h.finish()
-    })
+    owner
+}
+
+/// A hash of [`sole_owner`]: what a tick keeps of it, to compare GPUs without cloning owners.
+fn owner_hash(owner: &crate::model::Owner) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    owner.hash(&mut h);
+    h.finish()
 }
 
 /// Bytes per second one PCIe lane carries at generation `generation` (after encoding).
