@@ -65,6 +65,18 @@ def series(text: str, name: str):
     return out
 
 
+def mark_steps(target, last: int, every: float) -> None:
+    """Marks steps 1..`last` on `target` (a Monitor or StepClient), one every `every` seconds."""
+    for n in range(1, last + 1):
+        time.sleep(every)
+        target.step(n)
+
+
+def training_steps(addr: str):
+    """The values of gpumon_training_step on the Prometheus endpoint at `addr` (one per run)."""
+    return [v for _, v in series(scrape(addr), "gpumon_training_step")]
+
+
 def run_python(code: str, env=None, timeout: float = 60.0) -> subprocess.CompletedProcess:
     """Runs `code` in a fresh interpreter of this virtualenv; returns the finished process."""
     full_env = dict(os.environ)

@@ -12,7 +12,7 @@ from lightning.pytorch.utilities import rank_zero_only  # noqa: E402
 
 import gpumon  # noqa: E402
 from gpumon.integrations.lightning import GpumonCallback  # noqa: E402
-from conftest import scrape, series  # noqa: E402
+from conftest import training_steps  # noqa: E402
 
 
 class Recorder(Logger):
@@ -78,7 +78,7 @@ def test_each_steps_figures_are_logged_at_that_step(no_rank_env):
         _trainer(GpumonCallback(m), logger, 8).fit(Tiny(0.3), _loader(16))
         assert m.last_step == 8
         # on_fit_end flushed: the endpoint shows the last step at once.
-        assert [v for _, v in series(scrape(m.prometheus_address), "gpumon_training_step")] == [8.0]
+        assert training_steps(m.prometheus_address) == [8.0]
     figured = _figures(logger)
     assert len(figured) >= 4
     steps = [step for step, _ in figured]

@@ -7,7 +7,7 @@ import time
 import pytest
 
 import gpumon
-from conftest import scrape, series, wait_for
+from conftest import mark_steps, scrape, series, training_steps, wait_for
 
 H100_MEMORY = 85520809984  # the h100x8 profile's NVIDIA H100 80GB HBM3
 
@@ -57,9 +57,7 @@ def test_twenty_steps_on_the_prometheus_endpoint(no_rank_env):
     ) as m:
         addr = m.prometheus_address
         started = time.monotonic()
-        for n in range(1, 21):
-            time.sleep(0.03)
-            m.step(n)
+        mark_steps(m, 20, every=0.03)
         elapsed = time.monotonic() - started
 
         def step_series():
@@ -199,12 +197,9 @@ def test_flush_reports_the_steps_marked_since_the_last_tick(no_rank_env):
     # A 10 s interval: no tick comes on its own during the test after the first.
     with gpumon.Monitor(backend="mock", interval="10s", prometheus_listen="127.0.0.1:0", job="f", rank=0,
                         devices="all") as m:
-        for n in range(1, 6):
-            time.sleep(0.02)
-            m.step(n)
+        mark_steps(m, 5, every=0.02)
         m.flush()
-        text = scrape(m.prometheus_address)
-        assert [v for _, v in series(text, "gpumon_training_step")] == [5.0]
+        assert training_steps(m.prometheus_address) == [5.0]
         with pytest.raises(ValueError, match="timeout"):
             m.flush(timeout="soon")
         m.flush(timeout=2.5)

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import gpumon
-from conftest import free_port, scrape, series, wait_for
+from conftest import free_port, scrape, series, training_steps, wait_for
 
 AGENT = os.environ.get("GPUMON_TEST_AGENT", "")
 
@@ -56,7 +56,7 @@ def test_step_client_marks_reach_the_agent(agent):
         assert (labels["job"], labels["rank"], labels["backend"]) == ("sockjob", "3", "mock")
         # The same connection carries on.
         client.step(11)
-        wait_for("step 11", lambda: [v for _, v in series(scrape(addr), "gpumon_training_step")] == [11.0])
+        wait_for("step 11", lambda: training_steps(addr) == [11.0])
 
 
 def test_step_client_without_rank_omits_the_label(agent, monkeypatch):

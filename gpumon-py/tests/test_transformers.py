@@ -23,7 +23,7 @@ DEFAULT_CALLBACKS = [DefaultFlowCallback]
 
 import gpumon  # noqa: E402
 from gpumon.integrations.transformers import GpumonCallback, gpu_figures  # noqa: E402
-from conftest import scrape, series, wait_for  # noqa: E402
+from conftest import training_steps  # noqa: E402
 
 COMPACT = {"step", "step_seconds", "utilization", "utilization_min", "memory_peak_gib", "energy_joules"}
 
@@ -164,8 +164,7 @@ def test_thirty_steps_all_reported_at_train_end(no_rank_env):
                         devices="all") as m:
         loop = Loop(_handler(GpumonCallback(m)), _args(logging_steps=10, max_steps=30))
         loop.train(30, 0.05)
-        text = scrape(m.prometheus_address)
-        assert [v for _, v in series(text, "gpumon_training_step")] == [30.0]
+        assert training_steps(m.prometheus_address) == [30.0]
 
 
 def test_a_second_train_marks_and_logs_again(no_rank_env, caplog):

@@ -120,18 +120,15 @@ fn remote_write_carries_the_series() {
     let mut body = Vec::new();
     encoder.encode_snapshot(&hot, &mut body);
     let request = WriteRequest::decode(body.as_slice()).unwrap();
-    let label = |ts: &gpumon_sinks::remote_write::encode::TimeSeries, name: &str| {
-        ts.labels.iter().find(|l| l.name == name).map(|l| l.value.clone())
-    };
     let series: Vec<_> = request
         .timeseries
         .iter()
-        .filter(|ts| label(ts, "__name__").as_deref() == Some("gpumon_thermal_headroom_celsius"))
+        .filter(|ts| ts.label("__name__") == Some("gpumon_thermal_headroom_celsius"))
         .collect();
     assert_eq!(series.len(), hot.devices.len());
     let (uuid, headroom) = gpu0(&hot);
-    let gpu0 = series.iter().find(|ts| label(ts, "uuid").as_deref() == Some(&uuid)).unwrap();
-    assert_eq!(label(gpu0, "gpu").as_deref(), Some("0"));
+    let gpu0 = series.iter().find(|ts| ts.label("uuid") == Some(uuid.as_str())).unwrap();
+    assert_eq!(gpu0.label("gpu"), Some("0"));
     assert_eq!(gpu0.samples[0].value, headroom);
     assert_eq!(gpu0.samples[0].timestamp, gpumon_sinks::remote_write::encode::timestamp_millis(&hot));
 }

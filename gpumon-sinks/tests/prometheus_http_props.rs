@@ -36,55 +36,44 @@ fn token() -> impl Strategy<Value = String> {
     ]
 }
 
+/// One of the `known` values (ones the server treats specially), or any token.
+fn known_or_token(known: &'static [&'static str]) -> impl Strategy<Value = String> {
+    prop_oneof![prop::sample::select(known).prop_map(str::to_owned), token()]
+}
+
 /// One request, mostly HTTP-shaped, sometimes not at all.
 fn request() -> impl Strategy<Value = Vec<u8>> {
-    let method = prop_oneof![
-        prop::sample::select(vec!["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "TRACE", "CONNECT", "get", ""])
-            .prop_map(str::to_owned),
-        token(),
-    ];
-    let path = prop_oneof![
-        prop::sample::select(vec!["/metrics", "/health", "/live", "/", "*", "/metrics?x=1", "//metrics", "/metrics/"])
-            .prop_map(str::to_owned),
-        token(),
-    ];
+    let method = known_or_token(&["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "TRACE", "CONNECT", "get", ""]);
+    let path = known_or_token(&["/metrics", "/health", "/live", "/", "*", "/metrics?x=1", "//metrics", "/metrics/"]);
     let version = prop::sample::select(vec!["HTTP/1.1", "HTTP/1.0", "HTTP/2.0", "HTTP/9.9", "", "http/1.1"]);
-    let header_name = prop_oneof![
-        prop::sample::select(vec![
-            "Host",
-            "Accept",
-            "Authorization",
-            "Content-Length",
-            "Transfer-Encoding",
-            "Connection",
-            "Accept-Encoding",
-            "Expect",
-            "Upgrade",
-        ])
-        .prop_map(str::to_owned),
-        token(),
-    ];
-    let header_value = prop_oneof![
-        prop::sample::select(vec![
-            "application/openmetrics-text;version=1.0.0",
-            "text/plain;q=0",
-            "*/*;q=abc",
-            "Bearer tok",
-            "Bearer wrong",
-            "Basic Og==",
-            "Basic !!!",
-            "chunked",
-            "close",
-            "100-continue",
-            "-1",
-            "18446744073709551616",
-            "0",
-            "5",
-            "h2c",
-        ])
-        .prop_map(str::to_owned),
-        token(),
-    ];
+    let header_name = known_or_token(&[
+        "Host",
+        "Accept",
+        "Authorization",
+        "Content-Length",
+        "Transfer-Encoding",
+        "Connection",
+        "Accept-Encoding",
+        "Expect",
+        "Upgrade",
+    ]);
+    let header_value = known_or_token(&[
+        "application/openmetrics-text;version=1.0.0",
+        "text/plain;q=0",
+        "*/*;q=abc",
+        "Bearer tok",
+        "Bearer wrong",
+        "Basic Og==",
+        "Basic !!!",
+        "chunked",
+        "close",
+        "100-continue",
+        "-1",
+        "18446744073709551616",
+        "0",
+        "5",
+        "h2c",
+    ]);
     let headers = prop::collection::vec((header_name, header_value), 0..6);
     let body = prop::collection::vec(any::<u8>(), 0..64);
     let shaped = (method, path, version, headers, body, any::<bool>()).prop_map(

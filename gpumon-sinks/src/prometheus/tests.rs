@@ -944,16 +944,13 @@ fn owner_label_values_are_escaped_and_read_back_by_remote_write() {
     let mut out = Vec::new();
     crate::remote_write::encode::Encoder::new(RenderOptions::default(), []).encode(&snap, None, &mut out);
     let req = <crate::remote_write::encode::WriteRequest as prost::Message>::decode(out.as_slice()).unwrap();
-    let label = |t: &crate::remote_write::encode::TimeSeries, key: &str| {
-        t.labels.iter().find(|l| l.name == key).map(|l| l.value.clone())
-    };
     let namespaces: Vec<_> = req
         .timeseries
         .iter()
-        .filter(|t| label(t, "__name__").as_deref() == Some("gpumon_utilization_ratio"))
-        .map(|t| label(t, "namespace"))
+        .filter(|t| t.label("__name__") == Some("gpumon_utilization_ratio"))
+        .map(|t| t.label("namespace"))
         .collect();
-    assert_eq!(namespaces, [Some("team-a".to_owned()), Some("we\"ird\\ns\n".to_owned())]);
+    assert_eq!(namespaces, [Some("team-a"), Some("we\"ird\\ns\n")]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1171,7 +1168,7 @@ async fn remote_write_encodes_exactly_the_series_a_scrape_parses_into() {
                 .timeseries
                 .iter()
                 .map(|t| {
-                    let name = t.labels.iter().find(|l| l.name == "__name__").expect("__name__");
+                    let name = t.label("__name__").expect("__name__");
                     let labels: Vec<_> = t
                         .labels
                         .iter()
@@ -1181,7 +1178,7 @@ async fn remote_write_encodes_exactly_the_series_a_scrape_parses_into() {
                     // On the wire, sorted byte-wise with `__name__` among them.
                     let names: Vec<&str> = t.labels.iter().map(|l| l.name.as_str()).collect();
                     assert!(names.windows(2).all(|w| w[0] < w[1]), "{names:?}");
-                    (name.value.clone(), labels, t.samples[0].value)
+                    (name.to_owned(), labels, t.samples[0].value)
                 })
                 .collect();
             assert_same_series(want, &got, &format!("{what}, external {}", external.len()));

@@ -48,6 +48,13 @@ pub struct TimeSeries {
     pub samples: Vec<Sample>,
 }
 
+impl TimeSeries {
+    /// The value of the label `name` (`"__name__"`: the metric name), if the series has it.
+    pub fn label(&self, name: &str) -> Option<&str> {
+        self.labels.iter().find(|l| l.name == name).map(|l| l.value.as_str())
+    }
+}
+
 /// `message Label { string name = 1; string value = 2; }`
 #[derive(Clone, PartialEq, Eq, prost::Message)]
 pub struct Label {
@@ -555,11 +562,7 @@ mod tests {
         let n = enc.encode(&snapshot_at(1_700_000_000_123), None, &mut out);
         let req = decode(&out);
         assert_eq!(req.timeseries.len(), n);
-        let up = req
-            .timeseries
-            .iter()
-            .find(|t| t.labels.iter().any(|l| l.name == "__name__" && l.value == "gpumon_up"))
-            .expect("gpumon_up");
+        let up = req.timeseries.iter().find(|t| t.label("__name__") == Some("gpumon_up")).expect("gpumon_up");
         assert_eq!(
             pairs(up),
             [

@@ -30,6 +30,11 @@ fn run_at(steps: &StepRegistry, job: &str, rank: Option<u32>, created: u64) -> T
     TrainingRun { cell, shared: Arc::clone(&steps.shared) }
 }
 
+/// The first run in what the tracker attached to `s`.
+fn first_run(s: &Snapshot) -> &RunSteps {
+    &s.output::<Steps>().expect("the tracker attached its Steps").runs[0]
+}
+
 fn approx(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-9
 }
@@ -98,20 +103,20 @@ fn long_steps_take_every_overlapping_sample() {
     let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
     let mut s0 = snap(1, T0, 0.1, 100, 1000.0);
     tracker.process(&mut s0); // baseline, no run yet
-    assert!(s0.output::<crate::stages::steps::Steps>().is_none());
+    assert!(s0.output::<Steps>().is_none());
     let created = T0 + SEC / 2;
     let run = run_at(&steps, "train", Some(0), created);
     // Samples at T0+1s … T0+4s; step 1 ends at T0+2.5s, step 2 at T0+3.5s.
     let mut s1 = snap(2, T0 + SEC, 0.2, 300, 1100.0);
     tracker.process(&mut s1);
-    let r = &s1.output::<crate::stages::steps::Steps>().unwrap().runs[0];
+    let r = first_run(&s1);
     assert_eq!((r.last_step, r.reported.len()), (None, 0));
     let mut s2 = snap(3, T0 + 2 * SEC, 0.4, 200, 1300.0);
     tracker.process(&mut s2);
     run.step_at(1, T0 + 2 * SEC + SEC / 2).unwrap();
     let mut s3 = snap(4, T0 + 3 * SEC, 0.6, 150, 1600.0);
     tracker.process(&mut s3);
-    let r = &s3.output::<crate::stages::steps::Steps>().unwrap().runs[0];
+    let r = first_run(&s3);
     assert_eq!(r.last_step, Some(1));
     assert_eq!(r.reported.len(), 1);
     let rep = &r.reported[0];
@@ -131,7 +136,7 @@ fn long_steps_take_every_overlapping_sample() {
     run.step_at(2, T0 + 3 * SEC + SEC / 2).unwrap();
     let mut s4 = snap(5, T0 + 4 * SEC, 0.8, 120, 2000.0);
     tracker.process(&mut s4);
-    let r = &s4.output::<crate::stages::steps::Steps>().unwrap().runs[0];
+    let r = first_run(&s4);
     let rep = &r.reported[0];
     assert_eq!((rep.step, rep.duration), (2, Duration::from_secs(1)));
     assert_eq!((rep.first_seq, rep.last_seq), (4, 5), "s3 covers the end of step 1 and the start of step 2");
@@ -145,7 +150,7 @@ fn long_steps_take_every_overlapping_sample() {
     // No mark: nothing reported, but the gauges keep the last step.
     let mut s5 = snap(6, T0 + 5 * SEC, 0.9, 100, 2100.0);
     tracker.process(&mut s5);
-    let r = &s5.output::<crate::stages::steps::Steps>().unwrap().runs[0];
+    let r = first_run(&s5);
     assert!(r.reported.is_empty());
     assert_eq!(r.last.as_ref().map(|l| l.step), Some(2));
     assert_eq!(r.last_duration, Some(Duration::from_secs(1)));
@@ -169,7 +174,7 @@ fn short_steps_take_the_covering_sample() {
     }
     let mut s = snap(3, T0 + 3 * SEC, 0.3, 900, 1500.0);
     tracker.process(&mut s);
-    let r = &s.output::<crate::stages::steps::Steps>().unwrap().runs[0];
+    let r = first_run(&s);
     assert_eq!(r.rank_label, "");
     assert_eq!(r.last_step, Some(5));
     let got: Vec<u64> = r.reported.iter().map(|p| p.step).collect();
@@ -198,7 +203,7 @@ fn every_n_reports_only_multiples_but_tracks_every_step() {
         run.step_at(i, T0 + i * SEC - SEC / 2).unwrap();
         let mut s = snap(i, T0 + i * SEC, 0.5, 1, 1.0);
         tracker.process(&mut s);
-        let r = &s.output::<crate::stages::steps::Steps>().unwrap().runs[0];
+        let r = first_run(&s);
         assert_eq!(r.last_step, Some(i));
         reported.extend(r.reported.iter().map(|p| p.step));
         let last = r.last.as_ref().map(|l| l.step);
@@ -214,10 +219,10 @@ fn a_mark_after_the_sample_waits_for_the_next_tick() {
     run.step_at(1, T0 + SEC + 1).unwrap();
     let mut s = snap(1, T0 + SEC, 0.5, 1, 1.0);
     tracker.process(&mut s);
-    assert_eq!(s.output::<crate::stages::steps::Steps>().unwrap().runs[0].last_step, None);
+    assert_eq!(first_run(&s).last_step, None);
     let mut s = snap(2, T0 + 2 * SEC, 0.5, 1, 1.0);
     tracker.process(&mut s);
-    assert_eq!(s.output::<crate::stages::steps::Steps>().unwrap().runs[0].reported[0].step, 1);
+    assert_eq!(first_run(&s).reported[0].step, 1);
 }
 
 #[test]
@@ -226,7 +231,7 @@ fn the_first_mark_over_the_socket_only_starts_the_clock() {
     steps.record("remote", Some(3), 10).unwrap();
     let mut s = snap(1, SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64 + SEC, 0.5, 1, 1.0);
     tracker.process(&mut s);
-    let r = &s.output::<crate::stages::steps::Steps>().unwrap().runs[0];
+    let r = first_run(&s);
     assert_eq!((r.last_step, r.last_duration, r.reported.len()), (Some(10), None, 0));
     assert_eq!(r.rank_label, "3");
 }
@@ -243,7 +248,7 @@ fn the_steps_after_the_first_socket_mark_are_reported_at_the_first_tick() {
     steps.record_at("remote", Some(0), 3, at(700)).unwrap();
     let mut s = snap(1, T0 + SEC, 0.5, 1, 1.0);
     tracker.process(&mut s);
-    let r = &s.output::<crate::stages::steps::Steps>().unwrap().runs[0];
+    let r = first_run(&s);
     let reported: Vec<_> = r.reported.iter().map(|rep| (rep.step, rep.duration)).collect();
     assert_eq!(reported, [(2, Duration::from_millis(300)), (3, Duration::from_millis(300))]);
     assert_eq!(r.last_step, Some(3));
@@ -308,7 +313,7 @@ fn every_step_of_the_first_period_is_reported() {
     run.step_at(2, T0 + SEC).unwrap();
     let mut s1 = snap(2, T0 + SEC, 0.9, 1, 10.0);
     tracker.process(&mut s1);
-    let r = &s1.output::<crate::stages::steps::Steps>().unwrap().runs[0];
+    let r = first_run(&s1);
     let reported: Vec<_> = r.reported.iter().map(|rep| (rep.step, rep.duration)).collect();
     assert_eq!(reported, [(1, Duration::from_millis(500)), (2, Duration::from_millis(500))]);
     assert_eq!(r.last_step, Some(2));
@@ -372,7 +377,7 @@ fn steps_past_the_per_tick_report_limit_are_counted() {
     }
     let mut s1 = snap(2, T0 + SEC, 0.9, 1, 10.0);
     tracker.process(&mut s1);
-    let r = &s1.output::<crate::stages::steps::Steps>().unwrap().runs[0];
+    let r = first_run(&s1);
     assert_eq!(r.completed, 1000);
     assert_eq!(r.reported.len(), 64);
     assert_eq!(r.reported.first().map(|p| p.step), Some(937));
@@ -380,7 +385,7 @@ fn steps_past_the_per_tick_report_limit_are_counted() {
     // A tick with no new mark completes nothing.
     let mut s2 = snap(3, T0 + 2 * SEC, 0.9, 1, 20.0);
     tracker.process(&mut s2);
-    assert_eq!(s2.output::<crate::stages::steps::Steps>().unwrap().runs[0].completed, 0);
+    assert_eq!(first_run(&s2).completed, 0);
 }
 
 #[test]
@@ -391,11 +396,11 @@ fn marks_recorded_at_given_times_are_reported_with_those_durations() {
     steps.record_at("sim", Some(0), 1, at(T0 + SEC / 2)).unwrap();
     let mut s = snap(1, T0 + SEC, 0.5, 1, 0.0);
     tracker.process(&mut s);
-    assert!(s.output::<crate::stages::steps::Steps>().unwrap().runs[0].reported.is_empty());
+    assert!(first_run(&s).reported.is_empty());
     steps.record_at("sim", Some(0), 2, at(T0 + 3 * SEC / 2)).unwrap();
     let mut s = snap(2, T0 + 2 * SEC, 0.5, 1, 0.0);
     tracker.process(&mut s);
-    let run = &s.output::<crate::stages::steps::Steps>().unwrap().runs[0];
+    let run = first_run(&s);
     assert_eq!(run.reported.len(), 1);
     assert_eq!(run.reported[0].duration, Duration::from_secs(1));
     assert!(steps.record_at("sim", Some(0), 2, at(T0 + 2 * SEC)).is_err());
