@@ -6,40 +6,16 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gpumon_mock::test_kit::free_port;
 
 mod common;
-use common::{agent_process, PrometheusInstance};
+use common::{agent_process, env, promql_until, PrometheusInstance};
 
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run this test through scripts/test.sh"))
-}
-
-fn query(port: u16, q: &str) -> Vec<(serde_json::Value, f64)> {
-    let url = format!("http://127.0.0.1:{port}/api/v1/query");
-    #[cfg(feature = "tls")]
-    gpumon::sinks::tls::install_crypto_provider();
-    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
-    let body = client.get(&url).query(&[("query", q)]).send().and_then(|r| r.text()).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    v["data"]["result"]
-        .as_array()
-        .map(|rs| rs.iter().map(|r| (r["metric"].clone(), r["value"][1].as_str().unwrap().parse().unwrap())).collect())
-        .unwrap_or_default()
-}
-
+/// [`common::promql`] until it has at least `n` results (45 s at most).
 fn wait_for(port: u16, q: &str, n: usize) -> Vec<(serde_json::Value, f64)> {
-    let started = Instant::now();
-    loop {
-        let r = query(port, q);
-        if r.len() >= n {
-            return r;
-        }
-        assert!(started.elapsed() < Duration::from_secs(45), "{q}: {} result(s) after 45 s, want {n}: {r:?}", r.len());
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    promql_until(port, q, Duration::from_secs(45), |r| r.len() >= n)
 }
 
 #[test]

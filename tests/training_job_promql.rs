@@ -13,7 +13,7 @@ use gpumon_mock::test_kit::free_port;
 use serde_json::Value;
 
 mod common;
-use common::{agent, PrometheusInstance};
+use common::{agent, env, promql, promql_until, PrometheusInstance};
 
 /// One rank of job `train`: marks a step every PAUSE seconds (rank from LOCAL_RANK) until
 /// stopped.
@@ -30,34 +30,9 @@ while True:
     s.sendall((json.dumps({"job": "train", "rank": rank, "step": step}) + "\n").encode())
 "#;
 
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run this test through scripts/test.sh"))
-}
-
-fn query(port: u16, q: &str) -> Vec<(Value, f64)> {
-    #[cfg(feature = "tls")]
-    gpumon::sinks::tls::install_crypto_provider();
-    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
-    let url = format!("http://127.0.0.1:{port}/api/v1/query");
-    let body = client.get(&url).query(&[("query", q)]).send().and_then(|r| r.text()).unwrap();
-    let v: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(v["status"], "success", "{q}: {body}");
-    v["data"]["result"]
-        .as_array()
-        .map(|rs| rs.iter().map(|r| (r["metric"].clone(), r["value"][1].as_str().unwrap().parse().unwrap())).collect())
-        .unwrap_or_default()
-}
-
+/// [`promql`] until `done` holds of its results (90 s at most).
 fn wait_for(port: u16, q: &str, done: impl Fn(&[(Value, f64)]) -> bool) -> Vec<(Value, f64)> {
-    let started = Instant::now();
-    loop {
-        let r = query(port, q);
-        if done(&r) {
-            return r;
-        }
-        assert!(started.elapsed() < Duration::from_secs(90), "{q}: not there after 90 s: {r:?}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    promql_until(port, q, Duration::from_secs(90), done)
 }
 
 /// An agent running one rank; stopped with SIGTERM (forwarded to the rank) when dropped.
@@ -162,9 +137,9 @@ fn a_slow_rank_on_one_of_three_nodes_is_the_straggler() {
         (Some("train"), Some("2"), Some("node-3"))
     );
     assert_eq!(labels["kind"], "straggler");
-    let ratio = query(prom_port, "job_rank:gpumon_step_duration_seconds:ratio_to_median{job=\"train\", rank=\"2\"}");
+    let ratio = promql(prom_port, "job_rank:gpumon_step_duration_seconds:ratio_to_median{job=\"train\", rank=\"2\"}");
     assert!((1.6..2.4).contains(&ratio[0].1), "rank 2 steps about twice the median: {ratio:?}");
-    let median = query(prom_port, "job:gpumon_step_duration_seconds:median{job=\"train\"}");
+    let median = promql(prom_port, "job:gpumon_step_duration_seconds:median{job=\"train\"}");
     assert!((0.25..0.4).contains(&median[0].1), "{median:?}");
 
     // Every panel of the training-job dashboard has data, for job `train` on its three nodes.
@@ -180,9 +155,9 @@ fn a_slow_rank_on_one_of_three_nodes_is_the_straggler() {
         assert!(!r.is_empty(), "panel `{title}`: {q}");
     }
     // The template variables: the job, then its nodes.
-    let jobs = query(prom_port, "count by (job) (gpumon_step_duration_seconds)");
+    let jobs = promql(prom_port, "count by (job) (gpumon_step_duration_seconds)");
     assert_eq!(jobs.iter().map(|(l, _)| l["job"].as_str().unwrap()).collect::<Vec<_>>(), ["train"]);
-    let hosts = query(prom_port, "count by (host) (gpumon_step_duration_seconds{job=~\"train\"})");
+    let hosts = promql(prom_port, "count by (host) (gpumon_step_duration_seconds{job=~\"train\"})");
     assert_eq!(hosts.len(), 3, "{hosts:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -48,6 +48,47 @@ impl Drop for PrometheusInstance {
     }
 }
 
+/// A variable `scripts/test.sh` sets for the tests that need a server (its address, a tool's
+/// path).
+pub fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: run this test through scripts/test.sh"))
+}
+
+/// One PromQL instant query against the Prometheus on 127.0.0.1:`port`, which must answer
+/// `success`: each result's labels and value.
+pub fn promql(port: u16, q: &str) -> Vec<(serde_json::Value, f64)> {
+    #[cfg(feature = "tls")]
+    gpumon::sinks::tls::install_crypto_provider();
+    let client = reqwest::blocking::Client::builder().timeout(std::time::Duration::from_secs(10)).build().unwrap();
+    let url = format!("http://127.0.0.1:{port}/api/v1/query");
+    let body = client.get(&url).query(&[("query", q)]).send().and_then(|r| r.text()).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["status"], "success", "{q}: {body}");
+    v["data"]["result"]
+        .as_array()
+        .map(|rs| rs.iter().map(|r| (r["metric"].clone(), r["value"][1].as_str().unwrap().parse().unwrap())).collect())
+        .unwrap_or_default()
+}
+
+/// [`promql`] every 500 ms until `done` holds of its results, which are returned; fails after
+/// `limit`.
+pub fn promql_until(
+    port: u16,
+    q: &str,
+    limit: std::time::Duration,
+    done: impl Fn(&[(serde_json::Value, f64)]) -> bool,
+) -> Vec<(serde_json::Value, f64)> {
+    let started = std::time::Instant::now();
+    loop {
+        let r = promql(port, q);
+        if done(&r) {
+            return r;
+        }
+        assert!(started.elapsed() < limit, "{q}: not there after {limit:?}: {r:?}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
 /// The fake's cdylib, `target/<profile>/libgpumon_fake_nvml.so` (built here when missing).
 pub fn fake_nvml() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
