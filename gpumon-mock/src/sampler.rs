@@ -14,8 +14,8 @@ use crate::scenario::{Fault, Scenario};
 
 /// A [`Sampler`] over a [`MockFleet`]. Each [`Sampler::sample`] call takes the current tick and
 /// advances it by one, so the n-th call (from 0) samples tick n — unless the sampler is
-/// [paced](MockSamplerBuilder::paced) to a real-time interval, where a sample taken sooner
-/// than half an interval after the last one is part of the coming tick (see there).
+/// [paced](MockSamplerBuilder::paced) to a real-time interval, where a sample taken between
+/// two of the interval's ticks is part of the coming tick (see there).
 ///
 /// Scheduled faults act per tick: [`Fault::Hang`] blocks the calling thread,
 /// [`Fault::Unavailable`] fails the call, the others shape the devices' values.
@@ -33,8 +33,24 @@ struct Pace {
     last: Mutex<LastTick>,
 }
 
+impl Pace {
+    /// Which of the interval's ticks `elapsed` (since the first sample) falls in: `k` from
+    /// `k × interval` on. A tenth of an interval (at most 50 ms) early still counts as the
+    /// tick: the agent's own schedule started a moment before the first sample was taken.
+    fn grid_of(&self, elapsed: Duration) -> u64 {
+        let slack = (self.interval / 10).min(Duration::from_millis(50));
+        let step = self.interval.as_nanos().max(1);
+        u64::try_from((elapsed + slack).as_nanos() / step).unwrap_or(u64::MAX)
+    }
+}
+
 #[derive(Debug, Default)]
 struct LastTick {
+    /// When the first sample was taken: the interval's ticks fall on `origin + k × interval`,
+    /// as the agent's do (its schedule skips a missed tick rather than shifting).
+    origin: Option<Instant>,
+    /// `k` of the last tick taken.
+    grid: u64,
     /// When the last sample that advanced the tick was taken.
     at: Option<Instant>,
     /// Each GPU's energy counter then, joules (by UUID).
@@ -104,12 +120,19 @@ impl Sampler for MockSampler {
         let started = Instant::now();
         if let Some(pace) = &self.pace {
             let mut last = pace.last.lock().unwrap_or_else(PoisonError::into_inner);
-            let since = last.at.map(|at| started.saturating_duration_since(at));
-            if let Some(since) = since.filter(|s| *s < pace.interval / 2) {
-                // Early (a flush, the sample at exit): the coming tick's readings, its energy
-                // counter only `since` into the interval. The tick itself stays to come.
+            let early = match (last.origin, last.at) {
+                (Some(origin), Some(at)) if pace.grid_of(started.saturating_duration_since(origin)) <= last.grid => {
+                    Some(at)
+                }
+                _ => None,
+            };
+            if let Some(at) = early {
+                // Between two ticks (a flush, the sample at exit, however far into the
+                // interval): the coming tick's readings, its energy counter only as far into
+                // the interval as the time since the last tick. The tick itself stays to come.
                 let mut snapshot = self.fleet.snapshot(self.tick(), request)?;
-                let share = since.as_secs_f64() / pace.interval.as_secs_f64();
+                let since = started.saturating_duration_since(at);
+                let share = (since.as_secs_f64() / pace.interval.as_secs_f64()).min(1.0);
                 for d in &mut snapshot.devices {
                     if let (Some(now), Some(&then)) = (d.power.energy_joules, last.energy.get(d.info.uuid.as_str())) {
                         d.power.energy_joules = Some(then + (now - then).max(0.0) * share);
@@ -118,6 +141,8 @@ impl Sampler for MockSampler {
                 return Ok(snapshot.with_duration(started.elapsed()));
             }
             let snapshot = self.whole_tick(request, started)?;
+            let origin = *last.origin.get_or_insert(started);
+            last.grid = pace.grid_of(started.saturating_duration_since(origin));
             last.at = Some(started);
             for d in &snapshot.devices {
                 // Updated in place: a UUID is copied once, not at every tick.
@@ -189,10 +214,11 @@ impl MockSamplerBuilder {
     }
 
     /// Paces the sampler to an agent sampling every `interval` in real time (the agent and the
-    /// Python binding do): a sample taken sooner than half an interval after the last one — a
-    /// flush, the sample at exit — reads the coming tick without taking it, its energy counters
-    /// only as far into the interval as the time since the last tick. So a run's last, short
-    /// interval is not a whole interval of simulated energy. Unpaced (the default), every call
+    /// Python binding do, on ticks at `origin + k × interval`): a sample taken between two of
+    /// those ticks — a flush, the sample at exit, however far into the interval — reads the
+    /// coming tick without taking it, its energy counters only as far into the interval as the
+    /// time since the last tick. So a run's last, partial interval is not a whole interval of
+    /// simulated energy. The first sample sets the origin. Unpaced (the default), every call
     /// is a tick, as tests that step the mock by hand want.
     pub fn paced(mut self, interval: Duration) -> Self {
         self.pace = Some(interval);

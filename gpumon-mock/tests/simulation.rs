@@ -394,8 +394,8 @@ fn tick_period_scales_energy() {
     assert!((step - 10.0 * s1.power.usage_watts.unwrap()).abs() < 0.01, "{step}");
 }
 
-/// A paced sampler (the agent's and the Python binding's mock): a sample taken sooner than half
-/// an interval after the last — a flush, the sample at exit — reads the coming tick without
+/// A paced sampler (the agent's and the Python binding's mock): a sample taken between two of
+/// the interval's ticks — a flush, the sample at exit — reads the coming tick without
 /// taking it, with its energy counter only as far into the interval as the time since; the
 /// next sample on time takes that tick whole, as an unpaced sampler's second call does.
 #[test]
@@ -424,4 +424,32 @@ fn a_paced_sample_taken_early_is_part_of_the_coming_tick() {
     assert!(whole > 0.0 && part > 0.0, "{part} of {whole}");
     // The share of the interval that had passed: at least the 20 ms slept (2 %).
     assert!(part >= 0.02 * whole - 1e-9 && part <= early_share * whole + 1e-9, "{part} of {whole} ({early_share})");
+}
+
+/// A sample well past half an interval but before the next tick (a job that ends 65 % into an
+/// interval) is still early: it used to take a whole tick, a whole interval of energy. A tick
+/// that comes late (the agent's schedule held up) is still a tick.
+#[test]
+fn a_paced_sample_late_in_the_interval_is_still_part_of_the_coming_tick() {
+    use std::time::Instant;
+    let interval = Duration::from_secs(1);
+    let paced = MockSampler::builder().seed(7).paced(interval).build().unwrap();
+    let request = SampleRequest::new(MetricSet::default(), DeviceFilter::all());
+    let energy = |s: &Snapshot| s.devices[0].power.energy_joules.unwrap();
+    let first = Instant::now();
+    let t0 = paced.sample(&request).unwrap();
+    std::thread::sleep(Duration::from_millis(650));
+    let early = paced.sample(&request).unwrap();
+    let early_share = first.elapsed().as_secs_f64() / interval.as_secs_f64();
+    assert_eq!(paced.tick(), 1, "65 % into the interval is not the next tick");
+    // The next tick, 300 ms late: taken whole.
+    std::thread::sleep((interval + Duration::from_millis(300)).saturating_sub(first.elapsed()));
+    let t1 = paced.sample(&request).unwrap();
+    assert_eq!(paced.tick(), 2, "a late tick is still a tick");
+    let (whole, part) = (energy(&t1) - energy(&t0), energy(&early) - energy(&t0));
+    assert!(part >= 0.65 * whole - 1e-9 && part <= early_share * whole + 1e-9, "{part} of {whole} ({early_share})");
+    // The tick after it, on its schedule (2 s from the first), only 700 ms after the late one.
+    std::thread::sleep((2 * interval).saturating_sub(first.elapsed()));
+    paced.sample(&request).unwrap();
+    assert_eq!(paced.tick(), 3, "the schedule, not the last sample, says when a tick is due");
 }
