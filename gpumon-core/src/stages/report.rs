@@ -900,9 +900,10 @@ impl State {
         };
         Overview {
             gpus: gpus.len(),
-            gpu_seconds: gpus.iter().map(|g| g.observed_seconds).sum(),
-            allocated_seconds: gpus.iter().map(|g| g.allocated_seconds).sum(),
-            idle_allocated_seconds: gpus.iter().map(|g| g.idle_allocated_seconds).sum(),
+            // Folded from +0.0: a float sum of nothing is −0.0, printed "-0.0" for a run without GPUs.
+            gpu_seconds: gpus.iter().fold(0.0, |sum, g| sum + g.observed_seconds),
+            allocated_seconds: gpus.iter().fold(0.0, |sum, g| sum + g.allocated_seconds),
+            idle_allocated_seconds: gpus.iter().fold(0.0, |sum, g| sum + g.idle_allocated_seconds),
             main_cause: causes.first().cloned(),
             causes,
             driver_sample_period_seconds: period,
@@ -1240,6 +1241,16 @@ impl fmt::Display for Report {
             "gpumon run report: host {}{simulated}, {} tick(s) over {:.1} s, interval {} s",
             self.hostname, self.ticks, self.wall_seconds, self.interval_seconds
         )?;
+        if self.ticks == 0 {
+            // Nothing reached the report: every sample failed (no NVML, with a sink that must
+            // not get simulated data), or the run ended before the first. Zeros would read as
+            // a run that idled no GPU; say what happened instead.
+            return writeln!(
+                f,
+                "  no sample was taken during the run: the GPU backend was unavailable throughout, or the run \
+                 ended before the first sample (the log says which); nothing is reported, steps included"
+            );
+        }
         write_overview(f, self)?;
         if let Some(steps) = &self.steps {
             write_steps(f, steps)?;
@@ -1949,6 +1960,20 @@ mod tests {
         assert_eq!((run.duration_median_seconds, run.duration_p95_seconds), (Some(0.001), Some(0.001)));
         let mean = (1999.0 * 0.001 + 0.5) / 2000.0;
         assert!((run.duration_mean_seconds.unwrap() - mean).abs() < 1e-12, "{:?}", run.duration_mean_seconds);
+    }
+
+    #[test]
+    fn a_run_without_a_sample_says_so_and_has_no_negative_zero() {
+        let (_report, handle) = attached(Duration::from_secs(1));
+        let r = handle.report();
+        assert_eq!(r.ticks, 0);
+        let o = &r.overview;
+        for v in [o.gpu_seconds, o.allocated_seconds, o.idle_allocated_seconds] {
+            assert!(v == 0.0 && v.is_sign_positive(), "{v:?}");
+        }
+        let text = r.to_string();
+        assert!(text.contains("no sample was taken during the run"), "{text}");
+        assert!(!text.contains("-0.0") && !text.contains("GPU-h"), "{text}");
     }
 
     #[test]
