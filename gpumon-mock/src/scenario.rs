@@ -490,6 +490,11 @@ struct ScenarioToml {
     driver_period_ms: Option<u64>,
     #[serde(default)]
     phases: Vec<crate::Phase>,
+    /// What the diagnosis must find on this scenario (the accuracy corpus's `[expect]`, read by
+    /// `tests/accuracy.rs`): not the mock's business, but a corpus file runs as it is
+    /// (`--mock-scenario gpumon-mock/corpus/….toml`).
+    #[serde(default, rename = "expect")]
+    _expect: Option<toml::Table>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -616,6 +621,17 @@ impl FaultToml {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_corpus_entry_loads_as_a_scenario_its_expectations_aside() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/slow-rank-busy-h100x8.toml");
+        let s = Scenario::from_file(&path).unwrap();
+        assert_eq!(s.name, "slow-rank-busy-h100x8");
+        assert!(s.phases.iter().any(|p| p.gpus.as_deref() == Some(&[3][..])), "{s:?}");
+        // Still strict elsewhere: a mistyped key is refused.
+        let err = Scenario::from_toml_str("[expectt]\nfindings = []\n", "x").unwrap_err();
+        assert!(err.to_string().contains("expectt"), "{err}");
+    }
 
     #[test]
     fn builtins_load() {

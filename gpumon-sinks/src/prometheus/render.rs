@@ -176,6 +176,18 @@ struct Names {
     unit: Option<&'static str>,
     help_text: String,
     help_om: String,
+    /// The help in dcgm naming, where the value is scaled to dcgm-exporter's unit ("Fraction of
+    /// time …" would misread a value of 97): the native help with the unit said.
+    dcgm_help_text: String,
+    dcgm_help_om: String,
+}
+
+/// dcgm-exporter's unit for a value the catalogue scales by `scale` into it.
+fn dcgm_unit(scale: f64) -> Option<&'static str> {
+    [(100.0, "percent"), (1.0 / 1_048_576.0, "MiB"), (1e-6, "MHz"), (1000.0, "mJ")]
+        .into_iter()
+        .find(|(s, _)| (s - scale).abs() <= s.abs() * 1e-12)
+        .map(|(_, unit)| unit)
 }
 
 /// The family names and help lines of series `d`, computed once per series.
@@ -187,11 +199,17 @@ fn names(d: &'static Descriptor) -> &'static Names {
             _ => native,
         };
         let unit = d.unit.prometheus_suffix().filter(|u| native_family.ends_with(&format!("_{u}")));
+        let dcgm_help = match d.dcgm.and_then(|x| dcgm_unit(x.scale)) {
+            Some(unit) => format!("{} Here in {unit} (dcgm-exporter's unit).", d.help),
+            None => d.help.to_owned(),
+        };
         Names {
             native_family: native_family.to_owned(),
             unit,
             help_text: escape_help(d.help, Format::Text),
             help_om: escape_help(d.help, Format::OpenMetrics),
+            dcgm_help_text: escape_help(&dcgm_help, Format::Text),
+            dcgm_help_om: escape_help(&dcgm_help, Format::OpenMetrics),
         }
     });
     NAMES.get(d)
@@ -234,6 +252,10 @@ fn metric_header(d: &'static Descriptor, format: Format, naming: Naming) -> Fami
         Format::OpenMetrics => n.help_om.as_str(),
     };
     if let (Naming::Dcgm, Some(dcgm)) = (naming, d.dcgm) {
+        let help = match format {
+            Format::Text => n.dcgm_help_text.as_str(),
+            Format::OpenMetrics => n.dcgm_help_om.as_str(),
+        };
         // dcgm-exporter's names carry no unit suffix and its counters no `_total`. OpenMetrics
         // requires counter samples to end in `_total`, so to keep the names dashboards look for,
         // such counters are typed `unknown` in OpenMetrics (they stay `counter` in 0.0.4).
