@@ -1604,13 +1604,43 @@ mod tests {
         assert!(text.contains("dataloader_starvation (warning) held 2.0 s, 1.2 GPU-s lost"), "{text}");
     }
 
+    /// Ticks 0..=`last` at 1 s of `devices()`, with a `straggler` on GPU `uuid` raised at tick
+    /// `raised` (and cleared at `cleared`): the straggler's time lost.
+    fn straggler_lost(
+        last: u64,
+        uuid: &str,
+        raised: u64,
+        cleared: Option<u64>,
+        devices: impl Fn() -> Vec<DeviceSample>,
+    ) -> (f64, Report) {
+        let interval = Duration::from_secs(1);
+        let (mut report, handle) = attached(interval);
+        for tick in 0..=last {
+            let mut s = snapshot(tick, interval, devices());
+            let events = match tick {
+                t if t == raised => vec![event(Transition::Raised, FindingKind::Straggler, Some(uuid), None)],
+                t if Some(t) == cleared => vec![event(Transition::Cleared, FindingKind::Straggler, Some(uuid), None)],
+                _ => Vec::new(),
+            };
+            s.attach(Diagnosis { events, ..Diagnosis::default() });
+            report.process(&mut s);
+        }
+        let r = handle.report();
+        let lost = r
+            .gpus
+            .iter()
+            .flat_map(|g| &g.findings)
+            .find(|f| f.kind == FindingKind::Straggler)
+            .unwrap()
+            .lost_gpu_seconds;
+        (lost, r)
+    }
+
     #[test]
     fn a_straggler_is_charged_its_peers_wait_beyond_its_own_idle() {
         // GPU 3 busy 95 % (idle 5 %); GPUs 0-2, its peers, idle 45 %: 40 points of that is the
         // wait for GPU 3, the 5 they share with it is not. GPU 4 runs another user's job and
         // idles 90 %: not a peer. GPU 5 holds no memory: not allocated, not a peer.
-        let interval = Duration::from_secs(1);
-        let (mut report, handle) = attached(interval);
         let gpus: Vec<_> = (0..6).map(info).collect();
         let owned = |mut d: DeviceSample, uid: u32| {
             let mut p = crate::model::ProcessSample::new(1000 + d.info.index);
@@ -1618,52 +1648,30 @@ mod tests {
             d.processes = vec![p];
             d
         };
-        let last = 10u64;
-        for tick in 0..=last {
+        let (lost, r) = straggler_lost(10, "GPU-3", 2, Some(6), || {
             let mut devices: Vec<_> = (0..3).map(|g| owned(allocated(&gpus[g], 0.55, 6), 1)).collect();
             devices.push(owned(allocated(&gpus[3], 0.95, 6), 1));
             devices.push(owned(allocated(&gpus[4], 0.1, 6), 2));
             let mut free = DeviceSample::new(gpus[5].clone());
             free.utilization.gpu = Some(0.0);
             devices.push(free);
-            let mut s = snapshot(tick, interval, devices);
-            let events = match tick {
-                2 => vec![event(Transition::Raised, FindingKind::Straggler, Some("GPU-3"), None)],
-                6 => vec![event(Transition::Cleared, FindingKind::Straggler, Some("GPU-3"), None)],
-                _ => Vec::new(),
-            };
-            s.attach(Diagnosis { events, ..Diagnosis::default() });
-            report.process(&mut s);
-        }
-        let r = handle.report();
-        let straggler = r.gpus[3].findings.iter().find(|f| f.kind == FindingKind::Straggler).unwrap();
+            devices
+        });
         // Charged ticks 3-6: its own 5 % and three peers' 40 % each.
         let expected = 4.0 * (0.05 + 3.0 * 0.40);
-        assert!((straggler.lost_gpu_seconds - expected).abs() < 1e-9, "{} != {expected}", straggler.lost_gpu_seconds);
-        let main = r.overview.main_cause.as_ref().unwrap();
-        assert_eq!(main.kind, FindingKind::Straggler);
+        assert!((lost - expected).abs() < 1e-9, "{lost} != {expected}");
+        assert_eq!(r.overview.main_cause.as_ref().unwrap().kind, FindingKind::Straggler);
     }
 
     #[test]
     fn a_straggler_behind_busy_peers_is_charged_its_own_idle() {
         // GPU 2 at 50 % behind two peers at 90 %: they idle less than it does, so nothing of
         // theirs is a wait for it; its own idle half is the loss.
-        let interval = Duration::from_secs(1);
-        let (mut report, handle) = attached(interval);
         let gpus: Vec<_> = (0..3).map(info).collect();
-        for tick in 0..=6u64 {
-            let devices = vec![allocated(&gpus[0], 0.9, 6), allocated(&gpus[1], 0.9, 6), allocated(&gpus[2], 0.5, 6)];
-            let mut s = snapshot(tick, interval, devices);
-            let events = match tick {
-                1 => vec![event(Transition::Raised, FindingKind::Straggler, Some("GPU-2"), None)],
-                _ => Vec::new(),
-            };
-            s.attach(Diagnosis { events, ..Diagnosis::default() });
-            report.process(&mut s);
-        }
-        let r = handle.report();
-        let straggler = r.gpus[2].findings.iter().find(|f| f.kind == FindingKind::Straggler).unwrap();
-        assert!((straggler.lost_gpu_seconds - 5.0 * 0.5).abs() < 1e-9, "{}", straggler.lost_gpu_seconds);
+        let (lost, _) = straggler_lost(6, "GPU-2", 1, None, || {
+            vec![allocated(&gpus[0], 0.9, 6), allocated(&gpus[1], 0.9, 6), allocated(&gpus[2], 0.5, 6)]
+        });
+        assert!((lost - 5.0 * 0.5).abs() < 1e-9, "{lost}");
     }
 
     #[test]
