@@ -81,6 +81,7 @@ pub use error::{AssemblyError, ServiceError};
 pub use gpumon_core::stages::Services;
 pub use sinks::{Listener, Listeners};
 pub use stages::{KubeletService, StepsSocket};
+pub(crate) use stages::diagnosis_window;
 
 use std::time::Duration;
 
