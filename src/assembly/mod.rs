@@ -80,8 +80,8 @@ pub use build::{parse_families, Assembled, Assembly, AssemblyOptions, Families, 
 pub use error::{AssemblyError, ServiceError};
 pub use gpumon_core::stages::Services;
 pub use sinks::{Listener, Listeners};
-pub use stages::{KubeletService, StepsSocket};
 pub(crate) use stages::diagnosis_window;
+pub use stages::{KubeletService, StepsSocket};
 
 use std::time::Duration;
 

@@ -910,7 +910,10 @@ mod tests {
         assert!(compare_runs(&replay_of("nvml"), &run("nvml")).notes.is_empty());
         // A replay whose report does not say what recorded it: said.
         let c = compare_runs(&run("replay"), &run("mock"));
-        assert!(c.to_string().contains("the data before is replayed from a trace whose backend the report does not name"), "{c}");
+        assert!(
+            c.to_string().contains("the data before is replayed from a trace whose backend the report does not name"),
+            "{c}"
+        );
     }
 
     /// The reviewer's case: 4 GPUs for 60 s against 1 GPU for 6 s, the same step time.
@@ -933,7 +936,9 @@ mod tests {
         assert!(text.contains("  note                  the reports are about 4 GPU(s) before and 1 after"), "{text}");
         assert!(text.contains("  note                  sampled every 1 s before and every 0.5 s after"), "{text}");
         assert!(
-            text.contains("  note                  the run after lasted 6.0 s, shorter than its diagnosis window (30 s)"),
+            text.contains(
+                "  note                  the run after lasted 6.0 s, shorter than its diagnosis window (30 s)"
+            ),
             "{text}"
         );
         assert!(text.contains("  findings gone         none"), "{text}");
@@ -983,7 +988,10 @@ mod tests {
             .with_watched(Watched::new(WatchScope::JobGpus, vec![1, 2], None))
             .with_diagnosis_window(std::time::Duration::from_secs(30));
         let json = serde_json::to_value(&record).unwrap();
-        assert_eq!(json["command"], serde_json::json!({"exit_code": null, "signal": 15, "signal_name": "SIGTERM", "status": 143}));
+        assert_eq!(
+            json["command"],
+            serde_json::json!({"exit_code": null, "signal": 15, "signal_name": "SIGTERM", "status": 143})
+        );
         assert_eq!(json["watched"], serde_json::json!({"scope": "job_gpus", "gpus": [1, 2]}));
         assert_eq!(json["format"], 1, "the report's keys at the top");
         assert_eq!(serde_json::from_value::<RunRecord>(json).unwrap(), record);
