@@ -510,3 +510,42 @@ fn compare_knows_the_replay_of_a_mock_trace_is_simulated() {
         "{stdout}"
     );
 }
+
+/// The reviewer's case: a starved job on 4 GPUs against the same job on 1 GPU, stopped before
+/// its diagnosis window: `compare` says both, claims no finding gone, and does not lead with
+/// the energy per step of other GPUs.
+#[test]
+fn compare_says_when_two_runs_cannot_be_compared_as_they_stand() {
+    let dir = temp_dir("incomparable");
+    let job = write(&dir, "job.py", JOB);
+    let one = |devices: &str, window: &[&str], steps: &str, name: &str| {
+        let (code, _, stderr) = run(agent()
+            .args(["run", "--backend", "mock", "--mock-scenario", "dataloader-starved", "--interval", "1s"])
+            .args(["--devices", devices])
+            .args(window)
+            .arg("--report-file")
+            .arg(dir.join(name))
+            .arg("--")
+            .arg(python())
+            .arg(&job)
+            .args([steps, "1.2", "0"]));
+        assert_eq!(code, 0, "{stderr}");
+        let text = std::fs::read_to_string(dir.join(name)).unwrap();
+        serde_json::from_str::<Report>(&text).unwrap()
+    };
+    let before = one("0,1,2,3", &["--diagnose-window", "4s"], "8", "before.json");
+    assert!(before.overview.causes.iter().any(|c| c.kind.name() == "dataloader_starvation"), "{before:#?}");
+    let after = one("0", &[], "3", "after.json");
+    assert!(after.wall_seconds < 30.0);
+    let (code, stdout, stderr) = run(agent().arg("compare").arg(dir.join("before.json")).arg(dir.join("after.json")));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("\n  note                  the reports are about 4 GPU(s) before and 1 after"), "{stdout}");
+    assert!(
+        stdout.contains("\n  note                  the run after lasted ")
+            && stdout.contains(" s, shorter than its diagnosis window (30 s)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\n  findings gone         none\n"), "{stdout}");
+    assert!(stdout.contains("\n  findings not compared dataloader_starvation"), "{stdout}");
+    assert!(!stdout.contains("main change           energy per step"), "{stdout}");
+}
