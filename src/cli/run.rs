@@ -3,7 +3,11 @@
 //! It runs the agent the flags describe (sinks export as usual), starts CMD, and when CMD exits
 //! — or fails, or is killed — prints the run report (`--report-format json` for JSON) and exits
 //! with CMD's exit code (128 + the signal's number when a signal killed it, as a shell does).
-//! `--report-file FILE` also writes the report as JSON.
+//! `--report-file FILE` also writes the report as JSON: opened before CMD starts (a file that
+//! cannot be written is a configuration error, exit 2, and CMD does not run), written before
+//! stdout is printed. The JSON adds to the report how CMD ended (`command`), which GPUs the
+//! report is about (`watched`) and the diagnosis window ([`RunRecord`]). The run's figures end
+//! when CMD exits, also while the agent waits for a steps connection a leftover process holds.
 //!
 //! - **Steps.** CMD gets the steps socket in its environment, `GPUMON_STEPS_SOCKET` (a private
 //!   socket in a temporary directory of mode 0700 when `--steps-socket` / `steps.socket` sets
