@@ -319,26 +319,27 @@ async fn run(
     let outcome = outcome_of(status);
     // The marks the command wrote before it exited: read them, then one last sample reports them.
     tokio::time::sleep(SETTLE).await;
-    let deadline = tokio::time::Instant::now() + shutdown_timeout;
-    let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
     // A connection still open (a process the command left behind holds it) is waited for, but
     // the run's figures end when the command exited: the GPUs' from the sample taken now, the
     // steps from the last sample, the marks read during the wait included.
     let leftover = steps.as_ref().is_some_and(|s| s.connections_open() > 0);
-    if let Err(e) = handle.flush(left()).await {
+    if let Err(e) = handle.flush(shutdown_timeout).await {
         tracing::warn!(error = %e, "final sample incomplete");
     }
     let job = std::mem::take(&mut *job.lock().unwrap_or_else(PoisonError::into_inner));
     let (mut run_report, watched) = scoped_report(&report, &job, mock);
+    // The wait for the leftover has its own limit; the last sample and the shutdown theirs.
+    let mut until = tokio::time::Instant::now() + shutdown_timeout;
     if let (true, Some(steps)) = (leftover, &steps) {
-        read_every_mark(steps, left()).await;
-        if let Err(e) = handle.flush(left()).await {
+        read_every_mark(steps, shutdown_timeout).await;
+        until = tokio::time::Instant::now() + shutdown_timeout;
+        if let Err(e) = handle.flush(shutdown_timeout).await {
             tracing::warn!(error = %e, "sample of the marks read after the command exited incomplete");
         }
         run_report.steps = scoped_report(&report, &job, mock).0.steps;
     }
     services.stop().await;
-    let shut = handle.shutdown(left()).await;
+    let shut = handle.shutdown(until.saturating_duration_since(tokio::time::Instant::now())).await;
     watcher.abort();
 
     let scope = match &watched.reason {
