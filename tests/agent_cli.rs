@@ -323,3 +323,46 @@ fn the_host_label_can_be_overridden() {
     assert_eq!(host_of(agent().env_remove("GPUMON_HOST").env("NODE_NAME", "node-19")), "node-19");
     assert_eq!(host_of(agent().env_remove("GPUMON_HOST").env("NODE_NAME", "")), system);
 }
+
+/// A negative value is the flag's value, refused by its own parser: not taken for a flag
+/// (`unexpected argument '-1' found`).
+#[test]
+fn a_negative_value_is_refused_naming_its_flag() {
+    for (args, needle) in [
+        (["--interval", "-1s"], "invalid value '-1s' for '--interval <DURATION>'"),
+        (["--mock-seed", "-1"], "invalid value '-1' for '--mock-seed <N>'"),
+        (["--sample-timeout", "-5s"], "invalid value '-5s' for '--sample-timeout <DURATION>'"),
+    ] {
+        let (code, stdout, stderr) = run(agent().args(["--once", "--backend", "mock"]).args(args));
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "`{needle}` not in: {stderr}");
+        assert!(stdout.is_empty());
+    }
+}
+
+/// What is known of the steps socket's path before binding it is a configuration error naming
+/// the flag: a path too long for a Unix socket (with the limit), a path that is not a socket.
+#[test]
+fn a_steps_socket_path_that_cannot_be_bound_exits_2_naming_the_flag() {
+    let dir = std::env::temp_dir().join(format!("gpumon-cli-socket-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let regular = dir.join("regular");
+    std::fs::write(&regular, "not a socket").unwrap();
+    let long = dir.join("s".repeat(120));
+    let cases = [
+        (
+            regular.clone(),
+            format!("--steps-socket / steps.socket: {}: the path exists and is not a socket", regular.display()),
+        ),
+        (long.clone(), format!("--steps-socket / steps.socket: {}: ", long.display())),
+    ];
+    for (path, needle) in cases {
+        let (code, _, stderr) = run(agent().args(["--once", "--backend", "mock", "--steps-socket"]).arg(&path));
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains(&needle), "`{needle}` not in: {stderr}");
+    }
+    let (_, _, stderr) = run(agent().args(["--once", "--backend", "mock", "--steps-socket"]).arg(&long));
+    assert!(stderr.contains("longer than a Unix socket's path may be (at most 107 bytes"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&regular).unwrap(), "not a socket", "the file is left as it was");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -193,7 +193,8 @@ fn a_missing_or_unexecutable_command_says_so_and_exits_as_a_shell_would() {
 fn compare_names_the_fix_of_a_starved_job_and_its_size() {
     let dir = temp_dir("compare");
     let job = write(&dir, "job.py", JOB);
-    let one = |scenario: &str, pause: &str, name: &str| {
+    // Each run lasts longer than its 4 s diagnosis window: a finding gone is then a finding gone.
+    let one = |scenario: &str, steps: &str, pause: &str, name: &str| {
         let sub = dir.join(name);
         std::fs::create_dir_all(&sub).unwrap();
         let (code, stdout, stderr) = run(agent()
@@ -203,13 +204,13 @@ fn compare_names_the_fix_of_a_starved_job_and_its_size() {
             .arg("--")
             .arg(python())
             .arg(&job)
-            .args(["8", pause, "0"]));
+            .args([steps, pause, "0"]));
         assert_eq!(code, 0, "{scenario}: {stdout}\n{stderr}");
         let text = std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap();
         serde_json::from_str::<Report>(&text).unwrap()
     };
-    let before = one("dataloader-starved", "1.2", "before");
-    let after = one("training", "0.45", "after");
+    let before = one("dataloader-starved", "8", "1.2", "before");
+    let after = one("training", "14", "0.45", "after");
     assert_eq!(
         before.overview.main_cause.as_ref().map(|c| c.kind.name()),
         Some("dataloader_starvation"),
@@ -361,4 +362,190 @@ s.sendall(b"".join(b'{"job":"fast","step":%d}\n' % i for i in range(1, n + 1)))
     let (report, _) = report_file(&dir);
     let steps = report.steps.expect("steps in the report");
     assert_eq!(steps.steps, 19_999);
+}
+
+/// `run … | head -1`: the reader of stdout is gone when the report is printed. The report file
+/// is written all the same, the printing stops without a panic, and the command's code is the
+/// exit code; `compare` into a closed pipe exits 0.
+#[test]
+fn a_closed_stdout_costs_neither_the_report_file_nor_the_command_s_code() {
+    let dir = temp_dir("epipe");
+    let mut child = run_cmd(&dir, &[])
+        .args(["--", "sh", "-c", "sleep 1; exit 3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // the reader goes away before the report is printed
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "the command's code; stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let (report, json) = report_file(&dir);
+    assert_eq!(report.gpus.len(), 4);
+    assert_eq!(json["command"]["exit_code"], 3);
+
+    let report = dir.join("report.json");
+    let mut compare =
+        agent().arg("compare").arg(&report).arg(&report).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    drop(compare.stdout.take());
+    let out = compare.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// A report file that cannot be written is said before the command starts (exit 2, naming the
+/// flag), not found out after the job.
+#[test]
+fn an_unwritable_report_file_is_refused_before_the_command_runs() {
+    let dir = temp_dir("unwritable");
+    let ran = dir.join("ran");
+    let target = dir.join("no-such-dir").join("r.json");
+    let (code, stdout, stderr) = run(agent()
+        .args(["run", "--backend", "mock", "--report-file"])
+        .arg(&target)
+        .args(["--", "sh", "-c", "touch \"$0\"; sleep 1"])
+        .arg(&ran));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with(&format!("gpumon: configuration error: --report-file {}: ", target.display())),
+        "{stderr}"
+    );
+    assert!(!ran.exists(), "the command must not have run");
+    // A run that cannot start leaves no empty report behind.
+    let fresh = dir.join("fresh.json");
+    let (code, _, _) = run(agent()
+        .args(["run", "--backend", "mock", "--report-file"])
+        .arg(&fresh)
+        .args(["--", "gpumon-no-such-command"]));
+    assert_eq!(code, 127);
+    assert!(!fresh.exists());
+}
+
+/// The JSON report says how the command ended and which GPUs it is about; `compare` notes a run
+/// whose command failed against one whose command did not.
+#[test]
+fn the_json_report_names_the_command_s_end_and_the_gpus_watched_and_compare_notes_a_failure() {
+    let dir = temp_dir("outcome");
+    let (code, stdout, stderr) = run(run_cmd(&dir, &["--report-format", "json", "--devices", "1,2"]).args([
+        "--",
+        "sh",
+        "-c",
+        "sleep 1; kill -9 $$",
+    ]));
+    assert_eq!(code, 137, "{stderr}");
+    let printed: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let (_, file) = report_file(&dir);
+    for v in [&printed, &file] {
+        assert_eq!(
+            v["command"],
+            serde_json::json!({"exit_code": null, "signal": 9, "signal_name": "SIGKILL", "status": 137})
+        );
+        assert_eq!(v["watched"]["scope"], "every_gpu");
+        assert_eq!(v["watched"]["gpus"], serde_json::json!([1, 2]));
+        assert!(v["watched"]["reason"].as_str().unwrap().contains("the mock backend's processes are simulated"), "{v}");
+        assert_eq!(v["format"], 1);
+    }
+    std::fs::rename(dir.join("report.json"), dir.join("killed.json")).unwrap();
+    let (code, _, stderr) = run(run_cmd(&dir, &["--devices", "1,2"]).args(["--", "sleep", "1"]));
+    assert_eq!(code, 0, "{stderr}");
+    let (_, ok) = report_file(&dir);
+    assert_eq!(ok["command"]["exit_code"], 0);
+    let (code, stdout, stderr) = run(agent().arg("compare").arg(dir.join("report.json")).arg(dir.join("killed.json")));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(
+            "\n  note                  the command was killed by signal 9 (SIGKILL) in the run after, not in the other"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains(", the command exited with code 0\n"), "{stdout}");
+}
+
+/// A process the command left behind holds the steps socket: the agent waits for it (at most
+/// its shutdown timeout) and counts the marks it reads meanwhile, but the run's figures end
+/// when the command exited.
+#[test]
+fn the_run_ends_when_the_command_exits_even_while_a_leftover_holds_the_socket() {
+    let dir = temp_dir("leftover");
+    let job = write(&dir, "job.py", JOB);
+    let script = format!("{} {} 25 0.3 0 & sleep 1.5; exit 4", python(), job.display());
+    let started = Instant::now();
+    let (code, _, stderr) = run(run_cmd(&dir, &[]).args(["--", "sh", "-c", &script]));
+    let took = started.elapsed();
+    assert_eq!(code, 4, "{stderr}");
+    let (report, _) = report_file(&dir);
+    // The agent waited for the leftover (about 5 s): the report ends well before that.
+    assert!(took > Duration::from_secs(5), "{took:?}: the leftover was not waited for");
+    assert!(report.wall_seconds < 4.0, "wall {} s: the wait for the leftover is in the run", report.wall_seconds);
+    assert!(report.overview.gpu_seconds < 4.0 * 4.0, "{:?}", report.overview);
+    // About 5 marks before the command exited; those read during the wait count as steps.
+    let last = report.steps.expect("steps").runs[0].last_step.unwrap();
+    assert!(last >= 10, "last step {last}: the marks read after the command exited are missing");
+}
+
+/// A replay of a mock run's trace is simulated too: `compare` sets them side by side without a
+/// note on the data, and names the recording's backend.
+#[test]
+fn compare_knows_the_replay_of_a_mock_trace_is_simulated() {
+    let dir = temp_dir("replay");
+    let trace = dir.join("run.gpumon-trace.gz");
+    let (code, _, stderr) = run(run_cmd(&dir, &["--record"]).arg(&trace).args(["--", "sleep", "2"]));
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stdout, stderr) =
+        run(agent().args(["--replay-speed", "max", "--report", "--report-format", "json", "--replay"]).arg(&trace));
+    assert_eq!(code, 0, "{stderr}");
+    let replayed: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!((replayed["backend"].as_str(), replayed["recorded_backend"].as_str()), (Some("replay"), Some("mock")));
+    write(&dir, "replay.json", stdout.trim());
+    let (code, stdout, stderr) = run(agent().arg("compare").arg(dir.join("report.json")).arg(dir.join("replay.json")));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stdout.contains("simulated (mock backend)") && !stdout.contains("not a measurement"), "{stdout}");
+    assert!(
+        stdout.contains("\n  after                 host ")
+            && stdout.contains("(REPLAY of a trace recorded on the MOCK backend: simulated GPUs)"),
+        "{stdout}"
+    );
+}
+
+/// The reviewer's case: a starved job on 4 GPUs against the same job on 1 GPU, stopped before
+/// its diagnosis window: `compare` says both, claims no finding gone, and does not lead with
+/// the energy per step of other GPUs.
+#[test]
+fn compare_says_when_two_runs_cannot_be_compared_as_they_stand() {
+    let dir = temp_dir("incomparable");
+    let job = write(&dir, "job.py", JOB);
+    let one = |devices: &str, window: &[&str], steps: &str, name: &str| {
+        let (code, _, stderr) = run(agent()
+            .args(["run", "--backend", "mock", "--mock-scenario", "dataloader-starved", "--interval", "1s"])
+            .args(["--devices", devices])
+            .args(window)
+            .arg("--report-file")
+            .arg(dir.join(name))
+            .arg("--")
+            .arg(python())
+            .arg(&job)
+            .args([steps, "1.2", "0"]));
+        assert_eq!(code, 0, "{stderr}");
+        let text = std::fs::read_to_string(dir.join(name)).unwrap();
+        serde_json::from_str::<Report>(&text).unwrap()
+    };
+    let before = one("0,1,2,3", &["--diagnose-window", "4s"], "8", "before.json");
+    assert!(before.overview.causes.iter().any(|c| c.kind.name() == "dataloader_starvation"), "{before:#?}");
+    let after = one("0", &[], "3", "after.json");
+    assert!(after.wall_seconds < 30.0);
+    let (code, stdout, stderr) = run(agent().arg("compare").arg(dir.join("before.json")).arg(dir.join("after.json")));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("\n  note                  the reports are about 4 GPU(s) before and 1 after"), "{stdout}");
+    assert!(
+        stdout.contains("\n  note                  the run after lasted ")
+            && stdout.contains(" s, shorter than its diagnosis window (30 s)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\n  findings gone         none\n"), "{stdout}");
+    assert!(stdout.contains("\n  findings not compared dataloader_starvation"), "{stdout}");
+    assert!(!stdout.contains("main change           energy per step"), "{stdout}");
 }

@@ -41,11 +41,17 @@ pub(super) struct DiagnosePlan {
     thresholds: Thresholds,
 }
 
+/// The diagnosis window `[diagnose]` gives at `interval`: `diagnose.window`, else the default
+/// spanning at least MIN_WINDOW_TICKS ticks.
+pub(crate) fn diagnosis_window(file: &DiagnoseSection, interval: Duration) -> Duration {
+    file.window.unwrap_or_else(|| DEFAULT_WINDOW.max(interval.saturating_mul(MIN_WINDOW_TICKS as u32)))
+}
+
 /// Resolves `[diagnose]` against the sampling interval; every error names the key.
 pub(super) fn diagnose(file: &DiagnoseSection, interval: Duration) -> Result<DiagnosePlan, AssemblyError> {
     // The default spans at least MIN_WINDOW_TICKS ticks of a long interval (`--interval 1m`
     // works as is, and without the agent's own warning that the cross-tick rules need that many).
-    let window = file.window.unwrap_or_else(|| DEFAULT_WINDOW.max(interval.saturating_mul(MIN_WINDOW_TICKS as u32)));
+    let window = diagnosis_window(file, interval);
     let mut cfg = DiagnoseConfig::default().with_window(window);
     cfg = cfg.disable_by_name(file.disable.iter().map(String::as_str))?;
     if let Some(table) = &file.thresholds {
@@ -177,6 +183,7 @@ pub(super) fn steps(file: &StepsSection, in_process: bool) -> Result<StepsPlan, 
     if path.as_os_str().is_empty() {
         return Err(AssemblyError::invalid("steps.socket", "empty path"));
     }
+    check_socket_path(&path)?;
     let mut config = SocketConfig::new(path);
     config.mode = mode;
     if let Some(n) = file.max_connections {
@@ -194,6 +201,37 @@ pub(super) fn steps(file: &StepsSection, in_process: bool) -> Result<StepsPlan, 
     let (tracker, registry) = tracker()?;
     let socket = StepsSocket { config, registry: registry.clone(), running: None };
     Ok(StepsPlan { tracker: Some((tracker, registry)), socket: Some(socket) })
+}
+
+/// The longest path a Unix socket can be bound at, in bytes: `sockaddr_un.sun_path` (108 bytes
+/// on Linux, 104 on the BSDs and macOS) holds the path and its terminating NUL.
+const SOCKET_PATH_MAX: usize = if cfg!(target_os = "linux") { 107 } else { 103 };
+
+/// What can be known of `steps.socket` before binding it: a path longer than a Unix socket's,
+/// or a path that exists and is not a socket (gpumon does not delete it), is a configuration
+/// error named by its key rather than a failure of the running agent.
+fn check_socket_path(path: &std::path::Path) -> Result<(), AssemblyError> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::FileTypeExt;
+    let len = path.as_os_str().as_bytes().len();
+    if len > SOCKET_PATH_MAX {
+        return Err(AssemblyError::invalid(
+            "steps.socket",
+            format!(
+                "{}: {len} bytes, longer than a Unix socket's path may be (at most {SOCKET_PATH_MAX} bytes: \
+                 `sun_path` holds {} with the terminating NUL); choose a shorter path",
+                path.display(),
+                SOCKET_PATH_MAX + 1
+            ),
+        ));
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_socket() => Err(AssemblyError::invalid(
+            "steps.socket",
+            format!("{}: the path exists and is not a socket (gpumon does not delete it)", path.display()),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The steps socket (`steps.socket`): training processes write one JSON line per step to it

@@ -64,7 +64,7 @@ pub struct Cli {
     #[arg(long, value_name = "NAME|FILE")]
     pub mock_scenario: Option<String>,
     /// Seed for the mock backend's deterministic values.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub mock_seed: Option<u64>,
     /// Explicit path of libnvidia-ml.so.1.
     #[arg(long, value_name = "PATH")]
@@ -74,10 +74,10 @@ pub struct Cli {
     #[arg(long)]
     pub wake_suspended: bool,
     /// Sampling interval (e.g. 1s, 500ms, 1m 30s; at least 100ms).
-    #[arg(long, value_parser = crate::sinks::duration::parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = crate::sinks::duration::parse_duration, value_name = "DURATION", allow_hyphen_values = true)]
     pub interval: Option<Duration>,
     /// Longest one sample may take.
-    #[arg(long, value_parser = crate::sinks::duration::parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = crate::sinks::duration::parse_duration, value_name = "DURATION", allow_hyphen_values = true)]
     pub sample_timeout: Option<Duration>,
     /// Visible GPUs, CUDA_VISIBLE_DEVICES syntax (0,1 / GPU-uuid / 0:1 / all / none). Default: the
     /// CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES environment variable, else all.
@@ -354,6 +354,22 @@ pub fn on_the_agent_runtime(main_loop: impl std::future::Future<Output = u8>) ->
     code
 }
 
+/// Writes `text` to stdout, flushed. Unlike `print!`, it does not panic when stdout is a pipe
+/// whose reader went away (`| head -1`): that ends the printing quietly (`false`); another
+/// error is said on stderr.
+pub fn print_stdout(text: &str) -> bool {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => false,
+        Err(e) => {
+            eprintln!("gpumon: cannot write to stdout: {e}");
+            false
+        }
+    }
+}
+
 pub fn config_failure(message: &str) -> u8 {
     eprintln!("gpumon: configuration error: {message}");
     2
@@ -412,7 +428,7 @@ async fn run(cli: Cli, file: AgentConfig, options: AssemblyOptions) -> u8 {
         let flushed = handle.flush(shutdown_timeout.max(defaults::ONCE_FLUSH_TIMEOUT)).await;
         services.stop().await;
         let shut = handle.shutdown(shutdown_timeout).await;
-        crate::cli::diagnose::print_report(&cli.diagnose, report.as_ref());
+        crate::cli::diagnose::print_report(&cli.diagnose, report.as_ref(), None);
         return match (flushed, shut) {
             (Ok(()), Ok(())) => 0,
             (Err(e), _) | (Ok(()), Err(e)) => {
@@ -436,7 +452,7 @@ async fn run(cli: Cli, file: AgentConfig, options: AssemblyOptions) -> u8 {
         }
     }
     let shut = handle.shutdown(until.saturating_duration_since(tokio::time::Instant::now())).await;
-    crate::cli::diagnose::print_report(&cli.diagnose, report.as_ref());
+    crate::cli::diagnose::print_report(&cli.diagnose, report.as_ref(), None);
     match shut {
         Ok(()) | Err(AgentError::ShutDown) => {
             let stats = handle.stats();
@@ -452,7 +468,8 @@ async fn run(cli: Cli, file: AgentConfig, options: AssemblyOptions) -> u8 {
 
 /// Spawns the assembled agent and starts its stages' services (the steps socket, the kubelet
 /// refresher); when a service cannot start, stops what started and says why. The exit code on
-/// failure: 2 for an agent that cannot be built (configuration), 1 for a service.
+/// failure: 2 for an agent that cannot be built or a steps socket that cannot be bound
+/// (configuration), 1 for another service.
 pub async fn spawn_with_services(
     builder: crate::core::AgentBuilder,
     services: &mut crate::assembly::Services,
@@ -460,10 +477,19 @@ pub async fn spawn_with_services(
 ) -> Result<crate::core::AgentHandle, u8> {
     let handle = builder.spawn().map_err(|e| config_failure(&e.to_string()))?;
     if let Err(e) = services.start() {
-        eprintln!("gpumon: {e}");
+        // A steps socket that cannot be bound is a path to choose again: a configuration error.
+        let code = match e.0.downcast_ref::<crate::assembly::ServiceError>() {
+            Some(crate::assembly::ServiceError::StepsSocket(e)) => {
+                config_failure(&format!("--steps-socket / steps.socket: {e}"))
+            }
+            _ => {
+                eprintln!("gpumon: {e}");
+                1
+            }
+        };
         services.stop().await;
         let _ = handle.shutdown(shutdown_timeout).await;
-        return Err(1);
+        return Err(code);
     }
     Ok(handle)
 }
@@ -480,6 +506,7 @@ async fn run_replay(cli: Cli, assembled: Assembled, replay: Replay, once: bool) 
     }
     let Assembled { builder, report, interval, sink_options, shutdown_timeout, .. } = assembled;
     let header = &replay.header;
+    let recorded_backend = header.backend.clone();
     tracing::info!(
         recorded_by = %header.gpumon_version,
         backend = %header.backend,
@@ -514,7 +541,7 @@ async fn run_replay(cli: Cli, assembled: Assembled, replay: Replay, once: bool) 
         () = crate::cli::diagnose::run_until(cli.diagnose.duration, wait_for_signal()) => None,
     };
     let shut = handle.shutdown(shutdown_timeout).await;
-    crate::cli::diagnose::print_report(&cli.diagnose, report.as_ref());
+    crate::cli::diagnose::print_report(&cli.diagnose, report.as_ref(), Some(&recorded_backend));
     let mut code = 0;
     match outcome {
         Some(Ok(played)) => tracing::info!(snapshots = played, "replay finished"),

@@ -9,8 +9,8 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use crate::core::report::compare::compare;
-use crate::core::report::{Report, REPORT_FORMAT};
+use crate::core::report::compare::{compare_runs, RunRecord};
+use crate::core::report::REPORT_FORMAT;
 use clap::Parser;
 
 /// `gpumon-agent compare`.
@@ -59,12 +59,13 @@ pub enum ReadError {
     },
 }
 
-/// Reads a JSON run report, checking that it is one and of this build's format.
+/// Reads a JSON run report, checking that it is one and of this build's format, with what
+/// `run` adds beside the report when it is there ([`RunRecord`]).
 ///
 /// ## Errors
 ///
 /// [`ReadError`] naming the file.
-pub fn read_report(path: &Path) -> Result<Report, ReadError> {
+pub fn read_report(path: &Path) -> Result<RunRecord, ReadError> {
     let text = std::fs::read_to_string(path).map_err(|source| ReadError::Io { path: path.to_owned(), source })?;
     let not = |reason: String| ReadError::NotAReport { path: path.to_owned(), reason };
     let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| not(format!("not JSON: {e}")))?;
@@ -98,17 +99,19 @@ pub fn main(args: Vec<OsString>) -> u8 {
             return 2;
         }
     };
-    let comparison = compare(&before, &after);
-    if cli.json {
+    let comparison = compare_runs(&before, &after);
+    let text = if cli.json {
         match serde_json::to_string(&comparison) {
-            Ok(json) => println!("{json}"),
+            Ok(json) => json + "\n",
             Err(e) => {
                 eprintln!("gpumon: compare: cannot encode the comparison: {e}");
                 return 1;
             }
         }
     } else {
-        print!("{comparison}");
-    }
+        comparison.to_string()
+    };
+    // A reader that went away (`| head -1`) ends the printing: not a failure of the comparison.
+    let _ = crate::cli::app::print_stdout(&text);
     0
 }

@@ -23,6 +23,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::assembly::config::DiagnoseSection;
+use crate::core::report::compare::RunRecord;
 use crate::core::report::ReportHandle;
 
 /// The flags of this module (flattened into the agent's command line).
@@ -42,7 +43,7 @@ pub struct DiagnoseArgs {
     )]
     pub diagnose_window: Option<Duration>,
     /// Run this long, then shut down gracefully (as on SIGTERM).
-    #[arg(long, value_parser = crate::sinks::duration::parse_duration, value_name = "DURATION", conflicts_with = "once")]
+    #[arg(long, value_parser = crate::sinks::duration::parse_duration, value_name = "DURATION", conflicts_with = "once", allow_hyphen_values = true)]
     pub duration: Option<Duration>,
     /// At exit, print a run report to stdout: an overview (GPUs, idle GPU-time while
     /// allocated, the main cause and the time lost per cause, the settings under which rules
@@ -96,14 +97,23 @@ pub async fn run_until(duration: Option<Duration>, signal: impl Future<Output = 
     }
 }
 
-/// Prints the report to stdout, when one was asked for.
-pub fn print_report(args: &DiagnoseArgs, handle: Option<&ReportHandle>) {
+/// Prints the report to stdout, when one was asked for. `recorded_backend`: of a replay, the
+/// backend that recorded the trace, which the JSON form names (`compare` tells a replay of
+/// simulated GPUs from one of real GPUs by it).
+pub fn print_report(args: &DiagnoseArgs, handle: Option<&ReportHandle>, recorded_backend: Option<&str>) {
     let Some(handle) = handle else { return };
     let report = handle.report();
     match args.report_format.unwrap_or_default() {
-        ReportFormat::Human => print!("{report}"),
-        ReportFormat::Json => match serde_json::to_string(&report) {
-            Ok(json) => println!("{json}"),
+        ReportFormat::Human => {
+            let _ = crate::cli::app::print_stdout(&report.to_string());
+        }
+        ReportFormat::Json => match serde_json::to_string(&match recorded_backend {
+            Some(b) => RunRecord::new(report).with_recorded_backend(b),
+            None => RunRecord::new(report),
+        }) {
+            Ok(json) => {
+                let _ = crate::cli::app::print_stdout(&(json + "\n"));
+            }
             Err(e) => eprintln!("gpumon: cannot encode the report: {e}"),
         },
     }

@@ -3,7 +3,11 @@
 //! It runs the agent the flags describe (sinks export as usual), starts CMD, and when CMD exits
 //! — or fails, or is killed — prints the run report (`--report-format json` for JSON) and exits
 //! with CMD's exit code (128 + the signal's number when a signal killed it, as a shell does).
-//! `--report-file FILE` also writes the report as JSON.
+//! `--report-file FILE` also writes the report as JSON: opened before CMD starts (a file that
+//! cannot be written is a configuration error, exit 2, and CMD does not run), written before
+//! stdout is printed. The JSON adds to the report how CMD ended (`command`), which GPUs the
+//! report is about (`watched`) and the diagnosis window ([`RunRecord`]). The run's figures end
+//! when CMD exits, also while the agent waits for a steps connection a leftover process holds.
 //!
 //! - **Steps.** CMD gets the steps socket in its environment, `GPUMON_STEPS_SOCKET` (a private
 //!   socket in a temporary directory of mode 0700 when `--steps-socket` / `steps.socket` sets
@@ -33,7 +37,8 @@ use std::time::Duration;
 use crate::assembly::backend::MockFactory;
 use crate::assembly::config::{self, AgentConfig};
 use crate::assembly::{Assembled, Assembly, Families};
-use crate::core::report::Report;
+use crate::core::report::compare::{CommandOutcome, RunRecord, WatchScope, Watched};
+use crate::core::report::{Report, ReportHandle};
 use crate::core::{Family, Snapshot};
 use clap::Parser;
 
@@ -107,6 +112,11 @@ pub fn main(args: Vec<OsString>, mock: Option<MockFactory>) -> u8 {
     let mut families: Families = options.families.clone().with_enabled([Family::Processes]);
     families.disable.retain(|f| *f != Family::Processes);
     let options = options.with_report(true).with_families(families);
+    // Opened now, so that a file that cannot be written is said before the job runs, not after.
+    let report_file = match cli.report_file.as_deref().map(ReportFile::open).transpose() {
+        Ok(f) => f,
+        Err(e) => return config_failure(&e),
+    };
     let private = if file.steps.socket.is_none() {
         match PrivateDir::new() {
             Ok(dir) => {
@@ -121,9 +131,48 @@ pub fn main(args: Vec<OsString>, mock: Option<MockFactory>) -> u8 {
     } else {
         None
     };
-    let code = crate::cli::app::on_the_agent_runtime(run(cli, file, options));
+    let code = crate::cli::app::on_the_agent_runtime(run(cli, file, options, report_file));
     drop(private);
     code
+}
+
+/// `--report-file`, opened before the command starts; written when it has exited.
+struct ReportFile {
+    path: PathBuf,
+    file: std::fs::File,
+    /// Whether opening it created it: a run that never started removes it again.
+    created: bool,
+}
+
+impl ReportFile {
+    fn open(path: &Path) -> Result<Self, String> {
+        let created = !path.exists();
+        // Not truncated yet: a run that cannot start leaves an earlier report as it was.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map(|file| Self { path: path.to_owned(), file, created })
+            .map_err(|e| format!("--report-file {}: cannot write it: {e}", path.display()))
+    }
+
+    fn write(mut self, record: &RunRecord) -> std::io::Result<()> {
+        use std::io::{Seek, Write};
+        let json = serde_json::to_string_pretty(record).map_err(std::io::Error::other)?;
+        self.file.set_len(0)?;
+        self.file.rewind()?;
+        self.file.write_all(json.as_bytes())?;
+        self.file.write_all(b"\n")?;
+        self.file.sync_all()
+    }
+
+    /// No report to write: the file is as it was before the run.
+    fn discard(self) {
+        if self.created {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 /// Waits (at most `limit`) until the steps socket has read every connection to its end: a
@@ -176,11 +225,25 @@ struct JobGpus {
     classified: HashMap<u32, bool>,
 }
 
-async fn run(cli: RunCli, file: AgentConfig, options: crate::assembly::AssemblyOptions) -> u8 {
+async fn run(
+    cli: RunCli,
+    file: AgentConfig,
+    options: crate::assembly::AssemblyOptions,
+    mut report_file: Option<ReportFile>,
+) -> u8 {
+    let discard = |f: Option<ReportFile>| {
+        if let Some(f) = f {
+            f.discard();
+        }
+    };
     let assembled = match Assembly::build(&file, options) {
         Ok(assembled) => assembled,
-        Err(e) => return crate::cli::backend::failure(&e, &cli.agent),
+        Err(e) => {
+            discard(report_file);
+            return crate::cli::backend::failure(&e, &cli.agent);
+        }
     };
+    let window = crate::assembly::diagnosis_window(&file.diagnose, assembled.interval);
     if let Some(source) = &assembled.source {
         crate::cli::backend::say(source, &file);
     }
@@ -188,11 +251,15 @@ async fn run(cli: RunCli, file: AgentConfig, options: crate::assembly::AssemblyO
     let Assembled { builder, mut services, report, shutdown_timeout, steps, .. } = assembled;
     let Some(report) = report else {
         eprintln!("gpumon: run: the run report was not assembled");
+        discard(report_file);
         return 1;
     };
     let handle = match crate::cli::app::spawn_with_services(builder, &mut services, shutdown_timeout).await {
         Ok(h) => h,
-        Err(code) => return code,
+        Err(code) => {
+            discard(report_file);
+            return code;
+        }
     };
     let socket = file.steps.socket.clone().unwrap_or_default();
 
@@ -220,6 +287,7 @@ async fn run(cli: RunCli, file: AgentConfig, options: crate::assembly::AssemblyO
             };
             services.stop().await;
             let _ = handle.shutdown(shutdown_timeout).await;
+            discard(report_file.take());
             return code;
         }
     };
@@ -248,21 +316,59 @@ async fn run(cli: RunCli, file: AgentConfig, options: crate::assembly::AssemblyO
     };
 
     let status = wait_forwarding_signals(child, signals).await;
+    let outcome = outcome_of(status);
     // The marks the command wrote before it exited: read them, then one last sample reports them.
     tokio::time::sleep(SETTLE).await;
-    if let Some(steps) = &steps {
-        read_every_mark(steps, shutdown_timeout).await;
-    }
-    let until = tokio::time::Instant::now() + shutdown_timeout;
+    // A connection still open (a process the command left behind holds it) is waited for, but
+    // the run's figures end when the command exited: the GPUs' from the sample taken now, the
+    // steps from the last sample, the marks read during the wait included.
+    let leftover = steps.as_ref().is_some_and(|s| s.connections_open() > 0);
     if let Err(e) = handle.flush(shutdown_timeout).await {
         tracing::warn!(error = %e, "final sample incomplete");
+    }
+    let job = std::mem::take(&mut *job.lock().unwrap_or_else(PoisonError::into_inner));
+    let (mut run_report, watched) = scoped_report(&report, &job, mock);
+    // The wait for the leftover has its own limit; the last sample and the shutdown theirs.
+    let mut until = tokio::time::Instant::now() + shutdown_timeout;
+    if let (true, Some(steps)) = (leftover, &steps) {
+        read_every_mark(steps, shutdown_timeout).await;
+        until = tokio::time::Instant::now() + shutdown_timeout;
+        if let Err(e) = handle.flush(shutdown_timeout).await {
+            tracing::warn!(error = %e, "sample of the marks read after the command exited incomplete");
+        }
+        run_report.steps = scoped_report(&report, &job, mock).0.steps;
     }
     services.stop().await;
     let shut = handle.shutdown(until.saturating_duration_since(tokio::time::Instant::now())).await;
     watcher.abort();
 
-    let job = std::mem::take(&mut *job.lock().unwrap_or_else(PoisonError::into_inner));
-    let (report, scope) = if job.seen.is_empty() {
+    let scope = match &watched.reason {
+        Some(why) => format!("every GPU sampled: {why}"),
+        None => {
+            let indices: Vec<String> = watched.gpus.iter().map(u32::to_string).collect();
+            format!("GPU {} (the job's processes were seen on them)", indices.join(", "))
+        }
+    };
+    let record = RunRecord::new(run_report).with_command(outcome).with_watched(watched).with_diagnosis_window(window);
+    // The file first: a reader of stdout that went away (`| head`) must not cost the report.
+    if let Some(f) = report_file {
+        let path = f.path.clone();
+        if let Err(e) = f.write(&record) {
+            eprintln!("gpumon: run: --report-file {}: {e}", path.display());
+        }
+    }
+    print_report(&cli, &record, &scope);
+    if let Err(e) = shut {
+        if !matches!(e, crate::core::AgentError::ShutDown) {
+            eprintln!("gpumon: shutdown incomplete: {e}");
+        }
+    }
+    exit_code(status)
+}
+
+/// The report over the job's GPUs (every GPU sampled when the job was seen on none, saying why).
+fn scoped_report(report: &ReportHandle, job: &JobGpus, mock: bool) -> (Report, Watched) {
+    if job.seen.is_empty() {
         let why = match (job.processes_listed, mock) {
             (true, true) => "the job's processes were not seen on any GPU (the mock backend's processes are simulated)",
             (true, false) => {
@@ -270,24 +376,14 @@ async fn run(cli: RunCli, file: AgentConfig, options: crate::assembly::AssemblyO
             }
             (false, _) => "no process was listed on any GPU",
         };
-        (report.report(), format!("every GPU sampled: {why}"))
+        let r = report.report();
+        let gpus = r.gpus.iter().map(|g| g.index).collect();
+        (r, Watched::new(WatchScope::EveryGpu, gpus, Some(why.to_owned())))
     } else {
         let r = report.report_of(|uuid| job.seen.contains(uuid));
-        let indices: Vec<String> = r.gpus.iter().map(|g| g.index.to_string()).collect();
-        (r, format!("GPU {} (the job's processes were seen on them)", indices.join(", ")))
-    };
-    print_report(&cli, &report, &scope, status);
-    if let Some(path) = &cli.report_file {
-        if let Err(e) = write_report(path, &report) {
-            eprintln!("gpumon: run: --report-file {}: {e}", path.display());
-        }
+        let gpus = r.gpus.iter().map(|g| g.index).collect();
+        (r, Watched::new(WatchScope::JobGpus, gpus, None))
     }
-    if let Err(e) = shut {
-        if !matches!(e, crate::core::AgentError::ShutDown) {
-            eprintln!("gpumon: shutdown incomplete: {e}");
-        }
-    }
-    exit_code(status)
 }
 
 /// SIGINT and SIGTERM, caught (each `None` when it cannot be: then it keeps its default action).
@@ -353,42 +449,45 @@ fn exit_code(status: ExitStatus) -> u8 {
     exit_number(status)
 }
 
-fn describe(status: ExitStatus) -> String {
+/// How the command ended, as the report says it.
+fn outcome_of(status: ExitStatus) -> CommandOutcome {
     match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exited with code {code}"),
+        (Some(code), _) => CommandOutcome::exited(code),
         (None, Some(signal)) => {
             let name = match signal {
-                libc::SIGHUP => " (SIGHUP)",
-                libc::SIGINT => " (SIGINT)",
-                libc::SIGQUIT => " (SIGQUIT)",
-                libc::SIGABRT => " (SIGABRT)",
-                libc::SIGKILL => " (SIGKILL)",
-                libc::SIGSEGV => " (SIGSEGV)",
-                libc::SIGTERM => " (SIGTERM)",
-                _ => "",
+                libc::SIGHUP => Some("SIGHUP"),
+                libc::SIGINT => Some("SIGINT"),
+                libc::SIGQUIT => Some("SIGQUIT"),
+                libc::SIGABRT => Some("SIGABRT"),
+                libc::SIGKILL => Some("SIGKILL"),
+                libc::SIGSEGV => Some("SIGSEGV"),
+                libc::SIGPIPE => Some("SIGPIPE"),
+                libc::SIGTERM => Some("SIGTERM"),
+                _ => None,
             };
-            format!("was killed by signal {signal}{name}")
+            CommandOutcome::killed(signal, name)
         }
-        (None, None) => "ended".into(),
+        (None, None) => CommandOutcome::exited(1),
     }
 }
 
-fn print_report(cli: &RunCli, report: &Report, scope: &str, status: ExitStatus) {
+/// Prints the run report to stdout; a reader that went away ends the printing, no more.
+fn print_report(cli: &RunCli, record: &RunRecord, scope: &str) {
     match cli.agent.diagnose.report_format.unwrap_or_default() {
         ReportFormat::Human => {
-            println!("gpumon run: the command {}; watched {scope}", describe(status));
-            print!("{report}");
+            let outcome = record.command.as_ref().map_or_else(|| "ended".to_owned(), ToString::to_string);
+            let _ = crate::cli::app::print_stdout(&format!(
+                "gpumon run: the command {outcome}; watched {scope}\n{}",
+                record.report
+            ));
         }
-        ReportFormat::Json => match serde_json::to_string(report) {
-            Ok(json) => println!("{json}"),
+        ReportFormat::Json => match serde_json::to_string(record) {
+            Ok(json) => {
+                let _ = crate::cli::app::print_stdout(&(json + "\n"));
+            }
             Err(e) => eprintln!("gpumon: cannot encode the report: {e}"),
         },
     }
-}
-
-fn write_report(path: &Path, report: &Report) -> std::io::Result<()> {
-    let json = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
-    std::fs::write(path, json + "\n")
 }
 
 /// Adds to `job` the GPUs of `snapshot` on which a process of the tree rooted at `root` runs.
