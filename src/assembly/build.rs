@@ -391,6 +391,17 @@ fn replay(config: &AgentConfig) -> Result<(Backend, Option<(ReplaySampler, Repla
         None => ReplaySpeed::default(),
     };
     let sampler = ReplaySampler::open(path).map_err(AssemblyError::Trace)?;
+    // The sampler has read its first snapshot ahead: finished already, it has none to play.
+    let progress = sampler.progress();
+    if progress.is_finished() {
+        let header = sampler.header();
+        return Err(AssemblyError::NoSnapshot {
+            path: path.clone(),
+            host: header.system.hostname.clone(),
+            gpus: header.devices.len(),
+            cause: progress.error(),
+        });
+    }
     Ok((backend, Some((sampler, speed))))
 }
 

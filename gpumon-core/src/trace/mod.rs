@@ -159,13 +159,15 @@ pub enum TraceError {
         /// This gpumon's version.
         reader: &'static str,
     },
-    /// The compressed stream ends before its end: the writer was stopped before it closed the
-    /// file (killed, out of disk). The lines before are intact.
+    /// The data stops before its end: a compressed stream that ends early, or a last line that
+    /// stops without its newline and does not parse (a plain trace cut off). The writer was
+    /// stopped before it closed the file (killed, out of disk); the lines before are intact. (A
+    /// bad line that ends with its newline is [`TraceError::Corrupt`].)
     #[error("line {line}: the trace is truncated (its writer did not finish it): {source}")]
     Truncated {
         /// The line being read.
         line: u64,
-        /// What the decompressor said.
+        /// What the decompressor said, or where the cut line stops.
         #[source]
         source: std::io::Error,
     },
