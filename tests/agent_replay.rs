@@ -79,6 +79,38 @@ fn a_replay_at_real_time_takes_the_recorded_time() {
     assert!(started.elapsed() >= Duration::from_millis(100 * (n as u64 - 1)), "{:?}", started.elapsed());
 }
 
+/// A replay's diagnosis limitations are those of what its trace recorded — the families, the
+/// step marks — whatever the replay's own flags (which add nothing to a trace): PCIe throughput
+/// recorded is not "not sampled", a recording that read step marks is not told to mark steps.
+#[test]
+fn a_replays_limitations_are_those_of_what_was_recorded() {
+    let dir = temp_dir("limits");
+    let trace = dir.join("run.gz");
+    let socket = dir.join("steps.sock");
+    let (code, _, stderr) = run(agent()
+        .args(["--backend", "mock", "--interval", "200ms", "--duration", "1s", "--enable", "pcie_throughput"])
+        .arg("--steps-socket")
+        .arg(&socket)
+        .arg("--record")
+        .arg(&trace));
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stdout, stderr) = run(agent().env("GPUMON_LOG", "info").arg("--replay").arg(&trace).args([
+        "--replay-speed",
+        "max",
+        "--report-format",
+        "json",
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    let report: Report = serde_json::from_str(stdout.trim()).unwrap();
+    let limits = &report.overview.limitations;
+    assert!(!limits.iter().any(|l| l.reason.contains("PCIe throughput")), "{limits:#?}");
+    assert!(!stderr.contains("PCIe throughput is not sampled"), "{stderr}");
+    let starvation = limits.iter().find(|l| l.reason.contains("driver's utilisation sampling period")).unwrap();
+    assert!(starvation.remedy.starts_with("step marks are read"), "{starvation:?}");
+    // At start-up too, before a step is replayed.
+    assert!(stderr.contains("step marks are read") && !stderr.contains("mark training steps"), "{stderr}");
+}
+
 #[test]
 fn bad_traces_and_flags_are_refused_clearly() {
     let dir = temp_dir("bad");

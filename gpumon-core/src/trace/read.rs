@@ -220,6 +220,8 @@ fn placeholder_header() -> TraceHeader {
         backend: String::new(),
         system: SystemInfo::default(),
         devices: Vec::new(),
+        metrics: None,
+        step_marks: None,
     }
 }
 

@@ -220,6 +220,34 @@ fn a_plain_trace_cut_mid_line_is_truncated_and_a_bad_line_before_others_is_corru
     assert!(read.iter().all(Result::is_ok), "{read:?}");
 }
 
+/// The header says what the recording agent sampled (families, step marks) when the writer is
+/// told; a header that does not say (an older trace) reads `None`, and a family this gpumon does
+/// not know (a newer writer's) is left out.
+#[test]
+fn the_header_says_what_was_sampled_when_the_writer_is_told() {
+    use crate::metric::{Family, MetricSet};
+    let recorded = MetricSet::default().with(Family::PcieThroughput).without(Family::ClockEvents);
+    let mut w = TraceWriter::new(Vec::new(), Some(Duration::from_secs(1)));
+    w.set_sampling(recorded, true);
+    w.write(&snapshot(&system(), &[info(0)], 1)).unwrap();
+    let (header, read) = read_all(w.finish().unwrap());
+    assert_eq!(read.len(), 1);
+    assert_eq!(header.metric_set(), Some(recorded));
+    assert_eq!(header.step_marks, Some(true));
+    assert!(header.metrics.as_ref().unwrap().contains(&"pcie_throughput".to_owned()), "{header:?}");
+
+    let (header, _) = read_all(trace(&[snapshot(&system(), &[info(0)], 1)]));
+    assert_eq!((header.metric_set(), header.step_marks), (None, None));
+    let text = gunzip(&trace(&[snapshot(&system(), &[info(0)], 1)]));
+    assert!(!text.lines().next().unwrap().contains("\"metrics\""), "not said when not known");
+
+    let mut lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    lines[0]["metrics"] = serde_json::json!(["power", "from_the_future"]);
+    let bytes: Vec<u8> = lines.iter().flat_map(|l| format!("{l}\n").into_bytes()).collect();
+    let (header, _) = read_all(bytes);
+    assert_eq!(header.metric_set(), Some(MetricSet::nothing().with(Family::Power)));
+}
+
 #[test]
 fn a_bad_json_line_is_named_and_ends_the_trace() {
     let good = gunzip(&trace(&[snapshot(&system(), &[info(0)], 1)]));
