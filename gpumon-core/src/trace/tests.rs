@@ -196,7 +196,7 @@ fn a_writer_killed_after_a_flush_leaves_the_flushed_snapshots_readable() {
 fn a_plain_trace_cut_mid_line_is_truncated_and_a_bad_line_before_others_is_corrupt() {
     let good = gunzip(&trace(&[snapshot(&system(), &[info(0)], 1), snapshot(&system(), &[info(0)], 2)]));
     let cut = good.len() - good.lines().last().unwrap().len() / 2;
-    let read: Vec<_> = TraceReader::new(Cursor::new(good[..cut].as_bytes().to_vec())).unwrap().collect();
+    let read: Vec<_> = TraceReader::new(Cursor::new(good.as_bytes()[..cut].to_vec())).unwrap().collect();
     assert_eq!(read.len(), 2);
     assert!(read[0].is_ok());
     let e = read[1].as_ref().unwrap_err();
