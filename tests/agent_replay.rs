@@ -79,6 +79,38 @@ fn a_replay_at_real_time_takes_the_recorded_time() {
     assert!(started.elapsed() >= Duration::from_millis(100 * (n as u64 - 1)), "{:?}", started.elapsed());
 }
 
+/// A replay's diagnosis limitations are those of what its trace recorded — the families, the
+/// step marks — whatever the replay's own flags (which add nothing to a trace): PCIe throughput
+/// recorded is not "not sampled", a recording that read step marks is not told to mark steps.
+#[test]
+fn a_replays_limitations_are_those_of_what_was_recorded() {
+    let dir = temp_dir("limits");
+    let trace = dir.join("run.gz");
+    let socket = dir.join("steps.sock");
+    let (code, _, stderr) = run(agent()
+        .args(["--backend", "mock", "--interval", "200ms", "--duration", "1s", "--enable", "pcie_throughput"])
+        .arg("--steps-socket")
+        .arg(&socket)
+        .arg("--record")
+        .arg(&trace));
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stdout, stderr) = run(agent().env("GPUMON_LOG", "info").arg("--replay").arg(&trace).args([
+        "--replay-speed",
+        "max",
+        "--report-format",
+        "json",
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    let report: Report = serde_json::from_str(stdout.trim()).unwrap();
+    let limits = &report.overview.limitations;
+    assert!(!limits.iter().any(|l| l.reason.contains("PCIe throughput")), "{limits:#?}");
+    assert!(!stderr.contains("PCIe throughput is not sampled"), "{stderr}");
+    let starvation = limits.iter().find(|l| l.reason.contains("driver's utilisation sampling period")).unwrap();
+    assert!(starvation.remedy.starts_with("step marks are read"), "{starvation:?}");
+    // At start-up too, before a step is replayed.
+    assert!(stderr.contains("step marks are read") && !stderr.contains("mark training steps"), "{stderr}");
+}
+
 #[test]
 fn bad_traces_and_flags_are_refused_clearly() {
     let dir = temp_dir("bad");
@@ -110,6 +142,37 @@ fn bad_traces_and_flags_are_refused_clearly() {
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("line 4"), "{stderr}");
     assert_eq!(stdout.lines().count(), 2, "the two snapshots before the bad line were replayed");
+
+    // A plain trace cut mid-line by its writer: truncated, not corrupt (docs/replay.md's table).
+    let cut = dir.join("cut.jsonl");
+    std::fs::write(&cut, &text[..text.len() - text.lines().last().unwrap().len() / 2]).unwrap();
+    let (code, stdout, stderr) =
+        run(agent().arg("--replay").arg(&cut).args(["--replay-speed", "max", "--stdout-format", "json"]));
+    assert_eq!(code, 1, "{stderr}");
+    let last = text.lines().count();
+    assert!(stderr.contains(&format!("line {last}: the trace is truncated")), "{stderr}");
+    assert!(!stderr.contains("corrupt"), "{stderr}");
+    assert_eq!(stdout.lines().count(), last - 2, "every whole snapshot was replayed");
+
+    // No snapshot to replay — only the header, or a first snapshot cut off — is refused before
+    // anything runs, naming the file and the recorded host, as an empty file is.
+    let header: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let host = header["system"]["hostname"].as_str().unwrap();
+    assert!(!host.is_empty(), "{header}");
+    let header_only = dir.join("header-only.jsonl");
+    std::fs::write(&header_only, format!("{}\n", text.lines().next().unwrap())).unwrap();
+    let second = text.lines().nth(1).unwrap();
+    let first_cut = dir.join("first-cut.jsonl");
+    std::fs::write(&first_cut, format!("{}\n{}", text.lines().next().unwrap(), &second[..second.len() / 2])).unwrap();
+    for (trace, why) in [(&header_only, "it ends after its header"), (&first_cut, "line 2: the trace is truncated")] {
+        let (code, stdout, stderr) =
+            run(agent().arg("--replay").arg(trace).args(["--replay-speed", "max", "--report"]));
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stdout.is_empty(), "no report of nothing: {stdout}");
+        for needle in [&trace.display().to_string(), "holds no snapshot", &format!("host `{host}`"), why] {
+            assert!(stderr.contains(needle), "`{needle}` not in: {stderr}");
+        }
+    }
 
     let (code, _, stderr) = run(agent().args(["--backend", "replay"]));
     assert_eq!(code, 2);

@@ -120,6 +120,46 @@ async fn replaying_a_recorded_trace_gives_the_live_runs_findings() {
     assert!(raised >= 5 && cleared >= 1, "the scenarios raise and clear findings: {raised} raised, {cleared} cleared");
 }
 
+/// The limitations of a replay are those of what its trace carries: a replay runs no step
+/// tracker (as the agent assembles it: no step marks in its settings), but a trace with the
+/// recorded steps does not advise marking them, as the live run's report did not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_of_a_trace_with_steps_does_not_advise_marking_steps() {
+    use gpumon::core::diagnose::Sampling;
+    use gpumon::core::report::RunReport;
+    use gpumon::core::FindingKind;
+    let dir = TempDir::new("replay");
+    let trace = dir.path().join("steps.gpumon-trace.gz");
+    let live = live("dataloader-starved", &trace).await;
+    assert!(live.iter().any(|s| s.output::<gpumon::core::steps::Steps>().is_some()), "steps were recorded");
+
+    let config = DiagnoseConfig::default().with_window(Duration::from_secs(10));
+    let interval = Duration::from_secs(1);
+    let (report, handle) = RunReport::new();
+    let report = report.with_diagnosis(&config, Sampling::new(interval, MetricSet::default()).step_marks(false));
+    let sampler = ReplaySampler::open(&trace).unwrap();
+    let progress = sampler.progress();
+    let agent = Agent::builder(sampler)
+        .interval(interval)
+        .scheduled(false)
+        .processor(Diagnoser::new(config).unwrap())
+        .processor(report)
+        .spawn()
+        .unwrap();
+    progress.play(&agent, ReplaySpeed::Max, Duration::from_secs(10)).await.unwrap();
+    agent.shutdown(Duration::from_secs(10)).await.unwrap();
+    let r = handle.report();
+    assert!(r.steps.is_some(), "the report has the recorded steps");
+    let starvation = r
+        .overview
+        .limitations
+        .iter()
+        .find(|l| l.rules == [FindingKind::DataloaderStarvation])
+        .expect("the driver-period caveat");
+    assert!(starvation.remedy.starts_with("step marks are read"), "{starvation}");
+    assert!(!r.to_string().contains("mark training steps"), "{r}");
+}
+
 #[test]
 fn the_trace_of_a_live_run_reads_back_whole() {
     let dir = TempDir::new("replay");

@@ -416,6 +416,44 @@ fn browser_says_stale_within_three_intervals_of_a_stopped_agent_and_live_after()
     assert_ne!(figures(&p[2]), figures(&p[3]), "no new sample after SIGCONT");
 }
 
+/// A replay (`--replay`): the page never calls a recorded sample live. It says the data is
+/// replayed, with the time the sample was recorded (the trace's own), beside the REPLAYED DATA
+/// banner — and keeps saying so while the trace plays, slower than recorded.
+#[test]
+#[ignore = "needs scripts/test.sh (chromium)"]
+fn browser_says_replayed_with_the_recorded_time_during_a_replay() {
+    let dir = shots_subdir("replay");
+    let trace = dir.join("run.gpumon-trace.gz");
+    let (code, _, stderr) = common::run(
+        agent().args(["--backend", "mock", "--interval", "500ms", "--duration", "4s", "--record"]).arg(&trace),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let recorded: Vec<String> = gpumon::core::trace::TraceReader::open(&trace)
+        .unwrap()
+        .map(|s| {
+            let at = humantime::format_rfc3339_seconds(s.unwrap().taken_at).to_string();
+            at.replace('T', " ").replace('Z', " UTC")
+        })
+        .collect();
+    assert!(recorded.len() >= 6, "{recorded:?}");
+    // A quarter of real time: the eight or so snapshots take 14 s or more to play.
+    let (_agent, base) = start(&["--replay", trace.to_str().unwrap(), "--replay-speed", "0.25"]);
+    let extra = ["--start-when", "replay"].map(String::from);
+    let run = browse_with(&format!("{base}/"), &[0.5, 6.5], &extra, &dir.join("replay.png"));
+    assert_clean(&run);
+    for probe in run["probes"].as_array().unwrap() {
+        assert_eq!(probe["conn_state"], "replay", "{}", probe["conn"]);
+        let conn = probe["conn"].as_str().unwrap();
+        let at = conn.strip_prefix("replayed · sample recorded ").unwrap_or_else(|| panic!("{conn}"));
+        assert!(recorded.iter().any(|r| r == at), "`{at}` is not a recorded time: {recorded:?}");
+        assert!(!conn.contains("live") && !probe["host"].as_str().unwrap().contains("live"), "{probe}");
+        assert_eq!(probe["banner"], true, "{probe}");
+        assert!(probe["banner_text"].as_str().unwrap().starts_with("REPLAYED DATA"), "{probe}");
+    }
+    let at = |p: &Value| p["conn"].as_str().unwrap().to_owned();
+    assert_ne!(at(&run["probes"][0]), at(&run["probes"][1]), "the recorded time follows the replay");
+}
+
 /// Without NVML every tick is a failed sample: the page says so, once — not "waiting", a green
 /// "live" and "FAILED" together.
 #[test]

@@ -300,7 +300,17 @@ impl Assembly {
             Backend::Auto | Backend::Nvml => None,
         };
         let host = options.host.as_deref();
-        let built = sinks::build(config, Marks { backend: mark, host }, options.report)?;
+        // What is sampled: for a replay, what its trace recorded (a trace from before headers
+        // said so: the flags), as the run that recorded it had it; the flags add nothing.
+        let (sampled, step_marks) = match &replay {
+            Some((sampler, _)) => {
+                let header = sampler.header();
+                (header.metric_set().unwrap_or(metrics), header.step_marks.unwrap_or(false))
+            }
+            None => (metrics, steps.tracker.is_some()),
+        };
+        let marks = Marks { backend: mark, host, sampling: (sampled, step_marks) };
+        let built = sinks::build(config, marks, options.report)?;
         let exporting = built.exporting();
         let listeners = built.listeners;
 
@@ -311,7 +321,7 @@ impl Assembly {
                 let progress = sampler.progress();
                 // Each snapshot is handed out by `play`, never by the clock.
                 let builder = Agent::builder(sampler).scheduled(false);
-                let sampling = Sampling::new(interval, metrics).devices(gpus);
+                let sampling = Sampling::new(interval, sampled).devices(gpus).step_marks(step_marks);
                 (builder, None, None, Some(Replay { progress, speed, header, gpus }), sampling)
             }
             None => {
@@ -319,7 +329,7 @@ impl Assembly {
                 let mock = MockOptions::from_config(config);
                 let selected = backend::select(backend, exporting, &nvml, &mock, options.mock)?;
                 let builder = Agent::builder_arc(selected.sampler.clone()).scheduled(!options.once);
-                let sampling = Sampling::new(interval, metrics).step_marks(steps.tracker.is_some());
+                let sampling = Sampling::new(interval, sampled).step_marks(step_marks);
                 (builder, Some(selected.source), Some(SamplerRef(selected.sampler)), None, sampling)
             }
         };
@@ -391,6 +401,17 @@ fn replay(config: &AgentConfig) -> Result<(Backend, Option<(ReplaySampler, Repla
         None => ReplaySpeed::default(),
     };
     let sampler = ReplaySampler::open(path).map_err(AssemblyError::Trace)?;
+    // The sampler has read its first snapshot ahead: finished already, it has none to play.
+    let progress = sampler.progress();
+    if progress.is_finished() {
+        let header = sampler.header();
+        return Err(AssemblyError::NoSnapshot {
+            path: path.clone(),
+            host: header.system.hostname.clone(),
+            gpus: header.devices.len(),
+            cause: progress.error(),
+        });
+    }
     Ok((backend, Some((sampler, speed))))
 }
 

@@ -50,6 +50,23 @@ pub enum AssemblyError {
     /// `replay.file` cannot be opened as a trace (missing, empty, another format version).
     #[error("replay.file: {0}")]
     Trace(#[source] gpumon_core::trace::TraceError),
+    /// `replay.file` holds no snapshot to play: only its header (a recording stopped before
+    /// its first snapshot reached the file), or a first snapshot that cannot be read. Refused
+    /// before anything runs, as an empty file is: a replay of nothing would report an empty
+    /// run as if it were one.
+    #[error("replay.file: the trace {} holds no snapshot to replay (its header: host `{host}`, {gpus} GPU(s)){}",
+        path.display(), cause.as_ref().map_or_else(|| ": it ends after its header".to_owned(), |e| format!(": {e}")))]
+    NoSnapshot {
+        /// The trace.
+        path: PathBuf,
+        /// The recorded host, from the header.
+        host: String,
+        /// The recorded GPUs, from the header.
+        gpus: usize,
+        /// Why its first snapshot cannot be read (truncated, corrupt); `None` when the trace
+        /// ends after its header.
+        cause: Option<std::sync::Arc<gpumon_core::trace::TraceError>>,
+    },
     /// `replay.file` is set with a backend other than `replay`: which was meant is not obvious.
     #[error("replay.file: a trace is played with backend \"replay\", not {}", format!("{backend:?}").to_lowercase())]
     TraceWithBackend {
@@ -71,7 +88,9 @@ impl AssemblyError {
             AssemblyError::Invalid { key, .. } => Some(key),
             AssemblyError::Sink { key, .. } | AssemblyError::FeatureMissing { key, .. } => Some(key),
             AssemblyError::Record { .. } => Some("record.file"),
-            AssemblyError::Trace(_) | AssemblyError::TraceWithBackend { .. } => Some("replay.file"),
+            AssemblyError::Trace(_) | AssemblyError::NoSnapshot { .. } | AssemblyError::TraceWithBackend { .. } => {
+                Some("replay.file")
+            }
             AssemblyError::Backend(_) => None,
         }
     }

@@ -31,6 +31,9 @@ pub(super) struct Marks<'a> {
     pub(super) backend: Option<&'static str>,
     /// The host name override.
     pub(super) host: Option<&'a str>,
+    /// What the agent samples, for a trace's header (`--record`): the metric families, and
+    /// whether a step tracker reads training-step marks (a replay's: what its trace recorded).
+    pub(super) sampling: (gpumon_core::MetricSet, bool),
 }
 
 /// A listener the assembled agent serves (the Prometheus endpoint, the web view).
@@ -115,8 +118,6 @@ macro_rules! section_sink {
 /// Every sink `config` asks for; stdout when nothing else is and `report` is false (the run
 /// report is output of its own: with it alone, no per-tick lines).
 pub(super) fn build(config: &AgentConfig, marks: Marks<'_>, report: bool) -> Result<Built, AssemblyError> {
-    #[cfg(not(any(feature = "otlp", feature = "pushgateway")))]
-    let _ = marks; // only the OTLP resource and the Pushgateway group need them
     let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
     #[cfg_attr(not(any(feature = "prometheus", feature = "web")), allow(unused_mut))]
     let mut listeners = Listeners::default();
@@ -162,7 +163,8 @@ pub(super) fn build(config: &AgentConfig, marks: Marks<'_>, report: bool) -> Res
     // --- record: a trace of every snapshot (gpumon_core::trace, docs/replay.md) --------------------
     if let Some(path) = &config.record.file {
         let sink = RecordSink::create(path).map_err(|source| AssemblyError::Record { path: path.clone(), source })?;
-        sinks.push(Box::new(sink));
+        let (metrics, step_marks) = marks.sampling;
+        sinks.push(Box::new(sink.with_sampling(metrics, step_marks)));
     }
 
     // --- live web view ----------------------------------------------------------------------------

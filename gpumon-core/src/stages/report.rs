@@ -56,7 +56,8 @@
 //!   the last tick. The period is the GPU-time from each GPU's first window on, divided by the
 //!   driver samples those windows held.
 //! - **Limitations** are [`limitations`] of the settings given
-//!   with [`RunReport::with_diagnosis`], with the device count seen and the measured period.
+//!   with [`RunReport::with_diagnosis`], with the device count seen, the measured period, and
+//!   step marks when steps were seen (a replay's trace carries the recorded steps).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -888,6 +889,11 @@ impl State {
         let limitations = match &self.diagnosis {
             Some((config, sampling)) => {
                 let mut sampling = sampling.without_level(without_level).without_sm_activity(without_sm_activity);
+                // Steps seen are steps marked, whatever the settings said: a replay runs no
+                // tracker, and its trace carries the recorded steps.
+                if !self.runs.is_empty() {
+                    sampling = sampling.step_marks(true);
+                }
                 if !gpus.is_empty() {
                     sampling = sampling.devices(gpus.len());
                 }

@@ -18,7 +18,9 @@
 //!    agent's sampling interval, `{"secs":1,"nanos":0}`), `recorded_at` (Unix nanoseconds),
 //!    `backend` (the backend that read the GPUs: `nvml`, `mock`), and the fleet's static
 //!    identity: `system` ([`SystemInfo`]) and `devices` (every [`DeviceInfo`], in the first
-//!    snapshot's order).
+//!    snapshot's order); optionally (added later in format version 1, absent from older traces)
+//!    `metrics` (the families the agent sampled, by name) and `step_marks` (whether it read
+//!    training-step marks).
 //! 2. **Every further line, one snapshot**: the [`Snapshot`](crate::Snapshot)'s JSON (the data model's serde
 //!    form: `seq`, `taken_at` in Unix nanoseconds, `duration`, `devices` with every buffered
 //!    window, process, NVLink and error, `steps`, `attribution`, `sampling`), except that
@@ -78,6 +80,7 @@ mod write;
 
 use std::time::{Duration, SystemTime};
 
+use crate::metric::{Family, MetricSet};
 use crate::model::{DeviceInfo, SystemInfo};
 
 pub use read::TraceReader;
@@ -119,6 +122,25 @@ pub struct TraceHeader {
     /// Every device's static identity as the first snapshot gave it, in its order.
     #[serde(default)]
     pub devices: Vec<DeviceInfo>,
+    /// The metric families the recording agent sampled, by name ([`Family::name`]); `None` when
+    /// the writer was not told ([`TraceWriter::set_sampling`]) or wrote an older trace. A
+    /// replay's diagnosis limitations are those of what was recorded
+    /// ([`TraceHeader::metric_set`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<Vec<String>>,
+    /// Whether the recording agent read training-step marks (a step tracker ran, whether or
+    /// not a step came); `None` when not known. The snapshots carry the steps themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_marks: Option<bool>,
+}
+
+impl TraceHeader {
+    /// The families the recording agent sampled ([`TraceHeader::metrics`]); names this gpumon
+    /// does not know (a newer writer's) are left out. `None` when the header does not say.
+    pub fn metric_set(&self) -> Option<MetricSet> {
+        let names = self.metrics.as_ref()?;
+        Some(names.iter().filter_map(|n| Family::from_name(n)).fold(MetricSet::nothing(), MetricSet::with))
+    }
 }
 
 /// Why a trace cannot be read. Every error about the content names the line (the header is
@@ -159,13 +181,15 @@ pub enum TraceError {
         /// This gpumon's version.
         reader: &'static str,
     },
-    /// The compressed stream ends before its end: the writer was stopped before it closed the
-    /// file (killed, out of disk). The lines before are intact.
+    /// The data stops before its end: a compressed stream that ends early, or a last line that
+    /// stops without its newline and does not parse (a plain trace cut off). The writer was
+    /// stopped before it closed the file (killed, out of disk); the lines before are intact. (A
+    /// bad line that ends with its newline is [`TraceError::Corrupt`].)
     #[error("line {line}: the trace is truncated (its writer did not finish it): {source}")]
     Truncated {
         /// The line being read.
         line: u64,
-        /// What the decompressor said.
+        /// What the decompressor said, or where the cut line stops.
         #[source]
         source: std::io::Error,
     },

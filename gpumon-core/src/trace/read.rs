@@ -125,7 +125,17 @@ impl TraceReader {
     fn record(&mut self) -> Result<Snapshot, TraceError> {
         let line = self.line;
         let corrupt = |reason: String| TraceError::Corrupt { line, reason };
-        let mut value: Value = serde_json::from_str(self.buf.trim_end()).map_err(|e| corrupt(json_reason(&e)))?;
+        let mut value: Value = serde_json::from_str(self.buf.trim_end()).map_err(|e| {
+            // Only the end of the input leaves a line without its newline: a last line that
+            // stops mid-record is where its writer stopped (killed before the file was
+            // finished), as a gzip stream that ends early is. A bad line with more after it
+            // (it ends with its newline) is corrupt.
+            if self.buf.ends_with('\n') {
+                corrupt(json_reason(&e))
+            } else {
+                TraceError::Truncated { line, source: unfinished_line(&e) }
+            }
+        })?;
         let Value::Object(record) = &mut value else {
             return Err(corrupt("not a JSON object".to_owned()));
         };
@@ -191,6 +201,15 @@ impl Iterator for TraceReader {
     }
 }
 
+/// What a truncated plain trace says: its last line stops without its newline and does not
+/// parse (`json` says where).
+fn unfinished_line(json: &serde_json::Error) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        format!("its last line stops mid-record, without its newline ({})", json_reason(json)),
+    )
+}
+
 fn placeholder_header() -> TraceHeader {
     TraceHeader {
         format: FORMAT.to_owned(),
@@ -201,6 +220,8 @@ fn placeholder_header() -> TraceHeader {
         backend: String::new(),
         system: SystemInfo::default(),
         devices: Vec::new(),
+        metrics: None,
+        step_marks: None,
     }
 }
 

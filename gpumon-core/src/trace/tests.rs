@@ -188,6 +188,66 @@ fn a_writer_killed_after_a_flush_leaves_the_flushed_snapshots_readable() {
     assert!(e.to_string().contains("line 12") && e.to_string().contains("truncated"), "{e}");
 }
 
+/// A plain trace cut mid-line (a writer killed, `head -c`): its last line stops without its
+/// newline, and is called truncated, as a gzip stream that ends early is; the same bad line with
+/// its newline, or followed by more lines, is corrupt. A whole last line without its newline
+/// (a hand-edited trace) is still read.
+#[test]
+fn a_plain_trace_cut_mid_line_is_truncated_and_a_bad_line_before_others_is_corrupt() {
+    let good = gunzip(&trace(&[snapshot(&system(), &[info(0)], 1), snapshot(&system(), &[info(0)], 2)]));
+    let cut = good.len() - good.lines().last().unwrap().len() / 2;
+    let read: Vec<_> = TraceReader::new(Cursor::new(good.as_bytes()[..cut].to_vec())).unwrap().collect();
+    assert_eq!(read.len(), 2);
+    assert!(read[0].is_ok());
+    let e = read[1].as_ref().unwrap_err();
+    assert!(matches!(e, TraceError::Truncated { line: 3, .. }), "{e}");
+    let text = e.to_string();
+    assert!(text.starts_with("line 3: the trace is truncated") && text.contains("without its newline"), "{text}");
+    assert!(text.contains("column"), "{text}");
+
+    // The same cut line, then a newline: a bad line, not a cut-off one.
+    let read: Vec<_> = TraceReader::new(Cursor::new(format!("{}\n", &good[..cut]).into_bytes())).unwrap().collect();
+    assert!(matches!(read[1].as_ref().unwrap_err(), TraceError::Corrupt { line: 3, .. }), "{:?}", read[1]);
+    let line2 = good.lines().nth(1).unwrap();
+    let half = &line2[..line2.len() / 2];
+    let read: Vec<_> = TraceReader::new(Cursor::new(plain(&[half, line2]))).unwrap().collect();
+    assert_eq!(read.len(), 1);
+    assert!(matches!(read[0].as_ref().unwrap_err(), TraceError::Corrupt { line: 2, .. }), "{:?}", read[0]);
+
+    // Whole, without its final newline: read.
+    let read: Vec<_> = TraceReader::new(Cursor::new(good.trim_end().as_bytes().to_vec())).unwrap().collect();
+    assert_eq!(read.len(), 2);
+    assert!(read.iter().all(Result::is_ok), "{read:?}");
+}
+
+/// The header says what the recording agent sampled (families, step marks) when the writer is
+/// told; a header that does not say (an older trace) reads `None`, and a family this gpumon does
+/// not know (a newer writer's) is left out.
+#[test]
+fn the_header_says_what_was_sampled_when_the_writer_is_told() {
+    use crate::metric::{Family, MetricSet};
+    let recorded = MetricSet::default().with(Family::PcieThroughput).without(Family::ClockEvents);
+    let mut w = TraceWriter::new(Vec::new(), Some(Duration::from_secs(1)));
+    w.set_sampling(recorded, true);
+    w.write(&snapshot(&system(), &[info(0)], 1)).unwrap();
+    let (header, read) = read_all(w.finish().unwrap());
+    assert_eq!(read.len(), 1);
+    assert_eq!(header.metric_set(), Some(recorded));
+    assert_eq!(header.step_marks, Some(true));
+    assert!(header.metrics.as_ref().unwrap().contains(&"pcie_throughput".to_owned()), "{header:?}");
+
+    let (header, _) = read_all(trace(&[snapshot(&system(), &[info(0)], 1)]));
+    assert_eq!((header.metric_set(), header.step_marks), (None, None));
+    let text = gunzip(&trace(&[snapshot(&system(), &[info(0)], 1)]));
+    assert!(!text.lines().next().unwrap().contains("\"metrics\""), "not said when not known");
+
+    let mut lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    lines[0]["metrics"] = serde_json::json!(["power", "from_the_future"]);
+    let bytes: Vec<u8> = lines.iter().flat_map(|l| format!("{l}\n").into_bytes()).collect();
+    let (header, _) = read_all(bytes);
+    assert_eq!(header.metric_set(), Some(MetricSet::nothing().with(Family::Power)));
+}
+
 #[test]
 fn a_bad_json_line_is_named_and_ends_the_trace() {
     let good = gunzip(&trace(&[snapshot(&system(), &[info(0)], 1)]));

@@ -12,6 +12,7 @@ use flate2::Compression;
 use serde_json::Value;
 
 use super::{TraceHeader, FORMAT, FORMAT_VERSION, GPUMON_VERSION};
+use crate::metric::MetricSet;
 use crate::model::{DeviceInfo, Snapshot, SystemInfo};
 use crate::sink::{Sink, SinkError};
 use crate::telemetry::Telemetry;
@@ -24,6 +25,8 @@ use crate::telemetry::Telemetry;
 pub struct TraceWriter<W: Write> {
     out: GzEncoder<W>,
     interval: Option<Duration>,
+    /// What the header says was sampled: the families and whether steps were marked.
+    sampling: Option<(MetricSet, bool)>,
     header_written: bool,
     /// The identity in force: what a line may leave out.
     system: Option<Arc<SystemInfo>>,
@@ -58,6 +61,7 @@ impl<W: Write> TraceWriter<W> {
         Self {
             out: GzEncoder::new(out, Compression::default()),
             interval,
+            sampling: None,
             header_written: false,
             system: None,
             devices: HashMap::new(),
@@ -68,6 +72,13 @@ impl<W: Write> TraceWriter<W> {
     /// Sets the interval the header records, if it is not written yet.
     pub fn set_interval(&mut self, interval: Option<Duration>) {
         self.interval = interval;
+    }
+
+    /// Sets what the header says the recording agent sampled — the metric families, and
+    /// whether it read training-step marks — if the header is not written yet: a replay's
+    /// diagnosis limitations are those of what was recorded.
+    pub fn set_sampling(&mut self, metrics: MetricSet, step_marks: bool) {
+        self.sampling = Some((metrics, step_marks));
     }
 
     /// The underlying writer (what it holds is compressed, up to the last
@@ -139,6 +150,8 @@ impl<W: Write> TraceWriter<W> {
             backend: system.backend.clone(),
             system,
             devices,
+            metrics: self.sampling.map(|(m, _)| m.iter().map(|f| f.name().to_owned()).collect()),
+            step_marks: self.sampling.map(|(_, steps)| steps),
         };
         serde_json::to_writer(&mut self.out, &header).map_err(std::io::Error::other)?;
         self.out.write_all(b"\n")?;
@@ -208,6 +221,17 @@ impl RecordSink {
         let path = path.into();
         let writer = TraceWriter::create(&path, None)?;
         Ok(Self { path, writer: Some(writer), unflushed: 0 })
+    }
+
+    /// Says in the header what the agent samples — the metric families, and whether it reads
+    /// training-step marks — so that a replay's diagnosis limitations are those of what was
+    /// recorded ([`TraceWriter::set_sampling`]).
+    #[must_use]
+    pub fn with_sampling(mut self, metrics: MetricSet, step_marks: bool) -> Self {
+        if let Some(w) = &mut self.writer {
+            w.set_sampling(metrics, step_marks);
+        }
+        self
     }
 
     /// The trace file.

@@ -41,6 +41,7 @@ const st = {
   // difference between browser and agent, so a skewed browser clock does not read as stale.
   skew: [],
   times: [], // taken_at (s) of the latest snapshots, for the sampling interval
+  arrivals: [], // performance.now() (ms) of the latest events: a replay's pace (see interval())
   link: "connecting", // connecting | open | waiting
   why: "", // why the stream is waiting
   retryAt: 0, // performance.now() of the next attempt
@@ -111,8 +112,16 @@ function ownerText(owners) {
 }
 
 // ---------------------------------------------------------------------------------- freshness
+// Whether the newest snapshot is a recorded trace played back (--backend replay): its time is
+// when it was recorded, not now, so the page never calls it live.
+function replaying() {
+  return st.snap?.system?.backend === "replay";
+}
+
+// Seconds between samples: the samples' own times; for a replay, the time between their
+// arrivals (a trace played at another speed than it was recorded at, or as fast as possible).
 function interval() {
-  const t = st.times;
+  const t = replaying() ? st.arrivals.map((ms) => ms / 1000) : st.times;
   const d = [];
   for (let i = 1; i < t.length; i++) if (t[i] > t[i - 1]) d.push(t[i] - t[i - 1]);
   if (!d.length) return 1;
@@ -120,9 +129,18 @@ function interval() {
   return d[Math.floor(d.length / 2)];
 }
 
-// Seconds since the newest sample was taken, as far as the page can tell.
+// "2026-12-05 20:08:03 UTC": when a replayed sample was recorded (UTC, so that the time reads
+// the same in every browser and in the agent's logs).
+function recordedAt(s) {
+  const iso = new Date((s.taken_at || 0) / 1e6).toISOString();
+  return iso.slice(0, 10) + " " + iso.slice(11, 19) + " UTC";
+}
+
+// Seconds since the newest sample was taken, as far as the page can tell; for a replay, since
+// it arrived (it was taken when it was recorded).
 function age() {
   if (!st.snap) return null;
+  if (replaying()) return Math.max(0, (performance.now() - st.recvAt) / 1000);
   const skew = st.skew.length ? Math.min(...st.skew) : 0;
   const byClock = (Date.now() - (st.snap.taken_at || 0) / 1e6) / 1000 - skew;
   const byArrival = (performance.now() - st.recvAt) / 1000;
@@ -134,11 +152,13 @@ function staleAfter() {
 }
 
 // One state for the whole page, shown in #conn (data-state) and on <body data-state>:
-// connecting, live, stale, failed (the newest sample failed), waiting (the stream is down).
+// connecting, live, replay (a recorded trace played back, arriving as it should), stale,
+// failed (the newest sample failed), waiting (the stream is down).
 function status() {
   const conn = document.getElementById("conn");
   const a = age();
   const failed = st.snap?.sampling?.failed;
+  const replay = replaying();
   let state;
   let text;
   if (st.link === "waiting") {
@@ -151,10 +171,15 @@ function status() {
     text = "connecting…";
   } else if (a > staleAfter()) {
     state = "stale";
-    text = "stale · last sample " + secs(a) + " old";
+    text = replay
+      ? "stale · last replayed sample arrived " + secs(a) + " ago (recorded " + recordedAt(st.snap) + ")"
+      : "stale · last sample " + secs(a) + " old";
   } else if (failed) {
     state = "failed";
-    text = "sampling failed · " + failed.reason;
+    text = (replay ? "replayed · " : "") + "sampling failed · " + failed.reason;
+  } else if (replay) {
+    state = "replay";
+    text = "replayed · sample recorded " + recordedAt(st.snap);
   } else {
     state = "live";
     text = "live · sample " + secs(a) + " old";
@@ -736,6 +761,8 @@ function onEvent(msg) {
   const takenS = (s.taken_at || 0) / 1e9;
   st.snap = s;
   st.recvAt = performance.now();
+  st.arrivals.push(st.recvAt);
+  if (st.arrivals.length > 9) st.arrivals.shift();
   st.skew.push(Date.now() / 1000 - takenS);
   if (st.skew.length > 30) st.skew.shift();
   if (!st.times.length || takenS > st.times[st.times.length - 1]) st.times.push(takenS);
