@@ -183,6 +183,9 @@ pub(super) fn build(config: &AgentConfig, marks: Marks<'_>, report: bool) -> Res
 /// Whether the Prometheus endpoint or the web view has tenants (who see only their own GPUs,
 /// which takes attribution).
 pub(super) fn has_tenants(config: &AgentConfig) -> bool {
+    // A build with neither listener has no tenants to read from the config.
+    #[cfg(not(any(feature = "prometheus", feature = "web")))]
+    let _ = config;
     #[cfg(feature = "prometheus")]
     let prometheus = config.prometheus.as_ref().is_some_and(|p| !p.tenants.is_empty());
     #[cfg(not(feature = "prometheus"))]
