@@ -98,9 +98,10 @@ fn a_path_in_use_or_not_a_socket_fails_clearly() {
         .arg(&file)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    // A configuration error, as every other one.
+    assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("not a socket"), "{stderr}");
+    assert!(stderr.contains("not a socket") && stderr.contains("steps.socket"), "{stderr}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
 
     let cfg = dir.file("bad.toml", "[steps]\nsocket = \"/tmp/x.sock\"\nevery_n = 0\n");
