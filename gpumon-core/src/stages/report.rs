@@ -234,9 +234,12 @@ pub const REPORT_FORMAT: u32 = 1;
 /// The training steps of a run: every run (job, rank) together, then each run.
 ///
 /// Steps are every step the tracker saw completed with a known duration (docs: [`crate::steps`]):
-/// also those a loop marked faster than the tracker reports one by one (at most 64 a tick, the
-/// latest), which take the tick's duration ([`RunSteps::completed`](crate::steps::RunSteps::completed)).
-/// The median and p95 are nearest-rank over those steps. **Energy per step** is, per GPU in the
+/// each step it reported one by one ([`RunSteps::reported`](crate::steps::RunSteps::reported),
+/// at most 64 a tick, the latest) with its own duration, and those a loop marked faster than that
+/// ([`RunSteps::completed`](crate::steps::RunSteps::completed) less the reported ones, or the
+/// steps not reported with `every_n` over 1) at their mean, the rest of the tick's
+/// [`completed_duration`](crate::steps::RunSteps::completed_duration). So the figures do not
+/// depend on the sampling interval. The median and p95 are nearest-rank over those steps. **Energy per step** is, per GPU in the
 /// report, the mean energy of the reported steps that had a reading for it, summed over those GPUs: the
 /// energy the job's GPUs used per step (the tracker gives every run the figures of every GPU,
 /// so the runs' steps are pooled per GPU rather than added).
@@ -352,7 +355,9 @@ impl RunAcc {
                     // Traces written before `completed_duration` carry the tick's mean in
                     // `last_duration`.
                     let mean = match run.completed_duration {
-                        Some(total) => Some((total.as_secs_f64() - reported.iter().sum::<f64>()).max(0.0) / rest as f64),
+                        Some(total) => {
+                            Some((total.as_secs_f64() - reported.iter().sum::<f64>()).max(0.0) / rest as f64)
+                        }
                         None => run.last_duration.map(|d| d.as_secs_f64()),
                     };
                     if let Some(mean) = mean {
@@ -2096,9 +2101,10 @@ mod tests {
                 while let Some((n, when)) = next.next_if(|(_, when)| *when + Duration::from_millis(1) <= at) {
                     steps.record_at("s", Some(0), *n, t0 + *when).unwrap();
                 }
-                let mut s = Snapshot::new(Arc::new(SystemInfo::new("node-1", "test")), vec![DeviceSample::new(info(0))])
-                    .with_seq(u64::from(tick) + 1)
-                    .with_taken_at(t0 + at);
+                let mut s =
+                    Snapshot::new(Arc::new(SystemInfo::new("node-1", "test")), vec![DeviceSample::new(info(0))])
+                        .with_seq(u64::from(tick) + 1)
+                        .with_taken_at(t0 + at);
                 tracker.process(&mut s);
                 report.process(&mut s);
                 if at > end + interval {
@@ -2110,7 +2116,11 @@ mod tests {
             let round = |v: Option<f64>| v.map(|v| (v * 1000.0).round() / 1000.0);
             assert_eq!(steps.steps, 30, "{interval:?}");
             assert_eq!(
-                (round(steps.duration_median_seconds), round(steps.duration_p95_seconds), round(steps.duration_mean_seconds)),
+                (
+                    round(steps.duration_median_seconds),
+                    round(steps.duration_p95_seconds),
+                    round(steps.duration_mean_seconds)
+                ),
                 (Some(0.2), Some(1.5), Some(0.33)),
                 "at {interval:?}"
             );
@@ -2146,7 +2156,7 @@ mod tests {
     /// counted in the report, also when no step was reported at all.
     #[test]
     fn the_report_counts_the_marks_dropped_by_reason() {
-        use crate::steps::{RunSteps, StepReport, StepRejections, Steps};
+        use crate::steps::{RunSteps, StepRejections, StepReport, Steps};
         let interval = Duration::from_secs(1);
         let rejected = StepRejections { refused: 10, malformed: 1, ..StepRejections::default() };
         let (mut report, handle) = attached(interval);
@@ -2170,7 +2180,10 @@ mod tests {
         let steps = handle.report().steps.expect("a steps part for the dropped marks");
         assert_eq!((steps.steps, steps.marks_rejected), (0, Some(rejected)));
         let text = handle.report().to_string();
-        assert!(text.contains("steps                   0 step(s)\n  marks dropped         1 malformed, 10 refused"), "{text}");
+        assert!(
+            text.contains("steps                   0 step(s)\n  marks dropped         1 malformed, 10 refused"),
+            "{text}"
+        );
         #[cfg(feature = "serde")]
         {
             let v = serde_json::to_value(handle.report()).unwrap();

@@ -48,10 +48,12 @@
 //!   baseline) or without an energy counter.
 //!
 //! **A step shorter than the interval** takes the figures of the one sample that covers it. When
-//! several steps end in one sampling period, the tracker sees only the last mark of them (one
-//! pair of atomics, not a queue): each of them is reported with the figures of that period's
-//! sample (the first also with the earlier samples it overlaps), and with the mean duration
-//! `(last mark − previous mark) / steps`.
+//! several steps end in one sampling period, each of them is reported with the figures of that
+//! period's sample (the first also with the earlier samples it overlaps) and its own duration:
+//! a run keeps the times of its latest [`MARK_SLOTS`] marks (64, as many as the tracker reports
+//! per tick; one slot per step number, written without a lock). Steps whose marks are not kept
+//! — a loop marking more than 64 steps per period, or step numbers the loop skipped — share the
+//! time between the kept marks around them evenly: `(later mark − earlier mark) / steps`.
 //!
 //! A mark is read at the first tick whose sample was taken after it; a mark made between the
 //! sample and the tracker's turn waits for the next tick. The first mark of a run created by
@@ -248,9 +250,10 @@ struct MarkSlot {
     at: AtomicU64,
 }
 
-/// How many recent marks a run keeps ([`MarkSlot`], slot `step % MARK_SLOTS`): as many as the
-/// tracker reports per tick, so every reported step has its own duration.
-pub(super) const MARK_SLOTS: usize = 64;
+/// How many recent marks a training run keeps, to give each step its own duration when several
+/// end in one sampling period (slot `step % MARK_SLOTS`): as many as the tracker reports per
+/// tick, so that every reported step has its own duration.
+pub const MARK_SLOTS: usize = 64;
 
 impl RunCell {
     #[inline]

@@ -695,7 +695,10 @@ fn a_mark_without_gpu_is_its_ranks_gpu() {
     assert_eq!(out.run("train", Some(0)).unwrap().gpus, Some(vec![0]));
     assert_eq!(uuids("eval", None).len(), 4);
     assert_eq!(uuids("far", Some(9)).len(), 4);
-    assert_eq!((out.run("eval", None).unwrap().gpus.clone(), out.run("far", Some(9)).unwrap().gpus.clone()), (None, None));
+    assert_eq!(
+        (out.run("eval", None).unwrap().gpus.clone(), out.run("far", Some(9)).unwrap().gpus.clone()),
+        (None, None)
+    );
     // Diagnosis: GPU 0 is rank 0's; the others fall to the run without a rank.
     assert_eq!(out.for_gpu(0).map(|r| r.job.as_str()), Some("train"));
     assert_eq!(out.for_gpu(2).map(|r| r.job.as_str()), Some("eval"));

@@ -4,13 +4,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{DeviceStep, RunCell, MARK_SLOTS, RunSteps, StepConfig, StepRegistry, StepReport, Steps};
+use super::{DeviceStep, RunCell, RunSteps, StepConfig, StepRegistry, StepReport, Steps, MARK_SLOTS};
 use crate::model::{DeviceSample, Snapshot};
 use crate::stages::Processor;
 
 /// Most steps of one run reported at one tick; when a loop marks more per interval than this
 /// (with `every_n` 1), the most recent ones are reported. Bounds the work and the event volume.
-pub(super) const MAX_REPORTS_PER_TICK: u64 = 64;
+pub(super) const MAX_REPORTS_PER_TICK: u64 = MARK_SLOTS as u64;
 
 /// The [`Processor`] that turns step marks into per-step GPU figures ([`Steps`](crate::steps::Steps) output).
 /// Made by [`StepTracker::new`] together with its [`StepRegistry`]; `name()` is `"steps"`.
@@ -271,7 +271,8 @@ impl Processor for StepTracker {
             let gpus = run.cell.gpus();
             // Without `gpu`, rank r drives GPU r when this snapshot has it (docs/steps.md); else
             // the run is every GPU's that no other run drives (`Steps::for_gpu`).
-            let rank_gpu = run.cell.rank.filter(|r| gpus.is_none() && snapshot.devices.iter().any(|d| d.info.index == *r));
+            let rank_gpu =
+                run.cell.rank.filter(|r| gpus.is_none() && snapshot.devices.iter().any(|d| d.info.index == *r));
             let mut reported = Vec::new();
             let mut completed = 0;
             let mut completed_duration = None;
@@ -343,7 +344,9 @@ impl Processor for StepTracker {
                         (None, None) => true,
                     };
                     for report in &mut reported {
-                        report.devices.retain(|d| snapshot.devices.iter().any(|s| s.info.uuid == d.uuid && drives(&s.info)));
+                        report
+                            .devices
+                            .retain(|d| snapshot.devices.iter().any(|s| s.info.uuid == d.uuid && drives(&s.info)));
                     }
                     if let Some(r) = reported.last() {
                         run.last = Some(r.clone());
