@@ -304,6 +304,14 @@ impl RunCell {
         self.owner.map(|o| Peer { pid: pid.or(o.pid), ..o })
     }
 
+    /// Whether the run was registered by a mark from elsewhere ([`StepRegistry::record`] and
+    /// the like: the steps socket), rather than made by the sampling process
+    /// ([`StepRegistry::run`], which sets its start). Such a run's rank says which GPU it drives
+    /// when its marks name none; the sampling process chose the GPUs it samples itself.
+    fn marked_elsewhere(&self) -> bool {
+        self.created == 0
+    }
+
     /// When step `n` was marked, if its slot still holds that mark.
     fn marked_at(&self, n: u64) -> Option<u64> {
         let slot = &self.marks[(n % MARK_SLOTS as u64) as usize];
@@ -844,12 +852,14 @@ pub struct RunSteps {
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub registered_by: Option<Peer>,
     /// The indices of this snapshot's GPUs the run drives (a MIG instance gives its parent's
-    /// index): those its marks named (the steps socket's `gpu` key), else — marks that named
-    /// none — GPU `r` for rank `r` when the snapshot has it. Its reported steps carry figures
-    /// for those GPUs only, and [`Steps::for_gpu`] attributes the run to them. `None` for a run
-    /// that named no GPU and has no rank, or whose rank is no sampled GPU's index: its reports
-    /// cover every GPU (a single loop sampling its own GPUs: the Python `Monitor`). Empty when
-    /// the GPUs named are not among the sampled ones.
+    /// index): those its marks named (the steps socket's `gpu` key), else — a run marked from
+    /// another process ([`StepRegistry::record`], the steps socket) that named none — GPU `r`
+    /// for rank `r` when the snapshot has it. Its reported steps carry figures for those GPUs
+    /// only, and [`Steps::for_gpu`] attributes the run to them. `None` for a run that named no
+    /// GPU and has no rank, or whose rank is no sampled GPU's index, and for a run made in the
+    /// sampling process ([`StepRegistry::run`]: the Python `Monitor`, which chose the GPUs it
+    /// samples): its reports cover every sampled GPU. Empty when the GPUs named are not among
+    /// the sampled ones.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub gpus: Option<Vec<u32>>,
 }

@@ -715,6 +715,17 @@ fn a_mark_without_gpu_is_its_ranks_gpu() {
     assert_eq!(energy.len(), 1);
     assert_eq!(energy[0].0, "GPU-0");
     assert!(out.for_gpu(0).is_some() && out.for_gpu(1).is_none() && out.for_gpu(3).is_none());
+
+    // A run made in the sampling process (the Python Monitor, `devices="all"`) chose the GPUs it
+    // samples: its steps keep every one's figures.
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let run = run_at(&steps, "local", Some(0), T0);
+    tracker.process(&mut four_gpus(1, T0 + SEC / 10, 0.0));
+    run.step_at(1, T0 + SEC).unwrap();
+    let mut s1 = four_gpus(2, T0 + SEC + SEC / 10, 100.0);
+    tracker.process(&mut s1);
+    let local = &s1.output::<Steps>().unwrap().runs[0];
+    assert_eq!((local.reported[0].devices.len(), local.gpus.clone()), (4, None));
 }
 
 /// Several steps ending in one sampling period are reported each with its own duration, not

@@ -269,10 +269,12 @@ impl Processor for StepTracker {
             let at = run.cell.at.load(Ordering::Acquire);
             let marked = stored.checked_sub(1).filter(|s| run.seen.is_none_or(|seen| *s > seen));
             let gpus = run.cell.gpus();
-            // Without `gpu`, rank r drives GPU r when this snapshot has it (docs/steps.md); else
-            // the run is every GPU's that no other run drives (`Steps::for_gpu`).
-            let rank_gpu =
-                run.cell.rank.filter(|r| gpus.is_none() && snapshot.devices.iter().any(|d| d.info.index == *r));
+            // Marks from another process without `gpu`: rank r drives GPU r when this snapshot
+            // has it (docs/steps.md); else the run is every GPU's that no other run drives
+            // (`Steps::for_gpu`). A run of the sampling process covers what it chose to sample.
+            let rank_gpu = run.cell.rank.filter(|r| {
+                gpus.is_none() && run.cell.marked_elsewhere() && snapshot.devices.iter().any(|d| d.info.index == *r)
+            });
             let mut reported = Vec::new();
             let mut completed = 0;
             let mut completed_duration = None;
