@@ -25,8 +25,9 @@
 //! ```
 //!
 //! # The hand-off
-//! [`TrainingRun::step`] reads the monotonic clock and updates two atomics of the run: no lock,
-//! no allocation, no system call beyond the clock (vDSO on Linux). Concurrent callers of one run
+//! [`TrainingRun::step`] reads the monotonic clock, updates two atomics of the run and writes
+//! the mark's time into one of its [`MARK_SLOTS`] slots: no lock, no allocation, no system call
+//! beyond the clock (vDSO on Linux). Concurrent callers of one run
 //! are fine: the highest step wins and a step that is not above the last one marked is an error
 //! ([`StepError::NotIncreasing`]). It keeps working — and costs the same — after the agent has
 //! stopped; the marks are then simply never read.
