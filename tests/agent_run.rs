@@ -549,3 +549,33 @@ fn compare_says_when_two_runs_cannot_be_compared_as_they_stand() {
     assert!(stdout.contains("\n  findings not compared dataloader_starvation"), "{stdout}");
     assert!(!stdout.contains("main change           energy per step"), "{stdout}");
 }
+
+/// A loop whose numbering restarts each epoch (steps 1–5 twice) and a line that is not JSON:
+/// the report counts the marks the socket dropped, per reason, and says what a refused one is.
+#[test]
+fn the_report_counts_the_marks_the_socket_dropped() {
+    const EPOCHS: &str = r#"
+import json, os, socket, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(os.environ["GPUMON_STEPS_SOCKET"])
+for epoch in range(2):
+    for i in range(1, 6):
+        time.sleep(0.3)
+        s.sendall((json.dumps({"job": "epochs", "rank": 0, "step": i}) + "\n").encode())
+s.sendall(b"not json\n")
+"#;
+    let dir = temp_dir("dropped");
+    let job = write(&dir, "epochs.py", EPOCHS);
+    let (code, stdout, stderr) = run(run_cmd(&dir, &[]).arg("--").arg(python()).arg(&job));
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(stdout.contains("\n  epochs rank 0         4 step(s) (2–5), "), "{stdout}");
+    assert!(
+        stdout.contains("\n  marks dropped         1 malformed, 5 refused (not in the step figures)\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("numbering restarted"), "{stdout}");
+    let (report, json) = report_file(&dir);
+    let dropped = report.steps.expect("steps").marks_rejected.expect("the socket's counts");
+    assert_eq!((dropped.refused, dropped.malformed, dropped.total()), (5, 1, 6));
+    assert_eq!(json["steps"]["marks_rejected"]["refused"], 5);
+}

@@ -235,9 +235,12 @@ pub const REPORT_FORMAT: u32 = 1;
 /// The training steps of a run: every run (job, rank) together, then each run.
 ///
 /// Steps are every step the tracker saw completed with a known duration (docs: [`crate::steps`]):
-/// also those a loop marked faster than the tracker reports one by one (at most 64 a tick, the
-/// latest), which take the tick's duration ([`RunSteps::completed`](crate::steps::RunSteps::completed)).
-/// The median and p95 are nearest-rank over those steps. **Energy per step** is, per GPU in the
+/// each step it reported one by one ([`RunSteps::reported`](crate::steps::RunSteps::reported),
+/// at most 64 a tick, the latest) with its own duration, and those a loop marked faster than that
+/// ([`RunSteps::completed`](crate::steps::RunSteps::completed) less the reported ones, or the
+/// steps not reported with `every_n` over 1) at their mean, the rest of the tick's
+/// [`completed_duration`](crate::steps::RunSteps::completed_duration). So the figures do not
+/// depend on the sampling interval. The median and p95 are nearest-rank over those steps. **Energy per step** is, per GPU in the
 /// report, the mean energy of the reported steps that had a reading for it, summed over those GPUs: the
 /// energy the job's GPUs used per step (the tracker gives every run the figures of every GPU,
 /// so the runs' steps are pooled per GPU rather than added).
@@ -256,6 +259,11 @@ pub struct StepsReport {
     pub duration_mean_seconds: Option<f64>,
     /// Energy the report's GPUs used per step, joules (see above); `None` without readings.
     pub energy_per_step_joules: Option<f64>,
+    /// Marks the steps socket dropped during the run, per reason (its `gpumon_steps_rejected_total`):
+    /// steps these marks would have ended are not in the figures above. `None` without a steps
+    /// socket. A run whose every mark was dropped has a steps part with 0 steps and these counts.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub marks_rejected: Option<crate::steps::StepRejections>,
     /// Per run, in the order first seen.
     pub runs: Vec<RunStepsReport>,
 }
@@ -333,14 +341,30 @@ struct RunAcc {
 }
 
 impl RunAcc {
-    /// Takes one tick of the run: every step it completed counts (`completed`), the reported
-    /// ones give the energy. A run from a trace written before `completed` existed counts the
-    /// reported steps.
-    fn add_tick(&mut self, run: &crate::steps::RunSteps) {
-        let duration = run.reported.first().map(|r| r.duration).or(run.last_duration);
-        match (run.completed, duration, run.last_step) {
-            (n, Some(duration), Some(last)) if n > 0 => {
-                self.durations.push((duration.as_secs_f64(), n));
+    /// Takes one tick of the run: every step it completed counts (`completed`), each reported
+    /// step with its own duration and the rest (a loop marking more than 64 steps a tick) at
+    /// their mean; the reported ones give the energy of the GPUs `sampled` accepts (those of
+    /// this snapshot: a replay of some of a trace's GPUs has the others' figures in its steps).
+    /// A run from a trace written before `completed` existed counts the reported steps.
+    fn add_tick(&mut self, run: &crate::steps::RunSteps, sampled: &dyn Fn(&str) -> bool) {
+        match (run.completed, run.last_step) {
+            (n, Some(last)) if n > 0 => {
+                let reported: Vec<f64> = run.reported.iter().map(|r| r.duration.as_secs_f64()).collect();
+                let rest = n.saturating_sub(reported.len() as u64);
+                self.durations.extend(reported.iter().map(|&d| (d, 1)));
+                if rest > 0 {
+                    // Traces written before `completed_duration` carry the tick's mean in
+                    // `last_duration`.
+                    let mean = match run.completed_duration {
+                        Some(total) => {
+                            Some((total.as_secs_f64() - reported.iter().sum::<f64>()).max(0.0) / rest as f64)
+                        }
+                        None => run.last_duration.map(|d| d.as_secs_f64()),
+                    };
+                    if let Some(mean) = mean {
+                        self.durations.push((mean, rest));
+                    }
+                }
                 self.first_step.get_or_insert(last.saturating_sub(n - 1));
                 self.last_step = Some(last);
             }
@@ -353,12 +377,12 @@ impl RunAcc {
             }
         }
         for step in &run.reported {
-            self.add_energy(step);
+            self.add_energy(step, sampled);
         }
     }
 
-    fn add_energy(&mut self, step: &crate::steps::StepReport) {
-        for d in &step.devices {
+    fn add_energy(&mut self, step: &crate::steps::StepReport, sampled: &dyn Fn(&str) -> bool) {
+        for d in step.devices.iter().filter(|d| sampled(&d.uuid)) {
             if let Some(e) = d.energy_joules.filter(|e| e.is_finite()) {
                 let slot = match self.energy.get_mut(d.uuid.as_str()) {
                     Some(slot) => slot,
@@ -388,10 +412,14 @@ fn step_count(durations: &[(f64, u64)]) -> u64 {
     durations.iter().map(|&(_, n)| n).sum()
 }
 
-fn steps_report(runs: &[RunAcc], keep: &dyn Fn(&str) -> bool) -> Option<StepsReport> {
+fn steps_report(
+    runs: &[RunAcc],
+    rejected: Option<crate::steps::StepRejections>,
+    keep: &dyn Fn(&str) -> bool,
+) -> Option<StepsReport> {
     let all: Vec<(f64, u64)> = runs.iter().flat_map(|r| r.durations.iter().copied()).collect();
     let steps = step_count(&all);
-    if steps == 0 {
+    if steps == 0 && rejected.is_none_or(|r| r.total() == 0) {
         return None;
     }
     let (median, p95, mean) = duration_stats(&all);
@@ -402,6 +430,7 @@ fn steps_report(runs: &[RunAcc], keep: &dyn Fn(&str) -> bool) -> Option<StepsRep
         duration_p95_seconds: p95,
         duration_mean_seconds: mean,
         energy_per_step_joules: energy_per_step(&energies, keep),
+        marks_rejected: rejected,
         runs: runs
             .iter()
             .filter(|r| !r.durations.is_empty())
@@ -820,6 +849,8 @@ struct State {
     gpus: HashMap<String, GpuAcc>,
     host_findings: Vec<Held>,
     runs: Vec<RunAcc>,
+    /// The steps socket's dropped marks as of the latest tick (counted since the agent began).
+    rejected: Option<crate::steps::StepRejections>,
 }
 
 impl State {
@@ -843,7 +874,7 @@ impl State {
             overview,
             gpus,
             host_findings: self.host_findings.iter().map(|h| finish(h, self.last)).collect(),
-            steps: steps_report(&self.runs, keep),
+            steps: steps_report(&self.runs, self.rejected, keep),
         }
     }
 
@@ -964,6 +995,7 @@ impl RunReport {
             gpus: HashMap::new(),
             host_findings: Vec::new(),
             runs: Vec::new(),
+            rejected: None,
         }));
         (Self { state: state.clone() }, ReportHandle { state })
     }
@@ -1057,6 +1089,9 @@ impl Processor for RunReport {
             acc.add(d, span, s.idle_level, s.allocated_ratio, wait);
         }
         if let Some(steps) = snapshot.output::<crate::steps::Steps>() {
+            if steps.rejected.is_some() {
+                s.rejected = steps.rejected;
+            }
             for run in steps.runs.iter().filter(|r| r.completed > 0 || !r.reported.is_empty()) {
                 let at = match s.runs.iter().position(|a| a.job == run.job && a.rank == run.rank) {
                     Some(at) => at,
@@ -1072,7 +1107,7 @@ impl Processor for RunReport {
                         s.runs.len() - 1
                     }
                 };
-                s.runs[at].add_tick(run);
+                s.runs[at].add_tick(run, &|uuid| snapshot.position(uuid).is_some());
             }
         }
         let Some(diagnosis) = snapshot.output::<crate::Diagnosis>() else { return };
@@ -1193,7 +1228,10 @@ fn write_step_times(
 }
 
 fn write_steps(f: &mut fmt::Formatter<'_>, s: &StepsReport) -> fmt::Result {
-    write!(f, "steps                   {} step(s), ", s.steps)?;
+    write!(f, "steps                   {} step(s)", s.steps)?;
+    if s.steps > 0 {
+        f.write_str(", ")?;
+    }
     write_step_times(
         f,
         s.duration_median_seconds,
@@ -1213,6 +1251,29 @@ fn write_steps(f: &mut fmt::Formatter<'_>, s: &StepsReport) -> fmt::Result {
         }
         f.write_str(", ")?;
         write_step_times(f, r.duration_median_seconds, r.duration_p95_seconds, r.duration_mean_seconds, None)?;
+    }
+    if let Some(rejected) = s.marks_rejected.filter(|r| r.total() > 0) {
+        write_marks_rejected(f, &rejected)?;
+    }
+    Ok(())
+}
+
+/// `  marks dropped         10 refused, 1 malformed` and what a refused mark usually is.
+fn write_marks_rejected(f: &mut fmt::Formatter<'_>, rejected: &crate::steps::StepRejections) -> fmt::Result {
+    use crate::steps::Rejection;
+    let mut parts = Vec::new();
+    for reason in Rejection::ALL {
+        let n = rejected.get(reason);
+        if n > 0 {
+            parts.push(format!("{n} {}", reason.name()));
+        }
+    }
+    writeln!(f, "  marks dropped         {} (not in the step figures)", parts.join(", "))?;
+    if rejected.refused > 0 {
+        writeln!(
+            f,
+            "    refused: a step number not above the run's last (numbering restarted, e.g. each epoch: mark a step count that only grows, or a new job name per epoch), a bad job name, or too many runs"
+        )?;
     }
     Ok(())
 }
@@ -2052,6 +2113,121 @@ mod tests {
             assert_eq!(o["causes"][0]["active_gpu_seconds"], 2.0);
             assert_eq!(o["driver_sample_period_seconds"], serde_json::Value::Null);
             assert_eq!(o["limitations"], serde_json::json!([]));
+        }
+    }
+
+    /// The marks of steps_slow10.py (30 steps, every 10th 1.5 s, the rest 0.2 s) through the real
+    /// tracker at a 100 ms, 1 s and 5 s interval: the step times are the steps', not the ticks'.
+    #[test]
+    fn step_time_percentiles_are_over_the_steps_at_any_interval() {
+        use crate::steps::{StepConfig, StepTracker};
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let mut marks = vec![(0u64, Duration::ZERO)];
+        for n in 1..=30u64 {
+            let took = if n % 10 == 0 { Duration::from_millis(1500) } else { Duration::from_millis(200) };
+            let (_, before) = marks[marks.len() - 1];
+            marks.push((n, before + took));
+        }
+        let end = marks[marks.len() - 1].1;
+        for interval in [Duration::from_millis(100), Duration::from_secs(1), Duration::from_secs(5)] {
+            let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+            let (mut report, handle) = attached(interval);
+            let mut next = marks.iter().peekable();
+            let mut tick = 0u32;
+            loop {
+                // Each mark is read at the first tick at least 1 ms after it.
+                let at = interval * tick;
+                while let Some((n, when)) = next.next_if(|(_, when)| *when + Duration::from_millis(1) <= at) {
+                    steps.record_at("s", Some(0), *n, t0 + *when).unwrap();
+                }
+                let mut s =
+                    Snapshot::new(Arc::new(SystemInfo::new("node-1", "test")), vec![DeviceSample::new(info(0))])
+                        .with_seq(u64::from(tick) + 1)
+                        .with_taken_at(t0 + at);
+                tracker.process(&mut s);
+                report.process(&mut s);
+                if at > end + interval {
+                    break;
+                }
+                tick += 1;
+            }
+            let steps = handle.report().steps.expect("steps");
+            let round = |v: Option<f64>| v.map(|v| (v * 1000.0).round() / 1000.0);
+            assert_eq!(steps.steps, 30, "{interval:?}");
+            assert_eq!(
+                (
+                    round(steps.duration_median_seconds),
+                    round(steps.duration_p95_seconds),
+                    round(steps.duration_mean_seconds)
+                ),
+                (Some(0.2), Some(1.5), Some(0.33)),
+                "at {interval:?}"
+            );
+        }
+    }
+
+    /// A replay of some of a trace's GPUs (`--devices`): the recorded steps carry every GPU's
+    /// figures, the energy per step is the sampled GPUs' only.
+    #[test]
+    fn energy_per_step_counts_only_the_gpus_of_the_snapshot() {
+        use crate::steps::{DeviceStep, RunSteps, StepReport, Steps};
+        let interval = Duration::from_secs(1);
+        let (mut report, handle) = attached(interval);
+        for tick in 1..=3u64 {
+            let mut run = RunSteps::new("train", Some(0));
+            let mut step = StepReport::new(tick, interval);
+            for gpu in 0..4u32 {
+                let mut d = DeviceStep::new(format!("GPU-{gpu}"));
+                d.energy_joules = Some(80.0 + f64::from(gpu));
+                step.devices.push(d);
+            }
+            run.reported.push(step);
+            let mut s = snapshot(tick, interval, vec![DeviceSample::new(info(1))]);
+            s.attach(Steps { runs: vec![run], rejected: None });
+            report.process(&mut s);
+        }
+        let steps = handle.report().steps.expect("steps");
+        assert_eq!(steps.energy_per_step_joules, Some(81.0));
+        assert_eq!(steps.runs[0].energy_per_step_joules, Some(81.0));
+    }
+
+    /// Marks the steps socket dropped (numbering restarted: refused; a bad line: malformed) are
+    /// counted in the report, also when no step was reported at all.
+    #[test]
+    fn the_report_counts_the_marks_dropped_by_reason() {
+        use crate::steps::{RunSteps, StepRejections, StepReport, Steps};
+        let interval = Duration::from_secs(1);
+        let rejected = StepRejections { refused: 10, malformed: 1, ..StepRejections::default() };
+        let (mut report, handle) = attached(interval);
+        for tick in 1..=2u64 {
+            let mut run = RunSteps::new("train", Some(0));
+            run.reported.push(StepReport::new(tick + 1, interval));
+            let mut s = snapshot(tick, interval, vec![DeviceSample::new(info(0))]);
+            s.attach(Steps { runs: vec![run], rejected: Some(rejected) });
+            report.process(&mut s);
+        }
+        let r = handle.report();
+        assert_eq!(r.steps.as_ref().and_then(|s| s.marks_rejected), Some(rejected));
+        let text = r.to_string();
+        assert!(text.contains("  marks dropped         1 malformed, 10 refused (not in the step figures)\n"), "{text}");
+        assert!(text.contains("numbering restarted"), "{text}");
+
+        let (mut report, handle) = attached(interval);
+        let mut s = snapshot(1, interval, vec![DeviceSample::new(info(0))]);
+        s.attach(Steps { runs: Vec::new(), rejected: Some(rejected) });
+        report.process(&mut s);
+        let steps = handle.report().steps.expect("a steps part for the dropped marks");
+        assert_eq!((steps.steps, steps.marks_rejected), (0, Some(rejected)));
+        let text = handle.report().to_string();
+        assert!(
+            text.contains("steps                   0 step(s)\n  marks dropped         1 malformed, 10 refused"),
+            "{text}"
+        );
+        #[cfg(feature = "serde")]
+        {
+            let v = serde_json::to_value(handle.report()).unwrap();
+            assert_eq!(v["steps"]["marks_rejected"]["refused"], 10);
+            assert_eq!(v["steps"]["marks_rejected"]["malformed"], 1);
         }
     }
 }

@@ -788,6 +788,7 @@ mod tests {
                 duration_p95_seconds: Some(p95),
                 duration_mean_seconds: Some(median),
                 energy_per_step_joules: Some(energy),
+                marks_rejected: None,
                 runs: Vec::new(),
             }),
         }

@@ -25,8 +25,9 @@
 //! ```
 //!
 //! # The hand-off
-//! [`TrainingRun::step`] reads the monotonic clock and updates two atomics of the run: no lock,
-//! no allocation, no system call beyond the clock (vDSO on Linux). Concurrent callers of one run
+//! [`TrainingRun::step`] reads the monotonic clock, updates two atomics of the run and writes
+//! the mark's time into one of its [`MARK_SLOTS`] slots: no lock, no allocation, no system call
+//! beyond the clock (vDSO on Linux). Concurrent callers of one run
 //! are fine: the highest step wins and a step that is not above the last one marked is an error
 //! ([`StepError::NotIncreasing`]). It keeps working — and costs the same — after the agent has
 //! stopped; the marks are then simply never read.
@@ -48,10 +49,12 @@
 //!   baseline) or without an energy counter.
 //!
 //! **A step shorter than the interval** takes the figures of the one sample that covers it. When
-//! several steps end in one sampling period, the tracker sees only the last mark of them (one
-//! pair of atomics, not a queue): each of them is reported with the figures of that period's
-//! sample (the first also with the earlier samples it overlaps), and with the mean duration
-//! `(last mark − previous mark) / steps`.
+//! several steps end in one sampling period, each of them is reported with the figures of that
+//! period's sample (the first also with the earlier samples it overlaps) and its own duration:
+//! a run keeps the times of its latest [`MARK_SLOTS`] marks (64, as many as the tracker reports
+//! per tick; one slot per step number, written without a lock). Steps whose marks are not kept
+//! — a loop marking more than 64 steps per period, or step numbers the loop skipped — share the
+//! time between the kept marks around them evenly: `(later mark − earlier mark) / steps`.
 //!
 //! A mark is read at the first tick whose sample was taken after it; a mark made between the
 //! sample and the tracker's turn waits for the next tick. The first mark of a run created by
@@ -234,7 +237,24 @@ struct RunCell {
     /// The GPUs the run's marks named (the steps socket's `gpu` key), `None` when they named
     /// none: then rank `r` is taken to drive GPU `r`. Changes only when a mark names other GPUs.
     gpus: Mutex<Option<Arc<DeviceFilter>>>,
+    /// The latest marks' times ([`MarkSlot`]).
+    marks: [MarkSlot; MARK_SLOTS],
 }
+
+/// One recent mark's time, kept so that the tracker knows each step's own duration when several
+/// steps end in one sampling period. Written like a seqlock: `step` is 0 while `at` changes,
+/// then the mark's step + 1; a reader that sees the same step + 1 before and after reading `at`
+/// read that mark's time.
+#[derive(Debug, Default)]
+struct MarkSlot {
+    step: AtomicU64,
+    at: AtomicU64,
+}
+
+/// How many recent marks a training run keeps, to give each step its own duration when several
+/// end in one sampling period (slot `step % MARK_SLOTS`): as many as the tracker reports per
+/// tick, so that every reported step has its own duration.
+pub const MARK_SLOTS: usize = 64;
 
 impl RunCell {
     #[inline]
@@ -247,6 +267,14 @@ impl RunCell {
             }
             match self.step.compare_exchange_weak(cur, stored, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => {
+                    // Only the caller that stored step n writes its slot (a caller of step
+                    // n ± 64 at the same moment may overwrite it: the reader then sees another
+                    // step in the slot and takes the mean for this one).
+                    let slot = &self.marks[(n % MARK_SLOTS as u64) as usize];
+                    slot.step.store(0, Ordering::Relaxed);
+                    std::sync::atomic::fence(Ordering::Release);
+                    slot.at.store(now, Ordering::Relaxed);
+                    slot.step.store(stored, Ordering::Release);
                     if cur == 0 {
                         // Only the caller that moved the run off "no step yet" gets here.
                         self.first_at.store(now, Ordering::Release);
@@ -275,6 +303,26 @@ impl RunCell {
     fn peer(&self) -> Option<Peer> {
         let pid = u32::try_from(self.pid.load(Ordering::Acquire)).ok();
         self.owner.map(|o| Peer { pid: pid.or(o.pid), ..o })
+    }
+
+    /// Whether the run was registered by a mark from elsewhere ([`StepRegistry::record`] and
+    /// the like: the steps socket), rather than made by the sampling process
+    /// ([`StepRegistry::run`], which sets its start). Such a run's rank says which GPU it drives
+    /// when its marks name none; the sampling process chose the GPUs it samples itself.
+    fn marked_elsewhere(&self) -> bool {
+        self.created == 0
+    }
+
+    /// When step `n` was marked, if its slot still holds that mark.
+    fn marked_at(&self, n: u64) -> Option<u64> {
+        let slot = &self.marks[(n % MARK_SLOTS as u64) as usize];
+        let tag = n.checked_add(1)?;
+        if slot.step.load(Ordering::Acquire) != tag {
+            return None;
+        }
+        let at = slot.at.load(Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Acquire);
+        (slot.step.load(Ordering::Relaxed) == tag).then_some(at)
     }
 
     /// The first step ever marked on this run.
@@ -530,6 +578,7 @@ impl StepRegistry {
             first_at: AtomicU64::new(0),
             at: AtomicU64::new(0),
             gpus: Mutex::new(None),
+            marks: std::array::from_fn(|_| MarkSlot::default()),
         });
         runs.push(Arc::clone(&cell));
         self.shared.count.store(runs.len(), Ordering::Release);
@@ -779,7 +828,8 @@ pub struct RunSteps {
     pub rank_label: String,
     /// The last completed step the tracker has read; `None` before the first.
     pub last_step: Option<u64>,
-    /// How long the last completed step took (see the module docs for several steps per tick).
+    /// How long the last completed step took: from the mark before it to its own (see the
+    /// module docs for a loop marking more than 64 steps per tick).
     #[cfg_attr(feature = "serde", serde(with = "opt_secs"))]
     pub last_duration: Option<Duration>,
     /// The latest reported step (it stays until the next one is reported).
@@ -792,16 +842,25 @@ pub struct RunSteps {
     /// marking faster than that is counted here, each step taking `last_duration`.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "is_zero"))]
     pub completed: u64,
+    /// How long the `completed` steps took together: from the start of the first of them to
+    /// the last mark. The steps not in `reported` took this less the reported steps' durations;
+    /// `None` when none completed (and in traces written before it existed).
+    #[cfg_attr(feature = "serde", serde(with = "opt_secs", skip_serializing_if = "Option::is_none"))]
+    pub completed_duration: Option<Duration>,
     /// The process that registered the run through the steps socket (with the pid of its
     /// latest mark); `None` for a run made in the sampling process. A tenant sees the runs whose
     /// process is one of its own.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub registered_by: Option<Peer>,
-    /// The indices of this snapshot's GPUs that the run's marks named (the steps socket's
-    /// `gpu` key; a MIG instance gives its parent's index): its reported steps carry figures
-    /// for those GPUs only, and [`Steps::for_gpu`] attributes the run to them. `None` when the
-    /// marks named no GPU: rank `r` is then taken to drive GPU `r`, and the reports cover every
-    /// GPU. Empty when the GPUs named are not among the sampled ones.
+    /// The indices of this snapshot's GPUs the run drives (a MIG instance gives its parent's
+    /// index): those its marks named (the steps socket's `gpu` key), else — a run marked from
+    /// another process ([`StepRegistry::record`], the steps socket) that named none — GPU `r`
+    /// for rank `r` when the snapshot has it. Its reported steps carry figures for those GPUs
+    /// only, and [`Steps::for_gpu`] attributes the run to them. `None` for a run that named no
+    /// GPU and has no rank, or whose rank is no sampled GPU's index, and for a run made in the
+    /// sampling process ([`StepRegistry::run`]: the Python `Monitor`, which chose the GPUs it
+    /// samples): its reports cover every sampled GPU. Empty when the GPUs named are not among
+    /// the sampled ones.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub gpus: Option<Vec<u32>>,
 }

@@ -157,7 +157,7 @@ fn long_steps_take_every_overlapping_sample() {
 }
 
 /// Steps shorter than the interval take the figures of the sample that covers them; several in
-/// one interval share its figures and the mean duration.
+/// one interval share its figures, each with its own duration.
 #[test]
 fn short_steps_take_the_covering_sample() {
     let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
@@ -166,7 +166,7 @@ fn short_steps_take_the_covering_sample() {
     run.step_at(1, T0 + SEC + SEC / 10).unwrap(); // starts the clock for the next ones
     let mut s = snap(2, T0 + 2 * SEC, 0.5, 100, 1100.0);
     tracker.process(&mut s);
-    // Steps 2..=5 end within (T0+2s, T0+3s]; only step 5's mark is seen.
+    // Steps 2..=5 end within (T0+2s, T0+3s].
     for (n, at) in
         [(2, 2 * SEC + SEC / 5), (3, 2 * SEC + 2 * SEC / 5), (4, 2 * SEC + 3 * SEC / 5), (5, 2 * SEC + 4 * SEC / 5)]
     {
@@ -179,16 +179,17 @@ fn short_steps_take_the_covering_sample() {
     assert_eq!(r.last_step, Some(5));
     let got: Vec<u64> = r.reported.iter().map(|p| p.step).collect();
     assert_eq!(got, vec![2, 3, 4, 5]);
-    // (T0+2.8s − T0+1.1s) / 4 steps.
-    let mean = Duration::from_nanos((17 * SEC / 10) / 4);
+    // Each its own: step 2 from T0+1.1s to T0+2.2s, the others 0.2 s.
+    assert_eq!(r.reported[0].duration, Duration::from_millis(1100));
+    let each = Duration::from_millis(200);
     for rep in &r.reported[1..] {
-        assert_eq!(rep.duration, mean);
+        assert_eq!(rep.duration, each);
         assert_eq!((rep.first_seq, rep.last_seq), (3, 3), "step {} overlaps only the sample at T0+3s", rep.step);
         let d = &rep.devices[0];
         assert!(approx(d.utilization_mean.unwrap(), 0.3));
         assert_eq!(d.memory_peak_bytes, Some(900));
         // 400 J over the 1 s sample, prorated to the step.
-        assert!(approx(d.energy_joules.unwrap(), 400.0 * mean.as_secs_f64()));
+        assert!(approx(d.energy_joules.unwrap(), 400.0 * each.as_secs_f64()));
     }
     // Step 2 began at T0+1.1s, so it also overlaps the sample at T0+2s.
     assert_eq!((r.reported[0].first_seq, r.reported[0].last_seq), (2, 3));
@@ -609,12 +610,12 @@ fn marks_that_name_their_gpu_are_that_gpus_steps() {
         let run = |job: &str, rank: u32| out.run(job, Some(rank)).unwrap();
         assert_eq!(run("ddp", 0).gpus, Some(vec![4]));
         assert_eq!(run("ddp", 1).gpus, Some(vec![5]));
-        assert_eq!(run("old", 2).gpus, None, "no gpu key: rank r is GPU r, as before");
+        assert_eq!(run("old", 2).gpus, Some(vec![2]), "no gpu key: rank r is GPU r");
         // The named runs' figures are their own GPU's only (the step's energy is not 8 GPUs').
         let uuids = |r: &RunSteps| r.reported[0].devices.iter().map(|d| d.uuid.clone()).collect::<Vec<_>>();
         assert_eq!(uuids(run("ddp", 0)), ["GPU-4"]);
         assert_eq!(uuids(run("ddp", 1)), ["GPU-5"]);
-        assert_eq!(uuids(run("old", 2)).len(), 8);
+        assert_eq!(uuids(run("old", 2)), ["GPU-2"]);
         // GPU 5 is rank 1's; GPUs 0 and 1 (another job's) are none of ddp's; the rank-only run
         // keeps GPU 2.
         assert_eq!(out.for_gpu(5).map(|r| (r.job.as_str(), r.rank)), Some(("ddp", Some(1))));
@@ -628,7 +629,7 @@ fn marks_that_name_their_gpu_are_that_gpus_steps() {
     send(r#"{"job":"ddp","rank":0,"step":9,"gpu":"four"}"#);
     assert_eq!(steps.shared.rejected[Rejection::Malformed as usize].load(Ordering::Relaxed), 1);
     assert_eq!(steps.last_step("ddp", Some(0)), Some(3));
-    // "all" names no GPU in particular; an integer is an index.
+    // "all" names no GPU in particular (rank 0: GPU 0, as without the key); an integer is an index.
     send(r#"{"job":"x","rank":0,"step":1,"gpu":"all"}"#);
     send(r#"{"job":"y","rank":0,"step":1,"gpu":7}"#);
     let mut s = eight_gpus(4, steps.shared.clock.now() + 1);
@@ -636,7 +637,7 @@ fn marks_that_name_their_gpu_are_that_gpus_steps() {
     let out = s.output::<Steps>().unwrap();
     assert_eq!(
         (out.run("x", Some(0)).unwrap().gpus.clone(), out.run("y", Some(0)).unwrap().gpus.clone()),
-        (None, Some(vec![7]))
+        (Some(vec![0]), Some(vec![7]))
     );
 }
 
@@ -651,4 +652,119 @@ fn a_run_that_named_its_gpus_is_never_taken_for_another() {
     // Named GPUs come before a rank that happens to equal the index.
     let steps = Steps { runs: vec![RunSteps::new("other", Some(4)), named], ..Default::default() };
     assert_eq!(steps.for_gpu(4).map(|r| r.job.as_str()), Some("ddp"));
+}
+
+/// Four GPUs (index `i`, UUID `GPU-i`) at time `t`, each with energy counter `energy`.
+fn four_gpus(seq: u64, t: u64, energy: f64) -> Snapshot {
+    let devices = (0..4u32)
+        .map(|i| {
+            let mut d = DeviceSample::new(Arc::new(DeviceInfo::new(i, format!("GPU-{i}"), "test")));
+            d.utilization.gpu = Some(0.5);
+            d.power.energy_joules = Some(energy);
+            d
+        })
+        .collect();
+    Snapshot::new(Arc::new(SystemInfo::new("h", "test")), devices)
+        .with_seq(seq)
+        .with_taken_at(UNIX_EPOCH + Duration::from_nanos(t))
+}
+
+/// A node agent on four GPUs, marks without `gpu` (repro: `{"job":"train","rank":0,"step":n}`):
+/// rank r's steps are GPU r's — its figures and energy, and its diagnosis — not every GPU's.
+/// A run without a rank is every GPU's; so is a rank that is no sampled GPU's index.
+#[test]
+fn a_mark_without_gpu_is_its_ranks_gpu() {
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let at = |ns: u64| UNIX_EPOCH + Duration::from_nanos(ns);
+    for (job, rank) in [("train", Some(0)), ("eval", None), ("far", Some(9))] {
+        steps.record_at(job, rank, 1, at(T0)).unwrap();
+    }
+    let mut s0 = four_gpus(1, T0 + SEC / 10, 0.0);
+    tracker.process(&mut s0);
+    for (job, rank) in [("train", Some(0)), ("eval", None), ("far", Some(9))] {
+        steps.record_at(job, rank, 2, at(T0 + SEC)).unwrap();
+    }
+    let mut s1 = four_gpus(2, T0 + SEC + SEC / 10, 100.0);
+    tracker.process(&mut s1);
+    let out = s1.output::<Steps>().unwrap();
+    let uuids = |job: &str, rank| {
+        let r = out.run(job, rank).unwrap();
+        r.reported[0].devices.iter().map(|d| d.uuid.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(uuids("train", Some(0)), ["GPU-0"]);
+    assert_eq!(out.run("train", Some(0)).unwrap().gpus, Some(vec![0]));
+    assert_eq!(uuids("eval", None).len(), 4);
+    assert_eq!(uuids("far", Some(9)).len(), 4);
+    assert_eq!(
+        (out.run("eval", None).unwrap().gpus.clone(), out.run("far", Some(9)).unwrap().gpus.clone()),
+        (None, None)
+    );
+    // Diagnosis: GPU 0 is rank 0's; the others fall to the run without a rank.
+    assert_eq!(out.for_gpu(0).map(|r| r.job.as_str()), Some("train"));
+    assert_eq!(out.for_gpu(2).map(|r| r.job.as_str()), Some("eval"));
+
+    // The same mark alone on the node: rank 0 is GPU 0's only, GPUs 1–3 have no steps.
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    steps.record_at("train", Some(0), 1, at(T0)).unwrap();
+    tracker.process(&mut four_gpus(1, T0 + SEC / 10, 0.0));
+    steps.record_at("train", Some(0), 2, at(T0 + SEC)).unwrap();
+    let mut s1 = four_gpus(2, T0 + SEC + SEC / 10, 100.0);
+    tracker.process(&mut s1);
+    let out = s1.output::<Steps>().unwrap();
+    let energy: Vec<_> = out.runs[0].reported[0].devices.iter().map(|d| (d.uuid.as_str(), d.energy_joules)).collect();
+    assert_eq!(energy.len(), 1);
+    assert_eq!(energy[0].0, "GPU-0");
+    assert!(out.for_gpu(0).is_some() && out.for_gpu(1).is_none() && out.for_gpu(3).is_none());
+
+    // A run made in the sampling process (the Python Monitor, `devices="all"`) chose the GPUs it
+    // samples: its steps keep every one's figures.
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let run = run_at(&steps, "local", Some(0), T0);
+    tracker.process(&mut four_gpus(1, T0 + SEC / 10, 0.0));
+    run.step_at(1, T0 + SEC).unwrap();
+    let mut s1 = four_gpus(2, T0 + SEC + SEC / 10, 100.0);
+    tracker.process(&mut s1);
+    let local = &s1.output::<Steps>().unwrap().runs[0];
+    assert_eq!((local.reported[0].devices.len(), local.gpus.clone()), (4, None));
+}
+
+/// Several steps ending in one sampling period are reported each with its own duration, not
+/// the period's mean; past the marks kept per run, the older ones share the rest evenly.
+#[test]
+fn steps_in_one_period_keep_their_own_durations() {
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let run = run_at(&steps, "train", Some(0), T0);
+    tracker.process(&mut snap(1, T0, 0.5, 1, 0.0));
+    // 0.1 s, 0.5 s, 0.1 s, 0.5 s …: ten steps in 3 s.
+    let mut t = T0;
+    for n in 1..=10u64 {
+        t += if n % 2 == 1 { SEC / 10 } else { SEC / 2 };
+        run.step_at(n, t).unwrap();
+    }
+    let mut s1 = snap(2, T0 + 5 * SEC, 0.9, 1, 10.0);
+    tracker.process(&mut s1);
+    let r = first_run(&s1);
+    let took: Vec<_> = r.reported.iter().map(|p| p.duration.as_millis()).collect();
+    assert_eq!(took, [100, 500, 100, 500, 100, 500, 100, 500, 100, 500]);
+    assert_eq!(r.last_duration, Some(Duration::from_millis(500)));
+    assert_eq!(r.completed_duration, Some(Duration::from_secs(3)));
+
+    // 200 steps in one period: the latest 64 marks are kept; the 136 before them share the time
+    // from the run's start to the oldest kept mark.
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let run = run_at(&steps, "fast", None, T0);
+    tracker.process(&mut snap(1, T0, 0.5, 1, 0.0));
+    let mut t = T0;
+    for n in 1..=200u64 {
+        t += if n > 136 && n % 2 == 0 { 3 * SEC / 1000 } else { SEC / 1000 };
+        run.step_at(n, t).unwrap();
+    }
+    let mut s1 = snap(2, T0 + SEC, 0.9, 1, 10.0);
+    tracker.process(&mut s1);
+    let r = first_run(&s1);
+    assert_eq!((r.completed, r.reported.len()), (200, 64));
+    let took: Vec<_> = r.reported.iter().map(|p| (p.step, p.duration.as_millis())).collect();
+    assert_eq!(took[0], (137, 1), "step 137's previous mark (136) is overwritten: the mean up to 137");
+    assert_eq!(&took[1..3], [(138, 3), (139, 1)]);
+    assert_eq!(r.completed_duration, Some(Duration::from_nanos(t - T0)));
 }

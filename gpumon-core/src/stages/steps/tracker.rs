@@ -4,13 +4,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{DeviceStep, RunCell, RunSteps, StepConfig, StepRegistry, StepReport, Steps};
+use super::{DeviceStep, RunCell, RunSteps, StepConfig, StepRegistry, StepReport, Steps, MARK_SLOTS};
 use crate::model::{DeviceSample, Snapshot};
 use crate::stages::Processor;
 
 /// Most steps of one run reported at one tick; when a loop marks more per interval than this
 /// (with `every_n` 1), the most recent ones are reported. Bounds the work and the event volume.
-pub(super) const MAX_REPORTS_PER_TICK: u64 = 64;
+pub(super) const MAX_REPORTS_PER_TICK: u64 = MARK_SLOTS as u64;
 
 /// The [`Processor`] that turns step marks into per-step GPU figures ([`Steps`](crate::steps::Steps) output).
 /// Made by [`StepTracker::new`] together with its [`StepRegistry`]; `name()` is `"steps"`.
@@ -156,6 +156,45 @@ impl DevAcc {
     }
 }
 
+/// The durations of the steps completed at one tick, from the marks' times ([`RunCell::marked_at`]):
+/// a step whose mark and whose previous step's mark are both still kept took the time between
+/// them; the steps between two kept marks (older ones overwritten by a loop marking more than
+/// [`MARK_SLOTS`] steps a tick, or numbers the loop skipped) share that stretch evenly.
+#[derive(Debug)]
+struct StepTimes {
+    /// `(last step of the stretch, each step's duration)`, ascending; the first stretch starts
+    /// at the first step completed.
+    stretches: Vec<(u64, Duration)>,
+}
+
+impl StepTimes {
+    /// The `k` steps up to `last`, the first of which started at `start`; `at` is the last mark.
+    fn read(cell: &RunCell, last: u64, k: u64, start: u64, at: u64) -> Self {
+        let first = last + 1 - k;
+        let mut stretches = Vec::new();
+        // (step, time) of the previous boundary: the end of step `first − 1` is `start` (step
+        // numbers wrap here, for a first step 0; `s − prev.0` is then `s + 1`).
+        let mut prev = (first.wrapping_sub(1), start);
+        let kept_from = first.max(last.saturating_sub(MARK_SLOTS as u64 - 1));
+        for s in kept_from..=last {
+            let time = if s == last { Some(at) } else { cell.marked_at(s) };
+            // A mark older than the previous boundary (concurrent callers) is not a boundary.
+            if let Some(time) = time.filter(|t| *t >= prev.1) {
+                let steps = s.wrapping_sub(prev.0);
+                stretches.push((s, Duration::from_nanos((time - prev.1) / steps)));
+                prev = (s, time);
+            }
+        }
+        Self { stretches }
+    }
+
+    /// How long step `s` (one of the steps read) took.
+    fn of(&self, s: u64) -> Duration {
+        let at = self.stretches.partition_point(|(end, _)| *end < s);
+        self.stretches.get(at).or(self.stretches.last()).map_or(Duration::ZERO, |(_, d)| *d)
+    }
+}
+
 impl StepTracker {
     pub(super) fn with(config: StepConfig, registry: StepRegistry) -> Self {
         Self { config, registry, runs: Vec::new(), generation: None, prev: None }
@@ -230,8 +269,15 @@ impl Processor for StepTracker {
             let at = run.cell.at.load(Ordering::Acquire);
             let marked = stored.checked_sub(1).filter(|s| run.seen.is_none_or(|seen| *s > seen));
             let gpus = run.cell.gpus();
+            // Marks from another process without `gpu`: rank r drives GPU r when this snapshot
+            // has it (docs/steps.md); else the run is every GPU's that no other run drives
+            // (`Steps::for_gpu`). A run of the sampling process covers what it chose to sample.
+            let rank_gpu = run.cell.rank.filter(|r| {
+                gpus.is_none() && run.cell.marked_elsewhere() && snapshot.devices.iter().any(|d| d.info.index == *r)
+            });
             let mut reported = Vec::new();
             let mut completed = 0;
+            let mut completed_duration = None;
             match marked {
                 Some(last) if at <= t => {
                     // This sample covers the end of the step(s): it belongs to them, and also to
@@ -254,15 +300,17 @@ impl Processor for StepTracker {
                             k = last - first;
                         }
                     }
-                    let duration = (start != 0).then(|| Duration::from_nanos(at.saturating_sub(start) / k.max(1)));
-                    run.last_duration = duration;
-                    if let Some(duration) = duration {
+                    let durations = (start != 0).then(|| StepTimes::read(&run.cell, last, k, start, at));
+                    run.last_duration = durations.as_ref().map(|d| d.of(last));
+                    if let Some(durations) = durations {
                         completed = k;
+                        completed_duration = Some(Duration::from_nanos(at.saturating_sub(start)));
                         let first = last + 1 - k;
                         let from = first.max(last.saturating_sub(MAX_REPORTS_PER_TICK - 1));
                         let mut single: Option<Acc> = None;
                         let mut s = from.div_ceil(every_n) * every_n;
                         while s <= last {
+                            let duration = durations.of(s);
                             let report = if s == first {
                                 StepReport {
                                     step: s,
@@ -290,14 +338,17 @@ impl Processor for StepTracker {
                             s += every_n;
                         }
                     }
-                    if let Some(named) = &gpus {
-                        // Figures for the GPUs the run drives only: another job's GPUs are not
-                        // this run's steps (nor its energy).
-                        for report in &mut reported {
-                            report.devices.retain(|d| {
-                                snapshot.devices.iter().any(|s| s.info.uuid == d.uuid && named.allows(&s.info))
-                            });
-                        }
+                    // Figures for the GPUs the run drives only: another job's GPUs (or another
+                    // rank's) are not this run's steps, nor its energy.
+                    let drives = |info: &crate::model::DeviceInfo| match (&gpus, rank_gpu) {
+                        (Some(named), _) => named.allows(info),
+                        (None, Some(rank)) => info.index == rank,
+                        (None, None) => true,
+                    };
+                    for report in &mut reported {
+                        report
+                            .devices
+                            .retain(|d| snapshot.devices.iter().any(|s| s.info.uuid == d.uuid && drives(&s.info)));
                     }
                     if let Some(r) = reported.last() {
                         run.last = Some(r.clone());
@@ -317,14 +368,19 @@ impl Processor for StepTracker {
                 last: run.last.clone(),
                 reported,
                 completed,
+                completed_duration,
                 registered_by: run.cell.peer(),
-                gpus: gpus.as_ref().map(|named| {
-                    let mut indices: Vec<u32> =
-                        snapshot.devices.iter().filter(|d| named.allows(&d.info)).map(|d| d.info.index).collect();
-                    indices.sort_unstable();
-                    indices.dedup();
-                    indices
-                }),
+                gpus: match (&gpus, rank_gpu) {
+                    (Some(named), _) => {
+                        let mut indices: Vec<u32> =
+                            snapshot.devices.iter().filter(|d| named.allows(&d.info)).map(|d| d.info.index).collect();
+                        indices.sort_unstable();
+                        indices.dedup();
+                        Some(indices)
+                    }
+                    (None, Some(rank)) => Some(vec![rank]),
+                    (None, None) => None,
+                },
             });
         }
         snapshot.outputs.insert(Arc::new(Steps { runs: out, rejected }));
