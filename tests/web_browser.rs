@@ -729,7 +729,8 @@ fn browser_shows_training_steps_when_a_run_marks_them() {
     let marks = std::thread::spawn(move || {
         let mut s = std::os::unix::net::UnixStream::connect(&socket).unwrap();
         for step in 0..60 {
-            writeln!(s, "{{\"job\":\"train\",\"rank\":0,\"step\":{step}}}").unwrap();
+            // A rank driving all eight GPUs (rank 0 alone would be GPU 0's).
+            writeln!(s, "{{\"job\":\"train\",\"rank\":0,\"gpu\":\"0,1,2,3,4,5,6,7\",\"step\":{step}}}").unwrap();
             std::thread::sleep(Duration::from_millis(300));
         }
     });
