@@ -349,15 +349,17 @@ impl RunAcc {
     fn add_tick(&mut self, run: &crate::steps::RunSteps, sampled: &dyn Fn(&str) -> bool) {
         match (run.completed, run.last_step) {
             (n, Some(last)) if n > 0 => {
-                let reported: Vec<f64> = run.reported.iter().map(|r| r.duration.as_secs_f64()).collect();
+                let before = self.durations.len();
+                self.durations.extend(run.reported.iter().map(|r| (r.duration.as_secs_f64(), 1)));
+                let reported = &self.durations[before..];
                 let rest = n.saturating_sub(reported.len() as u64);
-                self.durations.extend(reported.iter().map(|&d| (d, 1)));
                 if rest > 0 {
                     // Traces written before `completed_duration` carry the tick's mean in
                     // `last_duration`.
                     let mean = match run.completed_duration {
                         Some(total) => {
-                            Some((total.as_secs_f64() - reported.iter().sum::<f64>()).max(0.0) / rest as f64)
+                            let took: f64 = reported.iter().map(|&(d, _)| d).sum();
+                            Some((total.as_secs_f64() - took).max(0.0) / rest as f64)
                         }
                         None => run.last_duration.map(|d| d.as_secs_f64()),
                     };

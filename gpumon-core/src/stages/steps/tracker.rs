@@ -345,10 +345,13 @@ impl Processor for StepTracker {
                         (None, Some(rank)) => info.index == rank,
                         (None, None) => true,
                     };
-                    for report in &mut reported {
-                        report
-                            .devices
-                            .retain(|d| snapshot.devices.iter().any(|s| s.info.uuid == d.uuid && drives(&s.info)));
+                    // A run that drives every GPU keeps every report whole (no per-device scan).
+                    if gpus.is_some() || rank_gpu.is_some() {
+                        for report in &mut reported {
+                            report
+                                .devices
+                                .retain(|d| snapshot.devices.iter().any(|s| s.info.uuid == d.uuid && drives(&s.info)));
+                        }
                     }
                     if let Some(r) = reported.last() {
                         run.last = Some(r.clone());
