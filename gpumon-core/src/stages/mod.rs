@@ -26,7 +26,7 @@
 //! - [`steps`] (`stages/steps/`): training steps;
 //! - [`diagnose`] (`stages/diagnose/`): findings, with their output type [`Diagnosis`]
 //!   (`stages/diagnose/finding.rs`);
-//! - [`report`] (`stages/report.rs`): the run report.
+//! - [`report`] (`stages/report/`): the run report.
 //!
 //! They are also at the crate root (`gpumon_core::diagnose`, …), where they were first.
 //! The framework is this file ([`Processor`]), `service.rs` ([`Service`]) and `text.rs`; what a
