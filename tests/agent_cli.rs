@@ -105,6 +105,36 @@ fn invalid_configuration_exits_2_naming_the_key() {
     assert!(stderr.contains("/nonexistent/gpumon.toml"), "{stderr}");
 }
 
+/// Values outside what the agent can hold are refused at start, naming the key (exit 2): an
+/// interval beyond its range (from the file or a flag), a bare number where the interval needs
+/// its unit, and a web history beyond memory.
+#[test]
+fn out_of_range_settings_exit_2_naming_the_key() {
+    let dir = TempDir::new("agent-bounds");
+    let mut cases: Vec<(&str, &[&str], &[&str])> = vec![
+        ("[agent]\ninterval = \"1000000000h\"\n", &[], &["agent.interval", "maximum of 3600s"]),
+        ("", &["--interval", "2h"], &["agent.interval", "maximum"]),
+        ("[agent]\ninterval = 5\n", &[], &["interval", "bare number", "\"5s\""]),
+        ("[agent]\ninterval = 0.5\n", &[], &["interval", "bare number"]),
+    ];
+    if cfg!(feature = "web") {
+        cases.push(("[web]\nhistory = 10000000000\n", &["--backend", "mock"], &["web.history", "86400"]));
+    }
+    for (i, (toml, args, needles)) in cases.iter().enumerate() {
+        let path = dir.file(&format!("c{i}.toml"), toml);
+        let (code, stdout, stderr) = run(agent().arg("--once").arg("--config").arg(&path).args(*args));
+        assert_eq!(code, 2, "case {i}: {stderr}");
+        for needle in *needles {
+            assert!(stderr.contains(needle), "case {i}: `{needle}` not in: {stderr}");
+        }
+        assert!(stdout.is_empty(), "no data on a config error");
+    }
+    // The bounds themselves are accepted, with the unit written.
+    let path = dir.file("ok.toml", "[agent]\ninterval = \"1h\"\n");
+    let (code, _, stderr) = run(agent().args(["--once", "--backend", "mock", "--config"]).arg(&path));
+    assert_eq!(code, 0, "{stderr}");
+}
+
 /// A token from the environment that conflicts with a flag: the error says where it came from
 /// (the user wrote only `--influx-db`), and the value itself is not printed.
 #[cfg(feature = "influxdb")]

@@ -106,8 +106,8 @@ pub use telemetry::{AgentStats, SinkState, SinkStatus, Telemetry};
 
 #[cfg(feature = "runtime")]
 pub use runtime::{
-    Agent, AgentBuilder, AgentError, AgentHandle, Clock, ManualClock, SinkFailure, SinkOptions, DEFAULT_INTERVAL,
-    MAX_SINK_QUEUE, MIN_INTERVAL,
+    Agent, AgentBuilder, AgentError, AgentHandle, Clock, Interval, IntervalError, ManualClock, SinkFailure,
+    SinkOptions, DEFAULT_INTERVAL, MAX_INTERVAL, MAX_SINK_QUEUE, MIN_INTERVAL,
 };
 
 /// `error: cause: cause…` — an error and its sources, each cause added unless the text so far

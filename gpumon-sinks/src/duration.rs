@@ -84,7 +84,7 @@ pub fn format_duration(d: Duration) -> String {
 
 // Every feature that deserializes a config enables `_serde`.
 #[cfg(feature = "_serde")]
-pub use serde_impl::{deserialize, opt};
+pub use serde_impl::{deserialize, opt, opt_with_unit};
 
 #[cfg(feature = "_serde")]
 mod serde_impl {
@@ -123,6 +123,50 @@ mod serde_impl {
     /// The deserializer's error carrying [`DurationError`](super::DurationError)'s text.
     pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         d.deserialize_any(Visitor)
+    }
+
+    /// Reads only a string in the grammar of [`super::parse_duration`]: a bare TOML/JSON number
+    /// is refused, since whether `5` meant seconds or milliseconds is a guess.
+    struct WithUnit;
+
+    impl serde::de::Visitor<'_> for WithUnit {
+        type Value = Duration;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a duration as a string with its unit, like \"500ms\", \"2s\", \"1m 30s\"")
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Duration, E> {
+            Err(E::custom(format_args!(
+                "a bare number ({v}) is not a duration here: write it with its unit, \"{v}s\" or \"{v}ms\""
+            )))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Duration, E> {
+            Err(E::custom(format_args!(
+                "a bare number ({v}) is not a duration here: write it with its unit, \"{v}s\" or \"{v}ms\""
+            )))
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Duration, E> {
+            Err(E::custom(format_args!(
+                "a bare number ({v}) is not a duration here: write it with its unit, like \"2s\""
+            )))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Duration, E> {
+            super::parse_duration(v).map_err(E::custom)
+        }
+    }
+
+    /// For `#[serde(default, with = "gpumon_sinks::duration::opt_with_unit")]` on an
+    /// `Option<Duration>` where a bare number is ambiguous (the sampling interval): only a string.
+    pub mod opt_with_unit {
+        use std::time::Duration;
+
+        /// A string in the grammar of [`parse_duration`](crate::duration::parse_duration), wrapped
+        /// in `Some`; a number is an error that says to write the unit.
+        ///
+        /// # Errors
+        /// The deserializer's error for a number or text that is not a duration.
+        pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+            d.deserialize_any(super::WithUnit).map(Some)
+        }
     }
 
     /// For `#[serde(default, with = "gpumon_sinks::duration::opt")]` on an `Option<Duration>`

@@ -248,12 +248,9 @@ impl Assembly {
             }
             interval = recorded;
         }
-        if interval < gpumon_core::MIN_INTERVAL {
-            return Err(AssemblyError::invalid(
-                "agent.interval",
-                format!("{interval:?} is below the minimum of {:?}", gpumon_core::MIN_INTERVAL),
-            ));
-        }
+        let interval = gpumon_core::Interval::new(interval)
+            .map_err(|e| AssemblyError::invalid("agent.interval", e.to_string()))?
+            .get();
         let devices = match (&options.devices, &a.devices) {
             (Some(chosen), _) => chosen.clone(),
             (None, Some(list)) => {

@@ -4,7 +4,7 @@
 //! ```toml
 //! [agent]
 //! backend = "auto"          # auto | nvml | mock | replay
-//! interval = "1s"           # >= 100ms; durations: 500ms, 2s, 1m 30s or seconds
+//! interval = "1s"           # 100ms to 1h, with its unit; other durations: 500ms, 2s, 1m 30s or seconds
 //! sample_timeout = "1s"
 //! devices = "0,1"           # CUDA_VISIBLE_DEVICES syntax; default: the environment's, else all
 //! enable = ["processes"]    # opt-in metric families
@@ -126,8 +126,10 @@ pub fn load(path: &Path) -> Result<AgentConfig, String> {
 pub struct AgentSection {
     /// Which backend samples the GPUs (default [`Backend::Auto`]).
     pub backend: Option<Backend>,
-    /// The sampling interval (default [`gpumon_core::DEFAULT_INTERVAL`]).
-    #[serde(default, with = "gpumon_sinks::duration::opt")]
+    /// The sampling interval (default [`gpumon_core::DEFAULT_INTERVAL`]), within the bounds of
+    /// [`gpumon_core::Interval`]. A string with its unit: a bare number (`interval = 5`) is
+    /// refused, since seconds or milliseconds would be a guess.
+    #[serde(default, with = "gpumon_sinks::duration::opt_with_unit")]
     pub interval: Option<Duration>,
     /// The longest one sample may take.
     #[serde(default, with = "gpumon_sinks::duration::opt")]

@@ -28,6 +28,7 @@
 
 mod alarm;
 mod clock;
+mod interval;
 mod queue;
 mod sampling;
 mod worker;
@@ -54,10 +55,7 @@ use queue::SinkQueue;
 use sampling::{Book, HostOverride, InlineOutlet, Outlet, Request, SamplingThread, Shared, State, Watchdog};
 use worker::{Calls, SharedSink, Worker, WorkerCommand};
 
-/// The shortest sampling interval the agent accepts.
-pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
-/// Default sampling interval.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+pub use interval::{Interval, IntervalError, DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL};
 
 /// How long past its deadline a handle waits for the agent's own answer (see
 /// [`AgentHandle::shutdown`]).
@@ -311,14 +309,11 @@ impl AgentBuilder {
     /// Call [`Agent::run`] on a tokio runtime (or use [`AgentBuilder::spawn`]).
     ///
     /// # Errors
-    /// [`BuildError::InvalidConfig`] for an interval below [`MIN_INTERVAL`], a zero timeout or
+    /// [`BuildError::InvalidConfig`] for an interval outside [`MIN_INTERVAL`]..=[`MAX_INTERVAL`], a zero timeout or
     /// queue capacity, or two sinks with the same name.
     pub fn build(self) -> Result<(Agent, AgentHandle), BuildError> {
-        if self.interval < MIN_INTERVAL {
-            return Err(BuildError::invalid(
-                "interval",
-                format!("{:?} is below the minimum of {MIN_INTERVAL:?}", self.interval),
-            ));
+        if let Err(e) = Interval::new(self.interval) {
+            return Err(BuildError::invalid("interval", e.to_string()));
         }
         let sample_timeout = self.sample_timeout.unwrap_or_else(|| self.interval.min(Duration::from_secs(5)));
         if sample_timeout.is_zero() {

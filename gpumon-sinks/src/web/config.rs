@@ -12,6 +12,11 @@ use crate::http::tenants::TenantConfig;
 /// Prometheus endpoint's 9400, on loopback only; set `listen = "0.0.0.0:9401"` to expose it).
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9401));
 
+/// The most samples [`WebConfig::history`] may keep: a day at 1 s. Each point holds every GPU's
+/// charted values, so a history much longer than this would hold gigabytes on a large node (and
+/// `10000000000` would abort the agent on allocation).
+pub const MAX_HISTORY: usize = 86_400;
+
 /// The web view's default [`WebConfig::max_connections`]: live streams hold their connections
 /// open, so it is higher than a listener's 64.
 const DEFAULT_MAX_CONNECTIONS: usize = 256;
@@ -42,7 +47,8 @@ listener_section! {
         /// is disconnected and counted as dropped (the sink's `dropped` count), so a slow browser
         /// never holds memory or delays sampling; its `EventSource` reconnects by itself.
         pub client_buffer: usize = 8,
-        /// Samples kept for `/api/history` and the charts (default 900: 15 minutes at 1 s).
+        /// Samples kept for `/api/history` and the charts (default 900: 15 minutes at 1 s; at
+        /// most [`MAX_HISTORY`]).
         pub history: usize = 900,
     }
     listener defaults: ListenerConfig { max_connections: DEFAULT_MAX_CONNECTIONS, ..ListenerConfig::default() };
@@ -60,6 +66,12 @@ impl WebConfig {
             if v == 0 {
                 return Err(BuildError::invalid(name, "must be at least 1"));
             }
+        }
+        if self.history > MAX_HISTORY {
+            return Err(BuildError::invalid(
+                "web.history",
+                format!("{} samples is more than the most kept, {MAX_HISTORY} (a day at 1 s)", self.history),
+            ));
         }
         self.listener().validate("web")?;
         if self.max_connections < self.max_clients {
