@@ -585,6 +585,9 @@ impl MockFleet {
                 sm_mhz = sm_mhz.min(idle.sm_mhz);
             }
             let temp_c = phase.temperature_at(end).unwrap_or(idle_t + 35.0 * activity);
+            // Copies the SMs wait for run while the GPU idles (ZeRO offload).
+            let waiting = at.instant < 0.5 * phase.busy.max(1e-9);
+            let pcie_rx = phase.pcie_rx_idle.filter(|_| waiting).unwrap_or(phase.pcie_rx);
             let load = Load {
                 gpu_pct: (at.latest * 100.0).round() as u32,
                 mem_pct: (mc * 100.0).floor() as u32,
@@ -598,8 +601,8 @@ impl MockFleet {
                 video_mhz: (m.max_video_clock_mhz / 3).max(1),
                 reasons,
                 busy: activity > 0.05,
-                tx_kbps: link_share(phase.pcie_rx * 0.1),
-                rx_kbps: link_share(phase.pcie_rx),
+                tx_kbps: link_share(pcie_rx * 0.1),
+                rx_kbps: link_share(pcie_rx),
                 tensor_share: 0.5,
                 activity: phase.sm_activity.map_or(0.9 * activity, |a| a * activity / phase.busy.max(1e-9)).min(1.0),
                 dram: phase.dram.unwrap_or(mc),

@@ -233,6 +233,7 @@ mod sampler;
 mod scenario;
 #[cfg(feature = "mockall")]
 mod seam;
+pub mod sim;
 mod sinks;
 pub mod test_env;
 #[cfg(feature = "test-kit")]

@@ -53,6 +53,10 @@ pub enum Shape {
     Bursts,
     /// From `idle` at the phase's start to `busy` at its end (`until_s` needed).
     Ramp,
+    /// Cycles of `step_s` seconds, busy during the `pattern` stretches and idle otherwise: a
+    /// schedule computed elsewhere (the simulator's pipeline stages, lockstep ranks, offload
+    /// steps). Jitter stretches or shrinks the whole pattern within its cycle.
+    Pattern,
 }
 
 /// One stretch of a GPU's life: what it runs from `from_s` until `until_s`.
@@ -148,9 +152,61 @@ pub struct Phase {
     /// [`MockFleet::step_marks`](crate::MockFleet::step_marks) says when.
     #[serde(default)]
     pub steps: bool,
-    /// Step length for `steps` in shapes without cycles, seconds. Default 1.
+    /// Step length for `steps` in shapes without cycles, seconds, and the cycle of a
+    /// `pattern`. Default 1.
     #[serde(default = "defaults::one")]
     pub step_s: f64,
+    /// `pattern`: the busy stretches of one cycle, `[start_s, end_s]` from the cycle's start,
+    /// in order, within `0..=step_s`.
+    #[serde(default)]
+    pub pattern: Vec<[f64; 2]>,
+    /// Draws each cycle's jitter from this key instead of the GPU index: GPUs of one job in
+    /// lockstep share it, so their steps stretch together.
+    #[serde(default)]
+    pub jitter_key: Option<u64>,
+    /// PCIe receive traffic while the GPU idles, share of the link's bandwidth (`pcie_rx`
+    /// while it runs): copies that the SMs wait for (ZeRO offload). The reading is the
+    /// instant's, as NVML's 20 ms counter.
+    #[serde(default)]
+    pub pcie_rx_idle: Option<f64>,
+}
+
+impl Default for Phase {
+    /// A steady phase over the whole run with every default (what an empty `[[phases]]` says).
+    fn default() -> Self {
+        Self {
+            gpus: None,
+            from_s: 0.0,
+            until_s: None,
+            shape: Shape::Steady,
+            busy: defaults::busy(),
+            idle: defaults::idle(),
+            busy_s: defaults::one(),
+            idle_s: defaults::one(),
+            period_s: defaults::period(),
+            dip_s: defaults::dip(),
+            jitter: 0.0,
+            offset_s: 0.0,
+            stagger_s: 0.0,
+            memory: defaults::memory(),
+            memory_end: None,
+            memory_controller: None,
+            sm_activity: None,
+            dram: None,
+            sm_clock: defaults::clock(),
+            reasons: Vec::new(),
+            temperature_c: None,
+            temperature_end_c: None,
+            power: defaults::power(),
+            pcie_rx: defaults::pcie(),
+            lost: false,
+            steps: false,
+            step_s: defaults::one(),
+            pattern: Vec::new(),
+            jitter_key: None,
+            pcie_rx_idle: None,
+        }
+    }
 }
 
 mod defaults {
@@ -228,6 +284,12 @@ impl Phase {
         if self.shape == Shape::Dips && self.period_s <= 0.0 {
             return Err(ConfigError::invalid(key("period_s"), "must be above 0"));
         }
+        if self.shape == Shape::Pattern {
+            self.validate_pattern().map_err(|reason| ConfigError::invalid(key("pattern"), reason))?;
+        }
+        if let Some(v) = self.pcie_rx_idle {
+            ratio("pcie_rx_idle", v)?;
+        }
         if self.shape == Shape::Ramp && self.until_s.is_none() {
             return Err(ConfigError::invalid(key("until_s"), "a ramp needs an end"));
         }
@@ -260,6 +322,21 @@ impl Phase {
                 ),
             )
         })?;
+        Ok(())
+    }
+
+    /// A pattern's stretches are in order, within its cycle, and the cycle is above 0.
+    fn validate_pattern(&self) -> Result<(), String> {
+        if !(self.step_s.is_finite() && self.step_s > 0.0) {
+            return Err(format!("a pattern needs step_s above 0, not {}", self.step_s));
+        }
+        let mut last = 0.0;
+        for &[a, b] in &self.pattern {
+            if !(a >= last && b > a && b <= self.step_s + 1e-9) {
+                return Err(format!("[{a}, {b}] is not an ordered stretch within 0..={} after {last}", self.step_s));
+            }
+            last = b;
+        }
         Ok(())
     }
 
@@ -326,6 +403,16 @@ impl Phase {
                     self.idle
                 }
             }
+            Shape::Pattern => {
+                let (c, into) = self.cycle_of(local);
+                let f = self.pattern_stretch(seed, gpu, c);
+                let busy = self.pattern.iter().any(|&[a, b]| into >= a * f && into < (b * f).min(self.step_s));
+                if busy {
+                    self.busy
+                } else {
+                    self.idle
+                }
+            }
             Shape::Dips => {
                 let c = (local / self.period_s).floor();
                 let into = local - c * self.period_s;
@@ -336,6 +423,43 @@ impl Phase {
                 }
             }
         }
+    }
+}
+
+impl Phase {
+    /// The cycle `local` (seconds into the waveform) falls in, and how far into it.
+    fn cycle_of(&self, local: f64) -> (f64, f64) {
+        let c = (local / self.step_s).floor();
+        (c, local - c * self.step_s)
+    }
+
+    /// How much cycle `c` of a pattern is stretched (1 ± jitter), drawn per cycle from the
+    /// jitter key (a lockstep job's) or the GPU.
+    fn pattern_stretch(&self, seed: u64, gpu: u32, c: f64) -> f64 {
+        let who = self.jitter_key.map_or(u64::from(gpu), |k| k ^ 0x4A17_7E2B);
+        let u = unit(seed, who as u32 ^ (who >> 32) as u32, c as i64) * 2.0 - 1.0;
+        1.0 + self.jitter * u
+    }
+
+    /// The busy time of a `pattern` phase on GPU `gpu` within `(a, b]` (simulated seconds),
+    /// exactly: the stretches' overlaps with the span, at `busy`, the rest at `idle`.
+    pub(crate) fn pattern_mean(&self, seed: u64, gpu: u32, a: f64, b: f64) -> f64 {
+        let shift = self.from_s + self.offset_s + f64::from(gpu) * self.stagger_s;
+        let (la, lb) = (a - shift, b - shift);
+        let mut busy = 0.0;
+        let mut c = (la / self.step_s).floor();
+        while c * self.step_s < lb {
+            let origin = c * self.step_s;
+            let f = self.pattern_stretch(seed, gpu, c);
+            for &[s, e] in &self.pattern {
+                let (s, e) = (origin + s * f, origin + (e * f).min(self.step_s));
+                busy += (e.min(lb) - s.max(la)).max(0.0);
+            }
+            c += 1.0;
+        }
+        let span = (b - a).max(1e-12);
+        let share = (busy / span).clamp(0.0, 1.0);
+        self.idle + (self.busy - self.idle) * share
     }
 }
 
@@ -385,6 +509,9 @@ pub(crate) struct TimelineTick<'a> {
     pub(crate) window: Vec<f64>,
     /// The true busy share of the interval (what energy and GPM activity follow).
     pub(crate) activity: f64,
+    /// The utilisation at the interval's end instant (what a 20 ms counter such as PCIe
+    /// throughput sees of the busy/idle cycle).
+    pub(crate) instant: f64,
 }
 
 impl GpuTimeline {
@@ -423,6 +550,13 @@ impl GpuTimeline {
 
     /// The mean utilisation over `(a, b]`: what one driver sample reports.
     fn mean_over(&self, a: f64, b: f64) -> f64 {
+        // A pattern in force over the whole span: exact (its stretches may be milliseconds
+        // long, a pipeline's micro-batches, finer than any fixed grid of points).
+        if let (Some(p), Some(q)) = (self.phase_at(a + 1e-9), self.phase_at(b)) {
+            if std::ptr::eq(p, q) && p.shape == Shape::Pattern {
+                return p.pattern_mean(self.seed, self.gpu, a, b);
+            }
+        }
         // Midpoint rule over 32 points: a square wave's share is off by at most 1/32 of the
         // span, well inside the rules' margins (10 % dip, 60 % peak).
         const N: usize = 32;
@@ -457,7 +591,7 @@ impl GpuTimeline {
         window.reverse();
         let window = window.into_iter().map(|s| self.sample(s)).collect();
         let activity = self.mean_over(end - interval, end);
-        TimelineTick { phase: self.phase_at(end), latest, window, activity }
+        TimelineTick { phase: self.phase_at(end), latest, window, activity, instant: self.level_at(end) }
     }
 }
 

@@ -1,0 +1,294 @@
+//! Pipeline-parallel schedules — GPipe, 1F1B and interleaved 1F1B — built from the stages'
+//! compute times, the micro-batch count and the transfer time between stages.
+//!
+//! Each stage runs its operations (a forward or a backward of one micro-batch on one model
+//! chunk) in the order its schedule gives, each as soon as the stage is free and its input has
+//! arrived: the activations of the stage before (forward) or the gradients of the stage after
+//! (backward), one transfer time later. What comes out is when each stage computes within a
+//! step; the rest of the step it waits — the bubbles, the staircase at the step's boundaries.
+
+/// Which order the stages run their micro-batches in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Schedule {
+    /// Every forward, then every backward (Huang et al., 2019).
+    GPipe,
+    /// One forward, one backward after a warm-up of forwards (PipeDream-Flush, Megatron).
+    OneFOneB,
+    /// 1F1B over `chunks` model chunks per stage (Megatron's virtual stages): smaller bubbles
+    /// for more transfers.
+    Interleaved {
+        /// Model chunks per stage (2 or more).
+        chunks: u32,
+    },
+}
+
+impl Schedule {
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::GPipe => "gpipe",
+            Self::OneFOneB => "1f1b",
+            Self::Interleaved { .. } => "interleaved-1f1b",
+        }
+    }
+}
+
+/// One pipeline: its stages' times per micro-batch, seconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PipelineSpec {
+    /// The order of operations.
+    pub schedule: Schedule,
+    /// Forward time of one micro-batch on each stage (the whole stage, all its chunks).
+    pub forward_s: Vec<f64>,
+    /// Backward time over forward time (about 2).
+    pub backward_ratio: f64,
+    /// Micro-batches per step.
+    pub micro_batches: u32,
+    /// Time to send activations or gradients to the next stage.
+    pub transfer_s: f64,
+    /// The optimizer step and data-parallel all-reduce that end every step, run on every stage
+    /// once its last backward is done.
+    pub optimizer_s: f64,
+}
+
+/// What one step of a pipeline looks like on each stage.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PipelineStep {
+    /// The step's length, seconds (every stage waits for the last to finish).
+    pub step_s: f64,
+    /// Per stage, its busy stretches `[start, end]` within the step, merged and in order.
+    pub busy: Vec<Vec<[f64; 2]>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Op {
+    forward: bool,
+    chunk: u32,
+    micro: u32,
+}
+
+impl PipelineSpec {
+    fn stages(&self) -> usize {
+        self.forward_s.len()
+    }
+
+    fn chunks(&self) -> u32 {
+        match self.schedule {
+            Schedule::Interleaved { chunks } => chunks.max(1),
+            _ => 1,
+        }
+    }
+
+    /// The order stage `s` runs its operations in.
+    fn order(&self, s: usize) -> Vec<Op> {
+        let (p, m, v) = (self.stages() as u32, self.micro_batches, self.chunks());
+        let s = s as u32;
+        match self.schedule {
+            Schedule::GPipe => {
+                let f = (0..m).map(|micro| Op { forward: true, chunk: 0, micro });
+                f.chain((0..m).map(|micro| Op { forward: false, chunk: 0, micro })).collect()
+            }
+            Schedule::OneFOneB => {
+                let warm = (p - s - 1).min(m);
+                let mut out: Vec<Op> = (0..warm).map(|micro| Op { forward: true, chunk: 0, micro }).collect();
+                let (mut f, mut b) = (warm, 0);
+                while b < m {
+                    if f < m {
+                        out.push(Op { forward: true, chunk: 0, micro: f });
+                        f += 1;
+                    }
+                    out.push(Op { forward: false, chunk: 0, micro: b });
+                    b += 1;
+                }
+                out
+            }
+            Schedule::Interleaved { .. } => {
+                // Megatron's order: micro-batches in groups of `p`, each group through every
+                // chunk; backwards the same with the chunks reversed.
+                let total = m * v;
+                let fwd = |k: u32| {
+                    let group = k / (p * v);
+                    let chunk = (k % (p * v)) / p;
+                    Op { forward: true, chunk, micro: group * p + k % p }
+                };
+                let bwd = |k: u32| Op { forward: false, chunk: v - 1 - fwd(k).chunk, ..fwd(k) };
+                let warm = ((p - s - 1) * 2 + (v - 1) * p).min(total);
+                let mut out: Vec<Op> = (0..warm).map(fwd).collect();
+                let (mut f, mut b) = (warm, 0);
+                while b < total {
+                    if f < total {
+                        out.push(fwd(f));
+                        f += 1;
+                    }
+                    out.push(bwd(b));
+                    b += 1;
+                }
+                out
+            }
+        }
+    }
+
+    /// The stage and model chunk an operation's input comes from: the previous virtual
+    /// stage's forward, or the next one's backward (the last runs its backward after its own
+    /// forward).
+    fn dependency(&self, s: usize, op: Op) -> (usize, Op) {
+        let p = self.stages();
+        let virt = op.chunk as usize * p + s;
+        let last = self.chunks() as usize * p - 1;
+        if op.forward {
+            if virt == 0 {
+                return (usize::MAX, op);
+            }
+            let prev = virt - 1;
+            (prev % p, Op { chunk: (prev / p) as u32, ..op })
+        } else if virt == last {
+            (s, Op { forward: true, ..op })
+        } else {
+            let next = virt + 1;
+            (next % p, Op { chunk: (next / p) as u32, ..op })
+        }
+    }
+
+    /// Runs one step. Micro-batch counts that an interleaved schedule cannot divide among
+    /// its stages are rounded up to a multiple of the stage count.
+    pub fn step(&self) -> PipelineStep {
+        let p = self.stages();
+        let mut spec = self.clone();
+        if matches!(spec.schedule, Schedule::Interleaved { .. }) && !spec.micro_batches.is_multiple_of(p as u32) {
+            spec.micro_batches = spec.micro_batches.div_ceil(p as u32) * p as u32;
+        }
+        let orders: Vec<Vec<Op>> = (0..p).map(|s| spec.order(s)).collect();
+        let mut next = vec![0usize; p];
+        let mut free = vec![0.0f64; p];
+        let mut done: std::collections::HashMap<(usize, Op), f64> = std::collections::HashMap::new();
+        let mut busy: Vec<Vec<[f64; 2]>> = vec![Vec::new(); p];
+        let chunks = f64::from(spec.chunks());
+        loop {
+            let mut progressed = false;
+            for s in 0..p {
+                while let Some(&op) = orders[s].get(next[s]) {
+                    let (from, dep) = spec.dependency(s, op);
+                    let ready = if from == usize::MAX {
+                        Some(0.0)
+                    } else {
+                        done.get(&(from, dep)).map(|&end| if from == s { end } else { end + spec.transfer_s })
+                    };
+                    let Some(ready) = ready else { break };
+                    let start = free[s].max(ready);
+                    let mut len = spec.forward_s[s] / chunks;
+                    if !op.forward {
+                        len *= spec.backward_ratio;
+                    }
+                    done.insert((s, op), start + len);
+                    push_merged(&mut busy[s], start, start + len);
+                    free[s] = start + len;
+                    next[s] += 1;
+                    progressed = true;
+                }
+            }
+            if !progressed {
+                break;
+            }
+        }
+        debug_assert!((0..p).all(|s| next[s] == orders[s].len()), "a schedule deadlocked");
+        // The step ends for everyone when the last stage's optimizer step is done.
+        let end = free.iter().copied().fold(0.0, f64::max) + spec.optimizer_s;
+        for (s, b) in busy.iter_mut().enumerate() {
+            push_merged(b, free[s], free[s] + spec.optimizer_s);
+        }
+        PipelineStep { step_s: end, busy }
+    }
+}
+
+/// Appends `[a, b]`, merging it with the last stretch when they touch.
+fn push_merged(v: &mut Vec<[f64; 2]>, a: f64, b: f64) {
+    if b <= a {
+        return;
+    }
+    match v.last_mut() {
+        Some(last) if a <= last[1] + 1e-9 => last[1] = last[1].max(b),
+        _ => v.push([a, b]),
+    }
+}
+
+/// The busy share of a list of stretches within a cycle.
+pub(crate) fn busy_time(busy: &[[f64; 2]]) -> f64 {
+    busy.iter().map(|[a, b]| b - a).sum()
+}
+
+/// The longest busy stretch and the longest idle stretch of a cycle of `cycle` seconds.
+pub(crate) fn longest_stretches(busy: &[[f64; 2]], cycle: f64) -> (f64, f64) {
+    let longest_busy = busy.iter().map(|[a, b]| b - a).fold(0.0, f64::max);
+    let mut longest_idle: f64 = 0.0;
+    let mut last = 0.0;
+    for [a, b] in busy {
+        longest_idle = longest_idle.max(a - last);
+        last = *b;
+    }
+    // The idle tail of one cycle runs into the idle head of the next.
+    let head = busy.first().map_or(cycle, |[a, _]| *a);
+    longest_idle = longest_idle.max(cycle - last + head);
+    (longest_busy, longest_idle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(schedule: Schedule, stages: usize, micro: u32) -> PipelineSpec {
+        PipelineSpec {
+            schedule,
+            forward_s: vec![0.01; stages],
+            backward_ratio: 2.0,
+            micro_batches: micro,
+            transfer_s: 0.0,
+            optimizer_s: 0.0,
+        }
+    }
+
+    #[test]
+    fn the_bubble_share_is_the_textbook_one() {
+        // GPipe and 1F1B both idle (p - 1) / (m + p - 1) of a step; interleaving with v chunks
+        // divides the bubble by v.
+        for (schedule, p, m) in [(Schedule::GPipe, 4, 8), (Schedule::OneFOneB, 4, 8), (Schedule::OneFOneB, 8, 32)] {
+            let step = spec(schedule, p, m).step();
+            let expected = (p as f64 - 1.0) / (f64::from(m) + p as f64 - 1.0);
+            for (s, b) in step.busy.iter().enumerate() {
+                let idle = 1.0 - busy_time(b) / step.step_s;
+                assert!((idle - expected).abs() < 1e-6, "{schedule:?} stage {s}: idle {idle} vs {expected}");
+            }
+        }
+        let plain = spec(Schedule::OneFOneB, 4, 8).step();
+        let inter = spec(Schedule::Interleaved { chunks: 2 }, 4, 8).step();
+        let idle = |st: &PipelineStep| 1.0 - busy_time(&st.busy[0]) / st.step_s;
+        assert!(idle(&inter) < idle(&plain) * 0.75, "{} vs {}", idle(&inter), idle(&plain));
+    }
+
+    #[test]
+    fn stages_start_and_end_in_a_staircase() {
+        let step = spec(Schedule::OneFOneB, 4, 8).step();
+        let starts: Vec<f64> = step.busy.iter().map(|b| b[0][0]).collect();
+        assert!(starts.windows(2).all(|w| w[1] > w[0]), "{starts:?}");
+        // The first stage finishes last (its last backward comes back down the pipeline).
+        let ends: Vec<f64> = step.busy.iter().map(|b| b.last().unwrap()[1]).collect();
+        assert!(ends.windows(2).all(|w| w[1] < w[0]), "{ends:?}");
+    }
+
+    #[test]
+    fn transfers_lengthen_the_step() {
+        let mut slow = spec(Schedule::GPipe, 4, 8);
+        let quick = slow.step().step_s;
+        slow.transfer_s = 0.005;
+        assert!(slow.step().step_s > quick + 0.02);
+    }
+
+    #[test]
+    fn stretches_wrap_around_the_cycle() {
+        // The idle tail (0.1 s) and head (0.2 s) of a cycle are one 0.3 s stretch.
+        let (b, i) = longest_stretches(&[[0.2, 0.5], [0.6, 0.9]], 1.0);
+        assert!((b - 0.3).abs() < 1e-9 && (i - 0.3).abs() < 1e-9, "{b} {i}");
+        let (b, i) = longest_stretches(&[[0.5, 0.6]], 1.0);
+        assert!((b - 0.1).abs() < 1e-9 && (i - 0.9).abs() < 1e-9);
+    }
+}

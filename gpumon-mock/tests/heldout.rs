@@ -1,0 +1,349 @@
+//! Diagnosis accuracy on simulated nodes never used for tuning (issue #42).
+//!
+//! The simulator (`gpumon_mock::sim`) draws nodes from wide ranges — jobs in lockstep, pipeline
+//! schedules, offload, serving, faults — and says per GPU what it waited for. This test runs
+//! draws of the HELD-BACK seed set through the real diagnosis stage (with a step tracker ahead
+//! of it, as in the agent) and prints, per kind and per region, precision, recall and time to
+//! raise, a confusion matrix and the share of "cannot tell" verdicts; it fails below `FLOORS`.
+//!
+//! - `GPUMON_SIM_SET=fit` runs the FIT set instead: the one to tune thresholds on. Never tune
+//!   on the held-back set; its figures count only because nothing was fitted to them.
+//! - `GPUMON_SIM_GPU_RUNS=n` sets how many GPU-runs (default 2000, the CI run).
+//! - `GPUMON_SIM_MARKDOWN=1` prints the tables as markdown for docs/diagnosis.md.
+//! - `GPUMON_SIM_MISSES=n` prints up to n misses with their draws (seed, jobs, settings).
+//! - `GPUMON_SIM_NO_FLOORS=1` reports without asserting (while tuning on the fit set).
+//!
+//! Regions (`sim::Region`): `shown` (the readings can show the cause), `marks-only` (only step
+//! marks can), `hidden` (nothing can: counted apart, never as a right answer), `marginal` (the
+//! wait is near the share from which it is named: counted apart).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use gpumon_core::diagnose::{DiagnoseConfig, Diagnoser};
+use gpumon_core::steps::{StepConfig, StepTracker};
+use gpumon_core::{DeviceFilter, Family, FindingKind, MetricSet, Processor, ProcessorContext, Snapshot, Transition};
+use gpumon_mock::sim::{Region, SimNode};
+use gpumon_mock::MockFleet;
+
+/// The seed sets: FIT seeds have the top bit clear, HELD-BACK seeds have it set. Disjoint by
+/// construction.
+const HELD_BACK_BIT: u64 = 1 << 63;
+
+/// Floors on the held-back set, per kind, over the regions where the cause can be shown
+/// (`shown` and `marks-only`): (kind, precision, recall). Start values: the figures the rules
+/// of 2026-12-06 (before issue #42's rewrite) reach on the held-back set, rounded down to 0.05
+/// — so they guard against regressions, not yet the issue's goal (0.95 / 0.90 for every
+/// kind); the rules' rewrite raises them. The draws are deterministic: a figure moves only
+/// when the rules or the simulator change.
+/// A kind with no GPU-runs in a run is not judged.
+const FLOORS: &[(&str, f64, f64)] = &[
+    ("dataloader_starvation", 0.60, 0.75),
+    ("pipeline_bubbles", 0.05, 0.0),
+    ("straggler", 0.0, 0.0),
+    ("imbalance", 0.70, 0.95),
+    ("idle_allocated", 0.95, 0.70),
+    ("memory_bound", 0.95, 0.95),
+    ("pcie_bound", 0.0, 0.0),
+    ("thermal_throttling", 0.95, 0.95),
+    ("power_throttling", 0.95, 0.95),
+    ("external_slowdown", 0.95, 0.95),
+    ("near_oom", 0.95, 0.95),
+    ("hardware_errors", 0.95, 0.95),
+];
+
+/// A cause must be raised within two windows of its onset (the default window is 30 s), plus
+/// the warm-up grace of `idle_allocated`.
+const RAISE_WITHIN_S: f64 = 60.0;
+const IDLE_ALLOCATED_GRACE_S: f64 = 60.0;
+
+/// A verdict that names two causes it cannot tell apart (issue #42 item 4): by name, until
+/// the rules give it a kind of its own.
+fn is_cannot_tell(kind: FindingKind) -> bool {
+    let n = kind.name();
+    n.contains("_or_") || n.contains("cannot_tell") || n.contains("undetermined")
+}
+
+/// What one node's run said: per GPU, each kind raised and when (seconds).
+struct Said {
+    raised: BTreeMap<(u32, FindingKind), f64>,
+}
+
+fn run_node(node: &SimNode) -> Said {
+    let interval = Duration::from_secs_f64(node.interval_s);
+    let epoch = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let fleet = MockFleet::new(&node.profile, &node.scenario, node.seed).expect("a draw builds").with_epoch(epoch);
+    let mut metrics = MetricSet::default().without(Family::Nvlink).with(Family::PcieThroughput);
+    metrics = if node.visibility == gpumon_mock::sim::JobVisibility::Nothing {
+        metrics.without(Family::Processes)
+    } else {
+        metrics.with(Family::Processes)
+    };
+    let mut diagnoser = Diagnoser::new(DiagnoseConfig::default()).unwrap();
+    diagnoser.attach(&ProcessorContext::new(interval));
+    let (mut tracker, registry) = StepTracker::new(StepConfig::default()).unwrap();
+    let marking: Vec<(u32, String, u32)> = (0..node.truth.len() as u32)
+        .filter_map(|g| node.marking_run(g).map(|(job, _rank)| (g, job.to_owned(), g)))
+        .collect();
+    let mut numbers: BTreeMap<u32, u64> = BTreeMap::new();
+    let ticks = (node.duration_s / node.interval_s).round() as u64;
+    let mut said = Said { raised: BTreeMap::new() };
+    for tick in 1..=ticks {
+        let mut devices = fleet.sample(tick, metrics, &DeviceFilter::all());
+        node.dress(&mut devices);
+        let at: SystemTime = epoch + interval.mul_f64(tick as f64);
+        let mut s = Snapshot::new(fleet.system(), devices).with_seq(tick).with_taken_at(at);
+        if !marking.is_empty() {
+            // The marks carry the job's name; the rank is the GPU's index, because
+            // `StepRegistry::record_at` cannot name a run's GPUs (rank r is taken to drive GPU r).
+            for (gpu, job, rank) in &marking {
+                for mark in fleet.step_marks(*gpu, tick) {
+                    let n = numbers.entry(*gpu).or_default();
+                    *n += 1;
+                    registry.record_at(job, Some(*rank), *n, mark).unwrap();
+                }
+            }
+            tracker.process(&mut s);
+        }
+        diagnoser.process(&mut s);
+        for ev in &s.output::<gpumon_core::Diagnosis>().unwrap().events {
+            if ev.transition == Transition::Raised {
+                let key = (ev.finding.gpu.unwrap_or(u32::MAX), ev.finding.kind);
+                said.raised.entry(key).or_insert(tick as f64 * node.interval_s);
+            }
+        }
+    }
+    said
+}
+
+#[derive(Default, Clone, Copy)]
+struct Score {
+    tp: u32,
+    fp: u32,
+    fn_: u32,
+    raise_s: f64,
+}
+
+impl Score {
+    fn precision(&self) -> f64 {
+        if self.tp + self.fp == 0 {
+            1.0
+        } else {
+            f64::from(self.tp) / f64::from(self.tp + self.fp)
+        }
+    }
+    fn recall(&self) -> f64 {
+        if self.tp + self.fn_ == 0 {
+            1.0
+        } else {
+            f64::from(self.tp) / f64::from(self.tp + self.fn_)
+        }
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    gpu_runs: u32,
+    nodes: u32,
+    /// (region, kind) -> score.
+    scores: BTreeMap<(Region, FindingKind), Score>,
+    /// (region, cause or "none") -> said kind or "none" -> GPU-runs.
+    confusion: BTreeMap<(Region, String), BTreeMap<String, u32>>,
+    /// GPU-runs per region.
+    regions: BTreeMap<Region, u32>,
+    cannot_tell: u32,
+    /// Straggler, imbalance or bubbles said on a GPU that is its job's only one.
+    single_gpu_peer_findings: u32,
+    misses: Vec<String>,
+}
+
+fn score_node(node: &SimNode, said: &Said, t: &mut Tally) {
+    t.nodes += 1;
+    for truth in &node.truth {
+        t.gpu_runs += 1;
+        *t.regions.entry(truth.region).or_default() += 1;
+        let kinds: BTreeSet<FindingKind> =
+            said.raised.keys().filter(|(g, _)| *g == truth.gpu).map(|(_, k)| *k).collect();
+        let single = truth.job.is_some_and(|j| node.jobs[j].gpus.len() == 1);
+        if single
+            && kinds
+                .iter()
+                .any(|k| matches!(k, FindingKind::Straggler | FindingKind::Imbalance | FindingKind::PipelineBubbles))
+        {
+            t.single_gpu_peer_findings += 1;
+        }
+        let cause = truth.cause.map_or("none".to_owned(), |k| k.name().to_owned());
+        let row = t.confusion.entry((truth.region, cause)).or_default();
+        if kinds.is_empty() {
+            *row.entry("none".into()).or_default() += 1;
+        }
+        for k in &kinds {
+            *row.entry(k.name().into()).or_default() += 1;
+        }
+        if kinds.iter().any(|k| is_cannot_tell(*k)) {
+            t.cannot_tell += 1;
+            continue;
+        }
+        let region = truth.region;
+        let mut miss = |what: String| {
+            let job = truth.job.map_or("no job".to_owned(), |j| node.jobs[j].description.clone());
+            t.misses.push(format!(
+                "{what} on GPU {} [{}] seed {:#x}: {job}; waited {:?} {:.2}; driver {:.2} s, interval {:.2} s, {}",
+                truth.gpu,
+                region.name(),
+                node.seed,
+                truth.waited,
+                truth.waited_share,
+                node.driver_period_s,
+                node.interval_s,
+                node.visibility.name()
+            ));
+        };
+        if let Some(k) = truth.cause {
+            let within = truth.onset_s
+                + RAISE_WITHIN_S
+                + if k == FindingKind::IdleAllocated { IDLE_ALLOCATED_GRACE_S } else { 0.0 };
+            let s = t.scores.entry((region, k)).or_default();
+            match said.raised.get(&(truth.gpu, k)) {
+                Some(&at) if at <= within => {
+                    s.tp += 1;
+                    s.raise_s += (at - truth.onset_s).max(0.0);
+                }
+                other => {
+                    s.fn_ += 1;
+                    let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+                    miss(format!(
+                        "{} {k} (said [{}])",
+                        if other.is_some() { "late" } else { "missed" },
+                        names.join(", ")
+                    ));
+                }
+            }
+        }
+        for k in kinds.iter().filter(|k| Some(**k) != truth.cause) {
+            t.scores.entry((region, *k)).or_default().fp += 1;
+            miss(format!("false {k}"));
+        }
+    }
+}
+
+/// The regions where the cause can be shown: the figures the floors judge.
+fn showable(r: Region) -> bool {
+    matches!(r, Region::Shown | Region::MarksOnly)
+}
+
+fn print_tables(t: &Tally, set: &str) {
+    println!("\n{set} set: {} GPU-runs over {} simulated nodes", t.gpu_runs, t.nodes);
+    println!("\n| kind | region | precision | recall | GPU-runs (TP / FP / FN) | mean time to raise |");
+    println!("|---|---|---|---|---|---|");
+    let mut showable_scores: BTreeMap<FindingKind, Score> = BTreeMap::new();
+    for ((region, kind), s) in &t.scores {
+        let ttr = if s.tp == 0 { "—".to_owned() } else { format!("{:.1} s", s.raise_s / f64::from(s.tp)) };
+        println!(
+            "| {kind} | {} | {:.3} | {:.3} | {} / {} / {} | {ttr} |",
+            region.name(),
+            s.precision(),
+            s.recall(),
+            s.tp,
+            s.fp,
+            s.fn_
+        );
+        if showable(*region) {
+            let a = showable_scores.entry(*kind).or_default();
+            a.tp += s.tp;
+            a.fp += s.fp;
+            a.fn_ += s.fn_;
+            a.raise_s += s.raise_s;
+        }
+    }
+    println!("\nWhere the cause can be shown (shown + marks-only):\n");
+    println!("| kind | precision | recall | TP / FP / FN | mean time to raise |");
+    println!("|---|---|---|---|---|");
+    for (kind, s) in &showable_scores {
+        let ttr = if s.tp == 0 { "—".to_owned() } else { format!("{:.1} s", s.raise_s / f64::from(s.tp)) };
+        println!("| {kind} | {:.3} | {:.3} | {} / {} / {} | {ttr} |", s.precision(), s.recall(), s.tp, s.fp, s.fn_);
+    }
+    println!(
+        "\nGPU-runs per region: {}",
+        t.regions.iter().map(|(r, n)| format!("{} {n}", r.name())).collect::<Vec<_>>().join(", ")
+    );
+    println!(
+        "\"cannot tell\" verdicts: {} of {} GPU-runs ({:.1} %)",
+        t.cannot_tell,
+        t.gpu_runs,
+        100.0 * f64::from(t.cannot_tell) / f64::from(t.gpu_runs.max(1))
+    );
+    println!("single-GPU jobs called straggler, imbalance or bubbles: {}", t.single_gpu_peer_findings);
+    let cols: BTreeSet<&String> = t.confusion.values().flat_map(|r| r.keys()).collect();
+    println!("\nconfusion (rows: region / the cause, columns: what was said; GPU-runs)\n");
+    println!("| region | cause \\ said | {} |", cols.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" | "));
+    println!("|---|---|{}", "---|".repeat(cols.len()));
+    for ((region, cause), row) in &t.confusion {
+        let cells: Vec<String> = cols.iter().map(|c| row.get(*c).map_or(String::new(), |n| n.to_string())).collect();
+        println!("| {} | {cause} | {} |", region.name(), cells.join(" | "));
+    }
+}
+
+fn env_num(name: &str, default: u32) -> u32 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+#[test]
+fn diagnosis_accuracy_on_held_back_simulated_nodes() {
+    let fit = std::env::var("GPUMON_SIM_SET").is_ok_and(|s| s == "fit");
+    let (set, bit) = if fit { ("FIT", 0) } else { ("HELD-BACK", HELD_BACK_BIT) };
+    let want = env_num("GPUMON_SIM_GPU_RUNS", 2000);
+    // Nodes run on every core the test may use; each is a pure function of its seed, so the
+    // tally does not depend on the order.
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
+    let nodes = want.div_ceil(8) as u64;
+    let tally = std::sync::Mutex::new(Tally::default());
+    std::thread::scope(|scope| {
+        for w in 0..threads as u64 {
+            let tally = &tally;
+            scope.spawn(move || {
+                let mut i = w;
+                while i < nodes {
+                    let node = SimNode::draw(bit | i);
+                    let said = run_node(&node);
+                    score_node(&node, &said, &mut tally.lock().unwrap());
+                    i += threads as u64;
+                }
+            });
+        }
+    });
+    let mut t = tally.into_inner().unwrap();
+    t.misses.sort();
+    print_tables(&t, set);
+    let show = env_num("GPUMON_SIM_MISSES", 0) as usize;
+    if show > 0 {
+        println!("\n{} misses; the first {show}:", t.misses.len());
+        for m in t.misses.iter().take(show) {
+            println!("  {m}");
+        }
+    }
+    assert!(t.gpu_runs >= want, "{} GPU-runs, {want} asked for", t.gpu_runs);
+    if std::env::var("GPUMON_SIM_NO_FLOORS").is_ok() {
+        return;
+    }
+    let mut failures = Vec::new();
+    for &(name, precision, recall) in FLOORS {
+        let kind = FindingKind::from_name(name).unwrap_or_else(|| panic!("FLOORS names no kind `{name}`"));
+        let mut s = Score::default();
+        for ((r, k), v) in &t.scores {
+            if *k == kind && showable(*r) {
+                s.tp += v.tp;
+                s.fp += v.fp;
+                s.fn_ += v.fn_;
+            }
+        }
+        if s.tp + s.fp + s.fn_ > 0 && (s.precision() < precision || s.recall() < recall) {
+            failures.push(format!(
+                "{name}: precision {:.3} (floor {precision}), recall {:.3} (floor {recall})",
+                s.precision(),
+                s.recall()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "below the floors on the {set} set: {failures:?}");
+}
