@@ -3,6 +3,13 @@
 from types import TracebackType
 from typing import Any, Dict, List, Optional, Sequence, Type, Union
 
+from typing_extensions import final
+
+__all__ = [
+    "Monitor", "_atexit", "_close_for_sigterm", "_sigterm_monitors_open", "agent_main", "_check_run",
+    "_check_step", "_steps_gpu", "GpumonError", "BackendUnavailableError", "__version__", "DEFAULT_JOB",
+]
+
 __version__: str
 DEFAULT_JOB: str
 
@@ -19,6 +26,7 @@ class GpumonError(RuntimeError):
 class BackendUnavailableError(GpumonError):
     """The backend asked for cannot run (backend="nvml" without NVML)."""
 
+@final
 class Monitor:
     """Runs the gpumon agent in background Rust threads (a tokio runtime of its own).
 
@@ -38,8 +46,8 @@ class Monitor:
     Bad arguments raise ValueError (or TypeError) naming the argument.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         backend: str = "auto",
         interval: Union[str, float, None] = "1s",
         prometheus_listen: Optional[str] = None,
@@ -54,7 +62,7 @@ class Monitor:
         handle_sigterm: bool = True,
         diagnose: Optional[bool] = None,
         diagnose_window: Union[str, float, None] = None,
-    ) -> None: ...
+    ) -> "Monitor": ...
     def step(self, n: int) -> None:
         """Marks the end of step n (the last completed step); keeps the GIL (lock-free hand-off).
         GpumonError when closed (whatever n is); TypeError when n is not an int (a bool
@@ -100,6 +108,8 @@ class Monitor:
     ) -> bool: ...
 
 def _atexit() -> None: ...
+def _close_for_sigterm() -> None: ...
+def _sigterm_monitors_open() -> int: ...
 def _check_run(job: str, rank: Optional[int]) -> "tuple[str, Optional[int]]":
     """StepClient's job and rank checked as Monitor's are (rank None: LOCAL_RANK)."""
 def _steps_gpu(rank: Optional[int], gpu: Union[None, str, int, Sequence[Union[int, str]]] = None) -> Optional[str]:
