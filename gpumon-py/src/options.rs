@@ -79,7 +79,10 @@ impl Args<'_> {
             Some(v) => duration(v, "interval")?,
         };
         if interval < gpumon::core::MIN_INTERVAL {
-            return Err(err(format!("interval: {interval:?} is below the minimum of {:?}", gpumon::core::MIN_INTERVAL)));
+            return Err(err(format!(
+                "interval: {interval:?} is below the minimum of {:?}",
+                gpumon::core::MIN_INTERVAL
+            )));
         }
         let rank = match &self.rank {
             Some(r) => Some(rank_arg(r)?),

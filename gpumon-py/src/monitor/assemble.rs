@@ -188,7 +188,10 @@ fn config(s: &Settings) -> gpumon::assembly::config::AgentConfig {
 
 /// The Monitor's own device selection (per rank), its in-process step tracker and the run report.
 fn assembly_options(s: &Settings) -> gpumon::assembly::AssemblyOptions {
-    gpumon::assembly::AssemblyOptions::default().with_devices(s.devices.clone()).with_in_process_steps(true).with_report(true)
+    gpumon::assembly::AssemblyOptions::default()
+        .with_devices(s.devices.clone())
+        .with_in_process_steps(true)
+        .with_report(true)
 }
 
 /// An assembly error in the Monitor's words: the argument that set the key, and the Python
