@@ -237,3 +237,20 @@ def test_callback_bad_arguments():
         GpumonCallback(monitor_or_client="not a monitor")
     with pytest.raises(ValueError, match="backend"):
         GpumonCallback(backend="cuda")
+
+
+def test_the_callbacks_own_monitor_watches_the_processs_own_gpu(no_rank_env, monkeypatch):
+    # Not every GPU of the node (8 on the mock, ~1.8 kJ a step): the process's own, or devices=.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,4")
+    seen = []
+
+    class Peek(GpumonCallback):
+        def on_train_end(self, args, state, control, **kwargs):
+            seen.append(sorted(d["info"]["index"] for d in self.target.snapshot()["devices"]))
+            super().on_train_end(args, state, control, **kwargs)
+
+    for cb in (Peek(backend="mock"), Peek(backend="mock", devices=[0, 1])):
+        Loop(_handler(cb), _args(logging_steps=1, max_steps=2)).train(2, 0.01)
+    monkeypatch.setenv("LOCAL_RANK", "1")  # a torchrun rank without a CUDA device: its entry
+    Loop(_handler(Peek(backend="mock")), _args(logging_steps=1, max_steps=2)).train(2, 0.01)
+    assert seen == [[3], [0, 1], [4]], "rank 1 watches entry 1 of CUDA_VISIBLE_DEVICES"

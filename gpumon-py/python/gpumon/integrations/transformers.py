@@ -40,6 +40,7 @@ there: pass it in the trainer's ``callbacks`` list, or ``attach`` it to the trai
 """
 
 import logging
+import os
 import sys
 import types
 from typing import Any, Dict, Optional, Union
@@ -158,6 +159,9 @@ class GpumonCallback(TrainerCallback):
         self._move_before_reporters()
         job = getattr(args, "run_name", None) or "train"
         local_rank = getattr(args, "local_rank", None)
+        if local_rank is None:  # not TrainingArguments: the launcher's variable
+            env = os.environ.get("LOCAL_RANK", "").strip()
+            local_rank = int(env) if env.isdigit() else None
         rank = int(local_rank) if isinstance(local_rank, int) and local_rank >= 0 else None
         n_gpu = getattr(args, "_n_gpu", None) or 1  # `args.n_gpu` would set up devices itself
         device = getattr(args, "__dict__", {}).get("device")  # a cached torch.device, if any
