@@ -9,9 +9,12 @@
 # 2. the sdist, built with maturin (pinned in pyproject.toml);
 # 3. the example agent (target/debug/examples/agent) for the StepClient tests;
 # 4. a NEW virtualenv: the wheel installed with a PATH that has no cargo or rustc and
-#    --only-binary (nothing compiled; the time it takes is printed), then tests/requirements.txt
-#    (pytest, transformers, lightning with torch: ~2.5 min and ~5 GB from an empty pip cache);
-# 5. pytest, which also checks the wheel's tags and the sdist's one-line "needs Rust" error
+#    --only-binary (nothing compiled; the time it takes is printed), then the wheel's `test`
+#    extra (pyproject.toml: pytest, transformers, lightning with torch, tensorboard, wandb, mypy:
+#    ~3 min and ~6 GB from an empty pip cache);
+# 5. mypy's stubtest: python/gpumon/_gpumon.pyi checked against the installed extension (every
+#    name, signature and property; ~4 s, measured once on 2 shared cores);
+# 6. pytest, which also checks the wheel's tags and the sdist's one-line "needs Rust" error
 #    (GPUMON_TEST_WHEEL, GPUMON_TEST_SDIST).
 #
 # Environment: GPUMON_PY_BASE (the Python that makes the virtualenvs; default /usr/bin/python3,
@@ -78,9 +81,12 @@ tvenv="$WORK/test-venv"
 t1=$(date +%s%3N)
 PATH="$norust_path" "$tvenv/bin/pip" install -q --only-binary :all: --no-deps "$wheel"
 log "wheel installed without Rust in $(( $(date +%s%3N) - t1 )) ms ($(( $(stat -c %s "$wheel") / 1024 )) KiB)"
-"$tvenv/bin/pip" install -q -r "$HERE/tests/requirements.txt"
-log "test virtualenv ready ($(( $(date +%s) - t0 )) s); pytest"
-export GPUMON_TEST_WHEEL="$wheel" GPUMON_TEST_SDIST="$sdist" GPUMON_TEST_NORUST_PATH="$norust_path"
+"$tvenv/bin/pip" install -q "${wheel}[test]"
+log "test virtualenv ready ($(( $(date +%s) - t0 )) s); stubtest"
 # From the tests directory, so `import gpumon` can only find the installed wheel.
+t1=$(date +%s%3N)
+(cd "$HERE/tests" && "$tvenv/bin/python" -m mypy.stubtest gpumon._gpumon)
+log "stubs match the module ($(( $(date +%s%3N) - t1 )) ms); pytest"
+export GPUMON_TEST_WHEEL="$wheel" GPUMON_TEST_SDIST="$sdist" GPUMON_TEST_NORUST_PATH="$norust_path"
 cd "$HERE/tests"
 exec "$tvenv/bin/python" -m pytest -p no:cacheprovider -rs "$@" .

@@ -20,11 +20,17 @@ from maturin import (  # noqa: F401  (re-exported hooks)
     get_requires_for_build_wheel,
 )
 
-# The workspace's rust-version (Cargo.toml); checked there by cargo itself.
+# What exists today: nothing is published on PyPI under `gpumon-nvml` yet (the name it will be
+# published under), so no prebuilt wheel can be suggested from an index; the wheel is built by
+# gpumon-py/build-wheel.sh. The build needs the workspace's rust-version (Cargo.toml), newer than
+# what Debian's and Ubuntu's `cargo` packages ship (1.63 in Debian 12): rustup installs it.
+# tests/test_packaging.py holds this text to the workspace's rust-version.
+RUST_VERSION = "1.88"
 _NO_RUST = (
-    "gpumon-nvml: building from source needs a Rust toolchain (cargo was not found on PATH): "
-    "install Rust (rustup, or Debian's `cargo` package) and retry, or install a prebuilt wheel "
-    "(pip install --only-binary gpumon-nvml gpumon-nvml)"
+    "gpumon-nvml: building from source needs Rust " + RUST_VERSION + " or newer (cargo was not found on PATH): "
+    "install it with rustup (https://rustup.rs; Debian's `cargo` package, rustc 1.63, is too old) and retry, "
+    "or install a wheel built by gpumon-py/build-wheel.sh (pip install gpumon_nvml-*.whl; nothing is "
+    "published on PyPI under gpumon-nvml yet)"
 )
 
 

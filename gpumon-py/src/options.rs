@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 pub use gpumon::assembly::backend::Backend;
-use gpumon_core::DeviceFilter;
+use gpumon::core::DeviceFilter;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
@@ -28,7 +28,16 @@ pub struct Settings {
     pub device_list: Option<(String, String)>,
     pub job: String,
     pub rank: Option<u32>,
+    /// Whether the diagnosis stage runs (`diagnose=`; by default, unless an agent of
+    /// `gpumon-agent run` watches the job's GPUs: [`STEPS_SOCKET_ENV`] is set).
+    pub diagnose: bool,
+    /// `diagnose_window=`: the diagnosis window (the agent's `[diagnose] window`).
+    pub diagnose_window: Option<Duration>,
 }
+
+/// The environment variable `gpumon-agent run` sets for its command (its steps socket): there an
+/// agent already watches the job's GPUs and diagnoses them, so a Monitor does not by default.
+pub const STEPS_SOCKET_ENV: &str = "GPUMON_STEPS_SOCKET";
 
 /// The raw arguments (borrowed from Python).
 pub struct Args<'py> {
@@ -43,6 +52,8 @@ pub struct Args<'py> {
     pub devices: Option<Bound<'py, PyAny>>,
     pub job: Option<String>,
     pub rank: Option<Bound<'py, PyAny>>,
+    pub diagnose: Option<bool>,
+    pub diagnose_window: Option<Bound<'py, PyAny>>,
 }
 
 /// The job name `step()` reports under when none is given (the agent's socket client uses the
@@ -64,11 +75,14 @@ impl Args<'_> {
             other => return Err(err(format!("backend: unknown backend `{other}` (expected auto, nvml or mock)"))),
         };
         let interval = match &self.interval {
-            None => gpumon_core::DEFAULT_INTERVAL,
+            None => gpumon::core::DEFAULT_INTERVAL,
             Some(v) => duration(v, "interval")?,
         };
-        if interval < gpumon_core::MIN_INTERVAL {
-            return Err(err(format!("interval: {interval:?} is below the minimum of {:?}", gpumon_core::MIN_INTERVAL)));
+        if interval < gpumon::core::MIN_INTERVAL {
+            return Err(err(format!(
+                "interval: {interval:?} is below the minimum of {:?}",
+                gpumon::core::MIN_INTERVAL
+            )));
         }
         let rank = match &self.rank {
             Some(r) => Some(rank_arg(r)?),
@@ -110,6 +124,13 @@ impl Args<'_> {
             None => env_devices(rank)?,
         };
         let job = job_arg(self.job.as_deref().unwrap_or(DEFAULT_JOB))?;
+        let diagnose = self.diagnose.unwrap_or_else(|| {
+            std::env::var_os(STEPS_SOCKET_ENV).is_none_or(|v| v.to_string_lossy().trim().is_empty())
+        });
+        let diagnose_window = self.diagnose_window.as_ref().map(|w| duration(w, "diagnose_window")).transpose()?;
+        if diagnose_window.is_some() && !diagnose {
+            return Err(err("diagnose_window: given with diagnose=False".to_owned()));
+        }
         Ok(Settings {
             backend,
             interval,
@@ -122,6 +143,8 @@ impl Args<'_> {
             device_list,
             job,
             rank,
+            diagnose,
+            diagnose_window,
         })
     }
 }
@@ -137,7 +160,7 @@ pub(crate) fn duration(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Duration> {
     if v.is_instance_of::<PyString>() {
         let s: String = v.extract()?;
         let s = s.as_str();
-        return gpumon_sinks::duration::parse_duration(s).map_err(|e| err(format!("{name}: `{s}`: {e}")));
+        return gpumon::sinks::duration::parse_duration(s).map_err(|e| err(format!("{name}: `{s}`: {e}")));
     }
     if v.is_instance_of::<PyFloat>() || v.is_instance_of::<PyInt>() {
         let secs: f64 = v.extract()?;
@@ -198,7 +221,7 @@ pub(crate) fn job_arg(job: &str) -> PyResult<String> {
         return Err(err("job: must not be empty".to_owned()));
     }
     // The step tracker's own rule, which the agent applies to every mark of its steps socket.
-    gpumon_core::steps::validate_job(job).map_err(|e| err(format!("job: {e}")))?;
+    gpumon::core::steps::validate_job(job).map_err(|e| err(format!("job: {e}")))?;
     Ok(job.to_owned())
 }
 
@@ -279,7 +302,7 @@ fn device_arg(v: &Bound<'_, PyAny>) -> PyResult<Selection> {
 fn env_devices(rank: Option<u32>) -> PyResult<Selection> {
     let cuda = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     let order = std::env::var("CUDA_DEVICE_ORDER").ok();
-    let env_err = |e: gpumon_core::FilterParseError| err(format!("environment CUDA_VISIBLE_DEVICES: {e}"));
+    let env_err = |e: gpumon::core::FilterParseError| err(format!("environment CUDA_VISIBLE_DEVICES: {e}"));
     let Some(rank) = rank else {
         // What the environment hides stays hidden — but a Monitor left with no GPU at all
         // (CUDA_VISIBLE_DEVICES="", a CPU-only process) is a mistake to say, not an empty

@@ -1,5 +1,6 @@
 """Monitor on the mock backend: snapshot values, steps on the Prometheus endpoint, bad input."""
 
+import json
 import ctypes.util
 import re
 import time
@@ -348,3 +349,52 @@ def test_without_nvml_an_exporting_monitor_flushes_and_says_why_it_has_no_snapsh
         with pytest.raises(gpumon.GpumonError, match=r"snapshot: no GPU data: .*gpumon_up 0 and retries NVML"):
             m.snapshot()
         assert [v for _, v in series(scrape(m.prometheus_address), "gpumon_up")] == [0.0]
+
+
+# --- diagnosis, findings and the run report (#44: findings reach Python) --------------------------
+
+
+def test_a_monitor_diagnoses_unless_gpumon_run_watches_the_job(no_rank_env, monkeypatch):
+    with gpumon.Monitor(backend="mock", devices="0") as m:
+        assert m.diagnose
+    monkeypatch.setenv("GPUMON_STEPS_SOCKET", "/run/gpumon-run.sock")
+    with gpumon.Monitor(backend="mock", devices="0") as m:
+        assert not m.diagnose  # gpumon-run's agent diagnoses the job's GPUs
+        assert m.finding_events() == []
+    with gpumon.Monitor(backend="mock", devices="0", diagnose=True) as m:
+        assert m.diagnose
+    with pytest.raises(ValueError, match="^diagnose_window"):
+        gpumon.Monitor(backend="mock", devices="0", diagnose=False, diagnose_window="5s")
+    with pytest.raises(ValueError, match="^diagnose_window"):
+        gpumon.Monitor(backend="mock", devices="0", interval="1s", diagnose_window="2s")  # < 5 ticks
+
+
+def test_findings_raised_reach_python_once_each(no_rank_env):
+    # ecc-burst: GPU 1's uncorrectable ECC errors at tick 10 raise hardware_errors at once.
+    with gpumon.Monitor(backend="mock", interval="100ms", mock_scenario="ecc-burst", devices="1",
+                        diagnose_window="1s") as m:
+        events = wait_for("a finding raised", lambda: m.finding_events(), timeout=20)
+        assert m.finding_events() == []  # taken: each event once
+        assert m.findings_dropped == 0
+        report = m.report()
+    (event,) = events
+    assert event["transition"] == "raised"
+    assert event["finding"]["kind"] == "hardware_errors" and event["finding"]["gpu"] == 1
+    assert "ECC" in event["finding"]["evidence"] and event["finding"]["advice"]
+    # The run report names it as gpumon-run's does.
+    assert "hardware_errors" in report
+
+
+def test_report_is_the_run_report_gpumon_run_prints(no_rank_env):
+    m = gpumon.Monitor(backend="mock", interval="100ms", devices="0,1", job="rep")
+    mark_steps(m, 4, 0.2)
+    text = m.report()  # open: the steps marked so far are reported first
+    assert text.startswith("gpumon run report: host "), text
+    assert " (MOCK backend: simulated GPUs), " in text
+    assert "\nsteps                   4 step(s)" in text, text
+    m.close()
+    data = json.loads(m.report(format="json"))  # after close: the whole run's
+    assert len(data["gpus"]) == 2
+    assert data["steps"]["runs"][0]["last_step"] == 4
+    with pytest.raises(ValueError, match="format"):
+        m.report(format="html")

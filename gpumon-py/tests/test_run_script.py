@@ -208,3 +208,42 @@ def test_what_the_wheel_s_agent_lacks_is_named(wheel_only_env):
     )
     assert kubelet.returncode == 2, kubelet.stderr
     assert "no kubelet client" in kubelet.stderr, kubelet.stderr
+
+
+TWO_FITS_JOB = textwrap.dedent(
+    """
+    import sys, time
+    from gpumon import StepClient
+    # Two training runs in one process, each with a new client numbering from 1 (what the
+    # callbacks do at a second trainer.train() / fit()), 2 s apart.
+    for fit in range(2):
+        client = StepClient(job="train", rank=0)
+        for step in range(1, 6):
+            client.step(step)
+            time.sleep(0.6)
+        print("segment", client.segment, "dropped", client.dropped, flush=True)
+        client.close()
+        if fit == 0:
+            time.sleep(2.0)
+    """
+)
+
+
+def test_gpumon_run_reports_both_fits_of_a_job_as_segments(wheel_only_env, tmp_path):
+    report_file = tmp_path / "report.json"
+    proc = subprocess.run(
+        [RUN_SCRIPT, "--backend", "mock", "--mock-profile", "a100x4", "--interval", "500ms",
+         "--report-file", str(report_file), "--", sys.executable, "-c", TWO_FITS_JOB],
+        capture_output=True, text=True, env=wheel_only_env, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "segment 1 dropped 0\n" in proc.stdout and "segment 2 dropped 0\n" in proc.stdout, proc.stdout
+    # No mark refused by the agent.
+    assert "refused" not in proc.stdout.split("gpumon run report", 1)[1], proc.stdout
+    report = json.loads(report_file.read_text())
+    runs = {run["job"]: run for run in report["steps"]["runs"]}
+    assert set(runs) == {"train", "train#2"}, runs
+    for run in runs.values():
+        # Each segment's first mark starts it: steps 2..5, none spanning the 2 s gap.
+        assert (run["first_step"], run["last_step"]) == (2, 5), run
+    print(proc.stdout)  # the report, for the record (pytest -s)

@@ -2,7 +2,8 @@
 
 ``Monitor`` runs gpumon's agent (written in Rust) in background threads of its own: it samples
 the GPUs, exports to Prometheus / InfluxDB / OTLP, and turns ``step(n)`` marks into per-step
-GPU figures. ``StepClient`` sends the same marks to an agent already running on the node
+GPU figures, and diagnoses its GPUs (``diagnose=True``: ``finding_events()``, ``report()``).
+``StepClient`` sends the same marks to an agent already running on the node
 (``gpumon-agent --steps-socket PATH``).
 
 Importing ``gpumon`` imports nothing heavy (no ``transformers``, no ``torch``); the trainer
@@ -10,7 +11,8 @@ integrations live in ``gpumon.integrations.transformers`` (Hugging Face, ms-swif
 ``gpumon.integrations.lightning`` (PyTorch Lightning); ``gpumon.figures`` turns a snapshot into
 per-step figures. Logs go to the ``logging`` logger ``"gpumon"``; nothing is printed.
 
-The distribution is ``gpumon-nvml`` (``pip install gpumon-nvml``); ``gpumon`` on PyPI is an
+The distribution is ``gpumon-nvml`` (not published on PyPI yet: install the wheel that
+``gpumon-py/build-wheel.sh`` builds, or build from source with Rust 1.88+); ``gpumon`` on PyPI is an
 unrelated tool that also installs a top-level ``gpumon`` package, so the two cannot be installed
 in one environment.
 """

@@ -1,7 +1,14 @@
 """Type stubs for the native module gpumon._gpumon (PyO3)."""
 
 from types import TracebackType
-from typing import Any, Dict, Optional, Sequence, Type, Union
+from typing import Any, Dict, List, Optional, Sequence, Type, Union
+
+from typing_extensions import final
+
+__all__ = [
+    "Monitor", "_atexit", "_close_for_sigterm", "_sigterm_monitors_open", "agent_main", "_check_run",
+    "_check_step", "_steps_gpu", "GpumonError", "BackendUnavailableError", "__version__", "DEFAULT_JOB",
+]
 
 __version__: str
 DEFAULT_JOB: str
@@ -19,6 +26,7 @@ class GpumonError(RuntimeError):
 class BackendUnavailableError(GpumonError):
     """The backend asked for cannot run (backend="nvml" without NVML)."""
 
+@final
 class Monitor:
     """Runs the gpumon agent in background Rust threads (a tokio runtime of its own).
 
@@ -30,14 +38,16 @@ class Monitor:
     "h100x8"), mock_scenario: the mock's fleet and script. devices: "0,2", [0, 2], UUIDs, "all";
     default: the rank's own GPU (LOCAL_RANK, CUDA_VISIBLE_DEVICES), else every visible GPU.
     job (default "train") and rank (default LOCAL_RANK): the labels of step marks.
+    diagnose (default: True unless GPUMON_STEPS_SOCKET is set, where gpumon-run's agent diagnoses
+    the job): run gpumon's diagnosis on the Monitor's GPUs; diagnose_window: its window ("30s").
     handle_sigterm (default True): while the Monitor is open, a SIGTERM whose disposition is the
     default closes the open Monitors (every marked step reaches the sinks), then ends the process
     by SIGTERM; a handler of the program's own is left alone (call close() in it).
     Bad arguments raise ValueError (or TypeError) naming the argument.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         backend: str = "auto",
         interval: Union[str, float, None] = "1s",
         prometheus_listen: Optional[str] = None,
@@ -50,7 +60,9 @@ class Monitor:
         job: Optional[str] = None,
         rank: Optional[int] = None,
         handle_sigterm: bool = True,
-    ) -> None: ...
+        diagnose: Optional[bool] = None,
+        diagnose_window: Union[str, float, None] = None,
+    ) -> "Monitor": ...
     def step(self, n: int) -> None:
         """Marks the end of step n (the last completed step); keeps the GIL (lock-free hand-off).
         GpumonError when closed (whatever n is); TypeError when n is not an int (a bool
@@ -65,6 +77,17 @@ class Monitor:
     def close(self) -> None:
         """Stops the agent, flushing the sinks (up to 5 s). Releases the GIL. Idempotent. A
         Ctrl-C meanwhile raises KeyboardInterrupt once the close has finished."""
+    def report(self, format: str = "text") -> str:
+        """The run report gpumon-run prints ("text"), or its JSON ("json"). An open Monitor
+        first reports every step marked so far; after close(), the whole run's."""
+    def finding_events(self) -> List[Dict[str, Any]]:
+        """The findings raised or cleared since the last call, oldest first."""
+    @property
+    def findings_dropped(self) -> int: ...
+    @property
+    def diagnose(self) -> bool: ...
+    @property
+    def last_step(self) -> Optional[int]: ...
     @property
     def closed(self) -> bool: ...
     @property
@@ -85,6 +108,8 @@ class Monitor:
     ) -> bool: ...
 
 def _atexit() -> None: ...
+def _close_for_sigterm() -> None: ...
+def _sigterm_monitors_open() -> int: ...
 def _check_run(job: str, rank: Optional[int]) -> "tuple[str, Optional[int]]":
     """StepClient's job and rank checked as Monitor's are (rank None: LOCAL_RANK)."""
 def _steps_gpu(rank: Optional[int], gpu: Union[None, str, int, Sequence[Union[int, str]]] = None) -> Optional[str]:

@@ -8,7 +8,7 @@ import select
 import socket
 import time
 import weakref
-from typing import Optional, Sequence, Union
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 from ._gpumon import DEFAULT_JOB, _check_run, _check_step, _steps_gpu
 
@@ -31,6 +31,12 @@ _DRAIN_SECONDS = 2.0
 
 # Connected clients: at interpreter exit each writes out its pending marks, as close() does.
 _connected: "weakref.WeakSet[StepClient]" = weakref.WeakSet()
+
+# Per (socket, job, rank) in this process: the last step marked and the run segment it was in.
+# A client whose numbering starts again at or below that step (a second ``train()`` / ``fit()``,
+# whose callback makes a new client) starts the next segment instead of having its marks
+# refused by the agent as "not increasing".
+_segments: Dict[Tuple[str, str, Optional[int]], Tuple[int, int]] = {}
 
 
 @atexit.register
@@ -57,6 +63,13 @@ class StepClient:
     checks, in the extension): a job name the agent would refuse (empty, over 128 bytes, with a
     control character), a rank outside 0 to 2**32 - 1 or a step outside 0 to 2**64 - 2 is an
     error here, not a mark the agent drops.
+
+    **Run segments.** A second client of the same socket, job and rank in one process whose
+    numbering starts again (a second ``trainer.train()`` / ``trainer.fit()``: the callbacks make a
+    new client per run, numbering from 1) reports under the job ``"<job>#2"`` (then ``#3``, …):
+    a run segment of its own in the agent and in ``gpumon-run``'s report. None of its marks is
+    refused, and the time between the two runs is no step (a segment's first mark starts it).
+    :attr:`segment` says which segment the client marks in.
 
     The agent reads the connection's credentials from the kernel: a run (``job``, ``rank``)
     belongs to the Unix user whose marks registered it, and another user's marks for it are
@@ -109,6 +122,8 @@ class StepClient:
         self._prefix = prefix[:-1] + ',"step":'
         if len(self._prefix) + 22 > _MAX_LINE:
             raise ValueError(f"job, gpu: too long (a mark must fit in {_MAX_LINE} bytes)")
+        self._fields = fields
+        self._segment = 1
         self._sock: Optional[socket.socket] = None
         self._pending = b""
         self._last: Optional[int] = None
@@ -149,8 +164,32 @@ class StepClient:
         n = _check_step(n)
         if self._last is not None and n <= self._last:
             raise ValueError(f"step: {n} is not after the last step marked ({self._last}); steps must increase")
+        key = (self._path, self._job, self._rank)
+        if self._last is None:
+            before = _segments.get(key)
+            if before is not None and n <= before[0]:
+                self._start_segment(before[1] + 1)
+            elif before is not None:
+                self._segment = before[1]
         self._last = n
+        _segments[key] = (n, self._segment)
         self._send((self._prefix + str(n) + "}\n").encode())
+
+    @property
+    def segment(self) -> int:
+        """The run segment this client marks in: 1, or 2, 3, … for a later run of the same job
+        and rank in this process that numbered from the start again (job ``"<job>#<segment>"``)."""
+        return self._segment
+
+    def _start_segment(self, segment: int) -> None:
+        self._segment = segment
+        fields = dict(self._fields, job=f"{self._job}#{segment}")
+        prefix = json.dumps(fields, separators=(",", ":"))
+        self._prefix = prefix[:-1] + ',"step":'
+        _log.info(
+            "StepClient: job %r rank %r numbers its steps from the start again: run segment %d (job %r)",
+            self._job, self._rank, segment, fields["job"],
+        )
 
     def close(self) -> None:
         """Writes out the marks still pending — waiting at most 2 s for the agent to take them;

@@ -1,5 +1,5 @@
 """Hugging Face ``transformers`` integration: a ``TrainerCallback`` that marks steps and adds
-each step's GPU figures to the Trainer's logs.
+the GPU figures of **the step being logged** to the Trainer's logs.
 
 ::
 
@@ -9,12 +9,26 @@ each step's GPU figures to the Trainer's logs.
     GpumonCallback().attach(trainer)
     trainer.train()
 
-What is logged (see :mod:`gpumon.figures`): at each of the Trainer's logs, the figures of the
-newest step the agent has reported and not yet logged, with ``gpu/step`` naming that step — the
-Trainer logs at its own ``global_step``, which is usually a later one. Compact by default
-(``gpu/step``, ``gpu/step_seconds``, ``gpu/utilization``, ``gpu/utilization_min``,
-``gpu/memory_peak_gib``, ``gpu/energy_joules``); ``per_gpu=True`` adds per-GPU keys. The same
+**The step axis.** Every reporter of the Trainer (TensorBoard, W&B, MLflow, ...) and
+``state.log_history`` put a log at ``state.global_step``. At each of the Trainer's logs the
+callback marks that step (if ``every_n_steps`` skipped it) and has the Monitor sample at once
+(one sample per log, at the Trainer's ``logging_steps``, not per step): the step tracker then
+reports that very step, so the figures added to the logs are those of ``global_step`` itself and
+``gpu/step`` equals it — the offset is zero in every logger. Compact by default (``gpu/step``,
+``gpu/step_seconds``, ``gpu/utilization``, ``gpu/utilization_min``, ``gpu/memory_peak_gib``,
+``gpu/energy_joules``); ``per_gpu=True`` adds per-GPU keys (see :mod:`gpumon.figures`). The same
 figures are added to the entry the Trainer has just appended to ``state.log_history``.
+
+**Findings.** The callback's Monitor diagnoses its GPUs (``Monitor(diagnose=True)``, the default
+where no ``gpumon-run`` agent watches the job). A finding raised or cleared since the last log
+adds ``gpu/finding/<kind>`` (1 raised, 0 cleared) to the logs, and every log carries
+``gpu/findings`` (how many hold); its text goes to the ``gpumon`` logger (a warning) and to
+TensorBoard (``add_text``, tag ``gpu/findings``) when the Trainer reports there.
+
+**GPUs.** By default the callback's own Monitor watches the process's own GPU: ``args.device``
+(``cuda:k``: entry ``k`` of ``CUDA_VISIBLE_DEVICES``), else the local rank's; every visible GPU
+only when the Trainer drives several from one process (``n_gpu > 1``, DataParallel).
+``devices=`` chooses others.
 
 ``attach`` places the callback before the reporting callbacks (TensorBoard, W&B, ...): the
 Trainer calls callbacks in order and hands each the same ``logs`` dict, so figures added there
@@ -26,6 +40,7 @@ there: pass it in the trainer's ``callbacks`` list, or ``attach`` it to the trai
 """
 
 import logging
+import os
 import sys
 import types
 from typing import Any, Dict, Optional, Union
@@ -35,7 +50,7 @@ from transformers.trainer_callback import CallbackHandler, DefaultFlowCallback
 
 from .. import Monitor, StepClient
 from ..figures import prefix_for  # noqa: F401  (re-exported for users of gpu_figures)
-from ._common import StepMarker
+from ._common import Devices, Finding, StepMarker, own_devices
 
 __all__ = ["GpumonCallback", "gpu_figures"]
 
@@ -80,6 +95,8 @@ class GpumonCallback(TrainerCallback):
     :param backend: for the callback's own Monitor: ``"auto"`` (NVML; without it no figures, said
         once in the log), ``"nvml"`` (raises without NVML) or ``"mock"`` (simulated GPUs; every
         key starts with ``mock_gpu``).
+    :param devices: the GPUs the callback's own Monitor watches (``Monitor(devices=)``'s
+        syntax); default: the process's own (``args.device``, else the local rank's).
     """
 
     def __init__(
@@ -88,8 +105,12 @@ class GpumonCallback(TrainerCallback):
         every_n_steps: int = 1,
         per_gpu: bool = False,
         backend: str = "auto",
+        devices: Devices = None,
     ):
-        self._marker = StepMarker(monitor_or_client, every_n_steps, per_gpu, backend)
+        self._marker = StepMarker(monitor_or_client, every_n_steps, per_gpu, backend, devices)
+        # The handler that calls this callback (``attach``): its TensorBoard writer shows the
+        # findings' text.
+        self._handler: Any = None
 
     @property
     def every_n_steps(self) -> int:
@@ -113,6 +134,7 @@ class GpumonCallback(TrainerCallback):
                 index = i + 1
         callbacks.insert(index, self)
         handler.callbacks = callbacks
+        self._handler = handler
         return self
 
     # -- TrainerCallback ------------------------------------------------------------------------
@@ -136,7 +158,20 @@ class GpumonCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         self._move_before_reporters()
         job = getattr(args, "run_name", None) or "train"
-        self._marker.begin(str(job), None, int(state.global_step or 0))
+        local_rank = getattr(args, "local_rank", None)
+        if local_rank is None:  # not TrainingArguments: the launcher's variable
+            env = os.environ.get("LOCAL_RANK", "").strip()
+            local_rank = int(env) if env.isdigit() else None
+        rank = int(local_rank) if isinstance(local_rank, int) and local_rank >= 0 else None
+        n_gpu = getattr(args, "_n_gpu", None) or 1  # `args.n_gpu` would set up devices itself
+        device = getattr(args, "__dict__", {}).get("device")  # a cached torch.device, if any
+        if device is None and hasattr(type(args), "device"):
+            try:
+                device = args.device
+            except Exception:  # no torch or no accelerator: the rank's GPU
+                device = None
+        index = device.index if getattr(device, "type", None) == "cuda" else None
+        self._marker.begin(str(job), rank, int(state.global_step or 0), own_devices(index, rank, int(n_gpu)))
 
     def on_step_end(self, args, state, control, **kwargs):
         self._marker.mark(int(state.global_step))
@@ -144,12 +179,14 @@ class GpumonCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs is None:
             return
-        if "train_runtime" in logs:
-            # The Trainer's last log (its run summary), just before on_train_end: report the
-            # steps marked since the last tick now, so the last step's figures reach the logs.
-            self._marker.flush()
-        step, figures = self._marker.figures()
-        if step is None:
+        step = int(state.global_step)
+        # The run summary log ("train_runtime", just before on_train_end) is at the last step too.
+        reading = self._marker.read(step)
+        if reading.step is not None and reading.step != step:
+            # A sample that failed or lagged: figures of another step must not sit at this one.
+            reading.figures.clear()
+        figures = reading.figures
+        if not figures:
             return
         logs.update(figures)
         # Trainer.log appended {**logs, "step": global_step} to log_history before calling the
@@ -157,6 +194,18 @@ class GpumonCallback(TrainerCallback):
         history = getattr(state, "log_history", None)
         if history and isinstance(history[-1], dict) and history[-1].get("step") == state.global_step:
             history[-1].update(figures)
+        for finding in reading.findings:
+            self._write_text(finding, step)
+
+    def _write_text(self, finding: Finding, step: int) -> None:
+        """A finding's text in TensorBoard, when the Trainer reports there."""
+        for c in getattr(self._handler, "callbacks", ()):
+            writer = getattr(c, "tb_writer", None)
+            if writer is not None and hasattr(writer, "add_text"):
+                try:
+                    writer.add_text("gpu/findings", finding.text, step)
+                except Exception as e:
+                    _log.warning("gpumon: finding not written to TensorBoard: %s", e)
 
     def on_train_end(self, args, state, control, **kwargs):
         self._marker.end()
