@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The gpumon ms-swift plugin against a real ms-swift (issue 46):
+#
+#   gpumon-py/tests-swift/run.sh [WHEEL]      (WHEEL: default $GPUMON_TEST_WHEEL, else built)
+#
+# 1. a virtualenv of its own with requirements.txt (ms-swift's release wheel and its pins, torch
+#    as the other Python tests pin it, tensorboard) and the gpumon wheel (--no-deps). The
+#    virtualenv is kept, keyed by requirements.txt and the Python, in $GPUMON_SWIFT_VENVS
+#    (default ~/.cache/gpumon/swift-venvs; one kept, older ones removed): ms-swift with torch
+#    and its CUDA libraries is ~6 GB, and installing it costs minutes on 2 cores (measured
+#    once: see gpumon-py/README.md);
+# 2. a tiny Qwen2 built from a config, a tokenizer trained here, a local dataset file
+#    (make_tiny_model.py); nothing is downloaded from here on (HF_HUB_OFFLINE=1);
+# 3. `swift sft` for $STEPS steps on CPU with
+#       --external_plugins "$(python -m gpumon.integrations.swift --plugin-path)" --callbacks gpumon
+#    on gpumon's mock backend (GPUMON_SWIFT_BACKEND=mock), and the test-only pace plugin
+#    (pace_plugin.py: steps of 1.2 / 1.6 / 2.0 s, so every step is sampled and named by its
+#    duration);
+# 4. check_logs.py: ms-swift's logging.jsonl and the TensorBoard events, every step's figures on
+#    the step they describe.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PY_DIR="$(dirname "$HERE")"
+WORK="${GPUMON_SWIFT_WORK:-${TMPDIR:-/tmp}/gpumon-swift-test}"
+VENVS="${GPUMON_SWIFT_VENVS:-$HOME/.cache/gpumon/swift-venvs}"
+BASE="${GPUMON_PY_BASE:-}"
+[ -n "$BASE" ] || { [ -x /usr/bin/python3 ] && BASE=/usr/bin/python3 || BASE=python3; }
+STEPS=20
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+log() { printf '[%s] tests-swift/run.sh: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+t0=$(date +%s)
+mkdir -p "$WORK" "$VENVS"
+
+wheel="${1:-${GPUMON_TEST_WHEEL:-}}"
+if [ -z "$wheel" ]; then
+    QUIET="${QUIET:-1}" GPUMON_PY_WORK="$WORK/build" "$PY_DIR/build-wheel.sh" "$WORK/wheels" >/dev/null
+    wheel="$(ls "$WORK"/wheels/gpumon_nvml-*.whl)"
+fi
+[ -f "$wheel" ] || { log "ERROR: no gpumon wheel at $wheel"; exit 1; }
+
+key="$( (cat "$HERE/requirements.txt"; "$BASE" -VV) | sha256sum | cut -c1-16)"
+venv="$VENVS/$key"
+if [ ! -f "$venv/.complete" ]; then
+    for old in "$VENVS"/*; do [ "$old" = "$venv" ] || rm -rf "$old"; done
+    log "new virtualenv $venv: $(grep -v '^#' "$HERE/requirements.txt" | xargs)"
+    t1=$(date +%s)
+    "$BASE" -m venv --clear "$venv"
+    nice "$venv/bin/pip" install -q -r "$HERE/requirements.txt"
+    touch "$venv/.complete"
+    log "virtualenv installed in $(( $(date +%s) - t1 )) s"
+else
+    log "virtualenv $venv kept (requirements.txt unchanged)"
+fi
+"$venv/bin/pip" install -q --no-deps --force-reinstall "$wheel"
+log "ms-swift $("$venv/bin/python" -c 'import swift; print(swift.__version__)'), $(basename "$wheel")"
+
+run="$WORK/run"
+rm -rf "$run"; mkdir -p "$run"
+"$venv/bin/python" "$HERE/make_tiny_model.py" "$run"
+plugin="$("$venv/bin/python" -m gpumon.integrations.swift --plugin-path)"
+
+t2=$(date +%s)
+# From $run: `import gpumon` can only find the installed wheel.
+(cd "$run" && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 GPUMON_SWIFT_BACKEND=mock \
+    CUDA_VISIBLE_DEVICES="" PATH="$venv/bin:$PATH" timeout 600 swift sft \
+    --model "$run/model" --model_type qwen2 --template qwen --check_model false \
+    --dataset "$run/train.jsonl" --split_dataset_ratio 0 --max_length 64 \
+    --tuner_type full --torch_dtype float32 --max_steps "$STEPS" \
+    --per_device_train_batch_size 1 --gradient_accumulation_steps 1 --learning_rate 1e-3 \
+    --logging_steps 1 --save_strategy no --eval_strategy no --report_to tensorboard \
+    --dataloader_num_workers 0 --dataset_num_proc 1 --output_dir "$run/out" \
+    --external_plugins "$plugin" "$HERE/pace_plugin.py" --callbacks gpumon_test_pace gpumon \
+    > "$run/swift.log" 2>&1) || { tail -n 60 "$run/swift.log" >&2; log "FAILED: swift sft (log: $run/swift.log)"; exit 1; }
+log "swift sft: $STEPS steps in $(( $(date +%s) - t2 )) s"
+"$venv/bin/python" "$HERE/check_logs.py" "$run/out" "$STEPS"
+log "passed ($(( $(date +%s) - t0 )) s in all)"
