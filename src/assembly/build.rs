@@ -172,6 +172,9 @@ pub struct Assembled {
     /// The step tracker's registry, when one was added (`steps.socket`, or
     /// [`AssemblyOptions::in_process_steps`]): mark steps in this process through it.
     pub steps: Option<StepRegistry>,
+    /// The path the steps socket is served at (`steps.socket`, checked), when one was added:
+    /// what a command run under the agent is told to connect to.
+    pub steps_socket: Option<std::path::PathBuf>,
     /// The run report, when [`AssemblyOptions::report`].
     pub report: Option<ReportHandle>,
     /// The settings under which diagnosis rules cannot work (empty when diagnosis is off): say
@@ -239,27 +242,9 @@ impl Assembly {
     pub fn build(config: &AgentConfig, options: AssemblyOptions) -> Result<Assembled, AssemblyError> {
         let a = &config.agent;
         let (backend, replay) = replay(config)?;
-        let mut interval = config.interval();
-        // A replay runs at the recorded interval: the diagnosis windows and the report count
-        // ticks of it, and a window of other ticks would not give the recorded findings.
-        if let Some(recorded) = replay.as_ref().and_then(|(sampler, _)| sampler.header().interval) {
-            if a.interval.is_some_and(|i| i != recorded) {
-                tracing::warn!(?recorded, "replay: --interval / agent.interval ignored; the trace's interval is used");
-            }
-            interval = recorded;
-        }
-        let interval = gpumon_core::Interval::new(interval)
-            .map_err(|e| AssemblyError::invalid("agent.interval", e.to_string()))?
-            .get();
-        let devices = match (&options.devices, &a.devices) {
-            (Some(chosen), _) => chosen.clone(),
-            (None, Some(list)) => {
-                DeviceFilter::parse(list).map_err(|e| AssemblyError::invalid("agent.devices", e.to_string()))?
-            }
-            (None, None) => {
-                DeviceFilter::from_env().map_err(|e| AssemblyError::invalid("environment", e.to_string()))?
-            }
-        };
+        let recorded = replay.as_ref().and_then(|(sampler, _)| sampler.header().interval);
+        let plan = AgentPlan::resolve(config, &options, recorded)?;
+        let AgentPlan { interval, devices, sink_options, .. } = plan.clone();
         let mut attribution = stages::attribution(&config.attribution)?;
         if !attribution.processes && sinks::has_tenants(config) {
             // Allowed (a tenant may be configured ahead of attribution), but almost always a
@@ -273,21 +258,6 @@ impl Assembly {
         let processes_disabled =
             a.disable.iter().any(|n| n.trim() == processes) || options.families.disable.contains(&Family::Processes);
         let metrics = attribution.metrics(metrics(a, &options.families)?, processes_disabled)?;
-        let mut sink_options = SinkOptions::default();
-        if let Some(q) = a.sink_queue {
-            if !(1..=MAX_SINK_QUEUE).contains(&q) {
-                return Err(AssemblyError::invalid("agent.sink_queue", format!("must be 1 to {MAX_SINK_QUEUE}")));
-            }
-            sink_options = sink_options.capacity(q);
-        }
-        if let Some(t) = a.export_timeout {
-            // Checked here too, so that the error names the key the user wrote (the runtime
-            // names the setting of one sink).
-            if t.is_zero() {
-                return Err(AssemblyError::invalid("agent.export_timeout", "must be greater than zero"));
-            }
-            sink_options = sink_options.export_timeout(t);
-        }
         let mut diagnose = stages::diagnose(&config.diagnose, interval)?;
         let steps = stages::steps(&config.steps, options.in_process_steps)?;
 
@@ -331,7 +301,7 @@ impl Assembly {
             }
         };
         builder = builder.interval(interval).metrics(metrics).devices(devices);
-        if let Some(t) = a.sample_timeout {
+        if let Some(t) = plan.sample_timeout {
             builder = builder.sample_timeout(t);
         }
         if let Some(host) = host {
@@ -342,6 +312,7 @@ impl Assembly {
         }
         let mut services = Services::default();
         let mut step_registry = None;
+        let mut steps_socket = None;
         if replay.is_none() {
             // Attribution first, then the step tracker before diagnosis: processors run in order.
             builder = attribution.install(builder);
@@ -350,6 +321,7 @@ impl Assembly {
                 step_registry = Some(registry);
             }
             if let Some(socket) = steps.socket {
+                steps_socket = Some(socket.path().to_owned());
                 services.add(socket);
             }
             if let Some(kubelet) = attribution.kubelet.take() {
@@ -365,12 +337,84 @@ impl Assembly {
             replay,
             services,
             steps: step_registry,
+            steps_socket,
             report,
             limitations,
             listeners,
             interval,
             metrics,
             sink_options,
+            shutdown_timeout: plan.shutdown_timeout,
+        })
+    }
+}
+
+/// The `[agent]` settings resolved once from the config and the options: every default applied
+/// and every value checked against its bounds, each error naming its key. Building reads these,
+/// never the raw section.
+#[derive(Clone, Debug)]
+struct AgentPlan {
+    /// The sampling interval: a replayed trace's own, else `agent.interval` or the default.
+    interval: Duration,
+    /// The device selection: the options', else `agent.devices`, else the environment's.
+    devices: DeviceFilter,
+    /// Every sink's queue (`agent.sink_queue`) and export timeout (`agent.export_timeout`).
+    sink_options: SinkOptions,
+    /// `agent.sample_timeout` (the runtime's default when unset).
+    sample_timeout: Option<Duration>,
+    /// `agent.shutdown_timeout`, or its default.
+    shutdown_timeout: Duration,
+}
+
+impl AgentPlan {
+    /// Resolves `[agent]`; `recorded` is a replayed trace's interval.
+    fn resolve(
+        config: &AgentConfig,
+        options: &AssemblyOptions,
+        recorded: Option<Duration>,
+    ) -> Result<Self, AssemblyError> {
+        let a = &config.agent;
+        let mut interval = config.interval();
+        // A replay runs at the recorded interval: the diagnosis windows and the report count
+        // ticks of it, and a window of other ticks would not give the recorded findings.
+        if let Some(recorded) = recorded {
+            if a.interval.is_some_and(|i| i != recorded) {
+                tracing::warn!(?recorded, "replay: --interval / agent.interval ignored; the trace's interval is used");
+            }
+            interval = recorded;
+        }
+        let interval = gpumon_core::Interval::new(interval)
+            .map_err(|e| AssemblyError::invalid("agent.interval", e.to_string()))?
+            .get();
+        let devices = match (&options.devices, &a.devices) {
+            (Some(chosen), _) => chosen.clone(),
+            (None, Some(list)) => {
+                DeviceFilter::parse(list).map_err(|e| AssemblyError::invalid("agent.devices", e.to_string()))?
+            }
+            (None, None) => {
+                DeviceFilter::from_env().map_err(|e| AssemblyError::invalid("environment", e.to_string()))?
+            }
+        };
+        let mut sink_options = SinkOptions::default();
+        if let Some(q) = a.sink_queue {
+            if !(1..=MAX_SINK_QUEUE).contains(&q) {
+                return Err(AssemblyError::invalid("agent.sink_queue", format!("must be 1 to {MAX_SINK_QUEUE}")));
+            }
+            sink_options = sink_options.capacity(q);
+        }
+        if let Some(t) = a.export_timeout {
+            // Checked here too, so that the error names the key the user wrote (the runtime
+            // names the setting of one sink).
+            if t.is_zero() {
+                return Err(AssemblyError::invalid("agent.export_timeout", "must be greater than zero"));
+            }
+            sink_options = sink_options.export_timeout(t);
+        }
+        Ok(Self {
+            interval,
+            devices,
+            sink_options,
+            sample_timeout: a.sample_timeout,
             shutdown_timeout: config.shutdown_timeout(),
         })
     }

@@ -248,7 +248,7 @@ async fn run(
         crate::cli::backend::say(source, &file);
     }
     let mock = assembled.source.as_ref().is_some_and(|s| s.is_mock());
-    let Assembled { builder, mut services, report, shutdown_timeout, steps, .. } = assembled;
+    let Assembled { builder, mut services, report, shutdown_timeout, steps, steps_socket, .. } = assembled;
     let Some(report) = report else {
         eprintln!("gpumon: run: the run report was not assembled");
         discard(report_file);
@@ -261,30 +261,14 @@ async fn run(
             return code;
         }
     };
-    let socket = file.steps.socket.clone().unwrap_or_default();
+    // The socket the assembly checked and serves, not the raw config's value.
+    let socket = steps_socket.unwrap_or_default();
 
     // Registered before CMD starts, so that a signal from now on is forwarded, not fatal.
     let signals = Signals::register();
-    let mut command = std::process::Command::new(&cli.command[0]);
-    command.args(&cli.command[1..]).env(STEPS_SOCKET_ENV, &socket).process_group(0);
-    let child = match command.spawn() {
+    let child = match spawn_command(&cli.command, &socket) {
         Ok(child) => child,
-        Err(e) => {
-            let name = Path::new(&cli.command[0]).display().to_string();
-            let code = match e.kind() {
-                std::io::ErrorKind::NotFound => {
-                    eprintln!("gpumon: run: {name}: command not found");
-                    NOT_FOUND
-                }
-                std::io::ErrorKind::PermissionDenied => {
-                    eprintln!("gpumon: run: {name}: permission denied");
-                    NOT_EXECUTABLE
-                }
-                _ => {
-                    eprintln!("gpumon: run: {name}: cannot execute: {e}");
-                    NOT_EXECUTABLE
-                }
-            };
+        Err(code) => {
             services.stop().await;
             let _ = handle.shutdown(shutdown_timeout).await;
             discard(report_file.take());
@@ -294,26 +278,7 @@ async fn run(
     let pid = child.id();
     tracing::info!(pid, socket = %socket.display(), "command started");
 
-    // Which GPUs the job uses, from each snapshot's process lists.
-    let job = Arc::new(Mutex::new(JobGpus::default()));
-    let watcher = {
-        let job = Arc::clone(&job);
-        let mut snapshots = handle.subscribe();
-        tokio::spawn(async move {
-            loop {
-                match snapshots.recv().await {
-                    Ok(s) => note_job_gpus(
-                        &s,
-                        pid,
-                        Path::new("/proc"),
-                        &mut job.lock().unwrap_or_else(PoisonError::into_inner),
-                    ),
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
-                }
-            }
-        })
-    };
+    let (job, watcher) = watch_job_gpus(&handle, pid);
 
     let status = wait_forwarding_signals(child, signals).await;
     let outcome = outcome_of(status);
@@ -342,13 +307,7 @@ async fn run(
     let shut = handle.shutdown(until.saturating_duration_since(tokio::time::Instant::now())).await;
     watcher.abort();
 
-    let scope = match &watched.reason {
-        Some(why) => format!("every GPU sampled: {why}"),
-        None => {
-            let indices: Vec<String> = watched.gpus.iter().map(u32::to_string).collect();
-            format!("GPU {} (the job's processes were seen on them)", indices.join(", "))
-        }
-    };
+    let scope = scope_of(&watched);
     let record = RunRecord::new(run_report).with_command(outcome).with_watched(watched).with_diagnosis_window(window);
     // The file first: a reader of stdout that went away (`| head`) must not cost the report.
     if let Some(f) = report_file {
@@ -364,6 +323,64 @@ async fn run(
         }
     }
     exit_code(status)
+}
+
+/// Starts CMD in its own process group, told the steps socket; on failure, says why in one line
+/// and returns the exit code (127 not found, 126 not executable).
+fn spawn_command(command: &[OsString], socket: &Path) -> Result<std::process::Child, u8> {
+    let mut cmd = std::process::Command::new(&command[0]);
+    cmd.args(&command[1..]).env(STEPS_SOCKET_ENV, socket).process_group(0);
+    cmd.spawn().map_err(|e| {
+        let name = Path::new(&command[0]).display().to_string();
+        match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                eprintln!("gpumon: run: {name}: command not found");
+                NOT_FOUND
+            }
+            std::io::ErrorKind::PermissionDenied => {
+                eprintln!("gpumon: run: {name}: permission denied");
+                NOT_EXECUTABLE
+            }
+            _ => {
+                eprintln!("gpumon: run: {name}: cannot execute: {e}");
+                NOT_EXECUTABLE
+            }
+        }
+    })
+}
+
+/// Which GPUs the job (`pid` and its descendants) uses, from each snapshot's process lists: the
+/// shared tally and the task that keeps it (abort it when done).
+fn watch_job_gpus(handle: &crate::core::AgentHandle, pid: u32) -> (Arc<Mutex<JobGpus>>, tokio::task::JoinHandle<()>) {
+    let job = Arc::new(Mutex::new(JobGpus::default()));
+    let tally = Arc::clone(&job);
+    let mut snapshots = handle.subscribe();
+    let watcher = tokio::spawn(async move {
+        loop {
+            match snapshots.recv().await {
+                Ok(s) => note_job_gpus(
+                    &s,
+                    pid,
+                    Path::new("/proc"),
+                    &mut tally.lock().unwrap_or_else(PoisonError::into_inner),
+                ),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    });
+    (job, watcher)
+}
+
+/// What the report covers, in words: the job's GPUs, or every GPU sampled and why.
+fn scope_of(watched: &Watched) -> String {
+    match &watched.reason {
+        Some(why) => format!("every GPU sampled: {why}"),
+        None => {
+            let indices: Vec<String> = watched.gpus.iter().map(u32::to_string).collect();
+            format!("GPU {} (the job's processes were seen on them)", indices.join(", "))
+        }
+    }
 }
 
 /// The report over the job's GPUs (every GPU sampled when the job was seen on none, saying why).

@@ -11,7 +11,7 @@ use gpumon_core::{SinkError, Telemetry};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::buffer::{Buffer, SpillDone, SpillIo};
+use super::buffer::{Batch, Buffer, SpillDone, SpillIo};
 use crate::http::retry::{Backoff, Failure};
 
 /// How one sealed batch goes on the wire: the sink's request, sent and classified by the shared
@@ -469,51 +469,9 @@ impl Writer {
     async fn run(self) {
         let mut attempt: u32 = 0;
         let mut failing_since: Option<(Instant, u64)> = None;
-        let sink = self.unit.sink;
-        let service = self.unit.service;
         loop {
             let woken = self.shared.wake.notified();
-            let (next, io) = {
-                let mut st = self.shared.lock();
-                let now = Instant::now();
-                if std::mem::take(&mut st.kick) && st.pause.is_some_and(|p| p.kind == PauseKind::Backoff) {
-                    st.pause = None;
-                }
-                if st.stop {
-                    // `shutdown` (or drop) spilled what is buffered; only deletions are left.
-                    (Next::Stop, st.buffer.spill_io(false, false))
-                } else {
-                    // While writes fail, queued batches go to the spill directory too; while they
-                    // succeed nothing is written to disk.
-                    let failing = st.failure.is_some();
-                    let ready = st.pause.is_none_or(|p| now >= p.until);
-                    let retry_at = st.pause.map(|p| p.until);
-                    let b = &mut st.buffer;
-                    if b.open_since.is_some_and(|t| now.duration_since(t) >= self.batch_interval) {
-                        b.seal();
-                    }
-                    let io = b.spill_io(failing, false);
-                    let next = match b.queue.pop_front() {
-                        Some(batch) if ready => {
-                            let body = batch.body.clone();
-                            b.inflight = Some(batch);
-                            Next::Send(body)
-                        }
-                        other => {
-                            if let Some(batch) = other {
-                                b.queue.push_front(batch);
-                            }
-                            let seal_at = b.open_since.map(|t| t + self.batch_interval);
-                            let retry_at = if b.queue.is_empty() { None } else { retry_at };
-                            Next::Wait(match (seal_at, retry_at) {
-                                (Some(a), Some(r)) => Some(a.min(r)),
-                                (a, r) => a.or(r),
-                            })
-                        }
-                    };
-                    (next, io)
-                }
-            };
+            let (next, io) = self.next_step(&mut self.shared.lock());
             // File I/O runs on the blocking pool, without the lock `export` needs.
             let mut again = false;
             if let Some(io) = io {
@@ -545,78 +503,135 @@ impl Writer {
                     let mut st = self.shared.lock();
                     let Some(batch) = st.buffer.inflight.take() else { continue };
                     match result {
-                        Ok(()) => {
-                            c.written.fetch_add(batch.lines as u64, Ordering::Relaxed);
-                            c.batches_written.fetch_add(1, Ordering::Relaxed);
-                            st.buffer.done_with(batch);
-                            if st.failure.take().is_some() {
-                                if let Some((since, failures)) = failing_since.take() {
-                                    tracing::info!(
-                                        sink,
-                                        failed_attempts = st.attempts_failed - failures,
-                                        outage = ?since.elapsed(),
-                                        buffered = st.buffer.lines(),
-                                        "writes to {service} recovered"
-                                    );
-                                }
-                            }
-                            attempt = 0;
-                            st.pause = None;
-                            if st.buffer.drained_after_backlog() {
-                                // The backlog's batches are freed now, but the allocator keeps
-                                // the pages for reuse: without this the outage's high-water mark
-                                // stays as RSS (a 10 min outage: tens of MiB) until exit.
-                                tracing::debug!(sink, "outage buffer drained; returning freed memory to the system");
-                                tokio::task::spawn_blocking(super::release_freed_memory);
-                            }
-                        }
-                        Err(failure) => {
-                            c.failed_requests.fetch_add(1, Ordering::Relaxed);
-                            st.attempts_failed += 1;
-                            if failing_since.is_none() {
-                                failing_since = Some((Instant::now(), st.attempts_failed - 1));
-                            }
-                            // Log once per distinct failure, not per attempt.
-                            if st.failure.as_ref().map(Failure::message) != Some(failure.message()) {
-                                match &failure {
-                                    Failure::Reject { .. } => tracing::warn!(
-                                        sink,
-                                        error = %failure.message(),
-                                        dropped = batch.lines,
-                                        "{service} write refused by the server; the batch is dropped, not retried"
-                                    ),
-                                    _ => tracing::warn!(sink, error = %failure.message(), "{service} write failed"),
-                                }
-                            } else {
-                                tracing::debug!(sink, error = %failure.message(), "{service} write failed again");
-                            }
-                            match &failure {
-                                Failure::Reject { .. } => {
-                                    c.rejected.fetch_add(batch.lines as u64, Ordering::Relaxed);
-                                    st.buffer.done_with(batch);
-                                    st.pause = None;
-                                }
-                                Failure::Retry { retry_after, .. } => {
-                                    let delay = self.backoff.wait(attempt, *retry_after);
-                                    let kind =
-                                        if retry_after.is_some() { PauseKind::RetryAfter } else { PauseKind::Backoff };
-                                    attempt = attempt.saturating_add(1);
-                                    st.pause = Some(Pause { until: Instant::now() + delay, kind });
-                                    st.buffer.queue.push_front(batch);
-                                }
-                                Failure::Hold { .. } => {
-                                    let until = Instant::now() + self.backoff.max;
-                                    st.pause = Some(Pause { until, kind: PauseKind::Hold });
-                                    st.buffer.queue.push_front(batch);
-                                }
-                            }
-                            st.failure = Some(failure);
-                        }
+                        Ok(()) => self.written(&mut st, batch, &mut attempt, &mut failing_since),
+                        Err(failure) => self.failed(&mut st, batch, failure, &mut attempt, &mut failing_since),
                     }
                     drop(st);
                     self.shared.progress.notify_waiters();
                 }
             }
         }
+    }
+
+    /// Under the lock: what to do next, and the spill I/O to run first (outside the lock).
+    fn next_step(&self, st: &mut State) -> (Next, Option<SpillIo>) {
+        let now = Instant::now();
+        if std::mem::take(&mut st.kick) && st.pause.is_some_and(|p| p.kind == PauseKind::Backoff) {
+            st.pause = None;
+        }
+        if st.stop {
+            // `shutdown` (or drop) spilled what is buffered; only deletions are left.
+            (Next::Stop, st.buffer.spill_io(false, false))
+        } else {
+            // While writes fail, queued batches go to the spill directory too; while they
+            // succeed nothing is written to disk.
+            let failing = st.failure.is_some();
+            let ready = st.pause.is_none_or(|p| now >= p.until);
+            let retry_at = st.pause.map(|p| p.until);
+            let b = &mut st.buffer;
+            if b.open_since.is_some_and(|t| now.duration_since(t) >= self.batch_interval) {
+                b.seal();
+            }
+            let io = b.spill_io(failing, false);
+            let next = match b.queue.pop_front() {
+                Some(batch) if ready => {
+                    let body = batch.body.clone();
+                    b.inflight = Some(batch);
+                    Next::Send(body)
+                }
+                other => {
+                    if let Some(batch) = other {
+                        b.queue.push_front(batch);
+                    }
+                    let seal_at = b.open_since.map(|t| t + self.batch_interval);
+                    let retry_at = if b.queue.is_empty() { None } else { retry_at };
+                    Next::Wait(match (seal_at, retry_at) {
+                        (Some(a), Some(r)) => Some(a.min(r)),
+                        (a, r) => a.or(r),
+                    })
+                }
+            };
+            (next, io)
+        }
+    }
+
+    /// A batch was written: count it, end an outage (saying how long it lasted).
+    fn written(&self, st: &mut State, batch: Batch, attempt: &mut u32, failing_since: &mut Option<(Instant, u64)>) {
+        let (sink, service, c) = (self.unit.sink, self.unit.service, &self.shared.counters);
+        c.written.fetch_add(batch.lines as u64, Ordering::Relaxed);
+        c.batches_written.fetch_add(1, Ordering::Relaxed);
+        st.buffer.done_with(batch);
+        if st.failure.take().is_some() {
+            if let Some((since, failures)) = failing_since.take() {
+                tracing::info!(
+                    sink,
+                    failed_attempts = st.attempts_failed - failures,
+                    outage = ?since.elapsed(),
+                    buffered = st.buffer.lines(),
+                    "writes to {service} recovered"
+                );
+            }
+        }
+        *attempt = 0;
+        st.pause = None;
+        if st.buffer.drained_after_backlog() {
+            // The backlog's batches are freed now, but the allocator keeps
+            // the pages for reuse: without this the outage's high-water mark
+            // stays as RSS (a 10 min outage: tens of MiB) until exit.
+            tracing::debug!(sink, "outage buffer drained; returning freed memory to the system");
+            tokio::task::spawn_blocking(super::release_freed_memory);
+        }
+    }
+
+    /// A batch failed: count and log it (once per distinct failure), then drop it (refused),
+    /// retry it after a backoff or the server's `Retry-After`, or hold it.
+    fn failed(
+        &self,
+        st: &mut State,
+        batch: Batch,
+        failure: Failure,
+        attempt: &mut u32,
+        failing_since: &mut Option<(Instant, u64)>,
+    ) {
+        let (sink, service, c) = (self.unit.sink, self.unit.service, &self.shared.counters);
+        c.failed_requests.fetch_add(1, Ordering::Relaxed);
+        st.attempts_failed += 1;
+        if failing_since.is_none() {
+            *failing_since = Some((Instant::now(), st.attempts_failed - 1));
+        }
+        // Log once per distinct failure, not per attempt.
+        if st.failure.as_ref().map(Failure::message) != Some(failure.message()) {
+            match &failure {
+                Failure::Reject { .. } => tracing::warn!(
+                    sink,
+                    error = %failure.message(),
+                    dropped = batch.lines,
+                    "{service} write refused by the server; the batch is dropped, not retried"
+                ),
+                _ => tracing::warn!(sink, error = %failure.message(), "{service} write failed"),
+            }
+        } else {
+            tracing::debug!(sink, error = %failure.message(), "{service} write failed again");
+        }
+        match &failure {
+            Failure::Reject { .. } => {
+                c.rejected.fetch_add(batch.lines as u64, Ordering::Relaxed);
+                st.buffer.done_with(batch);
+                st.pause = None;
+            }
+            Failure::Retry { retry_after, .. } => {
+                let delay = self.backoff.wait(*attempt, *retry_after);
+                let kind = if retry_after.is_some() { PauseKind::RetryAfter } else { PauseKind::Backoff };
+                *attempt = attempt.saturating_add(1);
+                st.pause = Some(Pause { until: Instant::now() + delay, kind });
+                st.buffer.queue.push_front(batch);
+            }
+            Failure::Hold { .. } => {
+                let until = Instant::now() + self.backoff.max;
+                st.pause = Some(Pause { until, kind: PauseKind::Hold });
+                st.buffer.queue.push_front(batch);
+            }
+        }
+        st.failure = Some(failure);
     }
 }
