@@ -97,7 +97,9 @@ def test_each_steps_figures_sit_on_lightnings_step_axis(no_rank_env):
         # Batch n's figures at n - 1, where Lightning put that batch's own metrics.
         assert step == metrics["mock_gpu/step"] - 1
         assert lightning_steps[step] == metrics["mock_gpu/step"]
-        assert metrics["mock_gpu/step_seconds"] == pytest.approx(0.3, abs=0.1)
+        # The step's own duration (0.3 s), plus the sample the previous log took on the training
+        # thread (slow only on a loaded machine): never an interval's or two steps'.
+        assert 0.25 <= metrics["mock_gpu/step_seconds"] < 1.5
         assert 0.0 <= metrics["mock_gpu/utilization"] <= 1.0
         assert not any(k.startswith("gpu") for k in metrics)
 

@@ -15,6 +15,7 @@ event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.ev
 
 import gpumon  # noqa: E402
 from gpumon.integrations.transformers import GpumonCallback  # noqa: E402
+from conftest import wait_for  # noqa: E402
 
 
 class Regression(torch.nn.Module):
@@ -127,10 +128,21 @@ def test_wandb_offline_run_shows_each_steps_figures_at_that_step(no_rank_env, tm
         _train(tmp_path, ["wandb"], GpumonCallback(m), steps=4)
     wandb.finish()
     (run_file,) = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
+
+    def records():
+        out = []
+        for data in _wandb_records(run_file):
+            record = wandb_internal_pb2.Record()
+            try:
+                record.ParseFromString(data)
+            except Exception:  # a record still being written
+                return None
+            out.append(record)
+        # wandb's service process writes the file behind the run: read it once it is closed.
+        return out if any(r.WhichOneof("record_type") == "exit" for r in out) else None
+
     rows = []
-    for data in _wandb_records(run_file):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
+    for record in wait_for("the W&B run file written to its end", records, timeout=60):
         if record.WhichOneof("record_type") == "history":
             row = {}
             for item in record.history.item:
