@@ -152,7 +152,7 @@ impl MockFleet {
         // Copies the SMs wait for run while the GPU idles (ZeRO offload).
         let waiting = at.instant < 0.5 * phase.busy.max(1e-9);
         let pcie_rx = phase.pcie_rx_idle.filter(|_| waiting).unwrap_or(phase.pcie_rx);
-        let load = Load {
+        Load {
             gpu_pct: (at.latest * 100.0).round() as u32,
             mem_pct: (mc * 100.0).floor() as u32,
             dec_pct: 0,
@@ -175,8 +175,7 @@ impl MockFleet {
             // Capped, the firmware holds the draw at the limit: its samples barely move.
             power_spread: if reasons & ClockEventReasons::SW_POWER_CAP != 0 { 0.015 } else { 0.03 },
             timeline: true,
-        };
-        return load;
+        }
     }
 
     /// The load of a GPU running a tick-based workload.
