@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Overhead of the gpumon agent, measured side by side with the tools people use today, on the fake
-# libnvidia-ml (gpumon-mock/fake-nvml) serving the same 8-GPU fleet (h100x8) to everyone.
+# libnvidia-ml (fake-nvml) serving the same 8-GPU fleet (h100x8) to everyone.
 # Documented in BENCHMARKS.md (what is measured, how, and one full run's figures).
 #
 #   scripts/bench-peers.sh [--rounds N] [--samples N] [--gpustat-runs N] [--hz1-seconds S]

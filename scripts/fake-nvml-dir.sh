@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the fake libnvidia-ml (gpumon-mock/fake-nvml) and prints a directory holding it under
+# Builds the fake libnvidia-ml (fake-nvml) and prints a directory holding it under
 # NVIDIA's names, so that any NVML program runs on it unmodified:
 #
 #   LD_LIBRARY_PATH=$(scripts/fake-nvml-dir.sh) nvidia-smi-like-program

@@ -154,7 +154,7 @@ def lookup(w, path):
 
 def implemented():
     names = set()
-    for f in glob.glob(os.path.join(REPO, "gpumon-mock/fake-nvml/src/exports/*.rs")):
+    for f in glob.glob(os.path.join(REPO, "fake-nvml/src/exports/*.rs")):
         with open(f, encoding="utf-8") as src:
             # One export may answer under several NVML names: `fn nvmlA | nvmlA_v2(...)` (the
             # rule tools/gen_stubs.py reads too).

@@ -1,6 +1,6 @@
 //! The example agent's attribution settings as a user meets them: bad keys and paths are
 //! configuration errors (exit 2) naming the key, and a run with `--attribution` reads a fixture
-//! proc root. (With real processes on the fake libnvidia-ml: gpumon-mock/fake-nvml/tests/
+//! proc root. (With real processes on the fake libnvidia-ml: fake-nvml/tests/
 //! agent_attribution.rs.)
 #![cfg(all(feature = "agent", feature = "stdout"))]
 

@@ -1,5 +1,5 @@
 //! The NVML backend without NVML: clear `Unavailable` errors, and the lazy sampler's backoff.
-//! (Everything that needs a library runs against the fake in gpumon-mock/fake-nvml/tests/.)
+//! (Everything that needs a library runs against the fake in fake-nvml/tests/.)
 #![cfg(feature = "nvml")]
 
 use std::time::Duration;

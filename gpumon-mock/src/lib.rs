@@ -17,6 +17,17 @@
 //!   wait for its listener, scrape until a condition with credentials, free ports; `kubelet`
 //!   (feature `test-kubelet`) is a test kubelet serving the pod-resources API on a Unix socket.
 //!
+//! ## Layout: what ships where
+//!
+//! | where | what | shipped |
+//! |---|---|---|
+//! | `src/fleet.rs`, `gpus.rs`, `profile.rs`, `scenario.rs`, `timeline.rs`, `sampler.rs`, `nvlink.rs`, `rng.rs`, `error.rs` | the mock backend: GPU models, fleets, scenarios and phases, the driver's sampling model, [`MockSampler`] | yes (feature `mock` of `gpumon`) |
+//! | `src/sim/` | [`sim`]: the simulator of how jobs run (draws, schedules, truth, regions) | yes, with the mock |
+//! | `src/harness/` | test support: [`RecordingSink`], [`FaultySink`], [`test_env`]; features `test-kit`, `test-kubelet`, `mockall` | test sinks only; the rest behind test features |
+//! | `tests/` | the mock's tests, the corpus accuracy test, the held-back simulator test (`tests/heldout.rs`) | no |
+//! | `corpus/`, `profiles/` | hand-written corpus (regression), built-in profiles and scenarios | profiles and scenarios compiled in |
+//! | `../fake-nvml/` (crate `gpumon-fake-nvml`) | the fake `libnvidia-ml.so`, serving the same fleets through the NVML C ABI | no (`publish = false`) |
+//!
 //! ## GPU models
 //!
 //! | key (aliases) | NVML name | memory | power default (min–max) | notable |
@@ -221,25 +232,35 @@
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
+// What ships: the mock backend (fleets, scenarios, timelines, the sampler) and the simulator.
 mod error;
 mod fleet;
 mod gpus;
-#[cfg(feature = "test-kubelet")]
-#[cfg_attr(docsrs, doc(cfg(feature = "test-kubelet")))]
-pub mod kubelet;
 mod profile;
 mod rng;
 mod sampler;
 mod scenario;
-#[cfg(feature = "mockall")]
-mod seam;
 pub mod sim;
+mod timeline;
+
+// Test support, in `src/harness/`: sinks that record or fail on cue, the environment gates and
+// loopback stub, and behind features the agent-process harness, the test kubelet and the
+// mockall seam. Module paths are unchanged (`gpumon_mock::test_env`, …).
+#[cfg(feature = "test-kubelet")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-kubelet")))]
+#[path = "harness/kubelet.rs"]
+pub mod kubelet;
+#[cfg(feature = "mockall")]
+#[path = "harness/seam.rs"]
+mod seam;
+#[path = "harness/sinks.rs"]
 mod sinks;
+#[path = "harness/test_env.rs"]
 pub mod test_env;
 #[cfg(feature = "test-kit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-kit")))]
+#[path = "harness/test_kit.rs"]
 pub mod test_kit;
-mod timeline;
 
 pub use error::ConfigError;
 pub use fleet::{nvlink_share, DeviceKind, MockDevice, MockFleet, DEFAULT_SEED};

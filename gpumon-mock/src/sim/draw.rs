@@ -186,6 +186,29 @@ fn pattern_phase(gpu: u32, start: f64, step_s: f64, pattern: Vec<[f64; 2]>, jitt
     }
 }
 
+/// What every job builder shares: the job's draws and the node's settings.
+struct Ctx<'a> {
+    kind: &'a str,
+    start: f64,
+    step_s: f64,
+    jitter: f64,
+    memory: f64,
+    key: u64,
+    marks_steps: bool,
+    marked: bool,
+    driver: f64,
+    interval: f64,
+    profile: &'a FleetProfile,
+}
+
+/// What the builders add to: phases, faults, truth per rank, and the step's length.
+struct Out {
+    phases: Vec<Phase>,
+    faults: Vec<Fault>,
+    truth: Vec<GpuTruth>,
+    step_len: f64,
+}
+
 #[allow(clippy::too_many_arguments)]
 fn build_job(
     g: &mut Rng,
@@ -211,13 +234,11 @@ fn build_job(
     owner.uid = Some(1000 + index as u32);
     let launcher_pid = 10_000 + 1000 * index as u32;
     let pids = (0..gpus.len() as u32).map(|r| launcher_pid + 1 + r).collect();
-    let mut phases = Vec::new();
-    let mut faults = Vec::new();
-    let mut truth = Vec::new();
+    let mut out = Out { phases: Vec::new(), faults: Vec::new(), truth: Vec::new(), step_len: step_s };
     // Warm-up and compile: memory held, nothing runs.
     if start > 0.0 {
         for &gpu in &gpus {
-            phases.push(Phase {
+            out.phases.push(Phase {
                 gpus: Some(vec![gpu]),
                 until_s: Some(start),
                 busy: 0.0,
@@ -227,243 +248,23 @@ fn build_job(
             });
         }
     }
-    let mut step_len = step_s;
+    let c = Ctx { kind, start, step_s, jitter, memory, key, marks_steps, marked, driver, interval, profile };
     let shape = match kind {
-        "starved" | "healthy" | "straggler" | "fault" => {
-            let accumulation = if g.unit() < 0.3 { g.int(r::ACCUMULATION) } else { 1 };
-            let busy = if kind == "starved" { g.range(r::BUSY_SHARE) } else { g.range((0.9, 0.99)) };
-            let allreduce = g.range((0.02, 0.08)) * busy * step_s;
-            let compute = busy * step_s - allreduce;
-            let wait = step_s - busy * step_s;
-            let micro = step_s / f64::from(accumulation);
-            let mut pattern = Vec::new();
-            for k in 0..accumulation {
-                let o = f64::from(k) * micro * (compute + wait) / step_s;
-                pattern.push([o + wait / f64::from(accumulation), o + (wait + compute) / f64::from(accumulation)]);
-            }
-            pattern.push([compute + wait, step_s]);
-            merge(&mut pattern);
-            let straggler =
-                (kind == "straggler").then(|| (g.int((0, gpus.len() as u32 - 1)), g.range(r::STRAGGLER_GAP)));
-            for (rank, &gpu) in gpus.iter().enumerate() {
-                let rank = rank as u32;
-                let mut p = pattern.clone();
-                if let Some((slow, gap)) = straggler.filter(|(s, _)| *s == rank) {
-                    // Its own input is late: it idles `gap` of each step while its peers spin in
-                    // the all-reduce waiting for it (they read busy).
-                    let late = wait / f64::from(accumulation) + gap * step_s;
-                    p = vec![[late.min(step_s * 0.95), step_s]];
-                    let (b, i) = longest_stretches(&p, step_s);
-                    truth.push(pattern_truth(
-                        gpu,
-                        slow,
-                        Waited::ItsOwnSlowPart,
-                        gap,
-                        FindingKind::Straggler,
-                        r::STRAGGLER_SHARE,
-                        b.min(i),
-                        driver,
-                        marked,
-                        start,
-                    ));
-                } else if straggler.is_some() {
-                    p = vec![[wait / f64::from(accumulation), step_s]];
-                    truth.push(plain_truth(gpu, rank, start));
-                } else {
-                    let (b, i) = longest_stretches(&p, step_s);
-                    truth.push(pattern_truth(
-                        gpu,
-                        rank,
-                        Waited::Input,
-                        1.0 - busy,
-                        FindingKind::DataloaderStarvation,
-                        r::CAUSE_SHARE,
-                        b.min(i),
-                        driver,
-                        marked,
-                        start,
-                    ));
-                }
-                let mut phase = pattern_phase(gpu, start, step_s, p, jitter, key);
-                phase.memory = memory;
-                phase.memory_controller = Some(g.range((0.3, 0.55)));
-                phase.steps = marks_steps;
-                phases.push(phase);
-            }
-            if kind == "healthy" || kind == "fault" {
-                host_pauses(g, &gpus, start, memory, &mut phases);
-            }
-            if kind == "fault" {
-                apply_fault(g, &gpus, start, interval, profile, &mut phases, &mut faults, &mut truth);
-            }
-            JobShape::DataParallel { accumulation }
-        }
-        "pipeline" => {
-            let stages = gpus.len();
-            let micro_batches = g.int(r::MICRO_BATCHES);
-            let schedule =
-                [Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved { chunks: 2 }][g.pick(&[1.0, 1.0, 1.0])];
-            let f = step_s / ((f64::from(micro_batches) + stages as f64 - 1.0) * 3.0);
-            let spec = PipelineSpec {
-                schedule,
-                forward_s: (0..stages).map(|_| f * (1.0 + r::STAGE_IMBALANCE * (2.0 * g.unit() - 1.0))).collect(),
-                backward_ratio: 2.0,
-                micro_batches,
-                transfer_s: f * g.range(r::TRANSFER_SHARE),
-                optimizer_s: step_s * g.range((0.02, 0.08)),
-            };
-            let step = spec.step();
-            step_len = step.step_s;
-            for (rank, &gpu) in gpus.iter().enumerate() {
-                let busy = &step.busy[rank];
-                let share = 1.0 - busy_time(busy) / step.step_s;
-                let (b, i) = longest_stretches(busy, step.step_s);
-                truth.push(pattern_truth(
-                    gpu,
-                    rank as u32,
-                    Waited::PipelinePeers,
-                    share,
-                    FindingKind::PipelineBubbles,
-                    r::CAUSE_SHARE,
-                    b.min(i),
-                    driver,
-                    marked,
-                    start,
-                ));
-                let mut phase = pattern_phase(gpu, start, step.step_s, busy.clone(), jitter, key);
-                phase.memory = memory;
-                phase.memory_controller = Some(g.range((0.3, 0.55)));
-                phase.steps = marks_steps;
-                phases.push(phase);
-            }
-            JobShape::Pipeline { spec, replicas: 1 }
-        }
-        "offload" => {
-            let overlapped = g.unit() < 0.3;
-            let wait = if overlapped { 0.0 } else { g.range(r::OFFLOAD_WAIT_SHARE) };
-            let link = g.range(r::OFFLOAD_LINK_SHARE);
-            for (rank, &gpu) in gpus.iter().enumerate() {
-                let pattern = vec![[0.0, step_s * (1.0 - wait).max(0.02)]];
-                let mut phase = pattern_phase(gpu, start, step_s, pattern.clone(), jitter, key);
-                phase.memory = memory;
-                phase.steps = marks_steps;
-                phase.pcie_rx_idle = Some(link);
-                phase.pcie_rx = if overlapped { link * g.range((0.6, 0.9)) } else { g.range((0.02, 0.1)) };
-                phases.push(phase);
-                let (b, i) = longest_stretches(&pattern, step_s);
-                let mut t = pattern_truth(
-                    gpu,
-                    rank as u32,
-                    Waited::HostCopies,
-                    wait,
-                    FindingKind::PcieBound,
-                    r::CAUSE_SHARE,
-                    b.min(i),
-                    driver,
-                    marked,
-                    start,
-                );
-                // The link's counter is read at an instant: the copies show whatever the period.
-                if t.region == Region::Hidden || t.region == Region::MarksOnly {
-                    t.region = Region::Shown;
-                }
-                truth.push(t);
-            }
-            JobShape::Offload { overlapped }
-        }
-        "serving" => {
-            let busy = g.range(r::BUSY_SHARE);
-            let service = g.log_range(r::SERVICE_S);
-            let rate = busy / service;
-            // Poisson arrivals over the run; a request that finds the GPU busy queues.
-            let mut pattern: Vec<[f64; 2]> = Vec::new();
-            let (mut t, mut free_at) = (0.0, 0.0f64);
-            let span = r::DURATION_S;
-            loop {
-                t += -(1.0 - g.unit()).ln() / rate;
-                let begin = t.max(free_at);
-                if begin + service > span {
-                    break;
-                }
-                free_at = begin + service;
-                pattern.push([begin, free_at]);
-            }
-            merge(&mut pattern);
-            let actual = busy_time(&pattern) / span;
-            let gaps = pattern.len().max(1) as f64;
-            let mean_busy = busy_time(&pattern) / gaps;
-            let mean_idle = (span - busy_time(&pattern)) / gaps;
-            let gpu = gpus[0];
-            let mut phase = pattern_phase(gpu, 0.0, span, pattern, 0.0, key);
-            phase.memory = memory;
-            phases.push(phase);
-            truth.push(pattern_truth(
-                gpu,
-                0,
-                Waited::Input,
-                1.0 - actual,
-                FindingKind::DataloaderStarvation,
-                r::CAUSE_SHARE,
-                mean_busy.min(mean_idle),
-                driver,
-                false,
-                0.0,
-            ));
-            step_len = span;
-            JobShape::Serving { rate_per_s: rate }
-        }
-        "holding" => {
-            let gpu = gpus[0];
-            phases.push(Phase {
-                gpus: Some(vec![gpu]),
-                busy: 0.0,
-                idle: 0.0,
-                memory: g.range((0.2, 0.6)),
-                ..Phase::default()
-            });
-            truth.push(GpuTruth {
-                waited: Waited::NoWork,
-                waited_share: 1.0,
-                cause: Some(FindingKind::IdleAllocated),
-                ..plain_truth(gpu, 0, 0.0)
-            });
-            JobShape::Holding
-        }
-        _ => {
-            // "imbalance": a model placed unevenly on two GPUs (`device_map="auto"`): one
-            // computes, the other holds its share of the weights and waits.
-            let (busy_gpu, idle_gpu) = (gpus[0], gpus[1]);
-            phases.push(Phase {
-                gpus: Some(vec![busy_gpu]),
-                from_s: start,
-                busy: g.range((0.9, 0.99)),
-                memory,
-                ..Phase::default()
-            });
-            phases.push(Phase {
-                gpus: Some(vec![idle_gpu]),
-                from_s: start,
-                busy: g.range((0.02, 0.15)),
-                memory: memory * 0.5,
-                ..Phase::default()
-            });
-            truth.push(plain_truth(busy_gpu, 0, start));
-            truth.push(GpuTruth {
-                waited: Waited::PipelinePeers,
-                waited_share: 0.9,
-                cause: Some(FindingKind::Imbalance),
-                ..plain_truth(idle_gpu, 1, start)
-            });
-            JobShape::DataParallel { accumulation: 1 }
-        }
+        "starved" | "healthy" | "straggler" | "fault" => data_parallel(g, &c, &gpus, &mut out),
+        "pipeline" => pipeline(g, &c, &gpus, &mut out),
+        "offload" => offload(g, &c, &gpus, &mut out),
+        "serving" => serving(g, &c, &gpus, &mut out),
+        "holding" => holding(g, &gpus, &mut out),
+        _ => imbalance(g, &c, &gpus, &mut out),
     };
-    let description = format!("{kind} on GPUs {gpus:?}, step {step_len:.2} s, jitter {jitter:.2}, start {start:.1} s");
+    let description =
+        format!("{kind} on GPUs {gpus:?}, step {:.2} s, jitter {jitter:.2}, start {start:.1} s", out.step_len);
     Built {
         job: SimJob {
             name: format!("{kind}-{index}"),
             shape,
             gpus,
-            step_s: step_len,
+            step_s: out.step_len,
             start_s: start,
             marks_steps,
             owner: Arc::new(owner),
@@ -471,10 +272,248 @@ fn build_job(
             launcher_pid,
             description,
         },
-        phases,
-        faults,
-        truth,
+        phases: out.phases,
+        faults: out.faults,
+        truth: out.truth,
     }
+}
+
+/// Data-parallel ranks in lockstep: input wait, compute (per micro-step), all-reduce.
+fn data_parallel(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobShape {
+    let accumulation = if g.unit() < 0.3 { g.int(r::ACCUMULATION) } else { 1 };
+    let busy = if c.kind == "starved" { g.range(r::BUSY_SHARE) } else { g.range((0.9, 0.99)) };
+    let allreduce = g.range((0.02, 0.08)) * busy * c.step_s;
+    let compute = busy * c.step_s - allreduce;
+    let wait = c.step_s - busy * c.step_s;
+    let micro = c.step_s / f64::from(accumulation);
+    let mut pattern = Vec::new();
+    for k in 0..accumulation {
+        let o = f64::from(k) * micro * (compute + wait) / c.step_s;
+        pattern.push([o + wait / f64::from(accumulation), o + (wait + compute) / f64::from(accumulation)]);
+    }
+    pattern.push([compute + wait, c.step_s]);
+    merge(&mut pattern);
+    let straggler = (c.kind == "straggler").then(|| (g.int((0, gpus.len() as u32 - 1)), g.range(r::STRAGGLER_GAP)));
+    for (rank, &gpu) in gpus.iter().enumerate() {
+        let rank = rank as u32;
+        let mut p = pattern.clone();
+        if let Some((slow, gap)) = straggler.filter(|(s, _)| *s == rank) {
+            // Its own input is late: it idles `gap` of each step while its peers spin in
+            // the all-reduce waiting for it (they read busy).
+            let late = wait / f64::from(accumulation) + gap * c.step_s;
+            p = vec![[late.min(c.step_s * 0.95), c.step_s]];
+            let (b, i) = longest_stretches(&p, c.step_s);
+            out.truth.push(pattern_truth(
+                gpu,
+                slow,
+                Waited::ItsOwnSlowPart,
+                gap,
+                FindingKind::Straggler,
+                r::STRAGGLER_SHARE,
+                b.min(i),
+                c.driver,
+                c.marked,
+                c.start,
+            ));
+        } else if straggler.is_some() {
+            p = vec![[wait / f64::from(accumulation), c.step_s]];
+            out.truth.push(plain_truth(gpu, rank, c.start));
+        } else {
+            let (b, i) = longest_stretches(&p, c.step_s);
+            out.truth.push(pattern_truth(
+                gpu,
+                rank,
+                Waited::Input,
+                1.0 - busy,
+                FindingKind::DataloaderStarvation,
+                r::CAUSE_SHARE,
+                b.min(i),
+                c.driver,
+                c.marked,
+                c.start,
+            ));
+        }
+        let mut phase = pattern_phase(gpu, c.start, c.step_s, p, c.jitter, c.key);
+        phase.memory = c.memory;
+        phase.memory_controller = Some(g.range((0.3, 0.55)));
+        phase.steps = c.marks_steps;
+        out.phases.push(phase);
+    }
+    if c.kind == "healthy" || c.kind == "fault" {
+        host_pauses(g, gpus, c.start, c.memory, &mut out.phases);
+    }
+    if c.kind == "fault" {
+        apply_fault(g, gpus, c.start, c.interval, c.profile, &mut out.phases, &mut out.faults, &mut out.truth);
+    }
+    JobShape::DataParallel { accumulation }
+}
+
+/// Pipeline stages under a drawn schedule.
+fn pipeline(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobShape {
+    let stages = gpus.len();
+    let micro_batches = g.int(r::MICRO_BATCHES);
+    let schedule = [Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved { chunks: 2 }][g.pick(&[1.0, 1.0, 1.0])];
+    let f = c.step_s / ((f64::from(micro_batches) + stages as f64 - 1.0) * 3.0);
+    let spec = PipelineSpec {
+        schedule,
+        forward_s: (0..stages).map(|_| f * (1.0 + r::STAGE_IMBALANCE * (2.0 * g.unit() - 1.0))).collect(),
+        backward_ratio: 2.0,
+        micro_batches,
+        transfer_s: f * g.range(r::TRANSFER_SHARE),
+        optimizer_s: c.step_s * g.range((0.02, 0.08)),
+    };
+    let step = spec.step();
+    out.step_len = step.step_s;
+    for (rank, &gpu) in gpus.iter().enumerate() {
+        let busy = &step.busy[rank];
+        let share = 1.0 - busy_time(busy) / step.step_s;
+        let (b, i) = longest_stretches(busy, step.step_s);
+        out.truth.push(pattern_truth(
+            gpu,
+            rank as u32,
+            Waited::PipelinePeers,
+            share,
+            FindingKind::PipelineBubbles,
+            r::CAUSE_SHARE,
+            b.min(i),
+            c.driver,
+            c.marked,
+            c.start,
+        ));
+        let mut phase = pattern_phase(gpu, c.start, step.step_s, busy.clone(), c.jitter, c.key);
+        phase.memory = c.memory;
+        phase.memory_controller = Some(g.range((0.3, 0.55)));
+        phase.steps = c.marks_steps;
+        out.phases.push(phase);
+    }
+    JobShape::Pipeline { spec, replicas: 1 }
+}
+
+/// ZeRO/FSDP offload: the SMs wait while copies run on the link (unless overlapped).
+fn offload(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobShape {
+    let overlapped = g.unit() < 0.3;
+    let wait = if overlapped { 0.0 } else { g.range(r::OFFLOAD_WAIT_SHARE) };
+    let link = g.range(r::OFFLOAD_LINK_SHARE);
+    for (rank, &gpu) in gpus.iter().enumerate() {
+        let pattern = vec![[0.0, c.step_s * (1.0 - wait).max(0.02)]];
+        let mut phase = pattern_phase(gpu, c.start, c.step_s, pattern.clone(), c.jitter, c.key);
+        phase.memory = c.memory;
+        phase.steps = c.marks_steps;
+        phase.pcie_rx_idle = Some(link);
+        phase.pcie_rx = if overlapped { link * g.range((0.6, 0.9)) } else { g.range((0.02, 0.1)) };
+        out.phases.push(phase);
+        let (b, i) = longest_stretches(&pattern, c.step_s);
+        let mut t = pattern_truth(
+            gpu,
+            rank as u32,
+            Waited::HostCopies,
+            wait,
+            FindingKind::PcieBound,
+            r::CAUSE_SHARE,
+            b.min(i),
+            c.driver,
+            c.marked,
+            c.start,
+        );
+        // The link's counter is read at an instant: the copies show whatever the period.
+        if t.region == Region::Hidden || t.region == Region::MarksOnly {
+            t.region = Region::Shown;
+        }
+        out.truth.push(t);
+    }
+    JobShape::Offload { overlapped }
+}
+
+/// An inference server: Poisson arrivals, batches queue while the GPU is busy.
+fn serving(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobShape {
+    let busy = g.range(r::BUSY_SHARE);
+    let service = g.log_range(r::SERVICE_S);
+    let rate = busy / service;
+    // Poisson arrivals over the run; a request that finds the GPU busy queues.
+    let mut pattern: Vec<[f64; 2]> = Vec::new();
+    let (mut t, mut free_at) = (0.0, 0.0f64);
+    let span = r::DURATION_S;
+    loop {
+        t += -(1.0 - g.unit()).ln() / rate;
+        let begin = t.max(free_at);
+        if begin + service > span {
+            break;
+        }
+        free_at = begin + service;
+        pattern.push([begin, free_at]);
+    }
+    merge(&mut pattern);
+    let actual = busy_time(&pattern) / span;
+    let gaps = pattern.len().max(1) as f64;
+    let mean_busy = busy_time(&pattern) / gaps;
+    let mean_idle = (span - busy_time(&pattern)) / gaps;
+    let gpu = gpus[0];
+    let mut phase = pattern_phase(gpu, 0.0, span, pattern, 0.0, c.key);
+    phase.memory = c.memory;
+    out.phases.push(phase);
+    out.truth.push(pattern_truth(
+        gpu,
+        0,
+        Waited::Input,
+        1.0 - actual,
+        FindingKind::DataloaderStarvation,
+        r::CAUSE_SHARE,
+        mean_busy.min(mean_idle),
+        c.driver,
+        false,
+        0.0,
+    ));
+    out.step_len = span;
+    JobShape::Serving { rate_per_s: rate }
+}
+
+/// A process holds memory and runs nothing (a paused notebook).
+fn holding(g: &mut Rng, gpus: &[u32], out: &mut Out) -> JobShape {
+    let gpu = gpus[0];
+    out.phases.push(Phase {
+        gpus: Some(vec![gpu]),
+        busy: 0.0,
+        idle: 0.0,
+        memory: g.range((0.2, 0.6)),
+        ..Phase::default()
+    });
+    out.truth.push(GpuTruth {
+        waited: Waited::NoWork,
+        waited_share: 1.0,
+        cause: Some(FindingKind::IdleAllocated),
+        ..plain_truth(gpu, 0, 0.0)
+    });
+    JobShape::Holding
+}
+
+/// A model placed unevenly on two GPUs (`device_map="auto"`): one computes, the other holds
+/// its share of the weights and waits.
+fn imbalance(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobShape {
+    // "imbalance": a model placed unevenly on two GPUs (`device_map="auto"`): one
+    // computes, the other holds its share of the weights and waits.
+    let (busy_gpu, idle_gpu) = (gpus[0], gpus[1]);
+    out.phases.push(Phase {
+        gpus: Some(vec![busy_gpu]),
+        from_s: c.start,
+        busy: g.range((0.9, 0.99)),
+        memory: c.memory,
+        ..Phase::default()
+    });
+    out.phases.push(Phase {
+        gpus: Some(vec![idle_gpu]),
+        from_s: c.start,
+        busy: g.range((0.02, 0.15)),
+        memory: c.memory * 0.5,
+        ..Phase::default()
+    });
+    out.truth.push(plain_truth(busy_gpu, 0, c.start));
+    out.truth.push(GpuTruth {
+        waited: Waited::PipelinePeers,
+        waited_share: 0.9,
+        cause: Some(FindingKind::Imbalance),
+        ..plain_truth(idle_gpu, 1, c.start)
+    });
+    JobShape::DataParallel { accumulation: 1 }
 }
 
 /// Merges touching stretches in place (they are in order).

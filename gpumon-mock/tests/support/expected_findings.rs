@@ -1,7 +1,7 @@
 //! The diagnosis contract of every built-in scenario (issue #10's table): which findings each
 //! scenario must raise, on which GPUs, within how many ticks — and nothing else. Shared by the
 //! mock test (gpumon-mock/tests/diagnosis.rs) and the fake-libnvidia-ml test
-//! (gpumon-mock/fake-nvml/tests/diagnosis.rs), so both backends are held to one table.
+//! (fake-nvml/tests/diagnosis.rs), so both backends are held to one table.
 #![allow(dead_code)]
 
 use std::collections::BTreeSet;

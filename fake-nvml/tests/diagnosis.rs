@@ -5,7 +5,7 @@
 
 mod common;
 
-#[path = "../../tests/support/expected_findings.rs"]
+#[path = "../../gpumon-mock/tests/support/expected_findings.rs"]
 mod expected_findings;
 
 use std::time::Duration;
