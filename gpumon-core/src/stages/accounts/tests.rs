@@ -46,10 +46,7 @@ impl Rng {
 }
 
 fn owned_by(d: &mut DeviceSample, namespace: &str, pod: &str) {
-    let mut owner = Owner::default();
-    owner.namespace = Some(namespace.into());
-    owner.pod = Some(pod.into());
-    let owner = Arc::new(owner);
+    let owner = Arc::new(Owner { namespace: Some(namespace.into()), pod: Some(pod.into()), ..Owner::default() });
     let mut p = ProcessSample::new(1000 + d.info.index);
     p.memory_used = Some(GIB);
     p.owner = Some(owner.clone());
@@ -221,8 +218,7 @@ fn each_tick_exports_the_current_owners_counters() {
     use crate::steps::{RunSteps, Steps};
     let interval = Duration::from_secs(1);
     let (_, _, mut accounts, handle) = attached(interval);
-    let mut run = RunSteps::default();
-    run.job = "resnet".into();
+    let run = RunSteps { job: "resnet".into(), ..RunSteps::default() };
     let tick = |accounts: &mut Accounts, n: u64, namespace: &str, events: Vec<FindingEvent>| {
         let mut d = DeviceSample::new(info(0));
         d.memory.total = Some(80 * GIB);
