@@ -81,7 +81,7 @@ mod runtime;
 pub mod nvml;
 
 // The stages live in `stages/`; their first paths, at the crate root, stay.
-pub use stages::{attribution, diagnose, report, steps};
+pub use stages::{accounts, attribution, diagnose, report, steps};
 
 pub use filter::{DeviceFilter, DeviceOrderError, DeviceSelector, FilterParseError};
 pub use metric::{

@@ -114,6 +114,10 @@ impl DiagnosePlan {
         if let Some(d) = self.diagnoser.take() {
             builder = builder.processor(d);
         }
+        // The GPU-time accounts read each tick's findings, as the report does (family `accounts`).
+        if sampling.metrics().contains(Family::Accounts) {
+            builder = builder.processor(gpumon_core::accounts::Accounts::new().0.with_thresholds(&self.thresholds));
+        }
         if !report {
             return (builder, None);
         }

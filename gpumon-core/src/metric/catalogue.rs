@@ -71,12 +71,18 @@ pub enum Family {
     /// Series of a stage outside gpumon's catalogue (an embedder's own,
     /// [`Descriptor::derived`]). Costs the backend nothing.
     Derived,
+    /// GPU-time accounts ([`crate::accounts`]): per GPU and owner, monotonic counters of the
+    /// GPU-seconds observed, allocated, idle while allocated and lost per cause, and the energy
+    /// used — the run report's figures as counters, so that a TSDB sums them over a fleet.
+    /// Derived from the other families: costs the backend nothing. Declared last so that the
+    /// other families' bits in a [`MetricSet`] stay where they were.
+    Accounts,
 }
 
 impl Family {
     /// Every family, in declaration order: the sampled families, then the derived ones
     /// ([`Family::Diagnosis`], [`Family::Steps`]) last.
-    pub const ALL: [Family; 24] = [
+    pub const ALL: [Family; 25] = [
         Family::Status,
         Family::Utilization,
         Family::Memory,
@@ -101,6 +107,7 @@ impl Family {
         Family::Diagnosis,
         Family::Steps,
         Family::Derived,
+        Family::Accounts,
     ];
 
     /// Families that cost noticeably more than the rest, and so are off in [`MetricSet::default`].
@@ -133,6 +140,7 @@ impl Family {
             Family::Diagnosis => "diagnosis",
             Family::Steps => "steps",
             Family::Derived => "derived",
+            Family::Accounts => "accounts",
         }
     }
 
@@ -786,6 +794,27 @@ catalogue! {
     AttributionFailures { "attribution_failures", Processes, Count, Counter, "Failures of gpumon's attribution sources since the agent started: processes whose /proc entries could not be read (source=proc), failed kubelet pod-resources calls (source=kubelet).",
         label: None, dcgm: None, otel: hw("gpumon.attribution.failures"),
         scope: Host, labels: &["source"] }
+
+    /// GPU-time observed, per GPU and owner ([`crate::accounts`]).
+    AccountObserved { "account_observed", Accounts, Seconds, Counter, "GPU-time observed on the GPU while this owner (namespace, pod, container, user, job) held it, since the agent started: each tick up counts the time since the previous tick, at most an interval.",
+        label: None, dcgm: None, otel: hw("gpumon.account.observed"),
+        scope: Device, labels: &["job"] }
+    /// GPU-time allocated, per GPU and owner.
+    AccountAllocated { "account_allocated", Accounts, Seconds, Counter, "GPU-time the GPU was allocated (memory used at least 10 % of the total by default, or a process on it) while this owner held it, since the agent started.",
+        label: None, dcgm: None, otel: hw("gpumon.account.allocated"),
+        scope: Device, labels: &["job"] }
+    /// Idle GPU-time while allocated, per GPU and owner.
+    AccountIdleAllocated { "account_idle_allocated", Accounts, Seconds, Counter, "GPU-time idle while allocated, (1 - utilisation) x interval summed over the allocated ticks (idle time within intervals counts), while this owner held the GPU, since the agent started.",
+        label: None, dcgm: None, otel: hw("gpumon.account.idle_allocated"),
+        scope: Device, labels: &["job"] }
+    /// GPU-time lost per cause, per GPU and owner.
+    AccountLost { "account_lost", Accounts, Seconds, Counter, "GPU-time lost to a cause the diagnosis found (the run report's definition per cause; causes can hold at once, so they overlap), while this owner held the GPU, since the agent started.",
+        label: None, dcgm: None, otel: hw("gpumon.account.lost"),
+        scope: Device, labels: &["cause", "job"] }
+    /// Energy used, per GPU and owner.
+    AccountEnergy { "account_energy", Accounts, Joules, Counter, "Energy the GPU used while this owner held it, since the agent started (the driver's energy counter, else power x interval).",
+        label: None, dcgm: None, otel: hw("gpumon.account.energy"),
+        scope: Device, labels: &["job"] }
 }
 
 impl MetricId {

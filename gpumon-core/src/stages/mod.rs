@@ -26,7 +26,9 @@
 //! - [`steps`] (`stages/steps/`): training steps;
 //! - [`diagnose`] (`stages/diagnose/`): findings, with their output type [`Diagnosis`]
 //!   (`stages/diagnose/finding.rs`);
-//! - [`report`] (`stages/report/`): the run report.
+//! - [`report`] (`stages/report/`): the run report;
+//! - [`accounts`] (`stages/accounts/`): the report's GPU-time figures as counters per GPU and
+//!   owner, for a fleet's TSDB.
 //!
 //! They are also at the crate root (`gpumon_core::diagnose`, …), where they were first.
 //! The framework is this file ([`Processor`]), `service.rs` ([`Service`]) and `text.rs`; what a
@@ -37,6 +39,7 @@
 //!
 //! [`Diagnosis`]: crate::Diagnosis
 
+pub mod accounts;
 pub mod attribution;
 #[cfg(feature = "serde")]
 mod builtin;

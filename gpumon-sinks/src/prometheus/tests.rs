@@ -214,6 +214,19 @@ fn every_family_has_help_and_type_in_every_format() {
     ]));
     snap.attach(steps(&snap.devices));
     snap.attach(*attributed().output::<gpumon_core::attribution::AttributionSummary>().unwrap());
+    // The GPU-time accounts, after the diagnosis: a tick that raised the active findings (which
+    // opens their lost series), then this one.
+    let mut accounts = gpumon_core::accounts::Accounts::new().0;
+    let mut raised = snap.clone();
+    let mut with_events = diagnosis(&[]);
+    let active = &snap.output::<Diagnosis>().unwrap().active;
+    with_events.events = active
+        .iter()
+        .map(|f| gpumon_core::FindingEvent::new(gpumon_core::Transition::Raised, f.clone(), None))
+        .collect();
+    raised.attach(with_events);
+    gpumon_core::Processor::process(&mut accounts, &mut raised);
+    gpumon_core::Processor::process(&mut accounts, &mut snap);
     for naming in [Naming::Native, Naming::Dcgm] {
         for format in [Format::Text, Format::OpenMetrics] {
             let text = render_with(naming, format, snap.clone());
@@ -913,6 +926,22 @@ fn owner_labels_are_on_every_device_series_and_processes_carry_their_own() {
         has(r#"gpumon_attribution_failures_total{host="node-1",source="proc"} 2"#);
         has(r#"gpumon_attribution_failures_total{host="node-1",source="kubelet"} 1"#);
     }
+}
+
+/// The GPU-time accounts carry the GPU's owner labels, as every device series does.
+#[test]
+fn accounts_carry_the_owner_labels() {
+    let mut snap = attributed();
+    gpumon_core::Processor::process(&mut gpumon_core::accounts::Accounts::new().0, &mut snap);
+    let text = render_with(Naming::Native, Format::Text, snap);
+    let lines = series(&text);
+    let device = r#"gpu="0",uuid="GPU-aaaa",host="node-1""#;
+    let owners = r#"namespace="team-a",pod="train-0",container="(shared)",user="(shared)""#;
+    for name in ["observed", "allocated", "idle_allocated"] {
+        let line = format!("gpumon_account_{name}_seconds_total{{{device},{owners}}} 0");
+        assert!(lines.contains(&line.as_str()), "missing {line}\n{text}");
+    }
+    assert!(text.contains("# TYPE gpumon_account_observed_seconds_total counter"), "{text}");
 }
 
 #[test]

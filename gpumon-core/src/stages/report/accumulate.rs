@@ -11,11 +11,11 @@ use super::model::{EnergySource, FindingReport, GpuReport};
 pub(super) const BINS_PER_UNIT: usize = 1000;
 
 /// How many finding kinds there are: one bit each in [`GpuAcc::open`].
-pub(super) const KINDS: usize = FindingKind::ALL.len();
+pub(crate) const KINDS: usize = FindingKind::ALL.len();
 const _: () = assert!(KINDS <= 32, "GpuAcc::open is a u32");
 
 /// Position of `kind` in [`FindingKind::ALL`].
-pub(super) fn slot(kind: FindingKind) -> usize {
+pub(crate) fn slot(kind: FindingKind) -> usize {
     FindingKind::ALL.iter().position(|k| *k == kind).unwrap_or(0)
 }
 
@@ -266,7 +266,7 @@ impl GpuAcc {
 
 /// Whether `d` is allocated: memory used at least `ratio` of the total, or a process on it
 /// (the diagnosis' own test).
-pub(super) fn is_allocated(d: &DeviceSample, ratio: f64) -> bool {
+pub(crate) fn is_allocated(d: &DeviceSample, ratio: f64) -> bool {
     let total = d.memory.total.or(d.info.memory_total_bytes);
     !d.processes.is_empty()
         || matches!((d.memory.used, total), (Some(u), Some(t)) if t > 0 && u as f64 / t as f64 >= ratio)
@@ -274,7 +274,7 @@ pub(super) fn is_allocated(d: &DeviceSample, ratio: f64) -> bool {
 
 /// The GPU-time `d` idled over `span` seconds while allocated; `None` when it is down, not
 /// allocated or without a level.
-pub(super) fn idle_while_allocated(d: &DeviceSample, span: f64, ratio: f64) -> Option<f64> {
+pub(crate) fn idle_while_allocated(d: &DeviceSample, span: f64, ratio: f64) -> Option<f64> {
     if !d.is_up() || !is_allocated(d, ratio) {
         return None;
     }
@@ -286,7 +286,7 @@ pub(super) fn idle_while_allocated(d: &DeviceSample, span: f64, ratio: f64) -> O
 /// (the loader, the host) and, beyond that, for the slowest rank: that part is the straggler's.
 /// GPUs of another owner (attribution on, each GPU's processes of one owner) are not its peers.
 /// `idle`: [`idle_while_allocated`] of each device, in the snapshot's order.
-pub(super) fn peers_wait(devices: &[DeviceSample], idle: &[Option<f64>], at: usize) -> f64 {
+pub(crate) fn peers_wait(devices: &[DeviceSample], idle: &[Option<f64>], at: usize) -> f64 {
     let own = idle.get(at).copied().flatten().unwrap_or(0.0);
     let owner = devices.get(at).and_then(crate::stages::diagnose::sole_owner);
     let same_job = |d: &DeviceSample| match (owner, crate::stages::diagnose::sole_owner(d)) {
@@ -306,7 +306,7 @@ pub(super) fn peers_wait(devices: &[DeviceSample], idle: &[Option<f64>], at: usi
 /// The GPU-time one interval of an open finding of `kind` cost, on a GPU that is up with
 /// utilisation level `busy`; `peers_wait`: what the other GPUs waited for it (see the module
 /// docs).
-pub(super) fn lost(kind: FindingKind, d: &DeviceSample, busy: Option<f64>, interval: f64, peers_wait: f64) -> f64 {
+pub(crate) fn lost(kind: FindingKind, d: &DeviceSample, busy: Option<f64>, interval: f64, peers_wait: f64) -> f64 {
     use FindingKind as K;
     match kind {
         K::DataloaderStarvation | K::PipelineBubbles | K::IdleAllocated | K::Imbalance | K::PcieBound => {
