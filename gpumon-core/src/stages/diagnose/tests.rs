@@ -9,7 +9,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::model::{ClockEventReasons, DeviceInfo, DeviceSample, SystemInfo, WindowStats, XidCount};
-use crate::stages::diagnose::finding::Severity;
+use crate::stages::diagnose::finding::{Diagnosis, FindingKind, Severity, Transition};
 use crate::stages::{Processor, ProcessorContext};
 
 const GIB: u64 = 1 << 30;
