@@ -308,4 +308,3 @@ impl DiagnoseConfig {
         self.thresholds.validate()
     }
 }
-

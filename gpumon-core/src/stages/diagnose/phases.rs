@@ -71,7 +71,12 @@ impl Diagnoser {
 
     /// Phase 2 for the device at `position`: asks every rule, updates its window, raises and
     /// clears its findings. Whether anything was raised or cleared.
-    pub(super) fn judge_device(&mut self, snapshot: &Snapshot, position: usize, events: &mut Vec<FindingEvent>) -> bool {
+    pub(super) fn judge_device(
+        &mut self,
+        snapshot: &Snapshot,
+        position: usize,
+        events: &mut Vec<FindingEvent>,
+    ) -> bool {
         let d = &snapshot.devices[position];
         let t = self.config.thresholds;
         let (grace_ticks, raise_at, clear_at) = (self.grace_ticks, self.raise_at, self.clear_at);
@@ -99,6 +104,7 @@ impl Diagnoser {
             s: &stats,
             history: &track.history,
             window,
+            extremes: &track.extremes,
             group,
             position,
             active: &active,
@@ -112,8 +118,11 @@ impl Diagnoser {
             _ => None,
         };
         track.swings = window;
+        let (low, high) = stats.reading_extremes();
+        track.extremes.entered(low, high);
         if let Some(left) = track.history.push(stats.past(together)) {
             track.swings.left(left.swing(&t));
+            track.extremes.left();
         }
         let enabled: Holds = std::array::from_fn(|k| !self.config.disabled.contains(&FindingKind::ALL[k]));
         track.tallies.push(std::array::from_fn(|k| holds[k] && enabled[k]));
@@ -196,6 +205,7 @@ impl Track {
         Track {
             history: Ring::new(ticks),
             swings: rules::Swings::default(),
+            extremes: super::window::Extremes::default(),
             tallies: Tallies::new(ticks),
             raised: RaisedSet::default(),
             counters: Counters::default(),
@@ -271,7 +281,13 @@ struct Judged<'a> {
 }
 
 /// The finding of `kind` (slot `k`) raised on the device at `ctx.position` now.
-fn raise_finding(snapshot: &Snapshot, track: &Track, kind: FindingKind, k: usize, ctx: &Judged<'_>) -> (Finding, Raised) {
+fn raise_finding(
+    snapshot: &Snapshot,
+    track: &Track,
+    kind: FindingKind,
+    k: usize,
+    ctx: &Judged<'_>,
+) -> (Finding, Raised) {
     let (stats, position, at) = (ctx.stats, ctx.position, snapshot.taken_at);
     let d = &snapshot.devices[position];
     let peer = ctx
@@ -308,7 +324,10 @@ fn raise_finding(snapshot: &Snapshot, track: &Track, kind: FindingKind, k: usize
 fn waited_for_phrase(evidence: &mut String, snapshot: &Snapshot, kind: FindingKind, ctx: &Judged<'_>) {
     let (stats, position) = (ctx.stats, ctx.position);
     let slowed_finding = stats.slowed_busy
-        && matches!(kind, FindingKind::ThermalThrottling | FindingKind::PowerThrottling | FindingKind::ExternalSlowdown);
+        && matches!(
+            kind,
+            FindingKind::ThermalThrottling | FindingKind::PowerThrottling | FindingKind::ExternalSlowdown
+        );
     let pacing_finding = stats.paces_peers && kind == FindingKind::Straggler;
     if !(slowed_finding || pacing_finding) {
         return;

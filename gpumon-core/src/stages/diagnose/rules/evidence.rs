@@ -3,9 +3,9 @@
 
 use std::fmt::Write as _;
 
+use super::advice::LONG_IDLE_SECS;
 use super::host_waits::Undecided;
 use super::peers::JobKey;
-use super::advice::LONG_IDLE_SECS;
 use super::swings::{idle_stretches, Swings, TURN_PERIODS};
 use super::{Past, Reading, TickStats};
 use crate::model::ClockEventReasons;
@@ -129,7 +129,6 @@ fn held_down_phrase(out: &mut String, s: &Summary, now: &TickStats, reasons: &st
     let _ = write!(out, ", {reasons} active on {} of {} ticks", s.reason_ticks, s.ticks);
 }
 
-
 /// What evidence says about a GPU's job and peers, besides its own numbers.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PeerContext<'a> {
@@ -225,7 +224,12 @@ fn closing(out: &mut String, kind: FindingKind, now: &TickStats, secs: f64) {
     use FindingKind as K;
     let level_rule = !matches!(
         kind,
-        K::MemoryBound | K::ThermalThrottling | K::PowerThrottling | K::ExternalSlowdown | K::NearOom | K::HardwareErrors
+        K::MemoryBound
+            | K::ThermalThrottling
+            | K::PowerThrottling
+            | K::ExternalSlowdown
+            | K::NearOom
+            | K::HardwareErrors
     );
     if now.level_from_gpm && level_rule {
         out.push_str("; the level is GPM SM activity (NVML reads no utilisation for this device)");
@@ -416,7 +420,8 @@ fn near_oom(out: &mut String, now: &TickStats, history: &Ring<Past>, secs: f64) 
 fn pcie(out: &mut String, history: &Ring<Past>, s: &Summary, now: &TickStats) {
     if let Some(p) = s.pcie.get() {
         let _ = write!(out, "PCIe traffic {:.1} GB/s on average", p / 1e9);
-        let (sum, n) = history.iter().filter_map(|h| h.pcie_share.get()).fold((0.0, 0usize), |(a, n), v| (a + v, n + 1));
+        let (sum, n) =
+            history.iter().filter_map(|h| h.pcie_share.get()).fold((0.0, 0usize), |(a, n), v| (a + v, n + 1));
         if n > 0 {
             let _ = write!(out, " ({:.0} % of the link)", sum / n as f64 * 100.0);
         } else if let Some(link) = now.pcie_link_bytes_per_second {

@@ -4,7 +4,7 @@
 //! (`idle_allocated`).
 
 use super::peers::PeerHolds;
-use super::swings::{back_and_forth, Swings};
+use super::swings::{back_and_forth, readings_spread, Swings, STEP_MIN_SPREAD};
 use super::RuleInput;
 use crate::stages::diagnose::Thresholds;
 
@@ -60,9 +60,8 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
     // The level over the window, not this interval's: one interval of a cycle longer than it
     // is all busy or all idle.
     let mean = all.mean();
-    let quiet_memory = !memory_bound
-        && !pcie
-        && s.memory_controller.is_none_or(|m| m < t.starvation_max_memory_controller);
+    let quiet_memory =
+        !memory_bound && !pcie && s.memory_controller.is_none_or(|m| m < t.starvation_max_memory_controller);
     // Starvation is busy and idle in turn. Within one interval when the driver's buffer holds
     // enough samples to show both; across the window's ticks otherwise — whatever the number
     // of samples per interval (one, none: the latest reading), the window's low and high
@@ -73,15 +72,21 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
         _ => false,
     };
     let cycling = quiet_memory
-        && (within_interval
-            || (all.busy_and_idle() && back_and_forth(input.history, s.swing(input.together, t), t)));
+        && (within_interval || (all.busy_and_idle() && back_and_forth(input.history, s.swing(input.together, t), t)));
     let band = t.starvation_min_mean..=t.starvation_max_mean;
     // With step marks: the share of each step the GPU spent idle, whatever the sampling shows.
     // A loop whose steps keep the GPU busy 15-70 % of the time waits on its host (input, CPU
     // work) for the rest — also when the driver's sampling period averages every idle stretch
-    // away, which no reading can show. The marks decide whenever the window holds enough of
-    // them, however little the readings vary.
-    let from_steps = all.step_mean().is_some_and(|m| band.contains(&m)) && quiet_memory && !peers.behind;
+    // away, which no reading can show.
+    //
+    // But steps 72 % idle are what a steady light job reports too (small kernels, a CPU-bound
+    // loop): starvation is idle *stretches*, and those show in the readings as a spread. With
+    // readings flat to within `STEP_MIN_SPREAD`, nothing tells the two apart (the hand corpus'
+    // steady marked jobs must stay quiet), and nothing is raised.
+    let from_steps = all.step_mean().is_some_and(|m| band.contains(&m))
+        && quiet_memory
+        && !peers.behind
+        && readings_spread(input.extremes, s) >= STEP_MIN_SPREAD;
     // Waiting for a slowed peer (see `PeerGroup::slowed`): the idle stretches and the lower
     // level are the wait at each step, and the slowed GPU's finding names the cause. Not while
     // another GPU is busy on every reading so far but has too few readings to tell whether it
@@ -90,11 +95,7 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
     let judged = input.group.pending_busy == usize::from(s.pending_busy);
     let starving = (cycling && mean.is_some_and(|m| band.contains(&m))) || from_steps;
     let bubbling = cycling && mean.is_some_and(|m| m <= t.bubbles_max_mean);
-    let wait = if !allocated || !judged || waits {
-        Wait::None
-    } else {
-        classify(input, starving, bubbling)
-    };
+    let wait = if !allocated || !judged || waits { Wait::None } else { classify(input, starving, bubbling) };
     // A job that has not run yet (loading, compiling) gets a grace period; one that ran and
     // stopped, or has held the GPU idle for longer, does not. Nothing ran within the window: a
     // server answering a burst of requests now and then is idle most of the time, but not idle.

@@ -3,7 +3,7 @@
 //! and leave the window rather than re-read from it.
 
 use super::{Past, TickStats};
-use crate::stages::diagnose::window::Ring;
+use crate::stages::diagnose::window::{Extremes, Ring};
 use crate::stages::diagnose::Thresholds;
 
 /// One tick's part in [`Swings`].
@@ -123,6 +123,20 @@ pub(crate) fn back_and_forth(history: &Ring<Past>, now: Option<SwingReading>, t:
         }
     }
     false
+}
+
+/// The spread of the window's driver readings (this tick's included): the highest sample (else
+/// latest reading) less the lowest. 0 without any reading.
+pub(crate) fn readings_spread(window: &Extremes, now: &TickStats) -> f64 {
+    let ((lo, hi), (now_lo, now_hi)) = (window.get(), now.reading_extremes());
+    let either = |a: Option<f64>, b: Option<f64>, pick: fn(f64, f64) -> f64| match (a, b) {
+        (Some(a), Some(b)) => Some(pick(a, b)),
+        (a, b) => a.or(b),
+    };
+    match (either(lo, now_lo, f64::min), either(hi, now_hi, f64::max)) {
+        (Some(lo), Some(hi)) if hi >= lo => hi - lo,
+        _ => 0.0,
+    }
 }
 
 /// Busy and idle in turn across the window's ticks, whatever each interval holds: kept up to
@@ -303,6 +317,13 @@ const MIN_PATTERN_TICKS: usize = crate::stages::diagnose::MIN_WINDOW_TICKS;
 /// in turn.
 pub(crate) const TURN_PERIODS: f64 = 4.0;
 
+/// The spread of the window's readings (highest less lowest) the steps need before they decide
+/// starvation: 5 points. A steady job's driver readings stay within a point or two; a loop that
+/// idles in stretches spreads its readings by the part of a step each sample catches — at least
+/// 7 points with 0.3 s steps under a 1 s driver, 20 with 0.2 s steps under a 1/6 s one. A
+/// driver period that is a whole number of steps flattens even those (each sample holds whole
+/// steps): nothing can tell such a loop from steady light work, and nothing is raised.
+pub(crate) const STEP_MIN_SPREAD: f64 = 0.05;
 
 /// Ticks with reported steps the window needs before the steps decide starvation: one slow
 /// step (a checkpoint, an evaluation) must not.
