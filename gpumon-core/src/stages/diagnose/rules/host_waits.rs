@@ -116,8 +116,8 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
 /// - No other GPU of the job cycles: nothing to be a stage of (a GPU busy throughout is no
 ///   stage: it never idles) — starvation, when its level is in the band.
 /// - Steps shorter than [`super::TURN_PERIODS`] driver periods: together and in turn read the
-///   same; the steps are in the band or the readings cycle — one finding names both.
-/// - In turn, with the job known: bubbles; with the job assumed: both named.
+///   same — with the job known, one finding names both; assumed, the steps decide.
+/// - In turn, with the job known or three GPUs cycling: bubbles; else both named.
 /// - Together: starvation.
 fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
     let s = input.s;
@@ -125,13 +125,25 @@ fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
     if alone {
         return if starving { Wait::Starved } else { Wait::None };
     }
+    let known = input.group.job.known();
     if s.steps_too_short_for_turns() {
-        return if starving || bubbling { Wait::CannotTell(Undecided::StepsTooShort) } else { Wait::None };
+        // With the job known, several of its GPUs cycle and the readings cannot say how: both
+        // named. With it assumed, the steps decide (the hand corpus' marked data-parallel
+        // entries), and the evidence names bubbles as the look-alike.
+        return match (starving || bubbling, known) {
+            (false, _) => Wait::None,
+            (true, true) => Wait::CannotTell(Undecided::StepsTooShort),
+            (true, false) if starving => Wait::Starved,
+            (true, false) => Wait::None,
+        };
     }
     if input.window.staggered() {
+        // In turn with the job assumed: three or more GPUs cycling in turn are a pipeline's
+        // pattern; two may as well be two jobs each starving on its own.
+        let stages = input.group.cycling_peers(s.cycling) + 1;
         if !bubbling {
             Wait::None
-        } else if input.group.job.known() {
+        } else if known || stages >= 3 {
             Wait::Bubbles
         } else {
             Wait::CannotTell(Undecided::NoJobKnown)
