@@ -1253,37 +1253,19 @@ fn a_single_gpu_job_of_its_own_is_never_a_straggler_or_imbalance() {
 }
 
 #[test]
-fn short_marked_steps_of_a_multi_gpu_job_that_cycle_cannot_tell_loaders_from_bubbles() {
-    // Four GPUs of job "train", cycling, marking 0.4 s steps under a 1 s driver: whether they
-    // idle together or in turn is below what the readings can show.
-    use crate::stages::steps::{DeviceStep, RunSteps, StepReport, Steps};
-    let mut rig = Rig::new(10);
-    let mut last = None;
-    for tick in 1..=30u64 {
-        let mut runs = Vec::new();
-        let devices: Vec<DeviceSample> = (0..4u32)
-            .map(|i| {
-                let util = if (tick + u64::from(i)) % 3 == 0 { 0.02 } else { 0.9 };
-                let d = one_sample(i, util, false);
-                let mut report = StepReport::new(tick, Duration::from_millis(400));
-                let mut g = DeviceStep::new(d.info.uuid.clone());
-                g.utilization_mean = Some(0.6);
-                report.devices.push(g);
-                let mut run = RunSteps::new("train", Some(i));
-                run.last_duration = Some(report.duration);
-                run.last = Some(report.clone());
-                run.reported = vec![report];
-                run.gpus = Some(vec![i]);
-                runs.push(run);
-                d
-            })
-            .collect();
-        last = Some(rig.step_with(devices, Some(Steps { runs, ..Default::default() })));
-    }
-    let d = last.expect("30 ticks");
+fn two_gpus_idling_in_turn_that_nothing_says_share_a_job_cannot_tell_loaders_from_bubbles() {
+    // Two GPUs, no owners, no marks, idling in turn: a 2-stage pipeline, or two jobs each
+    // starving on its own. One finding names both, with both pieces of advice.
+    let mut tick = 0u32;
+    let d = Rig::new(10).run(30, || {
+        let gpus = (0..2).map(|i| one_sample(i, if tick % 2 == i { 0.02 } else { 0.93 }, true)).collect();
+        tick += 1;
+        gpus
+    });
     let kinds: BTreeSet<FindingKind> = kinds_on(&d).into_iter().map(|(_, k)| k).collect();
     assert_eq!(kinds, BTreeSet::from([FindingKind::StarvationOrBubbles]), "{:?}", kinds_on(&d));
     let f = &d.active[0];
     assert!(f.evidence.starts_with("cannot tell data loader starvation from pipeline bubbles"), "{}", f.evidence);
+    assert!(f.evidence.contains("assuming the GPUs with work belong to one job"), "{}", f.evidence);
     assert!(f.advice.contains("num_workers") && f.advice.contains("micro-batches"), "{}", f.advice);
 }

@@ -263,16 +263,12 @@ fn waits(
     use FindingKind as K;
     if kind == K::StarvationOrBubbles {
         out.push_str("cannot tell data loader starvation from pipeline bubbles: ");
-        out.push_str(match peers.undecided {
-            Some(Undecided::NoJobKnown) => {
-                "it idles in turn with other GPUs, but nothing says they run its job (another job starving on \
-                 its own reads the same as the next pipeline stage); "
-            }
-            _ => {
-                "its steps are too short for the driver's sampling to show whether the GPUs of its job idle \
-                 together (loaders) or in turn (pipeline stages); "
-            }
-        });
+        if peers.undecided == Some(Undecided::NoJobKnown) {
+            out.push_str(
+                "it idles in turn with another GPU, but nothing says they run one job (another job starving on \
+                 its own reads the same as the next pipeline stage); ",
+            );
+        }
     }
     pct(out, "utilisation mean", s.level.get());
     if let (Some(min), Some(max)) = (s.hires_min.get(), s.hires_max.get()) {
@@ -320,6 +316,9 @@ fn waits(
     memory_phrase(out, now);
     pct(out, "memory controller", s.memory_controller.get());
     region_phrase(out, now, history, t);
+    if kind == K::DataloaderStarvation && now.steps_too_short_for_turns() {
+        out.push_str("; if this GPU is a pipeline stage, these may be pipeline bubbles");
+    }
     if kind != K::DataloaderStarvation {
         job_phrase(out, peers.job);
     }

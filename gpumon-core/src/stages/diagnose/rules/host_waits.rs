@@ -24,9 +24,6 @@ pub(crate) enum Wait {
 /// Why the data cannot tell starvation from pipeline bubbles on a GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Undecided {
-    /// Its steps are shorter than a few driver sampling periods: every GPU's reading is taken
-    /// at its own moment, and idle stretches that short read the same together or in turn.
-    StepsTooShort,
     /// It idles in turn with other GPUs, but nothing says they belong to its job: another job
     /// starving on its own looks the same as the next pipeline stage.
     NoJobKnown,
@@ -116,7 +113,7 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
 /// - No other GPU of the job cycles: nothing to be a stage of (a GPU busy throughout is no
 ///   stage: it never idles) — starvation, when its level is in the band.
 /// - Steps shorter than [`super::TURN_PERIODS`] driver periods: together and in turn read the
-///   same — with the job known, one finding names both; assumed, the steps decide.
+///   same; the steps decide, and the evidence names bubbles as the look-alike.
 /// - In turn, with the job known or three GPUs cycling: bubbles; else both named.
 /// - Together: starvation.
 fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
@@ -125,17 +122,10 @@ fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
     if alone {
         return if starving { Wait::Starved } else { Wait::None };
     }
-    let known = input.group.job.known();
     if s.steps_too_short_for_turns() {
-        // With the job known, several of its GPUs cycle and the readings cannot say how: both
-        // named. With it assumed, the steps decide (the hand corpus' marked data-parallel
-        // entries), and the evidence names bubbles as the look-alike.
-        return match (starving || bubbling, known) {
-            (false, _) => Wait::None,
-            (true, true) => Wait::CannotTell(Undecided::StepsTooShort),
-            (true, false) if starving => Wait::Starved,
-            (true, false) => Wait::None,
-        };
+        // Together and in turn read the same: the steps decide (the hand corpus' marked
+        // data-parallel ranks), and the evidence names bubbles as the look-alike.
+        return if starving { Wait::Starved } else { Wait::None };
     }
     if input.window.staggered() {
         // In turn with the job assumed: three or more GPUs cycling in turn are a pipeline's
@@ -143,7 +133,7 @@ fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
         let stages = input.group.cycling_peers(s.cycling) + 1;
         if !bubbling {
             Wait::None
-        } else if known || stages >= 3 {
+        } else if input.group.job.known() || stages >= 3 {
             Wait::Bubbles
         } else {
             Wait::CannotTell(Undecided::NoJobKnown)
