@@ -52,8 +52,13 @@ crate::named_enum! {
         /// power limit.
         ExternalSlowdown = "external_slowdown",
         /// The GPU cycles between busy and idle like a starved one, but idles in turn with the other
-        /// GPUs rather than together: pipeline-parallel bubbles (or unevenly starved ranks).
+        /// GPUs of its job rather than together: pipeline-parallel bubbles.
         PipelineBubbles = "pipeline_bubbles",
+        /// "Cannot tell": the GPU cycles between busy and idle like a starved one or a pipeline
+        /// stage, and the data cannot decide which — its steps are too short for the driver's
+        /// sampling to show whether the GPUs idle together or in turn, or it idles in turn with
+        /// GPUs nothing says belong to its job. Names both causes, with both pieces of advice.
+        StarvationOrBubbles = "starvation_or_bubbles",
     }
 }
 

@@ -162,9 +162,7 @@ impl fmt::Display for Limitation {
 /// # Ok::<(), gpumon_core::diagnose::DiagnoseConfigError>(())
 /// ```
 pub fn limitations(config: &DiagnoseConfig, sampling: &Sampling) -> Vec<Limitation> {
-    use FindingKind as K;
     let on = |k: FindingKind| !config.disabled.contains(&k);
-    let has = |f: Family| sampling.metrics.contains(f);
     let mut out = Vec::new();
     let mut add = |rules: &[FindingKind], severity: Severity, reason: String, remedy: String| {
         let rules: Vec<FindingKind> = rules.iter().copied().filter(|&k| on(k)).collect();
@@ -172,8 +170,18 @@ pub fn limitations(config: &DiagnoseConfig, sampling: &Sampling) -> Vec<Limitati
             out.push(Limitation { rules, severity, reason, remedy });
         }
     };
+    level_and_memory_families(config, sampling, &mut add);
+    clock_and_error_families(sampling, &mut add);
+    window_host_and_driver(config, sampling, &mut add);
+    out
+}
 
-    // Families.
+type Add<'a> = dyn FnMut(&[FindingKind], Severity, String, String) + 'a;
+
+/// The families the level, memory and PCIe rules read.
+fn level_and_memory_families(config: &DiagnoseConfig, sampling: &Sampling, add: &mut Add<'_>) {
+    use FindingKind as K;
+    let has = |f: Family| sampling.metrics.contains(f);
     let level = has(Family::Utilization) || has(Family::HighResolution);
     let level_rules = [K::DataloaderStarvation, K::PipelineBubbles, K::Imbalance, K::IdleAllocated, K::Straggler];
     if !level {
@@ -254,6 +262,12 @@ pub fn limitations(config: &DiagnoseConfig, sampling: &Sampling) -> Vec<Limitati
             "on Hopper --enable gpm; elsewhere judge the instances by their processes (--enable processes)".into(),
         );
     }
+}
+
+/// The families the clock and error rules read.
+fn clock_and_error_families(sampling: &Sampling, add: &mut Add<'_>) {
+    use FindingKind as K;
+    let has = |f: Family| sampling.metrics.contains(f);
     if !has(Family::ClockEvents) {
         add(
             &[K::ThermalThrottling, K::PowerThrottling, K::ExternalSlowdown],
@@ -294,7 +308,13 @@ pub fn limitations(config: &DiagnoseConfig, sampling: &Sampling) -> Vec<Limitati
             "--enable ecc --enable xid --enable remapped_rows".into(),
         );
     }
+}
 
+/// The window, the device count and the driver's sampling period.
+fn window_host_and_driver(config: &DiagnoseConfig, sampling: &Sampling, add: &mut Add<'_>) {
+    use FindingKind as K;
+    let has = |f: Family| sampling.metrics.contains(f);
+    let level = has(Family::Utilization) || has(Family::HighResolution);
     // The window.
     let interval = sampling.interval.max(Duration::from_millis(1));
     let ticks = (config.window.as_secs_f64() / interval.as_secs_f64()).ceil().max(1.0) as usize;
@@ -364,7 +384,6 @@ pub fn limitations(config: &DiagnoseConfig, sampling: &Sampling) -> Vec<Limitati
             );
         }
     }
-    out
 }
 
 /// A duration as a short, flag-ready text: `100ms`, `1.5s`, `30s`.

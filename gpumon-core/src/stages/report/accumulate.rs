@@ -309,9 +309,12 @@ pub(crate) fn peers_wait(devices: &[DeviceSample], idle: &[Option<f64>], at: usi
 pub(crate) fn lost(kind: FindingKind, d: &DeviceSample, busy: Option<f64>, interval: f64, peers_wait: f64) -> f64 {
     use FindingKind as K;
     match kind {
-        K::DataloaderStarvation | K::PipelineBubbles | K::IdleAllocated | K::Imbalance | K::PcieBound => {
-            busy.map_or(0.0, |b| (1.0 - b) * interval)
-        }
+        K::DataloaderStarvation
+        | K::PipelineBubbles
+        | K::StarvationOrBubbles
+        | K::IdleAllocated
+        | K::Imbalance
+        | K::PcieBound => busy.map_or(0.0, |b| (1.0 - b) * interval),
         K::Straggler => busy.map_or(0.0, |b| (1.0 - b) * interval) + peers_wait,
         K::MemoryBound => d.gpm.sm_activity.or(busy).map_or(0.0, |sm| (1.0 - sm.clamp(0.0, 1.0)) * interval),
         K::ThermalThrottling | K::PowerThrottling | K::ExternalSlowdown => {

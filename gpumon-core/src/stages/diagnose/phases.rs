@@ -1,0 +1,368 @@
+//! The diagnosis stage's phases, one tick at a time: read every device into its job's group,
+//! judge each device (ask the rules, update its window, raise and clear), retire the devices
+//! that left, publish the diagnosis.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::finding::{Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Transition};
+use super::rules::evidence::PeerContext;
+use super::rules::host_waits::{Undecided, Wait};
+use super::rules::{self, Counters, Holds, JobKey, PeerGroup, RuleInput, TickStats};
+use super::window::{Ring, Tallies};
+use super::{clears, tracing_warn_unjudged, Diagnoser, Raised, RaisedSet, Track};
+use crate::model::{DeviceSample, Snapshot};
+use crate::stages::steps::Steps;
+
+impl Diagnoser {
+    /// Phase 1: reads every device once into the scratch stats, and sums each job's GPUs up
+    /// into its [`PeerGroup`] for the rules that compare peers.
+    pub(super) fn read_devices(&mut self, snapshot: &Snapshot) {
+        let t = self.config.thresholds;
+        self.scratch.clear();
+        self.groups.clear();
+        let steps = snapshot.output::<Steps>();
+        for (position, d) in snapshot.devices.iter().enumerate() {
+            let mut stats = self.read_device(d, snapshot.taken_at, steps);
+            stats.job = job_of(d, &stats, steps);
+            stats.group = self.groups.index_of(stats.job);
+            if stats.allocated(&t) {
+                let Some(track) = self.tracks.get(d.info.uuid.as_str()) else { continue };
+                let group = &mut self.groups.groups[stats.group];
+                offer(group, &mut stats, &track.swings, position, &t);
+            }
+            self.scratch.push(stats);
+        }
+        // The lone busy GPU its job's other GPUs wait for (see `TickStats::paces_peers`).
+        for g in 0..self.groups.groups.len() {
+            if let Some(position) = self.groups.groups[g].pacing_gpu() {
+                self.scratch[position].paces_peers = true;
+                self.groups.groups[g].slowed += 1;
+            }
+        }
+    }
+
+    /// One device's stats at this tick; makes its track on first sight.
+    fn read_device(&mut self, d: &DeviceSample, at: SystemTime, steps: Option<&Steps>) -> TickStats {
+        let (ticks, tick, t) = (self.ticks, self.tick, self.config.thresholds);
+        let track = self.tracks.entry(d.info.uuid.clone()).or_insert_with(|| Track::new(ticks));
+        track.seen = tick;
+        let mut stats = TickStats::read(d, at, &mut track.counters);
+        if let Some(w) = d.windows.gpu_utilization {
+            // A tenth per tick: steady within a few seconds of ticks, whatever the interval.
+            let n = f64::from(w.count);
+            let avg = track.driver_samples_per_tick.map_or(n, |a| a + (n - a) * 0.1);
+            track.driver_samples_per_tick = Some(avg);
+        }
+        stats.driver_period = track.driver_samples_per_tick.filter(|a| *a > 0.01).map(|a| self.interval_secs / a);
+        if let Some(run) = steps.and_then(|s| s.for_gpu(d.info.index)) {
+            stats.step_level = run.reported_utilization(&d.info.uuid);
+            stats.step_secs = run.last_duration.map(|d| d.as_secs_f64());
+        }
+        track.unjudged = stats.allocated(&t) && stats.level.is_none();
+        track.no_sm_activity = stats.level.is_some() && stats.sm_activity.is_none();
+        if track.unjudged && !track.unjudged_logged {
+            track.unjudged_logged = true;
+            tracing_warn_unjudged(&d.info.uuid, d.info.mig.is_some());
+        }
+        stats
+    }
+
+    /// Phase 2 for the device at `position`: asks every rule, updates its window, raises and
+    /// clears its findings. Whether anything was raised or cleared.
+    pub(super) fn judge_device(
+        &mut self,
+        snapshot: &Snapshot,
+        position: usize,
+        events: &mut Vec<FindingEvent>,
+    ) -> bool {
+        let d = &snapshot.devices[position];
+        let t = self.config.thresholds;
+        let (grace_ticks, raise_at, clear_at) = (self.grace_ticks, self.raise_at, self.clear_at);
+        let Some(track) = self.tracks.get_mut(d.info.uuid.as_str()) else { return false };
+        let group = &self.groups.groups[self.scratch[position].group];
+        let mut stats = self.scratch[position];
+        stats.peer_gap = rules::peer_gap(&stats, group, &t);
+        let allocated = stats.allocated(&t);
+        if allocated {
+            track.allocated_ticks = track.allocated_ticks.saturating_add(1);
+            track.ran |= stats.level.is_some_and(|l| l >= 0.5);
+        } else {
+            track.allocated_ticks = 0;
+            track.ran = false;
+        }
+        // In ticks, like the window: a stage fed snapshots faster than real time (a replay, a
+        // test) keeps the same semantics.
+        let past_grace = track.ran || track.allocated_ticks > grace_ticks;
+        let counted = stats.util.is_some() && !stats.busy_throughout;
+        let together = allocated && group.idle_together(counted, stats.idle_now(&t), stats.busy_now(&t));
+        let active: Holds = std::array::from_fn(|k| track.raised.is_raised(k));
+        let mut window = track.swings;
+        window.entered(stats.swing(together, &t));
+        let input = RuleInput {
+            s: &stats,
+            history: &track.history,
+            window,
+            extremes: &track.extremes,
+            group,
+            position,
+            active: &active,
+            together,
+            past_grace,
+            t: &t,
+        };
+        let (holds, wait) = rules::evaluate(&input);
+        let undecided = match wait {
+            Wait::CannotTell(why) => Some(why),
+            _ => None,
+        };
+        track.swings = window;
+        let (low, high) = stats.reading_extremes();
+        track.extremes.entered(low, high);
+        if let Some(left) = track.history.push(stats.past(together)) {
+            track.swings.left(left.swing(&t));
+            track.extremes.left();
+        }
+        let enabled: Holds = std::array::from_fn(|k| !self.config.disabled.contains(&FindingKind::ALL[k]));
+        track.tallies.push(std::array::from_fn(|k| holds[k] && enabled[k]));
+        let mut changed = false;
+        for (k, &kind) in FindingKind::ALL.iter().enumerate() {
+            let yes = track.tallies.yes(k);
+            let raise = match kind {
+                FindingKind::HardwareErrors => holds[k],
+                _ => yes >= raise_at,
+            };
+            if !track.raised.is_raised(k) && enabled[k] && raise && rules::confirm_raise(kind, &track.history) {
+                let ctx = Judged { stats: &stats, group, position, undecided, t: &t };
+                let (finding, raised) = raise_finding(snapshot, track, kind, k, &ctx);
+                events.push(FindingEvent { transition: Transition::Raised, finding, held_for: None });
+                track.raised.raise(k, raised);
+                count_raise(&mut self.raised_total, kind);
+                changed = true;
+            } else if track.raised.is_raised(k) && (!enabled[k] || clears(kind, yes, clear_at)) {
+                if let Some(r) = track.raised.clear(k) {
+                    let peers = PeerContext { peer: None, job: stats.job, undecided };
+                    let window = (yes, track.history.iter().count());
+                    let now = rules::evidence(kind, &stats, &track.history, &peers, window, &t);
+                    let mut finding = r.finding;
+                    finding.evidence = format!("no longer holds; now: {now}");
+                    let held_for = snapshot.taken_at.duration_since(r.raised_at).ok();
+                    events.push(FindingEvent { transition: Transition::Cleared, finding, held_for });
+                    changed = true;
+                }
+            }
+        }
+        changed
+    }
+
+    /// Phase 3: devices that left the snapshot (lost from the bus and forgotten by the backend,
+    /// or filtered away) take their findings with them. Whether any left.
+    pub(super) fn retire_gone(&mut self, at: SystemTime, events: &mut Vec<FindingEvent>) -> bool {
+        let (before, tick) = (self.tracks.len(), self.tick);
+        self.tracks.retain(|_, track| {
+            if track.seen == tick {
+                return true;
+            }
+            for r in track.raised.clear_all() {
+                let mut finding = r.finding;
+                finding.evidence = "the GPU is no longer in the snapshot".to_owned();
+                let held_for = at.duration_since(r.raised_at).ok();
+                events.push(FindingEvent { transition: Transition::Cleared, finding, held_for });
+            }
+            false
+        });
+        self.tracks.len() != before
+    }
+
+    /// Phase 4: attaches the diagnosis — the last one again while nothing changed, so a quiet
+    /// tick allocates nothing.
+    pub(super) fn publish(&mut self, snapshot: &mut Snapshot, events: Vec<FindingEvent>, changed: bool) {
+        if changed {
+            let mut active: Vec<Finding> =
+                self.tracks.values().flat_map(|t| t.raised.iter().map(|r| r.finding.clone())).collect();
+            active.sort_by(|a, b| (a.gpu, a.kind, &a.uuid).cmp(&(b.gpu, b.kind, &b.uuid)));
+            self.active = Arc::from(active);
+        }
+        let output = match &self.last {
+            Some(last)
+                if events.is_empty()
+                    && last.events.is_empty()
+                    && Arc::ptr_eq(&last.active, &self.active)
+                    && Arc::ptr_eq(&last.raised_total, &self.raised_total) =>
+            {
+                last.clone()
+            }
+            _ => Arc::new(Diagnosis { active: self.active.clone(), events, raised_total: self.raised_total.clone() }),
+        };
+        self.last = Some(output.clone());
+        snapshot.outputs.insert(output);
+    }
+}
+
+impl Track {
+    fn new(ticks: usize) -> Self {
+        Track {
+            history: Ring::new(ticks),
+            swings: rules::Swings::default(),
+            extremes: super::window::Extremes::default(),
+            tallies: Tallies::new(ticks),
+            raised: RaisedSet::default(),
+            counters: Counters::default(),
+            seen: 0,
+            allocated_ticks: 0,
+            ran: false,
+            driver_samples_per_tick: None,
+            unjudged: false,
+            unjudged_logged: false,
+            no_sm_activity: false,
+        }
+    }
+}
+
+/// Who the GPU works for, in order of trust: its run's step marks name a job; every process on
+/// it has one known owner; else assumed (see [`rules::peers`]).
+fn job_of(d: &DeviceSample, stats: &TickStats, steps: Option<&Steps>) -> JobKey {
+    use std::hash::{Hash, Hasher};
+    if let Some(run) = steps.and_then(|s| s.for_gpu(d.info.index)) {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        run.job.hash(&mut h);
+        return JobKey::Marked(h.finish());
+    }
+    stats.owner.map_or(JobKey::Assumed, JobKey::Owned)
+}
+
+/// Counts an allocated GPU into its job's group: its level, whether it is busy throughout,
+/// cycling, slowed or not yet known.
+fn offer(group: &mut PeerGroup, stats: &mut TickStats, swings: &rules::Swings, position: usize, t: &super::Thresholds) {
+    if let Some(level) = stats.level {
+        group.offer(level, position);
+    }
+    // Busy throughout the window so far and busy now, with its clocks held down. This tick
+    // included, as the rules count it: a GPU its peers wait for is known by the tick their
+    // starvation could first hold.
+    let mut window = *swings;
+    window.entered(stats.swing(false, t));
+    let busy_throughout = window.busy_throughout() && stats.busy_now(t);
+    stats.busy_throughout = busy_throughout;
+    stats.cycling = window.busy_and_idle();
+    stats.pending_busy = window.busy_so_far();
+    group.pending_busy += usize::from(stats.pending_busy);
+    stats.slowed_busy = busy_throughout && stats.held_down(t);
+    group.slowed += usize::from(stats.slowed_busy);
+    if !busy_throughout && position < 128 {
+        group.not_busy_throughout |= 1 << position;
+    }
+    if stats.level.is_some() {
+        group.with_level += 1;
+        if busy_throughout {
+            group.busy_throughout += 1;
+            if !stats.slowed_busy {
+                group.unslowed_busy = Some(position);
+            }
+        } else if stats.cycling {
+            group.cycling += 1;
+        }
+    }
+    // A GPU busy throughout never idles: no stage, no rank idling with the others.
+    if stats.util.is_some() && !busy_throughout {
+        group.readable += 1;
+        group.busy_now += usize::from(stats.busy_now(t));
+    }
+}
+
+/// What a raise needs besides the track: this tick's stats and its job's group.
+struct Judged<'a> {
+    stats: &'a TickStats,
+    group: &'a PeerGroup,
+    position: usize,
+    undecided: Option<Undecided>,
+    t: &'a super::Thresholds,
+}
+
+/// The finding of `kind` (slot `k`) raised on the device at `ctx.position` now.
+fn raise_finding(
+    snapshot: &Snapshot,
+    track: &Track,
+    kind: FindingKind,
+    k: usize,
+    ctx: &Judged<'_>,
+) -> (Finding, Raised) {
+    let (stats, position, at) = (ctx.stats, ctx.position, snapshot.taken_at);
+    let d = &snapshot.devices[position];
+    let peer = ctx
+        .group
+        .busiest_other(position)
+        .map(|(l, p)| (snapshot.devices[p].info.index, snapshot.devices[p].info.uuid.as_str(), l));
+    let held = track.tallies.trailing_yes(k).max(1);
+    let since = track.history.iter().rev().nth(held - 1).map_or(at, |s| s.at);
+    let window = (track.tallies.yes(k), track.history.iter().count());
+    let peers = PeerContext { peer, job: stats.job, undecided: ctx.undecided };
+    let thresholds = ctx.t;
+    let mut evidence = rules::evidence(kind, stats, &track.history, &peers, window, thresholds);
+    waited_for_phrase(&mut evidence, snapshot, kind, ctx);
+    // With a step tracker before this stage: the step time and the GPU's idle share of it,
+    // the number a starving loader costs.
+    if kind == FindingKind::DataloaderStarvation {
+        if let Some(step) = snapshot.output::<Steps>().and_then(|s| s.evidence_for(d.info.index, &d.info.uuid)) {
+            evidence.push_str("; ");
+            evidence.push_str(&step);
+        }
+    }
+    let finding = Finding::new(
+        kind,
+        rules::severity(kind),
+        Some((d.info.index, d.info.uuid.as_str())),
+        since,
+        evidence,
+        rules::advice_for(kind, &track.history, thresholds),
+    );
+    (finding.clone(), Raised { finding, raised_at: at })
+}
+
+/// A slowed GPU busy throughout, or the lone one its cycling peers wait for: names them.
+fn waited_for_phrase(evidence: &mut String, snapshot: &Snapshot, kind: FindingKind, ctx: &Judged<'_>) {
+    let (stats, position) = (ctx.stats, ctx.position);
+    let slowed_finding = stats.slowed_busy
+        && matches!(
+            kind,
+            FindingKind::ThermalThrottling | FindingKind::PowerThrottling | FindingKind::ExternalSlowdown
+        );
+    let pacing_finding = stats.paces_peers && kind == FindingKind::Straggler;
+    if !(slowed_finding || pacing_finding) {
+        return;
+    }
+    let waiting: Vec<String> = (0..snapshot.devices.len().min(128))
+        .filter(|&p| p != position && ctx.group.not_busy_throughout & (1 << p) != 0)
+        .map(|p| snapshot.devices[p].info.index.to_string())
+        .collect();
+    if waiting.is_empty() {
+        return;
+    }
+    let _ = write!(
+        evidence,
+        "; busy on every tick while GPU(s) {} are not: in a synchronous job they wait for it at every step (no \
+         starvation, pipeline bubbles or straggler is named on them meanwhile)",
+        waiting.join(", ")
+    );
+    if pacing_finding {
+        // Nothing on the GPU says why it is slower, and nothing says it shares the others'
+        // job: both readings, the second's cause.
+        evidence.push_str(
+            "; no slowdown reason is active on it: another process on it, a larger share of the work or a slower \
+             link would do this — or it runs a job of its own, and the others idle for a cause of theirs (e.g. \
+             starving data loaders)",
+        );
+    }
+}
+
+/// Adds one raise of `kind` to the running counts.
+fn count_raise(total: &mut Arc<[FindingCount]>, kind: FindingKind) {
+    let mut counts = total.to_vec();
+    match counts.iter_mut().find(|c| c.kind == kind) {
+        Some(c) => c.raised += 1,
+        None => counts.push(FindingCount { kind, raised: 1 }),
+    }
+    counts.sort_by_key(|c| c.kind);
+    *total = Arc::from(counts);
+}

@@ -1,0 +1,219 @@
+//! Rules that compare peers: `imbalance` and `straggler`, and the job groups every rule that
+//! compares GPUs reads (the in-turn-or-together test of starvation and bubbles too).
+//!
+//! Peers are the GPUs of the same job, as far as gpumon can tell:
+//! 1. step marks' job ([`Steps::for_gpu`](crate::steps::Steps::for_gpu)): the run names its job;
+//! 2. the processes' owner (attribution: pod, container or cgroup, user), when every process on
+//!    the GPU has the same known one;
+//! 3. neither: the GPUs with work are assumed to belong to one job, and the evidence says so.
+//!
+//! A GPU busy throughout its window (never idle) is a peer for the straggler and imbalance
+//! rules, but not a pipeline stage nor a rank idling with the others: it is left out of the
+//! "idle together or in turn" count.
+
+use super::{RuleInput, TickStats};
+use crate::stages::diagnose::Thresholds;
+
+/// Who a GPU works for, as far as gpumon can tell (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum JobKey {
+    /// Its run's step marks name a job (hash of the job name).
+    Marked(u64),
+    /// Every process on it has the same known owner (hash of it).
+    Owned(u64),
+    /// Nothing says: assumed to share a job with every other GPU that nothing says of either.
+    Assumed,
+}
+
+impl JobKey {
+    /// Whether the job comes from what gpumon read rather than an assumption.
+    pub(crate) fn known(self) -> bool {
+        !matches!(self, JobKey::Assumed)
+    }
+}
+
+/// What the GPUs of one job are doing at this tick, for the rules that compare peers.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PeerGroup {
+    pub(crate) job: JobKey,
+    /// The two busiest allocated GPUs: (level, position in the snapshot).
+    pub(crate) busiest: Option<(f64, usize)>,
+    pub(crate) second: Option<(f64, usize)>,
+    /// Sum and count of every allocated GPU's level: the peers' mean for the straggler rule.
+    pub(crate) sum: f64,
+    pub(crate) n: usize,
+    /// Allocated GPUs with a reading now that are not busy throughout (possible stages or
+    /// ranks idling with this one), and how many of them read busy now.
+    pub(crate) readable: usize,
+    pub(crate) busy_now: usize,
+    /// Allocated GPUs the others wait for: busy on every tick of their window with their clocks
+    /// held down ([`TickStats::slowed_busy`]), or the lone such GPU among cycling peers
+    /// ([`TickStats::paces_peers`]). Data-parallel ranks wait at every step for the slowest
+    /// one: while one is never idle, the others' idle stretches are that wait — not their
+    /// loaders, not pipeline bubbles, not a straggler of their own.
+    pub(crate) slowed: usize,
+    /// Positions (below 128) of the allocated GPUs that are not busy throughout their window:
+    /// those a slowed GPU's evidence names as waiting for it.
+    pub(crate) not_busy_throughout: u128,
+    /// Allocated GPUs busy on every reading so far, too few readings yet to be "busy
+    /// throughout" ([`TickStats::pending_busy`]): until they have enough, whether the others
+    /// wait for one of them is not known, and starvation and bubbles are not judged on them.
+    pub(crate) pending_busy: usize,
+    /// Allocated GPUs with a level, those busy throughout, and those going busy and idle in
+    /// turn over their window (possible pipeline stages, or ranks starving together).
+    pub(crate) with_level: usize,
+    pub(crate) busy_throughout: usize,
+    pub(crate) cycling: usize,
+    /// The last GPU busy throughout with no slowdown reason (see [`TickStats::paces_peers`]).
+    pub(crate) unslowed_busy: Option<usize>,
+}
+
+impl PeerGroup {
+    pub(crate) fn new(job: JobKey) -> Self {
+        Self {
+            job,
+            busiest: None,
+            second: None,
+            sum: 0.0,
+            n: 0,
+            readable: 0,
+            busy_now: 0,
+            slowed: 0,
+            not_busy_throughout: 0,
+            pending_busy: 0,
+            with_level: 0,
+            busy_throughout: 0,
+            cycling: 0,
+            unslowed_busy: None,
+        }
+    }
+
+    /// The mean level of the allocated GPUs other than one at `level`, when there are at least
+    /// two of them (a group to fall behind).
+    pub(crate) fn peers_mean(&self, level: f64) -> Option<f64> {
+        (self.n >= 3).then(|| (self.sum - level) / (self.n - 1) as f64)
+    }
+
+    /// Whether this GPU reads near idle now (`self_idle`) while most other GPUs of its job that
+    /// are not busy throughout do *not* read busy — idle together. Not "all others idle": each
+    /// GPU's driver samples at its own moments, so ranks idle together read idle or in-between a
+    /// sample apart, while pipeline stages idle in turn see the others busy. With no such other
+    /// GPU, idleness is "together" by definition. `self_counted`: this GPU is counted in
+    /// `readable` (and `self_busy`: in `busy_now`).
+    pub(crate) fn idle_together(&self, self_counted: bool, self_idle: bool, self_busy: bool) -> bool {
+        let others = self.readable - usize::from(self_counted);
+        let others_busy = self.busy_now - usize::from(self_counted && self_busy);
+        self_idle && (others == 0 || others_busy * 2 < others)
+    }
+
+    pub(crate) fn offer(&mut self, level: f64, position: usize) {
+        self.sum += level;
+        self.n += 1;
+        if self.busiest.is_none_or(|(l, _)| level > l) {
+            self.second = self.busiest;
+            self.busiest = Some((level, position));
+        } else if self.second.is_none_or(|(l, _)| level > l) {
+            self.second = Some((level, position));
+        }
+    }
+
+    /// Whether another allocated GPU than this one (`self_slowed`: this one is
+    /// [`TickStats::slowed_busy`] or [`TickStats::paces_peers`]) is busy throughout while the
+    /// others wait for it: this GPU waits for it.
+    pub(crate) fn waits_for_slowed_peer(&self, self_slowed: bool) -> bool {
+        self.slowed > usize::from(self_slowed)
+    }
+
+    /// The busiest allocated GPU of the job other than the one at `position`.
+    pub(crate) fn busiest_other(&self, position: usize) -> Option<(f64, usize)> {
+        match self.busiest {
+            Some((_, p)) if p == position => self.second,
+            other => other,
+        }
+    }
+
+    /// GPUs of the job other than this one that go busy and idle in turn (`self_cycling`: this
+    /// one does): possible pipeline stages next to it, or ranks starving with it.
+    pub(crate) fn cycling_peers(&self, self_cycling: bool) -> usize {
+        self.cycling - usize::from(self_cycling)
+    }
+
+    /// The lone GPU busy throughout, with no slowdown reason, while every other allocated GPU of
+    /// the job (two at least) goes busy and idle in turn: in a synchronous job they wait for it
+    /// at every step. Two or more busy GPUs, or a peer that does not cycle, is more than one
+    /// pattern (a busy job next to a starving one): nothing is inferred then.
+    pub(crate) fn pacing_gpu(&self) -> Option<usize> {
+        let lone = self.slowed == 0
+            && self.busy_throughout == 1
+            && self.with_level >= 3
+            && self.cycling == self.with_level - 1;
+        self.unslowed_busy.filter(|_| lone)
+    }
+}
+
+/// The job groups of one tick: one [`PeerGroup`] per job, and each device's group.
+#[derive(Debug, Default)]
+pub(crate) struct Groups {
+    pub(crate) groups: Vec<PeerGroup>,
+}
+
+impl Groups {
+    pub(crate) fn clear(&mut self) {
+        self.groups.clear();
+    }
+
+    /// The index of `job`'s group, made on first sight.
+    pub(crate) fn index_of(&mut self, job: JobKey) -> usize {
+        match self.groups.iter().position(|g| g.job == job) {
+            Some(i) => i,
+            None => {
+                self.groups.push(PeerGroup::new(job));
+                self.groups.len() - 1
+            }
+        }
+    }
+}
+
+/// What the peer rules conclude on one GPU.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PeerHolds {
+    /// The GPU is persistently behind busy peers of its job: its window's mean gap to their
+    /// level is at least `straggler_gap`.
+    pub(crate) behind: bool,
+    /// A busy GPU of the same job (at or above `imbalance_busy`).
+    pub(crate) busy_peer: bool,
+    pub(crate) imbalance: bool,
+}
+
+/// The peer comparisons for one GPU (imbalance now; "behind" over the window).
+pub(crate) fn judge(input: &RuleInput<'_>) -> PeerHolds {
+    let (s, t, group) = (input.s, input.t, input.group);
+    let level = s.level;
+    let allocated = s.allocated(t);
+    let busy_peer = group.busiest_other(input.position).is_some_and(|(l, _)| l >= t.imbalance_busy);
+    let imbalance = allocated && level.is_some_and(|l| l <= t.imbalance_idle) && busy_peer;
+    PeerHolds { behind: behind_peers(input, t), busy_peer, imbalance }
+}
+
+/// One GPU persistently behind a group of busy peers doing the same work (a straggler, not a
+/// loader: a starving loader holds back every rank of a data-parallel job alike). Judged on
+/// the window: its mean gap to the peers' level over the ticks the peers were busy, which must
+/// cover most of the window, while its own mean stays above the idle mark (below it the GPU is
+/// idle beside them: `imbalance`).
+fn behind_peers(input: &RuleInput<'_>, t: &Thresholds) -> bool {
+    let w = &input.window;
+    match (w.peer_gap_mean(), w.mean()) {
+        (Some(gap), Some(mean)) => {
+            w.peer_gap_ticks() * 2 >= w.readings() && gap >= t.straggler_gap && mean > t.imbalance_idle
+        }
+        _ => false,
+    }
+}
+
+/// The gap to the job's peers this tick records in its window: the peers' mean level less its
+/// own, when the peers are busy (at or above `straggler_peers`); `None` otherwise.
+pub(crate) fn peer_gap(s: &TickStats, group: &PeerGroup, t: &Thresholds) -> Option<f64> {
+    let level = s.level.filter(|_| s.allocated(t))?;
+    let peers = group.peers_mean(level)?;
+    (peers >= t.straggler_peers).then_some(peers - level)
+}

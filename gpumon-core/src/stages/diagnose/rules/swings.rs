@@ -1,0 +1,364 @@
+//! The window's running counts: busy and idle in turn, idle together or in turn, the level,
+//! the marked steps, the link share and the gap to the peers — kept up to date as ticks enter
+//! and leave the window rather than re-read from it.
+
+use super::{Past, TickStats};
+use crate::stages::diagnose::window::{Extremes, Ring};
+use crate::stages::diagnose::Thresholds;
+
+/// One tick's part in [`Swings`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SwingReading {
+    /// The interval's lowest driver sample (else the latest reading) was near idle.
+    low: bool,
+    /// Its highest (else the latest) was busy.
+    high: bool,
+    /// Its highest was above the idle peak: something ran.
+    active: bool,
+    /// The interval's level, in millionths.
+    level_micros: i64,
+    /// The latest reading was near idle …
+    idle_now: bool,
+    /// … and so were most other allocated GPUs'.
+    idle_together: bool,
+    /// The mean utilisation of the steps reported at the tick, in millionths.
+    step_micros: Option<i64>,
+    /// The PCIe link share, in millionths.
+    pcie_micros: Option<i64>,
+    /// The gap to the job's busy peers, in millionths.
+    gap_micros: Option<i64>,
+}
+
+/// The numbers of one tick a [`SwingReading`] is made of (a tick's or its [`Past`]'s).
+struct SwingInputs {
+    util: Option<f64>,
+    hires_min: Option<f64>,
+    hires_max: Option<f64>,
+    level: Option<f64>,
+    idle_together: bool,
+    step_level: Option<f64>,
+    pcie_share: Option<f64>,
+    peer_gap: Option<f64>,
+}
+
+/// A reading from the numbers a tick keeps; `None` without any utilisation. A NaN is no number:
+/// [`Reading`] keeps it as absent, and in and out must agree.
+fn swing_reading(i: SwingInputs, t: &Thresholds) -> Option<SwingReading> {
+    let ok = |v: Option<f64>| v.filter(|v| !v.is_nan());
+    let (util, hires_min, hires_max, level) = (ok(i.util), ok(i.hires_min), ok(i.hires_max), ok(i.level));
+    let lo = hires_min.or(util)?;
+    let hi = hires_max.or(util)?;
+    let level = level.or(util)?;
+    let idle_now = util.is_some_and(|u| u <= t.starvation_dip);
+    Some(SwingReading {
+        low: lo <= t.starvation_dip,
+        high: hi >= t.starvation_peak,
+        active: hi > t.idle_peak,
+        level_micros: micros(level),
+        idle_now,
+        idle_together: idle_now && i.idle_together,
+        step_micros: ok(i.step_level).map(micros),
+        pcie_micros: ok(i.pcie_share).map(micros),
+        gap_micros: ok(i.peer_gap).map(micros),
+    })
+}
+
+impl TickStats {
+    /// This tick's part in the swings.
+    pub(crate) fn swing(&self, idle_together: bool, t: &Thresholds) -> Option<SwingReading> {
+        let inputs = SwingInputs {
+            util: self.util,
+            hires_min: self.hires_min,
+            hires_max: self.hires_max,
+            level: self.level,
+            idle_together,
+            step_level: self.step_level,
+            pcie_share: self.pcie_share,
+            peer_gap: self.peer_gap,
+        };
+        swing_reading(inputs, t)
+    }
+}
+
+impl Past {
+    /// The part it played in the swings (with the thresholds it was counted in with).
+    pub(crate) fn swing(&self, t: &Thresholds) -> Option<SwingReading> {
+        let inputs = SwingInputs {
+            util: self.util.get(),
+            hires_min: self.hires_min.get(),
+            hires_max: self.hires_max.get(),
+            level: self.level.get(),
+            idle_together: self.idle_together,
+            step_level: self.step_level.get(),
+            pcie_share: self.pcie_share.get(),
+            peer_gap: self.peer_gap.get(),
+        };
+        swing_reading(inputs, t)
+    }
+}
+
+/// Whether the readings went from idle to busy or back at least four times over the window
+/// (this tick included): two cycles or more. An interval whose own samples hold both counts as
+/// one change. Read from the window only when the counts already show the pattern (a starving
+/// GPU), so a healthy tick never scans.
+pub(crate) fn back_and_forth(history: &Ring<Past>, now: Option<SwingReading>, t: &Thresholds) -> bool {
+    let mut last: Option<bool> = None;
+    let mut changes = 0;
+    for r in history.iter().map(|h| h.swing(t)).chain([now]).flatten() {
+        let state = match (r.low, r.high) {
+            (true, false) => Some(true),
+            (false, true) => Some(false),
+            (true, true) => {
+                changes += 1;
+                None
+            }
+            (false, false) => continue,
+        };
+        if let (Some(l), Some(s)) = (last, state) {
+            changes += usize::from(l != s);
+        }
+        last = state.or(last);
+        if changes >= 4 {
+            return true;
+        }
+    }
+    false
+}
+
+/// The spread of the window's driver readings (this tick's included): the highest sample (else
+/// latest reading) less the lowest. 0 without any reading.
+pub(crate) fn readings_spread(window: &Extremes, now: &TickStats) -> f64 {
+    let ((lo, hi), (now_lo, now_hi)) = (window.get(), now.reading_extremes());
+    let either = |a: Option<f64>, b: Option<f64>, pick: fn(f64, f64) -> f64| match (a, b) {
+        (Some(a), Some(b)) => Some(pick(a, b)),
+        (a, b) => a.or(b),
+    };
+    match (either(lo, now_lo, f64::min), either(hi, now_hi, f64::max)) {
+        (Some(lo), Some(hi)) if hi >= lo => hi - lo,
+        _ => 0.0,
+    }
+}
+
+/// Busy and idle in turn across the window's ticks, whatever each interval holds: kept up to
+/// date as ticks enter and leave the window rather than re-read from it every tick (a 60 s
+/// window at 100 ms is 600 ticks per GPU per tick, most of the diagnosis stage's cost when it
+/// was read).
+///
+/// A tick counts as *low* when its lowest driver sample — or, with none in the interval, the
+/// latest reading — is at or below the dip, and *high* when its highest is at or above the
+/// peak. With ten samples per interval a starving GPU's ticks are both low and high; with one,
+/// they alternate; with a driver period longer than the interval, the latest reading repeats
+/// and still alternates at the driver's pace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Swings {
+    /// Ticks with a reading in the window.
+    n: usize,
+    low: usize,
+    high: usize,
+    /// Ticks on which something ran (a reading above the idle peak).
+    active: usize,
+    /// Sum of the ticks' levels, in millionths: integers add and subtract exactly, so the
+    /// running sum never drifts from the window's.
+    sum_micros: i64,
+    /// Ticks whose latest reading was near idle, and those of them when most other allocated
+    /// GPUs' were too.
+    idle_now: usize,
+    idle_together: usize,
+    /// Ticks at which steps were reported, and the sum of their steps' mean utilisation, in
+    /// millionths.
+    steps: usize,
+    step_sum_micros: i64,
+    /// Ticks with a link share read, and its sum; ticks with a gap to busy peers, and its sum
+    /// (millionths).
+    pcie: usize,
+    pcie_sum_micros: i64,
+    gaps: usize,
+    gap_sum_micros: i64,
+}
+
+impl Swings {
+    /// Readings in the window.
+    pub(crate) fn readings(&self) -> usize {
+        self.n
+    }
+
+    /// Ticks on which something ran.
+    pub(crate) fn active(&self) -> usize {
+        self.active
+    }
+
+    /// Ticks read near idle, and how many of them most of the job's other GPUs did too.
+    pub(crate) fn idle_counts(&self) -> (usize, usize) {
+        (self.idle_now, self.idle_together)
+    }
+
+    /// Ticks low and high.
+    pub(crate) fn low_high(&self) -> (usize, usize) {
+        (self.low, self.high)
+    }
+
+    /// Ticks with marked steps.
+    pub(crate) fn step_ticks(&self) -> usize {
+        self.steps
+    }
+
+    /// The mean PCIe link share over the ticks that read it.
+    pub(crate) fn pcie_share_mean(&self) -> Option<f64> {
+        (self.pcie > 0).then(|| self.pcie_sum_micros as f64 / 1e6 / self.pcie as f64)
+    }
+
+    /// The mean gap to the job's busy peers over the ticks they were busy, and how many.
+    pub(crate) fn peer_gap_mean(&self) -> Option<f64> {
+        (self.gaps >= MIN_PATTERN_TICKS).then(|| self.gap_sum_micros as f64 / 1e6 / self.gaps as f64)
+    }
+
+    pub(crate) fn peer_gap_ticks(&self) -> usize {
+        self.gaps
+    }
+
+    /// Counts a tick in (it entered the window).
+    pub(crate) fn entered(&mut self, r: Option<SwingReading>) {
+        if let Some(r) = r {
+            self.n += 1;
+            self.low += usize::from(r.low);
+            self.high += usize::from(r.high);
+            self.active += usize::from(r.active);
+            self.sum_micros += r.level_micros;
+            self.idle_now += usize::from(r.idle_now);
+            self.idle_together += usize::from(r.idle_together);
+            if let Some(m) = r.step_micros {
+                self.steps += 1;
+                self.step_sum_micros += m;
+            }
+            if let Some(m) = r.pcie_micros {
+                self.pcie += 1;
+                self.pcie_sum_micros += m;
+            }
+            if let Some(m) = r.gap_micros {
+                self.gaps += 1;
+                self.gap_sum_micros += m;
+            }
+        }
+    }
+
+    /// Counts a tick out (it left the window); the reading must be the one counted in.
+    pub(crate) fn left(&mut self, r: Option<SwingReading>) {
+        if let Some(r) = r {
+            self.n -= 1;
+            self.low -= usize::from(r.low);
+            self.high -= usize::from(r.high);
+            self.active -= usize::from(r.active);
+            self.sum_micros -= r.level_micros;
+            self.idle_now -= usize::from(r.idle_now);
+            self.idle_together -= usize::from(r.idle_together);
+            if let Some(m) = r.step_micros {
+                self.steps -= 1;
+                self.step_sum_micros -= m;
+            }
+            if let Some(m) = r.pcie_micros {
+                self.pcie -= 1;
+                self.pcie_sum_micros -= m;
+            }
+            if let Some(m) = r.gap_micros {
+                self.gaps -= 1;
+                self.gap_sum_micros -= m;
+            }
+        }
+    }
+
+    /// At least a tenth of the ticks low and a tenth high; five ticks at least (fewer show no
+    /// pattern).
+    pub(crate) fn busy_and_idle(&self) -> bool {
+        if self.n < MIN_PATTERN_TICKS {
+            return false;
+        }
+        let share = |k: usize| k as f64 / self.n as f64;
+        // A tenth each: a driver sample that straddles a busy/idle edge reads in between, so
+        // when a busy or idle stretch is not much longer than the driver's period few readings
+        // are clearly either. Enough, with the back-and-forth check and the mean's bounds:
+        // healthy work never reads idle, and a pause (checkpoint, evaluation) is one cycle.
+        share(self.low) >= 0.1 && share(self.high) >= 0.1
+    }
+
+    /// Busy on every reading so far, too few of them yet for [`Swings::busy_throughout`].
+    pub(crate) fn busy_so_far(&self) -> bool {
+        self.n > 0 && self.n < MIN_PATTERN_TICKS && self.low == 0 && self.high == self.n
+    }
+
+    /// Busy on every tick of the window: no tick low, nine in ten or more high, and five ticks
+    /// at least.
+    pub(crate) fn busy_throughout(&self) -> bool {
+        self.n >= MIN_PATTERN_TICKS && self.low == 0 && self.high * 10 >= self.n * 9
+    }
+
+    /// The mean level over the window's ticks.
+    pub(crate) fn mean(&self) -> Option<f64> {
+        (self.n > 0).then(|| self.sum_micros as f64 / 1e6 / self.n as f64)
+    }
+
+    /// The mean utilisation of the marked steps over the window, once at least
+    /// [`MIN_STEP_TICKS`] ticks reported steps.
+    pub(crate) fn step_mean(&self) -> Option<f64> {
+        (self.steps >= MIN_STEP_TICKS).then(|| self.step_sum_micros as f64 / 1e6 / self.steps as f64)
+    }
+
+    /// Idle in turn rather than together: of at least three ticks this GPU read idle, fewer
+    /// than half had most other GPUs idle too.
+    pub(crate) fn staggered(&self) -> bool {
+        self.idle_now >= 3 && self.idle_together * 2 < self.idle_now
+    }
+}
+
+/// Readings a window needs before it shows a pattern across ticks: busy and idle in turn, busy
+/// throughout ([`super::MIN_WINDOW_TICKS`], the same five).
+const MIN_PATTERN_TICKS: usize = crate::stages::diagnose::MIN_WINDOW_TICKS;
+
+/// How many driver sampling periods a step must span for idle stretches to be told together or
+/// in turn.
+pub(crate) const TURN_PERIODS: f64 = 4.0;
+
+/// The spread of the window's readings (highest less lowest) the steps need before they decide
+/// starvation: 5 points. A steady job's driver readings stay within a point or two; a loop that
+/// idles in stretches spreads its readings by the part of a step each sample catches — at least
+/// 7 points with 0.3 s steps under a 1 s driver, 20 with 0.2 s steps under a 1/6 s one. A
+/// driver period that is a whole number of steps flattens even those (each sample holds whole
+/// steps): nothing can tell such a loop from steady light work, and nothing is raised.
+pub(crate) const STEP_MIN_SPREAD: f64 = 0.05;
+
+/// Ticks with reported steps the window needs before the steps decide starvation: one slow
+/// step (a checkpoint, an evaluation) must not.
+const MIN_STEP_TICKS: usize = 3;
+
+fn micros(u: f64) -> i64 {
+    // A ratio, so far inside i64 (NaN never gets here: `Swings` skips it).
+    (u * 1e6).round() as i64
+}
+
+/// Mean length, seconds, of the window's idle stretches (consecutive ticks whose readings were
+/// all near idle: low and not busy), and how many there were; `None` without one. A tick
+/// that reads both idle and busy (a loader's gap within the interval) breaks a stretch, so gaps
+/// between batches shorter than the interval count as none.
+pub(crate) fn idle_stretches(history: &Ring<Past>, t: &Thresholds) -> Option<(f64, usize)> {
+    let (first, last) = (history.first()?, history.last()?);
+    let n = history.iter().count();
+    let span = last.at.duration_since(first.at).ok()?.as_secs_f64();
+    if n < 2 || span <= 0.0 {
+        return None;
+    }
+    let interval = span / (n - 1) as f64;
+    let (mut runs, mut ticks, mut current) = (0usize, 0usize, 0usize);
+    for r in history.iter().map(|h| h.swing(t)) {
+        if r.is_some_and(|r| r.low && !r.high) {
+            current += 1;
+        } else if current > 0 {
+            runs += 1;
+            ticks += current;
+            current = 0;
+        }
+    }
+    if current > 0 {
+        runs += 1;
+        ticks += current;
+    }
+    (runs > 0).then(|| (ticks as f64 * interval / runs as f64, runs))
+}
