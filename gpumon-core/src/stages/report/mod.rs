@@ -94,6 +94,7 @@ mod step_figures;
 pub use model::*;
 pub use processor::{ReportHandle, RunReport};
 pub(crate) use render::backend_note;
+pub use render::VerboseReport;
 
 pub mod compare;
 
