@@ -579,3 +579,29 @@ s.sendall(b"not json\n")
     assert_eq!((dropped.refused, dropped.malformed, dropped.total()), (5, 1, 6));
     assert_eq!(json["steps"]["marks_rejected"]["refused"], 5);
 }
+
+/// A job shorter than the diagnosis window: the report says so where the main cause would be;
+/// its limitations are one line each, whole under `--verbose` and in the JSON.
+#[test]
+fn a_job_shorter_than_the_window_says_so_and_lists_its_limitations_one_line_each() {
+    let dir = temp_dir("short");
+    let (code, stdout, stderr) = run(run_cmd(&dir, &[]).args(["--", "sleep", "2"]));
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let main = stdout.lines().find(|l| l.starts_with("  main cause ")).expect("a main-cause line");
+    assert!(main.starts_with("  main cause            not diagnosed: the run ("), "{stdout}");
+    assert!(main.contains("shorter than the diagnosis window (30.0 s)"), "{stdout}");
+    let (report, json) = report_file(&dir);
+    assert!(report.shorter_than_window(), "{json}");
+    assert_eq!(json["overview"]["diagnosis_window_seconds"], 30.0);
+    let limits = &report.overview.limitations;
+    let long = limits.iter().find(|l| l.reason.len() > 120).expect("a limitation with a long reason");
+    assert!(!stdout.contains(&long.reason), "{stdout}");
+    assert!(stdout.contains("    (each in full: --verbose, or the JSON report)\n"), "{stdout}");
+
+    let (code, verbose, stderr) = run(run_cmd(&dir, &["--verbose"]).args(["--", "sleep", "2"]));
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let (report, _) = report_file(&dir);
+    for l in &report.overview.limitations {
+        assert!(verbose.contains(&format!("    [{}] {l}\n", l.severity)), "{verbose}");
+    }
+}

@@ -24,7 +24,8 @@
 //!   [`Point`]s: `metric/`;
 //! - the seams: [`Sampler`] (`sampler.rs`), [`Sink`] (`sink.rs`), [`Telemetry`];
 //! - the stages ([`Processor`]s: [`attribution`], [`steps`], [`diagnose`], [`report`]):
-//!   `stages/`, one module each;
+//!   `stages/`, one folder each — gpumon's own stages ship in this crate, beside the seams
+//!   they plug into (docs/stages.md, "Which crate holds what", says which file holds what);
 //! - the NVML backend, the only code that names `nvml-wrapper`: `nvml/` (feature `nvml`);
 //! - the runtime ([`Agent`]): `runtime/`; record and replay: `trace/`.
 //!

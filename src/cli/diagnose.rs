@@ -55,12 +55,25 @@ pub struct DiagnoseArgs {
     /// Format of the report (implies --report).
     #[arg(long, value_enum, value_name = "human|json")]
     pub report_format: Option<ReportFormat>,
+    /// The human report in full: each diagnosis limitation with its whole reason and remedy
+    /// (one line each otherwise; the JSON always has them whole). Implies --report.
+    #[arg(long)]
+    pub verbose: bool,
 }
 
 impl DiagnoseArgs {
-    /// Whether a report was asked for (`--report` or `--report-format`).
+    /// Whether a report was asked for (`--report`, `--report-format` or `--verbose`).
     pub fn report_requested(&self) -> bool {
-        self.report || self.report_format.is_some()
+        self.report || self.report_format.is_some() || self.verbose
+    }
+
+    /// The human report: one line per limitation, or in full under `--verbose`.
+    pub fn human_report(&self, report: &crate::core::report::Report) -> String {
+        if self.verbose {
+            report.verbose().to_string()
+        } else {
+            report.to_string()
+        }
     }
 }
 
@@ -105,7 +118,7 @@ pub fn print_report(args: &DiagnoseArgs, handle: Option<&ReportHandle>, recorded
     let report = handle.report();
     match args.report_format.unwrap_or_default() {
         ReportFormat::Human => {
-            let _ = crate::cli::app::print_stdout(&report.to_string());
+            let _ = crate::cli::app::print_stdout(&args.human_report(&report));
         }
         ReportFormat::Json => match serde_json::to_string(&match recorded_backend {
             Some(b) => RunRecord::new(report).with_recorded_backend(b),

@@ -495,7 +495,7 @@ fn print_report(cli: &RunCli, record: &RunRecord, scope: &str) {
             let outcome = record.command.as_ref().map_or_else(|| "ended".to_owned(), ToString::to_string);
             let _ = crate::cli::app::print_stdout(&format!(
                 "gpumon run: the command {outcome}; watched {scope}\n{}",
-                record.report
+                cli.agent.diagnose.human_report(&record.report)
             ));
         }
         ReportFormat::Json => match serde_json::to_string(record) {

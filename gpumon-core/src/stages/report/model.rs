@@ -222,6 +222,11 @@ pub struct Overview {
     /// empty when none, or when the report was not told the settings
     /// ([`RunReport::with_diagnosis`](super::RunReport::with_diagnosis)).
     pub limitations: Vec<Limitation>,
+    /// The diagnosis window the findings were judged over, seconds; `None` when the report was
+    /// not told the settings. A run shorter than it could not raise a finding, and its report
+    /// says so where the main cause would be ([`Report::shorter_than_window`]).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub diagnosis_window_seconds: Option<f64>,
 }
 
 /// One kind of finding over the whole run.

@@ -124,6 +124,7 @@ impl State {
             causes,
             driver_sample_period_seconds: period,
             limitations,
+            diagnosis_window_seconds: self.diagnosis.as_ref().map(|(config, _)| config.window.as_secs_f64()),
         }
     }
 }

@@ -21,7 +21,43 @@ pub(super) fn percent_of(part: f64, whole: f64) -> f64 {
     }
 }
 
-pub(super) fn write_overview(f: &mut fmt::Formatter<'_>, r: &Report) -> fmt::Result {
+/// The first clause of a limitation's reason or remedy: the text up to the first `: `, ` — `,
+/// `; ` or `, and ` outside parentheses, so that its figures ("(measured here: 500ms)", "the
+/// window holds 3 tick(s) (window 300ms / interval 100ms)") stay and the explanation goes to
+/// `--verbose` and the JSON.
+pub(super) fn first_clause(text: &str) -> &str {
+    let mut depth = 0usize;
+    for (at, c) in text.char_indices() {
+        match c {
+            '(' | '[' => depth += 1,
+            ')' | ']' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => {
+                let rest = &text[at..];
+                if [": ", " — ", "; ", ", and "].iter().any(|m| rest.starts_with(m)) {
+                    return &text[..at];
+                }
+            }
+            _ => {}
+        }
+    }
+    text
+}
+
+/// The main-cause line when no finding was raised: a run shorter than the diagnosis window
+/// never filled one, and says so rather than "none".
+fn write_no_main_cause(f: &mut fmt::Formatter<'_>, r: &Report) -> fmt::Result {
+    match r.overview.diagnosis_window_seconds {
+        Some(window) if r.wall_seconds < window => writeln!(
+            f,
+            "  main cause            not diagnosed: the run ({:.1} s) was shorter than the diagnosis window ({window:.1} s); \
+             a finding is raised only once a window fills (--diagnose-window)",
+            r.wall_seconds
+        ),
+        _ => writeln!(f, "  main cause            none: no finding was raised on any GPU"),
+    }
+}
+
+pub(super) fn write_overview(f: &mut fmt::Formatter<'_>, r: &Report, verbose: bool) -> fmt::Result {
     let o = &r.overview;
     writeln!(f, "overview")?;
     writeln!(
@@ -46,7 +82,7 @@ pub(super) fn write_overview(f: &mut fmt::Formatter<'_>, r: &Report) -> fmt::Res
             c.gpus,
             gpu_time(c.lost_gpu_seconds)
         )?,
-        None => writeln!(f, "  main cause            none: no finding was raised on any GPU")?,
+        None => write_no_main_cause(f, r)?,
     }
     if !o.causes.is_empty() {
         writeln!(f, "  time lost per cause   (GPU-time; causes can hold at once, so they overlap)")?;
@@ -75,7 +111,16 @@ pub(super) fn write_overview(f: &mut fmt::Formatter<'_>, r: &Report) -> fmt::Res
     } else {
         writeln!(f, "  limitations:")?;
         for l in &o.limitations {
-            writeln!(f, "    [{}] {l}", l.severity)?;
+            if verbose {
+                writeln!(f, "    [{}] {l}", l.severity)?;
+            } else {
+                let rules: Vec<&str> = l.rules.iter().map(|k| k.name()).collect();
+                let (reason, remedy) = (first_clause(&l.reason), first_clause(&l.remedy));
+                writeln!(f, "    [{}] {}: {reason}; {remedy}", l.severity, rules.join(", "))?;
+            }
+        }
+        if !verbose {
+            writeln!(f, "    (each in full: --verbose, or the JSON report)")?;
         }
     }
     Ok(())
@@ -171,80 +216,109 @@ pub(crate) fn backend_note(backend: &str) -> &'static str {
     }
 }
 
+/// The report in full ([`Report::verbose`]): each limitation with its whole reason and remedy.
+#[derive(Clone, Copy, Debug)]
+pub struct VerboseReport<'a>(&'a Report);
+
+impl Report {
+    /// The human summary with every detail: [`Overview::limitations`](super::Overview::limitations)
+    /// each with its whole reason and remedy, where `Display` gives one line each (their first
+    /// clause, with its figures).
+    pub fn verbose(&self) -> VerboseReport<'_> {
+        VerboseReport(self)
+    }
+
+    /// Whether the run was shorter than the diagnosis window (when the report was told the
+    /// settings): no finding could fill a window, so "no main cause" means "not diagnosed".
+    pub fn shorter_than_window(&self) -> bool {
+        self.overview.diagnosis_window_seconds.is_some_and(|w| self.wall_seconds < w)
+    }
+}
+
+impl fmt::Display for VerboseReport<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_report(f, self.0, true)
+    }
+}
+
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let simulated = backend_note(&self.backend);
+        write_report(f, self, false)
+    }
+}
+
+fn write_report(f: &mut fmt::Formatter<'_>, report: &Report, verbose: bool) -> fmt::Result {
+    let simulated = backend_note(&report.backend);
+    writeln!(
+        f,
+        "gpumon run report: host {}{simulated}, {} tick(s) over {:.1} s, interval {} s",
+        report.hostname, report.ticks, report.wall_seconds, report.interval_seconds
+    )?;
+    if report.ticks == 0 {
+        // Nothing reached the report: every sample failed (no NVML, with a sink that must
+        // not get simulated data), or the run ended before the first. Zeros would read as
+        // a run that idled no GPU; say what happened instead.
+        return writeln!(
+            f,
+            "  no sample was taken during the run: the GPU backend was unavailable throughout, or the run \
+                 ended before the first sample (the log says which); nothing is reported, steps included"
+        );
+    }
+    write_overview(f, report, verbose)?;
+    if let Some(steps) = &report.steps {
+        write_steps(f, steps)?;
+    }
+    for g in &report.gpus {
+        writeln!(f, "GPU {} {} ({}), {} sample(s)", g.index, g.name, g.uuid, g.samples)?;
+        match (g.utilization_mean, g.utilization_p5, g.utilization_p95) {
+            (Some(m), Some(p5), Some(p95)) => writeln!(
+                f,
+                "  utilisation   mean {:.1} %, p5 {:.1} %, p95 {:.1} %",
+                m * 100.0,
+                p5 * 100.0,
+                p95 * 100.0
+            )?,
+            _ => writeln!(f, "  utilisation   not reported")?,
+        }
+        match (g.memory_peak_bytes, g.memory_total_bytes) {
+            (Some(p), Some(t)) => writeln!(f, "  memory        peak {:.1} GiB of {:.1} GiB", gib(p), gib(t))?,
+            (Some(p), None) => writeln!(f, "  memory        peak {:.1} GiB", gib(p))?,
+            _ => writeln!(f, "  memory        not reported")?,
+        }
+        match g.power_mean_watts {
+            Some(p) => write!(f, "  power         mean {p:.0} W")?,
+            None => write!(f, "  power         not reported")?,
+        }
+        if let (Some(e), Some(src)) = (g.energy_joules, g.energy_source) {
+            let how = match src {
+                EnergySource::Counter => "energy counter",
+                EnergySource::IntegratedPower => "power × interval",
+            };
+            write!(f, "; energy {:.1} kJ ({:.3} kWh, from {how})", e / 1e3, e / 3.6e6)?;
+        }
+        writeln!(f)?;
         writeln!(
             f,
-            "gpumon run report: host {}{simulated}, {} tick(s) over {:.1} s, interval {} s",
-            self.hostname, self.ticks, self.wall_seconds, self.interval_seconds
+            "  idle while allocated  {:.1} s of {:.1} s allocated ({:.1} %; {} whole idle tick(s))",
+            g.idle_allocated_seconds,
+            g.allocated_seconds,
+            percent_of(g.idle_allocated_seconds, g.allocated_seconds),
+            g.idle_allocated_ticks
         )?;
-        if self.ticks == 0 {
-            // Nothing reached the report: every sample failed (no NVML, with a sink that must
-            // not get simulated data), or the run ended before the first. Zeros would read as
-            // a run that idled no GPU; say what happened instead.
-            return writeln!(
-                f,
-                "  no sample was taken during the run: the GPU backend was unavailable throughout, or the run \
-                 ended before the first sample (the log says which); nothing is reported, steps included"
-            );
-        }
-        write_overview(f, self)?;
-        if let Some(steps) = &self.steps {
-            write_steps(f, steps)?;
-        }
-        for g in &self.gpus {
-            writeln!(f, "GPU {} {} ({}), {} sample(s)", g.index, g.name, g.uuid, g.samples)?;
-            match (g.utilization_mean, g.utilization_p5, g.utilization_p95) {
-                (Some(m), Some(p5), Some(p95)) => writeln!(
-                    f,
-                    "  utilisation   mean {:.1} %, p5 {:.1} %, p95 {:.1} %",
-                    m * 100.0,
-                    p5 * 100.0,
-                    p95 * 100.0
-                )?,
-                _ => writeln!(f, "  utilisation   not reported")?,
-            }
-            match (g.memory_peak_bytes, g.memory_total_bytes) {
-                (Some(p), Some(t)) => writeln!(f, "  memory        peak {:.1} GiB of {:.1} GiB", gib(p), gib(t))?,
-                (Some(p), None) => writeln!(f, "  memory        peak {:.1} GiB", gib(p))?,
-                _ => writeln!(f, "  memory        not reported")?,
-            }
-            match g.power_mean_watts {
-                Some(p) => write!(f, "  power         mean {p:.0} W")?,
-                None => write!(f, "  power         not reported")?,
-            }
-            if let (Some(e), Some(src)) = (g.energy_joules, g.energy_source) {
-                let how = match src {
-                    EnergySource::Counter => "energy counter",
-                    EnergySource::IntegratedPower => "power × interval",
-                };
-                write!(f, "; energy {:.1} kJ ({:.3} kWh, from {how})", e / 1e3, e / 3.6e6)?;
-            }
-            writeln!(f)?;
-            writeln!(
-                f,
-                "  idle while allocated  {:.1} s of {:.1} s allocated ({:.1} %; {} whole idle tick(s))",
-                g.idle_allocated_seconds,
-                g.allocated_seconds,
-                percent_of(g.idle_allocated_seconds, g.allocated_seconds),
-                g.idle_allocated_ticks
-            )?;
-            if g.findings.is_empty() {
-                writeln!(f, "  findings      none")?;
-            } else {
-                writeln!(f, "  findings:")?;
-                for r in &g.findings {
-                    write_finding(f, r)?;
-                }
-            }
-        }
-        if !self.host_findings.is_empty() {
-            writeln!(f, "host findings:")?;
-            for r in &self.host_findings {
+        if g.findings.is_empty() {
+            writeln!(f, "  findings      none")?;
+        } else {
+            writeln!(f, "  findings:")?;
+            for r in &g.findings {
                 write_finding(f, r)?;
             }
         }
-        Ok(())
     }
+    if !report.host_findings.is_empty() {
+        writeln!(f, "host findings:")?;
+        for r in &report.host_findings {
+            write_finding(f, r)?;
+        }
+    }
+    Ok(())
 }

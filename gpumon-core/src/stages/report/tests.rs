@@ -826,3 +826,127 @@ fn the_report_counts_the_marks_dropped_by_reason() {
         assert_eq!(v["steps"]["marks_rejected"]["malformed"], 1);
     }
 }
+
+/// An 11 s job idling 64 % under the default 30 s window raised nothing because no window
+/// filled: the report says so where the main cause would be, not "no finding was raised".
+#[test]
+fn a_run_shorter_than_the_window_says_so_where_the_main_cause_would_be() {
+    use crate::metric::MetricSet;
+    use crate::stages::diagnose::Sampling;
+    let interval = Duration::from_secs(1);
+    let config = DiagnoseConfig::default();
+    let (report, handle) = RunReport::new();
+    let mut report = report.with_diagnosis(&config, Sampling::new(interval, MetricSet::default()));
+    report.attach(&ProcessorContext::new(interval));
+    let gpu = info(0);
+    for tick in 0..12u64 {
+        report.process(&mut snapshot(tick, interval, vec![allocated(&gpu, 0.36, 6)]));
+    }
+    let r = handle.report();
+    assert_eq!(r.overview.main_cause, None);
+    assert!(r.shorter_than_window());
+    assert_eq!(r.overview.diagnosis_window_seconds, Some(config.window.as_secs_f64()));
+    let text = r.to_string();
+    let main = text.lines().find(|l| l.starts_with("  main cause ")).expect("a main-cause line");
+    assert_eq!(
+        main,
+        "  main cause            not diagnosed: the run (11.0 s) was shorter than the diagnosis window (30.0 s); \
+         a finding is raised only once a window fills (--diagnose-window)"
+    );
+    assert!(!text.contains("no finding was raised"), "{text}");
+    assert!(text.contains("(64.0 %)"), "{text}");
+    #[cfg(feature = "serde")]
+    {
+        let v: serde_json::Value = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["overview"]["diagnosis_window_seconds"], 30.0);
+        let back: Report = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r);
+    }
+
+    // As long as the window, or without the settings: nothing raised reads "none" as before.
+    let (report, handle) = RunReport::new();
+    let short = DiagnoseConfig::default().with_window(Duration::from_secs(5));
+    let mut report = report.with_diagnosis(&short, Sampling::new(interval, MetricSet::default()));
+    report.attach(&ProcessorContext::new(interval));
+    let (mut bare, bare_handle) = attached(interval);
+    for tick in 0..12u64 {
+        report.process(&mut snapshot(tick, interval, vec![allocated(&gpu, 0.9, 6)]));
+        bare.process(&mut snapshot(tick, interval, vec![allocated(&gpu, 0.36, 6)]));
+    }
+    for r in [handle.report(), bare_handle.report()] {
+        assert!(!r.shorter_than_window());
+        assert!(r.to_string().contains("  main cause            none: no finding was raised on any GPU\n"), "{r}");
+    }
+}
+
+/// Each limitation is one line, its first clause with its figures; the whole reason and
+/// remedy are under `verbose()` and in the JSON.
+#[test]
+fn limitations_are_one_line_each_and_whole_in_the_verbose_report() {
+    use crate::metric::MetricSet;
+    use crate::stages::diagnose::Sampling;
+    let interval = Duration::from_millis(100);
+    let (report, handle) = RunReport::new();
+    let mut report = report.with_diagnosis(&DiagnoseConfig::default(), Sampling::new(interval, MetricSet::default()));
+    report.attach(&ProcessorContext::new(interval));
+    let gpu = info(0);
+    for tick in 0..60u64 {
+        report.process(&mut snapshot(tick, interval, vec![allocated(&gpu, 0.5, u32::from(tick % 5 == 0))]));
+    }
+    let r = handle.report();
+    let limits = &r.overview.limitations;
+    assert!(limits.len() >= 3, "{limits:#?}");
+    let text = r.to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines.iter().position(|l| *l == "  limitations:").expect("limitations") + 1;
+    for (line, l) in lines[at..at + limits.len()].iter().zip(limits) {
+        let rules: Vec<&str> = l.rules.iter().map(|k| k.name()).collect();
+        let want = format!(
+            "    [{}] {}: {}; {}",
+            l.severity,
+            rules.join(", "),
+            super::render::first_clause(&l.reason),
+            super::render::first_clause(&l.remedy)
+        );
+        assert_eq!(*line, want);
+        assert!(line.len() <= format!("    [{}] {l}", l.severity).len(), "{line}");
+    }
+    assert_eq!(lines[at + limits.len()], "    (each in full: --verbose, or the JSON report)");
+    // The driver's period, measured, stays on the starvation line; its explanation does not.
+    let starvation = lines.iter().find(|l| l.starts_with("    [info] dataloader_starvation: ")).unwrap();
+    assert!(starvation.contains("(measured here: 500ms)"), "{starvation}");
+    let whole = limits.iter().find(|l| l.rules == [FindingKind::DataloaderStarvation]).unwrap();
+    assert!(!starvation.contains(&whole.reason), "{starvation}");
+
+    let verbose = r.verbose().to_string();
+    for l in limits {
+        assert!(verbose.contains(&format!("    [{}] {l}\n", l.severity)), "{verbose}");
+    }
+    assert!(!verbose.contains("(each in full"), "{verbose}");
+    // Only the limitations differ.
+    let strip = |t: &str| {
+        t.lines().filter(|l| !l.starts_with("    [") && !l.starts_with("    (each")).collect::<Vec<_>>().join("\n")
+    };
+    assert_eq!(strip(&text), strip(&verbose));
+}
+
+#[test]
+fn the_first_clause_keeps_parentheses_whole() {
+    use super::render::first_clause;
+    assert_eq!(
+        first_clause("a period (measured here: 1s) is averaged away, and more"),
+        "a period (measured here: 1s) is averaged away"
+    );
+    assert_eq!(
+        first_clause("the window holds 3 tick(s) (window 300ms / interval 100ms); busy"),
+        "the window holds 3 tick(s) (window 300ms / interval 100ms)"
+    );
+    assert_eq!(first_clause("2 GPU(s) held memory — MIG instances: none"), "2 GPU(s) held memory");
+    assert_eq!(first_clause("GPM is not sampled: a memory-bound kernel"), "GPM is not sampled");
+    assert_eq!(
+        first_clause("--enable x (or switch it off: y = [\"z\"])"),
+        "--enable x (or switch it off: y = [\"z\"])"
+    );
+    assert_eq!(first_clause("unbalanced ) parens: stay safe"), "unbalanced ) parens");
+    assert_eq!(first_clause(""), "");
+}
