@@ -91,10 +91,10 @@ mod processor;
 mod render;
 mod step_figures;
 
+pub(crate) use accumulate::{idle_while_allocated, is_allocated, lost, peers_wait, slot, KINDS};
 pub use model::*;
 pub use processor::{ReportHandle, RunReport};
 pub(crate) use render::backend_note;
-pub(crate) use accumulate::{idle_while_allocated, is_allocated, lost, peers_wait, slot, KINDS};
 pub use render::VerboseReport;
 
 pub mod compare;
