@@ -111,6 +111,7 @@ async fn only_get_and_head_and_clear_errors() {
     let r = get(addr, "/api/snapshot").await;
     assert_eq!(r.status, 503);
     assert!(r.text().contains("no snapshot yet"));
+    assert_eq!(r.header("retry-after"), Some("5"), "a 503 says when to come back");
     for bad in ["abc", "-1", "0", "NaN", "inf"] {
         let r = get(addr, &format!("/api/history?seconds={bad}")).await;
         assert_eq!(r.status, 400, "{bad}");
@@ -128,6 +129,7 @@ async fn only_get_and_head_and_clear_errors() {
     h.publish(Arc::new(Snapshot::sampling_failed(Arc::new(SystemInfo::new("node-1", "nvml")), "no driver")));
     let r = get(addr, "/api/snapshot").await;
     assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("5"));
     let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(v["error"], "last sample failed: no driver");
 }
@@ -238,6 +240,7 @@ async fn stream_sends_the_latest_snapshot_then_every_new_one() {
     let r = get(addr, "/api/stream").await;
     assert_eq!(r.status, 503);
     assert!(r.text().contains("too many live clients"));
+    assert_eq!(r.header("retry-after"), Some("5"), "the full server says when to come back");
     // A client that goes away frees its slot at the next tick.
     drop(s);
     drop(_second);
