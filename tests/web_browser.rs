@@ -814,7 +814,10 @@ fn browser_greys_cards_with_the_reason_while_sampling_fails() {
 /// `hh:mm:ss`: a time-axis label with minutes.
 fn is_clock_time(s: &str) -> bool {
     let b = s.as_bytes();
-    b.len() == 8 && b[2] == b':' && b[5] == b':' && s.split(':').all(|p| p.len() == 2 && p.bytes().all(|c| c.is_ascii_digit()))
+    b.len() == 8
+        && b[2] == b':'
+        && b[5] == b':'
+        && s.split(':').all(|p| p.len() == 2 && p.bytes().all(|c| c.is_ascii_digit()))
 }
 
 /// `holds since 14:05:30 (12 s)` → 12.
@@ -880,7 +883,8 @@ fn browser_reads_a_starving_node_at_a_glance() {
         p["finding_groups"].as_array().unwrap().iter().find(|g| g["kind"] == "dataloader_starvation").cloned()
     };
     let (first, last) = (starving(&probes[0]).expect("raised"), starving(probes.last().unwrap()).expect("held"));
-    let (held_then, held_now) = (held_seconds(first["since"].as_str().unwrap()), held_seconds(last["since"].as_str().unwrap()));
+    let (held_then, held_now) =
+        (held_seconds(first["since"].as_str().unwrap()), held_seconds(last["since"].as_str().unwrap()));
     assert!(held_now >= held_then + 4, "the time it holds moves on: {first} → {last}");
     for e in last["evidence_text"].as_array().unwrap() {
         let e = e.as_str().unwrap();
@@ -916,7 +920,16 @@ fn browser_cards_take_the_new_names_of_gpus_under_the_same_uuids() {
     reached();
     first.kill();
     let second = agent_process()
-        .args(["--web-listen", &addr.to_string(), "--interval", "500ms", "--backend", "mock", "--mock-profile", "a100x4"])
+        .args([
+            "--web-listen",
+            &addr.to_string(),
+            "--interval",
+            "500ms",
+            "--backend",
+            "mock",
+            "--mock-profile",
+            "a100x4",
+        ])
         .ready(Ready::Http(addr, "/api/snapshot".to_owned()))
         .spawn();
     let now = snapshot(&second.url());

@@ -522,7 +522,10 @@ mod tests {
         snap.system = Arc::new(system);
         format_snapshot(&mut out, &snap, StdoutFormat::Json).unwrap();
         let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-        assert_eq!((v["system"]["backend"].as_str(), v["system"]["recorded_backend"].as_str()), (Some("replay"), Some("mock")));
+        assert_eq!(
+            (v["system"]["backend"].as_str(), v["system"]["recorded_backend"].as_str()),
+            (Some("replay"), Some("mock"))
+        );
     }
 
     #[test]

@@ -218,14 +218,7 @@ impl LineProtocolEncoder {
 
     /// The tags of a point about `device` of `snapshot` (its identity and owners), or about the
     /// host when `None`; each followed by the extra tags.
-    fn write_about(
-        &self,
-        out: &mut String,
-        snapshot: &Snapshot,
-        host: &str,
-        mark: Mark<'_>,
-        device: Option<usize>,
-    ) {
+    fn write_about(&self, out: &mut String, snapshot: &Snapshot, host: &str, mark: Mark<'_>, device: Option<usize>) {
         match device.and_then(|i| snapshot.devices.get(i)) {
             Some(device) => self.write_device_tags(out, host, mark, &device.info, device.owner_labels()),
             None => self.write_host_tags(out, host, mark),

@@ -756,7 +756,12 @@ fn a_replay_of_the_mock_says_so_on_every_series_in_both_namings() {
             for line in series(&text) {
                 let labels = line.split_once('{').map(|(_, rest)| rest).unwrap_or_else(|| panic!("no labels: {line}"));
                 assert_eq!(labels.matches("recorded_backend=\"mock\"").count(), 1, "{naming:?} {format:?}: {line}");
-                assert_eq!(labels.matches(",backend=\"replay\"").count() + usize::from(labels.starts_with("backend=\"replay\"")), 1, "{line}");
+                assert_eq!(
+                    labels.matches(",backend=\"replay\"").count()
+                        + usize::from(labels.starts_with("backend=\"replay\"")),
+                    1,
+                    "{line}"
+                );
             }
         }
     }
