@@ -961,11 +961,13 @@ fn browser_says_simulated_when_recorded_and_replay_finished() {
         agent().args(["--backend", "mock", "--interval", "500ms", "--duration", "5s", "--record"]).arg(&trace),
     );
     assert_eq!(code, 0, "{stderr}");
-    let (_agent, base) = start(&["--replay", trace.to_str().unwrap()]);
+    // A quarter of real time: the ten or so snapshots play for 20 s or more, time enough for a
+    // browser on a loaded machine to come up while the replay still plays.
+    let (_agent, base) = start(&["--replay", trace.to_str().unwrap(), "--replay-speed", "0.25"]);
     let system = snapshot(&base)["system"].clone();
     assert_eq!((system["backend"].as_str(), system["recorded_backend"].as_str()), (Some("replay"), Some("mock")));
     let extra = ["--start-when", "replay"].map(String::from);
-    let run = browse_with(&format!("{base}/"), &[0.2, 12.0], &extra, &dir.join("replay-end.png"));
+    let run = browse_with(&format!("{base}/"), &[0.2, 30.0], &extra, &dir.join("replay-end.png"));
     assert_clean_but_network(&run);
     let (playing, ended) = (&run["probes"][0], &run["probes"][1]);
     assert_eq!(playing["conn_state"], "replay", "{}", playing["conn"]);
