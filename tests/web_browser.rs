@@ -251,7 +251,7 @@ fn browser_shows_hostile_names_as_text() {
     let tags = &probe["tags"];
     assert!(tags.get("img").is_none(), "an <img> was created: {tags}");
     assert!(tags.get("b").is_none(), "a <b> was created: {tags}");
-    assert_eq!(tags["script"], 2, "only the page's own scripts: {tags}");
+    assert_eq!(tags["script"], 3, "only the page's own scripts: {tags}");
     assert_eq!(probe["pwned"], false);
 }
 

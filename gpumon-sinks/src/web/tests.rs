@@ -48,9 +48,10 @@ async fn page_has_a_strict_csp_and_no_inline_script() {
     assert!(!csp.contains("unsafe"), "{csp}");
     assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
     let html = r.text();
-    // Every script is a file of its own, and no element carries an event handler.
+    // Every script is a file of its own (uPlot, app.js, steps.js), and no element carries an
+    // event handler.
     let scripts: Vec<&str> = html.split("<script").skip(1).map(|s| &s[..s.find('>').unwrap()]).collect();
-    assert_eq!(scripts.len(), 2, "{html}");
+    assert_eq!(scripts.len(), 3, "{html}");
     assert!(scripts.iter().all(|s| s.contains("src=")), "{scripts:?}");
     assert!(
         !html.contains(" on")
@@ -59,7 +60,7 @@ async fn page_has_a_strict_csp_and_no_inline_script() {
     );
     // Nothing from elsewhere: the page works offline.
     assert!(!html.contains("http://") && !html.contains("https://"), "{html}");
-    for path in ["/app.js", "/app.css", "/uPlot.iife.min.js", "/uPlot.min.css", "/licenses.txt"] {
+    for path in ["/app.js", "/steps.js", "/app.css", "/uPlot.iife.min.js", "/uPlot.min.css", "/licenses.txt"] {
         let r = get(addr, path).await;
         assert_eq!(r.status, 200, "{path}");
         assert_eq!(r.header("content-encoding"), None, "{path}");
@@ -70,13 +71,17 @@ async fn page_has_a_strict_csp_and_no_inline_script() {
 /// parses a string as HTML or as code.
 #[test]
 fn page_script_never_parses_data_as_html_or_code() {
-    let js = std::str::from_utf8(include_bytes!("assets/app.js")).unwrap();
-    for api in
-        ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function", "setTimeout(\""]
+    for (file, js) in
+        [("app.js", &include_bytes!("assets/app.js")[..]), ("steps.js", &include_bytes!("assets/steps.js")[..])]
     {
-        assert!(!js.contains(api), "app.js uses {api}");
+        let js = std::str::from_utf8(js).unwrap();
+        for api in
+            ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function", "setTimeout(\""]
+        {
+            assert!(!js.contains(api), "{file} uses {api}");
+        }
+        assert!(js.contains("textContent") || js.contains("el("), "{file}");
     }
-    assert!(js.contains("textContent"));
 }
 
 #[tokio::test]
