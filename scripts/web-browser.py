@@ -55,6 +55,18 @@ PROBE = r"""
       chart_labels: [...c.querySelectorAll('.chart')].map((x) => x.getAttribute('aria-label')),
       // uPlot draws axis text on the canvas; each axis it draws has a div of its own.
       chart_axes: c.querySelector('.chart') ? c.querySelector('.chart').querySelectorAll('.u-axis').length : null,
+      // Each chart's scales and axis labels as uPlot drew them (the page's `gpus` map; uPlot
+      // 1.6 keeps an axis's last splits and labels in _splits / _values).
+      charts: (() => {
+        const g = typeof gpus !== 'undefined' ? gpus.get(c.getAttribute('data-gpu-uuid')) : null;
+        if (!g) return [];
+        return g.charts.map((u, i) => u ? {
+          field: FIELDS[i].key, y_min: u.scales.y.min, y_max: u.scales.y.max, height: u.height,
+          plot_height: Math.round(u.bbox.height / devicePixelRatio),
+          x_labels: (u.axes[0]._values || []).map(String), y_ticks: (u.axes[1]._splits || []).length,
+        } : null).filter((x) => x);
+      })(),
+      width: Math.round(c.getBoundingClientRect().width),
       failed: c.classList.contains('failed'),
       why: c.querySelector('.why') && !c.querySelector('.why').hidden ? c.querySelector('.why').textContent : null,
       state: c.querySelector('.state') && !c.querySelector('.state').hidden ? c.querySelector('.state').textContent : null,
@@ -71,6 +83,8 @@ PROBE = r"""
     overview_bottom: q('#overview') ? Math.round(q('#overview').getBoundingClientRect().bottom + window.scrollY) : null,
     banner: q('#banner') ? !q('#banner').hidden : null,
     banner_text: q('#banner') ? q('#banner').textContent : null,
+    busy: q('#host [data-busy]') ? q('#host [data-busy]').textContent : null,
+    grid_width: q('#gpus') ? Math.round(q('#gpus').getBoundingClientRect().width) : null,
     host: q('#host') ? q('#host').textContent : null,
     conn: q('#conn') ? q('#conn').textContent : null,
     conn_state: q('#conn') ? q('#conn').dataset.state : null,
@@ -79,6 +93,8 @@ PROBE = r"""
     findings: q('#findings-section') && !q('#findings-section').hidden ? [...document.querySelectorAll('#findings > li')].map((l) => l.textContent) : null,
     finding_groups: [...document.querySelectorAll('#findings > li[data-kind]')].map((l) => ({
       kind: l.dataset.kind, what: l.querySelector('.what').textContent,
+      since: l.querySelector('.since') ? l.querySelector('.since').textContent : null,
+      evidence_text: [...l.querySelectorAll('.evidence li')].map((e) => e.textContent),
       folded: !!l.querySelector('details.fold') && !l.querySelector('details.fold').open,
       evidence: l.querySelectorAll('.evidence li').length,
       height: Math.round(l.getBoundingClientRect().height),

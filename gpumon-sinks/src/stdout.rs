@@ -283,6 +283,11 @@ fn push_clock(out: &mut String, snapshot: &Snapshot) {
         out.push(' ');
         out.extend(backend.chars().map(|c| c.to_ascii_uppercase()));
     }
+    // A replay says what recorded it: `REPLAY of MOCK` is simulated data played back.
+    if let Some(recorded) = snapshot.system.marked_recorded_backend() {
+        out.push_str(" of ");
+        out.extend(recorded.chars().map(|c| c.to_ascii_uppercase()));
+    }
 }
 
 /// Formats a whole snapshot in `format` into `out`, newline-terminated.
@@ -463,9 +468,14 @@ mod tests {
 
     /// Every kind of human line (GPU, LOST, FINDING, STEP, SAMPLING FAILED) of `backend`.
     fn every_human_line(backend: &str) -> Vec<String> {
+        every_human_line_of(Arc::new(SystemInfo::new("h", backend)))
+    }
+
+    /// [`every_human_line`] of data from `system`.
+    fn every_human_line_of(system: Arc<SystemInfo>) -> Vec<String> {
         use gpumon_core::steps::{RunSteps, StepReport, Steps};
         let mut snap = with_findings();
-        snap.system = Arc::new(SystemInfo::new("h", backend));
+        snap.system = system;
         let mut run = RunSteps::new("train", Some(0));
         run.reported.push(StepReport::new(42, Duration::from_millis(1250)));
         let mut steps = Steps::default();
@@ -492,6 +502,30 @@ mod tests {
             }
         }
         assert!(real.iter().all(|l| !l.contains("MOCK") && !l.contains("REPLAY")), "{real:#?}");
+    }
+
+    #[test]
+    fn every_human_line_of_a_replay_of_the_mock_says_simulated_when_recorded() {
+        let real = every_human_line("nvml");
+        let mut system = SystemInfo::new("h", "replay");
+        system.recorded_backend = Some("mock".into());
+        let lines = every_human_line_of(Arc::new(system));
+        assert_eq!(lines.len(), real.len(), "{lines:#?}");
+        for (line, real) in lines.iter().zip(&real) {
+            assert!(line.contains("] REPLAY of MOCK "), "{line}");
+            assert_eq!(line.replacen("] REPLAY of MOCK ", "] ", 1), *real, "{line}");
+        }
+        let mut out = String::new();
+        let mut snap = snapshot();
+        let mut system = SystemInfo::new("h", "replay");
+        system.recorded_backend = Some("mock".into());
+        snap.system = Arc::new(system);
+        format_snapshot(&mut out, &snap, StdoutFormat::Json).unwrap();
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(
+            (v["system"]["backend"].as_str(), v["system"]["recorded_backend"].as_str()),
+            (Some("replay"), Some("mock"))
+        );
     }
 
     #[test]

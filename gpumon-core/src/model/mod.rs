@@ -201,6 +201,11 @@ pub struct SystemInfo {
     pub cuda_driver_version: Option<i32>,
     /// NVML library version.
     pub nvml_version: Option<String>,
+    /// Of replayed data (`backend` [`REPLAY_BACKEND`]): the backend that recorded the trace
+    /// (`"nvml"`, `"mock"`), so that a replay of simulated GPUs stays marked simulated
+    /// ([`SystemInfo::is_simulated`]). `None` for live data.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub recorded_backend: Option<String>,
 }
 
 impl SystemInfo {
@@ -236,6 +241,29 @@ impl SystemInfo {
     /// ```
     pub fn marked_backend(&self) -> Option<&str> {
         (self.is_mock() || self.is_replay()).then_some(self.backend.as_str())
+    }
+
+    /// The second half of the mark of replayed data: the backend that recorded it (`"mock"` for
+    /// a trace of simulated GPUs, `"nvml"` for a real node's), which sinks add beside
+    /// `backend="replay"` as `recorded_backend=<it>`. `None` for live data and for a replay
+    /// whose recording backend is unknown.
+    ///
+    /// ```
+    /// use gpumon_core::SystemInfo;
+    ///
+    /// let mut replay = SystemInfo::new("node-1", "replay");
+    /// replay.recorded_backend = Some("mock".into());
+    /// assert_eq!(replay.marked_recorded_backend(), Some("mock"));
+    /// assert!(replay.is_simulated());
+    /// assert_eq!(SystemInfo::new("node-1", "mock").marked_recorded_backend(), None);
+    /// ```
+    pub fn marked_recorded_backend(&self) -> Option<&str> {
+        self.recorded_backend.as_deref().filter(|b| self.is_replay() && !b.is_empty())
+    }
+
+    /// Whether the data is simulated: the mock's, or a replay of a trace the mock recorded.
+    pub fn is_simulated(&self) -> bool {
+        self.is_mock() || self.marked_recorded_backend() == Some("mock")
     }
 
     /// CUDA version as `"major.minor"`, if known.

@@ -93,6 +93,11 @@ impl State {
             }
         }
         let mut marked = SystemInfo::clone(system);
+        // What recorded it stays said (a replay of the mock is still simulated); a trace of a
+        // replay keeps the first recording's backend.
+        if !marked.is_replay() {
+            marked.recorded_backend = Some(marked.backend.clone());
+        }
         marked.backend = REPLAY_BACKEND.to_owned();
         let marked = Arc::new(marked);
         self.marked = Some((system.clone(), marked.clone()));

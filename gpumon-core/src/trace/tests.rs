@@ -334,6 +334,9 @@ fn the_replay_sampler_hands_out_the_recorded_snapshots_marked_as_replayed() {
     assert_eq!(first.devices, snaps[0].devices);
     assert_eq!(first.system.backend, "replay");
     assert!(first.system.is_replay() && first.system.marked_backend() == Some("replay"));
+    // What recorded it stays said: a replay of the mock is simulated data still.
+    assert_eq!(first.system.recorded_backend.as_deref(), Some(sys.backend.as_str()));
+    assert_eq!(first.system.is_simulated(), sys.backend == "mock", "{:?}", sys.backend);
     assert_eq!(first.system.driver_version.as_deref(), Some("570.86.15"));
     assert!(!progress.is_finished());
 

@@ -123,7 +123,7 @@ impl LineProtocolEncoder {
         // Simulated and replayed data carry `backend=mock` / `backend=replay` on every point so
         // that they cannot pass for a live GPU's; live data has no such tag (series stay as
         // they were).
-        let mark = snapshot.system.marked_backend();
+        let mark = Mark::of(&snapshot.system);
         for device in &snapshot.devices {
             total += self.encode_device_inner(&snapshot.system.hostname, mark, ts, device, out);
         }
@@ -139,7 +139,7 @@ impl LineProtocolEncoder {
     pub fn encode_derived(&self, snapshot: &Snapshot, out: &mut String) -> Encoded {
         let ts = i64::try_from(snapshot.timestamp_nanos()).unwrap_or(i64::MAX);
         let host = snapshot.system.hostname.as_str();
-        let mark = snapshot.system.marked_backend();
+        let mark = Mark::of(&snapshot.system);
         let mut encoded = Encoded::default();
         snapshot.visit_derived(|p| {
             let start = out.len();
@@ -176,7 +176,7 @@ impl LineProtocolEncoder {
     /// one point per row instead, with the row's device tags and fields added.
     pub fn encode_events(&self, snapshot: &Snapshot, out: &mut String) -> Encoded {
         let host = snapshot.system.hostname.as_str();
-        let mark = snapshot.system.marked_backend();
+        let mark = Mark::of(&snapshot.system);
         let mut encoded = Encoded::default();
         snapshot.visit_events(|event| {
             let ts = event
@@ -218,20 +218,10 @@ impl LineProtocolEncoder {
 
     /// The tags of a point about `device` of `snapshot` (its identity and owners), or about the
     /// host when `None`; each followed by the extra tags.
-    fn write_about(
-        &self,
-        out: &mut String,
-        snapshot: &Snapshot,
-        host: &str,
-        mark: Option<&str>,
-        device: Option<usize>,
-    ) {
+    fn write_about(&self, out: &mut String, snapshot: &Snapshot, host: &str, mark: Mark<'_>, device: Option<usize>) {
         match device.and_then(|i| snapshot.devices.get(i)) {
             Some(device) => self.write_device_tags(out, host, mark, &device.info, device.owner_labels()),
-            None => {
-                write_mark(out, mark);
-                self.write_host_tags(out, host)
-            }
+            None => self.write_host_tags(out, host, mark),
         }
     }
 
@@ -239,13 +229,13 @@ impl LineProtocolEncoder {
     /// [`LineProtocolEncoder::encode_snapshot`] it knows nothing of the backend, so it never
     /// writes the `backend=mock` (or `replay`) tag.
     pub fn encode_device(&self, host: &str, timestamp_nanos: u64, device: &DeviceSample, out: &mut String) -> Encoded {
-        self.encode_device_inner(host, None, timestamp_nanos, device, out)
+        self.encode_device_inner(host, Mark::NONE, timestamp_nanos, device, out)
     }
 
     fn encode_device_inner(
         &self,
         host: &str,
-        mark: Option<&str>,
+        mark: Mark<'_>,
         timestamp_nanos: u64,
         device: &DeviceSample,
         out: &mut String,
@@ -320,14 +310,14 @@ impl LineProtocolEncoder {
     }
 
     /// `,backend=mock,container=…,gpu=…,host=…,mig=…,mig_ci=…,mig_gi=…,mig_profile=…,name=…,
-    /// namespace=…,pod=…,user=…,uuid=…` (keys in sorted order, which InfluxDB indexes fastest;
+    /// namespace=…,pod=…,recorded_backend=…,user=…,uuid=…` (keys in sorted order, which InfluxDB indexes fastest;
     /// `backend` only for simulated or replayed data (`SystemInfo::marked_backend`); the owner tags `container`, `namespace`, `pod`, `user`
     /// only with attribution on), then the extra tags. Empty values are left out.
     fn write_device_tags(
         &self,
         out: &mut String,
         host: &str,
-        mark: Option<&str>,
+        mark: Mark<'_>,
         info: &DeviceInfo,
         owners: OwnerLabels<'_>,
     ) {
@@ -360,6 +350,7 @@ impl LineProtocolEncoder {
         }
         tag(out, "namespace", owners.namespace);
         tag(out, "pod", owners.pod);
+        write_recorded_mark(out, mark);
         tag(out, "user", owners.user);
         if !info.uuid.is_empty() {
             out.push_str(",uuid=");
@@ -369,11 +360,13 @@ impl LineProtocolEncoder {
     }
 
     /// `,host=…` (unless empty) and the extra tags: the tag set of a point about the host.
-    fn write_host_tags(&self, out: &mut String, host: &str) {
+    fn write_host_tags(&self, out: &mut String, host: &str, mark: Mark<'_>) {
+        write_mark(out, mark);
         if !host.is_empty() {
             out.push_str(",host=");
             write_tag(out, host);
         }
+        write_recorded_mark(out, mark);
         out.push_str(&self.extra_tags);
     }
 
@@ -458,11 +451,38 @@ pub fn encode_snapshot(snapshot: &Snapshot, out: &mut String) -> Encoded {
     DEFAULT.get_or_init(LineProtocolEncoder::default).encode_snapshot(snapshot, out)
 }
 
-/// `,backend=mock` or `,backend=replay`: the tag of data not read from a GPU just now
-/// (`SystemInfo::marked_backend`); nothing for live data.
-fn write_mark(out: &mut String, mark: Option<&str>) {
-    if let Some(mark) = mark {
+/// The tags of data not read from a GPU just now: `backend` (`mock`, `replay`;
+/// `SystemInfo::marked_backend`) and, for a replay, `recorded_backend` (what recorded it:
+/// `mock` when it was simulated). Both `None` for live data.
+#[derive(Clone, Copy)]
+struct Mark<'a> {
+    backend: Option<&'a str>,
+    recorded_backend: Option<&'a str>,
+}
+
+impl<'a> Mark<'a> {
+    /// Live data's: no tag.
+    const NONE: Mark<'static> = Mark { backend: None, recorded_backend: None };
+
+    fn of(system: &'a gpumon_core::SystemInfo) -> Self {
+        Self { backend: system.marked_backend(), recorded_backend: system.marked_recorded_backend() }
+    }
+}
+
+/// `,backend=mock` or `,backend=replay`: the first tag of data not read from a GPU just now
+/// ([`Mark`]); nothing for live data.
+fn write_mark(out: &mut String, mark: Mark<'_>) {
+    if let Some(backend) = mark.backend {
         out.push_str(",backend=");
-        write_tag(out, mark);
+        write_tag(out, backend);
+    }
+}
+
+/// `,recorded_backend=mock`: what recorded a replay ([`Mark`]), written where its key sorts
+/// (after `pod` and `host`, before `user` and `uuid`).
+fn write_recorded_mark(out: &mut String, mark: Mark<'_>) {
+    if let Some(recorded) = mark.recorded_backend {
+        out.push_str(",recorded_backend=");
+        write_tag(out, recorded);
     }
 }

@@ -60,6 +60,7 @@
 //! | `mig_profile` | e.g. `1g.10gb` | MIG, when known |
 //! | `name` | product name | unless empty |
 //! | `namespace`, `pod`, `user` | the GPU's owners, merged like `container` | attribution on and known |
+//! | `recorded_backend` | what recorded a replayed trace (`mock`: simulated when recorded), beside `backend=replay` | replays ([`SystemInfo::marked_recorded_backend`](gpumon_core::SystemInfo::marked_recorded_backend)) |
 //! | `uuid` | `GPU-…` / `MIG-…` | unless empty |
 //!
 //! A `gpu_processes` line carries its own process's owner tags instead of the GPU's (see
@@ -411,6 +412,35 @@ mod tests {
         let mut out = String::new();
         encode_snapshot(&real, &mut out);
         assert!(!out.contains("backend"), "{out}");
+    }
+
+    #[test]
+    fn a_replay_of_the_mock_is_tagged_replayed_and_recorded_on_the_mock_on_every_line() {
+        let mut replay = snapshot();
+        let mut system = SystemInfo::new("node 1", "replay");
+        system.recorded_backend = Some("mock".into());
+        replay.system = Arc::new(system);
+        let mut out = String::new();
+        let n = encode_snapshot(&replay, &mut out);
+        assert_eq!(n.lines, 12, "{out}");
+        for line in out.lines() {
+            let parsed = influxdb_line_protocol::parse_lines(line).next().unwrap().unwrap();
+            let tag = |key: &str| -> Vec<String> {
+                parsed.series.tag_set.iter().flatten().filter(|(k, _)| *k == key).map(|(_, v)| v.to_string()).collect()
+            };
+            assert_eq!(tag("backend"), ["replay"], "{line}");
+            assert_eq!(tag("recorded_backend"), ["mock"], "{line}");
+            // The device's tags stay in sorted order (a series' own labels, such as `reason`,
+            // follow them, as for live data).
+            let keys: Vec<String> = parsed.series.tag_set.iter().flatten().map(|(k, _)| k.to_string()).collect();
+            let device_tags = &keys[..keys.iter().position(|k| k == "uuid").map_or(keys.len(), |i| i + 1)];
+            assert!(device_tags.windows(2).all(|w| w[0] < w[1]), "tag keys stay sorted: {line}");
+        }
+        // A replay whose recording backend is unknown says only that it is a replay.
+        replay.system = Arc::new(SystemInfo::new("node 1", "replay"));
+        out.clear();
+        encode_snapshot(&replay, &mut out);
+        assert!(!out.contains("recorded_backend"), "{out}");
     }
 
     #[test]

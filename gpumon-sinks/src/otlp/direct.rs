@@ -72,6 +72,10 @@ pub(crate) struct Direct {
 /// The resource attribute that marks simulated (`mock`) and replayed (`replay`) data; its value
 /// is [`SystemInfo::marked_backend`](gpumon_core::SystemInfo::marked_backend).
 pub(crate) const BACKEND_ATTRIBUTE: &str = "gpumon.backend";
+/// Beside `gpumon.backend=replay`: the backend that recorded the trace
+/// ([`SystemInfo::marked_recorded_backend`](gpumon_core::SystemInfo::marked_recorded_backend)),
+/// `mock` for a replay of simulated GPUs.
+pub(crate) const RECORDED_BACKEND_ATTRIBUTE: &str = "gpumon.recorded_backend";
 
 impl std::fmt::Debug for Direct {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -363,12 +367,20 @@ impl Direct {
     /// Adds `gpumon.backend=<mark>` (`mock`, `replay`) to the resource (once): simulated or
     /// replayed data must never pass for a live GPU's, whoever built the sink. The agent also
     /// sets it through the config, so the SDK pipeline carries it too; here it is not added twice.
-    fn mark_mock(&mut self, mark: &str) {
+    fn mark_mock(&mut self, mark: &str, recorded: Option<&str>) {
         let Some(resource) = self.request.resource_metrics[0].resource.as_mut() else { return };
-        if resource.attributes.iter().any(|kv| kv.key == BACKEND_ATTRIBUTE) {
+        let has = |key: &str| resource.attributes.iter().any(|kv| kv.key == key);
+        let add_backend = !has(BACKEND_ATTRIBUTE);
+        let add_recorded = recorded.filter(|_| !has(RECORDED_BACKEND_ATTRIBUTE));
+        if !add_backend && add_recorded.is_none() {
             return;
         }
-        resource.attributes.push(string_kv(BACKEND_ATTRIBUTE, mark));
+        if add_backend {
+            resource.attributes.push(string_kv(BACKEND_ATTRIBUTE, mark));
+        }
+        if let Some(recorded) = add_recorded {
+            resource.attributes.push(string_kv(RECORDED_BACKEND_ATTRIBUTE, recorded));
+        }
         self.layout += 1;
         self.resource_field.clear();
         field_message(&mut self.resource_field, 1, resource);
@@ -387,7 +399,7 @@ impl Direct {
     fn update(&mut self, plan: &Plan, cache: &mut AttributeCache, snapshot: &Snapshot) {
         if let Some(mark) = snapshot.system.marked_backend().filter(|_| !self.marked_mock) {
             self.marked_mock = true;
-            self.mark_mock(mark);
+            self.mark_mock(mark, snapshot.system.marked_recorded_backend());
         }
         let time = unix_nanos(snapshot.taken_at);
         // A point without a time has no time field: the layout differs, from and back to it.
@@ -934,6 +946,25 @@ mod tests {
             resource_values(&r, "gpumon.backend"),
             [&any(any_value::Value::StringValue("replay".into())).unwrap()]
         );
+        assert!(resource_values(&r, "gpumon.recorded_backend").is_empty(), "unknown: not said");
+    }
+
+    #[test]
+    fn a_replay_of_simulated_data_says_it_was_recorded_on_the_mock() {
+        let plan = Plan::new();
+        let mut cache = AttributeCache::default();
+        let mut direct = offline(&plan);
+        let mut replayed = snapshot(UNIX_EPOCH + Duration::from_secs(1), 1.0);
+        let mut system = SystemInfo::new("h", "replay");
+        system.recorded_backend = Some("mock".into());
+        replayed.system = Arc::new(system);
+        let string = |s: &str| any(any_value::Value::StringValue(s.into())).unwrap();
+        for n in 0..2 {
+            let r = direct.request_of(&plan, &mut cache, &replayed);
+            assert_eq!(resource_values(&r, "gpumon.backend"), [&string("replay")], "export {n}");
+            assert_eq!(resource_values(&r, "gpumon.recorded_backend"), [&string("mock")], "export {n}");
+            assert_eq!(resource_values(&direct.message(), "gpumon.recorded_backend").len(), 1);
+        }
     }
 
     #[test]

@@ -555,10 +555,20 @@ impl Plan {
         // its data comes from: simulated or replayed data is marked on every point instead (the
         // direct pipeline marks its resource), so that it cannot pass for a GPU's whoever built
         // the provider.
-        let mark =
-            snapshot.system.marked_backend().map(|m| KeyValue::new(super::direct::BACKEND_ATTRIBUTE, m.to_owned()));
+        let mark: Vec<KeyValue> = snapshot
+            .system
+            .marked_backend()
+            .map(|m| KeyValue::new(super::direct::BACKEND_ATTRIBUTE, m.to_owned()))
+            .into_iter()
+            .chain(
+                snapshot
+                    .system
+                    .marked_recorded_backend()
+                    .map(|r| KeyValue::new(super::direct::RECORDED_BACKEND_ATTRIBUTE, r.to_owned())),
+            )
+            .collect();
         self.walk(snapshot, cache, |series| {
-            let mut attributes = Vec::with_capacity(series.base.len() + 3);
+            let mut attributes = Vec::with_capacity(series.base.len() + 4);
             attributes.extend(series.base.iter().cloned());
             attributes.extend(mark.iter().cloned());
             if let Some((k, v)) = series.attribute {

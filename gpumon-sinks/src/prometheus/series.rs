@@ -385,10 +385,14 @@ impl<'a> Walk<'a> {
 
     /// `backend="mock"` on every series of simulated data and `backend="replay"` on every series
     /// of a replayed trace (`SystemInfo::marked_backend`), so that neither can pass for a live
-    /// GPU's in a query or on a dashboard; live (NVML) series carry no such label.
+    /// GPU's in a query or on a dashboard; live (NVML) series carry no such label. A replay
+    /// also says what recorded it (`recorded_backend="mock"`: simulated when recorded).
     fn mock_label<'s>(&'s self, mut f: impl FnMut(Label<'s>)) {
         if let Some(mark) = self.snapshot.and_then(|s| s.system.marked_backend()) {
             f(("backend", Text::Str(mark)));
+        }
+        if let Some(recorded) = self.snapshot.and_then(|s| s.system.marked_recorded_backend()) {
+            f(("recorded_backend", Text::Str(recorded)));
         }
     }
 

@@ -755,6 +755,37 @@ fn simulated_and_replayed_data_is_marked_on_every_series_in_both_namings() {
     assert!(with_backend.iter().all(|l| l.starts_with("gpumon_gpu_info{") && l.contains("backend=\"nvml\"")));
 }
 
+#[test]
+fn a_replay_of_the_mock_says_so_on_every_series_in_both_namings() {
+    for naming in [Naming::Native, Naming::Dcgm] {
+        let mut replay = fixture();
+        let mut system = system();
+        system.backend = "replay".into();
+        system.recorded_backend = Some("mock".into());
+        replay.system = Arc::new(system);
+        for format in [Format::Text, Format::OpenMetrics] {
+            let text = render_with(naming, format, replay.clone());
+            check_structure(&text, format);
+            for line in series(&text) {
+                let labels = line.split_once('{').map(|(_, rest)| rest).unwrap_or_else(|| panic!("no labels: {line}"));
+                assert_eq!(labels.matches("recorded_backend=\"mock\"").count(), 1, "{naming:?} {format:?}: {line}");
+                assert_eq!(
+                    labels.matches(",backend=\"replay\"").count()
+                        + usize::from(labels.starts_with("backend=\"replay\"")),
+                    1,
+                    "{line}"
+                );
+            }
+        }
+    }
+    // Live data never says it was recorded.
+    let mut live = fixture();
+    let mut system = system();
+    system.recorded_backend = Some("mock".into());
+    live.system = Arc::new(system);
+    assert!(!render_with(Naming::Native, Format::Text, live).contains("recorded_backend"));
+}
+
 /// A backend that never loads, like NVML on a node whose driver did not load.
 struct NoDriver;
 

@@ -595,6 +595,27 @@ mod tests {
     }
 
     #[test]
+    fn a_replay_of_the_mock_is_labelled_replayed_and_recorded_on_the_mock_on_every_series() {
+        let mut enc = Encoder::new(RenderOptions::default(), []);
+        let mut snap = snapshot_at(1_700_000_000_123);
+        let mut system = SystemInfo::new("node-1", "replay");
+        system.recorded_backend = Some("mock".into());
+        snap.system = Arc::new(system);
+        let mut out = Vec::new();
+        let n = enc.encode(&snap, None, &mut out);
+        let req = decode(&out);
+        assert!(n > 0 && req.timeseries.len() == n);
+        for ts in &req.timeseries {
+            assert_eq!(ts.label("backend"), Some("replay"), "{:?}", pairs(ts));
+            assert_eq!(ts.label("recorded_backend"), Some("mock"), "{:?}", pairs(ts));
+            let names: Vec<&str> = ts.labels.iter().map(|l| l.name.as_str()).collect();
+            let mut sorted = names.clone();
+            sorted.sort_unstable();
+            assert_eq!(names, sorted, "labels sorted");
+        }
+    }
+
+    #[test]
     fn a_failed_sample_pushes_up_0_for_the_host_only() {
         let mut failed = Snapshot::sampling_failed(Arc::new(SystemInfo::new("node-1", "nvml")), "no driver");
         failed.taken_at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);

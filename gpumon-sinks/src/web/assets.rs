@@ -32,9 +32,10 @@ impl Asset {
     }
 }
 
-pub(crate) static ASSETS: [Asset; 6] = [
+pub(crate) static ASSETS: [Asset; 7] = [
     Asset::new("/", "text/html; charset=utf-8", include_bytes!("assets/index.html")),
     Asset::new("/app.js", "text/javascript; charset=utf-8", include_bytes!("assets/app.js")),
+    Asset::new("/steps.js", "text/javascript; charset=utf-8", include_bytes!("assets/steps.js")),
     Asset::new("/app.css", "text/css; charset=utf-8", include_bytes!("assets/app.css")),
     Asset::new("/uPlot.iife.min.js", "text/javascript; charset=utf-8", include_bytes!("assets/uPlot.iife.min.js")),
     Asset::new("/uPlot.min.css", "text/css; charset=utf-8", include_bytes!("assets/uPlot.min.css")),

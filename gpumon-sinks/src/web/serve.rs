@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use hyper::body::Incoming;
-use hyper::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_TYPE, VARY};
+use hyper::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER, VARY};
 use hyper::{Request, Response, StatusCode};
 
 use super::assets;
@@ -30,6 +30,9 @@ impl Handler for Web {
         r
     }
 }
+
+/// `Retry-After` of every 503: seconds (the page's first wait after a 503, `app.js`).
+const RETRY_AFTER_SECONDS: &str = "5";
 
 fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
     let mut r = Response::new(Body::full(body));
@@ -138,6 +141,11 @@ fn route(hub: &Arc<Hub>, req: &Request<Incoming>, settings: &Settings) -> Respon
             }
         },
     };
+    // Every 503 (no snapshot yet, the last sample failed, the server full) is temporary: say
+    // when to come back, as the page's own backoff after a 503 starts (5 s).
+    if r.status() == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECONDS));
+    }
     if head {
         // hyper sends no body for HEAD; keep the headers.
         *r.body_mut() = Body::empty();

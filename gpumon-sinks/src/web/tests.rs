@@ -48,9 +48,10 @@ async fn page_has_a_strict_csp_and_no_inline_script() {
     assert!(!csp.contains("unsafe"), "{csp}");
     assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
     let html = r.text();
-    // Every script is a file of its own, and no element carries an event handler.
+    // Every script is a file of its own (uPlot, app.js, steps.js), and no element carries an
+    // event handler.
     let scripts: Vec<&str> = html.split("<script").skip(1).map(|s| &s[..s.find('>').unwrap()]).collect();
-    assert_eq!(scripts.len(), 2, "{html}");
+    assert_eq!(scripts.len(), 3, "{html}");
     assert!(scripts.iter().all(|s| s.contains("src=")), "{scripts:?}");
     assert!(
         !html.contains(" on")
@@ -59,7 +60,7 @@ async fn page_has_a_strict_csp_and_no_inline_script() {
     );
     // Nothing from elsewhere: the page works offline.
     assert!(!html.contains("http://") && !html.contains("https://"), "{html}");
-    for path in ["/app.js", "/app.css", "/uPlot.iife.min.js", "/uPlot.min.css", "/licenses.txt"] {
+    for path in ["/app.js", "/steps.js", "/app.css", "/uPlot.iife.min.js", "/uPlot.min.css", "/licenses.txt"] {
         let r = get(addr, path).await;
         assert_eq!(r.status, 200, "{path}");
         assert_eq!(r.header("content-encoding"), None, "{path}");
@@ -70,13 +71,17 @@ async fn page_has_a_strict_csp_and_no_inline_script() {
 /// parses a string as HTML or as code.
 #[test]
 fn page_script_never_parses_data_as_html_or_code() {
-    let js = std::str::from_utf8(include_bytes!("assets/app.js")).unwrap();
-    for api in
-        ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function", "setTimeout(\""]
+    for (file, js) in
+        [("app.js", &include_bytes!("assets/app.js")[..]), ("steps.js", &include_bytes!("assets/steps.js")[..])]
     {
-        assert!(!js.contains(api), "app.js uses {api}");
+        let js = std::str::from_utf8(js).unwrap();
+        for api in
+            ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function", "setTimeout(\""]
+        {
+            assert!(!js.contains(api), "{file} uses {api}");
+        }
+        assert!(js.contains("textContent") || js.contains("el("), "{file}");
     }
-    assert!(js.contains("textContent"));
 }
 
 #[tokio::test]
@@ -111,6 +116,7 @@ async fn only_get_and_head_and_clear_errors() {
     let r = get(addr, "/api/snapshot").await;
     assert_eq!(r.status, 503);
     assert!(r.text().contains("no snapshot yet"));
+    assert_eq!(r.header("retry-after"), Some("5"), "a 503 says when to come back");
     for bad in ["abc", "-1", "0", "NaN", "inf"] {
         let r = get(addr, &format!("/api/history?seconds={bad}")).await;
         assert_eq!(r.status, 400, "{bad}");
@@ -128,6 +134,7 @@ async fn only_get_and_head_and_clear_errors() {
     h.publish(Arc::new(Snapshot::sampling_failed(Arc::new(SystemInfo::new("node-1", "nvml")), "no driver")));
     let r = get(addr, "/api/snapshot").await;
     assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("5"));
     let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(v["error"], "last sample failed: no driver");
 }
@@ -238,6 +245,7 @@ async fn stream_sends_the_latest_snapshot_then_every_new_one() {
     let r = get(addr, "/api/stream").await;
     assert_eq!(r.status, 503);
     assert!(r.text().contains("too many live clients"));
+    assert_eq!(r.header("retry-after"), Some("5"), "the full server says when to come back");
     // A client that goes away frees its slot at the next tick.
     drop(s);
     drop(_second);

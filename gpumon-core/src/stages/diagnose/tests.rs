@@ -233,7 +233,7 @@ fn starvation_from_high_resolution_dips() {
     let e = &d.active[0].evidence;
     assert!(
         e.starts_with(
-            "utilisation mean 31 %, min 2 % / max 96 % within the interval, idle (≤ 10 %) on 100 % and busy (≥ 60 %) on 100 % of the ticks, 70.0 GiB of 80.0 GiB"
+            "utilisation mean 31 %, min 2 % / max 96 % within the interval, dipped to ≤ 10 % within 100 % of the ticks and peaked at ≥ 60 % within 100 % of them, 70.0 GiB of 80.0 GiB"
         ),
         "{e}"
     );

@@ -13,11 +13,22 @@ const STALE_MIN_S = 1.0;
 const SILENT_RECONNECT_S = 30;
 // Above this many cards, each card draws one chart (its first figure) instead of all five.
 const COMPACT_ABOVE = 8;
+// Chart heights (CSS px of the plot, axes included): tall enough for four or five y-ticks.
+const CHART_HEIGHT = 120;
+const CHART_HEIGHT_COMPACT = 90;
+// "busy" as diagnosis says it (gpumon_core::stages::diagnose): utilisation at or above
+// `imbalance_busy` (60 %), judged on the mean over the diagnosis window (DEFAULT_WINDOW, 30 s),
+// never on one reading: a starved GPU swinging between 0 and 95 % each second is not busy.
+const BUSY_LEVEL = 60;
+const BUSY_WINDOW_S = 30;
 const FIELDS = [
+  // Utilisation on a fixed 0–100 % axis and memory on 0–total: a GPU at 8 % must not look
+  // like its neighbours at 94 % because its chart scaled to its own data.
   { key: "util", label: "utilisation", unit: "%", color: "#50c070", fmt: (v) => v.toFixed(0) + " %",
-    get: (d) => (d.utilization?.gpu != null ? d.utilization.gpu * 100 : null) },
+    get: (d) => (d.utilization?.gpu != null ? d.utilization.gpu * 100 : null), max: () => 100 },
   { key: "mem", label: "memory", unit: "GiB", color: "#5090e0", fmt: (v) => v.toFixed(1) + " GiB",
-    get: (d) => (d.memory?.used != null ? d.memory.used / 2 ** 30 : null) },
+    get: (d) => (d.memory?.used != null ? d.memory.used / 2 ** 30 : null),
+    max: (d) => (d.memory?.total != null ? d.memory.total / 2 ** 30 : null) },
   { key: "power", label: "power", unit: "W", color: "#e0a030", fmt: (v) => v.toFixed(0) + " W",
     get: (d) => d.power?.usage_watts ?? null },
   { key: "temp", label: "temperature", unit: "°C", color: "#e05050", fmt: (v) => v.toFixed(0) + " °C",
@@ -161,7 +172,11 @@ function status() {
   const replay = replaying();
   let state;
   let text;
-  if (st.link === "waiting") {
+  if (st.finished && st.link !== "open") {
+    // Still retrying quietly (another agent may come up on this port), but the news is the end.
+    state = "finished";
+    text = "replay finished · the trace ended (last sample recorded " + recordedAt(st.snap) + ")";
+  } else if (st.link === "waiting") {
     const inS = Math.max(0, Math.ceil((st.retryAt - performance.now()) / 1000));
     state = "waiting";
     text = st.why + " · retrying " + (inS > 0 ? "in " + inS + " s" : "now");
@@ -196,7 +211,7 @@ function status() {
   if (!empty.hidden) {
     const msg = failed && state !== "waiting"
       ? "No GPU data: the agent cannot sample its GPUs (" + failed.reason + ")."
-      : state === "waiting" ? "Not connected: " + st.why + "."
+      : state === "waiting" || state === "finished" ? "Not connected: " + st.why + "."
       : st.snap ? "No GPU in this view." : "Waiting for the first sample…";
     if (empty.textContent !== msg) empty.textContent = msg;
   }
@@ -207,10 +222,18 @@ function cardOrder(info) {
   return info.index * 1000 + (info.mig ? 1 + info.mig.mig_index : 0);
 }
 
+// Whether a card shows another device than `info` under its UUID (an agent restarted on
+// other GPUs, a trace of another host): its label, name and history are not this one's.
+function sameDevice(a, b) {
+  return a.name === b.name && a.index === b.index && (a.mig?.mig_index ?? null) === (b.mig?.mig_index ?? null) &&
+    (a.mig?.profile ?? null) === (b.mig?.profile ?? null);
+}
+
 function card(dev) {
   const uuid = dev.info.uuid;
   let g = gpus.get(uuid);
-  if (g) return g;
+  if (g && sameDevice(g.dev.info, dev.info)) return g;
+  if (g) removeCard(uuid);
   const card = el("article", "card" + (dev.info.mig ? " mig" : ""));
   card.setAttribute("data-gpu-uuid", uuid);
   card.tabIndex = -1;
@@ -322,16 +345,17 @@ function ensureCharts(g) {
     g.chartBox.appendChild(box);
     const opts = {
       width,
-      height: 60,
+      height: chartHeight(),
       legend: { show: true, live: true },
       cursor: { y: false, points: { size: 5 } },
       // At least the last minute on the time axis: a chart with one or two points would
       // otherwise span years.
-      scales: { x: { time: true, range: (u, min, max) => xRange(min, max) }, y: { range: (u, min, max) => [Math.min(0, min ?? 0), Math.max((max ?? 0) * 1.1, 1)] } },
+      scales: { x: { time: true, range: (u, min, max) => xRange(min, max) }, y: { range: (u, min, max) => yRange(f, g.dev, min, max) } },
       axes: [
-        { stroke: "#9aa0aa", size: 18, space: 60, grid: { show: false }, ticks: { size: 3 }, font: "10px sans-serif" },
-        // Small charts: allow ticks 14 px apart, or uPlot labels only the zero line.
-        { stroke: "#9aa0aa", size: 44, space: 14, grid: { stroke: "#2a2f3a" }, ticks: { show: false }, font: "10px sans-serif" },
+        // Clock times with minutes (14:05:30), never bare seconds (":30").
+        { stroke: "#9aa0aa", size: 20, space: 70, grid: { show: false }, ticks: { size: 3 }, font: "10px sans-serif",
+          values: (u, splits) => splits.map(clockTime) },
+        { stroke: "#9aa0aa", size: 44, space: 22, grid: { stroke: "#2a2f3a" }, ticks: { show: false }, font: "10px sans-serif" },
       ],
       series: [
         { value: (u, v) => (v == null ? "" : new Date(v * 1000).toLocaleTimeString()) },
@@ -344,6 +368,27 @@ function ensureCharts(g) {
     g.chartBoxes[i] = box;
   }
   g.dirty = true;
+}
+
+function chartHeight() {
+  return compact ? CHART_HEIGHT_COMPACT : CHART_HEIGHT;
+}
+
+// A field's y range: from 0 to its fixed top (100 %, the memory's total) where it has one,
+// else to a little above its data.
+function yRange(f, dev, min, max) {
+  const top = f.max ? f.max(dev) : null;
+  if (top != null) return [0, Math.max(top, max ?? 0)];
+  return [Math.min(0, min ?? 0), Math.max((max ?? 0) * 1.1, 1)];
+}
+
+// "14:05:30": a time-axis label, local time (UTC for a replay, as its recorded times read).
+function clockTime(t) {
+  const d = new Date(t * 1000);
+  const utc = replaying();
+  const p = (x) => String(x).padStart(2, "0");
+  const [h, m, s] = utc ? [d.getUTCHours(), d.getUTCMinutes(), d.getUTCSeconds()] : [d.getHours(), d.getMinutes(), d.getSeconds()];
+  return p(h) + ":" + p(m) + ":" + p(s);
 }
 
 function xRange(min, max) {
@@ -415,13 +460,18 @@ function render(s) {
   const banner = document.getElementById("banner");
   banner.hidden = !(backend === "mock" || backend === "replay");
   if (backend === "replay") {
-    banner.textContent = "REPLAYED DATA — this agent plays back a recorded trace (--backend replay); no value on this page is being read from a GPU now.";
+    // What recorded the trace stays said: a replay of the mock is simulated data played back.
+    const recorded = s.system.recorded_backend;
+    banner.textContent = recorded === "mock"
+      ? "REPLAYED DATA, simulated when recorded — this agent plays back a trace recorded on the mock backend (simulated GPUs); no value on this page was ever read from a GPU."
+      : "REPLAYED DATA — this agent plays back a trace recorded" + (recorded ? " on the " + recorded + " backend" : "") +
+        " (--backend replay); no value on this page is being read from a GPU now.";
+    banner.dataset.recordedBackend = recorded || "";
   }
   const host = s.system?.hostname;
   const title = host ? host + " · gpumon" : "gpumon";
   if (document.title !== title) document.title = title;
   const failed = s.sampling?.failed;
-  hostSummary(s);
   if (failed) {
     // No GPU data this tick: keep the last cards, greyed, with why.
     for (const g of gpus.values()) {
@@ -470,7 +520,7 @@ function render(s) {
     g.cell.title = deviceLabel(dev.info) + " · " + dev.info.name + (util == null ? "" : " · " + util.toFixed(0) + " %") + (up ? "" : " · " + dev.state);
     if (g.more.open) detail(g);
   }
-  findings(s.diagnosis);
+  findings(s.diagnosis, (s.taken_at || 0) / 1e9);
   processes(devices);
   steps(s.steps, devices);
 }
@@ -482,7 +532,7 @@ function hostSummary(s) {
   const devs = s.sampling?.failed ? [] : s.devices || [];
   const phys = devs.filter((d) => !d.info.mig);
   const inst = devs.length - phys.length;
-  const util = phys.map((d) => d.utilization?.gpu).filter((u) => u != null);
+  const busy = busyCount(phys);
   const rows = [
     ["host", sys.hostname],
     ["backend", sys.backend],
@@ -490,7 +540,7 @@ function hostSummary(s) {
     ["GPUs", s.sampling?.failed ? null : phys.length],
     ["MIG instances", inst || null],
     // Only GPUs that report utilisation count (a GPU in MIG mode reports none).
-    ["busy", util.length ? util.filter((u) => u > 0.05).length + " of " + util.length : null],
+    ["busy", busy.of ? busy.n + " of " + busy.of : null],
     ["power", phys.length ? phys.reduce((a, d) => a + (d.power?.usage_watts || 0), 0).toFixed(0) + " W" : null],
     ["sample", "#" + s.seq + " at " + new Date((s.taken_at || 0) / 1e6).toLocaleTimeString()],
   ];
@@ -500,9 +550,38 @@ function hostSummary(s) {
     d.appendChild(el("dt", null, k));
     const dd = el("dd", k === "host" ? "hostname" : null, v);
     if (k === "host") dd.title = String(v);
+    if (k === "busy") {
+      dd.title = "GPUs whose mean utilisation over the last " + BUSY_WINDOW_S + " s is at least " + BUSY_LEVEL + " % (diagnosis's \"busy\")";
+      dd.setAttribute("data-busy", String(busy.n));
+    }
     d.appendChild(dd);
     dl.appendChild(d);
   }
+}
+
+// GPUs busy as diagnosis says it: mean utilisation over the last BUSY_WINDOW_S seconds of the
+// card's own series at or above BUSY_LEVEL; `of` counts the GPUs that report utilisation.
+function busyCount(phys) {
+  let n = 0;
+  let of = 0;
+  for (const d of phys) {
+    const g = gpus.get(d.info.uuid);
+    const ts = g ? g.data[0] : [];
+    const us = g ? g.data[1] : [];
+    if (!ts.length) continue;
+    const from = ts[ts.length - 1] - BUSY_WINDOW_S;
+    let sum = 0;
+    let k = 0;
+    for (let i = ts.length - 1; i >= 0 && ts[i] > from; i--) {
+      if (us[i] == null) continue;
+      sum += us[i];
+      k++;
+    }
+    if (!k) continue;
+    of++;
+    if (sum / k >= BUSY_LEVEL) n++;
+  }
+  return { n, of };
 }
 
 // "0–3, 5, 7–9": GPU indices as ranges.
@@ -523,7 +602,7 @@ const SEVERITY = { critical: 3, warning: 2, info: 1 };
 // Findings grouped by kind: one entry per kind with its GPUs as ranges, the advice once, and
 // each GPU's evidence in a list that folds (folded when more than three GPUs); each card
 // shows the kinds active on it and the overview colours its cell by the worst.
-function findings(diagnosis) {
+function findings(diagnosis, nowS) {
   const list = document.getElementById("findings");
   const active = (diagnosis && diagnosis.active) || [];
   document.getElementById("findings-section").hidden = !diagnosis;
@@ -555,6 +634,8 @@ function findings(diagnosis) {
   const sig = active.map((f) => [f.severity, f.kind, f.gpu, f.advice].join(" ")).join("|") + "|" + !!diagnosis;
   if (sig === findingsSig) {
     for (const li of list.children) {
+      const sinceEl = li.querySelector(".since");
+      if (sinceEl) sinceEl.textContent = sinceText(active.filter((f) => f.kind === li.dataset.kind), nowS);
       const fold = li.querySelector("details.fold");
       if (!fold || !fold.open) continue;
       const fs = active.filter((f) => f.kind === li.dataset.kind && f.evidence);
@@ -589,6 +670,7 @@ function findings(diagnosis) {
       .filter((x) => x)
       .join(" · ");
     li.appendChild(el("div", "what", what));
+    li.appendChild(el("div", "since", sinceText(fs, nowS)));
     const advice = fs.find((x) => x.advice)?.advice;
     if (advice) li.appendChild(el("div", "advice", "→ " + advice));
     const withEvidence = fs.filter((x) => x.evidence);
@@ -612,6 +694,17 @@ function findings(diagnosis) {
     }
     list.appendChild(li);
   }
+}
+
+// "since 14:05:30 (2 min 10 s)": when the earliest of a kind's findings started to hold (its
+// `since`, the first tick of the window that raised it) and for how long as of this sample.
+function sinceText(fs, nowS) {
+  const ts = fs.map((f) => f.since).filter((x) => typeof x === "number");
+  if (!ts.length) return "";
+  const t = Math.min(...ts) / 1e9;
+  const held = Math.max(0, nowS - t);
+  const d = held < 60 ? Math.round(held) + " s" : Math.floor(held / 60) + " min " + Math.round(held % 60) + " s";
+  return "holds since " + clockTime(t) + " (" + d + ")";
 }
 
 function processes(devices) {
@@ -696,63 +789,6 @@ function nvlinkTotals(nv) {
   return t;
 }
 
-// Training steps (the step tracker's `steps`: one entry per run — job and rank — with its last
-// step): per run the step time of its recent steps as they arrive, and per GPU the utilisation,
-// memory peak and energy of the last step.
-const stepLog = new Map(); // "job|rank" -> [{ step, duration, util }] (newest last, at most 10)
-function steps(st, devices) {
-  const section = document.getElementById("steps-section");
-  const box = document.getElementById("steps");
-  const runs = (st && Array.isArray(st.runs) ? st.runs : []).filter((r) => r && r.last_step != null);
-  section.hidden = runs.length === 0;
-  if (!runs.length) return;
-  clear(box);
-  const byUuid = new Map(devices.map((d) => [d.info.uuid, d.info]));
-  for (const run of runs) {
-    const key = run.job + "|" + (run.rank_label ?? "");
-    const log = stepLog.get(key) || [];
-    const last = run.last;
-    if (last && (!log.length || log[log.length - 1].step !== last.step)) {
-      const us = (last.devices || []).map((g) => g.utilization_mean).filter((u) => u != null);
-      log.push({ step: last.step, duration: last.duration, util: us.length ? us.reduce((a, b) => a + b, 0) / us.length : null });
-      if (log.length > 10) log.shift();
-      stepLog.set(key, log);
-    }
-    const div = el("div", "run");
-    div.setAttribute("data-job", String(run.job));
-    const rank = run.rank_label ? " · rank " + run.rank_label : "";
-    const dur = run.last_duration != null ? " · " + run.last_duration.toFixed(3) + " s per step" : "";
-    div.appendChild(el("div", "what", "job " + run.job + rank + " · step " + run.last_step + dur));
-    const recent = el("table", "steps recent");
-    const head = el("tr");
-    ["step", "time", "mean utilisation"].forEach((k) => head.appendChild(el("th", null, k)));
-    recent.appendChild(head);
-    for (const r of [...log].reverse()) {
-      const tr = el("tr");
-      [r.step, r.duration != null ? r.duration.toFixed(3) + " s" : "–", r.util != null ? (r.util * 100).toFixed(0) + " %" : "–"]
-        .forEach((v) => tr.appendChild(el("td", null, v)));
-      recent.appendChild(tr);
-    }
-    div.appendChild(recent);
-    if (last && (last.devices || []).length) {
-      const per = el("table", "steps per-gpu");
-      const h = el("tr");
-      ["device (step " + last.step + ")", "utilisation mean", "max", "memory peak", "energy"].forEach((k) => h.appendChild(el("th", null, k)));
-      per.appendChild(h);
-      for (const g of last.devices) {
-        const info = byUuid.get(g.uuid);
-        const tr = el("tr");
-        const pct = (x) => (x != null ? (x * 100).toFixed(0) + " %" : "–");
-        [info ? deviceLabel(info) : g.uuid, pct(g.utilization_mean), pct(g.utilization_max), gib(g.memory_peak_bytes),
-          g.energy_joules != null ? g.energy_joules.toFixed(0) + " J" : "–"].forEach((v) => tr.appendChild(el("td", null, v)));
-        per.appendChild(tr);
-      }
-      div.appendChild(per);
-    }
-    box.appendChild(div);
-  }
-}
-
 // ---------------------------------------------------------------------------------- wiring
 function onEvent(msg) {
   const t0 = performance.now();
@@ -769,6 +805,7 @@ function onEvent(msg) {
   if (st.times.length > 9) st.times.shift();
   render(s);
   if (msg.point) pushPoint(msg.point);
+  hostSummary(s);
   redraw();
   status();
   const ticks = window.__gpumonTicks;
@@ -801,13 +838,23 @@ async function connect() {
   try {
     r = await fetch("api/stream", { cache: "no-store", signal: st.abort.signal });
   } catch (e) {
-    return retry("cannot reach the agent", 1);
+    return retry(ended("cannot reach the agent"), 1);
   }
   if (!r.ok) {
-    const why = r.status === 503 ? "server full (HTTP 503)" : r.status === 401 || r.status === 403 ? "not authorised (HTTP " + r.status + ")" : "HTTP " + r.status;
-    return retry(why, r.status === 503 ? 5 : 1);
+    // The server's own words (a short text body), and when it says to come back.
+    let reason = "";
+    try {
+      reason = (await r.text()).trim().slice(0, 200);
+    } catch (e) {
+      reason = "";
+    }
+    const label = r.status === 503 ? "server full" : r.status === 401 || r.status === 403 ? "not authorised" : "refused";
+    const why = label + " (HTTP " + r.status + (reason ? ": " + reason : "") + ")";
+    const after = Number(r.headers.get("retry-after"));
+    return retry(why, r.status === 503 ? (after > 0 && after <= 300 ? after : 5) : 1);
   }
   st.link = "open";
+  st.finished = false;
   st.lastByteAt = performance.now();
   const reader = r.body.getReader();
   const dec = new TextDecoder();
@@ -826,9 +873,17 @@ async function connect() {
       }
     }
   } catch (e) {
-    return retry(st.silent ? "no data for " + SILENT_RECONNECT_S + " s" : "stream interrupted", 1);
+    return retry(ended(st.silent ? "no data for " + SILENT_RECONNECT_S + " s" : "stream interrupted"), 1);
   }
-  return retry("the agent closed the stream", 1);
+  return retry(ended("the agent closed the stream"), 1);
+}
+
+// Why the stream is down, once a replay was playing: an agent ends a replay by exiting at the
+// trace's end (docs/replay.md), so the stream going away then is the replay finishing.
+function ended(why) {
+  const failed = st.snap?.sampling?.failed;
+  st.finished = replaying() && (!failed || /trace has ended/.test(failed.reason || ""));
+  return st.finished ? "replay finished" : why;
 }
 
 function sseBlock(block) {
@@ -908,7 +963,7 @@ async function start() {
   window.addEventListener("resize", () => {
     for (const g of gpus.values()) {
       const w = Math.max(200, g.chartBox.clientWidth);
-      g.charts.forEach((c) => c && c.setSize({ width: w, height: 60 }));
+      g.charts.forEach((c) => c && c.setSize({ width: w, height: chartHeight() }));
     }
   });
 }

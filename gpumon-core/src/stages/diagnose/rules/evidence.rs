@@ -281,7 +281,10 @@ fn waits(
         let (low, high) = sw.low_high();
         let _ = write!(
             out,
-            ", idle (≤ {:.0} %) on {:.0} % and busy (≥ {:.0} %) on {:.0} % of the ticks",
+            // Each tick's low and high are its interval's minimum and maximum, so one tick can
+            // count for both: said as dips and peaks within ticks, not as a tick "idle" and
+            // "busy" at once.
+            ", dipped to ≤ {:.0} % within {:.0} % of the ticks and peaked at ≥ {:.0} % within {:.0} % of them",
             t.starvation_dip * 100.0,
             share(low),
             t.starvation_peak * 100.0,
