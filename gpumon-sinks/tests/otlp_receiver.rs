@@ -530,6 +530,24 @@ fn fleet_has_every_metric() {
     unwatched.visit_points(|p| {
         seen.insert(p.id);
     });
+    // Nor are the GPU-time accounts (an accounts stage after diagnosis; they would change the
+    // series counts too): a tick that raised the fleet's findings, which opens their lost
+    // series, then the next one.
+    let mut accounts = gpumon_core::accounts::Accounts::new().0;
+    let mut raised = snap.clone();
+    let mut diagnosis = snap.output::<gpumon_core::Diagnosis>().expect("the fleet has a diagnosis").clone();
+    diagnosis.events = diagnosis
+        .active
+        .iter()
+        .map(|f| gpumon_core::FindingEvent::new(gpumon_core::Transition::Raised, f.clone(), None))
+        .collect();
+    raised.attach(diagnosis);
+    gpumon_core::Processor::process(&mut accounts, &mut raised);
+    let mut accounted = snap.clone();
+    gpumon_core::Processor::process(&mut accounts, &mut accounted);
+    accounted.visit_derived(|p| {
+        seen.insert(p.id().expect("catalogue series only"));
+    });
     let missing: Vec<MetricId> = MetricId::ALL.iter().copied().filter(|id| !seen.contains(id)).collect();
     assert!(missing.is_empty(), "the test fleet lacks {missing:?}");
     let _ = DeviceSample::default();

@@ -46,7 +46,12 @@ impl Diagnoser {
     /// One device's stats at this tick; makes its track on first sight.
     fn read_device(&mut self, d: &DeviceSample, at: SystemTime, steps: Option<&Steps>) -> TickStats {
         let (ticks, tick, t) = (self.ticks, self.tick, self.config.thresholds);
-        let track = self.tracks.entry(d.info.uuid.clone()).or_insert_with(|| Track::new(ticks));
+        // Looked up by reference first: cloning the UUID for `entry` would allocate on every
+        // tick of every GPU (tests/alloc_steady.rs).
+        let track = match self.tracks.get_mut(d.info.uuid.as_str()) {
+            Some(track) => track,
+            None => self.tracks.entry(d.info.uuid.clone()).or_insert_with(|| Track::new(ticks)),
+        };
         track.seen = tick;
         let mut stats = TickStats::read(d, at, &mut track.counters);
         if let Some(w) = d.windows.gpu_utilization {
