@@ -46,7 +46,7 @@ def test_the_sdist_without_rust_says_so_in_one_line(tmp_path):
     )
     assert p.returncode != 0
     out = p.stdout + p.stderr
-    lines = [l for l in out.splitlines() if "needs a Rust toolchain" in l]
+    lines = [l for l in out.splitlines() if "building from source needs Rust" in l]
     assert len(lines) == 1, out
     # Honest: no index has the package, Debian's cargo cannot build it, rustup can.
     assert "rustup" in lines[0] and "build-wheel.sh" in lines[0] and "nothing is published" in lines[0]
