@@ -62,7 +62,7 @@ plugin="$("$venv/bin/python" -m gpumon.integrations.swift --plugin-path)"
 t2=$(date +%s)
 # From $run: `import gpumon` can only find the installed wheel.
 (cd "$run" && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 GPUMON_SWIFT_BACKEND=mock \
-    CUDA_VISIBLE_DEVICES="" PATH="$venv/bin:$PATH" timeout 600 swift sft \
+    PATH="$venv/bin:$PATH" timeout 600 swift sft \
     --model "$run/model" --model_type qwen2 --template qwen --check_model false \
     --dataset "$run/train.jsonl" --split_dataset_ratio 0 --max_length 64 \
     --tuner_type full --torch_dtype float32 --max_steps "$STEPS" \
