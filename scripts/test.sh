@@ -220,6 +220,11 @@ if [ "$skip_python" != 1 ]; then
     cargo_pid=""
     set -e
     log "python package tests exited with $pkg_rc"
+    # ms-swift's real `swift sft` with gpumon's plugin, on the wheel just built (issue 46).
+    if [ "$pkg_rc" -eq 0 ]; then
+        gpumon-py/tests-swift/run.sh "$(ls "${GPUMON_PY_WORK:-${TMPDIR:-/tmp}/gpumon-py-tests}"/wheels/gpumon_nvml-*.whl)" \
+            || { pkg_rc=$?; log "FAILED: gpumon-py/tests-swift/run.sh (real ms-swift), exit $pkg_rc"; }
+    fi
 fi
 
 if [ "$rc" -eq 0 ] && [ "$py_rc" -ne 0 ]; then

@@ -1,4 +1,4 @@
-"""Writes a tiny Qwen2 (built from a config, random weights, ~100k parameters), its tokenizer
+"""Writes a tiny Qwen2 (built from a config, random weights, ~30k parameters), its tokenizer
 (a byte-level BPE trained here on the dataset's own text) and a chat dataset file:
 
     make_tiny_model.py OUT_DIR      -> OUT_DIR/model/, OUT_DIR/train.jsonl

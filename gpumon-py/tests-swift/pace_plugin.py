@@ -3,7 +3,7 @@ start of each training step for a time that tells the steps apart (PACE[step % 3
 
 Why: the callback's own Monitor samples once a second. Steps longer than that are each reported
 by a tick before the next step's log, so every step's figures reach ms-swift's logs; and a
-step's ``step_seconds`` (its sleep plus the tiny model's compute) names the step it describes.
+step's ``step_seconds`` must hold at least its own sleep.
 """
 
 import time
@@ -11,8 +11,7 @@ import time
 from swift.callbacks import callbacks_map
 from transformers import TrainerCallback
 
-# Seconds slept at the start of step s: PACE[s % 3]. Differences (0.4 s) well above the tiny
-# model's step time on CPU (tens of ms), lowest well above the Monitor's 1 s interval.
+# Seconds slept at the start of step s: PACE[s % 3]; the lowest above the Monitor's 1 s interval.
 PACE = (1.2, 1.6, 2.0)
 
 

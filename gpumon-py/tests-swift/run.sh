@@ -7,8 +7,10 @@
 #    as the other Python tests pin it, tensorboard) and the gpumon wheel (--no-deps). The
 #    virtualenv is kept, keyed by requirements.txt and the Python, in $GPUMON_SWIFT_VENVS
 #    (default ~/.cache/gpumon/swift-venvs; one kept, older ones removed): ms-swift with torch
-#    and its CUDA libraries is ~6 GB, and installing it costs minutes on 2 cores (measured
-#    once: see gpumon-py/README.md);
+#    and its CUDA libraries is 6.4 GB, 140 packages; installing it from nothing took 1660 s
+#    (measured once, 2026-12-06, 2 cores shared with other builds at load ~20, ~3.5 GB
+#    downloaded: pip's HTTP cache stored nothing on that machine). A kept virtualenv costs
+#    only the gpumon wheel's install;
 # 2. a tiny Qwen2 built from a config, a tokenizer trained here, a local dataset file
 #    (make_tiny_model.py); nothing is downloaded from here on (HF_HUB_OFFLINE=1);
 # 3. `swift sft` for $STEPS steps on CPU with
@@ -62,7 +64,7 @@ plugin="$("$venv/bin/python" -m gpumon.integrations.swift --plugin-path)"
 t2=$(date +%s)
 # From $run: `import gpumon` can only find the installed wheel.
 (cd "$run" && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 GPUMON_SWIFT_BACKEND=mock \
-    CUDA_VISIBLE_DEVICES="" PATH="$venv/bin:$PATH" timeout 600 swift sft \
+    PATH="$venv/bin:$PATH" timeout 600 swift sft \
     --model "$run/model" --model_type qwen2 --template qwen --check_model false \
     --dataset "$run/train.jsonl" --split_dataset_ratio 0 --max_length 64 \
     --tuner_type full --torch_dtype float32 --max_steps "$STEPS" \
