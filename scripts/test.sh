@@ -221,7 +221,12 @@ if [ "$skip_python" != 1 ]; then
     set -e
     log "python package tests exited with $pkg_rc"
     # ms-swift's real `swift sft` with gpumon's plugin, on the wheel just built (issue 46).
-    if [ "$pkg_rc" -eq 0 ]; then
+    # Opt-in with GPUMON_TEST_SWIFT=1: on a fresh machine its first install (ms-swift with
+    # torch and its CUDA libraries, 6.4 GB) would take CI past its 25-minute budget; ~63 s
+    # with its virtualenv kept (gpumon-py/tests-swift/run.sh).
+    if [ "${GPUMON_TEST_SWIFT:-0}" != 1 ]; then
+        log "ms-swift test not run: GPUMON_TEST_SWIFT=1 runs gpumon-py/tests-swift/run.sh"
+    elif [ "$pkg_rc" -eq 0 ]; then
         gpumon-py/tests-swift/run.sh "$(ls "${GPUMON_PY_WORK:-${TMPDIR:-/tmp}/gpumon-py-tests}"/wheels/gpumon_nvml-*.whl)" \
             || { pkg_rc=$?; log "FAILED: gpumon-py/tests-swift/run.sh (real ms-swift), exit $pkg_rc"; }
     fi
