@@ -133,8 +133,10 @@ thresholds! {
     /// Starvation: the interval's highest utilisation is at or above this (work does arrive).
     /// 60 %: tells "starved between bursts" from "barely used".
     starvation_peak: 0.60,
-    /// Starvation: mean utilisation at or below this. 70 %: above it the loss is small.
-    starvation_max_mean: 0.70,
+    /// Starvation: mean utilisation at or below this. 82 %: a GPU busy at ~97 % while it runs
+    /// and idle 15 % of the time or more (the share from which a wait is named) reads at most
+    /// this.
+    starvation_max_mean: 0.82,
     /// Starvation: mean utilisation at or above this. 15 %: below it the GPU mostly waits with
     /// short bursts — an inference server between requests looks the same, and NVML alone
     /// cannot tell a loader that starves a GPU that badly from one.
@@ -173,13 +175,17 @@ thresholds! {
     near_oom_raise: 0.95,
     /// Near-OOM: once raised, it holds until memory falls below this share (hysteresis).
     near_oom_clear: 0.92,
-    /// PCIe-bound: traffic in the busier direction, as a share of the link's bandwidth and
-    /// averaged over the window, at or above this. 50 %: sustained, not bursty, copies.
+    /// PCIe-bound: traffic in the busier direction, as a share of the link's bandwidth, while
+    /// the SMs wait (see `pcie_bound` in `rules/host_waits.rs`), at or above this. 50 %: the
+    /// link, not the GPU, sets the pace of those waits.
     pcie_link_share: 0.50,
-    /// PCIe-bound: the window's mean utilisation at or below this (the GPU waits for the copies).
-    pcie_max_level: 0.50,
+    /// PCIe-bound: the window's mean utilisation at or below this: the GPU waits for the copies
+    /// a share of the time worth naming (85 %: 15 % of the time, the share from which a wait
+    /// is named).
+    pcie_max_level: 0.85,
     /// Straggler: the mean utilisation of the other GPUs of its job at or above this (they are
-    /// busy with the same work). 75 %.
+    /// busy with the same work, and busy throughout: they spin in the collective while they
+    /// wait for it). 75 %.
     straggler_peers: 0.75,
     /// Straggler: this GPU at least this far below its peers' mean, on average over the window.
     /// 10 points: peers doing the same synchronous work stay within a few points of each other,

@@ -102,6 +102,7 @@ impl Diagnoser {
         let past_grace = track.ran || track.allocated_ticks > grace_ticks;
         let counted = stats.util.is_some() && !stats.busy_throughout;
         let together = allocated && group.idle_together(counted, stats.idle_now(&t), stats.busy_now(&t));
+        stats.peers_idle = if allocated { group.peers_idle(counted, stats.idle_now(&t)) } else { None };
         let active: Holds = std::array::from_fn(|k| track.raised.is_raised(k));
         let mut window = track.swings;
         window.entered(stats.swing(together, &t));
@@ -273,6 +274,7 @@ fn offer(group: &mut PeerGroup, stats: &mut TickStats, swings: &rules::Swings, p
     if stats.util.is_some() && !busy_throughout {
         group.readable += 1;
         group.busy_now += usize::from(stats.busy_now(t));
+        group.idle_now += usize::from(stats.idle_now(t));
     }
 }
 

@@ -482,7 +482,7 @@ fn bad_configuration_names_the_key() {
     // Every pair that bounds a reading from both sides is checked for order: out of order the
     // rule could never hold.
     for (key, value, needle) in [
-        ("starvation_min_mean", 0.8, "must be below starvation_max_mean"),
+        ("starvation_min_mean", 0.9, "must be below starvation_max_mean"),
         ("starvation_max_mean", 0.1, "must be below starvation_max_mean"),
         ("idle_level", 0.3, "must not be above idle_peak"),
         ("idle_peak", 0.01, "must not be above idle_peak"),
@@ -813,10 +813,10 @@ fn marked_steps_decide_starvation_where_the_readings_average_it_away() {
     // Two GPUs at a steady 40 % in every reading: without steps nothing tells a starving loop
     // from steady light work, and nothing is raised.
     averaged_run(&[0.4, 0.4], &[false, false], assert_quiet);
-    // With GPU 0's rank marking its steps, its steps are 60 % idle: starvation, on GPU 0 only
-    // (GPU 1 has no run of its own: rank 0's steps are not its steps).
+    // A one-GPU job marking its steps: they are 60 % idle, and with no other GPU to be a stage
+    // of, that is starvation.
     let mut evidence = None;
-    let last = averaged_run(&[0.4, 0.4], &[true, false], |d| {
+    let last = averaged_run(&[0.4], &[true], |d| {
         if let Some(f) = first_raise(d, FindingKind::DataloaderStarvation) {
             assert_eq!(f.gpu, Some(0));
             evidence = Some(f.evidence.clone());
@@ -829,6 +829,20 @@ fn marked_steps_decide_starvation_where_the_readings_average_it_away() {
     assert!(e.contains("its steps 0.30 s with busy and idle stretches of 0.12 s and 0.18 s"), "{e}");
     assert!(e.contains("the readings cannot show this cause (the marked steps decide)"), "{e}");
     assert!(e.contains("of train rank 0 took 0.30 s, 0.18 s of it idle (40 % mean utilisation)"), "{e}");
+    // The same steps on GPU 0 of a job whose run drives GPU 1 too: the steps say GPU 0 waits
+    // 60 % of each one, but readings averaged over the driver's period cannot show whether
+    // GPU 1 waits at the same moments (data-parallel ranks starving together) or in turn (a
+    // pipeline's stages): both are named, and why (issue #42, item 4). GPU 1 reports no steps.
+    let mut evidence = None;
+    let last = averaged_run(&[0.4, 0.4], &[true, false], |d| {
+        if let Some(f) = first_raise(d, FindingKind::StarvationOrBubbles) {
+            evidence = Some(f.evidence.clone());
+        }
+    });
+    assert_eq!(kinds_on(&last), vec![(Some(0), FindingKind::StarvationOrBubbles)]);
+    let e = evidence.expect("raised");
+    assert!(e.contains("cannot tell data loader starvation from pipeline bubbles"), "{e}");
+    assert!(e.contains("cannot show whether they idle at the same moments"), "{e}");
 }
 
 #[test]
@@ -859,7 +873,9 @@ fn marked_steps_of_steady_light_work_are_not_starvation() {
         last = Some(averaged_tick_with_spread(&mut rig, tick, &[0.28, 0.28], &[true, true], 0.08));
     }
     let kinds: Vec<_> = kinds_on(&last.expect("20 ticks")).into_iter().map(|(_, k)| k).collect();
-    assert_eq!(kinds, [FindingKind::DataloaderStarvation; 2]);
+    // Two GPUs of one run, readings averaged: starving together or pipeline stages in turn,
+    // the readings cannot tell.
+    assert_eq!(kinds, [FindingKind::StarvationOrBubbles; 2]);
 }
 
 /// A GPU busy at 97 % with its clocks held down by a thermal slowdown.

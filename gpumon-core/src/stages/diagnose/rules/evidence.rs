@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::advice::LONG_IDLE_SECS;
-use super::host_waits::Undecided;
+use super::host_waits::{Undecided, IN_TURN, TOGETHER};
 use super::peers::JobKey;
 use super::swings::{idle_stretches, Swings, TURN_PERIODS};
 use super::{Past, Reading, TickStats};
@@ -263,11 +263,22 @@ fn waits(
     use FindingKind as K;
     if kind == K::StarvationOrBubbles {
         out.push_str("cannot tell data loader starvation from pipeline bubbles: ");
-        if peers.undecided == Some(Undecided::NoJobKnown) {
-            out.push_str(
+        match peers.undecided {
+            Some(Undecided::NoJobKnown) => out.push_str(
                 "it idles in turn with another GPU, but nothing says they run one job (another job starving on \
                  its own reads the same as the next pipeline stage); ",
-            );
+            ),
+            Some(Undecided::TooShortToSee) => out.push_str(
+                "other GPUs of its job go busy and idle too, and its readings cannot show whether they idle at \
+                 the same moments (data-parallel ranks waiting for input) or in turn (pipeline stages): its idle \
+                 stretches are too short for the driver's sampling period, or too few readings were clearly \
+                 idle and clearly busy; ",
+            ),
+            Some(Undecided::Mixed) => out.push_str(
+                "the other GPUs of its job idle partly with it and partly in turn: neither data-parallel ranks \
+                 waiting together nor pipeline stages waiting in turn reads clearly; ",
+            ),
+            None => {}
         }
     }
     pct(out, "utilisation mean", s.level.get());
@@ -300,11 +311,19 @@ fn waits(
             );
         }
     }
-    let (idle_now, idle_together) = sw.idle_counts();
-    if idle_now > 0 {
+    if let Some(c) = sw.co_idling() {
         let _ = write!(
             out,
-            ", the other GPUs of its job idle at the same time on {idle_together} of its {idle_now} idle readings"
+            ", the other GPUs of its job idle {:.0} points more often when it idles than when it is busy \
+             ({})",
+            c * 100.0,
+            if c >= TOGETHER {
+                "together"
+            } else if c <= IN_TURN {
+                "in turn"
+            } else {
+                "neither clearly"
+            }
         );
     }
     if let Some(m) = sw.step_mean() {

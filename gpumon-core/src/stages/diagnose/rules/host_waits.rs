@@ -27,6 +27,13 @@ pub(crate) enum Undecided {
     /// It idles in turn with other GPUs, but nothing says they belong to its job: another job
     /// starving on its own looks the same as the next pipeline stage.
     NoJobKnown,
+    /// Other GPUs of its job go busy and idle too, but the readings cannot show whether they
+    /// idle at the same moments (data-parallel ranks waiting for input) or in turn (pipeline
+    /// stages): its idle stretches are shorter than the driver's sampling period, or too few
+    /// of its readings were clearly idle and clearly busy.
+    TooShortToSee,
+    /// They idle partly together, partly in turn: neither pattern is clear.
+    Mixed,
 }
 
 /// What the host-side-wait rules conclude on one GPU.
@@ -37,16 +44,28 @@ pub(crate) struct WaitHolds {
     pub(crate) idle_allocated: bool,
 }
 
-/// PCIe-bound, judged over the window: the mean share of the link the copies took (in the
-/// busier direction) while the GPU's mean level stays low — the SM waits for the copies. One
-/// tick's reading says little: offload traffic comes in bursts between compute phases, so an
+/// PCIe-bound, judged over the window: the share of the link the copies take (in the busier
+/// direction) *while the SMs wait*, and a window whose mean level shows the waiting. One tick's
+/// reading says little: offload traffic comes in bursts between compute phases, so an
 /// instantaneous reading holds on some ticks only (61 % in a ZeRO-offload job keeping the link
-/// 85 % busy), though the copies hold the GPU back throughout.
+/// 85 % busy), and a window mean dilutes the bursts by the compute time between them.
+///
+/// The link while the SMs wait is read on the ticks whose latest reading was idle, when there
+/// are enough of them. With too few (idle stretches shorter than the driver's sampling period
+/// average into every reading), it is estimated: the window's mean share over its idle share
+/// (1 − mean level) — the traffic, put where the waiting is. Traffic that overlaps compute
+/// (prefetching, overlapped offload) keeps the level up and is not a wait.
 pub(crate) fn pcie_bound(window: &Swings, t: &Thresholds) -> bool {
-    match (window.pcie_share_mean(), window.mean()) {
-        (Some(share), Some(level)) => share >= t.pcie_link_share && level <= t.pcie_max_level,
-        _ => false,
+    let Some(level) = window.mean() else { return false };
+    if level > t.pcie_max_level {
+        return false;
     }
+    let while_waiting = window.idle_pcie_share_mean().or_else(|| {
+        let share = window.pcie_share_mean()?;
+        let idle = 1.0 - level;
+        (idle > 0.0).then(|| share / idle)
+    });
+    while_waiting.is_some_and(|share| share >= t.pcie_link_share)
 }
 
 /// Starvation, bubbles or the undecided pair, the link and idleness (see the module docs).
@@ -90,7 +109,9 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
     // is busy throughout — what this GPU would be waiting for.
     let waits = input.group.waits_for_slowed_peer(s.slowed_busy || s.paces_peers);
     let judged = input.group.pending_busy == usize::from(s.pending_busy);
-    let starving = (cycling && mean.is_some_and(|m| band.contains(&m))) || from_steps;
+    // Behind peers that spin while they wait for it: a straggler, not a loader (a starving
+    // loader holds back every rank alike).
+    let starving = !peers.behind && ((cycling && mean.is_some_and(|m| band.contains(&m))) || from_steps);
     let bubbling = cycling && mean.is_some_and(|m| m <= t.bubbles_max_mean);
     let wait = if !allocated || !judged || waits { Wait::None } else { classify(input, starving, bubbling) };
     // A job that has not run yet (loading, compiling) gets a grace period; one that ran and
@@ -100,7 +121,7 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
         && input.past_grace
         && all.active() == 0
         && !peers.imbalance
-        && !peers.busy_peer
+        && (!peers.busy_peer || !input.group.job.known())
         && s.level.is_some_and(|l| l <= t.idle_level)
         && s.hires_max.is_none_or(|m| m <= t.idle_peak);
     WaitHolds { pcie_bound: pcie, wait, idle_allocated }
@@ -108,39 +129,59 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
 
 /// Idle *together* (data-parallel ranks waiting on their loaders, steps in lockstep) or *in
 /// turn* (pipeline stages waiting on each other): told apart by whether the other GPUs of the
-/// job read idle at the ticks this one does.
+/// job that go busy and idle read idle at the ticks this one does, more than at the ticks it
+/// reads busy ([`Swings::co_idling`]).
 ///
-/// - No other GPU of the job cycles: nothing to be a stage of (a GPU busy throughout is no
-///   stage: it never idles) — starvation, when its level is in the band.
-/// - Steps shorter than [`super::TURN_PERIODS`] driver periods: together and in turn read the
-///   same; the steps decide, and the evidence names bubbles as the look-alike.
-/// - In turn, with the job known or three GPUs cycling: bubbles; else both named.
-/// - Together: starvation.
+/// - No other GPU of the job goes busy and idle: nothing to be a stage of (a GPU busy
+///   throughout is no stage: it never idles) — starvation, when its level is in the band.
+/// - Together (co-idling at least [`TOGETHER`]): starvation.
+/// - In turn (at most [`IN_TURN`]): bubbles, with the job known or three GPUs cycling; else
+///   both named (two jobs each starving on its own read the same).
+/// - Neither clear, or not readable (stretches shorter than the driver's period, too few clear
+///   readings): both named — the readings cannot tell, and the evidence says why.
 fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
-    let s = input.s;
-    let alone = input.group.cycling_peers(s.cycling) == 0;
-    if alone {
-        return if starving { Wait::Starved } else { Wait::None };
-    }
-    if s.steps_too_short_for_turns() {
-        // Together and in turn read the same: the steps decide (the hand corpus' marked
-        // data-parallel ranks), and the evidence names bubbles as the look-alike.
-        return if starving { Wait::Starved } else { Wait::None };
-    }
-    if input.window.staggered() {
-        // In turn with the job assumed: three or more GPUs cycling in turn are a pipeline's
-        // pattern; two may as well be two jobs each starving on its own.
-        let stages = input.group.cycling_peers(s.cycling) + 1;
-        if !bubbling {
-            Wait::None
-        } else if input.group.job.known() || stages >= 3 {
-            Wait::Bubbles
-        } else {
-            Wait::CannotTell(Undecided::NoJobKnown)
-        }
-    } else if starving {
-        Wait::Starved
+    let (s, group) = (input.s, input.group);
+    // Possible stages or ranks beside it: with the job known, its other GPUs that are not busy
+    // throughout (busy and idle in turn or not: stretches shorter than the driver's period
+    // read as neither); with the job assumed, only those seen going busy and idle — the others
+    // may be anyone's.
+    let peers = if group.job.known() {
+        group.with_level.saturating_sub(group.busy_throughout).saturating_sub(usize::from(s.level.is_some()))
     } else {
-        Wait::None
+        group.cycling_peers(s.cycling)
+    };
+    if peers == 0 {
+        return if starving { Wait::Starved } else { Wait::None };
+    }
+    if !(starving || bubbling) {
+        return Wait::None;
+    }
+    match input.window.co_idling() {
+        Some(c) if c >= TOGETHER => {
+            if starving {
+                Wait::Starved
+            } else {
+                Wait::None
+            }
+        }
+        Some(c) if c <= IN_TURN => {
+            if !bubbling {
+                Wait::None
+            } else if group.job.known() || peers + 1 >= 3 {
+                Wait::Bubbles
+            } else {
+                Wait::CannotTell(Undecided::NoJobKnown)
+            }
+        }
+        Some(_) => Wait::CannotTell(Undecided::Mixed),
+        None => Wait::CannotTell(Undecided::TooShortToSee),
     }
 }
+
+/// Co-idling ([`Swings::co_idling`]) from which GPUs idle *together*: at the moments it idles,
+/// most of its peers do too, and at the moments it is busy, few do.
+pub(crate) const TOGETHER: f64 = 0.45;
+
+/// Co-idling up to which GPUs idle *in turn*: its peers idle no more when it idles than when
+/// it is busy (pipeline stages: less).
+pub(crate) const IN_TURN: f64 = 0.2;

@@ -115,6 +115,9 @@ pub(crate) struct TickStats {
     /// The peers' mean level less its own this tick, when its job's other GPUs are busy (see
     /// [`peer_gap`]).
     pub(crate) peer_gap: Option<f64>,
+    /// The share of its job's other GPUs that can idle (not busy throughout) reading idle now;
+    /// `None` without such a GPU (see [`PeerGroup::peers_idle`]).
+    pub(crate) peers_idle: Option<f64>,
 }
 
 /// What the window keeps of one tick: the numbers evidence averages and the multi-tick rules
@@ -153,6 +156,8 @@ pub(crate) struct Past {
     pub(crate) pcie_share: Reading,
     /// The gap to the job's busy peers (see [`TickStats::peer_gap`]).
     pub(crate) peer_gap: Reading,
+    /// The share of the job's other GPUs idle now (see [`TickStats::peers_idle`]).
+    pub(crate) peers_idle: Reading,
     pub(crate) remap_trouble: bool,
     /// The latest reading was near idle and so were most other allocated GPUs' (see
     /// [`Swings`]): idle *together*, as data-parallel ranks starved by their loaders are.
@@ -284,6 +289,7 @@ impl TickStats {
             cycling: false,
             busy_throughout: false,
             peer_gap: None,
+            peers_idle: None,
         }
     }
 
@@ -319,6 +325,7 @@ impl TickStats {
             step_level: self.step_level.into(),
             pcie_share: self.pcie_share.into(),
             peer_gap: self.peer_gap.into(),
+            peers_idle: self.peers_idle.into(),
             idle_together,
         }
     }

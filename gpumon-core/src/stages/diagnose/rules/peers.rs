@@ -46,6 +46,8 @@ pub(crate) struct PeerGroup {
     /// ranks idling with this one), and how many of them read busy now.
     pub(crate) readable: usize,
     pub(crate) busy_now: usize,
+    /// … and how many of them read idle now.
+    pub(crate) idle_now: usize,
     /// Allocated GPUs the others wait for: busy on every tick of their window with their clocks
     /// held down ([`TickStats::slowed_busy`]), or the lone such GPU among cycling peers
     /// ([`TickStats::paces_peers`]). Data-parallel ranks wait at every step for the slowest
@@ -78,6 +80,7 @@ impl PeerGroup {
             n: 0,
             readable: 0,
             busy_now: 0,
+            idle_now: 0,
             slowed: 0,
             not_busy_throughout: 0,
             pending_busy: 0,
@@ -104,6 +107,15 @@ impl PeerGroup {
         let others = self.readable - usize::from(self_counted);
         let others_busy = self.busy_now - usize::from(self_counted && self_busy);
         self_idle && (others == 0 || others_busy * 2 < others)
+    }
+
+    /// The share of the job's GPUs other than this one that can idle (not busy throughout)
+    /// reading idle now; `None` without such a GPU. `self_counted`: this GPU is counted in
+    /// `readable` (and `self_idle`: in `idle_now`).
+    pub(crate) fn peers_idle(&self, self_counted: bool, self_idle: bool) -> Option<f64> {
+        let others = self.readable - usize::from(self_counted);
+        let idle = self.idle_now - usize::from(self_counted && self_idle);
+        (others > 0).then(|| idle as f64 / others as f64)
     }
 
     pub(crate) fn offer(&mut self, level: f64, position: usize) {
@@ -191,7 +203,11 @@ pub(crate) fn judge(input: &RuleInput<'_>) -> PeerHolds {
     let level = s.level;
     let allocated = s.allocated(t);
     let busy_peer = group.busiest_other(input.position).is_some_and(|(l, _)| l >= t.imbalance_busy);
-    let imbalance = allocated && level.is_some_and(|l| l <= t.imbalance_idle) && busy_peer;
+    // Nothing ran on it all window, and nothing says the busy GPU is its job's: a GPU held
+    // and left idle (`idle_allocated`) reads the same as the idle half of an uneven model, and
+    // is the likelier reading — an uneven model's idle GPU still runs its layers now and then.
+    let idle_all_window = !group.job.known() && input.window.active() == 0 && level.is_some_and(|l| l <= t.idle_level);
+    let imbalance = allocated && level.is_some_and(|l| l <= t.imbalance_idle) && busy_peer && !idle_all_window;
     PeerHolds { behind: behind_peers(input, t), busy_peer, imbalance }
 }
 
@@ -201,10 +217,14 @@ pub(crate) fn judge(input: &RuleInput<'_>) -> PeerHolds {
 /// cover most of the window, while its own mean stays above the idle mark (below it the GPU is
 /// idle beside them: `imbalance`).
 fn behind_peers(input: &RuleInput<'_>, t: &Thresholds) -> bool {
-    let w = &input.window;
+    let (w, group) = (&input.window, input.group);
+    // Its peers spin in the collective while they wait for it: busy throughout. Peers that
+    // idle too are stages of a pipeline, or ranks waiting for something else.
+    let others_busy = group.busy_throughout - usize::from(input.s.busy_throughout);
+    let peers_busy = group.with_level >= 2 && others_busy + 1 >= group.with_level;
     match (w.peer_gap_mean(), w.mean()) {
         (Some(gap), Some(mean)) => {
-            w.peer_gap_ticks() * 2 >= w.readings() && gap >= t.straggler_gap && mean > t.imbalance_idle
+            peers_busy && w.peer_gap_ticks() * 2 >= w.readings() && gap >= t.straggler_gap && mean > t.imbalance_idle
         }
         _ => false,
     }

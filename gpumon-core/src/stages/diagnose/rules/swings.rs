@@ -27,6 +27,11 @@ pub(crate) struct SwingReading {
     pcie_micros: Option<i64>,
     /// The gap to the job's busy peers, in millionths.
     gap_micros: Option<i64>,
+    /// The latest reading was busy.
+    busy_now: bool,
+    /// The share of the job's other GPUs that can idle (not busy throughout) reading idle
+    /// now, in millionths; `None` without such a GPU.
+    peers_idle_micros: Option<i64>,
 }
 
 /// The numbers of one tick a [`SwingReading`] is made of (a tick's or its [`Past`]'s).
@@ -39,6 +44,7 @@ struct SwingInputs {
     step_level: Option<f64>,
     pcie_share: Option<f64>,
     peer_gap: Option<f64>,
+    peers_idle: Option<f64>,
 }
 
 /// A reading from the numbers a tick keeps; `None` without any utilisation. A NaN is no number:
@@ -60,6 +66,8 @@ fn swing_reading(i: SwingInputs, t: &Thresholds) -> Option<SwingReading> {
         step_micros: ok(i.step_level).map(micros),
         pcie_micros: ok(i.pcie_share).map(micros),
         gap_micros: ok(i.peer_gap).map(micros),
+        busy_now: util.is_some_and(|u| u >= t.starvation_peak),
+        peers_idle_micros: ok(i.peers_idle).map(micros),
     })
 }
 
@@ -75,6 +83,7 @@ impl TickStats {
             step_level: self.step_level,
             pcie_share: self.pcie_share,
             peer_gap: self.peer_gap,
+            peers_idle: self.peers_idle,
         };
         swing_reading(inputs, t)
     }
@@ -92,6 +101,7 @@ impl Past {
             step_level: self.step_level.get(),
             pcie_share: self.pcie_share.get(),
             peer_gap: self.peer_gap.get(),
+            peers_idle: self.peers_idle.get(),
         };
         swing_reading(inputs, t)
     }
@@ -174,6 +184,17 @@ pub(crate) struct Swings {
     pcie_sum_micros: i64,
     gaps: usize,
     gap_sum_micros: i64,
+    /// Ticks whose latest reading was idle with a link share read, and the share's sum: the
+    /// link while the SMs wait (millionths).
+    idle_pcie: usize,
+    idle_pcie_sum_micros: i64,
+    /// Whether the job's other GPUs idle with this one: over the ticks it read idle, and over
+    /// those it read busy, how many had peers that can idle and the sum of the share of them
+    /// reading idle (millionths).
+    co_idle: usize,
+    co_idle_sum_micros: i64,
+    co_busy: usize,
+    co_busy_sum_micros: i64,
 }
 
 impl Swings {
@@ -185,11 +206,6 @@ impl Swings {
     /// Ticks on which something ran.
     pub(crate) fn active(&self) -> usize {
         self.active
-    }
-
-    /// Ticks read near idle, and how many of them most of the job's other GPUs did too.
-    pub(crate) fn idle_counts(&self) -> (usize, usize) {
-        (self.idle_now, self.idle_together)
     }
 
     /// Ticks low and high.
@@ -216,6 +232,25 @@ impl Swings {
         self.gaps
     }
 
+    /// The mean link share over the ticks the GPU read idle (its SMs waiting), once at least
+    /// [`MIN_SIDE_TICKS`] did.
+    pub(crate) fn idle_pcie_share_mean(&self) -> Option<f64> {
+        (self.idle_pcie >= MIN_SIDE_TICKS).then(|| self.idle_pcie_sum_micros as f64 / 1e6 / self.idle_pcie as f64)
+    }
+
+    /// Whether the job's other GPUs idle *with* this one: the share of them reading idle at
+    /// the ticks it read idle, less that share at the ticks it read busy. Near 1 for
+    /// data-parallel ranks in lockstep (they wait for their input at the same moments), near 0
+    /// or below for pipeline stages and unrelated jobs (they idle at other moments). `None`
+    /// until it read idle and busy on [`MIN_SIDE_TICKS`] ticks each with such peers.
+    pub(crate) fn co_idling(&self) -> Option<f64> {
+        (self.co_idle >= MIN_SIDE_TICKS && self.co_busy >= MIN_SIDE_TICKS).then(|| {
+            let idle = self.co_idle_sum_micros as f64 / 1e6 / self.co_idle as f64;
+            let busy = self.co_busy_sum_micros as f64 / 1e6 / self.co_busy as f64;
+            idle - busy
+        })
+    }
+
     /// Counts a tick in (it entered the window).
     pub(crate) fn entered(&mut self, r: Option<SwingReading>) {
         if let Some(r) = r {
@@ -237,6 +272,20 @@ impl Swings {
             if let Some(m) = r.gap_micros {
                 self.gaps += 1;
                 self.gap_sum_micros += m;
+            }
+            if let (true, Some(m)) = (r.idle_now, r.pcie_micros) {
+                self.idle_pcie += 1;
+                self.idle_pcie_sum_micros += m;
+            }
+
+            if let Some(m) = r.peers_idle_micros {
+                if r.idle_now {
+                    self.co_idle += 1;
+                    self.co_idle_sum_micros += m;
+                } else if r.busy_now {
+                    self.co_busy += 1;
+                    self.co_busy_sum_micros += m;
+                }
             }
         }
     }
@@ -262,6 +311,20 @@ impl Swings {
             if let Some(m) = r.gap_micros {
                 self.gaps -= 1;
                 self.gap_sum_micros -= m;
+            }
+            if let (true, Some(m)) = (r.idle_now, r.pcie_micros) {
+                self.idle_pcie -= 1;
+                self.idle_pcie_sum_micros -= m;
+            }
+
+            if let Some(m) = r.peers_idle_micros {
+                if r.idle_now {
+                    self.co_idle -= 1;
+                    self.co_idle_sum_micros -= m;
+                } else if r.busy_now {
+                    self.co_busy -= 1;
+                    self.co_busy_sum_micros -= m;
+                }
             }
         }
     }
@@ -301,12 +364,6 @@ impl Swings {
     pub(crate) fn step_mean(&self) -> Option<f64> {
         (self.steps >= MIN_STEP_TICKS).then(|| self.step_sum_micros as f64 / 1e6 / self.steps as f64)
     }
-
-    /// Idle in turn rather than together: of at least three ticks this GPU read idle, fewer
-    /// than half had most other GPUs idle too.
-    pub(crate) fn staggered(&self) -> bool {
-        self.idle_now >= 3 && self.idle_together * 2 < self.idle_now
-    }
 }
 
 /// Readings a window needs before it shows a pattern across ticks: busy and idle in turn, busy
@@ -324,6 +381,9 @@ pub(crate) const TURN_PERIODS: f64 = 4.0;
 /// driver period that is a whole number of steps flattens even those (each sample holds whole
 /// steps): nothing can tell such a loop from steady light work, and nothing is raised.
 pub(crate) const STEP_MIN_SPREAD: f64 = 0.05;
+
+/// Ticks on each side (idle, busy) a comparison of the two needs: fewer say nothing.
+const MIN_SIDE_TICKS: usize = 3;
 
 /// Ticks with reported steps the window needs before the steps decide starvation: one slow
 /// step (a checkpoint, an evaluation) must not.
