@@ -214,12 +214,23 @@ fn score_node(node: &SimNode, said: &Said, t: &mut Tally) {
         if std::env::var("GPUMON_SIM_EVIDENCE").is_ok() {
             for k in &kinds {
                 let e = &said.evidence[&(truth.gpu, *k)];
-                println!("evidence {:?} {} said {k}: {e}", truth.waited, truth.region.name());
+                let job = truth.job.map_or("no job".to_owned(), |j| node.jobs[j].description.clone());
+                println!(
+                    "evidence {:?} {} {} said {k}: {e} || {job}; driver {:.2} s, interval {:.2} s",
+                    truth.waited,
+                    truth.region.name(),
+                    node.visibility.name(),
+                    node.driver_period_s,
+                    node.interval_s
+                );
             }
         }
-        if kinds.iter().any(|k| is_cannot_tell(*k)) {
+        // "Cannot tell" excuses a missing right answer (it is counted apart, never as one), but
+        // not a wrong one said beside it: another kind said on the GPU still counts against
+        // that kind.
+        let undecided = kinds.iter().any(|k| is_cannot_tell(*k));
+        if undecided {
             t.cannot_tell += 1;
-            continue;
         }
         let region = truth.region;
         let mut miss = |what: String| {
@@ -246,6 +257,7 @@ fn score_node(node: &SimNode, said: &Said, t: &mut Tally) {
                     s.tp += 1;
                     s.raise_s += (at - truth.onset_s).max(0.0);
                 }
+                _ if undecided => {}
                 other => {
                     s.fn_ += 1;
                     let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
@@ -257,7 +269,7 @@ fn score_node(node: &SimNode, said: &Said, t: &mut Tally) {
                 }
             }
         }
-        for k in kinds.iter().filter(|k| Some(**k) != truth.cause) {
+        for k in kinds.iter().filter(|k| Some(**k) != truth.cause && !is_cannot_tell(**k)) {
             t.scores.entry((region, *k)).or_default().fp += 1;
             miss(format!("false {k}"));
         }

@@ -145,7 +145,9 @@ thresholds! {
     /// their idle share even when each is busy most of the time.
     bubbles_max_mean: 0.85,
     /// Starvation: the memory controller stays below this (busy memory means memory-bound).
-    starvation_max_memory_controller: 0.50,
+    /// 70 %: training keeps the controller 30-60 % busy while it computes; a GPU streaming
+    /// memory keeps it busier (`memory_bound_min_bandwidth`).
+    starvation_max_memory_controller: 0.70,
     /// Memory-bound: SM activity at or below this. 50 %: healthy training keeps SMs busier.
     memory_bound_max_sm_activity: 0.50,
     /// Memory-bound: DRAM bandwidth (or memory controller) at or above this. 70 %: near the
@@ -183,10 +185,11 @@ thresholds! {
     /// a share of the time worth naming (85 %: 15 % of the time, the share from which a wait
     /// is named).
     pcie_max_level: 0.85,
-    /// Straggler: the mean utilisation of the other GPUs of its job at or above this (they are
-    /// busy with the same work, and busy throughout: they spin in the collective while they
-    /// wait for it). 75 %.
-    straggler_peers: 0.75,
+    /// Straggler: the mean utilisation of the other GPUs of its job at or above this: they spin
+    /// in the collective while they wait for it, and read busy nearly all the time. 85 %:
+    /// pipeline stages, which each idle their bubbles (15 % of the time or more when worth
+    /// naming), read less, and so does a job whose ranks all starve.
+    straggler_peers: 0.85,
     /// Straggler: this GPU at least this far below its peers' mean, on average over the window.
     /// 10 points: peers doing the same synchronous work stay within a few points of each other,
     /// and a rank 17 points behind costs its job 17 % (issue #42: 80 % among peers at 97 %).

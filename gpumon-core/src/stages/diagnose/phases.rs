@@ -252,6 +252,8 @@ fn offer(group: &mut PeerGroup, stats: &mut TickStats, swings: &rules::Swings, p
     let busy_throughout = window.busy_throughout() && stats.busy_now(t);
     stats.busy_throughout = busy_throughout;
     stats.cycling = window.busy_and_idle();
+    stats.waiting_some = window.mean().is_some_and(|m| m <= t.bubbles_max_mean);
+    group.waiting_some += usize::from(stats.waiting_some);
     stats.pending_busy = window.busy_so_far();
     group.pending_busy += usize::from(stats.pending_busy);
     stats.slowed_busy = busy_throughout && stats.held_down(t);

@@ -50,21 +50,29 @@ pub(crate) struct WaitHolds {
 /// instantaneous reading holds on some ticks only (61 % in a ZeRO-offload job keeping the link
 /// 85 % busy), and a window mean dilutes the bursts by the compute time between them.
 ///
-/// The link while the SMs wait is read on the ticks whose latest reading was idle, when there
-/// are enough of them. With too few (idle stretches shorter than the driver's sampling period
-/// average into every reading), it is estimated: the window's mean share over its idle share
-/// (1 − mean level) — the traffic, put where the waiting is. Traffic that overlaps compute
-/// (prefetching, overlapped offload) keeps the level up and is not a wait.
+/// The link while the SMs wait is read on the ticks whose latest reading was idle, and
+/// estimated from the window: its mean share over its idle share (1 − mean level), the
+/// traffic put where the waiting is. The two disagree when the utilisation reading (the
+/// driver's last sample, up to a period old) and the link's (an instant) fall on different
+/// sides of a short wait: the higher one holds. But traffic no lighter while the SMs compute
+/// than while they wait is not what they wait for (prefetching, overlapped offload; the idle
+/// ticks of a warm-up before it).
 pub(crate) fn pcie_bound(window: &Swings, t: &Thresholds) -> bool {
     let Some(level) = window.mean() else { return false };
     if level > t.pcie_max_level {
         return false;
     }
-    let while_waiting = window.idle_pcie_share_mean().or_else(|| {
-        let share = window.pcie_share_mean()?;
-        let idle = 1.0 - level;
-        (idle > 0.0).then(|| share / idle)
-    });
+    let read = window.idle_pcie_share_mean();
+    if let (Some(waiting), Some(computing)) = (read, window.busy_pcie_share_mean()) {
+        if computing >= waiting {
+            return false;
+        }
+    }
+    let estimated = window.pcie_share_mean().map(|share| share / (1.0 - level).max(1e-9));
+    let while_waiting = match (read, estimated) {
+        (Some(read), Some(estimated)) => Some(read.max(estimated)),
+        (read, estimated) => read.or(estimated),
+    };
     while_waiting.is_some_and(|share| share >= t.pcie_link_share)
 }
 
@@ -76,8 +84,13 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
     // The level over the window, not this interval's: one interval of a cycle longer than it
     // is all busy or all idle.
     let mean = all.mean();
-    let quiet_memory =
-        !memory_bound && !pcie && s.memory_controller.is_none_or(|m| m < t.starvation_max_memory_controller);
+    // Copies fill the link while it idles: it waits for them, not for its input (PCIe-bound
+    // when the waits are long enough to name).
+    let copies_while_idle = all.idle_pcie_share_mean().is_some_and(|share| share >= t.pcie_link_share);
+    let quiet_memory = !memory_bound
+        && !pcie
+        && !copies_while_idle
+        && s.memory_controller.is_none_or(|m| m < t.starvation_max_memory_controller);
     // Starvation is busy and idle in turn. Within one interval when the driver's buffer holds
     // enough samples to show both; across the window's ticks otherwise — whatever the number
     // of samples per interval (one, none: the latest reading), the window's low and high
@@ -100,6 +113,7 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
     // readings flat to within `STEP_MIN_SPREAD`, nothing tells the two apart (the hand corpus'
     // steady marked jobs must stay quiet), and nothing is raised.
     let from_steps = all.step_mean().is_some_and(|m| band.contains(&m))
+        && all.most_steps_wait()
         && quiet_memory
         && !peers.behind
         && readings_spread(input.extremes, s) >= STEP_MIN_SPREAD;
@@ -135,18 +149,18 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
 /// - No other GPU of the job goes busy and idle: nothing to be a stage of (a GPU busy
 ///   throughout is no stage: it never idles) — starvation, when its level is in the band.
 /// - Together (co-idling at least [`TOGETHER`]): starvation.
-/// - In turn (at most [`IN_TURN`]): bubbles, with the job known or three GPUs cycling; else
-///   both named (two jobs each starving on its own read the same).
+/// - In turn (at most [`IN_TURN`]): bubbles, with the job known; else both named (other jobs'
+///   GPUs, each starving on its own, read the same as the next stages).
 /// - Neither clear, or not readable (stretches shorter than the driver's period, too few clear
 ///   readings): both named — the readings cannot tell, and the evidence says why.
 fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
     let (s, group) = (input.s, input.group);
-    // Possible stages or ranks beside it: with the job known, its other GPUs that are not busy
-    // throughout (busy and idle in turn or not: stretches shorter than the driver's period
-    // read as neither); with the job assumed, only those seen going busy and idle — the others
-    // may be anyone's.
+    // Possible stages or ranks beside it: with the job known, its other GPUs that wait a share
+    // worth naming (seen going busy and idle or not: stretches shorter than the driver's
+    // period read flat); with the job assumed, only those seen going busy and idle — the
+    // others may be anyone's.
     let peers = if group.job.known() {
-        group.with_level.saturating_sub(group.busy_throughout).saturating_sub(usize::from(s.level.is_some()))
+        group.waiting_some.saturating_sub(usize::from(s.waiting_some))
     } else {
         group.cycling_peers(s.cycling)
     };
@@ -155,6 +169,12 @@ fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
     }
     if !(starving || bubbling) {
         return Wait::None;
+    }
+    if s.steps_too_short_for_turns() {
+        // Its marked steps are shorter than a few driver periods: the readings cannot show
+        // whether the job's other GPUs idle at the same moments, whatever few clear readings
+        // the window holds.
+        return Wait::CannotTell(Undecided::TooShortToSee);
     }
     match input.window.co_idling() {
         Some(c) if c >= TOGETHER => {
@@ -167,7 +187,7 @@ fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
         Some(c) if c <= IN_TURN => {
             if !bubbling {
                 Wait::None
-            } else if group.job.known() || peers + 1 >= 3 {
+            } else if group.job.known() {
                 Wait::Bubbles
             } else {
                 Wait::CannotTell(Undecided::NoJobKnown)
@@ -180,7 +200,7 @@ fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
 
 /// Co-idling ([`Swings::co_idling`]) from which GPUs idle *together*: at the moments it idles,
 /// most of its peers do too, and at the moments it is busy, few do.
-pub(crate) const TOGETHER: f64 = 0.45;
+pub(crate) const TOGETHER: f64 = 0.65;
 
 /// Co-idling up to which GPUs idle *in turn*: its peers idle no more when it idles than when
 /// it is busy (pipeline stages: less).

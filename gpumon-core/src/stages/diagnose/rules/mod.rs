@@ -112,6 +112,9 @@ pub(crate) struct TickStats {
     pub(crate) cycling: bool,
     /// Busy on every tick of its window, this one included: it never idles.
     pub(crate) busy_throughout: bool,
+    /// Its window's mean level is at or below `bubbles_max_mean` (see
+    /// [`PeerGroup::waiting_some`]).
+    pub(crate) waiting_some: bool,
     /// The peers' mean level less its own this tick, when its job's other GPUs are busy (see
     /// [`peer_gap`]).
     pub(crate) peer_gap: Option<f64>,
@@ -288,6 +291,7 @@ impl TickStats {
             group: 0,
             cycling: false,
             busy_throughout: false,
+            waiting_some: false,
             peer_gap: None,
             peers_idle: None,
         }

@@ -66,6 +66,10 @@ pub(crate) struct PeerGroup {
     pub(crate) with_level: usize,
     pub(crate) busy_throughout: usize,
     pub(crate) cycling: usize,
+    /// Allocated GPUs whose window's mean level is at or below `bubbles_max_mean`: they wait
+    /// a share of the time worth naming, seen in stretches or not (a driver period longer
+    /// than their stretches averages them into a flat reading).
+    pub(crate) waiting_some: usize,
     /// The last GPU busy throughout with no slowdown reason (see [`TickStats::paces_peers`]).
     pub(crate) unslowed_busy: Option<usize>,
 }
@@ -87,6 +91,7 @@ impl PeerGroup {
             with_level: 0,
             busy_throughout: 0,
             cycling: 0,
+            waiting_some: 0,
             unslowed_busy: None,
         }
     }
@@ -218,10 +223,12 @@ pub(crate) fn judge(input: &RuleInput<'_>) -> PeerHolds {
 /// idle beside them: `imbalance`).
 fn behind_peers(input: &RuleInput<'_>, t: &Thresholds) -> bool {
     let (w, group) = (&input.window, input.group);
-    // Its peers spin in the collective while they wait for it: busy throughout. Peers that
-    // idle too are stages of a pipeline, or ranks waiting for something else.
-    let others_busy = group.busy_throughout - usize::from(input.s.busy_throughout);
-    let peers_busy = group.with_level >= 2 && others_busy + 1 >= group.with_level;
+    // The job is known: with nothing saying they run one job, a GPU idling beside busy ones
+    // may as well run a job of its own, waiting on its own loader — which is what a
+    // straggler's own late input is too, and how it is named then. Its peers are busy (at
+    // least `straggler_peers` on average: they spin in the collective while they wait for
+    // it); pipeline stages, which all idle their bubbles, read less.
+    let peers_busy = group.job.known();
     match (w.peer_gap_mean(), w.mean()) {
         (Some(gap), Some(mean)) => {
             peers_busy && w.peer_gap_ticks() * 2 >= w.readings() && gap >= t.straggler_gap && mean > t.imbalance_idle

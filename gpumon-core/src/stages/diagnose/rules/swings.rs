@@ -29,6 +29,9 @@ pub(crate) struct SwingReading {
     gap_micros: Option<i64>,
     /// The latest reading was busy.
     busy_now: bool,
+    /// The steps reported at the tick were idle a share worth naming (their mean utilisation
+    /// at or below `starvation_max_mean`).
+    step_waits: bool,
     /// The share of the job's other GPUs that can idle (not busy throughout) reading idle
     /// now, in millionths; `None` without such a GPU.
     peers_idle_micros: Option<i64>,
@@ -67,6 +70,7 @@ fn swing_reading(i: SwingInputs, t: &Thresholds) -> Option<SwingReading> {
         pcie_micros: ok(i.pcie_share).map(micros),
         gap_micros: ok(i.peer_gap).map(micros),
         busy_now: util.is_some_and(|u| u >= t.starvation_peak),
+        step_waits: ok(i.step_level).is_some_and(|m| m <= t.starvation_max_mean),
         peers_idle_micros: ok(i.peers_idle).map(micros),
     })
 }
@@ -107,8 +111,9 @@ impl Past {
     }
 }
 
-/// Whether the readings went from idle to busy or back at least four times over the window
-/// (this tick included): two cycles or more. An interval whose own samples hold both counts as
+/// Whether the readings went from idle to busy or back at least six times over the window
+/// (this tick included): three cycles or more. Fewer are a pause or two (an evaluation, a
+/// checkpoint), which a healthy job takes by design. An interval whose own samples hold both counts as
 /// one change. Read from the window only when the counts already show the pattern (a starving
 /// GPU), so a healthy tick never scans.
 pub(crate) fn back_and_forth(history: &Ring<Past>, now: Option<SwingReading>, t: &Thresholds) -> bool {
@@ -128,7 +133,7 @@ pub(crate) fn back_and_forth(history: &Ring<Past>, now: Option<SwingReading>, t:
             changes += usize::from(l != s);
         }
         last = state.or(last);
-        if changes >= 4 {
+        if changes >= 6 {
             return true;
         }
     }
@@ -178,6 +183,8 @@ pub(crate) struct Swings {
     /// millionths.
     steps: usize,
     step_sum_micros: i64,
+    /// … and those whose steps were idle a share worth naming.
+    steps_waiting: usize,
     /// Ticks with a link share read, and its sum; ticks with a gap to busy peers, and its sum
     /// (millionths).
     pcie: usize,
@@ -188,6 +195,9 @@ pub(crate) struct Swings {
     /// link while the SMs wait (millionths).
     idle_pcie: usize,
     idle_pcie_sum_micros: i64,
+    /// The same over the ticks it read busy: the link while the SMs compute.
+    busy_pcie: usize,
+    busy_pcie_sum_micros: i64,
     /// Whether the job's other GPUs idle with this one: over the ticks it read idle, and over
     /// those it read busy, how many had peers that can idle and the sum of the share of them
     /// reading idle (millionths).
@@ -218,6 +228,12 @@ impl Swings {
         self.steps
     }
 
+    /// Most ticks with marked steps had steps idle a share worth naming: the waiting is the
+    /// rule, not a slow step or two (a checkpoint, an evaluation) pulling the mean down.
+    pub(crate) fn most_steps_wait(&self) -> bool {
+        self.steps_waiting * 2 > self.steps
+    }
+
     /// The mean PCIe link share over the ticks that read it.
     pub(crate) fn pcie_share_mean(&self) -> Option<f64> {
         (self.pcie > 0).then(|| self.pcie_sum_micros as f64 / 1e6 / self.pcie as f64)
@@ -236,6 +252,12 @@ impl Swings {
     /// [`MIN_SIDE_TICKS`] did.
     pub(crate) fn idle_pcie_share_mean(&self) -> Option<f64> {
         (self.idle_pcie >= MIN_SIDE_TICKS).then(|| self.idle_pcie_sum_micros as f64 / 1e6 / self.idle_pcie as f64)
+    }
+
+    /// The mean link share over the ticks the GPU read busy (its SMs computing), once at least
+    /// [`MIN_SIDE_TICKS`] did.
+    pub(crate) fn busy_pcie_share_mean(&self) -> Option<f64> {
+        (self.busy_pcie >= MIN_SIDE_TICKS).then(|| self.busy_pcie_sum_micros as f64 / 1e6 / self.busy_pcie as f64)
     }
 
     /// Whether the job's other GPUs idle *with* this one: the share of them reading idle at
@@ -264,6 +286,7 @@ impl Swings {
             if let Some(m) = r.step_micros {
                 self.steps += 1;
                 self.step_sum_micros += m;
+                self.steps_waiting += usize::from(r.step_waits);
             }
             if let Some(m) = r.pcie_micros {
                 self.pcie += 1;
@@ -276,6 +299,10 @@ impl Swings {
             if let (true, Some(m)) = (r.idle_now, r.pcie_micros) {
                 self.idle_pcie += 1;
                 self.idle_pcie_sum_micros += m;
+            }
+            if let (true, Some(m)) = (r.busy_now, r.pcie_micros) {
+                self.busy_pcie += 1;
+                self.busy_pcie_sum_micros += m;
             }
 
             if let Some(m) = r.peers_idle_micros {
@@ -303,6 +330,7 @@ impl Swings {
             if let Some(m) = r.step_micros {
                 self.steps -= 1;
                 self.step_sum_micros -= m;
+                self.steps_waiting -= usize::from(r.step_waits);
             }
             if let Some(m) = r.pcie_micros {
                 self.pcie -= 1;
@@ -315,6 +343,10 @@ impl Swings {
             if let (true, Some(m)) = (r.idle_now, r.pcie_micros) {
                 self.idle_pcie -= 1;
                 self.idle_pcie_sum_micros -= m;
+            }
+            if let (true, Some(m)) = (r.busy_now, r.pcie_micros) {
+                self.busy_pcie -= 1;
+                self.busy_pcie_sum_micros -= m;
             }
 
             if let Some(m) = r.peers_idle_micros {
