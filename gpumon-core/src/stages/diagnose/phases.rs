@@ -244,6 +244,7 @@ fn offer(group: &mut PeerGroup, stats: &mut TickStats, swings: &rules::Swings, p
     if let Some(level) = stats.level {
         group.offer(level, position);
     }
+    group.offer_memory(stats.memory_ratio());
     // Busy throughout the window so far and busy now, with its clocks held down. This tick
     // included, as the rules count it: a GPU its peers wait for is known by the tick their
     // starvation could first hold.

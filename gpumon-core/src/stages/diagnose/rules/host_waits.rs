@@ -54,9 +54,9 @@ pub(crate) struct WaitHolds {
 /// estimated from the window: its mean share over its idle share (1 − mean level), the
 /// traffic put where the waiting is. The two disagree when the utilisation reading (the
 /// driver's last sample, up to a period old) and the link's (an instant) fall on different
-/// sides of a short wait: the higher one holds. But traffic no lighter while the SMs compute
-/// than while they wait is not what they wait for (prefetching, overlapped offload; the idle
-/// ticks of a warm-up before it).
+/// sides of a short wait: the higher one holds. But traffic clearly heavier while the SMs
+/// compute than while they wait is not what they wait for (prefetching, overlapped offload;
+/// the idle ticks of a warm-up before it).
 pub(crate) fn pcie_bound(window: &Swings, t: &Thresholds) -> bool {
     let Some(level) = window.mean() else { return false };
     if level > t.pcie_max_level {
@@ -64,7 +64,7 @@ pub(crate) fn pcie_bound(window: &Swings, t: &Thresholds) -> bool {
     }
     let read = window.idle_pcie_share_mean();
     if let (Some(waiting), Some(computing)) = (read, window.busy_pcie_share_mean()) {
-        if computing >= waiting {
+        if computing > waiting + 0.1 {
             return false;
         }
     }

@@ -66,6 +66,11 @@ pub(crate) struct PeerGroup {
     pub(crate) with_level: usize,
     pub(crate) busy_throughout: usize,
     pub(crate) cycling: usize,
+    /// The lowest and highest share of memory used among the allocated GPUs: replicas of one
+    /// data-parallel job hold the same model, optimizer state and batch size, so the same
+    /// memory to within a few percent (see [`PeerGroup::uniform_memory`]).
+    pub(crate) memory_low: f64,
+    pub(crate) memory_high: f64,
     /// Allocated GPUs whose window's mean level is at or below `bubbles_max_mean`: they wait
     /// a share of the time worth naming, seen in stretches or not (a driver period longer
     /// than their stretches averages them into a flat reading).
@@ -92,6 +97,8 @@ impl PeerGroup {
             busy_throughout: 0,
             cycling: 0,
             waiting_some: 0,
+            memory_low: f64::INFINITY,
+            memory_high: f64::NEG_INFINITY,
             unslowed_busy: None,
         }
     }
@@ -121,6 +128,21 @@ impl PeerGroup {
         let others = self.readable - usize::from(self_counted);
         let idle = self.idle_now - usize::from(self_counted && self_idle);
         (others > 0).then(|| idle as f64 / others as f64)
+    }
+
+    /// Counts one allocated GPU's share of memory used in.
+    pub(crate) fn offer_memory(&mut self, ratio: Option<f64>) {
+        if let Some(r) = ratio {
+            self.memory_low = self.memory_low.min(r);
+            self.memory_high = self.memory_high.max(r);
+        }
+    }
+
+    /// Every allocated GPU of the group holds the same share of its memory, to within
+    /// [`SAME_MEMORY`]: what replicas of one data-parallel job do. With the job assumed, the one
+    /// hint that the GPUs do run one job; independent jobs hold what their own models take.
+    pub(crate) fn uniform_memory(&self) -> bool {
+        self.n >= 2 && self.memory_high - self.memory_low <= SAME_MEMORY
     }
 
     pub(crate) fn offer(&mut self, level: f64, position: usize) {
@@ -223,12 +245,13 @@ pub(crate) fn judge(input: &RuleInput<'_>) -> PeerHolds {
 /// idle beside them: `imbalance`).
 fn behind_peers(input: &RuleInput<'_>, t: &Thresholds) -> bool {
     let (w, group) = (&input.window, input.group);
-    // The job is known: with nothing saying they run one job, a GPU idling beside busy ones
-    // may as well run a job of its own, waiting on its own loader — which is what a
-    // straggler's own late input is too, and how it is named then. Its peers are busy (at
+    // The job is known, or every GPU holds the same memory as data-parallel replicas do: with
+    // nothing saying they run one job, a GPU idling beside busy ones may as well run a job of
+    // its own, waiting on its own loader — which is what a straggler's own late input is too,
+    // and how it is named then. Its peers are busy (at
     // least `straggler_peers` on average: they spin in the collective while they wait for
     // it); pipeline stages, which all idle their bubbles, read less.
-    let peers_busy = group.job.known();
+    let peers_busy = group.job.known() || group.uniform_memory();
     match (w.peer_gap_mean(), w.mean()) {
         (Some(gap), Some(mean)) => {
             peers_busy && w.peer_gap_ticks() * 2 >= w.readings() && gap >= t.straggler_gap && mean > t.imbalance_idle
@@ -244,3 +267,7 @@ pub(crate) fn peer_gap(s: &TickStats, group: &PeerGroup, t: &Thresholds) -> Opti
     let peers = group.peers_mean(level)?;
     (peers >= t.straggler_peers).then_some(peers - level)
 }
+
+/// How far apart (share of each GPU's memory) the memory used by replicas of one job may be:
+/// 2 points. Replicas allocate the same tensors; the allocator's caching adds a little.
+const SAME_MEMORY: f64 = 0.02;

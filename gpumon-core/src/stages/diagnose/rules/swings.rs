@@ -111,9 +111,8 @@ impl Past {
     }
 }
 
-/// Whether the readings went from idle to busy or back at least six times over the window
-/// (this tick included): three cycles or more. Fewer are a pause or two (an evaluation, a
-/// checkpoint), which a healthy job takes by design. An interval whose own samples hold both counts as
+/// Whether the readings went from idle to busy or back at least four times over the window
+/// (this tick included): two cycles or more. An interval whose own samples hold both counts as
 /// one change. Read from the window only when the counts already show the pattern (a starving
 /// GPU), so a healthy tick never scans.
 pub(crate) fn back_and_forth(history: &Ring<Past>, now: Option<SwingReading>, t: &Thresholds) -> bool {
@@ -133,7 +132,7 @@ pub(crate) fn back_and_forth(history: &Ring<Past>, now: Option<SwingReading>, t:
             changes += usize::from(l != s);
         }
         last = state.or(last);
-        if changes >= 6 {
+        if changes >= 4 {
             return true;
         }
     }
