@@ -202,6 +202,7 @@ fn fixture() -> Fixture {
         ],
         active: active.into(),
         raised_total: vec![FindingCount::new(FindingKind::NearOom, 2)].into(),
+        busy: None,
     };
     snapshot.attach(diagnosis);
     let mut steps = Steps::default();
@@ -490,6 +491,7 @@ fn build(plain: &[GenDevice], mig_parts: &[GenDevice], parent_alloc: Who, a: &Te
         events: active.iter().map(|f| FindingEvent::new(Transition::Raised, f.clone(), None)).collect(),
         active: active.into(),
         raised_total: vec![FindingCount::new(FindingKind::Imbalance, 9)].into(),
+        busy: None,
     };
     let mut snapshot = Snapshot::new(Arc::new(SystemInfo::new("node-1", "nvml")), devices);
     snapshot.attach(diagnosis);
