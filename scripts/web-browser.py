@@ -84,6 +84,7 @@ PROBE = r"""
     banner: q('#banner') ? !q('#banner').hidden : null,
     banner_text: q('#banner') ? q('#banner').textContent : null,
     busy: q('#host [data-busy]') ? q('#host [data-busy]').textContent : null,
+    busy_title: q('#host [data-busy]') ? q('#host [data-busy]').title : null,
     grid_width: q('#gpus') ? Math.round(q('#gpus').getBoundingClientRect().width) : null,
     host: q('#host') ? q('#host').textContent : null,
     conn: q('#conn') ? q('#conn').textContent : null,

@@ -550,8 +550,10 @@ fn compare_says_when_two_runs_cannot_be_compared_as_they_stand() {
     assert!(!stdout.contains("main change           energy per step"), "{stdout}");
 }
 
-/// A loop whose numbering restarts each epoch (steps 1–5 twice) and a line that is not JSON:
-/// the report counts the marks the socket dropped, per reason, and says what a refused one is.
+/// A loop whose numbering restarts each epoch (steps 1–5 twice, on one connection: one client
+/// going back on its own run, unlike a second fit in a new process, which is a run segment) and
+/// a line that is not JSON: the report counts the marks the socket dropped, per reason, and says
+/// what a refused one is.
 #[test]
 fn the_report_counts_the_marks_the_socket_dropped() {
     const EPOCHS: &str = r#"
@@ -578,6 +580,43 @@ s.sendall(b"not json\n")
     let dropped = report.steps.expect("steps").marks_rejected.expect("the socket's counts");
     assert_eq!((dropped.refused, dropped.malformed, dropped.total()), (5, 1, 6));
     assert_eq!(json["steps"]["marks_rejected"]["refused"], 5);
+}
+
+/// Two fits of one job and rank, each in a process of its own numbering from 1 (a script that
+/// runs `train.py` twice): the second marks in the run segment `train#2`. No mark is refused,
+/// the 2 s between the fits is no step, and the report shows both fits.
+#[test]
+fn a_second_fit_in_a_new_process_is_a_run_segment_of_its_own() {
+    const TWO_FITS: &str = r#"
+import os, subprocess, sys, time
+env = dict(os.environ, LOCAL_RANK="0")
+for fit in range(2):
+    if fit:
+        time.sleep(2)
+    code = subprocess.call([sys.executable, sys.argv[1], "5", "0.6", "0"], env=env)
+    if code:
+        sys.exit(code)
+"#;
+    let dir = temp_dir("two-fits");
+    let job = write(&dir, "job.py", JOB);
+    let fits = write(&dir, "fits.py", TWO_FITS);
+    let (code, stdout, stderr) = run(run_cmd(&dir, &[]).arg("--").arg(python()).arg(&fits).arg(&job));
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(!stdout.contains("marks dropped"), "{stdout}");
+    assert!(stdout.contains("\n  train rank 0          4 step(s) (2–5), "), "{stdout}");
+    assert!(stdout.contains("\n  train#2 rank 0        4 step(s) (2–5), "), "{stdout}");
+    let (report, _) = report_file(&dir);
+    let steps = report.steps.expect("steps");
+    let mut runs: Vec<_> =
+        steps.runs.iter().map(|r| (r.job.as_str(), r.rank, r.steps, r.first_step, r.last_step)).collect();
+    runs.sort();
+    assert_eq!(runs, [("train", Some(0), 4, Some(2), Some(5)), ("train#2", Some(0), 4, Some(2), Some(5))]);
+    assert_eq!(steps.marks_rejected.map(|r| r.total()), Some(0));
+    // Each step took about 0.6 s: the gap between the fits is in none.
+    for run in &steps.runs {
+        let p95 = run.duration_p95_seconds.unwrap();
+        assert!(p95 < 1.2, "{}: {p95} s", run.job);
+    }
 }
 
 /// A job shorter than the diagnosis window: the report says so where the main cause would be;

@@ -977,3 +977,61 @@ fn browser_says_simulated_when_recorded_and_replay_finished() {
     let conn = ended["conn"].as_str().unwrap();
     assert!(conn.starts_with("replay finished") && !conn.contains("cannot reach"), "{conn}");
 }
+
+/// #44: "busy" is diagnosis' own verdict, read from the snapshot (`diagnosis.busy`), over its
+/// own window: the page says that window (2 s here, not a copy's 30 s) and counts what the
+/// snapshot says; with diagnosis off the page makes no busy count of its own.
+#[test]
+#[ignore = "needs scripts/test.sh (chromium)"]
+fn browser_busy_is_the_diagnosis_verdict_over_its_own_window() {
+    let (agent, base) = start(&["--backend", "mock", "--mock-profile", "h100x2", "--diagnose-window", "2s"]);
+    let run = browse(&format!("{base}/"), &[3.0, 4.0], &shots_dir().join("busy.png"));
+    assert_clean(&run);
+    let probe = run["probes"].as_array().unwrap().last().unwrap().clone();
+    let busy = &snapshot(&base)["diagnosis"]["busy"];
+    assert_eq!((busy["window_seconds"].as_f64(), busy["level"].as_f64()), (Some(2.0), Some(0.6)), "{busy}");
+    let judged = busy["gpus"].as_array().unwrap();
+    assert_eq!(judged.len(), 2, "{busy}");
+    assert!(judged.iter().all(|g| g["busy"] == true), "the healthy mock runs at ~94 %: {busy}");
+    assert_eq!(probe["busy"], "2 of 2", "{probe}");
+    let title = probe["busy_title"].as_str().unwrap();
+    assert!(title.contains("(the last 2 s)") && title.contains("at least 60 %"), "{title}");
+    drop(agent);
+
+    let (_agent, base) = start(&["--backend", "mock", "--mock-profile", "h100x2", "--no-diagnose"]);
+    let run = browse(&format!("{base}/"), &[2.0], &shots_dir().join("busy-no-diagnosis.png"));
+    assert_clean(&run);
+    let probe = &run["probes"][0];
+    assert!(probe["busy"].is_null(), "no diagnosis, no busy count: {probe}");
+    assert!(!probe["host"].as_str().unwrap().contains("busy"), "{probe}");
+}
+
+/// #44: a held finding's evidence on the page is as of now — formatted again while it holds
+/// (every third of the 2 s window here) — not the text of the tick that raised it.
+#[test]
+#[ignore = "needs scripts/test.sh (chromium)"]
+fn browser_shows_a_held_findings_evidence_as_of_now() {
+    let (_agent, base) = start(&[
+        "--backend",
+        "mock",
+        "--mock-profile",
+        "a100x3",
+        "--mock-scenario",
+        "dataloader-starved",
+        "--diagnose-window",
+        "2s",
+    ]);
+    let run = browse(&format!("{base}/"), &[4.0, 6.0, 8.0, 10.0, 12.0], &shots_dir().join("evidence-now.png"));
+    assert_clean(&run);
+    let mut texts: Vec<String> = Vec::new();
+    for probe in run["probes"].as_array().unwrap() {
+        let groups = probe["finding_groups"].as_array().unwrap();
+        let Some(g) = groups.iter().find(|g| g["kind"] == "dataloader_starvation") else { continue };
+        assert_eq!(g["folded"], false, "three GPUs: the evidence is shown, and refreshed each tick");
+        let gpu0 = g["evidence_text"].as_array().unwrap().iter().find(|e| e.as_str().unwrap().starts_with("GPU 0: "));
+        texts.extend(gpu0.map(|e| e.as_str().unwrap().to_owned()));
+    }
+    assert!(texts.len() >= 4, "held on GPU 0 at most probes: {texts:#?}");
+    texts.dedup();
+    assert!(texts.len() >= 2, "the evidence follows the readings while the finding holds: {texts:#?}");
+}

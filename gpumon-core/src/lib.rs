@@ -100,7 +100,7 @@ pub use names::unknown_name as __unknown_name;
 pub use sampler::{BoxError, SampleError, SampleRequest, Sampler, UnavailableSampler};
 pub use sink::{BuildError, InlineExport, Sink, SinkError};
 pub use stages::diagnose::finding::{
-    Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Severity, Transition,
+    Busy, BusyGpu, Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Severity, Transition,
 };
 pub use stages::{Processor, ProcessorContext, StageOutput, StageOutputs};
 pub use telemetry::{AgentStats, SinkState, SinkStatus, Telemetry};

@@ -186,6 +186,47 @@ def test_findings_are_logged_when_raised_and_cleared(no_rank_env, tmp_path, capl
     assert any(t.startswith("gpu/findings") for t in tags), tags
 
 
+# A fault that clears: memory 97 % full for the first 2 s of simulated time (near_oom raised
+# once 80 % of the 1 s window holds), then 50 % (cleared once at most 20 % of it holds).
+_NEAR_OOM_THEN_FREED = """
+name = "near-oom-then-freed"
+
+[[phases]]
+until_s = 2
+shape = "steady"
+busy = 0.95
+memory = 0.97
+memory_controller = 0.47
+
+[[phases]]
+from_s = 2
+shape = "steady"
+busy = 0.95
+memory = 0.5
+memory_controller = 0.47
+"""
+
+
+def test_a_cleared_finding_is_logged_as_cleared(no_rank_env, tmp_path, caplog):
+    from lightning.pytorch.loggers import CSVLogger
+
+    scenario = tmp_path / "near-oom-then-freed.toml"
+    scenario.write_text(_NEAR_OOM_THEN_FREED)
+    csv_logger = CSVLogger(str(tmp_path / "csv"), name="run")
+    with gpumon.Monitor(backend="mock", interval="100ms", mock_scenario=str(scenario), devices="0", job="freed",
+                        rank=0, diagnose_window="1s") as m:
+        with caplog.at_level("WARNING", logger="gpumon"):
+            _trainer(GpumonCallback(m), [csv_logger], 30).fit(Tiny(0.2), _loader(60))
+    rows = _csv_rows(str(tmp_path / "csv"))
+    marks = [float(r["mock_gpu/finding/near_oom"]) for r in rows if r.get("mock_gpu/finding/near_oom")]
+    assert marks == [1.0, 0.0], marks  # raised, then cleared: each logged once
+    counts = [float(r["mock_gpu/findings"]) for r in rows if r.get("mock_gpu/findings")]
+    assert 1.0 in counts and counts[-1] == 0.0, counts
+    texts = [r.getMessage() for r in caplog.records]
+    assert any(t.startswith("gpumon: finding cleared on GPU 0 after ") and ": near_oom - no longer holds" in t
+               for t in texts), texts
+
+
 def test_gradient_accumulation_marks_optimizer_steps(no_rank_env):
     logger = Recorder()
     with gpumon.Monitor(backend="mock", interval="100ms", job="acc", rank=0, devices="0") as m:

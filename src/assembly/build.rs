@@ -276,7 +276,9 @@ impl Assembly {
             }
             None => (metrics, steps.tracker.is_some()),
         };
-        let marks = Marks { backend: mark, host, sampling: (sampled, step_marks) };
+        let recorded_backend =
+            replay.as_ref().map(|(sampler, _)| sampler.header().backend.as_str()).filter(|b| !b.is_empty());
+        let marks = Marks { backend: mark, recorded_backend, host, sampling: (sampled, step_marks) };
         let built = sinks::build(config, marks, options.report)?;
         let exporting = built.exporting();
         let listeners = built.listeners;

@@ -29,6 +29,8 @@ pub(super) struct Marks<'a> {
     /// `backend=<mark>` on data not read from a GPU just now: `mock` (simulated) or `replay` (a
     /// recorded trace).
     pub(super) backend: Option<&'static str>,
+    /// Of a replay, the backend that recorded its trace (`mock`: simulated when recorded).
+    pub(super) recorded_backend: Option<&'a str>,
     /// The host name override.
     pub(super) host: Option<&'a str>,
     /// What the agent samples, for a trace's header (`--record`): the metric families, and
@@ -153,6 +155,9 @@ pub(super) fn build(config: &AgentConfig, marks: Marks<'_>, report: bool) -> Res
         // Both pipelines take the resource from the config (an explicit key there wins).
         if let Some(mark) = marks.backend {
             cfg.resource_attributes.entry("gpumon.backend".to_owned()).or_insert_with(|| mark.to_owned());
+        }
+        if let Some(recorded) = marks.recorded_backend {
+            cfg.resource_attributes.entry("gpumon.recorded_backend".to_owned()).or_insert_with(|| recorded.to_owned());
         }
         if let Some(host) = marks.host {
             cfg.resource_attributes.entry("host.name".to_owned()).or_insert_with(|| host.to_owned());

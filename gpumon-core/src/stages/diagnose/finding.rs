@@ -194,6 +194,45 @@ pub struct Diagnosis {
     pub events: Vec<FindingEvent>,
     /// Findings raised so far, per kind (kinds never raised are absent).
     pub raised_total: Arc<[FindingCount]>,
+    /// Which GPUs diagnosis reads as busy over its window (`None` from a stage that does not
+    /// say, e.g. a snapshot recorded before it did).
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub busy: Option<Busy>,
+}
+
+/// "Busy" as diagnosis means it, per GPU: the mean level — utilisation, else GPM SM activity —
+/// over the diagnosis window at or above `level` (`diagnose.thresholds.imbalance_busy`, 60 %),
+/// never one reading: a starved GPU swinging between 0 and 95 % each second is not busy. The
+/// web view's "busy N of M" is this.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+pub struct Busy {
+    /// The diagnosis window, seconds.
+    pub window_seconds: f64,
+    /// The level a GPU's window mean must reach, 0–1.
+    pub level: f64,
+    /// Each GPU with a level read in its window, in the snapshot's order.
+    pub gpus: Arc<[BusyGpu]>,
+}
+
+/// One GPU's verdict in [`Busy`].
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct BusyGpu {
+    /// The GPU's UUID.
+    pub uuid: String,
+    /// Whether its mean level over the window reaches [`Busy::level`].
+    pub busy: bool,
+}
+
+impl BusyGpu {
+    /// The verdict `busy` on GPU `uuid`.
+    pub fn new(uuid: impl Into<String>, busy: bool) -> Self {
+        Self { uuid: uuid.into(), busy }
+    }
 }
 
 impl Diagnosis {
@@ -282,6 +321,11 @@ fn scope_diagnosis(diagnosis: &Diagnosis, view: &Snapshot) -> Diagnosis {
         active: diagnosis.active.iter().filter(|f| visible(f)).cloned().collect::<Vec<_>>().into(),
         events: diagnosis.events.iter().filter(|e| visible(&e.finding)).cloned().collect(),
         raised_total: Arc::from([]),
+        // The view's own GPUs' verdicts only.
+        busy: diagnosis.busy.as_ref().map(|b| Busy {
+            gpus: b.gpus.iter().filter(|g| kept.contains(g.uuid.as_str())).cloned().collect::<Vec<_>>().into(),
+            ..b.clone()
+        }),
     }
 }
 

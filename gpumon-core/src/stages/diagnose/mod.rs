@@ -15,8 +15,10 @@
 //! `hardware_errors` is raised on the first tick its condition holds (an error is news at once)
 //! and cleared after a whole window without new errors.
 //!
-//! Evidence is formatted when a finding is raised or cleared, never on other ticks; steady-state
-//! diagnosis allocates nothing.
+//! Evidence is formatted when a finding is raised or cleared, and again every third of the window
+//! while it holds ([`Diagnoser::evidence_refresh_ticks`]): a held finding's evidence describes
+//! the readings as of at most a third of a window ago, not those of the tick that raised it (its
+//! `since` stays). Every other tick allocates nothing.
 //!
 //! # Example: feeding snapshots directly
 //! The stage runs on tick time, so hours of simulated sampling take milliseconds:
@@ -67,7 +69,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::model::Snapshot;
-use crate::stages::diagnose::finding::{Diagnosis, Finding, FindingCount, FindingKind};
+use crate::stages::diagnose::finding::{Busy, Diagnosis, Finding, FindingCount, FindingKind};
 use crate::stages::{Processor, ProcessorContext};
 
 use rules::{Counters, Groups, Past, TickStats, KINDS};
@@ -78,6 +80,8 @@ use window::{Ring, Tallies};
 struct Raised {
     finding: Finding,
     raised_at: SystemTime,
+    /// The diagnoser's tick at which its evidence was last formatted.
+    formatted: u64,
 }
 
 /// The findings raised on one device. Every tick asks which kinds are raised; only a raise or a
@@ -153,9 +157,13 @@ pub struct Diagnoser {
     clear_at: usize,
     /// [`DiagnoseConfig::idle_grace`] in ticks.
     grace_ticks: usize,
+    /// A held finding's evidence is formatted again after this many ticks (a third of the window).
+    refresh_ticks: usize,
     tracks: HashMap<String, Track>,
     active: Arc<[Finding]>,
     raised_total: Arc<[FindingCount]>,
+    /// Each GPU's "busy" over the window, as of the last tick (shared while it stays).
+    busy: Busy,
     /// The output attached last tick: shared again while nothing was raised or cleared, so a
     /// quiet tick allocates nothing.
     last: Option<Arc<Diagnosis>>,
@@ -182,9 +190,11 @@ impl Diagnoser {
             raise_at: 1,
             clear_at: 0,
             grace_ticks: 0,
+            refresh_ticks: 1,
             tracks: HashMap::new(),
             active: Arc::from(Vec::new()),
             raised_total: Arc::from(Vec::new()),
+            busy: Busy::default(),
             last: None,
             tick: 0,
             scratch: Vec::new(),
@@ -192,12 +202,22 @@ impl Diagnoser {
             interval_secs: 1.0,
         };
         d.set_interval(Duration::from_secs(1));
+        d.busy.window_seconds = d.config.window.as_secs_f64();
+        d.busy.level = d.config.thresholds.imbalance_busy;
         Ok(d)
     }
 
     /// The window in ticks, and the tick counts that raise and clear.
     pub fn window_ticks(&self) -> usize {
         self.ticks
+    }
+
+    /// Every how many ticks a held finding's evidence is formatted again from the readings of
+    /// that tick and its window: `ceil(N / 3)` for a window of `N` ticks (every 10 s with the
+    /// default 30 s window, whatever the interval). Only those ticks allocate while findings are
+    /// held.
+    pub fn evidence_refresh_ticks(&self) -> usize {
+        self.refresh_ticks
     }
 
     /// How many ticks of a fully holding condition raise a finding (`ceil(raise_share × N)`).
@@ -233,6 +253,7 @@ impl Diagnoser {
         self.ticks = n;
         self.raise_at = ((self.config.raise_share * n as f64).ceil() as usize).clamp(1, n);
         self.clear_at = ((self.config.clear_share * n as f64).floor() as usize).min(self.raise_at - 1);
+        self.refresh_ticks = n.div_ceil(3).max(1);
         self.grace_ticks = (self.config.idle_grace.as_secs_f64() / interval.as_secs_f64()).ceil() as usize;
         // Windows are sized from the interval: start afresh.
         self.tracks.clear();

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::finding::{Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Transition};
+use super::finding::{BusyGpu, Diagnosis, Finding, FindingCount, FindingEvent, FindingKind, Transition};
 use super::rules::evidence::PeerContext;
 use super::rules::host_waits::{Undecided, Wait};
 use super::rules::{self, Counters, Holds, JobKey, PeerGroup, RuleInput, TickStats};
@@ -85,6 +85,7 @@ impl Diagnoser {
         let d = &snapshot.devices[position];
         let t = self.config.thresholds;
         let (grace_ticks, raise_at, clear_at) = (self.grace_ticks, self.raise_at, self.clear_at);
+        let (tick, refresh_ticks) = (self.tick, self.refresh_ticks as u64);
         let Some(track) = self.tracks.get_mut(d.info.uuid.as_str()) else { return false };
         let group = &self.groups.groups[self.scratch[position].group];
         let mut stats = self.scratch[position];
@@ -141,7 +142,7 @@ impl Diagnoser {
             };
             if !track.raised.is_raised(k) && enabled[k] && raise && rules::confirm_raise(kind, &track.history) {
                 let ctx = Judged { stats: &stats, group, position, undecided, t: &t };
-                let (finding, raised) = raise_finding(snapshot, track, kind, k, &ctx);
+                let (finding, raised) = raise_finding(snapshot, track, kind, k, &ctx, tick);
                 events.push(FindingEvent { transition: Transition::Raised, finding, held_for: None });
                 track.raised.raise(k, raised);
                 count_raise(&mut self.raised_total, kind);
@@ -156,6 +157,17 @@ impl Diagnoser {
                     let held_for = snapshot.taken_at.duration_since(r.raised_at).ok();
                     events.push(FindingEvent { transition: Transition::Cleared, finding, held_for });
                     changed = true;
+                }
+            } else if track.raised.findings[k].as_ref().is_some_and(|r| tick >= r.formatted + refresh_ticks) {
+                // Held: its evidence as of now (the window up to this tick), not as it was raised.
+                let ctx = Judged { stats: &stats, group, position, undecided, t: &t };
+                let evidence = evidence_now(snapshot, track, kind, k, &ctx);
+                if let Some(r) = track.raised.findings[k].as_mut() {
+                    r.formatted = tick;
+                    if r.finding.evidence != evidence {
+                        r.finding.evidence = evidence;
+                        changed = true;
+                    }
                 }
             }
         }
@@ -184,6 +196,7 @@ impl Diagnoser {
     /// Phase 4: attaches the diagnosis — the last one again while nothing changed, so a quiet
     /// tick allocates nothing.
     pub(super) fn publish(&mut self, snapshot: &mut Snapshot, events: Vec<FindingEvent>, changed: bool) {
+        let busy_changed = self.update_busy(snapshot);
         if changed {
             let mut active: Vec<Finding> =
                 self.tracks.values().flat_map(|t| t.raised.iter().map(|r| r.finding.clone())).collect();
@@ -195,14 +208,46 @@ impl Diagnoser {
                 if events.is_empty()
                     && last.events.is_empty()
                     && Arc::ptr_eq(&last.active, &self.active)
-                    && Arc::ptr_eq(&last.raised_total, &self.raised_total) =>
+                    && Arc::ptr_eq(&last.raised_total, &self.raised_total)
+                    && !busy_changed =>
             {
                 last.clone()
             }
-            _ => Arc::new(Diagnosis { active: self.active.clone(), events, raised_total: self.raised_total.clone() }),
+            _ => Arc::new(Diagnosis {
+                active: self.active.clone(),
+                events,
+                raised_total: self.raised_total.clone(),
+                busy: Some(self.busy.clone()),
+            }),
         };
         self.last = Some(output.clone());
         snapshot.outputs.insert(output);
+    }
+
+    /// Each GPU of the snapshot with a level in its window: busy when the window's mean level
+    /// reaches `imbalance_busy` ([`super::finding::Busy`]). Whether any verdict changed since
+    /// the last tick; the list is rebuilt only then, so a steady tick allocates nothing.
+    fn update_busy(&mut self, snapshot: &Snapshot) -> bool {
+        let level = self.busy.level;
+        let tracks = &self.tracks;
+        let judged = snapshot.devices.iter().filter_map(|d| {
+            let mean = tracks.get(d.info.uuid.as_str()).and_then(|t| t.swings.mean())?;
+            Some((d.info.uuid.as_str(), mean >= level))
+        });
+        let old = &self.busy.gpus;
+        let mut n = 0;
+        for (uuid, busy) in judged.clone() {
+            if old.get(n).is_none_or(|g| g.uuid != uuid || g.busy != busy) {
+                n = usize::MAX;
+                break;
+            }
+            n += 1;
+        }
+        if n == old.len() {
+            return false;
+        }
+        self.busy.gpus = judged.map(|(uuid, busy)| BusyGpu::new(uuid, busy)).collect::<Vec<_>>().into();
+        true
     }
 }
 
@@ -297,15 +342,33 @@ fn raise_finding(
     kind: FindingKind,
     k: usize,
     ctx: &Judged<'_>,
+    tick: u64,
 ) -> (Finding, Raised) {
-    let (stats, position, at) = (ctx.stats, ctx.position, snapshot.taken_at);
+    let at = snapshot.taken_at;
+    let d = &snapshot.devices[ctx.position];
+    let held = track.tallies.trailing_yes(k).max(1);
+    let since = track.history.iter().rev().nth(held - 1).map_or(at, |s| s.at);
+    let evidence = evidence_now(snapshot, track, kind, k, ctx);
+    let finding = Finding::new(
+        kind,
+        rules::severity(kind),
+        Some((d.info.index, d.info.uuid.as_str())),
+        since,
+        evidence,
+        rules::advice_for(kind, &track.history, ctx.t),
+    );
+    (finding.clone(), Raised { finding, raised_at: at, formatted: tick })
+}
+
+/// The evidence of a finding of `kind` (slot `k`) on the device at `ctx.position`, from this
+/// tick's readings and its window: when it is raised, and while it holds.
+fn evidence_now(snapshot: &Snapshot, track: &Track, kind: FindingKind, k: usize, ctx: &Judged<'_>) -> String {
+    let (stats, position) = (ctx.stats, ctx.position);
     let d = &snapshot.devices[position];
     let peer = ctx
         .group
         .busiest_other(position)
         .map(|(l, p)| (snapshot.devices[p].info.index, snapshot.devices[p].info.uuid.as_str(), l));
-    let held = track.tallies.trailing_yes(k).max(1);
-    let since = track.history.iter().rev().nth(held - 1).map_or(at, |s| s.at);
     let window = (track.tallies.yes(k), track.history.iter().count());
     let peers = PeerContext { peer, job: stats.job, undecided: ctx.undecided };
     let thresholds = ctx.t;
@@ -319,15 +382,7 @@ fn raise_finding(
             evidence.push_str(&step);
         }
     }
-    let finding = Finding::new(
-        kind,
-        rules::severity(kind),
-        Some((d.info.index, d.info.uuid.as_str())),
-        since,
-        evidence,
-        rules::advice_for(kind, &track.history, thresholds),
-    );
-    (finding.clone(), Raised { finding, raised_at: at })
+    evidence
 }
 
 /// A slowed GPU busy throughout, or the lone one its cycling peers wait for: names them.

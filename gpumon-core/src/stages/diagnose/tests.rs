@@ -9,7 +9,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::model::{ClockEventReasons, DeviceInfo, DeviceSample, SystemInfo, WindowStats, XidCount};
-use crate::stages::diagnose::finding::{Diagnosis, FindingKind, Severity, Transition};
+use crate::stages::diagnose::finding::{BusyGpu, Diagnosis, FindingKind, Severity, Transition};
 use crate::stages::{Processor, ProcessorContext};
 
 const GIB: u64 = 1 << 30;
@@ -163,6 +163,64 @@ fn near_oom_raises_after_ceil_80_percent_of_the_window_and_clears_with_hysteresi
     assert_eq!(cleared_after, Some(8));
 }
 
+/// A held finding's evidence is as of now: formatted again every third of the window from the
+/// latest readings (its `since` stays), and shared unchanged on the ticks between.
+#[test]
+fn a_held_findings_evidence_follows_the_readings_every_third_of_the_window() {
+    let mut rig = Rig::new(9);
+    assert_eq!(rig.d.evidence_refresh_ticks(), 3);
+    let full = |used: u64| {
+        let mut d = busy(0);
+        d.memory.used = Some(used);
+        d
+    };
+    let d = rig.run(9, || vec![full(78 * GIB)]);
+    let raised = d.active[0].clone();
+    assert!(raised.evidence.starts_with("memory 97.5 %"), "{}", raised.evidence);
+    // Memory grows to 99 % while the finding holds: within 3 ticks the evidence says so.
+    let mut seen = Vec::new();
+    let mut last: Option<Diagnosis> = None;
+    for _ in 0..6 {
+        let d = rig.step(vec![full(792 * GIB / 10)]);
+        assert!(d.events.is_empty(), "held: neither raised nor cleared");
+        let f = &d.active[0];
+        assert_eq!((f.kind, f.since), (FindingKind::NearOom, raised.since));
+        if let Some(prev) = &last {
+            if prev.active[0].evidence == f.evidence {
+                assert!(Arc::ptr_eq(&prev.active, &d.active), "an unchanged list is shared, not rebuilt");
+            }
+        }
+        seen.push(f.evidence.starts_with("memory 99.0 %"));
+        last = Some(d);
+    }
+    assert!(seen.iter().take(3).any(|&now| now), "refreshed within 3 ticks: {seen:?}");
+    assert!(seen.iter().skip(3).all(|&now| now), "{seen:?}");
+}
+
+/// "Busy" per GPU, as diagnosis means it: the window's mean level at or above `imbalance_busy`,
+/// with the window it was judged over; a starving GPU that reads 96 % at times is not busy.
+#[test]
+fn the_diagnosis_says_which_gpus_are_busy_over_its_window() {
+    let mut rig = Rig::new(10);
+    let d = rig.run(12, || vec![busy(0), dipping(1)]);
+    let b = d.busy.expect("the diagnoser says which GPUs are busy");
+    assert_eq!((b.window_seconds, b.level), (10.0, 0.6));
+    assert_eq!(&*b.gpus, [BusyGpu::new("GPU-0000", true), BusyGpu::new("GPU-0001", false)]);
+    // Unchanged verdicts: the same list, not a new one.
+    let next = rig.step(vec![busy(0), dipping(1)]).busy.unwrap();
+    assert!(Arc::ptr_eq(&b.gpus, &next.gpus));
+    // GPU 0 idles: busy no more once its window's mean falls below 60 %.
+    let idle = || {
+        let mut d = busy(0);
+        d.utilization.gpu = Some(0.0);
+        d.windows.gpu_utilization = Some(WindowStats { min: 0.0, max: 0.0, mean: 0.0, count: 6 });
+        d.gpm.sm_activity = Some(0.0);
+        d
+    };
+    let d = rig.run(10, || vec![idle(), dipping(1)]);
+    assert_eq!(&*d.busy.unwrap().gpus, [BusyGpu::new("GPU-0000", false), BusyGpu::new("GPU-0001", false)]);
+}
+
 #[test]
 fn near_oom_is_not_raised_while_memory_shrinks() {
     let mut rig = Rig::new(10);
@@ -183,7 +241,8 @@ fn active_findings_are_shared_between_ticks_not_rebuilt() {
         let diag = rig.step(vec![d]);
         if tick > 10 {
             assert_eq!(diag.active.len(), 1);
-            // The same allocation every tick: evidence is formatted at the raise, never again.
+            // The same allocation every tick: the readings do not move, so the evidence formatted
+            // again every third of the window reads the same and the list is not rebuilt.
             assert!(Arc::ptr_eq(previous.as_ref().unwrap(), &diag.active));
         }
         previous = Some(diag.active);

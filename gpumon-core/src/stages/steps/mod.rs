@@ -213,6 +213,14 @@ impl Clock {
 #[derive(Debug)]
 struct RunCell {
     job: Box<str>,
+    /// The job its marks name: `job` itself, or for a run segment the steps socket opened
+    /// (`<base>#<segment>`, [`StepRegistry::record_client`]) the job it continues.
+    base: Box<str>,
+    /// 1, or the number of the run segment this run is (the `n` of `<base>#<n>`).
+    segment: u32,
+    /// The steps-socket connection of its latest mark; 0 = none (a mark from this process or
+    /// from the registry's API).
+    client: AtomicU64,
     rank: Option<u32>,
     rank_label: Box<str>,
     /// Unix nanos when the run was created (the start of its first step), or 0 when unknown.
@@ -366,6 +374,8 @@ struct Shared {
     evicted: AtomicU64,
     /// Steps-socket connections being read now (see [`StepRegistry::connections_open`]).
     connections: AtomicUsize,
+    /// The last steps-socket client id handed out ([`StepRegistry::new_client`]).
+    clients: AtomicU64,
 }
 
 crate::named_enum! {
@@ -473,6 +483,7 @@ impl StepRegistry {
                 rejected: Default::default(),
                 evicted: AtomicU64::new(0),
                 connections: AtomicUsize::new(0),
+                clients: AtomicU64::new(0),
             }),
         }
     }
@@ -530,23 +541,42 @@ impl StepRegistry {
         validate_job(job)?;
         let mut runs = self.shared.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(cell) = runs.iter().find(|c| &*c.job == job && c.rank == rank) {
-            if let Some(peer) = owner {
-                // A peer marks only its own runs; this process (no peer) is trusted with all.
-                // A run this process registered belongs to this process's user, so a peer of
-                // that user may mark it too (the run keeps this process's pid).
-                match cell.owner {
-                    Some(o) if o.uid == peer.uid => {
-                        if let Some(pid) = peer.pid {
-                            cell.pid.store(u64::from(pid), Ordering::Release);
-                        }
-                    }
-                    Some(o) => return Err(StepError::NotOwner { owner: o.uid, uid: peer.uid }),
-                    None if peer.uid == self_uid() => {}
-                    None => return Err(StepError::NotOwner { owner: self_uid(), uid: peer.uid }),
-                }
-            }
+            Self::check_owner(cell, owner)?;
             return Ok(Arc::clone(cell));
         }
+        self.create_locked(&mut runs, (job, job, 1), rank, created, owner)
+    }
+
+    /// Whether `owner` (`None`: this process) may mark `cell`; a peer's mark also makes its pid
+    /// the run's.
+    fn check_owner(cell: &RunCell, owner: Option<&Peer>) -> Result<(), StepError> {
+        let Some(peer) = owner else { return Ok(()) };
+        // A peer marks only its own runs; this process (no peer) is trusted with all.
+        // A run this process registered belongs to this process's user, so a peer of
+        // that user may mark it too (the run keeps this process's pid).
+        match cell.owner {
+            Some(o) if o.uid == peer.uid => {
+                if let Some(pid) = peer.pid {
+                    cell.pid.store(u64::from(pid), Ordering::Release);
+                }
+                Ok(())
+            }
+            Some(o) => Err(StepError::NotOwner { owner: o.uid, uid: peer.uid }),
+            None if peer.uid == self_uid() => Ok(()),
+            None => Err(StepError::NotOwner { owner: self_uid(), uid: peer.uid }),
+        }
+    }
+
+    /// A new run named `(job, base, segment)` ([`RunCell::base`]), unless a limit is reached
+    /// even after evicting idle runs.
+    fn create_locked(
+        &self,
+        runs: &mut Vec<Arc<RunCell>>,
+        (job, base, segment): (&str, &str, u32),
+        rank: Option<u32>,
+        created: u64,
+        owner: Option<&Peer>,
+    ) -> Result<Arc<RunCell>, StepError> {
         let max_per_uid = self.shared.max_runs_per_uid.load(Ordering::Relaxed);
         let held =
             |runs: &[Arc<RunCell>], uid: u32| runs.iter().filter(|c| c.owner.is_some_and(|o| o.uid == uid)).count();
@@ -558,15 +588,18 @@ impl StepRegistry {
             }
             (runs.len() >= MAX_RUNS).then_some(StepError::TooManyRuns)
         };
-        if over(&runs).is_some() {
-            self.evict_idle_locked(&mut runs, self.shared.clock.now());
-            if let Some(e) = over(&runs) {
+        if over(runs).is_some() {
+            self.evict_idle_locked(runs, self.shared.clock.now());
+            if let Some(e) = over(runs) {
                 return Err(e);
             }
         }
         let now = self.shared.clock.now();
         let cell = Arc::new(RunCell {
             job: job.into(),
+            base: base.into(),
+            segment,
+            client: AtomicU64::new(0),
             rank,
             rank_label: rank.map(|r| r.to_string()).unwrap_or_default().into(),
             created,
@@ -584,6 +617,76 @@ impl StepRegistry {
         self.shared.count.store(runs.len(), Ordering::Release);
         self.shared.generation.fetch_add(1, Ordering::AcqRel);
         Ok(cell)
+    }
+
+    /// A new steps-socket client's id (one per connection; never 0).
+    #[cfg_attr(not(feature = "steps-socket"), allow(dead_code))]
+    pub(crate) fn new_client(&self) -> u64 {
+        self.shared.clients.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// A mark from steps-socket connection `client` ([`StepRegistry::new_client`]) sent by
+    /// `peer`, naming the GPUs `gpus` when it names any: [`StepRegistry::record_from_gpus`],
+    /// with **run segments**. A client's first mark of (`job`, `rank`) that numbers *below* the
+    /// run's last step — a second `fit()` in a new process, a rank restarted from an older
+    /// checkpoint — opens the run's next segment, the run `<job>#2` (then `#3`, …; a name
+    /// already taken is skipped), instead of being refused: a run of its own whose first mark
+    /// starts it, so the time between the two runs is no step. The client's later marks of
+    /// `job` go to its segment. A mark *equal* to the last one (a retry after a reconnect), and
+    /// a client going back on a run it has marked itself (numbering restarted each epoch), are
+    /// still refused.
+    #[cfg_attr(not(feature = "steps-socket"), allow(dead_code))]
+    pub(crate) fn record_client(
+        &self,
+        peer: &Peer,
+        client: u64,
+        job: &str,
+        rank: Option<u32>,
+        gpus: Option<&DeviceFilter>,
+        step: u64,
+    ) -> Result<(), StepError> {
+        validate_job(job)?;
+        let mut runs = self.shared.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let of_job = |c: &&Arc<RunCell>| c.rank == rank && (&*c.base == job || &*c.job == job);
+        // The run this client marks, else the job's latest segment.
+        let found = runs
+            .iter()
+            .filter(of_job)
+            .find(|c| c.client.load(Ordering::Acquire) == client)
+            .or_else(|| runs.iter().filter(of_job).max_by_key(|c| (c.segment, c.registered)));
+        let cell = match found {
+            Some(cell) => {
+                Self::check_owner(cell, Some(peer))?;
+                Arc::clone(cell)
+            }
+            None => self.create_locked(&mut runs, (job, job, 1), rank, 0, Some(peer))?,
+        };
+        let mark = |cell: &RunCell| {
+            if let Some(gpus) = gpus {
+                // Named before the mark, so that the tick that reads the mark knows its GPUs.
+                cell.name_gpus(gpus);
+            }
+            cell.mark(step, self.shared.clock.now())?;
+            cell.client.store(client, Ordering::Release);
+            Ok(())
+        };
+        match mark(&cell) {
+            Err(StepError::NotIncreasing { last, got })
+                if got < last && cell.client.load(Ordering::Acquire) != client =>
+            {
+                let base = Arc::clone(&cell);
+                let next = runs.iter().filter(|c| c.base == base.base && c.rank == rank).map(|c| c.segment).max();
+                let mut segment = next.unwrap_or(1) + 1;
+                let taken = |runs: &[Arc<RunCell>], name: &str| runs.iter().any(|c| &*c.job == name && c.rank == rank);
+                while taken(&runs, &format!("{}#{segment}", base.base)) {
+                    segment += 1;
+                }
+                let name = format!("{}#{segment}", base.base);
+                let cell = self.create_locked(&mut runs, (&name, &base.base, segment), rank, 0, Some(peer))?;
+                mark(&cell)
+            }
+            other => other,
+        }
     }
 
     /// Drops the peers' runs idle for the configured timeout (none when it is 0).

@@ -28,6 +28,12 @@
 //!   runs in all or for the user — (`refused`) and a mark for another user's run (`not_owner`)
 //!   are dropped and counted in `gpumon_steps_rejected_total{reason}`; the connection stays
 //!   open.
+//! - **Run segments.** Each connection is a client. A client whose first mark of a job and
+//!   rank numbers below the run's last step (a second `fit()` in a new process, numbering from
+//!   1 again) marks in the run's next segment, job `<job>#2` (then `#3`, …): none of its marks
+//!   is refused, and its first mark starts the segment, so the time between the runs is no
+//!   step. A client that goes back on a run it marked itself (numbering restarted each epoch)
+//!   and a mark equal to the last one (a retry) are refused.
 //!
 //! # Who owns a run
 //! The agent reads each connection's credentials from the kernel (`SO_PEERCRED`: uid, gid, pid;
@@ -347,6 +353,8 @@ impl Drop for Slot {
 /// Reads lines of at most [`MAX_LINE`] bytes without ever buffering more: an oversized line is
 /// skipped up to its newline.
 async fn serve_connection(mut stream: UnixStream, registry: &StepRegistry, peer: &Peer) {
+    // One client per connection: a client's first mark may open a run segment.
+    let client = registry.new_client();
     let mut logged = false;
     let mut line: Vec<u8> = Vec::with_capacity(128);
     let mut oversized = false;
@@ -375,7 +383,7 @@ async fn serve_connection(mut stream: UnixStream, registry: &StepRegistry, peer:
                 if oversized {
                     registry.reject(Rejection::Oversized);
                 } else {
-                    handle_line(&line, registry, peer, &mut logged);
+                    handle_line(&line, registry, peer, client, &mut logged);
                 }
                 line.clear();
                 oversized = false;
@@ -421,10 +429,11 @@ impl GpuKey<'_> {
     }
 }
 
-/// One line from `peer`: parse and record, or count why not. The first refusal of a
+/// One line from `peer` on connection `client` ([`StepRegistry::new_client`]): parse and
+/// record, or count why not. The first refusal of a
 /// connection is logged (`logged` remembers it): enough to find a misconfigured client, and
 /// a flood of bad marks cannot flood the log.
-pub(crate) fn handle_line(line: &[u8], registry: &StepRegistry, peer: &Peer, logged: &mut bool) {
+pub(crate) fn handle_line(line: &[u8], registry: &StepRegistry, peer: &Peer, client: u64, logged: &mut bool) {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     if line.iter().all(u8::is_ascii_whitespace) {
         return;
@@ -433,14 +442,11 @@ pub(crate) fn handle_line(line: &[u8], registry: &StepRegistry, peer: &Peer, log
         registry.reject(Rejection::Malformed);
         return;
     };
-    let recorded = match mark.gpu.as_ref().map(GpuKey::filter).transpose().map(Option::flatten) {
-        Ok(Some(gpus)) => registry.record_from_gpus(peer, &mark.job, mark.rank, &gpus, mark.step),
-        Ok(None) => registry.record_from(peer, &mark.job, mark.rank, mark.step),
-        Err(_) => {
-            registry.reject(Rejection::Malformed);
-            return;
-        }
+    let Ok(gpus) = mark.gpu.as_ref().map(GpuKey::filter).transpose().map(Option::flatten) else {
+        registry.reject(Rejection::Malformed);
+        return;
     };
+    let recorded = registry.record_client(peer, client, &mark.job, mark.rank, gpus.as_ref(), mark.step);
     let Err(e) = recorded else { return };
     let reason = match e {
         StepError::NotOwner { .. } => Rejection::NotOwner,

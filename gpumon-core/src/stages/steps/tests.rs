@@ -588,7 +588,7 @@ fn marks_that_name_their_gpu_are_that_gpus_steps() {
     let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
     let me = peer(1001, 11);
     let mut logged = false;
-    let mut send = |line: &str| handle_line(line.as_bytes(), &steps, &me, &mut logged);
+    let mut send = |line: &str| handle_line(line.as_bytes(), &steps, &me, 1, &mut logged);
     // Ranks 0 and 1 of a job under CUDA_VISIBLE_DEVICES=4,5 (the second says it by UUID), and a
     // raw client that sends only a rank.
     let lines = |n: u64| {
@@ -767,4 +767,58 @@ fn steps_in_one_period_keep_their_own_durations() {
     assert_eq!(took[0], (137, 1), "step 137's previous mark (136) is overwritten: the mean up to 137");
     assert_eq!(&took[1..3], [(138, 3), (139, 1)]);
     assert_eq!(r.completed_duration, Some(Duration::from_nanos(t - T0)));
+}
+
+/// A second fit in a new process (a new connection of the socket) numbers from 1 again: its
+/// marks go to the run segment `train#2` — none refused, its first mark its start, so the gap
+/// between the fits is no step — while the first client's own restart and a retried mark are
+/// still refused.
+#[cfg(feature = "steps-socket")]
+#[test]
+fn a_new_client_numbering_from_the_start_again_marks_in_a_run_segment_of_its_own() {
+    use super::socket::handle_line;
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let me = peer(1001, 11);
+    let (first, second, third) = (steps.new_client(), steps.new_client(), steps.new_client());
+    let mut logged = false;
+    let mut send = |client: u64, n: u64| {
+        handle_line(format!(r#"{{"job":"train","rank":0,"step":{n}}}"#).as_bytes(), &steps, &me, client, &mut logged);
+    };
+    let refused = |steps: &StepRegistry| steps.shared.rejected[Rejection::Refused as usize].load(Ordering::Relaxed);
+    let mut tick = 0;
+    let mut sample = |tracker: &mut StepTracker| {
+        tick += 1;
+        let mut s = eight_gpus(tick, steps.shared.clock.now() + 1);
+        tracker.process(&mut s);
+        s
+    };
+    for n in 1..=5 {
+        send(first, n);
+        sample(&mut tracker);
+    }
+    // The first client going back on its own run is refused (numbering restarted each epoch).
+    send(first, 1);
+    assert_eq!(refused(&steps), 1);
+    let mut reported = Vec::new();
+    for n in 1..=4 {
+        send(second, n);
+        let s = sample(&mut tracker);
+        let out = s.output::<Steps>().unwrap();
+        reported.extend(out.run("train#2", Some(0)).into_iter().flat_map(|r| r.reported.iter().map(|p| p.step)));
+        assert_eq!(out.run("train", Some(0)).unwrap().last_step, Some(5), "the first fit's run keeps its step");
+    }
+    assert_eq!(refused(&steps), 1, "no mark of the second fit refused");
+    assert_eq!(reported, [2, 3, 4], "the segment's first mark starts it: the gap is no step");
+    assert_eq!((steps.last_step("train", Some(0)), steps.last_step("train#2", Some(0))), (Some(5), Some(4)));
+    // A retry of the segment's last mark from a new connection is a duplicate, not a segment;
+    // a third fit opens the third segment, skipping a name a client took itself.
+    send(third, 4);
+    assert_eq!(refused(&steps), 2);
+    let fourth = steps.new_client();
+    handle_line(br#"{"job":"train#3","rank":0,"step":1}"#, &steps, &me, fourth, &mut false);
+    send(third, 1);
+    send(third, 2);
+    assert_eq!(steps.last_step("train#4", Some(0)), Some(2));
+    assert_eq!(steps.last_step("train#3", Some(0)), Some(1));
+    assert_eq!(refused(&steps), 2);
 }

@@ -55,6 +55,9 @@ def finding_of(event: Dict[str, Any]) -> Finding:
         text = f"raised on {where}: {kind} ({f.get('severity', '?')}) - {f.get('evidence', '')}. {f.get('advice', '')}"
     else:
         held = event.get("held_for")
+        if isinstance(held, dict):
+            # The agent's JSON of a Rust Duration: {"secs": s, "nanos": n}.
+            held = held.get("secs", 0) + held.get("nanos", 0) / 1e9
         held_text = f" after {held:.0f} s" if isinstance(held, (int, float)) else ""
         text = f"cleared on {where}{held_text}: {kind} - {f.get('evidence', '')}"
     return Finding(raised, kind, gpu, text.strip())

@@ -16,11 +16,6 @@ const COMPACT_ABOVE = 8;
 // Chart heights (CSS px of the plot, axes included): tall enough for four or five y-ticks.
 const CHART_HEIGHT = 120;
 const CHART_HEIGHT_COMPACT = 90;
-// "busy" as diagnosis says it (gpumon_core::stages::diagnose): utilisation at or above
-// `imbalance_busy` (60 %), judged on the mean over the diagnosis window (DEFAULT_WINDOW, 30 s),
-// never on one reading: a starved GPU swinging between 0 and 95 % each second is not busy.
-const BUSY_LEVEL = 60;
-const BUSY_WINDOW_S = 30;
 const FIELDS = [
   // Utilisation on a fixed 0–100 % axis and memory on 0–total: a GPU at 8 % must not look
   // like its neighbours at 94 % because its chart scaled to its own data.
@@ -532,7 +527,7 @@ function hostSummary(s) {
   const devs = s.sampling?.failed ? [] : s.devices || [];
   const phys = devs.filter((d) => !d.info.mig);
   const inst = devs.length - phys.length;
-  const busy = busyCount(phys);
+  const busy = busyCount(s.diagnosis, phys);
   const rows = [
     ["host", sys.hostname],
     ["backend", sys.backend],
@@ -540,7 +535,7 @@ function hostSummary(s) {
     ["GPUs", s.sampling?.failed ? null : phys.length],
     ["MIG instances", inst || null],
     // Only GPUs that report utilisation count (a GPU in MIG mode reports none).
-    ["busy", busy.of ? busy.n + " of " + busy.of : null],
+    ["busy", busy?.of ? busy.n + " of " + busy.of : null],
     ["power", phys.length ? phys.reduce((a, d) => a + (d.power?.usage_watts || 0), 0).toFixed(0) + " W" : null],
     ["sample", "#" + s.seq + " at " + new Date((s.taken_at || 0) / 1e6).toLocaleTimeString()],
   ];
@@ -551,7 +546,8 @@ function hostSummary(s) {
     const dd = el("dd", k === "host" ? "hostname" : null, v);
     if (k === "host") dd.title = String(v);
     if (k === "busy") {
-      dd.title = "GPUs whose mean utilisation over the last " + BUSY_WINDOW_S + " s is at least " + BUSY_LEVEL + " % (diagnosis's \"busy\")";
+      dd.title = "GPUs whose mean utilisation over the diagnosis window (the last " + busy.window + " s) is at least " +
+        busy.level + " % (diagnosis's \"busy\")";
       dd.setAttribute("data-busy", String(busy.n));
     }
     d.appendChild(dd);
@@ -559,29 +555,24 @@ function hostSummary(s) {
   }
 }
 
-// GPUs busy as diagnosis says it: mean utilisation over the last BUSY_WINDOW_S seconds of the
-// card's own series at or above BUSY_LEVEL; `of` counts the GPUs that report utilisation.
-function busyCount(phys) {
+// "busy" as diagnosis says it, from the snapshot (gpumon_core::Busy): the mean level over the
+// diagnosis' own window (--diagnose-window) at or above its `imbalance_busy`, never one reading —
+// a starved GPU swinging between 0 and 95 % each second is not busy. No second copy of the rule
+// here: without a diagnosis (or one that does not say) there is no count. `of` counts the GPUs
+// diagnosis judged (those that read a level).
+function busyCount(diagnosis, phys) {
+  const b = diagnosis?.busy;
+  if (!b) return null;
+  const judged = new Map((b.gpus || []).map((g) => [g.uuid, g.busy]));
   let n = 0;
   let of = 0;
   for (const d of phys) {
-    const g = gpus.get(d.info.uuid);
-    const ts = g ? g.data[0] : [];
-    const us = g ? g.data[1] : [];
-    if (!ts.length) continue;
-    const from = ts[ts.length - 1] - BUSY_WINDOW_S;
-    let sum = 0;
-    let k = 0;
-    for (let i = ts.length - 1; i >= 0 && ts[i] > from; i--) {
-      if (us[i] == null) continue;
-      sum += us[i];
-      k++;
-    }
-    if (!k) continue;
+    if (!judged.has(d.info.uuid)) continue;
     of++;
-    if (sum / k >= BUSY_LEVEL) n++;
+    if (judged.get(d.info.uuid)) n++;
   }
-  return { n, of };
+  const round = (x) => Math.round(x * 100) / 100;
+  return { n, of, window: round(b.window_seconds), level: round(b.level * 100) };
 }
 
 // "0–3, 5, 7–9": GPU indices as ranges.

@@ -202,6 +202,11 @@ fn fixture() -> Fixture {
         ],
         active: active.into(),
         raised_total: vec![FindingCount::new(FindingKind::NearOom, 2)].into(),
+        busy: Some(crate::Busy {
+            window_seconds: 30.0,
+            level: 0.6,
+            gpus: ["GPU-0", "GPU-1", "GPU-2", "GPU-3"].map(|u| crate::BusyGpu::new(u, u != "GPU-1")).to_vec().into(),
+        }),
     };
     snapshot.attach(diagnosis);
     let mut steps = Steps::default();
@@ -309,6 +314,10 @@ fn findings_about_kept_gpus_stay_unless_they_name_another_gpu_and_host_data_goes
     assert_eq!(d.events.len(), 1);
     assert_eq!(d.events[0].finding.uuid.as_deref(), Some("GPU-0"));
     assert!(d.raised_total.is_empty(), "counts over every tenant's GPUs");
+    let busy = d.busy.as_ref().expect("the busy verdicts of the view's GPUs");
+    let judged: Vec<(&str, bool)> = busy.gpus.iter().map(|g| (g.uuid.as_str(), g.busy)).collect();
+    assert_eq!(judged, [("GPU-0", true), ("GPU-2", true), ("GPU-3", true)], "not GPU-1, b's");
+    assert_eq!((busy.window_seconds, busy.level), (30.0, 0.6));
     assert!(view.output::<crate::stages::steps::Steps>().is_none(), "a run's job name is its owner's");
 }
 
@@ -490,6 +499,7 @@ fn build(plain: &[GenDevice], mig_parts: &[GenDevice], parent_alloc: Who, a: &Te
         events: active.iter().map(|f| FindingEvent::new(Transition::Raised, f.clone(), None)).collect(),
         active: active.into(),
         raised_total: vec![FindingCount::new(FindingKind::Imbalance, 9)].into(),
+        busy: None,
     };
     let mut snapshot = Snapshot::new(Arc::new(SystemInfo::new("node-1", "nvml")), devices);
     snapshot.attach(diagnosis);
