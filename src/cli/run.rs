@@ -553,11 +553,9 @@ fn process_tree(proc_root: &Path, root: u32) -> HashSet<u32> {
     tree
 }
 
-/// The parent pid in a `/proc/<pid>/stat` line: the second field after the command name, which
-/// is in parentheses and may hold spaces and parentheses itself.
+/// The parent pid in a `/proc/<pid>/stat` line (field 4).
 fn parent_pid(stat: &str) -> Option<u32> {
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(1)?.parse().ok()
+    crate::core::attribution::procfs::stat_field(stat.as_bytes(), 4).and_then(|p| u32::try_from(p).ok())
 }
 
 #[cfg(test)]
