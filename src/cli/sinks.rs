@@ -7,26 +7,106 @@
 
 use crate::assembly::config::AgentConfig;
 
-use crate::cli::app::{Cli, ConfigError};
+use std::path::PathBuf;
 
-/// Sets every sink flag onto `file`.
-///
-/// ## Errors
-///
-/// A flag whose value does not parse (an address, a naming, a protocol).
-pub fn onto_config(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
-    refinements_have_their_sink(cli, file)?;
-    prometheus(cli, file)?;
-    pushgateway(cli, file);
-    influxdb(cli, file);
-    remote_write(cli, file)?;
-    otlp(cli, file)?;
-    crate::cli::web::onto_config(cli, file)?;
-    // --stdout, or a format asked for: stdout whatever else is configured.
-    if cli.stdout || cli.stdout_format.is_some() {
-        file.stdout.enabled = Some(true);
+use crate::cli::common::ConfigError;
+
+/// The sinks' flags (flattened into the agent's command line; the web view's are in `web.rs`).
+#[derive(Debug, clap::Args)]
+pub struct SinkArgs {
+    /// Stdout format.
+    #[arg(long, value_name = "human|json")]
+    pub stdout_format: Option<crate::sinks::stdout::StdoutFormat>,
+    /// Also print to stdout when other sinks are configured.
+    #[arg(long)]
+    pub stdout: bool,
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9400).
+    #[arg(long, value_name = "ADDR")]
+    pub prometheus_listen: Option<String>,
+    /// Prometheus metric names: native (gpumon_*) or dcgm (dcgm-exporter's DCGM_FI_*).
+    #[arg(long, value_name = "native|dcgm")]
+    pub prometheus_naming: Option<String>,
+    /// Push to this Prometheus Pushgateway URL every interval.
+    #[arg(long, value_name = "URL")]
+    pub pushgateway_url: Option<String>,
+    /// Pushgateway job label.
+    #[arg(long, value_name = "JOB")]
+    pub pushgateway_job: Option<String>,
+    /// PEM CA certificate(s) to trust for an https:// Pushgateway (instead of the system's).
+    #[arg(long, value_name = "FILE")]
+    pub pushgateway_ca_file: Option<PathBuf>,
+    /// Write to InfluxDB at this URL (v1 with --influx-db, v2 with --influx-org/--influx-bucket).
+    #[arg(long, value_name = "URL")]
+    pub influx_url: Option<String>,
+    /// InfluxDB 1.x database.
+    #[arg(long, value_name = "DB")]
+    pub influx_db: Option<String>,
+    /// InfluxDB 1.x user.
+    #[arg(long, value_name = "USER")]
+    pub influx_user: Option<String>,
+    /// InfluxDB 1.x password (or GPUMON_INFLUX_PASSWORD).
+    #[arg(long, env = "GPUMON_INFLUX_PASSWORD", hide_env_values = true, value_name = "PASSWORD")]
+    pub influx_password: Option<String>,
+    /// InfluxDB 2.x organisation.
+    #[arg(long, value_name = "ORG")]
+    pub influx_org: Option<String>,
+    /// InfluxDB 2.x bucket.
+    #[arg(long, value_name = "BUCKET")]
+    pub influx_bucket: Option<String>,
+    /// InfluxDB 2.x token (or GPUMON_INFLUX_TOKEN).
+    #[arg(long, env = "GPUMON_INFLUX_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    pub influx_token: Option<String>,
+    /// PEM CA certificate(s) to trust for an https:// InfluxDB (instead of the system's).
+    #[arg(long, value_name = "FILE")]
+    pub influx_ca_file: Option<PathBuf>,
+    /// Prometheus remote write to this URL (e.g. http://127.0.0.1:9090/api/v1/write; Mimir
+    /// …/api/v1/push, VictoriaMetrics …/api/v1/write).
+    #[arg(long, value_name = "URL")]
+    pub remote_write_url: Option<String>,
+    /// Remote-write metric and label names (default native).
+    #[arg(long, value_name = "native|dcgm")]
+    pub remote_write_naming: Option<String>,
+    /// Remote-write bearer token (or GPUMON_REMOTE_WRITE_TOKEN).
+    #[arg(long, env = "GPUMON_REMOTE_WRITE_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    pub remote_write_token: Option<String>,
+    /// PEM CA certificate(s) to trust for an https:// remote-write URL (instead of the system's).
+    #[arg(long, value_name = "FILE")]
+    pub remote_write_ca_file: Option<PathBuf>,
+    /// Export OTLP to this endpoint (e.g. http://127.0.0.1:4318).
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// OTLP transport.
+    #[arg(long, value_name = "grpc|http")]
+    pub otlp_protocol: Option<String>,
+    /// PEM CA certificate(s) to trust for an https:// OTLP endpoint (instead of the system's).
+    #[arg(long, value_name = "FILE")]
+    pub otlp_ca_file: Option<PathBuf>,
+}
+
+impl SinkArgs {
+    /// Sets every sink flag onto `file`.
+    ///
+    /// ## Errors
+    ///
+    /// A flag whose value does not parse (an address, a naming, a protocol), or one that
+    /// refines a sink nothing configures.
+    pub fn onto_config(&self, file: &mut AgentConfig) -> Result<(), ConfigError> {
+        let cli = self;
+        refinements_have_their_sink(cli, file)?;
+        prometheus(cli, file)?;
+        pushgateway(cli, file);
+        influxdb(cli, file);
+        remote_write(cli, file)?;
+        otlp(cli, file)?;
+        if cli.stdout_format.is_some() {
+            file.stdout.format.clone_from(&cli.stdout_format);
+        }
+        // --stdout, or a format asked for: stdout whatever else is configured.
+        if cli.stdout || cli.stdout_format.is_some() {
+            file.stdout.enabled = Some(true);
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// The credential flags that may be set from the environment (their `env` in `Cli`): the sink's
@@ -46,7 +126,7 @@ fn set_in_env(flag: &str) -> bool {
 /// (`--influx-db` without `--influx-url` or `[influxdb]`): it would be silently ignored.
 /// A credential whose environment variable is set is not held against the user: a secret may be
 /// in every container's environment, whether that agent writes to the sink or not.
-fn refinements_have_their_sink(cli: &Cli, file: &AgentConfig) -> Result<(), ConfigError> {
+fn refinements_have_their_sink(cli: &SinkArgs, file: &AgentConfig) -> Result<(), ConfigError> {
     // Per sink: what configures it, whether something does, and its refining flags (set or not).
     type Refined<'a> = (&'a str, bool, Vec<(&'a str, bool)>);
     let sinks: [Refined<'_>; 5] = [
@@ -101,15 +181,6 @@ fn refinements_have_their_sink(cli: &Cli, file: &AgentConfig) -> Result<(), Conf
     Ok(())
 }
 
-/// A section configured by a flag in a build without its sink: present, so that the library
-/// names the missing feature.
-#[allow(dead_code)]
-pub fn configured(section: &mut Option<toml::Value>, by_flag: bool) {
-    if by_flag && section.is_none() {
-        *section = Some(toml::Value::Table(toml::Table::new()));
-    }
-}
-
 /// The section to refine: created (defaults) when a flag names the sink's destination, the
 /// file's otherwise, `None` when neither configures the sink.
 #[allow(dead_code)]
@@ -121,7 +192,7 @@ fn section<T: Default>(section: &mut Option<T>, by_flag: bool) -> Option<&mut T>
 }
 
 #[cfg(feature = "prometheus")]
-fn prometheus(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
+fn prometheus(cli: &SinkArgs, file: &mut AgentConfig) -> Result<(), ConfigError> {
     use crate::sinks::prometheus::Naming;
     if let Some(addr) = &cli.prometheus_listen {
         let listen = addr.parse::<std::net::SocketAddr>().map_err(|e| {
@@ -136,13 +207,13 @@ fn prometheus(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
 }
 
 #[cfg(not(feature = "prometheus"))]
-fn prometheus(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
-    configured(&mut file.prometheus, cli.prometheus_listen.is_some());
+fn prometheus(cli: &SinkArgs, file: &mut AgentConfig) -> Result<(), ConfigError> {
+    crate::cli::common::configured(&mut file.prometheus, cli.prometheus_listen.is_some());
     Ok(())
 }
 
 #[cfg(feature = "pushgateway")]
-fn pushgateway(cli: &Cli, file: &mut AgentConfig) {
+fn pushgateway(cli: &SinkArgs, file: &mut AgentConfig) {
     let Some(cfg) = section(&mut file.pushgateway, cli.pushgateway_url.is_some()) else { return };
     if let Some(url) = &cli.pushgateway_url {
         cfg.url.clone_from(url);
@@ -156,12 +227,12 @@ fn pushgateway(cli: &Cli, file: &mut AgentConfig) {
 }
 
 #[cfg(not(feature = "pushgateway"))]
-fn pushgateway(cli: &Cli, file: &mut AgentConfig) {
-    configured(&mut file.pushgateway, cli.pushgateway_url.is_some());
+fn pushgateway(cli: &SinkArgs, file: &mut AgentConfig) {
+    crate::cli::common::configured(&mut file.pushgateway, cli.pushgateway_url.is_some());
 }
 
 #[cfg(feature = "influxdb")]
-fn influxdb(cli: &Cli, file: &mut AgentConfig) {
+fn influxdb(cli: &SinkArgs, file: &mut AgentConfig) {
     let Some(cfg) = section(&mut file.influxdb, cli.influx_url.is_some()) else { return };
     if let Some(url) = &cli.influx_url {
         cfg.url.clone_from(url);
@@ -187,12 +258,12 @@ fn influxdb(cli: &Cli, file: &mut AgentConfig) {
 }
 
 #[cfg(not(feature = "influxdb"))]
-fn influxdb(cli: &Cli, file: &mut AgentConfig) {
-    configured(&mut file.influxdb, cli.influx_url.is_some());
+fn influxdb(cli: &SinkArgs, file: &mut AgentConfig) {
+    crate::cli::common::configured(&mut file.influxdb, cli.influx_url.is_some());
 }
 
 #[cfg(feature = "remote-write")]
-fn remote_write(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
+fn remote_write(cli: &SinkArgs, file: &mut AgentConfig) -> Result<(), ConfigError> {
     use crate::sinks::prometheus::Naming;
     let Some(cfg) = section(&mut file.remote_write, cli.remote_write_url.is_some()) else { return Ok(()) };
     if let Some(url) = &cli.remote_write_url {
@@ -211,13 +282,13 @@ fn remote_write(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
 }
 
 #[cfg(not(feature = "remote-write"))]
-fn remote_write(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
-    configured(&mut file.remote_write, cli.remote_write_url.is_some());
+fn remote_write(cli: &SinkArgs, file: &mut AgentConfig) -> Result<(), ConfigError> {
+    crate::cli::common::configured(&mut file.remote_write, cli.remote_write_url.is_some());
     Ok(())
 }
 
 #[cfg(feature = "otlp")]
-fn otlp(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
+fn otlp(cli: &SinkArgs, file: &mut AgentConfig) -> Result<(), ConfigError> {
     use crate::sinks::otlp::Protocol;
     let by_flag = cli.otlp_endpoint.is_some() || cli.otlp_protocol.is_some();
     let Some(cfg) = section(&mut file.otlp, by_flag) else { return Ok(()) };
@@ -234,7 +305,7 @@ fn otlp(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
 }
 
 #[cfg(not(feature = "otlp"))]
-fn otlp(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
-    configured(&mut file.otlp, cli.otlp_endpoint.is_some() || cli.otlp_protocol.is_some());
+fn otlp(cli: &SinkArgs, file: &mut AgentConfig) -> Result<(), ConfigError> {
+    crate::cli::common::configured(&mut file.otlp, cli.otlp_endpoint.is_some() || cli.otlp_protocol.is_some());
     Ok(())
 }

@@ -7,7 +7,7 @@
 
 use crate::assembly::config::AgentConfig;
 
-use crate::cli::app::{Cli, ConfigError};
+use crate::cli::common::ConfigError;
 
 /// The web view's flags.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -17,24 +17,26 @@ pub struct WebArgs {
     pub web_listen: Option<String>,
 }
 
-/// `--web-listen`, set onto `[web]` (the flag wins over the file, and configures the web view).
-///
-/// ## Errors
-///
-/// The address does not parse.
-pub fn onto_config(cli: &Cli, file: &mut AgentConfig) -> Result<(), ConfigError> {
-    let Some(addr) = &cli.web.web_listen else { return Ok(()) };
-    #[cfg(feature = "web")]
-    {
-        let listen = addr
-            .parse::<std::net::SocketAddr>()
-            .map_err(|e| ConfigError(format!("--web-listen: `{addr}` is not an address like 127.0.0.1:9401 ({e})")))?;
-        file.web.get_or_insert_default().listen = Some(listen);
+impl WebArgs {
+    /// `--web-listen`, set onto `[web]` (the flag wins over the file, and configures the web view).
+    ///
+    /// ## Errors
+    ///
+    /// The address does not parse.
+    pub fn onto_config(&self, file: &mut AgentConfig) -> Result<(), ConfigError> {
+        let Some(addr) = &self.web_listen else { return Ok(()) };
+        #[cfg(feature = "web")]
+        {
+            let listen = addr.parse::<std::net::SocketAddr>().map_err(|e| {
+                ConfigError(format!("--web-listen: `{addr}` is not an address like 127.0.0.1:9401 ({e})"))
+            })?;
+            file.web.get_or_insert_default().listen = Some(listen);
+        }
+        #[cfg(not(feature = "web"))]
+        {
+            let _ = addr;
+            crate::cli::common::configured(&mut file.web, true);
+        }
+        Ok(())
     }
-    #[cfg(not(feature = "web"))]
-    {
-        let _ = addr;
-        crate::cli::sinks::configured(&mut file.web, true);
-    }
-    Ok(())
 }
