@@ -73,7 +73,7 @@ mod build;
 pub mod config;
 pub mod defaults;
 mod error;
-mod sinks;
+pub(crate) mod sinks;
 mod stages;
 
 pub use build::{parse_families, Assembled, Assembly, AssemblyOptions, Families, Replay};

@@ -55,8 +55,7 @@ fn with_flags(e: &AssemblyError, window_flag: bool) -> String {
     let Some(key) = e.key() else { return message };
     // A credential from the environment is easily forgotten: say where it came from.
     let in_section = |section: &str| key == section || key.strip_prefix(section).is_some_and(|k| k.starts_with('.'));
-    let notes: Vec<String> = crate::cli::sinks::FROM_ENV
-        .iter()
+    let notes: Vec<String> = crate::cli::sinks::from_env()
         .filter(|(section, var, _)| in_section(section) && std::env::var_os(var).is_some())
         .map(|(_, var, flag)| format!("{flag} is set from {var}"))
         .collect();

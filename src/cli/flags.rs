@@ -1,8 +1,8 @@
 //! The agent's command line, [`Cli`]: a few flags of its own (`--config`, `--once`, `--host`,
 //! `--log`) and the flag groups, each in its own file and each setting its own flags onto the
 //! config (flags win over the file): where the samples come from (`source.rs`), what is sampled
-//! (`sampling.rs`), the sinks (`sinks.rs`), diagnosis and the report (`diagnose.rs`), the web
-//! view (`web.rs`), training steps (`steps.rs`) and attribution (`attribution.rs`). `run` takes
+//! (`sampling.rs`), the sinks and the web view (`sinks.rs`), diagnosis and the report
+//! (`diagnose.rs`), training steps (`steps.rs`) and attribution (`attribution.rs`). `run` takes
 //! the same flags (`run.rs`).
 
 use std::path::PathBuf;
@@ -18,7 +18,6 @@ use crate::cli::sampling::SamplingArgs;
 use crate::cli::sinks::SinkArgs;
 use crate::cli::source::SourceArgs;
 use crate::cli::steps::StepsArgs;
-use crate::cli::web::WebArgs;
 
 /// Watch NVIDIA GPUs: sample every GPU through NVML (or the mock backend) and export the samples to
 /// stdout, Prometheus, a Pushgateway, InfluxDB or an OpenTelemetry collector.
@@ -50,7 +49,7 @@ pub struct Cli {
     /// Take one sample, export it, flush every sink, exit.
     #[arg(long)]
     pub once: bool,
-    /// The sinks (sinks.rs).
+    /// The sinks and the web view (sinks.rs).
     #[command(flatten)]
     pub sinks: SinkArgs,
     /// Host name for the `host` label/tag, OTLP's `host.name` and the Pushgateway's `instance`
@@ -64,9 +63,6 @@ pub struct Cli {
     /// Diagnosis, --duration and the run report (diagnose.rs).
     #[command(flatten)]
     pub diagnose: DiagnoseArgs,
-    /// The live web view (web.rs).
-    #[command(flatten)]
-    pub web: WebArgs,
     /// Training steps from other processes: --steps-socket (steps.rs).
     #[command(flatten)]
     pub steps: StepsArgs,
@@ -122,7 +118,6 @@ impl Cli {
         self.attribution.onto_config(&mut file.attribution)?;
         self.diagnose.onto_config(&mut file.diagnose);
         self.steps.onto_config(&mut file.steps);
-        self.sinks.onto_config(file)?;
-        self.web.onto_config(file)
+        self.sinks.onto_config(file)
     }
 }

@@ -26,7 +26,6 @@ pub(crate) mod sampling;
 pub(crate) mod sinks;
 pub(crate) mod source;
 pub(crate) mod steps;
-pub(crate) mod web;
 
 /// Runs the `gpumon-agent` command line and returns its exit code.
 ///
