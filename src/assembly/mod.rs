@@ -80,6 +80,7 @@ pub use build::{parse_families, Assembled, Assembly, AssemblyOptions, Families, 
 pub use error::{AssemblyError, ServiceError};
 pub use gpumon_core::stages::Services;
 pub use sinks::{Listener, Listeners};
+#[cfg(feature = "agent")]
 pub(crate) use stages::diagnosis_window;
 pub use stages::{KubeletService, StepsSocket};
 
