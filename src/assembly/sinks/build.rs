@@ -6,13 +6,11 @@
 //! A section of a sink compiled out of this build is [`AssemblyError::FeatureMissing`]. Building
 //! binds the listeners (Prometheus, the web view), so it runs inside a tokio runtime.
 
-use std::net::SocketAddr;
-
 use gpumon_core::trace::RecordSink;
 use gpumon_core::Sink;
 use gpumon_sinks::stdout::StdoutSink;
 
-use super::SinkContext;
+use super::{BuildFailure, Descriptor, Listeners, SinkContext};
 use crate::assembly::config::AgentConfig;
 use crate::assembly::error::AssemblyError;
 
@@ -37,34 +35,6 @@ pub(crate) struct Marks<'a> {
     pub(crate) sampling: (gpumon_core::MetricSet, bool),
 }
 
-/// A listener the assembled agent serves (the Prometheus endpoint, the web view).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Listener {
-    /// The address it is bound to (the port chosen when the config said `:0`).
-    pub addr: SocketAddr,
-    /// Whether it serves https.
-    pub tls: bool,
-}
-
-impl Listener {
-    /// `http://ADDR/` or `https://ADDR/`.
-    pub fn url(&self) -> String {
-        let scheme = if self.tls { "https" } else { "http" };
-        format!("{scheme}://{}/", self.addr)
-    }
-}
-
-/// The listeners of the assembled agent's sinks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Listeners {
-    /// The Prometheus scrape endpoint (`[prometheus] listen`).
-    pub prometheus: Option<Listener>,
-    /// The live web view (`[web] listen`).
-    pub web: Option<Listener>,
-}
-
 /// The sinks, in order, and their listeners.
 pub(crate) struct Built {
     pub(crate) sinks: Vec<Box<dyn Sink>>,
@@ -87,7 +57,8 @@ macro_rules! build_each {
             let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
             $(
                 if let Some(section) = &config.$sink {
-                    sinks.push(super::$sink::build(section, cx)?);
+                    let sink = super::$sink::build(section, cx).map_err(|e| assembly_error(&super::$sink::SINK, e))?;
+                    sinks.push(sink);
                 }
             )*
             Ok(sinks)
@@ -95,6 +66,16 @@ macro_rules! build_each {
     };
 }
 super::for_each_sink!(build_each);
+
+/// A listed sink's failure as the assembly says it, keyed by the sink's section.
+fn assembly_error(sink: &Descriptor, failure: BuildFailure) -> AssemblyError {
+    match failure {
+        BuildFailure::Sink(source) => AssemblyError::Sink { key: sink.key, source },
+        BuildFailure::FeatureMissing => {
+            AssemblyError::FeatureMissing { key: sink.key, what: sink.what, feature: sink.feature }
+        }
+    }
+}
 
 /// Every sink `config` asks for, the listed ones first, then the trace (`[record]`), then
 /// stdout when nothing else is and `report` is false (the run report is output of its own:

@@ -7,8 +7,7 @@ use std::path::PathBuf;
 
 use gpumon_core::Sink;
 
-use super::{Descriptor, SinkContext};
-use crate::assembly::AssemblyError;
+use super::{BuildFailure, Descriptor, SinkContext};
 
 /// What the rest of the agent knows of this sink.
 pub(crate) const SINK: Descriptor = Descriptor {
@@ -54,16 +53,15 @@ pub type Section = toml::Value;
 
 /// The sink `section` configures.
 #[cfg(feature = "influxdb")]
-pub(crate) fn build(section: &Section, _cx: &mut SinkContext<'_>) -> Result<Box<dyn Sink>, AssemblyError> {
-    let sink =
-        gpumon_sinks::influxdb::InfluxSink::from_config(section).map_err(|e| AssemblyError::sink(SINK.key, e))?;
+pub(crate) fn build(section: &Section, _cx: &mut SinkContext<'_>) -> Result<Box<dyn Sink>, BuildFailure> {
+    let sink = gpumon_sinks::influxdb::InfluxSink::from_config(section).map_err(|e| BuildFailure::Sink(e.into()))?;
     Ok(Box::new(sink))
 }
 
 /// Not in this build.
 #[cfg(not(feature = "influxdb"))]
-pub(crate) fn build(_: &Section, _: &mut SinkContext<'_>) -> Result<Box<dyn Sink>, AssemblyError> {
-    Err(SINK.missing())
+pub(crate) fn build(_: &Section, _: &mut SinkContext<'_>) -> Result<Box<dyn Sink>, BuildFailure> {
+    Err(BuildFailure::FeatureMissing)
 }
 
 /// The sink's flags (flattened into the agent's command line by `crate::cli::sinks`). Present in

@@ -5,7 +5,7 @@
 //! the environment variables those read, and its config keys. Everything else iterates the
 //! list:
 //! - the config's sections (`AgentConfig`'s fields, `crate::assembly::config`);
-//! - the build loop ([`build::build`]) and the feature errors (`Descriptor::missing`);
+//! - the build loop ([`build::build`]) and the feature errors (`BuildFailure`, keyed by the build loop);
 //! - the command line's sink flags and their checks (`crate::cli::sinks`);
 //! - the environment variables named in errors (`crate::cli::backend`);
 //! - the config key reference (`config_props.rs`, tested against the schema).
@@ -14,14 +14,14 @@
 
 pub(crate) mod build;
 
+use std::net::SocketAddr;
+
 pub mod influxdb;
 pub mod otlp;
 pub mod prometheus;
 pub mod pushgateway;
 pub mod remote_write;
 pub mod web;
-
-pub use build::{Listener, Listeners};
 
 /// The sinks, in the order they are built (before the trace and stdout): calls `$then!` with
 /// each sink's module name (its file above, and its section's key in the config).
@@ -53,12 +53,6 @@ pub(crate) struct Descriptor {
 }
 
 impl Descriptor {
-    /// The error for its section in a build without its feature.
-    #[allow(dead_code)]
-    pub(crate) fn missing(&self) -> super::AssemblyError {
-        super::AssemblyError::FeatureMissing { key: self.key, what: self.what, feature: self.feature }
-    }
-
     /// Whether the variable behind `flag` is set in the environment.
     #[cfg(feature = "agent")]
     pub(crate) fn set_in_env(&self, flag: &str) -> bool {
@@ -75,6 +69,46 @@ macro_rules! all_descriptors {
     };
 }
 for_each_sink!(all_descriptors);
+
+/// A listener the assembled agent serves (the Prometheus endpoint, the web view).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Listener {
+    /// The address it is bound to (the port chosen when the config said `:0`).
+    pub addr: SocketAddr,
+    /// Whether it serves https.
+    pub tls: bool,
+}
+
+impl Listener {
+    /// `http://ADDR/` or `https://ADDR/`.
+    pub fn url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}/", self.addr)
+    }
+}
+
+/// The listeners of the assembled agent's sinks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Listeners {
+    /// The Prometheus scrape endpoint (`[prometheus] listen`).
+    pub prometheus: Option<Listener>,
+    /// The live web view (`[web] listen`).
+    pub web: Option<Listener>,
+}
+
+/// Why a listed sink could not be built; the build loop says it as an `AssemblyError` keyed by
+/// the sink's section (`build.rs`), so that a descriptor needs nothing of the assembly's errors.
+#[derive(Debug)]
+pub(crate) enum BuildFailure {
+    /// The sink refused its section.
+    #[allow(dead_code)]
+    Sink(Box<dyn std::error::Error + Send + Sync>),
+    /// The sink's feature is not in this build.
+    #[allow(dead_code)]
+    FeatureMissing,
+}
 
 /// What a sink's build needs beyond its section: what the sinks must say about the data beyond
 /// each snapshot (most read both from the snapshot itself; OTLP puts them on its resource and

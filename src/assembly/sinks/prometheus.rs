@@ -4,8 +4,7 @@
 
 use gpumon_core::Sink;
 
-use super::{Descriptor, SinkContext};
-use crate::assembly::AssemblyError;
+use super::{BuildFailure, Descriptor, SinkContext};
 
 /// What the rest of the agent knows of this sink.
 pub(crate) const SINK: Descriptor = Descriptor {
@@ -42,17 +41,17 @@ pub type Section = toml::Value;
 
 /// The sink `section` configures.
 #[cfg(feature = "prometheus")]
-pub(crate) fn build(section: &Section, cx: &mut SinkContext<'_>) -> Result<Box<dyn Sink>, AssemblyError> {
+pub(crate) fn build(section: &Section, cx: &mut SinkContext<'_>) -> Result<Box<dyn Sink>, BuildFailure> {
     let sink =
-        gpumon_sinks::prometheus::PrometheusSink::from_config(section).map_err(|e| AssemblyError::sink(SINK.key, e))?;
+        gpumon_sinks::prometheus::PrometheusSink::from_config(section).map_err(|e| BuildFailure::Sink(e.into()))?;
     cx.listeners.prometheus = sink.local_addr().map(|addr| super::Listener { addr, tls: section.tls.is_some() });
     Ok(Box::new(sink))
 }
 
 /// Not in this build.
 #[cfg(not(feature = "prometheus"))]
-pub(crate) fn build(_: &Section, _: &mut SinkContext<'_>) -> Result<Box<dyn Sink>, AssemblyError> {
-    Err(SINK.missing())
+pub(crate) fn build(_: &Section, _: &mut SinkContext<'_>) -> Result<Box<dyn Sink>, BuildFailure> {
+    Err(BuildFailure::FeatureMissing)
 }
 
 /// The sink's flags (flattened into the agent's command line by `crate::cli::sinks`). Present in

@@ -7,8 +7,7 @@ use std::path::PathBuf;
 
 use gpumon_core::Sink;
 
-use super::{Descriptor, SinkContext};
-use crate::assembly::AssemblyError;
+use super::{BuildFailure, Descriptor, SinkContext};
 
 /// What the rest of the agent knows of this sink.
 pub(crate) const SINK: Descriptor = Descriptor {
@@ -43,7 +42,7 @@ pub type Section = toml::Value;
 
 /// The sink `section` configures.
 #[cfg(feature = "pushgateway")]
-pub(crate) fn build(section: &Section, cx: &mut SinkContext<'_>) -> Result<Box<dyn Sink>, AssemblyError> {
+pub(crate) fn build(section: &Section, cx: &mut SinkContext<'_>) -> Result<Box<dyn Sink>, BuildFailure> {
     let mut cfg = section.clone();
     // The group's `instance` (this host's name unless configured) is the host label of
     // everything pushed: the host override sets it like every other sink's.
@@ -51,14 +50,14 @@ pub(crate) fn build(section: &Section, cx: &mut SinkContext<'_>) -> Result<Box<d
         cfg.grouping.entry("instance".to_owned()).or_insert_with(|| host.to_owned());
     }
     let sink =
-        gpumon_sinks::prometheus::PushgatewaySink::from_config(&cfg).map_err(|e| AssemblyError::sink(SINK.key, e))?;
+        gpumon_sinks::prometheus::PushgatewaySink::from_config(&cfg).map_err(|e| BuildFailure::Sink(e.into()))?;
     Ok(Box::new(sink))
 }
 
 /// Not in this build.
 #[cfg(not(feature = "pushgateway"))]
-pub(crate) fn build(_: &Section, _: &mut SinkContext<'_>) -> Result<Box<dyn Sink>, AssemblyError> {
-    Err(SINK.missing())
+pub(crate) fn build(_: &Section, _: &mut SinkContext<'_>) -> Result<Box<dyn Sink>, BuildFailure> {
+    Err(BuildFailure::FeatureMissing)
 }
 
 /// The sink's flags (flattened into the agent's command line by `crate::cli::sinks`). Present in

@@ -4,8 +4,7 @@
 
 use gpumon_core::Sink;
 
-use super::{Descriptor, SinkContext};
-use crate::assembly::AssemblyError;
+use super::{BuildFailure, Descriptor, SinkContext};
 
 /// What the rest of the agent knows of this sink.
 pub(crate) const SINK: Descriptor = Descriptor {
@@ -40,19 +39,19 @@ pub type Section = toml::Value;
 
 /// The sink `section` configures.
 #[cfg(feature = "web")]
-pub(crate) fn build(section: &Section, cx: &mut SinkContext<'_>) -> Result<Box<dyn Sink>, AssemblyError> {
+pub(crate) fn build(section: &Section, cx: &mut SinkContext<'_>) -> Result<Box<dyn Sink>, BuildFailure> {
     // An exporting sink (its name is not `stdout`): with it, `auto` never falls back to
     // simulated GPUs; the page shows its "simulated data" banner only when the snapshots say
     // `mock`.
-    let sink = gpumon_sinks::web::WebSink::from_config(section).map_err(|e| AssemblyError::sink(SINK.key, e))?;
+    let sink = gpumon_sinks::web::WebSink::from_config(section).map_err(|e| BuildFailure::Sink(e.into()))?;
     cx.listeners.web = sink.local_addr().map(|addr| super::Listener { addr, tls: section.tls.is_some() });
     Ok(Box::new(sink))
 }
 
 /// Not in this build.
 #[cfg(not(feature = "web"))]
-pub(crate) fn build(_: &Section, _: &mut SinkContext<'_>) -> Result<Box<dyn Sink>, AssemblyError> {
-    Err(SINK.missing())
+pub(crate) fn build(_: &Section, _: &mut SinkContext<'_>) -> Result<Box<dyn Sink>, BuildFailure> {
+    Err(BuildFailure::FeatureMissing)
 }
 
 /// The sink's flags (flattened into the agent's command line by `crate::cli::sinks`). Present in
