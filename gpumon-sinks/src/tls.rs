@@ -110,18 +110,16 @@ impl TlsConfig {
     }
 }
 
-/// A hint appended to a transport error whose cause is a rejected server certificate.
-pub(crate) fn certificate_hint(detail: &str, key: &str) -> &'static str {
+/// A hint appended to a transport error whose cause is a rejected server certificate, naming
+/// the sink's own key (`key` is its TLS table, `influxdb.tls`): no list of sinks to keep here.
+pub(crate) fn certificate_hint(detail: &str, key: &str) -> String {
     if !(detail.contains("invalid peer certificate") || detail.contains("InvalidCertificate")) {
-        return "";
+        return String::new();
     }
-    match key {
-        "influxdb.tls" => " (the server's certificate is not trusted: check influxdb.tls.ca_file)",
-        "otlp.tls" => " (the server's certificate is not trusted: check otlp.tls.ca_file)",
-        "pushgateway.tls" => " (the server's certificate is not trusted: check pushgateway.tls.ca_file)",
-        "remote_write.tls" => " (the server's certificate is not trusted: check remote_write.tls.ca_file)",
-        _ => " (the server's certificate is not trusted: check the TLS ca_file)",
+    if key.is_empty() {
+        return " (the server's certificate is not trusted: check the TLS ca_file)".to_owned();
     }
+    format!(" (the server's certificate is not trusted: check {key}.ca_file)")
 }
 
 #[cfg(all(feature = "tls", feature = "otlp"))]

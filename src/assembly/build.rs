@@ -13,7 +13,8 @@ use gpumon_core::{Agent, AgentBuilder, DeviceFilter, Family, MetricSet, Sampler,
 use super::backend::{self, Backend, BackendError, MockFactory, MockOptions, NvmlOptions, Source};
 use super::config::{AgentConfig, AgentSection};
 use super::error::AssemblyError;
-use super::sinks::{self, Listeners, Marks};
+use super::sinks::build::{self as sinks, Marks};
+use super::sinks::Listeners;
 use super::stages;
 use gpumon_core::stages::Services;
 

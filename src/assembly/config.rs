@@ -32,13 +32,8 @@
 //! format = "human"          # human | json
 //! enabled = true            # default: on when no other sink is configured
 //!
-//! [prometheus]              # gpumon_sinks::prometheus::PrometheusConfig
-//! [pushgateway]             # gpumon_sinks::prometheus::PushgatewayConfig
-//! [influxdb]                # gpumon_sinks::influxdb::InfluxConfig
-//! [influxdb.tls]            # gpumon_sinks::tls::TlsConfig (also [otlp.tls], [pushgateway.tls], [remote_write.tls])
-//! [remote_write]            # gpumon_sinks::remote_write::RemoteWriteConfig
-//! [otlp]                    # gpumon_sinks::otlp::OtlpConfig
-//! [web]                     # gpumon_sinks::web::WebConfig (the live web view)
+//! [influxdb]                # one section per sink of the list (src/assembly/sinks/mod.rs):
+//! [influxdb.tls]            # prometheus, pushgateway, influxdb, remote_write, otlp, web
 //! [diagnose]                # DiagnoseSection
 //! [steps]                   # StepsSection (training steps over a Unix socket)
 //! [attribution]             # AttributionSection (containers, pods and users of GPU processes)
@@ -54,51 +49,51 @@ use serde::Deserialize;
 
 use super::backend::Backend;
 
-/// The whole configuration file.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[non_exhaustive]
-pub struct AgentConfig {
-    /// `[agent]`: backend, interval, devices, metric families, sink queues.
-    #[serde(default)]
-    pub agent: AgentSection,
-    /// `[mock]`: the simulated fleet.
-    #[serde(default)]
-    pub mock: MockSection,
-    /// `[nvml]`: where the driver library is, runtime power management.
-    #[serde(default)]
-    pub nvml: NvmlSection,
-    /// `[stdout]`: the terminal sink.
-    #[serde(default)]
-    pub stdout: StdoutSection,
-    /// `[prometheus]`: the scrape endpoint.
-    pub prometheus: Option<PrometheusSection>,
-    /// `[pushgateway]`: a Prometheus Pushgateway.
-    pub pushgateway: Option<PushgatewaySection>,
-    /// `[influxdb]`: an InfluxDB v1/v2 writer.
-    pub influxdb: Option<InfluxSection>,
-    /// `[otlp]`: an OpenTelemetry collector.
-    pub otlp: Option<OtlpSection>,
-    /// `[remote_write]`: Prometheus remote write.
-    pub remote_write: Option<RemoteWriteSection>,
-    /// `[web]`: the live web view.
-    pub web: Option<WebSection>,
-    /// `[diagnose]`: diagnosis (on by default).
-    #[serde(default)]
-    pub diagnose: DiagnoseSection,
-    /// `[steps]`: training-step marks over a Unix socket.
-    #[serde(default)]
-    pub steps: StepsSection,
-    /// `[attribution]`: who uses which GPU.
-    #[serde(default)]
-    pub attribution: AttributionSection,
-    /// `[record]`: a trace of every snapshot.
-    #[serde(default)]
-    pub record: RecordSection,
-    /// `[replay]`: a recorded trace played back.
-    #[serde(default)]
-    pub replay: ReplaySection,
+/// Declares [`AgentConfig`] with one optional section per listed sink
+/// (`crate::assembly::sinks::for_each_sink!`), between the stdout section and diagnosis.
+macro_rules! agent_config {
+    ($($sink:ident),*) => {
+        /// The whole configuration file.
+        #[derive(Clone, Debug, Default, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[non_exhaustive]
+        pub struct AgentConfig {
+            /// `[agent]`: backend, interval, devices, metric families, sink queues.
+            #[serde(default)]
+            pub agent: AgentSection,
+            /// `[mock]`: the simulated fleet.
+            #[serde(default)]
+            pub mock: MockSection,
+            /// `[nvml]`: where the driver library is, runtime power management.
+            #[serde(default)]
+            pub nvml: NvmlSection,
+            /// `[stdout]`: the terminal sink.
+            #[serde(default)]
+            pub stdout: StdoutSection,
+            $(
+                #[doc = concat!("`[", stringify!($sink), "]`: the ", stringify!($sink), " sink (its section's type: \
+                    the sink's config in `gpumon_sinks`, or a bare table in a build without it).")]
+                pub $sink: Option<super::sinks::$sink::Section>,
+            )*
+            /// `[diagnose]`: diagnosis (on by default).
+            #[serde(default)]
+            pub diagnose: DiagnoseSection,
+            /// `[steps]`: training-step marks over a Unix socket.
+            #[serde(default)]
+            pub steps: StepsSection,
+            /// `[attribution]`: who uses which GPU.
+            #[serde(default)]
+            pub attribution: AttributionSection,
+            /// `[record]`: a trace of every snapshot.
+            #[serde(default)]
+            pub record: RecordSection,
+            /// `[replay]`: a recorded trace played back.
+            #[serde(default)]
+            pub replay: ReplaySection,
+        }
+    };
 }
+super::sinks::for_each_sink!(agent_config);
 
 impl std::str::FromStr for AgentConfig {
     type Err = toml::de::Error;
@@ -306,43 +301,6 @@ pub struct AttributionSection {
     #[serde(default, with = "gpumon_sinks::duration::opt")]
     pub kubelet_refresh: Option<Duration>,
 }
-
-/// `[prometheus]`.
-#[cfg(feature = "prometheus")]
-pub type PrometheusSection = gpumon_sinks::prometheus::PrometheusConfig;
-/// `[prometheus]` (not in this build).
-#[cfg(not(feature = "prometheus"))]
-pub type PrometheusSection = toml::Value;
-/// `[pushgateway]`.
-#[cfg(feature = "pushgateway")]
-pub type PushgatewaySection = gpumon_sinks::prometheus::PushgatewayConfig;
-/// `[pushgateway]` (not in this build).
-#[cfg(not(feature = "pushgateway"))]
-pub type PushgatewaySection = toml::Value;
-/// `[influxdb]`.
-#[cfg(feature = "influxdb")]
-pub type InfluxSection = gpumon_sinks::influxdb::InfluxConfig;
-/// `[influxdb]` (not in this build).
-#[cfg(not(feature = "influxdb"))]
-pub type InfluxSection = toml::Value;
-/// `[remote_write]`.
-#[cfg(feature = "remote-write")]
-pub type RemoteWriteSection = gpumon_sinks::remote_write::RemoteWriteConfig;
-/// `[remote_write]` (not in this build).
-#[cfg(not(feature = "remote-write"))]
-pub type RemoteWriteSection = toml::Value;
-/// `[otlp]`.
-#[cfg(feature = "otlp")]
-pub type OtlpSection = gpumon_sinks::otlp::OtlpConfig;
-/// `[otlp]` (not in this build).
-#[cfg(not(feature = "otlp"))]
-pub type OtlpSection = toml::Value;
-/// `[web]`.
-#[cfg(feature = "web")]
-pub type WebSection = gpumon_sinks::web::WebConfig;
-/// `[web]` (not in this build).
-#[cfg(not(feature = "web"))]
-pub type WebSection = toml::Value;
 
 #[cfg(test)]
 mod tests {

@@ -6,10 +6,11 @@ use proptest::prelude::*;
 
 use super::AgentConfig as FileConfig;
 
-/// `(section, key)` for every key the agent reads (sinks' nested tables included): the key
-/// reference, checked against the schema by [`the_key_reference_lists_every_key_of_the_schema`]
-/// (with every sink compiled in).
-const KEYS: &[(&str, &str)] = &[
+/// `(section, key)` for every key the agent reads outside the sinks' sections; each sink's keys
+/// (its nested tables included) are its descriptor's (`crate::assembly::sinks`). Together,
+/// [`keys`], they are the key reference, checked against the schema by
+/// [`the_key_reference_lists_every_key_of_the_schema`] (with every sink compiled in).
+const OWN_KEYS: &[(&str, &str)] = &[
     ("agent", "shutdown_timeout"),
     ("agent", "export_timeout"),
     ("agent", "sink_queue"),
@@ -31,103 +32,6 @@ const KEYS: &[(&str, &str)] = &[
     ("replay", "file"),
     ("stdout", "enabled"),
     ("stdout", "format"),
-    ("prometheus", "max_headers"),
-    ("prometheus", "max_header_bytes"),
-    ("prometheus", "connection_timeout"),
-    ("prometheus", "header_read_timeout"),
-    ("prometheus", "max_connections"),
-    ("prometheus", "listen"),
-    ("prometheus", "stale_after"),
-    ("prometheus", "openmetrics"),
-    ("prometheus", "dcgm_lowercase_hostname"),
-    ("prometheus", "host_label"),
-    ("prometheus", "tenants"),
-    ("prometheus", "auth"),
-    ("prometheus", "naming"),
-    ("prometheus.tls", "key"),
-    ("prometheus.tls", "cert"),
-    ("pushgateway", "delete_on_shutdown"),
-    ("pushgateway", "host_label"),
-    ("pushgateway", "timeout"),
-    ("pushgateway", "naming"),
-    ("pushgateway", "password"),
-    ("pushgateway", "username"),
-    ("pushgateway", "grouping"),
-    ("pushgateway", "job"),
-    ("pushgateway", "url"),
-    ("pushgateway.tls", "insecure_skip_verify"),
-    ("pushgateway.tls", "client_key_file"),
-    ("pushgateway.tls", "client_cert_file"),
-    ("pushgateway.tls", "ca_file"),
-    ("influxdb", "retry_max"),
-    ("influxdb", "retry_initial"),
-    ("influxdb", "tags"),
-    ("influxdb", "measurement"),
-    ("influxdb", "spill_dir"),
-    ("influxdb", "buffer_max_bytes"),
-    ("influxdb", "buffer_max_points"),
-    ("influxdb", "timeout"),
-    ("influxdb", "batch_interval"),
-    ("influxdb", "batch_points"),
-    ("influxdb", "gzip"),
-    ("influxdb", "token"),
-    ("influxdb", "bucket"),
-    ("influxdb", "org"),
-    ("influxdb", "password"),
-    ("influxdb", "username"),
-    ("influxdb", "rp"),
-    ("influxdb", "db"),
-    ("influxdb", "api"),
-    ("influxdb", "url"),
-    ("influxdb.tls", "insecure_skip_verify"),
-    ("influxdb.tls", "client_key_file"),
-    ("influxdb.tls", "client_cert_file"),
-    ("influxdb.tls", "ca_file"),
-    ("remote_write", "retry_max"),
-    ("remote_write", "retry_initial"),
-    ("remote_write", "buffer_max_bytes"),
-    ("remote_write", "buffer_max_samples"),
-    ("remote_write", "timeout"),
-    ("remote_write", "batch_interval"),
-    ("remote_write", "batch_samples"),
-    ("remote_write", "headers"),
-    ("remote_write", "bearer_token"),
-    ("remote_write", "password"),
-    ("remote_write", "username"),
-    ("remote_write", "external_labels"),
-    ("remote_write", "dcgm_lowercase_hostname"),
-    ("remote_write", "naming"),
-    ("remote_write", "url"),
-    ("remote_write.tls", "insecure_skip_verify"),
-    ("remote_write.tls", "client_key_file"),
-    ("remote_write.tls", "client_cert_file"),
-    ("remote_write.tls", "ca_file"),
-    ("otlp", "pipeline"),
-    ("otlp", "resource_attributes"),
-    ("otlp", "service_name"),
-    ("otlp", "export_interval"),
-    ("otlp", "compression"),
-    ("otlp", "timeout"),
-    ("otlp", "headers"),
-    ("otlp", "protocol"),
-    ("otlp", "endpoint"),
-    ("otlp.tls", "insecure_skip_verify"),
-    ("otlp.tls", "client_key_file"),
-    ("otlp.tls", "client_cert_file"),
-    ("otlp.tls", "ca_file"),
-    ("web", "max_headers"),
-    ("web", "max_header_bytes"),
-    ("web", "connection_timeout"),
-    ("web", "header_read_timeout"),
-    ("web", "max_connections"),
-    ("web", "listen"),
-    ("web", "history"),
-    ("web", "client_buffer"),
-    ("web", "max_clients"),
-    ("web", "tenants"),
-    ("web", "auth"),
-    ("web.tls", "key"),
-    ("web.tls", "cert"),
     ("diagnose", "thresholds"),
     ("diagnose", "disable"),
     ("diagnose", "idle_grace"),
@@ -147,6 +51,12 @@ const KEYS: &[(&str, &str)] = &[
     ("attribution", "proc_root"),
     ("attribution", "enabled"),
 ];
+
+/// The key reference: [`OWN_KEYS`] and every listed sink's keys.
+fn keys() -> Vec<(&'static str, &'static str)> {
+    let sinks = crate::assembly::sinks::ALL.iter().flat_map(|d| d.keys.iter().copied());
+    OWN_KEYS.iter().copied().chain(sinks).collect()
+}
 
 /// A TOML value of any type, hostile strings and out-of-range numbers made frequent.
 fn value() -> impl Strategy<Value = String> {
@@ -208,17 +118,18 @@ proptest! {
 
     /// One real key with any value: parsed, or an error that names the key.
     #[test]
-    fn any_value_for_a_real_key(which in 0..KEYS.len(), value in value()) {
-        let (section, key) = KEYS[which];
+    fn any_value_for_a_real_key(which in 0..keys().len(), value in value()) {
+        let (section, key) = keys()[which];
         check(&format!("[{section}]\n{key} = {value}\n"), Some((section, key)))?;
     }
 
     /// Several keys at once, and arbitrary text: parsed or refused, never a panic.
     #[test]
-    fn any_document(pairs in prop::collection::vec((0..KEYS.len(), value()), 0..6), junk in any::<String>()) {
+    fn any_document(pairs in prop::collection::vec((0..keys().len(), value()), 0..6), junk in any::<String>()) {
+        let keys = keys();
         let mut doc = String::new();
         for (which, value) in pairs {
-            let (section, key) = KEYS[which];
+            let (section, key) = keys[which];
             doc.push_str(&format!("[{section}]\n{key} = {value}\n"));
         }
         check(&doc, None)?;
@@ -239,8 +150,8 @@ fn schema_keys(table: &str) -> Option<Vec<String>> {
 }
 
 /// The reference above cannot drift from the schema: every key serde accepts under every table
-/// (the sinks' nested tables included) is in [`KEYS`], and every key in [`KEYS`] is accepted.
-/// A new config field without its line here fails this test.
+/// (the sinks' nested tables included) is in [`keys`], and every key in [`keys`] is accepted.
+/// A new config field without its line here (or in its sink's descriptor) fails this test.
 #[cfg(all(
     feature = "prometheus",
     feature = "pushgateway",
@@ -266,10 +177,38 @@ fn the_key_reference_lists_every_key_of_the_schema() {
         }
     }
     let reference: std::collections::BTreeSet<(String, String)> =
-        KEYS.iter().map(|(s, k)| ((*s).to_owned(), (*k).to_owned())).collect();
+        keys().iter().map(|(s, k)| ((*s).to_owned(), (*k).to_owned())).collect();
     let missing: Vec<_> = schema.difference(&reference).collect();
     assert!(missing.is_empty(), "config keys missing from KEYS (the key reference): {missing:?}");
     let unknown: Vec<_> = reference.difference(&schema).collect();
     assert!(unknown.is_empty(), "KEYS names keys the schema does not have: {unknown:?}");
     assert!(schema.len() > 100, "the probe found the schema ({} keys)", schema.len());
+}
+
+/// Each listed sink's keys are its own: under its section only, and not in [`OWN_KEYS`]; and
+/// every section of the key reference is a listed sink's or one of the agent's own (a sink
+/// added without its descriptor has no section here, and the schema test above says so).
+#[test]
+fn the_sinks_keys_come_from_the_registry() {
+    use crate::assembly::sinks::ALL;
+    for sink in ALL {
+        assert!(!sink.keys.is_empty(), "{} lists its keys", sink.key);
+        for (table, key) in sink.keys {
+            let section = table.split('.').next().unwrap_or(table);
+            assert_eq!(section, sink.key, "{table}.{key} is in {}'s descriptor", sink.key);
+        }
+        assert!(
+            OWN_KEYS.iter().all(|(table, _)| table.split('.').next() != Some(sink.key)),
+            "[{}] keys are listed in its descriptor only",
+            sink.key
+        );
+    }
+    let own = ["agent", "mock", "nvml", "record", "replay", "stdout", "diagnose", "steps", "attribution"];
+    for (table, key) in keys() {
+        let section = table.split('.').next().unwrap_or(table);
+        assert!(
+            own.contains(&section) || ALL.iter().any(|s| s.key == section),
+            "{table}.{key}: [{section}] is neither the agent's own nor a listed sink's"
+        );
+    }
 }

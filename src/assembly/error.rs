@@ -107,21 +107,6 @@ impl AssemblyError {
     pub(crate) fn invalid(key: impl Into<String>, reason: impl Into<String>) -> Self {
         AssemblyError::Invalid { key: key.into(), reason: reason.into() }
     }
-
-    #[cfg_attr(
-        not(any(
-            feature = "prometheus",
-            feature = "pushgateway",
-            feature = "influxdb",
-            feature = "remote-write",
-            feature = "otlp",
-            feature = "web"
-        )),
-        allow(dead_code)
-    )]
-    pub(crate) fn sink(key: &'static str, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
-        AssemblyError::Sink { key, source: source.into() }
-    }
 }
 
 impl From<gpumon_core::diagnose::DiagnoseConfigError> for AssemblyError {

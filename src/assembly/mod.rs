@@ -73,13 +73,14 @@ mod build;
 pub mod config;
 pub mod defaults;
 mod error;
-mod sinks;
+pub(crate) mod sinks;
 mod stages;
 
 pub use build::{parse_families, Assembled, Assembly, AssemblyOptions, Families, Replay};
 pub use error::{AssemblyError, ServiceError};
 pub use gpumon_core::stages::Services;
 pub use sinks::{Listener, Listeners};
+#[cfg(feature = "agent")]
 pub(crate) use stages::diagnosis_window;
 pub use stages::{KubeletService, StepsSocket};
 

@@ -187,7 +187,9 @@ pub(super) fn steps(file: &StepsSection, in_process: bool) -> Result<StepsPlan, 
     if path.as_os_str().is_empty() {
         return Err(AssemblyError::invalid("steps.socket", "empty path"));
     }
-    check_socket_path(&path)?;
+    // What can be known before binding (too long, not a socket) is a configuration error named
+    // by its key rather than a failure of the running agent.
+    gpumon_core::steps::socket::check_path(&path).map_err(|e| AssemblyError::invalid("steps.socket", e.to_string()))?;
     let mut config = SocketConfig::new(path);
     config.mode = mode;
     if let Some(n) = file.max_connections {
@@ -205,37 +207,6 @@ pub(super) fn steps(file: &StepsSection, in_process: bool) -> Result<StepsPlan, 
     let (tracker, registry) = tracker()?;
     let socket = StepsSocket { config, registry: registry.clone(), running: None };
     Ok(StepsPlan { tracker: Some((tracker, registry)), socket: Some(socket) })
-}
-
-/// The longest path a Unix socket can be bound at, in bytes: `sockaddr_un.sun_path` (108 bytes
-/// on Linux, 104 on the BSDs and macOS) holds the path and its terminating NUL.
-const SOCKET_PATH_MAX: usize = if cfg!(target_os = "linux") { 107 } else { 103 };
-
-/// What can be known of `steps.socket` before binding it: a path longer than a Unix socket's,
-/// or a path that exists and is not a socket (gpumon does not delete it), is a configuration
-/// error named by its key rather than a failure of the running agent.
-fn check_socket_path(path: &std::path::Path) -> Result<(), AssemblyError> {
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::FileTypeExt;
-    let len = path.as_os_str().as_bytes().len();
-    if len > SOCKET_PATH_MAX {
-        return Err(AssemblyError::invalid(
-            "steps.socket",
-            format!(
-                "{}: {len} bytes, longer than a Unix socket's path may be (at most {SOCKET_PATH_MAX} bytes: \
-                 `sun_path` holds {} with the terminating NUL); choose a shorter path",
-                path.display(),
-                SOCKET_PATH_MAX + 1
-            ),
-        ));
-    }
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if !m.file_type().is_socket() => Err(AssemblyError::invalid(
-            "steps.socket",
-            format!("{}: the path exists and is not a socket (gpumon does not delete it)", path.display()),
-        )),
-        _ => Ok(()),
-    }
 }
 
 /// The steps socket (`steps.socket`): training processes write one JSON line per step to it

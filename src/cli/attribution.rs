@@ -23,6 +23,8 @@ use std::path::PathBuf;
 
 use crate::assembly::config::AttributionSection;
 
+use crate::cli::common::ConfigError;
+
 /// The flags of this module (flattened into the agent's command line).
 #[derive(Debug, clap::Args)]
 pub struct AttributionArgs {
@@ -49,21 +51,34 @@ pub struct AttributionArgs {
     pub kubelet_socket: Option<PathBuf>,
 }
 
-/// The attribution flags, set onto `[attribution]` (flags win over the file).
-pub fn onto_config(args: &AttributionArgs, file: &mut AttributionSection) {
-    if args.attribution {
-        file.enabled = Some(true);
-    }
-    if args.kubelet {
-        file.kubelet = Some(true);
-    }
-    for (flag, key) in [
-        (&args.proc_root, &mut file.proc_root),
-        (&args.passwd_file, &mut file.passwd_file),
-        (&args.kubelet_socket, &mut file.kubelet_socket),
-    ] {
-        if flag.is_some() {
-            key.clone_from(flag);
+impl AttributionArgs {
+    /// The attribution flags, set onto `[attribution]` (flags win over the file).
+    ///
+    /// ## Errors
+    ///
+    /// `--kubelet-socket` when the kubelet is not asked: it would be silently ignored.
+    pub fn onto_config(&self, file: &mut AttributionSection) -> Result<(), ConfigError> {
+        let kubelet = self.kubelet || file.kubelet == Some(true);
+        if self.kubelet_socket.is_some() && !kubelet && std::env::var_os("GPUMON_KUBELET_SOCKET").is_none() {
+            return Err(ConfigError(
+                "--kubelet-socket: the kubelet is not asked (--kubelet or attribution.kubelet)".into(),
+            ));
         }
+        if self.attribution {
+            file.enabled = Some(true);
+        }
+        if self.kubelet {
+            file.kubelet = Some(true);
+        }
+        for (flag, key) in [
+            (&self.proc_root, &mut file.proc_root),
+            (&self.passwd_file, &mut file.passwd_file),
+            (&self.kubelet_socket, &mut file.kubelet_socket),
+        ] {
+            if flag.is_some() {
+                key.clone_from(flag);
+            }
+        }
+        Ok(())
     }
 }

@@ -8,10 +8,11 @@ use crate::assembly::backend::{BackendError, MockError, MockOptions, Source};
 use crate::assembly::config::AgentConfig;
 use crate::assembly::AssemblyError;
 
-use crate::cli::app::{config_failure, Cli};
+use crate::cli::common::config_failure;
 
-/// Says why the agent could not be assembled, and returns the exit code.
-pub fn failure(e: &AssemblyError, cli: &Cli) -> u8 {
+/// Says why the agent could not be assembled, and returns the exit code. `window_flag`: whether
+/// `--diagnose-window` was given (an error of `diagnose.window` then names the flag first).
+pub fn failure(e: &AssemblyError, window_flag: bool) -> u8 {
     let unavailable = |message: &str| {
         eprintln!("gpumon: {message}");
         1
@@ -43,19 +44,18 @@ pub fn failure(e: &AssemblyError, cli: &Cli) -> u8 {
         AssemblyError::FeatureMissing { what, feature, .. } => config_failure(&format!(
             "{what} is configured, but this agent was built without the `{feature}` feature (cargo run --example agent --features {feature})"
         )),
-        other => config_failure(&with_flags(other, cli)),
+        other => config_failure(&with_flags(other, window_flag)),
     }
 }
 
 /// The error's message with the flag that sets its key named beside it
 /// (`attribution.proc_root / --proc-root: …`).
-fn with_flags(e: &AssemblyError, cli: &Cli) -> String {
+fn with_flags(e: &AssemblyError, window_flag: bool) -> String {
     let message = e.to_string();
     let Some(key) = e.key() else { return message };
     // A credential from the environment is easily forgotten: say where it came from.
     let in_section = |section: &str| key == section || key.strip_prefix(section).is_some_and(|k| k.starts_with('.'));
-    let notes: Vec<String> = crate::cli::sinks::FROM_ENV
-        .iter()
+    let notes: Vec<String> = crate::cli::sinks::from_env()
         .filter(|(section, var, _)| in_section(section) && std::env::var_os(var).is_some())
         .map(|(_, var, flag)| format!("{flag} is set from {var}"))
         .collect();
@@ -63,7 +63,7 @@ fn with_flags(e: &AssemblyError, cli: &Cli) -> String {
     let alias = match key {
         "agent.interval" => "agent.interval / --interval",
         "agent.devices" => "agent.devices / --devices",
-        "diagnose.window" if cli.diagnose.diagnose_window.is_some() => "--diagnose-window / diagnose.window",
+        "diagnose.window" if window_flag => "--diagnose-window / diagnose.window",
         "steps.socket" => "--steps-socket / steps.socket",
         "attribution.enabled" => "attribution.enabled / --attribution",
         "attribution.kubelet" => "attribution.kubelet / --kubelet",

@@ -85,12 +85,12 @@ pub fn read_report(path: &Path) -> Result<RunRecord, ReadError> {
 
 /// Parses `gpumon-agent compare …` (`args` without the program name and `compare`) and runs it.
 pub fn main(args: Vec<OsString>) -> u8 {
-    let cli =
-        match crate::cli::app::parse::<CompareCli>(std::iter::once(OsString::from("gpumon-agent compare")).chain(args))
-        {
-            Ok(cli) => cli,
-            Err(code) => return code,
-        };
+    let cli = match crate::cli::common::parse::<CompareCli>(
+        std::iter::once(OsString::from("gpumon-agent compare")).chain(args),
+    ) {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     let reports = read_report(&cli.before).and_then(|b| Ok((b, read_report(&cli.after)?)));
     let (before, after) = match reports {
         Ok(pair) => pair,
@@ -112,6 +112,6 @@ pub fn main(args: Vec<OsString>) -> u8 {
         comparison.to_string()
     };
     // A reader that went away (`| head -1`) ends the printing: not a failure of the comparison.
-    let _ = crate::cli::app::print_stdout(&text);
+    let _ = crate::cli::common::print_stdout(&text);
     0
 }

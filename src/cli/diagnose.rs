@@ -87,13 +87,15 @@ pub enum ReportFormat {
     Json,
 }
 
-/// `--no-diagnose` and `--diagnose-window`, set onto `[diagnose]` (flags win over the file).
-pub fn onto_config(args: &DiagnoseArgs, file: &mut DiagnoseSection) {
-    if args.no_diagnose {
-        file.enabled = Some(false);
-    }
-    if args.diagnose_window.is_some() {
-        file.window = args.diagnose_window;
+impl DiagnoseArgs {
+    /// `--no-diagnose` and `--diagnose-window`, set onto `[diagnose]` (flags win over the file).
+    pub fn onto_config(&self, file: &mut DiagnoseSection) {
+        if self.no_diagnose {
+            file.enabled = Some(false);
+        }
+        if self.diagnose_window.is_some() {
+            file.window = self.diagnose_window;
+        }
     }
 }
 
@@ -118,14 +120,14 @@ pub fn print_report(args: &DiagnoseArgs, handle: Option<&ReportHandle>, recorded
     let report = handle.report();
     match args.report_format.unwrap_or_default() {
         ReportFormat::Human => {
-            let _ = crate::cli::app::print_stdout(&args.human_report(&report));
+            let _ = crate::cli::common::print_stdout(&args.human_report(&report));
         }
         ReportFormat::Json => match serde_json::to_string(&match recorded_backend {
             Some(b) => RunRecord::new(report).with_recorded_backend(b),
             None => RunRecord::new(report),
         }) {
             Ok(json) => {
-                let _ = crate::cli::app::print_stdout(&(json + "\n"));
+                let _ = crate::cli::common::print_stdout(&(json + "\n"));
             }
             Err(e) => eprintln!("gpumon: cannot encode the report: {e}"),
         },

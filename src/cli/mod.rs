@@ -17,12 +17,15 @@ use crate::assembly::backend::MockFactory;
 pub(crate) mod app;
 pub(crate) mod attribution;
 pub(crate) mod backend;
+pub(crate) mod common;
 pub(crate) mod compare;
 pub(crate) mod diagnose;
+pub(crate) mod flags;
 pub(crate) mod run;
+pub(crate) mod sampling;
 pub(crate) mod sinks;
+pub(crate) mod source;
 pub(crate) mod steps;
-pub(crate) mod web;
 
 /// Runs the `gpumon-agent` command line and returns its exit code.
 ///

@@ -42,8 +42,11 @@ use crate::core::report::{Report, ReportHandle};
 use crate::core::{Family, Snapshot};
 use clap::Parser;
 
-use crate::cli::app::{config_failure, Cli};
+use crate::cli::common::{
+    config_failure, init_logging, on_the_agent_runtime, parse, print_stdout, spawn_with_services,
+};
 use crate::cli::diagnose::ReportFormat;
+use crate::cli::flags::Cli;
 
 /// The environment variable that carries the steps socket's path to the command.
 pub const STEPS_SOCKET_ENV: &str = "GPUMON_STEPS_SOCKET";
@@ -79,18 +82,18 @@ const NOT_EXECUTABLE: u8 = 126;
 
 /// Parses `gpumon-agent run …` (`args` without the program name and `run`) and runs it.
 pub fn main(args: Vec<OsString>, mock: Option<MockFactory>) -> u8 {
-    let cli = match crate::cli::app::parse::<RunCli>(std::iter::once(OsString::from("gpumon-agent run")).chain(args)) {
+    let cli = match parse::<RunCli>(std::iter::once(OsString::from("gpumon-agent run")).chain(args)) {
         Ok(cli) => cli,
         Err(code) => return code,
     };
-    if let Err(e) = crate::cli::app::init_logging(&cli.agent.log) {
-        return crate::cli::app::config_failure(&e.0);
+    if let Err(e) = init_logging(&cli.agent.log) {
+        return config_failure(&e.0);
     }
     if cli.command.is_empty() {
         eprintln!("gpumon: run: no command given (gpumon-agent run [FLAGS] -- CMD ARGS…)");
         return NOT_FOUND;
     }
-    if cli.agent.once || cli.agent.diagnose.duration.is_some() || cli.agent.replay.is_some() {
+    if cli.agent.once || cli.agent.diagnose.duration.is_some() || cli.agent.source.replay.is_some() {
         return config_failure(
             "run: --once, --duration and --replay do not apply: the run lasts as long as the command",
         );
@@ -102,9 +105,7 @@ pub fn main(args: Vec<OsString>, mock: Option<MockFactory>) -> u8 {
         },
         None => AgentConfig::default(),
     };
-    let options = match crate::cli::app::flags_onto_config(&cli.agent, &mut file)
-        .and_then(|()| crate::cli::app::options(&cli.agent, mock))
-    {
+    let options = match cli.agent.onto_config(&mut file).and_then(|()| cli.agent.options(mock)) {
         Ok(options) => options,
         Err(e) => return config_failure(&e.0),
     };
@@ -131,7 +132,7 @@ pub fn main(args: Vec<OsString>, mock: Option<MockFactory>) -> u8 {
     } else {
         None
     };
-    let code = crate::cli::app::on_the_agent_runtime(run(cli, file, options, report_file));
+    let code = on_the_agent_runtime(run(cli, file, options, report_file));
     drop(private);
     code
 }
@@ -240,7 +241,7 @@ async fn run(
         Ok(assembled) => assembled,
         Err(e) => {
             discard(report_file);
-            return crate::cli::backend::failure(&e, &cli.agent);
+            return crate::cli::backend::failure(&e, cli.agent.diagnose.diagnose_window.is_some());
         }
     };
     let window = crate::assembly::diagnosis_window(&file.diagnose, assembled.interval);
@@ -254,7 +255,7 @@ async fn run(
         discard(report_file);
         return 1;
     };
-    let handle = match crate::cli::app::spawn_with_services(builder, &mut services, shutdown_timeout).await {
+    let handle = match spawn_with_services(builder, &mut services, shutdown_timeout).await {
         Ok(h) => h,
         Err(code) => {
             discard(report_file);
@@ -493,14 +494,14 @@ fn print_report(cli: &RunCli, record: &RunRecord, scope: &str) {
     match cli.agent.diagnose.report_format.unwrap_or_default() {
         ReportFormat::Human => {
             let outcome = record.command.as_ref().map_or_else(|| "ended".to_owned(), ToString::to_string);
-            let _ = crate::cli::app::print_stdout(&format!(
+            let _ = print_stdout(&format!(
                 "gpumon run: the command {outcome}; watched {scope}\n{}",
                 cli.agent.diagnose.human_report(&record.report)
             ));
         }
         ReportFormat::Json => match serde_json::to_string(record) {
             Ok(json) => {
-                let _ = crate::cli::app::print_stdout(&(json + "\n"));
+                let _ = print_stdout(&(json + "\n"));
             }
             Err(e) => eprintln!("gpumon: cannot encode the report: {e}"),
         },
@@ -553,11 +554,9 @@ fn process_tree(proc_root: &Path, root: u32) -> HashSet<u32> {
     tree
 }
 
-/// The parent pid in a `/proc/<pid>/stat` line: the second field after the command name, which
-/// is in parentheses and may hold spaces and parentheses itself.
+/// The parent pid in a `/proc/<pid>/stat` line (field 4).
 fn parent_pid(stat: &str) -> Option<u32> {
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(1)?.parse().ok()
+    crate::core::attribution::procfs::stat_field(stat.as_bytes(), 4).and_then(|p| u32::try_from(p).ok())
 }
 
 #[cfg(test)]

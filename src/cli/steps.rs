@@ -32,9 +32,11 @@ pub struct StepsArgs {
     pub steps_socket: Option<PathBuf>,
 }
 
-/// `--steps-socket`, set onto `[steps]` (the flag wins over the file).
-pub fn onto_config(args: &StepsArgs, file: &mut StepsSection) {
-    if args.steps_socket.is_some() {
-        file.socket.clone_from(&args.steps_socket);
+impl StepsArgs {
+    /// `--steps-socket`, set onto `[steps]` (the flag wins over the file).
+    pub fn onto_config(&self, file: &mut StepsSection) {
+        if self.steps_socket.is_some() {
+            file.socket.clone_from(&self.steps_socket);
+        }
     }
 }

@@ -18,21 +18,6 @@ impl DeviceSample {
     /// This is the uniform view every sink encodes from; it allocates nothing.
     pub fn visit_points<'a>(&'a self, mut f: impl FnMut(Point<'a>)) {
         use MetricId as M;
-        let float = |id: MetricId, v: Option<f64>, f: &mut dyn FnMut(Point<'a>)| {
-            if let Some(v) = v {
-                f(Point { id, value: Value::Float(v), label: None });
-            }
-        };
-        let int = |id: MetricId, v: Option<u64>, f: &mut dyn FnMut(Point<'a>)| {
-            if let Some(v) = v {
-                f(Point { id, value: Value::Int(v), label: None });
-            }
-        };
-        let flag = |id: MetricId, v: Option<bool>, f: &mut dyn FnMut(Point<'a>)| {
-            if let Some(v) = v {
-                f(Point { id, value: Value::Int(u64::from(v)), label: None });
-            }
-        };
         let f = &mut f as &mut dyn FnMut(Point<'a>);
 
         // A suspended GPU is present (up = 1) but carries nothing else this tick.
@@ -49,6 +34,17 @@ impl DeviceSample {
         for family in self.failed_families() {
             f(Point { id: M::MetricFailure, value: Value::Int(1), label: Some(LabelValue::Str(family.name())) });
         }
+        // In catalogue order, family by family.
+        self.visit_readings(f);
+        self.visit_ecc_and_xid(f);
+        self.visit_processes(f);
+        self.visit_windows(f);
+        self.visit_gpm_and_nvlink(f);
+    }
+
+    /// Utilisation, memory, temperatures, power, clocks, fan, P-state, clock-event reasons, PCIe.
+    fn visit_readings<'a>(&'a self, f: &mut dyn FnMut(Point<'a>)) {
+        use MetricId as M;
         let u = &self.utilization;
         float(M::GpuUtilization, u.gpu, f);
         float(M::MemoryUtilization, u.memory, f);
@@ -91,7 +87,11 @@ impl DeviceSample {
         int(M::PcieReplays, p.replays, f);
         float(M::PcieTxThroughput, p.tx_bytes_per_second, f);
         float(M::PcieRxThroughput, p.rx_bytes_per_second, f);
+    }
 
+    /// ECC counters, retired pages, remapped rows, and the Xid errors seen.
+    fn visit_ecc_and_xid<'a>(&'a self, f: &mut dyn FnMut(Point<'a>)) {
+        use MetricId as M;
         let e = &self.ecc;
         int(M::EccCorrected, e.corrected, f);
         int(M::EccUncorrected, e.uncorrected, f);
@@ -109,7 +109,11 @@ impl DeviceSample {
             let secs = x.last_seen.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
             f(Point { id: M::XidLastSeen, value: Value::Float(secs), label });
         }
+    }
 
+    /// Each process's figures, labelled with its pid.
+    fn visit_processes<'a>(&'a self, f: &mut dyn FnMut(Point<'a>)) {
+        use MetricId as M;
         for proc in &self.processes {
             let label = Some(LabelValue::Int(u64::from(proc.pid)));
             let mut with_pid = |id, v: Option<Value>| {
@@ -123,7 +127,11 @@ impl DeviceSample {
             with_pid(M::ProcessEncoderUtilization, proc.encoder_utilization.map(Value::Float));
             with_pid(M::ProcessDecoderUtilization, proc.decoder_utilization.map(Value::Float));
         }
+    }
 
+    /// The sub-interval windows' min / max / mean.
+    fn visit_windows<'a>(&'a self, f: &mut dyn FnMut(Point<'a>)) {
+        use MetricId as M;
         let w = &self.windows;
         let mut window = |ids: [Option<MetricId>; 3], s: Option<WindowStats>| {
             if let Some(s) = s {
@@ -145,7 +153,11 @@ impl DeviceSample {
         window([Some(M::PowerUsageMin), Some(M::PowerUsageMax), Some(M::PowerUsageMean)], w.power_watts);
         window([Some(M::ClockSmMin), Some(M::ClockSmMax), None], w.sm_clock);
         window([Some(M::ClockMemoryMin), Some(M::ClockMemoryMax), None], w.memory_clock);
+    }
 
+    /// GPM activity, and NVLink: each link's series when asked for, the totals always.
+    fn visit_gpm_and_nvlink<'a>(&'a self, f: &mut dyn FnMut(Point<'a>)) {
+        use MetricId as M;
         let g = &self.gpm;
         float(M::GpmGraphicsActivity, g.graphics_activity, f);
         float(M::GpmSmActivity, g.sm_activity, f);
@@ -211,6 +223,27 @@ impl DeviceSample {
             }
             _ => None,
         }
+    }
+}
+
+/// A float point, when the value is present.
+fn float<'a>(id: MetricId, v: Option<f64>, f: &mut dyn FnMut(Point<'a>)) {
+    if let Some(v) = v {
+        f(Point { id, value: Value::Float(v), label: None });
+    }
+}
+
+/// An integer point, when the value is present.
+fn int<'a>(id: MetricId, v: Option<u64>, f: &mut dyn FnMut(Point<'a>)) {
+    if let Some(v) = v {
+        f(Point { id, value: Value::Int(v), label: None });
+    }
+}
+
+/// A 0/1 point, when the flag is known.
+fn flag<'a>(id: MetricId, v: Option<bool>, f: &mut dyn FnMut(Point<'a>)) {
+    if let Some(v) = v {
+        f(Point { id, value: Value::Int(u64::from(v)), label: None });
     }
 }
 

@@ -482,10 +482,26 @@ impl NvmlSampler {
             },
         };
 
+        self.push_samples(&d, gpu, info, req, now, out);
+    }
+
+    /// The samples of an identified GPU the filter may show, and of its MIG instances: pushed
+    /// onto `out`; when NVML loses the GPU midway, its MIG samples already pushed are taken back
+    /// and the GPU is reported lost.
+    fn push_samples(
+        &self,
+        d: &Device<'_>,
+        gpu: &mut Gpu,
+        info: Arc<DeviceInfo>,
+        req: &SampleRequest,
+        now: Instant,
+        out: &mut Vec<DeviceSample>,
+    ) {
+        let filter: &DeviceFilter = &req.devices;
         let mut lost = false;
         if filter.allows(&info) {
             let mut sample = DeviceSample::new(info.clone());
-            lost = self.read_families(&d, req, &mut gpu.carry, &mut sample, now);
+            lost = self.read_families(d, req, &mut gpu.carry, &mut sample, now);
             if !lost {
                 if let (true, Some(x)) = (req.metrics.contains(Family::Xid), &self.xid) {
                     // Not watched is not "no XID errors": say so in the sample.

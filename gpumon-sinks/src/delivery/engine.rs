@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::buffer::{Batch, Buffer, SpillDone, SpillIo};
-use crate::http::retry::{Backoff, Failure};
+use crate::http::retry::{Backoff, Failure, Next as RetryNext, Retrier};
 
 /// How one sealed batch goes on the wire: the sink's request, sent and classified by the shared
 /// HTTP client ([`crate::http`]).
@@ -467,8 +467,8 @@ enum Next {
 
 impl Writer {
     async fn run(self) {
-        let mut attempt: u32 = 0;
-        let mut failing_since: Option<(Instant, u64)> = None;
+        // The tries' backoff and the outage in progress: the Pushgateway's loop, in the background.
+        let mut retrier = Retrier::new(self.backoff);
         loop {
             let woken = self.shared.wake.notified();
             let (next, io) = self.next_step(&mut self.shared.lock());
@@ -503,8 +503,8 @@ impl Writer {
                     let mut st = self.shared.lock();
                     let Some(batch) = st.buffer.inflight.take() else { continue };
                     match result {
-                        Ok(()) => self.written(&mut st, batch, &mut attempt, &mut failing_since),
-                        Err(failure) => self.failed(&mut st, batch, failure, &mut attempt, &mut failing_since),
+                        Ok(()) => self.written(&mut st, batch, &mut retrier),
+                        Err(failure) => self.failed(&mut st, batch, failure, &mut retrier),
                     }
                     drop(st);
                     self.shared.progress.notify_waiters();
@@ -556,23 +556,21 @@ impl Writer {
     }
 
     /// A batch was written: count it, end an outage (saying how long it lasted).
-    fn written(&self, st: &mut State, batch: Batch, attempt: &mut u32, failing_since: &mut Option<(Instant, u64)>) {
+    fn written(&self, st: &mut State, batch: Batch, retrier: &mut Retrier) {
         let (sink, service, c) = (self.unit.sink, self.unit.service, &self.shared.counters);
         c.written.fetch_add(batch.lines as u64, Ordering::Relaxed);
         c.batches_written.fetch_add(1, Ordering::Relaxed);
         st.buffer.done_with(batch);
-        if st.failure.take().is_some() {
-            if let Some((since, failures)) = failing_since.take() {
-                tracing::info!(
-                    sink,
-                    failed_attempts = st.attempts_failed - failures,
-                    outage = ?since.elapsed(),
-                    buffered = st.buffer.lines(),
-                    "writes to {service} recovered"
-                );
-            }
+        st.failure = None;
+        if let Some(outage) = retrier.succeeded() {
+            tracing::info!(
+                sink,
+                failed_attempts = outage.failed_tries,
+                outage = ?outage.lasted,
+                buffered = st.buffer.lines(),
+                "writes to {service} recovered"
+            );
         }
-        *attempt = 0;
         st.pause = None;
         if st.buffer.drained_after_backlog() {
             // The backlog's batches are freed now, but the allocator keeps
@@ -585,24 +583,15 @@ impl Writer {
 
     /// A batch failed: count and log it (once per distinct failure), then drop it (refused),
     /// retry it after a backoff or the server's `Retry-After`, or hold it.
-    fn failed(
-        &self,
-        st: &mut State,
-        batch: Batch,
-        failure: Failure,
-        attempt: &mut u32,
-        failing_since: &mut Option<(Instant, u64)>,
-    ) {
+    fn failed(&self, st: &mut State, batch: Batch, failure: Failure, retrier: &mut Retrier) {
         let (sink, service, c) = (self.unit.sink, self.unit.service, &self.shared.counters);
         c.failed_requests.fetch_add(1, Ordering::Relaxed);
         st.attempts_failed += 1;
-        if failing_since.is_none() {
-            *failing_since = Some((Instant::now(), st.attempts_failed - 1));
-        }
+        let next = retrier.failed(&failure);
         // Log once per distinct failure, not per attempt.
-        if st.failure.as_ref().map(Failure::message) != Some(failure.message()) {
-            match &failure {
-                Failure::Reject { .. } => tracing::warn!(
+        if retrier.log_once(failure.message()) {
+            match next {
+                RetryNext::Drop => tracing::warn!(
                     sink,
                     error = %failure.message(),
                     dropped = batch.lines,
@@ -613,22 +602,19 @@ impl Writer {
         } else {
             tracing::debug!(sink, error = %failure.message(), "{service} write failed again");
         }
-        match &failure {
-            Failure::Reject { .. } => {
+        match next {
+            RetryNext::Drop => {
                 c.rejected.fetch_add(batch.lines as u64, Ordering::Relaxed);
                 st.buffer.done_with(batch);
                 st.pause = None;
             }
-            Failure::Retry { retry_after, .. } => {
-                let delay = self.backoff.wait(*attempt, *retry_after);
-                let kind = if retry_after.is_some() { PauseKind::RetryAfter } else { PauseKind::Backoff };
-                *attempt = attempt.saturating_add(1);
+            RetryNext::Retry { delay, server_asked } => {
+                let kind = if server_asked { PauseKind::RetryAfter } else { PauseKind::Backoff };
                 st.pause = Some(Pause { until: Instant::now() + delay, kind });
                 st.buffer.queue.push_front(batch);
             }
-            Failure::Hold { .. } => {
-                let until = Instant::now() + self.backoff.max;
-                st.pause = Some(Pause { until, kind: PauseKind::Hold });
+            RetryNext::Hold(wait) => {
+                st.pause = Some(Pause { until: Instant::now() + wait, kind: PauseKind::Hold });
                 st.buffer.queue.push_front(batch);
             }
         }

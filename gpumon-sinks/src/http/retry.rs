@@ -5,7 +5,9 @@
 //! The InfluxDB and remote-write writers ([`crate::delivery`]) retry in the background until the
 //! data is written or dropped; the Pushgateway retries within one export's time budget; OTLP/HTTP
 //! does not retry itself and reports a [`Failure::Retry`] as a transient error for the agent to
-//! count. All of them read the same table.
+//! count. All of them read the same table, and the two that retry keep their tries and their
+//! outage in one [`Retrier`]: the next wait, the failure last logged, and how long the outage
+//! lasted when writes recover.
 
 use std::time::Duration;
 
@@ -111,6 +113,88 @@ impl Backoff {
     }
 }
 
+/// What a sink does after a failed try ([`Retrier::failed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Try again after `delay`: the server's `Retry-After` when `server_asked`, else the backoff.
+    Retry { delay: Duration, server_asked: bool },
+    /// Keep the data and try again after `Backoff::max` (401/403/404): someone must fix the
+    /// credentials or the URL.
+    Hold(Duration),
+    /// Refused: retrying cannot help.
+    Drop,
+}
+
+/// An outage that ended ([`Retrier::succeeded`]): how long it lasted and how many tries failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Recovered {
+    pub(crate) lasted: Duration,
+    pub(crate) failed_tries: u64,
+}
+
+/// The retry-and-outage loop's state of one push target, shared by the Pushgateway sink (which
+/// retries within one export's budget) and the batching writer ([`crate::delivery`], which
+/// retries in the background): the retry number the backoff grows with, and the outage in
+/// progress — since when, how many tries failed, and the failure last logged, so that a run of
+/// identical failures is logged once.
+#[derive(Debug)]
+pub(crate) struct Retrier {
+    backoff: Backoff,
+    /// Retries since the last success (or [`Retrier::new_round`]): the backoff's exponent.
+    retries: u32,
+    /// When the outage began, and the tries failed since.
+    outage: Option<(std::time::Instant, u64)>,
+    /// The key of the failure last logged (`None`: none since the last success).
+    last_logged: Option<String>,
+}
+
+impl Retrier {
+    pub(crate) fn new(backoff: Backoff) -> Self {
+        Self { backoff, retries: 0, outage: None, last_logged: None }
+    }
+
+    /// Starts the backoff over (the next retry waits as the first), keeping the outage.
+    pub(crate) fn new_round(&mut self) {
+        self.retries = 0;
+    }
+
+    /// A try failed: counts it into the outage (which begins now, if none is in progress) and
+    /// says what to do next.
+    pub(crate) fn failed(&mut self, failure: &Failure) -> Next {
+        let (_, tries) = self.outage.get_or_insert_with(|| (std::time::Instant::now(), 0));
+        *tries += 1;
+        match failure {
+            Failure::Retry { .. } => {
+                let delay = self.backoff.wait(self.retries, failure.retry_after());
+                self.retries = self.retries.saturating_add(1);
+                Next::Retry { delay, server_asked: failure.retry_after().is_some() }
+            }
+            Failure::Hold { .. } => Next::Hold(self.backoff.max),
+            Failure::Reject { .. } => Next::Drop,
+        }
+    }
+
+    /// Whether to log a failure of the kind `key` (its message, `connect`, `HTTP 503`): only when
+    /// it differs from the failure last logged since the last success.
+    pub(crate) fn log_once(&mut self, key: &str) -> bool {
+        let new = self.last_logged.as_deref() != Some(key);
+        if new {
+            self.last_logged = Some(key.to_owned());
+        }
+        new
+    }
+
+    /// A try succeeded: the backoff starts over, and the outage ends. It is returned when a
+    /// failure of it was logged (a try that failed and was retried in silence is no outage to
+    /// report).
+    pub(crate) fn succeeded(&mut self) -> Option<Recovered> {
+        self.retries = 0;
+        let (since, failed_tries) = self.outage.take()?;
+        self.last_logged.take()?;
+        Some(Recovered { lasted: since.elapsed(), failed_tries })
+    }
+}
+
 /// Parses an HTTP `Retry-After` header given in seconds (the HTTP-date form is rare from
 /// metric backends and is ignored).
 pub(crate) fn parse_retry_after(value: &str) -> Option<Duration> {
@@ -174,6 +258,29 @@ mod tests {
         let b = Backoff { initial: Duration::from_millis(100), max: Duration::from_secs(1) };
         assert_eq!(b.wait(0, Some(Duration::from_secs(7))), Duration::from_secs(7));
         assert_eq!(b.wait(9, Some(Duration::from_secs(3600))), MAX_RETRY_AFTER);
+    }
+
+    #[test]
+    fn the_retrier_backs_off_logs_each_kind_once_and_reports_the_outage() {
+        let backoff = Backoff { initial: Duration::from_millis(100), max: Duration::from_secs(1) };
+        let mut r = Retrier::new(backoff);
+        assert_eq!(r.succeeded(), None, "no outage yet");
+        let busy = classify(503, "busy".into(), None);
+        assert!(matches!(r.failed(&busy), Next::Retry { delay, server_asked: false } if delay <= backoff.ceiling(0)));
+        assert_eq!(r.succeeded(), None, "a failure retried in silence is no outage");
+        assert!(matches!(r.failed(&busy), Next::Retry { delay, .. } if delay <= backoff.ceiling(0)), "starts over");
+        assert!(r.log_once("HTTP 503"));
+        assert!(matches!(r.failed(&busy), Next::Retry { delay, .. } if delay <= backoff.ceiling(1)));
+        assert!(!r.log_once("HTTP 503"), "the same kind is logged once");
+        let asked = classify(429, "slow down".into(), Some(Duration::from_secs(7)));
+        assert_eq!(r.failed(&asked), Next::Retry { delay: Duration::from_secs(7), server_asked: true });
+        assert!(r.log_once("HTTP 429"));
+        assert_eq!(r.failed(&classify(401, "who".into(), None)), Next::Hold(backoff.max));
+        assert_eq!(r.failed(&classify(400, "bad".into(), None)), Next::Drop);
+        r.new_round();
+        assert_eq!(r.retries, 0);
+        assert_eq!(r.succeeded().map(|o| o.failed_tries), Some(5), "a new round keeps the outage");
+        assert!(r.log_once("HTTP 429"), "logged again after a recovery");
     }
 
     #[test]

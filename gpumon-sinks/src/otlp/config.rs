@@ -210,15 +210,46 @@ fn first(env: Env<'_>, names: &[&str]) -> Option<(String, String)> {
 }
 
 pub(crate) fn resolve(cfg: &OtlpConfig, env: Env<'_>) -> Result<Resolved, BuildError> {
-    let protocol = match cfg.protocol {
+    let protocol = resolve_protocol(cfg, env)?;
+    let endpoint = resolve_endpoint(cfg, env, protocol)?;
+    let headers = resolve_headers(cfg, env, protocol)?;
+    let timeout = resolve_timeout(cfg, env)?;
+    let compression = resolve_compression(cfg, env)?;
+    if let Some(i) = cfg.export_interval {
+        if i < Duration::from_millis(100) {
+            return Err(BuildError::invalid("otlp.export_interval", format!("{i:?} is below the minimum of 100ms")));
+        }
+    }
+    let resource = resolve_resource(cfg, env)?;
+    let (endpoint, tls) = resolve_tls(cfg, env, endpoint)?;
+    Ok(Resolved {
+        endpoint,
+        protocol,
+        headers,
+        timeout,
+        compression,
+        export_interval: cfg.export_interval,
+        resource,
+        pipeline: cfg.pipeline.unwrap_or_default(),
+        tls,
+    })
+}
+
+/// `otlp.protocol`, else the OTel variables, else http/protobuf.
+fn resolve_protocol(cfg: &OtlpConfig, env: Env<'_>) -> Result<Protocol, BuildError> {
+    Ok(match cfg.protocol {
         Some(p) => p,
         None => match first(env, &["OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"]) {
             Some((name, v)) => Protocol::parse(&v).map_err(|reason| BuildError::invalid(name, reason))?,
             None => Protocol::HttpProtobuf,
         },
-    };
+    })
+}
 
-    let endpoint = if let Some(e) = cfg.endpoint.as_deref().filter(|e| !e.trim().is_empty()) {
+/// `otlp.endpoint` (a bare HTTP base gets `/v1/metrics`), else the signal's variable as it is,
+/// else the general variable (with `/v1/metrics` for HTTP), else the protocol's default.
+fn resolve_endpoint(cfg: &OtlpConfig, env: Env<'_>, protocol: Protocol) -> Result<String, BuildError> {
+    Ok(if let Some(e) = cfg.endpoint.as_deref().filter(|e| !e.trim().is_empty()) {
         let url = validate_endpoint("otlp.endpoint", e.trim(), protocol)?;
         match protocol {
             Protocol::HttpProtobuf if url.path().is_empty() || url.path() == "/" => join_path(e.trim()),
@@ -238,8 +269,12 @@ pub(crate) fn resolve(cfg: &OtlpConfig, env: Env<'_>) -> Result<Resolved, BuildE
             Protocol::HttpProtobuf => DEFAULT_HTTP_ENDPOINT.to_owned(),
             Protocol::Grpc => DEFAULT_GRPC_ENDPOINT.to_owned(),
         }
-    };
+    })
+}
 
+/// The headers of the variables, overridden by `otlp.headers`; each checked, an error naming
+/// where it came from.
+fn resolve_headers(cfg: &OtlpConfig, env: Env<'_>, protocol: Protocol) -> Result<BTreeMap<String, Secret>, BuildError> {
     // Each header remembers where it came from, so an error names the key the user wrote.
     let mut headers = BTreeMap::new();
     let mut source: BTreeMap<String, String> = BTreeMap::new();
@@ -274,7 +309,11 @@ pub(crate) fn resolve(cfg: &OtlpConfig, env: Env<'_>) -> Result<Resolved, BuildE
             ));
         }
     }
+    Ok(headers)
+}
 
+/// `otlp.timeout`, else the variables' milliseconds, else the default; never zero.
+fn resolve_timeout(cfg: &OtlpConfig, env: Env<'_>) -> Result<Duration, BuildError> {
     let timeout = match cfg.timeout {
         Some(t) => t,
         None => match first(env, &["OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"]) {
@@ -289,21 +328,22 @@ pub(crate) fn resolve(cfg: &OtlpConfig, env: Env<'_>) -> Result<Resolved, BuildE
     if timeout.is_zero() {
         return Err(BuildError::invalid("otlp.timeout", "must be greater than zero"));
     }
+    Ok(timeout)
+}
 
-    let compression = match cfg.compression {
+/// `otlp.compression`, else the variables, else none.
+fn resolve_compression(cfg: &OtlpConfig, env: Env<'_>) -> Result<Compression, BuildError> {
+    Ok(match cfg.compression {
         Some(c) => c,
         None => match first(env, &["OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION"]) {
             Some((name, v)) => Compression::parse(&v).map_err(|reason| BuildError::invalid(name, reason))?,
             None => Compression::None,
         },
-    };
+    })
+}
 
-    if let Some(i) = cfg.export_interval {
-        if i < Duration::from_millis(100) {
-            return Err(BuildError::invalid("otlp.export_interval", format!("{i:?} is below the minimum of 100ms")));
-        }
-    }
-
+/// The resource: defaults < OTEL_RESOURCE_ATTRIBUTES < OTEL_SERVICE_NAME < config.
+fn resolve_resource(cfg: &OtlpConfig, env: Env<'_>) -> Result<BTreeMap<String, String>, BuildError> {
     // Resource: defaults < OTEL_RESOURCE_ATTRIBUTES < OTEL_SERVICE_NAME < config.
     let mut resource = BTreeMap::new();
     resource.insert("service.name".to_owned(), DEFAULT_SERVICE_NAME.to_owned());
@@ -319,7 +359,12 @@ pub(crate) fn resolve(cfg: &OtlpConfig, env: Env<'_>) -> Result<Resolved, BuildE
     if let Some(name) = cfg.service_name.as_deref().filter(|s| !s.is_empty()) {
         resource.insert("service.name".to_owned(), name.to_owned());
     }
+    Ok(resource)
+}
 
+/// The TLS settings, the variables filling what `otlp.tls` leaves unset, checked against the
+/// endpoint (returned as it came).
+fn resolve_tls(cfg: &OtlpConfig, env: Env<'_>, endpoint: String) -> Result<(String, TlsConfig), BuildError> {
     let mut tls = cfg.tls.clone();
     for (field, names) in [
         (&mut tls.ca_file, ["OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE"]),
@@ -336,18 +381,7 @@ pub(crate) fn resolve(cfg: &OtlpConfig, env: Env<'_>) -> Result<Resolved, BuildE
     let url = reqwest::Url::parse(&endpoint)
         .map_err(|e| BuildError::InvalidEndpoint { endpoint: endpoint.clone(), reason: e.to_string() })?;
     tls.check("otlp.tls", "otlp.endpoint", &url)?;
-
-    Ok(Resolved {
-        endpoint,
-        protocol,
-        headers,
-        timeout,
-        compression,
-        export_interval: cfg.export_interval,
-        resource,
-        pipeline: cfg.pipeline.unwrap_or_default(),
-        tls,
-    })
+    Ok((endpoint, tls))
 }
 
 /// `base` + `/v1/metrics`, with exactly one slash between them.

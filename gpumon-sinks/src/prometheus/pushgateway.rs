@@ -12,7 +12,7 @@ use serde::Deserialize;
 use super::render::RenderOptions;
 use super::{Format, Naming, PrometheusHandle};
 use crate::http::client::{Auth, ClientConfig, HttpClient, HttpError};
-use crate::http::retry::Backoff;
+use crate::http::retry::{Backoff, Next, Retrier};
 use crate::tls::TlsConfig;
 use crate::Secret;
 
@@ -185,10 +185,8 @@ impl PushgatewaySinkBuilder {
             ready_url,
             timeout: c.timeout,
             delete_on_shutdown: c.delete_on_shutdown,
-            backoff: self.backoff,
+            retrier: Retrier::new(self.backoff),
             handle,
-            last_logged: None,
-            failing_since: None,
             shut_down: false,
         })
     }
@@ -244,11 +242,9 @@ pub struct PushgatewaySink {
     target: String,
     timeout: Duration,
     delete_on_shutdown: bool,
-    backoff: Backoff,
+    /// The tries' backoff and the outage in progress (the failure last logged).
+    retrier: Retrier,
     handle: PrometheusHandle,
-    /// The failure last logged, so a run of identical failures is logged once.
-    last_logged: Option<String>,
-    failing_since: Option<std::time::Instant>,
     shut_down: bool,
 }
 
@@ -295,24 +291,6 @@ impl PushgatewaySink {
         let request = request.timeout(timeout).header(reqwest::header::CONTENT_TYPE, Format::Text.content_type());
         self.client.send(request.body(body)).await
     }
-
-    /// Logs a failure once until its kind (`connect`, `HTTP 503`, …) changes or pushes recover.
-    fn log_failure(&mut self, kind: String, message: &str) {
-        if self.failing_since.is_none() {
-            self.failing_since = Some(std::time::Instant::now());
-        }
-        if self.last_logged.as_deref() != Some(kind.as_str()) {
-            tracing::warn!(url = %self.group_url, error = %message, "pushgateway push failed (logged once until it changes or recovers)");
-            self.last_logged = Some(kind);
-        }
-    }
-
-    fn log_success(&mut self) {
-        if let Some(since) = self.failing_since.take() {
-            tracing::info!(url = %self.group_url, after = ?since.elapsed(), "pushgateway push recovered");
-        }
-        self.last_logged = None;
-    }
 }
 
 #[async_trait::async_trait]
@@ -332,31 +310,36 @@ impl Sink for PushgatewaySink {
         self.handle.store(snapshot);
         let body = Bytes::from(self.handle.render(Format::Text));
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let mut attempt = 0u32;
+        self.retrier.new_round();
+        let mut tries = 0u32;
         loop {
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
             if remaining.is_zero() {
                 return Err(SinkError::Timeout(self.timeout));
             }
-            match self.attempt(body.clone(), remaining).await {
-                Ok(()) => {
-                    self.log_success();
-                    return Ok(());
+            let Err(e) = self.attempt(body.clone(), remaining).await else {
+                if let Some(outage) = self.retrier.succeeded() {
+                    tracing::info!(url = %self.group_url, after = ?outage.lasted, "pushgateway push recovered");
                 }
-                Err(e) => {
-                    let kind = e.kind();
-                    let failure = e.into_failure(&self.target);
-                    let delay = self.backoff.wait(attempt, failure.retry_after());
-                    attempt += 1;
-                    if !failure.is_retryable() || tokio::time::Instant::now() + delay >= deadline {
-                        self.log_failure(kind, failure.message());
-                        let message = match attempt {
-                            1 => failure.message().to_owned(),
-                            _ => format!("{} (after {attempt} attempts)", failure.message()),
-                        };
-                        return Err(failure.sink_error(message));
-                    }
+                return Ok(());
+            };
+            let kind = e.kind();
+            let failure = e.into_failure(&self.target);
+            tries += 1;
+            match self.retrier.failed(&failure) {
+                Next::Retry { delay, .. } if tokio::time::Instant::now() + delay < deadline => {
                     tokio::time::sleep(delay).await;
+                }
+                // Held or refused (no buffer to keep the data in), or out of budget.
+                _ => {
+                    if self.retrier.log_once(&kind) {
+                        tracing::warn!(url = %self.group_url, error = %failure.message(), "pushgateway push failed (logged once until it changes or recovers)");
+                    }
+                    let message = match tries {
+                        1 => failure.message().to_owned(),
+                        _ => format!("{} (after {tries} attempts)", failure.message()),
+                    };
+                    return Err(failure.sink_error(message));
                 }
             }
         }

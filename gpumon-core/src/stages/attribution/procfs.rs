@@ -329,12 +329,20 @@ impl std::fmt::Display for Failure {
     }
 }
 
-/// Field 22 (`starttime`) of a `stat` file: after the command name in parentheses (which may
-/// itself hold spaces and parentheses, hence the last `)`), field 3 onward.
+/// Field 22 (`starttime`) of a `stat` file.
 fn start_time(stat: &[u8]) -> Option<u64> {
+    stat_field(stat, 22)
+}
+
+/// Field `n` (numbered from 1 as proc(5) does: 4 is the parent pid, 22 the start time) of a
+/// `/proc/<pid>/stat` file, as a number: after the command name in parentheses (field 2, which
+/// may itself hold spaces and parentheses, hence the last `)`), field 3 onward. `None` for
+/// fields 1 and 2, and when the file is cut short or the field is not a number. The one
+/// `stat` parser of the crate and of `gpumon-agent run` (which walks the job's process tree).
+pub fn stat_field(stat: &[u8], n: usize) -> Option<u64> {
     let close = stat.iter().rposition(|&b| b == b')')?;
     let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
-    rest.split_ascii_whitespace().nth(22 - 3)?.parse().ok()
+    rest.split_ascii_whitespace().nth(n.checked_sub(3)?)?.parse().ok()
 }
 
 /// The real uid and gid from a `status` file's `Uid:` and `Gid:` lines.
@@ -425,6 +433,17 @@ fn log_failure(_: &str, _: bool) {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_fields_are_numbered_as_proc_5_numbers_them() {
+        let stat = b"4242 (a) b) S 17 4242 4242 0 -1";
+        assert_eq!(stat_field(stat, 4), Some(17), "the parent pid");
+        assert_eq!(stat_field(stat, 5), Some(4242));
+        assert_eq!(stat_field(stat, 3), None, "the state is no number");
+        assert_eq!(stat_field(stat, 2), None);
+        assert_eq!(stat_field(stat, 1), None);
+        assert_eq!(stat_field(stat, 9), None, "cut short");
+    }
 
     #[test]
     fn the_start_time_is_field_22_even_with_parentheses_in_the_name() {

@@ -145,9 +145,10 @@ pub enum SocketError {
     /// Another process listens on the path.
     #[error("steps socket {0}: another process is listening on it")]
     InUse(PathBuf),
-    /// The path exists and is not a socket (gpumon does not delete it).
-    #[error("steps socket {0}: the path exists and is not a socket")]
-    NotASocket(PathBuf),
+    /// The path cannot be a socket's ([`check_path`]): too long, or a file that is not a socket
+    /// (gpumon does not delete it).
+    #[error("steps socket {0}")]
+    Path(#[from] PathProblem),
     /// Binding, or setting the permissions, failed.
     #[error("steps socket {path}: {source}")]
     Io {
@@ -159,6 +160,50 @@ pub enum SocketError {
     /// A configuration value out of range.
     #[error("steps socket: {0}")]
     InvalidConfig(String),
+}
+
+/// The longest path a Unix socket can be bound at, in bytes: `sockaddr_un.sun_path` (108 bytes
+/// on Linux, 104 on the BSDs and macOS) holds the path and its terminating NUL.
+pub const MAX_PATH_LEN: usize = if cfg!(target_os = "linux") { 107 } else { 103 };
+
+/// What is wrong with a socket's path, known before binding it ([`check_path`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PathProblem {
+    /// Longer than [`MAX_PATH_LEN`].
+    #[error(
+        "{}: {len} bytes, longer than a Unix socket's path may be (at most {MAX_PATH_LEN} bytes: \
+         `sun_path` holds {} with the terminating NUL); choose a shorter path",
+        path.display(),
+        MAX_PATH_LEN + 1
+    )]
+    TooLong {
+        /// The path.
+        path: PathBuf,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// The path exists and is not a socket (gpumon does not delete it).
+    #[error("{}: the path exists and is not a socket (gpumon does not delete it)", .0.display())]
+    NotASocket(PathBuf),
+}
+
+/// What can be known of a socket's path before binding it: a path longer than a Unix socket's,
+/// or one that exists and is not a socket. The one check of both [`StepSocket::bind`] and the
+/// agent's configuration (which reports it as an error of `steps.socket` before anything runs).
+///
+/// # Errors
+/// [`PathProblem`].
+pub fn check_path(path: &Path) -> Result<(), PathProblem> {
+    use std::os::unix::ffi::OsStrExt;
+    let len = path.as_os_str().as_bytes().len();
+    if len > MAX_PATH_LEN {
+        return Err(PathProblem::TooLong { path: path.to_owned(), len });
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if !meta.file_type().is_socket() => Err(PathProblem::NotASocket(path.to_owned())),
+        _ => Ok(()),
+    }
 }
 
 /// A bound steps socket; [`StepSocket::serve`] runs it.
@@ -179,7 +224,7 @@ impl StepSocket {
     /// `gpumon_steps_rejected_total`.
     ///
     /// # Errors
-    /// [`SocketError::InUse`], [`SocketError::NotASocket`], [`SocketError::Io`],
+    /// [`SocketError::InUse`], [`SocketError::Path`], [`SocketError::Io`],
     /// [`SocketError::InvalidConfig`] for a limit of 0 (`max_connections`,
     /// `max_connections_per_uid`, `max_runs_per_uid`, `idle_timeout`) or a mode above `0o777`.
     pub fn bind(config: SocketConfig, registry: StepRegistry) -> Result<StepSocket, SocketError> {
@@ -199,15 +244,16 @@ impl StepSocket {
             return Err(SocketError::InvalidConfig(format!("mode {:o} is not a permission mode", config.mode)));
         }
         let path = config.path.as_path();
+        check_path(path)?;
         match std::fs::symlink_metadata(path) {
-            Ok(meta) if meta.file_type().is_socket() => {
-                // Someone listening? Then it is not ours to take. Otherwise it is stale.
+            // A socket (`check_path`): someone listening? Then it is not ours to take.
+            // Otherwise it is stale.
+            Ok(_) => {
                 if std::os::unix::net::UnixStream::connect(path).is_ok() {
                     return Err(SocketError::InUse(path.to_owned()));
                 }
                 std::fs::remove_file(path).map_err(io_err(path))?;
             }
-            Ok(_) => return Err(SocketError::NotASocket(path.to_owned())),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err(path)(e)),
         }
