@@ -187,6 +187,29 @@ struct Tally {
     /// Straggler, imbalance or bubbles said on a GPU that is its job's only one.
     single_gpu_peer_findings: u32,
     misses: Vec<String>,
+    /// (interval band, driver period band) -> what the GPU-runs where the cause can be shown
+    /// got there.
+    by_setting: BTreeMap<(usize, usize), Setting>,
+}
+
+/// One cell of the breakdown by sampling interval and driver period (showable GPU-runs only).
+#[derive(Default, Clone, Copy)]
+struct Setting {
+    runs: u32,
+    /// GPU-runs with a cause, and those where it was raised in time.
+    with_cause: u32,
+    right: u32,
+    /// GPU-runs where a kind other than the cause was said ("cannot tell" aside).
+    wrong: u32,
+    cannot_tell: u32,
+}
+
+/// The bands of the breakdown: sampling interval (seconds) and driver period (seconds).
+const INTERVAL_BANDS: [(f64, f64); 3] = [(0.2, 0.5), (0.5, 1.0), (1.0, 2.01)];
+const DRIVER_BANDS: [(f64, f64); 3] = [(0.16, 0.33), (0.33, 0.6), (0.6, 1.01)];
+
+fn band(bands: &[(f64, f64)], v: f64) -> usize {
+    bands.iter().position(|(lo, hi)| v >= *lo && v < *hi).unwrap_or(bands.len() - 1)
 }
 
 fn score_node(node: &SimNode, said: &Said, t: &mut Tally) {
@@ -234,6 +257,8 @@ fn score_node(node: &SimNode, said: &Said, t: &mut Tally) {
             t.cannot_tell += 1;
         }
         let region = truth.region;
+        let cell_key = (band(&INTERVAL_BANDS, node.interval_s), band(&DRIVER_BANDS, node.driver_period_s));
+        let mut cell = Setting::default();
         let mut miss = |what: String| {
             let job = truth.job.map_or("no job".to_owned(), |j| node.jobs[j].description.clone());
             t.misses.push(format!(
@@ -257,6 +282,7 @@ fn score_node(node: &SimNode, said: &Said, t: &mut Tally) {
                 Some(&at) if at <= within => {
                     s.tp += 1;
                     s.raise_s += (at - truth.onset_s).max(0.0);
+                    cell.right += 1;
                 }
                 _ if undecided => {}
                 other => {
@@ -270,9 +296,19 @@ fn score_node(node: &SimNode, said: &Said, t: &mut Tally) {
                 }
             }
         }
+        let mut wrong = false;
         for k in kinds.iter().filter(|k| Some(**k) != truth.cause && !is_cannot_tell(**k)) {
             t.scores.entry((region, *k)).or_default().fp += 1;
             miss(format!("false {k}"));
+            wrong = true;
+        }
+        if showable(region) {
+            let c = t.by_setting.entry(cell_key).or_default();
+            c.runs += 1;
+            c.with_cause += u32::from(truth.cause.is_some());
+            c.right += cell.right;
+            c.wrong += u32::from(wrong);
+            c.cannot_tell += u32::from(undecided);
         }
     }
 }
@@ -324,6 +360,30 @@ fn print_tables(t: &Tally, set: &str) {
         100.0 * f64::from(t.cannot_tell) / f64::from(t.gpu_runs.max(1))
     );
     println!("single-GPU jobs called straggler, imbalance or bubbles: {}", t.single_gpu_peer_findings);
+    println!(
+        "\nBy sampling interval and driver period (shown + marks-only GPU-runs): causes raised in time / GPU-runs \
+         with a cause; GPU-runs with a wrong kind said; \"cannot tell\"\n"
+    );
+    let head: Vec<String> = DRIVER_BANDS.iter().map(|(lo, hi)| format!("driver {lo:.2}–{:.2} s", hi.min(1.0))).collect();
+    println!("| interval | {} |", head.join(" | "));
+    println!("|---|{}", "---|".repeat(DRIVER_BANDS.len()));
+    for (i, (lo, hi)) in INTERVAL_BANDS.iter().enumerate() {
+        let cells: Vec<String> = (0..DRIVER_BANDS.len())
+            .map(|d| {
+                let c = t.by_setting.get(&(i, d)).copied().unwrap_or_default();
+                let pct = |n: u32, of: u32| if of == 0 { "—".to_owned() } else { format!("{:.0} %", 100.0 * f64::from(n) / f64::from(of)) };
+                format!(
+                    "{} of {} right; {} wrong of {}; {} cannot tell",
+                    pct(c.right, c.with_cause),
+                    c.with_cause,
+                    pct(c.wrong, c.runs),
+                    c.runs,
+                    pct(c.cannot_tell, c.runs)
+                )
+            })
+            .collect();
+        println!("| {lo:.1}–{:.1} s | {} |", hi.min(2.0), cells.join(" | "));
+    }
     let cols: BTreeSet<&String> = t.confusion.values().flat_map(|r| r.keys()).collect();
     println!("\nconfusion (rows: region / the cause, columns: what was said; GPU-runs)\n");
     println!("| region | cause \\ said | {} |", cols.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" | "));
