@@ -19,6 +19,8 @@ pub(crate) mod attribution;
 pub(crate) mod backend;
 pub(crate) mod compare;
 pub(crate) mod diagnose;
+#[cfg(feature = "fleet")]
+pub(crate) mod fleet;
 pub(crate) mod run;
 pub(crate) mod sinks;
 pub(crate) mod steps;
