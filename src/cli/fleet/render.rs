@@ -35,6 +35,9 @@ fn group_name(g: &Group) -> String {
 
 fn period_lines(f: &mut Formatter<'_>, p: &Period, title: &str) -> fmt::Result {
     let t = &p.totals;
+    if p.gpus == 0 {
+        return writeln!(f, "{title}: no gpumon accounts");
+    }
     writeln!(
         f,
         "{title}: {} GPUs on {} hosts{}",
