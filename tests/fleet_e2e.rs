@@ -238,6 +238,48 @@ fn check_fleet(server: &str, url: &str, sums: &Sums) -> serde_json::Value {
     json
 }
 
+/// Every panel query of `dashboards/gpu-hours.json`, over the whole data (the time range 3 h,
+/// the rate interval 2 m, every namespace), evaluated at `at` on the server at `url`, returns
+/// data; so does its namespace variable.
+fn dashboard_has_data(url: &str, at: SystemTime) {
+    fn exprs(panels: &serde_json::Value, out: &mut Vec<(String, String)>) {
+        for p in panels.as_array().into_iter().flatten() {
+            exprs(&p["panels"], out);
+            for t in p["targets"].as_array().into_iter().flatten() {
+                out.push((p["title"].as_str().unwrap().to_owned(), t["expr"].as_str().unwrap().to_owned()));
+            }
+        }
+    }
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("dashboards/gpu-hours.json");
+    let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut all = Vec::new();
+    exprs(&dashboard["panels"], &mut all);
+    assert_eq!(all.len(), 10, "panel queries: {all:?}");
+    let at = at.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64().to_string();
+    let query = |q: &str| -> Vec<serde_json::Value> {
+        let body = get_with(&format!("{url}/api/v1/query"), &[("query", q), ("time", &at)]);
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["status"], "success", "{q}: {body}");
+        v["data"]["result"].as_array().unwrap().clone()
+    };
+    for (title, expr) in &all {
+        let q = expr.replace("$__range", "3h").replace("$__rate_interval", "2m").replace("$namespace", ".*");
+        assert!(!query(&q).is_empty(), "panel `{title}` has no data: {q}");
+    }
+    let variable = dashboard["templating"]["list"][1]["query"]["query"].as_str().unwrap();
+    let metric = variable.strip_prefix("label_values(").and_then(|v| v.strip_suffix(", namespace)")).unwrap();
+    let namespaces = query(&format!("count by (namespace) (last_over_time({metric}[3h]))"));
+    assert_eq!(namespaces.len(), TENANTS.len() + 1, "every tenant, and no owner: {namespaces:?}");
+}
+
+/// GET `url` with `query`'s parameters: the body.
+fn get_with(url: &str, query: &[(&str, &str)]) -> String {
+    #[cfg(feature = "tls")]
+    gpumon::sinks::tls::install_crypto_provider();
+    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+    client.get(url).query(query).send().and_then(|r| r.text()).unwrap()
+}
+
 /// GET `url`'s body.
 fn get(url: &str) -> String {
     #[cfg(feature = "tls")]
@@ -355,6 +397,8 @@ fn sixteen_agents_an_hour_each_and_the_fleet_report_equals_their_reports() {
     let from_vm = check_fleet("VictoriaMetrics", &vm, &sums);
     let from_prom = check_fleet("Prometheus", &prom, &sums);
     tsdb_figures(&vm, &prom, sums.gpus);
+    let data_end = start + INTERVAL * (TICKS as u32 - 1);
+    dashboard_has_data(&prom, data_end);
     let (code, text, stderr) = run(agent().args([
         "fleet",
         "--prometheus",

@@ -1,6 +1,6 @@
 //! A PromQL instant-query client for any Prometheus-compatible HTTP API (Prometheus,
 //! VictoriaMetrics, Thanos Query, Mimir, Cortex): what `gpumon-agent fleet` reads the accounts
-//! with. It is the push sinks' HTTP client ([`crate::http::client`]) — the same TLS settings
+//! with. It is the push sinks' HTTP client (`src/http/client.rs`) — the same TLS settings
 //! (`[…tls]`: a private CA, a client certificate), Basic or bearer auth, extra headers
 //! (`X-Scope-OrgID` for a multi-tenant Mimir) and timeouts — pointed the other way.
 //!
