@@ -333,7 +333,7 @@ mod tests {
         assert!(client.instant("up", None).await.unwrap().is_empty());
         let (head, body) = server.received().pop().unwrap();
         assert!(head.contains("authorization: bearer s3cret") && head.contains("x-scope-orgid: team-a"), "{head}");
-        assert!(head.starts_with("POST /api/v1/query"), "{head}");
+        assert!(head.starts_with("post /api/v1/query"), "{head}");
         assert_eq!(String::from_utf8_lossy(&body), "query=up");
         config.username = Some("u".into());
         assert!(QueryClient::new(&config).is_err(), "a user and a bearer token at once");
