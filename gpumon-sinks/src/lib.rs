@@ -63,3 +63,7 @@ mod props;
 #[cfg(feature = "web")]
 #[cfg_attr(docsrs, doc(cfg(feature = "web")))]
 pub mod web;
+
+#[cfg(feature = "prometheus-query")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus-query")))]
+pub mod prometheus_query;

@@ -27,6 +27,8 @@ pub fn main(args: Vec<OsString>, mock: Option<MockFactory>) -> u8 {
     match rest.first().and_then(|a| a.to_str()) {
         Some("run") => return crate::cli::run::main(rest[1..].to_vec(), mock),
         Some("compare") => return crate::cli::compare::main(rest[1..].to_vec()),
+        #[cfg(feature = "fleet")]
+        Some("fleet") => return crate::cli::fleet::main(rest[1..].to_vec()),
         _ => {}
     }
     let cli = match parse::<Cli>(std::iter::once(program).chain(rest)) {

@@ -21,6 +21,8 @@ pub(crate) mod common;
 pub(crate) mod compare;
 pub(crate) mod diagnose;
 pub(crate) mod flags;
+#[cfg(feature = "fleet")]
+pub(crate) mod fleet;
 pub(crate) mod run;
 pub(crate) mod sampling;
 pub(crate) mod sinks;

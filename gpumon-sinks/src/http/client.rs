@@ -214,6 +214,21 @@ impl HttpClient {
         Err(HttpError::Status { status, retry_after, body })
     }
 
+    /// Sends `request` and returns the body of a 2xx, at most `cap` bytes (invalid UTF-8
+    /// replaced): for the one client that reads answers, the PromQL query client. Anything else
+    /// is an [`HttpError`], as [`HttpClient::send`] gives it.
+    #[cfg(feature = "prometheus-query")]
+    pub(crate) async fn fetch(&self, request: RequestBuilder, cap: usize) -> Result<String, HttpError> {
+        let response = request.send().await.map_err(|e| self.network_error(&e))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(read_body_capped(response, cap).await);
+        }
+        let retry_after = response.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(parse_retry_after);
+        let body = read_body_capped(response, MAX_ERROR_BODY).await;
+        Err(HttpError::Status { status, retry_after, body })
+    }
+
     /// `GET url` without credentials or fixed headers: a readiness probe (`/ping`, `/-/ready`),
     /// bounded by `timeout` when given.
     pub(crate) async fn probe(&self, url: reqwest::Url, timeout: Option<Duration>) -> Result<(), HttpError> {
