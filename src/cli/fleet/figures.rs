@@ -267,5 +267,5 @@ async fn groups(client: &QueryClient, by: GroupBy, since: Duration, at: SystemTi
 /// until they do, the report points to the documentation of the cause rather than copy them.
 fn advice(cause: &str) -> Option<String> {
     let kind = FindingKind::from_name(cause)?;
-    Some(format!("see docs/diagnosis.md, `{}`", kind.name()))
+    Some(kind.advice().to_owned())
 }

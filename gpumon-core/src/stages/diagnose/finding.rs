@@ -55,10 +55,25 @@ crate::named_enum! {
         /// GPUs of its job rather than together: pipeline-parallel bubbles.
         PipelineBubbles = "pipeline_bubbles",
         /// "Cannot tell": the GPU cycles between busy and idle like a starved one or a pipeline
-        /// stage, and the data cannot decide which — its steps are too short for the driver's
-        /// sampling to show whether the GPUs idle together or in turn, or it idles in turn with
-        /// GPUs nothing says belong to its job. Names both causes, with both pieces of advice.
+        /// stage, and the data cannot decide which — its readings cannot show whether the GPUs
+        /// of its job idle together or in turn (steps or stretches too short for the driver's
+        /// sampling), they do neither clearly, or it idles in turn with GPUs nothing says belong
+        /// to its job. Names both causes, with both pieces of advice.
         StarvationOrBubbles = "starvation_or_bubbles",
+    }
+}
+
+impl FindingKind {
+    /// What to do about a finding of this kind, in one sentence: the advice its findings carry
+    /// (a raised finding's own [`Finding::advice`] may fit its evidence more closely — a
+    /// starving GPU whose idle stretches last seconds is told about evaluation passes first).
+    ///
+    /// ```
+    /// use gpumon_core::FindingKind;
+    /// assert!(FindingKind::DataloaderStarvation.advice().contains("num_workers"));
+    /// ```
+    pub fn advice(self) -> &'static str {
+        super::rules::advice(self)
     }
 }
 

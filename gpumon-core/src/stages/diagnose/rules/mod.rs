@@ -32,7 +32,7 @@ use super::window::{Extremes, Ring};
 use super::Thresholds;
 pub(crate) use host_waits::Wait;
 
-pub(crate) use advice::advice_for;
+pub(crate) use advice::{advice, advice_for};
 pub(crate) use evidence::evidence;
 pub(crate) use peers::{peer_gap, Groups, JobKey, PeerGroup};
 pub(crate) use swings::{Swings, TURN_PERIODS};
