@@ -2,15 +2,17 @@
 # The gpumon ms-swift plugin against a real ms-swift (issue 46):
 #
 #   gpumon-py/tests-swift/run.sh [WHEEL]      (WHEEL: default $GPUMON_TEST_WHEEL, else built)
+#   gpumon-py/tests-swift/run.sh --prepare    (step 1's virtualenv only, no gpumon wheel needed)
 #
 # 1. a virtualenv of its own with requirements.txt (ms-swift's release wheel and its pins, torch
-#    as the other Python tests pin it, tensorboard) and the gpumon wheel (--no-deps). The
-#    virtualenv is kept, keyed by requirements.txt and the Python, in $GPUMON_SWIFT_VENVS
-#    (default ~/.cache/gpumon/swift-venvs; one kept, older ones removed): ms-swift with torch
-#    and its CUDA libraries is 6.4 GB, 140 packages; installing it from nothing took 1660 s
-#    (measured once, 2026-12-06, 2 cores shared with other builds at load ~20, ~3.5 GB
-#    downloaded: pip's HTTP cache stored nothing on that machine). A kept virtualenv costs
-#    only the gpumon wheel's install;
+#    as the other Python tests pin it, tensorboard) and the gpumon wheel (--no-deps). With
+#    GPUMON_PY_WHEELHOUSE (a directory filled by ../wheelhouse.sh; scripts/test.sh sets it) it
+#    installs from there, offline; else from the index. The virtualenv is kept, keyed by
+#    requirements.txt and the Python, in $GPUMON_SWIFT_VENVS (default
+#    ~/.cache/gpumon/swift-venvs; one kept, older ones removed): ms-swift with torch and its
+#    CUDA libraries is 6.4 GB, 140 packages (3.1 GB of wheels). A kept virtualenv costs only the
+#    gpumon wheel's install. scripts/test.sh runs `--prepare` in the background while cargo
+#    builds and tests, so a fresh machine's install overlaps them;
 # 2. a tiny Qwen2 built from a config, a tokenizer trained here, a local dataset file
 #    (make_tiny_model.py); nothing is downloaded from here on (HF_HUB_OFFLINE=1);
 # 3. `swift sft` for $STEPS steps on CPU with
@@ -33,26 +35,40 @@ log() { printf '[%s] tests-swift/run.sh: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 t0=$(date +%s)
 mkdir -p "$WORK" "$VENVS"
 
+prepare=0
+if [ "${1:-}" = --prepare ]; then
+    prepare=1
+    shift
+fi
+
+key="$( (cat "$HERE/requirements.txt"; "$BASE" -VV) | sha256sum | cut -c1-16)"
+venv="$VENVS/$key"
+if [ ! -f "$venv/.complete" ]; then
+    for old in "$VENVS"/*; do [ "$old" = "$venv" ] || rm -rf "$old"; done
+    from="the index"
+    pip_from=()
+    if [ -n "${GPUMON_PY_WHEELHOUSE:-}" ]; then
+        [ -f "$GPUMON_PY_WHEELHOUSE/.complete" ] || { log "ERROR: $GPUMON_PY_WHEELHOUSE is not a complete wheelhouse (gpumon-py/wheelhouse.sh)"; exit 1; }
+        from="$GPUMON_PY_WHEELHOUSE"
+        pip_from=(--no-index --find-links "$GPUMON_PY_WHEELHOUSE")
+    fi
+    log "new virtualenv $venv from $from: $(grep -v '^#' "$HERE/requirements.txt" | xargs)"
+    t1=$(date +%s)
+    "$BASE" -m venv --clear "$venv"
+    nice "$venv/bin/pip" install -q "${pip_from[@]}" -r "$HERE/requirements.txt"
+    touch "$venv/.complete"
+    log "virtualenv installed in $(( $(date +%s) - t1 )) s"
+else
+    log "virtualenv $venv kept (requirements.txt unchanged)"
+fi
+[ "$prepare" = 0 ] || exit 0
+
 wheel="${1:-${GPUMON_TEST_WHEEL:-}}"
 if [ -z "$wheel" ]; then
     QUIET="${QUIET:-1}" GPUMON_PY_WORK="$WORK/build" "$PY_DIR/build-wheel.sh" "$WORK/wheels" >/dev/null
     wheel="$(ls "$WORK"/wheels/gpumon_nvml-*.whl)"
 fi
 [ -f "$wheel" ] || { log "ERROR: no gpumon wheel at $wheel"; exit 1; }
-
-key="$( (cat "$HERE/requirements.txt"; "$BASE" -VV) | sha256sum | cut -c1-16)"
-venv="$VENVS/$key"
-if [ ! -f "$venv/.complete" ]; then
-    for old in "$VENVS"/*; do [ "$old" = "$venv" ] || rm -rf "$old"; done
-    log "new virtualenv $venv: $(grep -v '^#' "$HERE/requirements.txt" | xargs)"
-    t1=$(date +%s)
-    "$BASE" -m venv --clear "$venv"
-    nice "$venv/bin/pip" install -q -r "$HERE/requirements.txt"
-    touch "$venv/.complete"
-    log "virtualenv installed in $(( $(date +%s) - t1 )) s"
-else
-    log "virtualenv $venv kept (requirements.txt unchanged)"
-fi
 "$venv/bin/pip" install -q --no-deps --force-reinstall "$wheel"
 log "ms-swift $("$venv/bin/python" -c 'import swift; print(swift.__version__)'), $(basename "$wheel")"
 
