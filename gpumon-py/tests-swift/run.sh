@@ -19,9 +19,11 @@
 #       --external_plugins "$(python -m gpumon.integrations.swift --plugin-path)" --callbacks gpumon
 #    on gpumon's mock backend (GPUMON_SWIFT_BACKEND=mock), and the test-only pace plugin
 #    (pace_plugin.py: steps of 1.2 / 1.6 / 2.0 s, so every step is sampled and named by its
-#    duration);
-# 4. check_logs.py: ms-swift's logging.jsonl and the TensorBoard events, every step's figures on
-#    the step they describe.
+#    duration); at the same time, two $TRAINER_STEPS-step runs through ms-swift's Python API
+#    that add the callback to the trainer ms-swift built, one with attach(trainer), one with
+#    trainer.add_callback (trainer_run.py);
+# 4. check_logs.py on each run: ms-swift's logging.jsonl and the TensorBoard events, every
+#    step's figures on the step they describe.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PY_DIR="$(dirname "$HERE")"
@@ -30,6 +32,7 @@ VENVS="${GPUMON_SWIFT_VENVS:-$HOME/.cache/gpumon/swift-venvs}"
 BASE="${GPUMON_PY_BASE:-}"
 [ -n "$BASE" ] || { [ -x /usr/bin/python3 ] && BASE=/usr/bin/python3 || BASE=python3; }
 STEPS=20
+TRAINER_STEPS=6
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 log() { printf '[%s] tests-swift/run.sh: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 t0=$(date +%s)
@@ -75,20 +78,48 @@ log "ms-swift $("$venv/bin/python" -c 'import swift; print(swift.__version__)'),
 run="$WORK/run"
 rm -rf "$run"; mkdir -p "$run"
 "$venv/bin/python" "$HERE/make_tiny_model.py" "$run"
+log "tiny model and dataset ready ($(( $(date +%s) - t0 )) s in all)"
 plugin="$("$venv/bin/python" -m gpumon.integrations.swift --plugin-path)"
 
+# The same training in three processes at once (2 cores: the runs mostly sleep in the pace
+# plugin; measured once: 80 CPU-s for the three, against 30 for the plugin run alone):
+#   plugin:       `swift sft ... --external_plugins <gpumon plugin> --callbacks gpumon`, $STEPS steps;
+#   attach:       ms-swift's Python API (trainer_run.py), GpumonCallback().attach(trainer) on the
+#                 trainer it built, $TRAINER_STEPS steps;
+#   add_callback: the same with trainer.add_callback(GpumonCallback()).
+sft_args=(--model "$run/model" --model_type qwen2 --template qwen --check_model false
+    --dataset "$run/train.jsonl" --split_dataset_ratio 0 --max_length 64
+    --tuner_type full --torch_dtype float32
+    --per_device_train_batch_size 1 --gradient_accumulation_steps 1 --learning_rate 1e-3
+    --logging_steps 1 --save_strategy no --eval_strategy no --report_to tensorboard
+    --dataloader_num_workers 0 --dataset_num_proc 1)
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
 t2=$(date +%s)
 # From $run: `import gpumon` can only find the installed wheel.
-(cd "$run" && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 GPUMON_SWIFT_BACKEND=mock \
-    PATH="$venv/bin:$PATH" timeout 600 swift sft \
-    --model "$run/model" --model_type qwen2 --template qwen --check_model false \
-    --dataset "$run/train.jsonl" --split_dataset_ratio 0 --max_length 64 \
-    --tuner_type full --torch_dtype float32 --max_steps "$STEPS" \
-    --per_device_train_batch_size 1 --gradient_accumulation_steps 1 --learning_rate 1e-3 \
-    --logging_steps 1 --save_strategy no --eval_strategy no --report_to tensorboard \
-    --dataloader_num_workers 0 --dataset_num_proc 1 --output_dir "$run/out" \
+(cd "$run" && GPUMON_SWIFT_BACKEND=mock PATH="$venv/bin:$PATH" timeout 600 swift sft "${sft_args[@]}" \
+    --max_steps "$STEPS" --output_dir "$run/out-plugin" \
     --external_plugins "$plugin" "$HERE/pace_plugin.py" --callbacks gpumon_test_pace gpumon \
-    > "$run/swift.log" 2>&1) || { tail -n 60 "$run/swift.log" >&2; log "FAILED: swift sft (log: $run/swift.log)"; exit 1; }
-log "swift sft: $STEPS steps in $(( $(date +%s) - t2 )) s"
-"$venv/bin/python" "$HERE/check_logs.py" "$run/out" "$STEPS"
+    > "$run/plugin.log" 2>&1) &
+pids=("$!")
+for mode in attach add_callback; do
+    (cd "$run" && timeout 600 "$venv/bin/python" "$HERE/trainer_run.py" "$mode" "${sft_args[@]}" \
+        --max_steps "$TRAINER_STEPS" --output_dir "$run/out-$mode" \
+        --external_plugins "$HERE/pace_plugin.py" --callbacks gpumon_test_pace \
+        > "$run/$mode.log" 2>&1) &
+    pids+=("$!")
+done
+names=(plugin attach add_callback)
+failed=0
+for i in 0 1 2; do
+    if ! wait "${pids[$i]}"; then
+        tail -n 60 "$run/${names[$i]}.log" >&2
+        log "FAILED: swift sft, ${names[$i]} run (log: $run/${names[$i]}.log)"
+        failed=1
+    fi
+done
+[ "$failed" = 0 ] || exit 1
+log "swift sft: $STEPS steps with the plugin, $TRAINER_STEPS with attach and with add_callback, at once, in $(( $(date +%s) - t2 )) s"
+grep -h '^trainer_run.py: ' "$run/attach.log" "$run/add_callback.log" >&2
+"$venv/bin/python" "$HERE/check_logs.py" "$run/out-plugin" "$STEPS" \
+    "$run/out-attach" "$TRAINER_STEPS" "$run/out-add_callback" "$TRAINER_STEPS"
 log "passed ($(( $(date +%s) - t0 )) s in all)"
