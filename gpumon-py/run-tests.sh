@@ -11,7 +11,8 @@
 # 4. a NEW virtualenv: the wheel installed with a PATH that has no cargo or rustc and
 #    --only-binary (nothing compiled; the time it takes is printed), then the wheel's `test`
 #    extra (pyproject.toml: pytest, transformers, lightning with torch, tensorboard, wandb, mypy:
-#    ~3 min and ~6 GB from an empty pip cache);
+#    ~6 GB; measured once on 2 shared cores: 265 s from the index, 128 s offline from
+#    GPUMON_PY_WHEELHOUSE);
 # 5. mypy's stubtest: python/gpumon/_gpumon.pyi checked against the installed extension (every
 #    name, signature and property; ~4 s, measured once on 2 shared cores);
 # 6. pytest, which also checks the wheel's tags and the sdist's one-line "needs Rust" error

@@ -18,7 +18,10 @@
 #      cargo test --workspace --all-features [cargo args] -- --include-ignored \
 #          --skip manual_ --skip subprocess_ [test binary args]
 #    then the gpumon Python package's tests (gpumon-py/run-tests.sh: the wheel built with maturin,
-#    installed into a clean virtualenv, pytest), and exits non-zero if any of them failed.
+#    installed into a clean virtualenv, pytest), then the real ms-swift test on that wheel
+#    (gpumon-py/tests-swift/run.sh: `swift sft` with gpumon's plugin), and exits non-zero if any
+#    of them failed. The Python virtualenvs' downloads (gpumon-py/wheelhouse.sh) and the ms-swift
+#    virtualenv's install start in the background before the backends, while cargo runs.
 #
 # Tests that need these servers (or the venv's nvml.h) are #[ignore = "needs scripts/test.sh
 # (...)"]: a plain `cargo test` lists them as ignored, never as passed, and here they run
