@@ -7,7 +7,7 @@
 #   torch, ...), which run-tests.sh installs;
 # - tests-swift/requirements.txt (ms-swift 4.6.0 with its own pins, the same torch), which
 #   tests-swift/run.sh installs.
-# Both pin torch==2.15.0: its wheel and its CUDA libraries (~3 GB of the ~3.6 GB) are
+# Both pin torch==2.15.0: its wheel and its CUDA libraries (most of the 3.1 GB, 168 wheels) are
 # downloaded once and installed into both virtualenvs. `pip wheel` also turns the few sdists
 # (oss2, crcmod, ...) into wheels (--use-pep517: built with setuptools and wheel fetched for
 # the build), so the offline installs build nothing.

@@ -116,7 +116,7 @@ trap 'on_signal TERM 143' TERM
 
 # ------------------------------------------------------------------ python test downloads, in the background
 # The two Python test virtualenvs (gpumon-py/run-tests.sh's, tests-swift/run.sh's real ms-swift)
-# need ~3.6 GB of wheels, torch 2.15.0 and its CUDA libraries in both. gpumon-py/wheelhouse.sh
+# need 3.1 GB of wheels, torch 2.15.0 and its CUDA libraries in both. gpumon-py/wheelhouse.sh
 # downloads them once into $GPUMON_PY_WHEELHOUSE (kept: a second run downloads nothing), then
 # tests-swift/run.sh --prepare installs the ms-swift virtualenv from there (kept too). Both need
 # no gpumon wheel, so they run now, niced, while cargo builds and tests (CPU-bound; this is
