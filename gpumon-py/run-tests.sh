@@ -11,14 +11,17 @@
 # 4. a NEW virtualenv: the wheel installed with a PATH that has no cargo or rustc and
 #    --only-binary (nothing compiled; the time it takes is printed), then the wheel's `test`
 #    extra (pyproject.toml: pytest, transformers, lightning with torch, tensorboard, wandb, mypy:
-#    ~3 min and ~6 GB from an empty pip cache);
+#    ~6 GB; measured once on 2 shared cores: 265 s from the index, 128 s offline from
+#    GPUMON_PY_WHEELHOUSE);
 # 5. mypy's stubtest: python/gpumon/_gpumon.pyi checked against the installed extension (every
 #    name, signature and property; ~4 s, measured once on 2 shared cores);
 # 6. pytest, which also checks the wheel's tags and the sdist's one-line "needs Rust" error
 #    (GPUMON_TEST_WHEEL, GPUMON_TEST_SDIST).
 #
 # Environment: GPUMON_PY_BASE (the Python that makes the virtualenvs; default /usr/bin/python3,
-# else python3), GPUMON_PY_WORK (work dir; default $TMPDIR/gpumon-py-tests). Tests that need
+# else python3), GPUMON_PY_WORK (work dir; default $TMPDIR/gpumon-py-tests),
+# GPUMON_PY_WHEELHOUSE (a directory filled by wheelhouse.sh: step 4 installs the test extra from
+# it, offline, instead of downloading it; scripts/test.sh sets it). Tests that need
 # scripts/test.sh's servers read GPUMON_TEST_* and skip, naming the variable, without them.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -81,7 +84,14 @@ tvenv="$WORK/test-venv"
 t1=$(date +%s%3N)
 PATH="$norust_path" "$tvenv/bin/pip" install -q --only-binary :all: --no-deps "$wheel"
 log "wheel installed without Rust in $(( $(date +%s%3N) - t1 )) ms ($(( $(stat -c %s "$wheel") / 1024 )) KiB)"
-"$tvenv/bin/pip" install -q "${wheel}[test]"
+if [ -n "${GPUMON_PY_WHEELHOUSE:-}" ]; then
+    # wheelhouse.sh's downloads (scripts/test.sh fetched them while cargo ran): nothing from the
+    # network here, and torch's download is shared with the ms-swift test's virtualenv.
+    [ -f "$GPUMON_PY_WHEELHOUSE/.complete" ] || { log "ERROR: $GPUMON_PY_WHEELHOUSE is not a complete wheelhouse (gpumon-py/wheelhouse.sh)"; exit 1; }
+    "$tvenv/bin/pip" install -q --no-index --find-links "$GPUMON_PY_WHEELHOUSE" "${wheel}[test]"
+else
+    "$tvenv/bin/pip" install -q "${wheel}[test]"
+fi
 log "test virtualenv ready ($(( $(date +%s) - t0 )) s); stubtest"
 # From the tests directory, so `import gpumon` can only find the installed wheel.
 t1=$(date +%s%3N)

@@ -18,7 +18,10 @@
 #      cargo test --workspace --all-features [cargo args] -- --include-ignored \
 #          --skip manual_ --skip subprocess_ [test binary args]
 #    then the gpumon Python package's tests (gpumon-py/run-tests.sh: the wheel built with maturin,
-#    installed into a clean virtualenv, pytest), and exits non-zero if any of them failed.
+#    installed into a clean virtualenv, pytest), then the real ms-swift test on that wheel
+#    (gpumon-py/tests-swift/run.sh: `swift sft` with gpumon's plugin), and exits non-zero if any
+#    of them failed. The Python virtualenvs' downloads (gpumon-py/wheelhouse.sh) and the ms-swift
+#    virtualenv's install start in the background before the backends, while cargo runs.
 #
 # Tests that need these servers (or the venv's nvml.h) are #[ignore = "needs scripts/test.sh
 # (...)"]: a plain `cargo test` lists them as ignored, never as passed, and here they run
@@ -80,6 +83,7 @@ echo $$ > "$owner"
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
+    stop_prepare
     log "stopping backends"
     "$B/stop-all.sh" || true
     rm -f "$owner"
@@ -89,6 +93,16 @@ cleanup() {
 # signal to this script alone (e.g. from `timeout`) is acted on at once: it is
 # passed on to cargo and the test binaries, then the backends are stopped.
 cargo_pid=""
+# The Python test virtualenvs' downloads and the ms-swift one's install, in the background (below).
+prepare_pid=""
+stop_prepare() {
+    if [ -n "$prepare_pid" ] && kill -0 "$prepare_pid" 2>/dev/null; then
+        log "stopping the Python test preparation (pid $prepare_pid)"
+        kill -TERM -- "-$prepare_pid" 2>/dev/null || kill -TERM "$prepare_pid" 2>/dev/null || true
+        wait "$prepare_pid" 2>/dev/null || true
+    fi
+    prepare_pid=""
+}
 on_signal() {
     if [ -n "$cargo_pid" ]; then
         kill -"$1" -- "-$cargo_pid" 2>/dev/null || kill -"$1" "$cargo_pid" 2>/dev/null || true
@@ -99,6 +113,45 @@ on_signal() {
 trap cleanup EXIT
 trap 'on_signal INT 130' INT
 trap 'on_signal TERM 143' TERM
+
+# ------------------------------------------------------------------ python test downloads, in the background
+# The two Python test virtualenvs (gpumon-py/run-tests.sh's, tests-swift/run.sh's real ms-swift)
+# need 3.1 GB of wheels, torch 2.15.0 and its CUDA libraries in both. gpumon-py/wheelhouse.sh
+# downloads them once into $GPUMON_PY_WHEELHOUSE (kept: a second run downloads nothing), then
+# tests-swift/run.sh --prepare installs the ms-swift virtualenv from there (kept too). Both need
+# no gpumon wheel, so they run now, niced, while cargo builds and tests (CPU-bound; this is
+# mostly network and disk); run-tests.sh and the ms-swift test wait for them below. Log:
+# $prepare_log, printed on failure.
+skip_python="${GPUMON_TEST_SKIP_PYTHON:-0}"
+export GPUMON_PY_WHEELHOUSE="${GPUMON_PY_WHEELHOUSE:-$HOME/.cache/gpumon/wheelhouse}"
+prepare_log="$BACKENDS_STATE_DIR/python-prepare.log"
+wheelhouse_done="$BACKENDS_STATE_DIR/wheelhouse.done"
+rm -f "$prepare_log" "$wheelhouse_done"
+if [ "$skip_python" != 1 ]; then
+    setsid nice -n 10 bash -c 'gpumon-py/wheelhouse.sh "$GPUMON_PY_WHEELHOUSE" && touch "$1" \
+        && gpumon-py/tests-swift/run.sh --prepare' prepare "$wheelhouse_done" > "$prepare_log" 2>&1 &
+    prepare_pid=$!
+    log "Python test downloads and the ms-swift virtualenv: in the background (pid $prepare_pid, log $prepare_log)"
+fi
+# Waits for the background preparation: `wheelhouse` until the wheels are all there, `all` until
+# it has ended. Non-zero (its log printed) if it failed.
+wait_prepare() {
+    local t0 rc=0
+    t0=$(date +%s)
+    if [ "$1" = wheelhouse ]; then
+        while [ ! -f "$wheelhouse_done" ] && kill -0 "$prepare_pid" 2>/dev/null; do sleep 1; done
+        [ -f "$wheelhouse_done" ] || rc=1
+    else
+        wait "$prepare_pid" || rc=$?
+        prepare_pid=""
+    fi
+    log "waited $(( $(date +%s) - t0 )) s for the Python test preparation ($1)"
+    if [ "$rc" -ne 0 ]; then
+        log "FAILED: the Python test preparation (wheelhouse.sh, tests-swift/run.sh --prepare); its log:"
+        tail -n 80 "$prepare_log" >&2
+    fi
+    return "$rc"
+}
 
 # ------------------------------------------------------------------ start
 export INFLUX_DB=gpumon INFLUX_USER=gpumon INFLUX_PASSWORD=gpumon-test-pw
@@ -151,7 +204,6 @@ env | grep -E '^GPUMON_TEST_' | sort >&2
 # NVIDIA's nvidia-ml-py and gpustat, unmodified, against the fake libnvidia-ml (tests-python/).
 # GPUMON_TEST_SKIP_PYTHON=1 skips both Python suites (a developer's quick run of one Rust test
 # file; CI never sets it, and the run says so).
-skip_python="${GPUMON_TEST_SKIP_PYTHON:-0}"
 py_rc=0
 if [ "$skip_python" = 1 ]; then
     log "GPUMON_TEST_SKIP_PYTHON=1: the Python suites are NOT run (not a full test run)"
@@ -207,10 +259,14 @@ log "cargo test exited with $rc"
 
 # ------------------------------------------------------------------ the gpumon Python package
 # gpumon-py/run-tests.sh: builds the wheel (maturin, dev profile, this CARGO_TARGET_DIR), installs
-# it into a clean virtualenv with pytest and transformers, runs gpumon-py/tests/ (the InfluxDB
-# test uses the server started above). After cargo test, which has built the example agent.
+# it into a clean virtualenv with its test extra (offline, from the wheelhouse above), runs
+# gpumon-py/tests/ (the InfluxDB test uses the server started above). After cargo test, which
+# has built the example agent.
 pkg_rc=0
+swift_rc=0
 if [ "$skip_python" != 1 ]; then
+    wait_prepare wheelhouse || swift_rc=1
+    [ "$swift_rc" -eq 0 ] || unset GPUMON_PY_WHEELHOUSE   # run-tests.sh downloads for itself
     log "gpumon-py/run-tests.sh (the Python package: wheel, clean virtualenv, pytest)"
     set +e
     setsid gpumon-py/run-tests.sh &
@@ -220,15 +276,23 @@ if [ "$skip_python" != 1 ]; then
     cargo_pid=""
     set -e
     log "python package tests exited with $pkg_rc"
-    # ms-swift's real `swift sft` with gpumon's plugin, on the wheel just built (issue 46).
-    # Opt-in with GPUMON_TEST_SWIFT=1: on a fresh machine its first install (ms-swift with
-    # torch and its CUDA libraries, 6.4 GB) would take CI past its 25-minute budget; ~63 s
-    # with its virtualenv kept (gpumon-py/tests-swift/run.sh).
-    if [ "${GPUMON_TEST_SWIFT:-0}" != 1 ]; then
-        log "ms-swift test not run: GPUMON_TEST_SWIFT=1 runs gpumon-py/tests-swift/run.sh"
-    elif [ "$pkg_rc" -eq 0 ]; then
-        gpumon-py/tests-swift/run.sh "$(ls "${GPUMON_PY_WORK:-${TMPDIR:-/tmp}/gpumon-py-tests}"/wheels/gpumon_nvml-*.whl)" \
-            || { pkg_rc=$?; log "FAILED: gpumon-py/tests-swift/run.sh (real ms-swift), exit $pkg_rc"; }
+    # ms-swift's real `swift sft` with gpumon's plugin, on the wheel just built (issue 46), in
+    # the virtualenv prepared in the background (~60 s once it is there).
+    if [ "$swift_rc" -eq 0 ]; then
+        wait_prepare all || swift_rc=$?
+    fi
+    if [ "$swift_rc" -eq 0 ] && [ "$pkg_rc" -eq 0 ]; then
+        log "gpumon-py/tests-swift/run.sh (the real ms-swift: swift sft with gpumon's plugin)"
+        set +e
+        setsid gpumon-py/tests-swift/run.sh "$(ls "${GPUMON_PY_WORK:-${TMPDIR:-/tmp}/gpumon-py-tests}"/wheels/gpumon_nvml-*.whl)" &
+        cargo_pid=$!
+        wait "$cargo_pid"
+        swift_rc=$?
+        cargo_pid=""
+        set -e
+        log "ms-swift test exited with $swift_rc"
+    elif [ "$swift_rc" -eq 0 ]; then
+        log "ms-swift test not run: it needs the wheel that run-tests.sh failed to test"
     fi
 fi
 
@@ -239,5 +303,9 @@ fi
 if [ "$rc" -eq 0 ] && [ "$pkg_rc" -ne 0 ]; then
     log "FAILED: python package tests (gpumon-py/run-tests.sh, exit $pkg_rc)"
     rc=$pkg_rc
+fi
+if [ "$rc" -eq 0 ] && [ "$swift_rc" -ne 0 ]; then
+    log "FAILED: the real ms-swift test (gpumon-py/tests-swift/run.sh or its preparation, exit $swift_rc)"
+    rc=$swift_rc
 fi
 exit "$rc"

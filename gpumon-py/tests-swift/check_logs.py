@@ -1,6 +1,6 @@
 """Reads back what a `swift sft` run with gpumon's plugin wrote and checks it:
 
-    check_logs.py OUTPUT_DIR STEPS
+    check_logs.py OUTPUT_DIR STEPS [OUTPUT_DIR STEPS ...]      (one run per pair)
 
 - ms-swift's ``logging.jsonl`` (one entry per log, ``global_step/max_steps`` naming the step):
   every step 1..STEPS has its figures in some entry (``mock_gpu/step``), each entry's figures
@@ -98,14 +98,18 @@ def check_tensorboard(out_dir: str, figured) -> int:
 
 
 def main() -> None:
-    out_dir, steps = sys.argv[1], int(sys.argv[2])
-    path, entries = read_jsonl(out_dir)
-    figured = check_jsonl(entries, steps)
-    checked = check_tensorboard(out_dir, figured)
-    print(
-        f"check_logs.py: ok: steps 1..{steps} each with its figures in {path}; "
-        f"{checked} figures found again in TensorBoard at their steps"
-    )
+    args = sys.argv[1:]
+    if not args or len(args) % 2:
+        fail("usage: check_logs.py OUTPUT_DIR STEPS [OUTPUT_DIR STEPS ...]")
+    # One process for every run: importing TensorBoard's reader takes seconds.
+    for out_dir, steps in zip(args[::2], map(int, args[1::2])):
+        path, entries = read_jsonl(out_dir)
+        figured = check_jsonl(entries, steps)
+        checked = check_tensorboard(out_dir, figured)
+        print(
+            f"check_logs.py: ok: steps 1..{steps} each with its figures in {path}; "
+            f"{checked} figures found again in TensorBoard at their steps"
+        )
 
 
 if __name__ == "__main__":

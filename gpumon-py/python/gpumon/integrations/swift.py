@@ -20,8 +20,18 @@ Your own plugin file can register other settings instead::
 
     callbacks_map["gpumon"] = callback_factory(every_n_steps=10, backend="nvml")
 
-On a trainer ms-swift has built, ``GpumonCallback().attach(trainer)`` (or
-``trainer.add_callback``) works as on any Hugging Face Trainer.
+From ms-swift's Python API, add the callback to the trainer ms-swift has built, with
+``attach`` (placed before the reporting callbacks) or the Hugging Face ``add_callback``::
+
+    from swift.pipelines import SwiftSft
+    from gpumon.integrations.transformers import GpumonCallback
+
+    class GpumonSft(SwiftSft):
+        def train(self, trainer):
+            GpumonCallback().attach(trainer)  # or: trainer.add_callback(GpumonCallback())
+            return super().train(trainer)
+
+    GpumonSft(["--model", "...", "--dataset", "..."]).main()
 
 **ms-swift 3.x** — its plugin module's ``extra_callbacks`` list: the same plugin file appends a
 ``GpumonCallback`` there (``--external_plugins`` exists in 3.x too; no ``--callbacks``), or add
@@ -29,8 +39,10 @@ it yourself in ``swift/plugin/callback.py``: ``extra_callbacks = [GpumonCallback
 
 :func:`register` picks the hook from the installed ms-swift's version and raises
 :class:`SwiftVersionError` for any other major version (ms-swift 2.x and earlier, 5.x...).
-ms-swift 4.6 pins ``transformers<5.20`` and ``datasets<4.8.5`` (installing it downgrades newer
-ones); give it a virtualenv of its own.
+Known pins: ms-swift 4.6 pins ``transformers<5.20`` and ``datasets<4.8.5`` (installing it
+downgrades newer ones); give it a virtualenv of its own. The shipped plugin, ``attach`` and
+``add_callback`` are tested against a real ms-swift 4.6.0 (``gpumon-py/tests-swift/run.sh``, in
+CI); the other call forms and 3.x against stand-in modules.
 """
 
 import os
