@@ -364,14 +364,21 @@ fn print_tables(t: &Tally, set: &str) {
         "\nBy sampling interval and driver period (shown + marks-only GPU-runs): causes raised in time / GPU-runs \
          with a cause; GPU-runs with a wrong kind said; \"cannot tell\"\n"
     );
-    let head: Vec<String> = DRIVER_BANDS.iter().map(|(lo, hi)| format!("driver {lo:.2}–{:.2} s", hi.min(1.0))).collect();
+    let head: Vec<String> =
+        DRIVER_BANDS.iter().map(|(lo, hi)| format!("driver {lo:.2}–{:.2} s", hi.min(1.0))).collect();
     println!("| interval | {} |", head.join(" | "));
     println!("|---|{}", "---|".repeat(DRIVER_BANDS.len()));
     for (i, (lo, hi)) in INTERVAL_BANDS.iter().enumerate() {
         let cells: Vec<String> = (0..DRIVER_BANDS.len())
             .map(|d| {
                 let c = t.by_setting.get(&(i, d)).copied().unwrap_or_default();
-                let pct = |n: u32, of: u32| if of == 0 { "—".to_owned() } else { format!("{:.0} %", 100.0 * f64::from(n) / f64::from(of)) };
+                let pct = |n: u32, of: u32| {
+                    if of == 0 {
+                        "—".to_owned()
+                    } else {
+                        format!("{:.0} %", 100.0 * f64::from(n) / f64::from(of))
+                    }
+                };
                 format!(
                     "{} of {} right; {} wrong of {}; {} cannot tell",
                     pct(c.right, c.with_cause),
