@@ -57,6 +57,11 @@ const FLOORS: &[(&str, f64, f64)] = &[
     ("hardware_errors", 0.95, 0.95),
 ];
 
+/// "Cannot tell" said where neither of its two causes is the cause, held-back set: at most this
+/// many GPU-runs (shown + marks-only). A regression guard, set from the figure of 2026-12-06
+/// rounded up; it counts against the verdict, which the kinds' precision does not.
+const MAX_FALSE_CANNOT_TELL: u32 = 50;
+
 /// A cause must be raised within two windows of its onset (the default window is 30 s), plus
 /// the warm-up grace of `idle_allocated`.
 const RAISE_WITHIN_S: f64 = 60.0;
@@ -184,6 +189,9 @@ struct Tally {
     /// GPU-runs per region.
     regions: BTreeMap<Region, u32>,
     cannot_tell: u32,
+    /// "Cannot tell" said where neither starvation nor bubbles is the cause (shown and
+    /// marks-only GPU-runs): false alarms of its own.
+    false_cannot_tell: u32,
     /// Straggler, imbalance or bubbles said on a GPU that is its job's only one.
     single_gpu_peer_findings: u32,
     misses: Vec<String>,
@@ -255,6 +263,10 @@ fn score_node(node: &SimNode, said: &Said, t: &mut Tally) {
         let undecided = kinds.iter().any(|k| is_cannot_tell(*k));
         if undecided {
             t.cannot_tell += 1;
+            let waiting = matches!(truth.cause, Some(FindingKind::DataloaderStarvation | FindingKind::PipelineBubbles));
+            if !waiting && showable(truth.region) {
+                t.false_cannot_tell += 1;
+            }
         }
         let region = truth.region;
         let cell_key = (band(&INTERVAL_BANDS, node.interval_s), band(&DRIVER_BANDS, node.driver_period_s));
@@ -358,6 +370,10 @@ fn print_tables(t: &Tally, set: &str) {
         t.cannot_tell,
         t.gpu_runs,
         100.0 * f64::from(t.cannot_tell) / f64::from(t.gpu_runs.max(1))
+    );
+    println!(
+        "\"cannot tell\" said where neither starvation nor bubbles is the cause (shown + marks-only): {} GPU-runs",
+        t.false_cannot_tell
     );
     println!("single-GPU jobs called straggler, imbalance or bubbles: {}", t.single_gpu_peer_findings);
     println!(
@@ -476,6 +492,12 @@ fn diagnosis_accuracy_on_held_back_simulated_nodes() {
                 s.recall()
             ));
         }
+    }
+    if t.false_cannot_tell > MAX_FALSE_CANNOT_TELL {
+        failures.push(format!(
+            "\"cannot tell\" said on {} GPU-runs where neither starvation nor bubbles is the cause (at most {MAX_FALSE_CANNOT_TELL})",
+            t.false_cannot_tell
+        ));
     }
     assert!(failures.is_empty(), "below the floors on the {set} set: {failures:?}");
 }
