@@ -142,11 +142,12 @@ impl FleetCli {
 
 /// Parses `gpumon-agent fleet …` (`args` without the program name and `fleet`) and runs it.
 pub fn main(args: Vec<OsString>) -> u8 {
-    let cli =
-        match crate::cli::app::parse::<FleetCli>(std::iter::once(OsString::from("gpumon-agent fleet")).chain(args)) {
-            Ok(cli) => cli,
-            Err(code) => return code,
-        };
+    let cli = match crate::cli::common::parse::<FleetCli>(
+        std::iter::once(OsString::from("gpumon-agent fleet")).chain(args),
+    ) {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     let (config, offset) = match cli.query_config().and_then(|c| Ok((c, cli.compare_offset()?))) {
         Ok(ok) => ok,
         Err(e) => {
@@ -188,6 +189,6 @@ pub fn main(args: Vec<OsString>) -> u8 {
     } else {
         report.to_string()
     };
-    let _ = crate::cli::app::print_stdout(&text);
+    let _ = crate::cli::common::print_stdout(&text);
     0
 }
