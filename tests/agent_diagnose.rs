@@ -158,7 +158,7 @@ fn bad_diagnosis_configuration_exits_2_naming_the_key() {
         ("[diagnose.thresholds]\nstarvation_dip = 1.5\n", &[], "diagnose.thresholds.starvation_dip"),
         ("[diagnose.thresholds]\nstarvation_dip = 0.7\n", &[], "must be below starvation_peak"),
         // Pairs out of order switch a rule off silently: refused, naming the key.
-        ("[diagnose.thresholds]\nstarvation_min_mean = 0.8\n", &[], "diagnose.thresholds.starvation_min_mean"),
+        ("[diagnose.thresholds]\nstarvation_min_mean = 0.9\n", &[], "diagnose.thresholds.starvation_min_mean"),
         ("[diagnose.thresholds]\nidle_level = 0.3\nidle_peak = 0.15\n", &[], "diagnose.thresholds.idle_level"),
         ("[diagnose.thresholds]\nloader_dip = 0.1\n", &[], "diagnose.thresholds.loader_dip"),
         ("[diagnose]\ndisable = [\"imbalanse\"]\n", &[], "diagnose.disable: unknown rule `imbalanse`"),
