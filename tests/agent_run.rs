@@ -252,7 +252,11 @@ fn compare_names_the_fix_of_a_starved_job_and_its_size() {
     let v: Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(v["main"], "step_time_median");
     if lost(&after).is_none() {
-        assert_eq!(v["findings_gone"], serde_json::json!(["dataloader_starvation"]));
+        // Starvation is gone; the ranks' last ticks may also have read "cannot tell" (their
+        // readings change as the job ends), gone too.
+        let gone: Vec<&str> = v["findings_gone"].as_array().unwrap().iter().filter_map(|k| k.as_str()).collect();
+        assert!(gone.contains(&"dataloader_starvation"), "{gone:?}");
+        assert!(gone.iter().all(|k| matches!(*k, "dataloader_starvation" | "starvation_or_bubbles")), "{gone:?}");
     }
     let util = v["changes"].as_array().unwrap().iter().find(|c| c["measure"] == "utilization").unwrap();
     assert!(util["after"].as_f64().unwrap() > 0.9 && util["before"].as_f64().unwrap() < 0.6, "{util}");
@@ -546,7 +550,8 @@ fn compare_says_when_two_runs_cannot_be_compared_as_they_stand() {
         "{stdout}"
     );
     assert!(stdout.contains("\n  findings gone         none\n"), "{stdout}");
-    assert!(stdout.contains("\n  findings not compared dataloader_starvation"), "{stdout}");
+    let not_compared = stdout.lines().find(|l| l.starts_with("  findings not compared ")).unwrap_or_default();
+    assert!(not_compared.contains("dataloader_starvation"), "{stdout}");
     assert!(!stdout.contains("main change           energy per step"), "{stdout}");
 }
 

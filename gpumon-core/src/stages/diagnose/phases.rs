@@ -104,6 +104,10 @@ impl Diagnoser {
         let counted = stats.util.is_some() && !stats.busy_throughout;
         let together = allocated && group.idle_together(counted, stats.idle_now(&t), stats.busy_now(&t));
         stats.peers_idle = if allocated { group.peers_idle(counted, stats.idle_now(&t)) } else { None };
+        stats.peers_level = match stats.level {
+            Some(level) if allocated && group.n >= 2 => Some((group.sum - level) / (group.n - 1) as f64),
+            _ => None,
+        };
         let active: Holds = std::array::from_fn(|k| track.raised.is_raised(k));
         let mut window = track.swings;
         window.entered(stats.swing(together, &t));

@@ -33,6 +33,11 @@ impl<T: Copy> Ring<T> {
         older.iter().chain(newer.iter())
     }
 
+    /// How many values the window holds when full.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     pub(crate) fn first(&self) -> Option<&T> {
         self.iter().next()
     }

@@ -194,9 +194,37 @@ fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
             }
         }
         Some(_) => Wait::CannotTell(Undecided::Mixed),
+        // A window too short to hold three clear idle and three clear busy readings (an
+        // interval holding several driver samples reads in between at its end): the intervals'
+        // own means, every sample of them, still say whether the job's GPUs wait at the same
+        // moments. Only there: on the fit set, with windows of 15 ticks and more, it traded
+        // more wrong starvation for fewer "cannot tell".
+        None if input.history.capacity() < SHORT_WINDOW_TICKS => match input.window.level_correlation() {
+            Some(r) if r >= TOGETHER_LEVELS => {
+                if starving {
+                    Wait::Starved
+                } else {
+                    Wait::None
+                }
+            }
+            Some(r) if r <= IN_TURN_LEVELS && bubbling && group.job.known() => Wait::Bubbles,
+            Some(r) if r <= IN_TURN_LEVELS && bubbling => Wait::CannotTell(Undecided::NoJobKnown),
+            Some(_) => Wait::CannotTell(Undecided::Mixed),
+            None => Wait::CannotTell(Undecided::TooShortToSee),
+        },
         None => Wait::CannotTell(Undecided::TooShortToSee),
     }
 }
+
+/// Windows shorter than this many ticks fall back on the intervals' levels to tell together
+/// from in turn: four times the three clear readings per side co-idling needs.
+const SHORT_WINDOW_TICKS: usize = 12;
+
+/// Correlation of the intervals' levels with the peers' ([`Swings::level_correlation`]) from
+/// which GPUs wait together, and up to which in turn: the fallback when too few readings are
+/// clearly idle or busy to compare them.
+pub(crate) const TOGETHER_LEVELS: f64 = 0.9;
+pub(crate) const IN_TURN_LEVELS: f64 = 0.3;
 
 /// Co-idling ([`Swings::co_idling`]) from which GPUs idle *together*: at the moments it idles,
 /// most of its peers do too, and at the moments it is busy, few do.

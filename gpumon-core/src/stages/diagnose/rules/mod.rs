@@ -121,6 +121,8 @@ pub(crate) struct TickStats {
     /// The share of its job's other GPUs that can idle (not busy throughout) reading idle now;
     /// `None` without such a GPU (see [`PeerGroup::peers_idle`]).
     pub(crate) peers_idle: Option<f64>,
+    /// The mean level of its job's other allocated GPUs this tick; `None` without one.
+    pub(crate) peers_level: Option<f64>,
 }
 
 /// What the window keeps of one tick: the numbers evidence averages and the multi-tick rules
@@ -161,6 +163,8 @@ pub(crate) struct Past {
     pub(crate) peer_gap: Reading,
     /// The share of the job's other GPUs idle now (see [`TickStats::peers_idle`]).
     pub(crate) peers_idle: Reading,
+    /// The job's other GPUs' mean level (see [`TickStats::peers_level`]).
+    pub(crate) peers_level: Reading,
     pub(crate) remap_trouble: bool,
     /// The latest reading was near idle and so were most other allocated GPUs' (see
     /// [`Swings`]): idle *together*, as data-parallel ranks starved by their loaders are.
@@ -294,6 +298,7 @@ impl TickStats {
             waiting_some: false,
             peer_gap: None,
             peers_idle: None,
+            peers_level: None,
         }
     }
 
@@ -330,6 +335,7 @@ impl TickStats {
             pcie_share: self.pcie_share.into(),
             peer_gap: self.peer_gap.into(),
             peers_idle: self.peers_idle.into(),
+            peers_level: self.peers_level.into(),
             idle_together,
         }
     }

@@ -35,6 +35,8 @@ pub(crate) struct SwingReading {
     /// The share of the job's other GPUs that can idle (not busy throughout) reading idle
     /// now, in millionths; `None` without such a GPU.
     peers_idle_micros: Option<i64>,
+    /// The mean level of the job's other GPUs this tick, in millionths; `None` without one.
+    peers_level_micros: Option<i64>,
 }
 
 /// The numbers of one tick a [`SwingReading`] is made of (a tick's or its [`Past`]'s).
@@ -48,6 +50,7 @@ struct SwingInputs {
     pcie_share: Option<f64>,
     peer_gap: Option<f64>,
     peers_idle: Option<f64>,
+    peers_level: Option<f64>,
 }
 
 /// A reading from the numbers a tick keeps; `None` without any utilisation. A NaN is no number:
@@ -72,6 +75,7 @@ fn swing_reading(i: SwingInputs, t: &Thresholds) -> Option<SwingReading> {
         busy_now: util.is_some_and(|u| u >= t.starvation_peak),
         step_waits: ok(i.step_level).is_some_and(|m| m <= t.starvation_max_mean),
         peers_idle_micros: ok(i.peers_idle).map(micros),
+        peers_level_micros: ok(i.peers_level).map(micros),
     })
 }
 
@@ -88,6 +92,7 @@ impl TickStats {
             pcie_share: self.pcie_share,
             peer_gap: self.peer_gap,
             peers_idle: self.peers_idle,
+            peers_level: self.peers_level,
         };
         swing_reading(inputs, t)
     }
@@ -106,6 +111,7 @@ impl Past {
             pcie_share: self.pcie_share.get(),
             peer_gap: self.peer_gap.get(),
             peers_idle: self.peers_idle.get(),
+            peers_level: self.peers_level.get(),
         };
         swing_reading(inputs, t)
     }
@@ -204,6 +210,33 @@ pub(crate) struct Swings {
     co_idle_sum_micros: i64,
     co_busy: usize,
     co_busy_sum_micros: i64,
+    /// Its level (x) against its peers' mean level (y), tick by tick: count and sums of x, y,
+    /// x², y² and xy (millionths; products in millionths squared), for their correlation.
+    co_level: CoLevel,
+}
+
+/// Running sums for the correlation of a GPU's level with its peers' (see
+/// [`Swings::level_correlation`]). Integers add and subtract exactly.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct CoLevel {
+    n: i64,
+    x: i64,
+    y: i64,
+    xx: i128,
+    yy: i128,
+    xy: i128,
+}
+
+impl CoLevel {
+    fn add(&mut self, x: i64, y: i64, sign: i64) {
+        self.n += sign;
+        self.x += sign * x;
+        self.y += sign * y;
+        let s = i128::from(sign);
+        self.xx += s * i128::from(x) * i128::from(x);
+        self.yy += s * i128::from(y) * i128::from(y);
+        self.xy += s * i128::from(x) * i128::from(y);
+    }
 }
 
 impl Swings {
@@ -259,6 +292,29 @@ impl Swings {
         (self.busy_pcie >= MIN_SIDE_TICKS).then(|| self.busy_pcie_sum_micros as f64 / 1e6 / self.busy_pcie as f64)
     }
 
+    /// The correlation of its level (the interval's mean) with its job's other GPUs' mean level,
+    /// tick by tick over the window: near 1 for ranks in lockstep, whose intervals hold the
+    /// same share of waiting, lower for pipeline stages, whose waits fall at other moments.
+    /// It reads every driver sample of an interval, where [`Swings::co_idling`] reads the
+    /// latest one. `None` with fewer than [`MIN_PATTERN_TICKS`] ticks, or with levels that
+    /// hardly move (a standard deviation under 5 points, its own or its peers'): nothing to
+    /// correlate.
+    pub(crate) fn level_correlation(&self) -> Option<f64> {
+        let c = &self.co_level;
+        if c.n < MIN_PATTERN_TICKS as i64 {
+            return None;
+        }
+        let n = i128::from(c.n);
+        let (x, y) = (i128::from(c.x), i128::from(c.y));
+        // n² × variance and n² × covariance, in millionths squared.
+        let (vx, vy, cov) = (n * c.xx - x * x, n * c.yy - y * y, n * c.xy - x * y);
+        let floor = (n as f64 * 0.05e6).powi(2);
+        if (vx as f64) < floor || (vy as f64) < floor {
+            return None;
+        }
+        Some(cov as f64 / ((vx as f64).sqrt() * (vy as f64).sqrt()))
+    }
+
     /// Whether the job's other GPUs idle *with* this one: the share of them reading idle at
     /// the ticks it read idle, less that share at the ticks it read busy. Near 1 for
     /// data-parallel ranks in lockstep (they wait for their input at the same moments), near 0
@@ -304,6 +360,9 @@ impl Swings {
                 self.busy_pcie_sum_micros += m;
             }
 
+            if let Some(y) = r.peers_level_micros {
+                self.co_level.add(r.level_micros, y, 1);
+            }
             if let Some(m) = r.peers_idle_micros {
                 if r.idle_now {
                     self.co_idle += 1;
@@ -348,6 +407,9 @@ impl Swings {
                 self.busy_pcie_sum_micros -= m;
             }
 
+            if let Some(y) = r.peers_level_micros {
+                self.co_level.add(r.level_micros, y, -1);
+            }
             if let Some(m) = r.peers_idle_micros {
                 if r.idle_now {
                     self.co_idle -= 1;
