@@ -209,12 +209,22 @@ fn a_replayed_mock_trace_arrives_marked_in_victoria_metrics_and_otlp_direct() {
         .args(["--otlp-endpoint", &env("GPUMON_TEST_OTLP_HTTP"), "--otlp-protocol", "http"])
         .env("OTEL_SERVICE_NAME", &service));
     assert_eq!(code, 0, "{stderr}");
-    let _ = http().get(format!("{vm}/internal/force_flush")).send();
-    let body = get_text(
-        &format!("{vm}/api/v1/export"),
-        &[("match[]", &format!("gpumon_utilization_ratio{{uuid=\"{uuid}\"}}")), ("start", "0")],
-    );
-    let series: Vec<serde_json::Value> = body.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    // VictoriaMetrics makes what it ingested searchable within a few seconds, even after a
+    // forced flush: read until every tick is there, for up to 15 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let (body, series) = loop {
+        let _ = http().get(format!("{vm}/internal/force_flush")).send();
+        let body = get_text(
+            &format!("{vm}/api/v1/export"),
+            &[("match[]", &format!("gpumon_utilization_ratio{{uuid=\"{uuid}\"}}")), ("start", "0")],
+        );
+        let series: Vec<serde_json::Value> = body.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        let complete = series.len() == 1 && series[0]["values"].as_array().map(Vec::len) == Some(ticks);
+        if complete || std::time::Instant::now() >= deadline {
+            break (body, series);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
     assert_eq!(series.len(), 1, "{body}");
     let labels = &series[0]["metric"];
     assert_eq!(
