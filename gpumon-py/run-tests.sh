@@ -34,8 +34,13 @@ log() { printf '[%s] gpumon-py/run-tests.sh: %s\n' "$(date +%H:%M:%S)" "$*" >&2;
 mkdir -p "$WORK"
 t0=$(date +%s)
 
-rm -rf "$WORK/wheels"
-if [ "${GPUMON_PY_DEV:-0}" = 1 ]; then
+if [ "${GPUMON_PY_PREBUILT:-0}" = 1 ]; then
+    # scripts/test.sh built the release wheel (build-wheel.sh, into $WORK/wheels) while cargo
+    # test ran.
+    wheel="$(ls "$WORK"/wheels/gpumon_nvml-*.whl)"
+    log "the wheel built beforehand: $(basename "$wheel")"
+elif [ "${GPUMON_PY_DEV:-0}" = 1 ]; then
+    rm -rf "$WORK/wheels"
     maturin_req="$(sed -n 's/.*"\(maturin==[^"]*\)".*/\1/p' "$HERE/pyproject.toml" | head -n1)"
     bvenv="$WORK/dev-build-venv"
     if [ "$(cat "$bvenv/.maturin" 2>/dev/null)" != "$maturin_req" ]; then
@@ -47,6 +52,7 @@ if [ "${GPUMON_PY_DEV:-0}" = 1 ]; then
     "$bvenv/bin/maturin" build --quiet -m "$HERE/Cargo.toml" -i "$BASE" --profile dev --out "$WORK/wheels" >&2
     wheel="$(ls "$WORK"/wheels/gpumon_nvml-*.whl)"
 else
+    rm -rf "$WORK/wheels"
     QUIET="${QUIET:-1}" GPUMON_PY_WORK="$WORK/build" "$HERE/build-wheel.sh" "$WORK/wheels" >/dev/null
     wheel="$(ls "$WORK"/wheels/gpumon_nvml-*.whl)"
 fi
