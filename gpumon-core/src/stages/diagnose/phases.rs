@@ -102,7 +102,6 @@ impl Diagnoser {
         // test) keeps the same semantics.
         let past_grace = track.ran || track.allocated_ticks > grace_ticks;
         let counted = stats.util.is_some() && !stats.busy_throughout;
-        let together = allocated && group.idle_together(counted, stats.idle_now(&t), stats.busy_now(&t));
         stats.peers_idle = if allocated { group.peers_idle(counted, stats.idle_now(&t)) } else { None };
         stats.peers_level = match stats.level {
             Some(level) if allocated && group.n >= 2 => Some((group.sum - level) / (group.n - 1) as f64),
@@ -110,7 +109,7 @@ impl Diagnoser {
         };
         let active: Holds = std::array::from_fn(|k| track.raised.is_raised(k));
         let mut window = track.swings;
-        window.entered(stats.swing(together, &t));
+        window.entered(stats.swing(&t));
         let input = RuleInput {
             s: &stats,
             history: &track.history,
@@ -119,7 +118,6 @@ impl Diagnoser {
             group,
             position,
             active: &active,
-            together,
             past_grace,
             t: &t,
         };
@@ -131,7 +129,7 @@ impl Diagnoser {
         track.swings = window;
         let (low, high) = stats.reading_extremes();
         track.extremes.entered(low, high);
-        if let Some(left) = track.history.push(stats.past(together)) {
+        if let Some(left) = track.history.push(stats.past()) {
             track.swings.left(left.swing(&t));
             track.extremes.left();
         }
@@ -298,7 +296,7 @@ fn offer(group: &mut PeerGroup, stats: &mut TickStats, swings: &rules::Swings, p
     // included, as the rules count it: a GPU its peers wait for is known by the tick their
     // starvation could first hold.
     let mut window = *swings;
-    window.entered(stats.swing(false, t));
+    window.entered(stats.swing(t));
     let busy_throughout = window.busy_throughout() && stats.busy_now(t);
     stats.busy_throughout = busy_throughout;
     stats.cycling = window.busy_and_idle();
@@ -325,7 +323,6 @@ fn offer(group: &mut PeerGroup, stats: &mut TickStats, swings: &rules::Swings, p
     // A GPU busy throughout never idles: no stage, no rank idling with the others.
     if stats.util.is_some() && !busy_throughout {
         group.readable += 1;
-        group.busy_now += usize::from(stats.busy_now(t));
         group.idle_now += usize::from(stats.idle_now(t));
     }
 }

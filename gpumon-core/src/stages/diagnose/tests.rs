@@ -608,7 +608,7 @@ fn the_window_keeps_every_reading_it_reads_back_in_a_smaller_record() {
     let _ = TickStats::read(&d, at, &mut counters);
     d.xid_errors[0].count = 5;
     let stats = TickStats::read(&d, at, &mut counters);
-    let past = stats.past(false);
+    let past = stats.past();
     assert_eq!(past.at, stats.at);
     for (kept, read) in [
         (past.util, stats.util),
@@ -631,7 +631,7 @@ fn the_window_keeps_every_reading_it_reads_back_in_a_smaller_record() {
     assert_eq!((past.xid_new, past.xid_code.get()), (3, Some(79.0)));
     assert_eq!((past.ecc_new, past.nvlink_errors_new, past.remap_trouble), (0, 0, true));
     // Not read stays not read, and so does a NaN reading.
-    let bare = TickStats::read(&DeviceSample::new(info(1)), at, &mut rules::Counters::default()).past(false);
+    let bare = TickStats::read(&DeviceSample::new(info(1)), at, &mut rules::Counters::default()).past();
     assert_eq!((bare.util.get(), bare.memory_used.get(), bare.xid_code.get(), bare.reasons), (None, None, None, 0));
     assert_eq!(rules::Reading::from(Some(f64::NAN)).get(), None);
     // The claim in `Past`'s documentation: less than half the size of the stats it keeps

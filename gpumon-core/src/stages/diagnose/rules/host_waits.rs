@@ -100,8 +100,8 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
         (Some(min), Some(max)) => min <= t.starvation_dip && max >= t.starvation_peak,
         _ => false,
     };
-    let cycling = quiet_memory
-        && (within_interval || (all.busy_and_idle() && back_and_forth(input.history, s.swing(input.together, t), t)));
+    let cycling =
+        quiet_memory && (within_interval || (all.busy_and_idle() && back_and_forth(input.history, s.swing(t), t)));
     let band = t.starvation_min_mean..=t.starvation_max_mean;
     // With step marks: the share of each step the GPU spent idle, whatever the sampling shows.
     // A loop whose steps keep the GPU busy 15-70 % of the time waits on its host (input, CPU

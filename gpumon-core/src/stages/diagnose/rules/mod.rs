@@ -166,9 +166,6 @@ pub(crate) struct Past {
     /// The job's other GPUs' mean level (see [`TickStats::peers_level`]).
     pub(crate) peers_level: Reading,
     pub(crate) remap_trouble: bool,
-    /// The latest reading was near idle and so were most other allocated GPUs' (see
-    /// [`Swings`]): idle *together*, as data-parallel ranks starved by their loaders are.
-    pub(crate) idle_together: bool,
 }
 
 impl Past {
@@ -310,7 +307,7 @@ impl TickStats {
     }
 
     /// What the window keeps of this tick; `idle_together` from its job's other GPUs.
-    pub(crate) fn past(&self, idle_together: bool) -> Past {
+    pub(crate) fn past(&self) -> Past {
         Past {
             at: self.at,
             util: self.util.into(),
@@ -336,7 +333,6 @@ impl TickStats {
             peer_gap: self.peer_gap.into(),
             peers_idle: self.peers_idle.into(),
             peers_level: self.peers_level.into(),
-            idle_together,
         }
     }
 
@@ -466,8 +462,6 @@ pub(crate) struct RuleInput<'a> {
     pub(crate) position: usize,
     /// The findings raised on it now (for the per-tick hysteresis of threshold rules).
     pub(crate) active: &'a Holds,
-    /// It reads idle now and so do most other GPUs of its job that are not busy throughout.
-    pub(crate) together: bool,
     /// It has run, or held memory longer than the idle grace.
     pub(crate) past_grace: bool,
     pub(crate) t: &'a Thresholds,

@@ -43,10 +43,8 @@ pub(crate) struct PeerGroup {
     pub(crate) sum: f64,
     pub(crate) n: usize,
     /// Allocated GPUs with a reading now that are not busy throughout (possible stages or
-    /// ranks idling with this one), and how many of them read busy now.
+    /// ranks idling with this one), and how many of them read idle now.
     pub(crate) readable: usize,
-    pub(crate) busy_now: usize,
-    /// … and how many of them read idle now.
     pub(crate) idle_now: usize,
     /// Allocated GPUs the others wait for: busy on every tick of their window with their clocks
     /// held down ([`TickStats::slowed_busy`]), or the lone such GPU among cycling peers
@@ -88,7 +86,6 @@ impl PeerGroup {
             sum: 0.0,
             n: 0,
             readable: 0,
-            busy_now: 0,
             idle_now: 0,
             slowed: 0,
             not_busy_throughout: 0,
@@ -107,18 +104,6 @@ impl PeerGroup {
     /// two of them (a group to fall behind).
     pub(crate) fn peers_mean(&self, level: f64) -> Option<f64> {
         (self.n >= 3).then(|| (self.sum - level) / (self.n - 1) as f64)
-    }
-
-    /// Whether this GPU reads near idle now (`self_idle`) while most other GPUs of its job that
-    /// are not busy throughout do *not* read busy — idle together. Not "all others idle": each
-    /// GPU's driver samples at its own moments, so ranks idle together read idle or in-between a
-    /// sample apart, while pipeline stages idle in turn see the others busy. With no such other
-    /// GPU, idleness is "together" by definition. `self_counted`: this GPU is counted in
-    /// `readable` (and `self_busy`: in `busy_now`).
-    pub(crate) fn idle_together(&self, self_counted: bool, self_idle: bool, self_busy: bool) -> bool {
-        let others = self.readable - usize::from(self_counted);
-        let others_busy = self.busy_now - usize::from(self_counted && self_busy);
-        self_idle && (others == 0 || others_busy * 2 < others)
     }
 
     /// The share of the job's GPUs other than this one that can idle (not busy throughout)

@@ -17,10 +17,8 @@ pub(crate) struct SwingReading {
     active: bool,
     /// The interval's level, in millionths.
     level_micros: i64,
-    /// The latest reading was near idle …
+    /// The latest reading was near idle.
     idle_now: bool,
-    /// … and so were most other allocated GPUs'.
-    idle_together: bool,
     /// The mean utilisation of the steps reported at the tick, in millionths.
     step_micros: Option<i64>,
     /// The PCIe link share, in millionths.
@@ -45,7 +43,6 @@ struct SwingInputs {
     hires_min: Option<f64>,
     hires_max: Option<f64>,
     level: Option<f64>,
-    idle_together: bool,
     step_level: Option<f64>,
     pcie_share: Option<f64>,
     peer_gap: Option<f64>,
@@ -68,7 +65,6 @@ fn swing_reading(i: SwingInputs, t: &Thresholds) -> Option<SwingReading> {
         active: hi > t.idle_peak,
         level_micros: micros(level),
         idle_now,
-        idle_together: idle_now && i.idle_together,
         step_micros: ok(i.step_level).map(micros),
         pcie_micros: ok(i.pcie_share).map(micros),
         gap_micros: ok(i.peer_gap).map(micros),
@@ -81,13 +77,12 @@ fn swing_reading(i: SwingInputs, t: &Thresholds) -> Option<SwingReading> {
 
 impl TickStats {
     /// This tick's part in the swings.
-    pub(crate) fn swing(&self, idle_together: bool, t: &Thresholds) -> Option<SwingReading> {
+    pub(crate) fn swing(&self, t: &Thresholds) -> Option<SwingReading> {
         let inputs = SwingInputs {
             util: self.util,
             hires_min: self.hires_min,
             hires_max: self.hires_max,
             level: self.level,
-            idle_together,
             step_level: self.step_level,
             pcie_share: self.pcie_share,
             peer_gap: self.peer_gap,
@@ -106,7 +101,6 @@ impl Past {
             hires_min: self.hires_min.get(),
             hires_max: self.hires_max.get(),
             level: self.level.get(),
-            idle_together: self.idle_together,
             step_level: self.step_level.get(),
             pcie_share: self.pcie_share.get(),
             peer_gap: self.peer_gap.get(),
@@ -180,10 +174,8 @@ pub(crate) struct Swings {
     /// Sum of the ticks' levels, in millionths: integers add and subtract exactly, so the
     /// running sum never drifts from the window's.
     sum_micros: i64,
-    /// Ticks whose latest reading was near idle, and those of them when most other allocated
-    /// GPUs' were too.
+    /// Ticks whose latest reading was near idle.
     idle_now: usize,
-    idle_together: usize,
     /// Ticks at which steps were reported, and the sum of their steps' mean utilisation, in
     /// millionths.
     steps: usize,
@@ -337,7 +329,6 @@ impl Swings {
             self.active += usize::from(r.active);
             self.sum_micros += r.level_micros;
             self.idle_now += usize::from(r.idle_now);
-            self.idle_together += usize::from(r.idle_together);
             if let Some(m) = r.step_micros {
                 self.steps += 1;
                 self.step_sum_micros += m;
@@ -384,7 +375,6 @@ impl Swings {
             self.active -= usize::from(r.active);
             self.sum_micros -= r.level_micros;
             self.idle_now -= usize::from(r.idle_now);
-            self.idle_together -= usize::from(r.idle_together);
             if let Some(m) = r.step_micros {
                 self.steps -= 1;
                 self.step_sum_micros -= m;
