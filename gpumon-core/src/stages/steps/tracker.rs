@@ -245,6 +245,82 @@ impl StepTracker {
     }
 }
 
+impl RunState {
+    /// The steps this sample completes, up to `last` (marked at `at`): the sample is added to
+    /// the period, and each completed step due a report (every `every_n`th) gets one.
+    fn complete(&mut self, snapshot: &Snapshot, prev: Option<&Prev>, every_n: u64, last: u64, at: u64) -> Completed {
+        // This sample covers the end of the step(s): it belongs to them, and also to
+        // the step that began at the mark.
+        self.acc.add(snapshot, prev);
+        // Steps completed since the last report; in the first period, every step
+        // from the first one marked (a mark of the first one may not be the latest).
+        let mut k = match self.seen {
+            Some(seen) => last - seen,
+            None => self.cell.first().map_or(1, |first| last.saturating_sub(first) + 1),
+        };
+        let mut start = self.start;
+        if start == 0 && self.seen.is_none() {
+            // No creation time (a run registered over the steps socket): the first
+            // mark starts the steps after it, which are all reported; only the
+            // first step's own start is unknown.
+            let first_at = self.cell.first_at.load(Ordering::Acquire);
+            if let Some(first) = self.cell.first().filter(|f| last > *f && first_at != 0) {
+                start = first_at;
+                k = last - first;
+            }
+        }
+        let durations = (start != 0).then(|| StepTimes::read(&self.cell, last, k, start, at));
+        self.last_duration = durations.as_ref().map(|d| d.of(last));
+        let mut done = Completed::default();
+        if let Some(durations) = durations {
+            done.count = k;
+            done.duration = Some(Duration::from_nanos(at.saturating_sub(start)));
+            let first = last + 1 - k;
+            let from = first.max(last.saturating_sub(MAX_REPORTS_PER_TICK - 1));
+            let mut single: Option<Acc> = None;
+            let mut s = from.div_ceil(every_n) * every_n;
+            while s <= last {
+                let duration = durations.of(s);
+                let report = if s == first {
+                    StepReport {
+                        step: s,
+                        duration,
+                        first_seq: self.acc.first_seq,
+                        last_seq: self.acc.last_seq,
+                        devices: self.acc.figures(duration),
+                    }
+                } else {
+                    // Later steps of the same period overlap only this sample.
+                    let one = single.get_or_insert_with(|| {
+                        let mut a = Acc::default();
+                        a.restart(snapshot, prev);
+                        a
+                    });
+                    StepReport {
+                        step: s,
+                        duration,
+                        first_seq: one.first_seq,
+                        last_seq: one.last_seq,
+                        devices: one.figures(duration),
+                    }
+                };
+                done.reports.push(report);
+                s += every_n;
+            }
+        }
+        done
+    }
+}
+
+/// What [`RunState::complete`] found in one sample: the reports due, how many steps completed
+/// and the time they took together (none when the period's start is unknown).
+#[derive(Default)]
+struct Completed {
+    reports: Vec<StepReport>,
+    count: u64,
+    duration: Option<Duration>,
+}
+
 impl Processor for StepTracker {
     fn name(&self) -> &str {
         "steps"
@@ -275,69 +351,10 @@ impl Processor for StepTracker {
             let rank_gpu = run.cell.rank.filter(|r| {
                 gpus.is_none() && run.cell.marked_elsewhere() && snapshot.devices.iter().any(|d| d.info.index == *r)
             });
-            let mut reported = Vec::new();
-            let mut completed = 0;
-            let mut completed_duration = None;
+            let mut done = Completed::default();
             match marked {
                 Some(last) if at <= t => {
-                    // This sample covers the end of the step(s): it belongs to them, and also to
-                    // the step that began at the mark.
-                    run.acc.add(snapshot, prev);
-                    // Steps completed since the last report; in the first period, every step
-                    // from the first one marked (a mark of the first one may not be the latest).
-                    let mut k = match run.seen {
-                        Some(seen) => last - seen,
-                        None => run.cell.first().map_or(1, |first| last.saturating_sub(first) + 1),
-                    };
-                    let mut start = run.start;
-                    if start == 0 && run.seen.is_none() {
-                        // No creation time (a run registered over the steps socket): the first
-                        // mark starts the steps after it, which are all reported; only the
-                        // first step's own start is unknown.
-                        let first_at = run.cell.first_at.load(Ordering::Acquire);
-                        if let Some(first) = run.cell.first().filter(|f| last > *f && first_at != 0) {
-                            start = first_at;
-                            k = last - first;
-                        }
-                    }
-                    let durations = (start != 0).then(|| StepTimes::read(&run.cell, last, k, start, at));
-                    run.last_duration = durations.as_ref().map(|d| d.of(last));
-                    if let Some(durations) = durations {
-                        completed = k;
-                        completed_duration = Some(Duration::from_nanos(at.saturating_sub(start)));
-                        let first = last + 1 - k;
-                        let from = first.max(last.saturating_sub(MAX_REPORTS_PER_TICK - 1));
-                        let mut single: Option<Acc> = None;
-                        let mut s = from.div_ceil(every_n) * every_n;
-                        while s <= last {
-                            let duration = durations.of(s);
-                            let report = if s == first {
-                                StepReport {
-                                    step: s,
-                                    duration,
-                                    first_seq: run.acc.first_seq,
-                                    last_seq: run.acc.last_seq,
-                                    devices: run.acc.figures(duration),
-                                }
-                            } else {
-                                // Later steps of the same period overlap only this sample.
-                                let one = single.get_or_insert_with(|| {
-                                    let mut a = Acc::default();
-                                    a.restart(snapshot, prev);
-                                    a
-                                });
-                                StepReport {
-                                    step: s,
-                                    duration,
-                                    first_seq: one.first_seq,
-                                    last_seq: one.last_seq,
-                                    devices: one.figures(duration),
-                                }
-                            };
-                            reported.push(report);
-                            s += every_n;
-                        }
-                    }
+                    done = run.complete(snapshot, prev, every_n, last, at);
                     // Figures for the GPUs the run drives only: another job's GPUs (or another
                     // rank's) are not this run's steps, nor its energy.
                     let drives = |info: &crate::model::DeviceInfo| match (&gpus, rank_gpu) {
@@ -347,13 +364,13 @@ impl Processor for StepTracker {
                     };
                     // A run that drives every GPU keeps every report whole (no per-device scan).
                     if gpus.is_some() || rank_gpu.is_some() {
-                        for report in &mut reported {
+                        for report in &mut done.reports {
                             report
                                 .devices
                                 .retain(|d| snapshot.devices.iter().any(|s| s.info.uuid == d.uuid && drives(&s.info)));
                         }
                     }
-                    if let Some(r) = reported.last() {
+                    if let Some(r) = done.reports.last() {
                         run.last = Some(r.clone());
                     }
                     run.seen = Some(last);
@@ -369,9 +386,9 @@ impl Processor for StepTracker {
                 last_step: run.seen,
                 last_duration: run.last_duration,
                 last: run.last.clone(),
-                reported,
-                completed,
-                completed_duration,
+                reported: done.reports,
+                completed: done.count,
+                completed_duration: done.duration,
                 registered_by: run.cell.peer(),
                 gpus: match (&gpus, rank_gpu) {
                     (Some(named), _) => {
