@@ -1,6 +1,6 @@
-//! The sinks, built from their sections in one order: the listed sinks ([`super::for_each_sink!`]:
-//! the Prometheus endpoint, the Pushgateway, InfluxDB, remote write, OTLP, the web view), the
-//! trace (`[record]`), and stdout — on when asked for, or when nothing else (and no run report)
+//! The sinks, built from their sections in one order: the listed sinks ([`super::for_each_sink!`],
+//! in the order of their files in `listed/`: InfluxDB, OTLP, the Prometheus endpoint, the
+//! Pushgateway, remote write, the web view), the trace (`[record]`), and stdout — on when asked for, or when nothing else (and no run report)
 //! is configured.
 //!
 //! A section of a sink compiled out of this build is [`AssemblyError::FeatureMissing`]. Building

@@ -1,5 +1,6 @@
-//! The sinks: one descriptor per sink, one file each (`prometheus.rs`, `influxdb.rs`, …), and
-//! the one list that names them ([`for_each_sink!`]). A descriptor holds what the agent knows of
+//! The sinks: one descriptor per sink, one file each in `listed/` (`listed/prometheus.rs`,
+//! `listed/influxdb.rs`, …), and the list that names them ([`for_each_sink!`]), which the crate's
+//! build script writes from that folder's files. A descriptor holds what the agent knows of
 //! its sink beyond the sink's own folder in `gpumon-sinks` (its config type, its engine): its
 //! section's type in this build, how it is built from the section ([`SinkContext`]), its flags,
 //! the environment variables those read, and its config keys. Everything else iterates the
@@ -16,20 +17,10 @@ pub(crate) mod build;
 
 use std::net::SocketAddr;
 
-pub mod influxdb;
-pub mod otlp;
-pub mod prometheus;
-pub mod pushgateway;
-pub mod remote_write;
-pub mod web;
-
-/// The sinks, in the order they are built (before the trace and stdout): calls `$then!` with
-/// each sink's module name (its file above, and its section's key in the config).
-macro_rules! for_each_sink {
-    ($then:path) => {
-        $then! { prometheus, pushgateway, influxdb, remote_write, otlp, web }
-    };
-}
+// One module per file in `listed/` (`pub mod influxdb;` …), and `for_each_sink!`, which calls a
+// macro with every sink's name in the order of their file names: written by the crate's
+// build script (`build.rs`), so that a sink is listed by adding its file.
+include!(concat!(env!("OUT_DIR"), "/listed_sinks.rs"));
 pub(crate) use for_each_sink;
 
 /// What the rest of the agent knows of a sink, beside its section's type and its build.

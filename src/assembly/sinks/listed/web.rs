@@ -1,6 +1,6 @@
 //! `[web]`: the live web view (`gpumon_sinks::web`), as the agent knows it — its section's type, how it
 //! is built, its flags, the environment variables they read, and its config keys. Named in the
-//! list of `super` (`for_each_sink!`), which everything else iterates.
+//! list of `super` (`for_each_sink!`, written from the files in `listed/`), which everything else iterates.
 
 use gpumon_core::Sink;
 

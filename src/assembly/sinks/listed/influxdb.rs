@@ -1,6 +1,6 @@
 //! `[influxdb]`: an InfluxDB v1/v2 writer (`gpumon_sinks::influxdb`), as the agent knows it — its section's type, how it
 //! is built, its flags, the environment variables they read, and its config keys. Named in the
-//! list of `super` (`for_each_sink!`), which everything else iterates.
+//! list of `super` (`for_each_sink!`, written from the files in `listed/`), which everything else iterates.
 
 #[cfg(feature = "agent")]
 use std::path::PathBuf;
