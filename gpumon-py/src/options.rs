@@ -78,12 +78,9 @@ impl Args<'_> {
             None => gpumon::core::DEFAULT_INTERVAL,
             Some(v) => duration(v, "interval")?,
         };
-        if interval < gpumon::core::MIN_INTERVAL {
-            return Err(err(format!(
-                "interval: {interval:?} is below the minimum of {:?}",
-                gpumon::core::MIN_INTERVAL
-            )));
-        }
+        // The interval's bounds live in one place, its type: checked here too only so that the
+        // error comes when the Monitor is made, naming the argument.
+        let interval = gpumon::core::Interval::new(interval).map_err(|e| err(format!("interval: {e}")))?.get();
         let rank = match &self.rank {
             Some(r) => Some(rank_arg(r)?),
             None => env_rank()?,

@@ -112,13 +112,14 @@ impl Default for MockOptions {
 }
 
 impl MockOptions {
-    /// The `[mock]` section and `agent.interval`, defaults filled in.
-    pub fn from_config(config: &AgentConfig) -> Self {
+    /// The `[mock]` section, defaults filled in, at the resolved `interval`
+    /// ([`super::Plan::mock`]).
+    pub(super) fn resolved(config: &AgentConfig, interval: Duration) -> Self {
         Self {
             profile: config.mock.profile.clone().unwrap_or_else(|| defaults::MOCK_PROFILE.to_owned()),
             scenario: config.mock.scenario.clone(),
             seed: config.mock.seed,
-            interval: config.agent.interval.unwrap_or(gpumon_core::DEFAULT_INTERVAL),
+            interval,
         }
     }
 }
@@ -401,7 +402,8 @@ mod tests {
     #[test]
     fn defaults_come_from_the_config() {
         let config: AgentConfig = "[agent]\ninterval = \"2s\"\n[mock]\nseed = 7\n".parse().unwrap();
-        let mock = MockOptions::from_config(&config);
+        let plan = crate::assembly::Assembly::plan(&config, &crate::assembly::AssemblyOptions::default()).unwrap();
+        let mock = plan.mock;
         assert_eq!(mock.profile, defaults::MOCK_PROFILE);
         assert_eq!((mock.seed, mock.interval), (Some(7), Duration::from_secs(2)));
         assert_eq!(NvmlOptions::from_config(&AgentConfig::default(), true), NvmlOptions::default());

@@ -2,54 +2,20 @@
 //! every stage in its order, and the stages' background services as typed handles.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use gpumon_core::diagnose::{Limitation, Sampling};
 use gpumon_core::report::ReportHandle;
 use gpumon_core::steps::StepRegistry;
-use gpumon_core::trace::{ReplayProgress, ReplaySampler, ReplaySpeed, TraceHeader};
-use gpumon_core::{Agent, AgentBuilder, DeviceFilter, Family, MetricSet, Sampler, SinkOptions, MAX_SINK_QUEUE};
+use gpumon_core::trace::{ReplayProgress, ReplaySpeed, TraceHeader};
+use gpumon_core::{Agent, AgentBuilder, DeviceFilter, MetricSet, Sampler};
 
-use super::backend::{self, Backend, BackendError, MockFactory, MockOptions, NvmlOptions, Source};
-use super::config::{AgentConfig, AgentSection};
+use super::backend::{self, Backend, MockFactory, Source};
+use super::config::AgentConfig;
 use super::error::AssemblyError;
+use super::plan::{Families, Parts, Plan};
 use super::sinks::build::{self as sinks, Marks};
 use super::sinks::Listeners;
-use super::stages;
 use gpumon_core::stages::Services;
-
-/// Metric families chosen beside the config, over `agent.only` / `agent.enable` /
-/// `agent.disable` (the agent's `--only`, `--enable` and `--disable`): `only` is the exact set,
-/// whatever the config says; `enable` and `disable` refine the config's selection.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Families {
-    /// Exactly these families (the config's `only`, `enable` and `disable` are then ignored).
-    pub only: Option<Vec<Family>>,
-    /// Families turned on over the config's selection.
-    pub enable: Vec<Family>,
-    /// Families turned off over the config's selection.
-    pub disable: Vec<Family>,
-}
-
-impl Families {
-    /// Exactly `families`.
-    pub fn only(families: impl IntoIterator<Item = Family>) -> Self {
-        Self { only: Some(families.into_iter().collect()), ..Self::default() }
-    }
-
-    /// `families` turned on, over the config's selection.
-    pub fn with_enabled(mut self, families: impl IntoIterator<Item = Family>) -> Self {
-        self.enable.extend(families);
-        self
-    }
-
-    /// `families` turned off, over the config's selection.
-    pub fn with_disabled(mut self, families: impl IntoIterator<Item = Family>) -> Self {
-        self.disable.extend(families);
-        self
-    }
-}
 
 /// What the assembly takes beside the config: what a run is rather than what the agent is.
 #[derive(Clone, Debug)]
@@ -183,14 +149,10 @@ pub struct Assembled {
     pub limitations: Vec<Limitation>,
     /// The sinks' listeners.
     pub listeners: Listeners,
-    /// The sampling interval (a replayed trace's own).
-    pub interval: Duration,
-    /// The families sampled.
-    pub metrics: MetricSet,
-    /// Every sink's queue and export timeout.
-    pub sink_options: SinkOptions,
-    /// How long shutdown may take (`agent.shutdown_timeout`).
-    pub shutdown_timeout: Duration,
+    /// What the agent was built from: the config and the options resolved, every value checked
+    /// (the interval, the devices, the families, the sinks' queues, the timeouts, the mock's
+    /// settings, the diagnosis window, the steps socket's path).
+    pub plan: Plan,
 }
 
 /// The assembled agent's sampler, shared with its builder.
@@ -224,6 +186,34 @@ impl Assembled {
 pub struct Assembly;
 
 impl Assembly {
+    /// Resolves `config` and `options` without building anything: every value the agent would
+    /// be built from, each checked (the errors are [`Assembly::build`]'s configuration errors).
+    /// A replayed trace is opened to read its interval.
+    ///
+    /// ## Errors
+    ///
+    /// [`AssemblyError`]: a bad setting, naming its key; a trace that cannot be read.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gpumon::assembly::{config::AgentConfig, Assembly, AssemblyOptions};
+    ///
+    /// let config: AgentConfig = "[agent]\ninterval = \"2s\"\n".parse()?;
+    /// let plan = Assembly::plan(&config, &AssemblyOptions::default())?;
+    /// assert_eq!(plan.interval, Duration::from_secs(2));
+    /// // The default window spans enough ticks of a long interval: derived here, once.
+    /// assert_eq!(plan.diagnosis_window, Duration::from_secs(30));
+    /// assert_eq!(plan.mock.interval, plan.interval);
+    ///
+    /// let too_fast: AgentConfig = "[agent]\ninterval = \"10ms\"\n".parse()?;
+    /// let e = Assembly::plan(&too_fast, &AssemblyOptions::default()).unwrap_err();
+    /// assert_eq!(e.key(), Some("agent.interval"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn plan(config: &AgentConfig, options: &AssemblyOptions) -> Result<Plan, AssemblyError> {
+        Plan::resolve(config, options).map(|(plan, _)| plan)
+    }
+
     /// Resolves every section of `config` (each error names its key), builds the sinks (binding
     /// their listeners), selects the sampler by the backend rule — `auto` falls back to the mock
     /// only when no sink exports — and adds the stages in order: attribution (the stages after it
@@ -241,12 +231,10 @@ impl Assembly {
     ///
     /// Outside a tokio runtime when a sink serves a listener (Prometheus, the web view).
     pub fn build(config: &AgentConfig, options: AssemblyOptions) -> Result<Assembled, AssemblyError> {
-        let a = &config.agent;
-        let (backend, replay) = replay(config)?;
-        let recorded = replay.as_ref().and_then(|(sampler, _)| sampler.header().interval);
-        let plan = AgentPlan::resolve(config, &options, recorded)?;
-        let AgentPlan { interval, devices, sink_options, .. } = plan.clone();
-        let mut attribution = stages::attribution(&config.attribution)?;
+        let (plan, parts) = Plan::resolve(config, &options)?;
+        let Parts { replay, mut attribution, mut diagnose, steps } = parts;
+        let Plan { backend, interval, metrics, .. } = plan;
+        let devices = plan.devices.clone();
         if !attribution.processes && sinks::has_tenants(config) {
             // Allowed (a tenant may be configured ahead of attribution), but almost always a
             // mistake: without owners no GPU is any tenant's.
@@ -255,12 +243,6 @@ impl Assembly {
                  (attribution.enabled = true or --attribution; docs/tenancy.md)"
             );
         }
-        let processes = Family::Processes.name();
-        let processes_disabled =
-            a.disable.iter().any(|n| n.trim() == processes) || options.families.disable.contains(&Family::Processes);
-        let metrics = attribution.metrics(metrics(a, &options.families)?, processes_disabled)?;
-        let mut diagnose = stages::diagnose(&config.diagnose, interval)?;
-        let steps = stages::steps(&config.steps, options.in_process_steps)?;
 
         let mark = match backend {
             Backend::Mock => Some("mock"),
@@ -295,9 +277,7 @@ impl Assembly {
                 (builder, None, None, Some(Replay { progress, speed, header, gpus }), sampling)
             }
             None => {
-                let nvml = NvmlOptions::from_config(config, metrics.contains(Family::Xid));
-                let mock = MockOptions::from_config(config);
-                let selected = backend::select(backend, exporting, &nvml, &mock, options.mock)?;
+                let selected = backend::select(backend, exporting, &plan.nvml, &plan.mock, options.mock)?;
                 let builder = Agent::builder_arc(selected.sampler.clone()).scheduled(!options.once);
                 let sampling = Sampling::new(interval, sampled).step_marks(step_marks);
                 (builder, Some(selected.source), Some(SamplerRef(selected.sampler)), None, sampling)
@@ -311,7 +291,7 @@ impl Assembly {
             builder = builder.hostname(host.to_owned());
         }
         for sink in built.sinks {
-            builder = builder.boxed_sink(sink, sink_options);
+            builder = builder.boxed_sink(sink, plan.sink_options);
         }
         let mut services = Services::default();
         let mut step_registry = None;
@@ -344,196 +324,18 @@ impl Assembly {
             report,
             limitations,
             listeners,
-            interval,
-            metrics,
-            sink_options,
-            shutdown_timeout: plan.shutdown_timeout,
+            plan,
         })
     }
-}
-
-/// The `[agent]` settings resolved once from the config and the options: every default applied
-/// and every value checked against its bounds, each error naming its key. Building reads these,
-/// never the raw section.
-#[derive(Clone, Debug)]
-struct AgentPlan {
-    /// The sampling interval: a replayed trace's own, else `agent.interval` or the default.
-    interval: Duration,
-    /// The device selection: the options', else `agent.devices`, else the environment's.
-    devices: DeviceFilter,
-    /// Every sink's queue (`agent.sink_queue`) and export timeout (`agent.export_timeout`).
-    sink_options: SinkOptions,
-    /// `agent.sample_timeout` (the runtime's default when unset).
-    sample_timeout: Option<Duration>,
-    /// `agent.shutdown_timeout`, or its default.
-    shutdown_timeout: Duration,
-}
-
-impl AgentPlan {
-    /// Resolves `[agent]`; `recorded` is a replayed trace's interval.
-    fn resolve(
-        config: &AgentConfig,
-        options: &AssemblyOptions,
-        recorded: Option<Duration>,
-    ) -> Result<Self, AssemblyError> {
-        let a = &config.agent;
-        let mut interval = config.interval();
-        // A replay runs at the recorded interval: the diagnosis windows and the report count
-        // ticks of it, and a window of other ticks would not give the recorded findings.
-        if let Some(recorded) = recorded {
-            if a.interval.is_some_and(|i| i != recorded) {
-                tracing::warn!(?recorded, "replay: --interval / agent.interval ignored; the trace's interval is used");
-            }
-            interval = recorded;
-        }
-        let interval = gpumon_core::Interval::new(interval)
-            .map_err(|e| AssemblyError::invalid("agent.interval", e.to_string()))?
-            .get();
-        let devices = match (&options.devices, &a.devices) {
-            (Some(chosen), _) => chosen.clone(),
-            (None, Some(list)) => {
-                DeviceFilter::parse(list).map_err(|e| AssemblyError::invalid("agent.devices", e.to_string()))?
-            }
-            (None, None) => {
-                DeviceFilter::from_env().map_err(|e| AssemblyError::invalid("environment", e.to_string()))?
-            }
-        };
-        let mut sink_options = SinkOptions::default();
-        if let Some(q) = a.sink_queue {
-            if !(1..=MAX_SINK_QUEUE).contains(&q) {
-                return Err(AssemblyError::invalid("agent.sink_queue", format!("must be 1 to {MAX_SINK_QUEUE}")));
-            }
-            sink_options = sink_options.capacity(q);
-        }
-        if let Some(t) = a.export_timeout {
-            // Checked here too, so that the error names the key the user wrote (the runtime
-            // names the setting of one sink).
-            if t.is_zero() {
-                return Err(AssemblyError::invalid("agent.export_timeout", "must be greater than zero"));
-            }
-            sink_options = sink_options.export_timeout(t);
-        }
-        Ok(Self {
-            interval,
-            devices,
-            sink_options,
-            sample_timeout: a.sample_timeout,
-            shutdown_timeout: config.shutdown_timeout(),
-        })
-    }
-}
-
-/// The backend, and the trace when it is `replay`. A trace (`replay.file`) without a backend
-/// means `replay`; with another backend it is refused, since which one was meant is not obvious.
-fn replay(config: &AgentConfig) -> Result<(Backend, Option<(ReplaySampler, ReplaySpeed)>), AssemblyError> {
-    let trace = config.replay.file.as_ref();
-    let backend = match (config.agent.backend, trace) {
-        (None | Some(Backend::Replay), Some(_)) => Backend::Replay,
-        (Some(Backend::Replay), None) => return Err(BackendError::NoTrace.into()),
-        (Some(other), Some(_)) => return Err(AssemblyError::TraceWithBackend { backend: other }),
-        (backend, None) => backend.unwrap_or_default(),
-    };
-    let Some(path) = trace else { return Ok((backend, None)) };
-    let speed = |text: String| text.parse::<ReplaySpeed>().map_err(|e| AssemblyError::invalid("replay.speed", e));
-    let speed = match &config.replay.speed {
-        Some(toml::Value::String(text)) => speed(text.clone())?,
-        Some(toml::Value::Integer(n)) => speed((*n as f64).to_string())?,
-        Some(toml::Value::Float(f)) => speed(f.to_string())?,
-        Some(other) => {
-            return Err(AssemblyError::invalid("replay.speed", format!("expected \"max\" or a number, got {other}")))
-        }
-        None => ReplaySpeed::default(),
-    };
-    let sampler = ReplaySampler::open(path).map_err(AssemblyError::Trace)?;
-    // The sampler has read its first snapshot ahead: finished already, it has none to play.
-    let progress = sampler.progress();
-    if progress.is_finished() {
-        let header = sampler.header();
-        return Err(AssemblyError::NoSnapshot {
-            path: path.clone(),
-            host: header.system.hostname.clone(),
-            gpus: header.devices.len(),
-            cause: progress.error(),
-        });
-    }
-    Ok((backend, Some((sampler, speed))))
-}
-
-/// Metric families by name, for `key`: an unknown name is an error naming the key and every
-/// known family; blank names are skipped.
-///
-/// ## Errors
-///
-/// [`AssemblyError::Invalid`] for the first unknown name.
-pub fn parse_families(names: &[String], key: &str) -> Result<Vec<Family>, AssemblyError> {
-    names
-        .iter()
-        .map(|n| n.trim())
-        .filter(|n| !n.is_empty())
-        .map(|n| {
-            Family::from_name(n).ok_or_else(|| {
-                let known: Vec<_> = Family::ALL.iter().map(|f| f.name()).collect();
-                AssemblyError::invalid(key, format!("unknown metric family `{n}` (known: {})", known.join(", ")))
-            })
-        })
-        .collect()
-}
-
-/// The families to sample. `overrides.only` is the exact set (the config's selection ignored);
-/// `agent.only` is the config's exact set, which `overrides.enable`/`disable` refine. `only`
-/// with `enable`/`disable` in the config is refused (which would win is not obvious).
-fn metrics(a: &AgentSection, overrides: &Families) -> Result<MetricSet, AssemblyError> {
-    let set = |families: &[Family]| families.iter().copied().fold(MetricSet::nothing(), MetricSet::with);
-    if let Some(only) = &overrides.only {
-        return Ok(set(only));
-    }
-    let mut metrics = match &a.only {
-        Some(_) if !a.enable.is_empty() || !a.disable.is_empty() => {
-            return Err(AssemblyError::invalid("agent.only", "cannot be combined with agent.enable or agent.disable"));
-        }
-        Some(only) => {
-            let families = parse_families(only, "agent.only")?;
-            if families.is_empty() {
-                return Err(AssemblyError::invalid("agent.only", "names no metric family"));
-            }
-            set(&families)
-        }
-        None => MetricSet::default(),
-    };
-    for f in parse_families(&a.enable, "agent.enable")?.into_iter().chain(overrides.enable.iter().copied()) {
-        metrics = metrics.with(f);
-    }
-    for f in parse_families(&a.disable, "agent.disable")?.into_iter().chain(overrides.disable.iter().copied()) {
-        metrics = metrics.without(f);
-    }
-    Ok(metrics)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::assembly::backend::BackendError;
 
     fn config(text: &str) -> AgentConfig {
         text.parse().unwrap()
-    }
-
-    #[test]
-    fn families_from_the_config_and_beside_it() {
-        let a = config("[agent]\nonly = [\"temperature\"]\n").agent;
-        let only = |fs: &[Family]| fs.iter().copied().fold(MetricSet::nothing(), MetricSet::with);
-        assert_eq!(metrics(&a, &Families::default()).unwrap(), only(&[Family::Temperature]));
-        let power = Families::default().with_enabled([Family::Power]);
-        assert_eq!(metrics(&a, &power).unwrap(), only(&[Family::Temperature, Family::Power]));
-        assert_eq!(metrics(&a, &Families::only([Family::Power])).unwrap(), only(&[Family::Power]));
-        let both = config("[agent]\nonly = [\"power\"]\ndisable = [\"fan\"]\n").agent;
-        assert_eq!(metrics(&both, &Families::default()).unwrap_err().key(), Some("agent.only"));
-        let empty = config("[agent]\nonly = []\n").agent;
-        assert_eq!(
-            metrics(&empty, &Families::default()).unwrap_err().to_string(),
-            "agent.only: names no metric family"
-        );
-        let e = parse_families(&["telepathy".to_owned()], "--enable").unwrap_err().to_string();
-        assert!(e.starts_with("--enable: unknown metric family `telepathy`"), "{e}");
     }
 
     /// An embedder's own device selection wins over `agent.devices`; the in-process step tracker

@@ -13,7 +13,9 @@
 //! [`AssemblyOptions::with_in_process_steps`] for its step marks).
 //!
 //! What [`Assembly::build`] does, in order:
-//! 1. resolves every section, each error an [`AssemblyError`] naming its key;
+//! 1. resolves every section once into a [`Plan`] (`plan.rs`), each error an [`AssemblyError`]
+//!    naming its key; the plan is every derived value, and what the rest reads
+//!    ([`Assembled::plan`], [`Assembly::plan`] without building);
 //! 2. builds the sinks — Prometheus, Pushgateway, InfluxDB, remote write, OTLP, the trace
 //!    (`[record]`), the web view, and stdout when asked for or when nothing else is — binding
 //!    their listeners ([`Listeners`]);
@@ -58,7 +60,7 @@
 //!     assembled.services.start()?; // nothing configured here: no steps socket, no kubelet
 //!     agent.flush(Duration::from_secs(10)).await?; // the one sample, exported by every sink
 //!     assembled.services.stop().await;
-//!     agent.shutdown(assembled.shutdown_timeout).await?;
+//!     agent.shutdown(assembled.plan.shutdown_timeout).await?;
 //!     let report = assembled.report.expect("asked for").report();
 //!     assert_eq!(report.gpus.len(), 4);
 //!     Ok::<(), Box<dyn std::error::Error>>(())
@@ -73,34 +75,21 @@ mod build;
 pub mod config;
 pub mod defaults;
 mod error;
+mod plan;
 pub(crate) mod sinks;
 mod stages;
 
-pub use build::{parse_families, Assembled, Assembly, AssemblyOptions, Families, Replay};
+pub use build::{Assembled, Assembly, AssemblyOptions, Replay};
 pub use error::{AssemblyError, ServiceError};
 pub use gpumon_core::stages::Services;
+pub use plan::{parse_families, Families, Plan};
 pub use sinks::{Listener, Listeners};
-#[cfg(feature = "agent")]
-pub(crate) use stages::diagnosis_window;
 pub use stages::{KubeletService, StepsSocket};
-
-use std::time::Duration;
 
 impl config::AgentConfig {
     /// `agent.backend`, default [`backend::Backend::Auto`].
     pub fn backend(&self) -> backend::Backend {
         self.agent.backend.unwrap_or_default()
-    }
-
-    /// `agent.interval`, default [`gpumon_core::DEFAULT_INTERVAL`] (not checked against
-    /// [`gpumon_core::MIN_INTERVAL`] here).
-    pub fn interval(&self) -> Duration {
-        self.agent.interval.unwrap_or(gpumon_core::DEFAULT_INTERVAL)
-    }
-
-    /// `agent.shutdown_timeout`, default [`defaults::SHUTDOWN_TIMEOUT`].
-    pub fn shutdown_timeout(&self) -> Duration {
-        self.agent.shutdown_timeout.unwrap_or(defaults::SHUTDOWN_TIMEOUT)
     }
 
     /// `stdout.format`, default [`defaults::STDOUT_FORMAT`].

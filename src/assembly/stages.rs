@@ -42,16 +42,19 @@ pub(super) struct DiagnosePlan {
 }
 
 /// The diagnosis window `[diagnose]` gives at `interval`: `diagnose.window`, else the default
-/// spanning at least MIN_WINDOW_TICKS ticks.
-pub(crate) fn diagnosis_window(file: &DiagnoseSection, interval: Duration) -> Duration {
+/// spanning at least MIN_WINDOW_TICKS ticks (`--interval 1m` works as is, and without the
+/// agent's own warning that the cross-tick rules need that many).
+pub(super) fn diagnosis_window(file: &DiagnoseSection, interval: Duration) -> Duration {
     file.window.unwrap_or_else(|| DEFAULT_WINDOW.max(interval.saturating_mul(MIN_WINDOW_TICKS as u32)))
 }
 
-/// Resolves `[diagnose]` against the sampling interval; every error names the key.
-pub(super) fn diagnose(file: &DiagnoseSection, interval: Duration) -> Result<DiagnosePlan, AssemblyError> {
-    // The default spans at least MIN_WINDOW_TICKS ticks of a long interval (`--interval 1m`
-    // works as is, and without the agent's own warning that the cross-tick rules need that many).
-    let window = diagnosis_window(file, interval);
+/// Resolves `[diagnose]` against the sampling interval and the window ([`diagnosis_window`]);
+/// every error names the key.
+pub(super) fn diagnose(
+    file: &DiagnoseSection,
+    interval: Duration,
+    window: Duration,
+) -> Result<DiagnosePlan, AssemblyError> {
     let mut cfg = DiagnoseConfig::default().with_window(window);
     cfg = cfg.disable_by_name(file.disable.iter().map(String::as_str))?;
     if let Some(table) = &file.thresholds {
@@ -487,6 +490,11 @@ impl Service for KubeletService {
 mod tests {
     use super::*;
 
+    /// `[diagnose]` resolved at `interval`, with the window it gives there.
+    fn diagnose_at(file: &DiagnoseSection, interval: Duration) -> Result<DiagnosePlan, AssemblyError> {
+        diagnose(file, interval, diagnosis_window(file, interval))
+    }
+
     fn section<T: serde::de::DeserializeOwned>(text: &str) -> T {
         toml::from_str(text).unwrap()
     }
@@ -496,7 +504,7 @@ mod tests {
     #[test]
     fn thresholds_from_the_table() {
         let s: DiagnoseSection = section("[thresholds]\nstarvation_dip = 0.2\nstarvation_peak = 0.7\nidle_level = 0\n");
-        let plan = diagnose(&s, Duration::from_secs(1)).unwrap();
+        let plan = diagnose_at(&s, Duration::from_secs(1)).unwrap();
         let want = Thresholds::default();
         assert_eq!(plan.thresholds.starvation_dip, 0.2);
         assert_eq!(plan.thresholds.starvation_peak, 0.7);
@@ -511,14 +519,14 @@ mod tests {
     #[test]
     fn the_default_window_spans_enough_ticks_for_every_rule() {
         let window =
-            |s: &DiagnoseSection, secs| diagnose(s, Duration::from_secs(secs)).map(|p| p.config.unwrap().window);
+            |s: &DiagnoseSection, secs| diagnose_at(s, Duration::from_secs(secs)).map(|p| p.config.unwrap().window);
         let default = DiagnoseSection::default();
         assert_eq!(window(&default, 1).unwrap(), DEFAULT_WINDOW);
         assert_eq!(window(&default, 90).unwrap(), Duration::from_secs(450));
         // No window limitation at any interval with the default window.
         for secs in [1, 5, 7, 10, 15, 60, 90] {
             let interval = Duration::from_secs(secs);
-            let config = diagnose(&default, interval).unwrap().config.unwrap();
+            let config = diagnose_at(&default, interval).unwrap().config.unwrap();
             let sampling = Sampling::new(interval, gpumon_core::MetricSet::everything());
             let found = limitations(&config, &sampling);
             assert!(found.iter().all(|l| !l.reason.contains("window holds")), "{secs} s: {found:#?}");
@@ -561,20 +569,20 @@ mod tests {
             ("window = \"500ms\"\n", "diagnose.window"),
         ];
         for (text, key) in cases {
-            let e = diagnose(&section(text), interval).unwrap_err();
+            let e = diagnose_at(&section(text), interval).unwrap_err();
             assert_eq!(e.key(), Some(key), "{e}");
             assert!(e.to_string().starts_with(&format!("{key}: ")), "{e}");
         }
-        let e = diagnose(&section("disable = [\"imbalanse\"]\n"), interval).unwrap_err().to_string();
+        let e = diagnose_at(&section("disable = [\"imbalanse\"]\n"), interval).unwrap_err().to_string();
         assert!(e.starts_with("diagnose.disable: unknown rule `imbalanse`"), "{e}");
     }
 
     #[test]
     fn diagnosis_is_on_by_default_and_off_by_the_file() {
-        assert!(diagnose(&DiagnoseSection::default(), Duration::from_secs(1)).unwrap().is_on());
-        let off = diagnose(&section("enabled = false\n"), Duration::from_secs(1)).unwrap();
+        assert!(diagnose_at(&DiagnoseSection::default(), Duration::from_secs(1)).unwrap().is_on());
+        let off = diagnose_at(&section("enabled = false\n"), Duration::from_secs(1)).unwrap();
         assert!(!off.is_on());
-        let plan = diagnose(&section("window = \"5s\"\n"), Duration::from_secs(1)).unwrap();
+        let plan = diagnose_at(&section("window = \"5s\"\n"), Duration::from_secs(1)).unwrap();
         assert_eq!(plan.diagnoser.unwrap().config().window, Duration::from_secs(5));
     }
 

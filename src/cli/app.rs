@@ -11,7 +11,7 @@ use std::ffi::OsString;
 
 use crate::assembly::backend::MockFactory;
 use crate::assembly::config::{self, AgentConfig};
-use crate::assembly::{defaults, Assembled, Assembly, AssemblyOptions, Replay};
+use crate::assembly::{defaults, Assembled, Assembly, AssemblyOptions, Plan, Replay};
 use crate::core::trace::ReplaySpeed;
 use crate::core::{AgentError, Severity};
 
@@ -62,7 +62,7 @@ async fn run(cli: Cli, file: AgentConfig, options: AssemblyOptions) -> u8 {
         tracing::info!("web view on {}", web.url());
     }
     if let Some(source) = &assembled.source {
-        crate::cli::backend::say(source, &file);
+        crate::cli::backend::say(source, &assembled.plan);
     }
     for l in &assembled.limitations {
         match l.severity {
@@ -73,7 +73,8 @@ async fn run(cli: Cli, file: AgentConfig, options: AssemblyOptions) -> u8 {
     if let Some(replay) = assembled.replay.take() {
         return run_replay(cli, assembled, replay, once).await;
     }
-    let Assembled { builder, mut services, report, interval, shutdown_timeout, .. } = assembled;
+    let Assembled { builder, mut services, report, plan, .. } = assembled;
+    let Plan { interval, shutdown_timeout, .. } = plan;
     let handle = match spawn_with_services(builder, &mut services, shutdown_timeout).await {
         Ok(h) => h,
         Err(code) => return code,
@@ -131,7 +132,8 @@ async fn run_replay(cli: Cli, assembled: Assembled, replay: Replay, once: bool) 
             "replay: --steps-socket and --attribution are ignored; the trace carries the recorded steps and owners"
         );
     }
-    let Assembled { builder, report, interval, sink_options, shutdown_timeout, .. } = assembled;
+    let Assembled { builder, report, plan, .. } = assembled;
+    let Plan { interval, sink_options, shutdown_timeout, .. } = plan;
     let header = &replay.header;
     let recorded_backend = header.backend.clone();
     tracing::info!(

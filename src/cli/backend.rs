@@ -4,9 +4,8 @@
 //! the key it sets. On the terminal; exit code 2 for a bad setting, 1 for a backend that cannot
 //! run here.
 
-use crate::assembly::backend::{BackendError, MockError, MockOptions, Source};
-use crate::assembly::config::AgentConfig;
-use crate::assembly::AssemblyError;
+use crate::assembly::backend::{BackendError, MockError, Source};
+use crate::assembly::{AssemblyError, Plan};
 
 use crate::cli::common::config_failure;
 
@@ -82,7 +81,7 @@ fn with_flags(e: &AssemblyError, window_flag: bool) -> String {
 
 /// Says what the backend rule chose, when it was not what was asked for: on stderr, so that
 /// stdout stays data-only.
-pub fn say(source: &Source, config: &AgentConfig) {
+pub fn say(source: &Source, plan: &Plan) {
     match source {
         Source::LazyNvml { reason } => tracing::warn!(
             "NVML unavailable ({reason}); exporting no GPU data (gpumon_up 0) and retrying NVML with backoff — simulated data is exported only with --backend mock"
@@ -90,7 +89,7 @@ pub fn say(source: &Source, config: &AgentConfig) {
         // One clear line.
         Source::MockFallback { reason } => eprintln!(
             "gpumon: NVML unavailable ({reason}); running on the MOCK backend with profile `{}` — values are simulated, not read from a GPU (only stdout shows them; exporting sinks never get simulated data unless --backend mock)",
-            MockOptions::from_config(config).profile
+            plan.mock.profile
         ),
         _ => {}
     }

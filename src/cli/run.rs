@@ -244,12 +244,13 @@ async fn run(
             return crate::cli::backend::failure(&e, cli.agent.diagnose.diagnose_window.is_some());
         }
     };
-    let window = crate::assembly::diagnosis_window(&file.diagnose, assembled.interval);
+    let window = assembled.plan.diagnosis_window;
     if let Some(source) = &assembled.source {
-        crate::cli::backend::say(source, &file);
+        crate::cli::backend::say(source, &assembled.plan);
     }
     let mock = assembled.source.as_ref().is_some_and(|s| s.is_mock());
-    let Assembled { builder, mut services, report, shutdown_timeout, steps, steps_socket, .. } = assembled;
+    let Assembled { builder, mut services, report, steps, steps_socket, plan, .. } = assembled;
+    let shutdown_timeout = plan.shutdown_timeout;
     let Some(report) = report else {
         eprintln!("gpumon: run: the run report was not assembled");
         discard(report_file);
