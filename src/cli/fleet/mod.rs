@@ -38,7 +38,7 @@ pub struct FleetCli {
     #[arg(long, value_name = "URL")]
     pub prometheus: String,
     /// The period, ending now (e.g. 7d, 24h, 90m).
-    #[arg(long, default_value = "7d", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "7d", value_parser = crate::sinks::duration::parse_duration, value_name = "DURATION")]
     pub since: Duration,
     /// Group by: namespace, job (the training run), owner (namespace, pod, container, user) or
     /// host.
@@ -76,7 +76,7 @@ pub struct FleetCli {
     #[arg(long, value_name = "FILE", requires = "prometheus_client_cert")]
     pub prometheus_client_key: Option<PathBuf>,
     /// Deadline of one query.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "60s", value_parser = crate::sinks::duration::parse_duration, value_name = "DURATION")]
     pub timeout: Duration,
 }
 
@@ -133,7 +133,7 @@ impl FleetCli {
         match self.compare_with.as_deref() {
             None => Ok(None),
             Some("previous") => Ok(Some(self.since)),
-            Some(d) => humantime::parse_duration(d)
+            Some(d) => crate::sinks::duration::parse_duration(d)
                 .map(Some)
                 .map_err(|e| FleetError::Flags(format!("--compare-with {d}: neither `previous` nor a duration ({e})"))),
         }
