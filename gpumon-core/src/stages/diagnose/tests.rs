@@ -1377,3 +1377,25 @@ fn two_gpus_idling_in_turn_that_nothing_says_share_a_job_cannot_tell_loaders_fro
     assert!(f.evidence.contains("assuming the GPUs with work belong to one job"), "{}", f.evidence);
     assert!(f.advice.contains("num_workers") && f.advice.contains("micro-batches"), "{}", f.advice);
 }
+
+#[test]
+fn one_pause_in_a_busy_window_is_not_a_starving_loader() {
+    // Held-back draws: a healthy job busy at 97 % that saves a checkpoint (every GPU idle for a
+    // few seconds, once) and idles briefly now and then, its window's level brought under the
+    // band's top by the pause alone. It was called `dataloader_starvation`. The same idle time
+    // in like stretches through the window is a loader starving it at every step.
+    let run = |idle_ticks: &[u32]| {
+        let mut rig = Rig::new(30);
+        let mut raised = false;
+        for tick in 0..60u32 {
+            let util = if idle_ticks.contains(&(tick % 30)) { 0.0 } else { 0.97 };
+            raised |=
+                first_raise(&rig.step(vec![one_sample(0, util, true)]), FindingKind::DataloaderStarvation).is_some();
+        }
+        raised
+    };
+    // 7 idle ticks of 30 (window level 0.74): a 5-tick pause and two single dips.
+    assert!(!run(&[3, 10, 11, 12, 13, 14, 22]), "one pause explains the window");
+    // 7 idle ticks of 30, in stretches of one or two ticks through the window: starving.
+    assert!(run(&[1, 2, 6, 11, 12, 18, 25]), "stretches of like length through the window");
+}

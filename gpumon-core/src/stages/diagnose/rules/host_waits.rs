@@ -4,7 +4,7 @@
 //! (`idle_allocated`).
 
 use super::peers::PeerHolds;
-use super::swings::{back_and_forth, readings_spread, Swings, STEP_MIN_SPREAD};
+use super::swings::{back_and_forth, one_pause, readings_spread, Swings, STEP_MIN_SPREAD};
 use super::RuleInput;
 use crate::stages::diagnose::Thresholds;
 
@@ -125,7 +125,13 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
     let judged = input.group.pending_busy == usize::from(s.pending_busy);
     // Behind peers that spin while they wait for it: a straggler, not a loader (a starving
     // loader holds back every rank alike).
-    let starving = !peers.behind && ((cycling && mean.is_some_and(|m| band.contains(&m))) || from_steps);
+    // One pause (a checkpoint save, an evaluation pass) that alone brings the level into the
+    // band is no starving loader: the rest of the window is busy.
+    let starving = !peers.behind
+        && ((cycling
+            && mean.is_some_and(|m| band.contains(&m))
+            && !one_pause(input.history, t, t.starvation_max_mean))
+            || from_steps);
     let bubbling = cycling && mean.is_some_and(|m| m <= t.bubbles_max_mean);
     let wait = if !allocated || !judged || waits { Wait::None } else { classify(input, starving, bubbling) };
     // A job that has not run yet (loading, compiling) gets a grace period; one that ran and

@@ -477,6 +477,41 @@ fn micros(u: f64) -> i64 {
     (u * 1e6).round() as i64
 }
 
+/// Whether one pause explains the window's idling: its longest idle stretch (consecutive ticks
+/// reading idle, two or more) holds at least [`PAUSE_SHARE`] of the window's idle ticks, and
+/// without it the window's level is above `max_mean`. A checkpoint save or an evaluation pass
+/// idles every GPU of a job at once, as a starving loader does, but once: a loader starves
+/// the job at every step, in stretches of like length.
+pub(crate) fn one_pause(history: &Ring<Past>, t: &Thresholds, max_mean: f64) -> bool {
+    let (mut idle, mut longest, mut longest_end, mut current) = (0usize, 0usize, 0usize, 0usize);
+    for (i, r) in history.iter().map(|h| h.swing(t)).enumerate() {
+        if r.is_some_and(|r| r.low && !r.high) {
+            idle += 1;
+            current += 1;
+            if current > longest {
+                (longest, longest_end) = (current, i);
+            }
+        } else {
+            current = 0;
+        }
+    }
+    if longest < 2 || (longest as f64) < PAUSE_SHARE * idle as f64 {
+        return false;
+    }
+    let pause = (longest_end + 1 - longest)..=longest_end;
+    let (mut sum, mut n) = (0.0, 0usize);
+    for (i, level) in history.iter().map(|h| h.level.get()).enumerate() {
+        if let Some(level) = level.filter(|_| !pause.contains(&i)) {
+            sum += level;
+            n += 1;
+        }
+    }
+    n > 0 && sum / n as f64 > max_mean
+}
+
+/// The share of a window's idle ticks one stretch must hold to be a pause ([`one_pause`]).
+pub(crate) const PAUSE_SHARE: f64 = 0.5;
+
 /// Mean length, seconds, of the window's idle stretches (consecutive ticks whose readings were
 /// all near idle: low and not busy), and how many there were; `None` without one. A tick
 /// that reads both idle and busy (a loader's gap within the interval) breaks a stretch, so gaps
