@@ -16,9 +16,10 @@
 //! 1. resolves every section once into a [`Plan`] (`plan.rs`), each error an [`AssemblyError`]
 //!    naming its key; the plan is every derived value, and what the rest reads
 //!    ([`Assembled::plan`], [`Assembly::plan`] without building);
-//! 2. builds the sinks — Prometheus, Pushgateway, InfluxDB, remote write, OTLP, the trace
-//!    (`[record]`), the web view, and stdout when asked for or when nothing else is — binding
-//!    their listeners ([`Listeners`]);
+//! 2. builds the sinks — the listed ones (`sinks/listed/`: InfluxDB, OTLP, Prometheus, the
+//!    Pushgateway, remote write, the web view, in the order of their files), the trace
+//!    (`[record]`), and stdout when asked for or when nothing else is — binding their listeners
+//!    ([`Listeners`]);
 //! 3. selects the sampler by the backend rule (`auto` falls back to the mock only when no sink
 //!    exports; [`Assembled::source`] says what was chosen), or opens the trace to replay;
 //! 4. adds the stages, which run in order on the sampling thread: attribution, the step
