@@ -185,7 +185,8 @@ pub struct Assembled {
     pub listeners: Listeners,
     /// The sampling interval (a replayed trace's own).
     pub interval: Duration,
-    /// The families sampled.
+    /// The families exported (the selection; the stages may read more, see
+    /// [`Family::READ_BY_STAGES`]).
     pub metrics: MetricSet,
     /// Every sink's queue and export timeout.
     pub sink_options: SinkOptions,
@@ -261,6 +262,9 @@ impl Assembly {
         let metrics = attribution.metrics(metrics(a, &options.families)?, processes_disabled)?;
         let mut diagnose = stages::diagnose(&config.diagnose, interval)?;
         let steps = stages::steps(&config.steps, options.in_process_steps)?;
+        let stages_run =
+            diagnose.is_on() || steps.tracker.is_some() || options.report || metrics.contains(Family::Accounts);
+        let for_stages = stage_inputs(a, &options.families, stages_run)?;
 
         let mark = match backend {
             Backend::Mock => Some("mock"),
@@ -269,13 +273,14 @@ impl Assembly {
         };
         let host = options.host.as_deref();
         // What is sampled: for a replay, what its trace recorded (a trace from before headers
-        // said so: the flags), as the run that recorded it had it; the flags add nothing.
+        // said so: the flags), as the run that recorded it had it; the flags add nothing. Live,
+        // the selection (exported) and the opt-in families the stages read (not exported).
         let (sampled, step_marks) = match &replay {
             Some((sampler, _)) => {
                 let header = sampler.header();
                 (header.metric_set().unwrap_or(metrics), header.step_marks.unwrap_or(false))
             }
-            None => (metrics, steps.tracker.is_some()),
+            None => (for_stages.iter().fold(metrics, MetricSet::with), steps.tracker.is_some()),
         };
         let recorded_backend =
             replay.as_ref().map(|(sampler, _)| sampler.header().backend.as_str()).filter(|b| !b.is_empty());
@@ -303,7 +308,7 @@ impl Assembly {
                 (builder, Some(selected.source), Some(SamplerRef(selected.sampler)), None, sampling)
             }
         };
-        builder = builder.interval(interval).metrics(metrics).devices(devices);
+        builder = builder.interval(interval).metrics(metrics).sample_for_processors(sampled).devices(devices);
         if let Some(t) = plan.sample_timeout {
             builder = builder.sample_timeout(t);
         }
@@ -479,7 +484,19 @@ pub fn parse_families(names: &[String], key: &str) -> Result<Vec<Family>, Assemb
         .collect()
 }
 
-/// The families to sample. `overrides.only` is the exact set (the config's selection ignored);
+/// The opt-in families the built-in stages read ([`Family::READ_BY_STAGES`]), to sample for
+/// them only: none when no stage runs (`stages_run`) or the selection is exact (`agent.only`,
+/// `--only`: what it names is all that is read), and none that `agent.disable` or `--disable`
+/// names (switched off: not read at all).
+fn stage_inputs(a: &AgentSection, overrides: &Families, stages_run: bool) -> Result<MetricSet, AssemblyError> {
+    if !stages_run || overrides.only.is_some() || a.only.is_some() {
+        return Ok(MetricSet::nothing());
+    }
+    let disabled = parse_families(&a.disable, "agent.disable")?;
+    Ok(Family::READ_BY_STAGES.into_iter().filter(|f| !disabled.contains(f) && !overrides.disable.contains(f)).collect())
+}
+
+/// The families to sample and export. `overrides.only` is the exact set (the config's selection ignored);
 /// `agent.only` is the config's exact set, which `overrides.enable`/`disable` refine. `only`
 /// with `enable`/`disable` in the config is refused (which would win is not obvious).
 fn metrics(a: &AgentSection, overrides: &Families) -> Result<MetricSet, AssemblyError> {
