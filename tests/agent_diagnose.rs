@@ -149,9 +149,11 @@ fn starvation_is_found_from_windows_that_no_sink_gets() {
     }
     let report: Report = serde_json::from_str(last).unwrap();
     assert_eq!(report.gpus.len(), 8);
-    for g in &report.gpus {
-        let f = g.findings.iter().find(|f| f.kind == FindingKind::DataloaderStarvation);
-        let f = f.unwrap_or_else(|| panic!("GPU {}: {:?}", g.index, g.findings));
+    // Each GPU starves on its own schedule: in 3 s some have held the finding's window, not all.
+    let found: Vec<_> =
+        report.gpus.iter().flat_map(|g| &g.findings).filter(|f| f.kind == FindingKind::DataloaderStarvation).collect();
+    assert!(!found.is_empty(), "{report:#?}");
+    for f in found {
         assert!(f.evidence.contains("within the interval"), "found from the windows: {}", f.evidence);
     }
 }
