@@ -87,8 +87,9 @@ pub enum Family {
 }
 
 impl Family {
-    /// Every family, in declaration order: the sampled families, then the derived ones
-    /// ([`Family::Diagnosis`], [`Family::Steps`]) last.
+    /// Every family: the sampled families (each beside its kin, e.g. [`Family::ClockEventsByReason`]
+    /// after [`Family::ClockEvents`], whatever their declaration order), then the derived ones
+    /// ([`Family::Diagnosis`], [`Family::Steps`], [`Family::Derived`], [`Family::Accounts`]).
     pub const ALL: [Family; 26] = [
         Family::Status,
         Family::Utilization,
