@@ -287,6 +287,90 @@ fn series(body: &str) -> Vec<&str> {
     body.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).collect()
 }
 
+/// dcgm-exporter's default counters per GPU: the fields its `etc/default-counters.csv` enables
+/// (listed in shared/reference/exporters.md §1.1): clocks 2, temperatures 2, power and energy 2,
+/// PCIe 3, utilisation 4, XID 1, framebuffer 3, NVLink bandwidth 1, vGPU licence 1, row remapping
+/// 3, profiling 3 — 25 (the driver version is a label, not a series).
+#[cfg(feature = "prometheus")]
+const DCGM_EXPORTER_DEFAULT_SERIES_PER_GPU: usize = 25;
+
+/// Issue 45: the default families export at most dcgm-exporter's default series per GPU. Counted
+/// on the Prometheus exposition of a mock H100 ×8 node running a healthy training job: device
+/// series only (those with a `uuid` label), the accounts included. The opt-in families the
+/// stages read are sampled but none of their series is exported. (A finding adds two series to
+/// its GPU while it holds — `gpumon_finding_active{kind}` and the account's
+/// `lost_seconds_total{cause}` — docs/fleet.md §8.)
+#[cfg(feature = "prometheus")]
+#[test]
+fn default_series_per_gpu_stay_at_or_under_dcgm_exporters_default_counters() {
+    let agent = agent_process()
+        .env("GPUMON_LOG", "info")
+        .args(["--backend", "mock", "--mock-profile", "h100x8", "--mock-scenario", "training"])
+        .args(["--prometheus-listen", "127.0.0.1:0", "--interval", "200ms", "--config", "/dev/null"])
+        .ready(Ready::ListeningLog)
+        .spawn();
+    let body = scrape_until(&agent, "the accounts of every GPU", |b| {
+        series(b).iter().filter(|l| l.starts_with("gpumon_account_observed_seconds_total{")).count() == 8
+    });
+    let mut per_gpu = std::collections::BTreeMap::<&str, Vec<&str>>::new();
+    for line in series(&body) {
+        if let Some(uuid) = line.split("uuid=\"").nth(1).and_then(|rest| rest.split('"').next()) {
+            per_gpu.entry(uuid).or_default().push(line);
+        }
+    }
+    assert_eq!(per_gpu.len(), 8, "{body}");
+    for (uuid, lines) in &per_gpu {
+        assert!(
+            lines.len() <= DCGM_EXPORTER_DEFAULT_SERIES_PER_GPU,
+            "{uuid}: {} series, dcgm-exporter's default has {DCGM_EXPORTER_DEFAULT_SERIES_PER_GPU}:\n{}",
+            lines.len(),
+            lines.join("\n")
+        );
+        assert!(lines.iter().any(|l| l.starts_with("gpumon_account_energy_joules_total{")), "{uuid}");
+        assert!(!lines.iter().any(|l| l.starts_with("gpumon_finding_active{")), "a healthy job: {uuid}");
+    }
+    println!("device series per GPU (default families): {:?}", per_gpu.values().map(Vec::len).collect::<Vec<_>>());
+    let opt_in = [
+        "gpumon_utilization_min_ratio",
+        "gpumon_utilization_mean_ratio",
+        "gpumon_sm_activity_ratio",
+        "gpumon_nvlink_",
+        "gpumon_pcie_link_",
+        "gpumon_pcie_replays",
+        "gpumon_ecc_",
+        "gpumon_remapped_rows_",
+        "gpumon_performance_state",
+        "gpumon_clock_event_active",
+    ];
+    for line in series(&body) {
+        assert!(!opt_in.iter().any(|p| line.starts_with(p)), "an opt-in family's series: {line}");
+    }
+    assert!(series(&body).iter().any(|l| l.starts_with("gpumon_clock_event_reasons{")), "the mask is exported");
+}
+
+/// An opt-in family selected is exported again: `--enable` on the command line, `agent.enable`
+/// in the config file; the per-reason clock events with `clock_events_by_reason`.
+#[cfg(feature = "prometheus")]
+#[test]
+fn enabled_opt_in_families_are_exported_again() {
+    let dir = TempDir::new("agent-enable");
+    let config = dir.file("enable.toml", "[agent]\nenable = [\"clock_events_by_reason\"]\n");
+    let agent = agent_process()
+        .env("GPUMON_LOG", "info")
+        .args(["--backend", "mock", "--mock-profile", "h100x8", "--enable", "high_resolution,nvlink"])
+        .args(["--prometheus-listen", "127.0.0.1:0", "--interval", "200ms", "--config"])
+        .arg(&config)
+        .ready(Ready::ListeningLog)
+        .spawn();
+    let body = scrape_until(&agent, "the enabled families", |b| b.contains("gpumon_utilization_mean_ratio{"));
+    let count = |name: &str| series(&body).iter().filter(|l| l.starts_with(name)).count();
+    assert_eq!(count("gpumon_utilization_mean_ratio{"), 8, "{body}");
+    assert_eq!(count("gpumon_nvlink_links_up{"), 8, "{body}");
+    assert_eq!(count("gpumon_clock_event_active{"), 8 * 9, "one per reason and GPU: {body}");
+    // What was not enabled stays off.
+    assert_eq!(count("gpumon_sm_activity_ratio{") + count("gpumon_ecc_uncorrected_errors_total{"), 0, "{body}");
+}
+
 /// A node whose driver did not load: `auto` with an exporting sink never falls back to the mock.
 /// It keeps serving, says `gpumon_up 0` and exports no device series; readiness fails,
 /// liveness holds.

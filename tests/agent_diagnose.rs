@@ -111,6 +111,53 @@ fn snapshots_then_the_report_when_stdout_is_also_asked_for() {
     assert_eq!(report.ticks as usize, snapshots.len(), "the report saw every tick the sink printed");
 }
 
+/// The high-resolution windows are opt-in for export (docs/fleet.md §8) but still sampled for
+/// diagnosis: with the default families, no snapshot leaving through a sink carries a window,
+/// and the starvation the windows show is found from them (its evidence quotes the min and max
+/// within the interval, which only the windows hold).
+#[test]
+fn starvation_is_found_from_windows_that_no_sink_gets() {
+    let (code, stdout, stderr) = run(agent().args([
+        "--backend",
+        "mock",
+        "--mock-profile",
+        "h100x8",
+        "--mock-scenario",
+        "dataloader-starved",
+        "--interval",
+        "500ms",
+        "--diagnose-window",
+        "2s",
+        "--duration",
+        "3s",
+        "--stdout-format",
+        "json",
+        "--report-format",
+        "json",
+    ]));
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let lines: Vec<_> = stdout.lines().collect();
+    let (last, snapshots) = lines.split_last().unwrap();
+    assert!(snapshots.len() >= 4, "{stdout}");
+    for line in snapshots {
+        let s: Snapshot = serde_json::from_str(line).unwrap();
+        for d in &s.devices {
+            assert_eq!(d.windows, Default::default(), "GPU {}: a window left the agent", d.info.index);
+            assert_eq!(d.gpm, Default::default(), "GPU {}: GPM left the agent", d.info.index);
+            assert!(d.utilization.gpu.is_some(), "the default families are exported");
+        }
+    }
+    let report: Report = serde_json::from_str(last).unwrap();
+    assert_eq!(report.gpus.len(), 8);
+    // Each GPU starves on its own schedule: in 3 s some have held the finding's window, not all.
+    let found: Vec<_> =
+        report.gpus.iter().flat_map(|g| &g.findings).filter(|f| f.kind == FindingKind::DataloaderStarvation).collect();
+    assert!(!found.is_empty(), "{report:#?}");
+    for f in found {
+        assert!(f.evidence.contains("within the interval"), "found from the windows: {}", f.evidence);
+    }
+}
+
 #[test]
 fn no_diagnose_leaves_snapshots_without_diagnosis() {
     let s = mock_once(&mut agent());

@@ -45,6 +45,28 @@ fn only_samples_exactly_the_families_named() {
     assert_ne!(got.devices, first_sample(MetricSet::default()).devices);
 }
 
+/// The high-resolution windows are opt-in (docs/fleet.md §8): sampled for diagnosis, left out of
+/// the snapshots the sinks get, until selected — by `--enable`, `agent.enable` or `--only`.
+#[test]
+fn windows_reach_the_sinks_only_when_selected() {
+    let windows = |s: &Snapshot| s.devices.iter().filter(|d| d.windows.gpu_utilization.is_some()).count();
+    let (code, stdout, stderr) = run(&mut agent());
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(windows(&snapshot(&stdout)), 0, "not exported by default");
+    let (code, stdout, stderr) = run(agent().args(["--enable", "high_resolution"]));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(windows(&snapshot(&stdout)), 4, "--enable exports them");
+    let dir = TempDir::new("agent-enable-windows");
+    let path = dir.file("enable.toml", "[agent]\nenable = [\"high_resolution\"]\n");
+    let (code, stdout, stderr) = run(agent().arg("--config").arg(&path));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(windows(&snapshot(&stdout)), 4, "agent.enable exports them");
+    let (code, stdout, stderr) = run(agent().args(["--only", "utilization,high_resolution"]));
+    assert_eq!(code, 0, "{stderr}");
+    let got = snapshot(&stdout);
+    assert_eq!(got.devices, first_sample(only(&[Family::Utilization, Family::HighResolution])).devices);
+}
+
 #[test]
 fn only_in_the_config_file_and_flags_overriding_it() {
     let dir = TempDir::new("agent-only");

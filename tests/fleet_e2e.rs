@@ -68,27 +68,14 @@ fn owner_of(host: usize, gpu: usize, tick: u64) -> Option<(Owner, String)> {
     Some((owner, job))
 }
 
-/// What the agents sample: the accounts, what the diagnosis reads, and the level series a fleet
-/// watches — not the high-resolution windows, GPM, NVLink and PCIe link families (docs/fleet.md,
-/// "Series per GPU"), which would make each replay several times slower.
+/// What the agents sample: the default families, i.e. what a default agent exports (the
+/// accounts, diagnosis and the level series a fleet watches; docs/fleet.md §8). A live agent also
+/// samples the opt-in families its stages read (high-resolution windows, GPM, NVLink, PCIe link,
+/// ECC, remapped rows) and records them in its trace, but never exports them. They are left out
+/// of these traces, which they would make several times slower to replay: they would sharpen the
+/// findings (and so the accounts' causes), not change which series the TSDBs receive.
 fn families() -> MetricSet {
-    use gpumon::core::Family as F;
-    [
-        F::Status,
-        F::Utilization,
-        F::Memory,
-        F::Temperature,
-        F::Power,
-        F::Energy,
-        F::Clocks,
-        F::ClockEvents,
-        F::Xid,
-        F::Diagnosis,
-        F::Steps,
-        F::Accounts,
-    ]
-    .into_iter()
-    .collect()
+    MetricSet::default()
 }
 
 /// Host `host`'s trace: its fleet and scenario, owners and jobs, `TICKS` ticks from `start`.

@@ -20,8 +20,14 @@ fn diagnoser() -> Diagnoser {
     Diagnoser::new(DiagnoseConfig::default().with_window(Duration::from_secs(10))).unwrap()
 }
 
-/// The live run: the mock scenario through the step tracker and diagnosis, every snapshot
-/// recorded to `trace` and kept in memory.
+/// What the live run exports: the default families and the processes.
+fn exported() -> MetricSet {
+    MetricSet::default().with(Family::Processes)
+}
+
+/// The live run: the mock scenario through the step tracker and diagnosis, sampling what a
+/// default agent does (the opt-in families diagnosis reads too, not exported), every snapshot
+/// recorded whole to `trace` and kept in memory as the sinks get it.
 async fn live(scenario: &str, trace: &Path) -> Vec<Arc<Snapshot>> {
     let scenario = match scenario {
         // Findings that clear too: GPU 2's loader starves until the GPU is lost at tick 40.
@@ -43,12 +49,13 @@ async fn live(scenario: &str, trace: &Path) -> Vec<Arc<Snapshot>> {
     let kept = RecordingSink::new("kept");
     let handle = Agent::builder(sampler)
         .interval(Duration::from_secs(1))
-        .metrics(MetricSet::default().with(Family::Processes))
+        .metrics(exported())
+        .sample_for_processors(MetricSet::default().with_stage_inputs())
         // Driven tick by tick below: the same ticks however busy this machine is.
         .scheduled(false)
         .processor(tracker)
         .processor(diagnoser())
-        .sink(RecordSink::create(trace).unwrap())
+        .sink(RecordSink::create(trace).unwrap().with_sampling(exported().with_stage_inputs(), true))
         .sink(kept.clone())
         .spawn()
         .unwrap();
@@ -64,14 +71,18 @@ async fn live(scenario: &str, trace: &Path) -> Vec<Arc<Snapshot>> {
     kept.snapshots()
 }
 
-/// The trace played back as fast as possible through a fresh diagnosis stage.
+/// The trace played back as fast as possible through a fresh diagnosis stage, exporting what
+/// the live run did (as the agent assembles a replay: what the trace recorded is sampled).
 async fn replay(trace: &Path) -> Vec<Arc<Snapshot>> {
     let sampler = ReplaySampler::open(trace).unwrap();
     assert_eq!(sampler.header().interval, Some(Duration::from_secs(1)));
+    let recorded = sampler.header().metric_set().unwrap();
     let progress = sampler.progress();
     let kept = RecordingSink::new("kept");
     let handle = Agent::builder(sampler)
         .interval(Duration::from_secs(1))
+        .metrics(exported())
+        .sample_for_processors(recorded)
         .scheduled(false)
         .processor(diagnoser())
         .sink(kept.clone())
@@ -173,8 +184,15 @@ fn the_trace_of_a_live_run_reads_back_whole() {
     assert_eq!(header.devices[0].uuid, live[0].devices[0].info.uuid);
     let read: Vec<Snapshot> = reader.map(Result::unwrap).collect();
     assert_eq!(read.len(), live.len());
+    let sampled = header.metric_set().unwrap();
+    assert_eq!(sampled, exported().with_stage_inputs(), "the header names what was sampled");
     for (r, l) in read.iter().zip(&live) {
         assert!(r.output::<gpumon::core::Diagnosis>().is_none(), "diagnosis is recomputed, never stored");
-        assert_eq!((r.seq, &r.devices, &r.system), (l.seq, &l.devices, &l.system));
+        // The trace holds what diagnosis read, the sinks got less.
+        assert!(r.devices.iter().all(|d| d.windows.gpu_utilization.is_some()), "the windows are recorded");
+        assert!(l.devices.iter().all(|d| d.windows.gpu_utilization.is_none()), "no sink got a window");
+        let mut narrowed = r.clone();
+        narrowed.retain_exported(sampled, exported());
+        assert_eq!((r.seq, &narrowed.devices, &r.system), (l.seq, &l.devices, &l.system));
     }
 }

@@ -151,7 +151,9 @@ fn assert_clean(run: &Value) {
 #[test]
 #[ignore = "needs scripts/test.sh (chromium)"]
 fn browser_shows_eight_live_cards_for_h100x8() {
-    let (_agent, base) = start(&["--backend", "mock", "--mock-profile", "h100x8"]);
+    // The detail view's PCIe link, ECC and NVLink rows are of opt-in families (docs/fleet.md §8):
+    // the page shows what the agent exports.
+    let (_agent, base) = start(&["--backend", "mock", "--mock-profile", "h100x8", "--enable", "pcie_link,ecc,nvlink"]);
     let snap = snapshot(&base);
     // Hover over GPU 0's first chart; open its detail view.
     let extra = [

@@ -84,7 +84,8 @@ fn bench(c: &mut Criterion) {
     let path = library();
     let ctl = control(&path);
     let sampler = NvmlSampler::builder().library_path(&path).xid_events(false).build().unwrap();
-    let default = SampleRequest::new(MetricSet::default(), DeviceFilter::all());
+    // What a default agent reads: the default families and the opt-in ones diagnosis reads.
+    let default = SampleRequest::new(MetricSet::default().with_stage_inputs(), DeviceFilter::all());
     let everything = SampleRequest::new(MetricSet::everything(), DeviceFilter::all());
     let basic = SampleRequest::new(
         [Family::Utilization, Family::Memory, Family::Temperature, Family::Power].into_iter().collect(),

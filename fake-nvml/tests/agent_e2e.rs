@@ -85,9 +85,12 @@ fn close(a: &Value, b: &Value, path: &str) -> Result<(), String> {
 fn same_snapshot(profile: &str) -> Value {
     let dir = common::Fake::new("clock=manual"); // a private directory holding libnvidia-ml.so.1
     let ld = dir.dir.to_string_lossy().into_owned();
-    let mock = run(&["--backend", "mock", "--mock-profile", profile], &[]);
+    // Every family a default agent reads exported, the opt-in ones diagnosis reads and the
+    // P-state too: the comparison covers them (docs/fleet.md §8).
+    let all = "high_resolution,gpm,nvlink,pcie_link,ecc,remapped_rows,performance_state";
+    let mock = run(&["--backend", "mock", "--mock-profile", profile, "--enable", all], &[]);
     let nvml = run(
-        &["--backend", "nvml"],
+        &["--backend", "nvml", "--enable", all],
         &[("LD_LIBRARY_PATH", &ld), ("GPUMON_FAKE_NVML_PROFILE", profile), ("GPUMON_FAKE_NVML_CLOCK", "manual")],
     );
     assert_eq!(nvml["system"]["backend"], "nvml");

@@ -13,7 +13,7 @@ fn sampler(fake: &Fake) -> NvmlSampler {
 }
 
 fn request(filter: DeviceFilter) -> SampleRequest {
-    SampleRequest::new(MetricSet::default(), filter)
+    SampleRequest::new(MetricSet::default().with_stage_inputs(), filter)
 }
 
 #[test]

@@ -219,7 +219,7 @@ fn gpu_whose_xid_events_cannot_be_registered_reads_as_not_monitored() {
         assert_eq!(xid_failure(d), None, "GPU {i} is watched");
     }
     // Not asked for, not reported.
-    let no_xid = SampleRequest::new(MetricSet::default().without(Family::Xid), DeviceFilter::all());
+    let no_xid = SampleRequest::new(MetricSet::default().with_stage_inputs().without(Family::Xid), DeviceFilter::all());
     assert!(s.sample(&no_xid).unwrap().devices.iter().all(|d| xid_failure(d).is_none()));
 }
 
@@ -293,7 +293,9 @@ fn mig_instances_carry_their_parent_and_filter_by_gpu_mig_pair() {
         snap.devices.iter().filter(|d| d.info.mig.as_ref().is_some_and(|m| m.parent_uuid == gpu0.info.uuid)).collect();
     assert_eq!(migs.len(), 4, "3g.20gb + 2g.10gb + 2x 1g.5gb");
     assert_eq!(migs[0].info.mig.as_ref().unwrap().profile.as_deref(), Some("3g.20gb"));
-    let only = s.sample(&SampleRequest::new(MetricSet::default(), DeviceFilter::parse("0:1").unwrap())).unwrap();
+    let only = s
+        .sample(&SampleRequest::new(MetricSet::default().with_stage_inputs(), DeviceFilter::parse("0:1").unwrap()))
+        .unwrap();
     assert_eq!(only.devices.len(), 1);
     assert_eq!(only.devices[0].info.mig.as_ref().map(|m| m.mig_index), Some(1));
 }
@@ -420,10 +422,14 @@ fn gpu_lost_before_its_first_sample_is_reported_by_index() {
     assert_eq!((d.state, d.info.index, d.info.uuid.as_str()), (DeviceState::Lost, 3, ""));
     assert_eq!(d.points().len(), 1, "only up=0");
     // The filter is honoured by index; a UUID filter cannot match a GPU whose UUID is unknown.
-    let by_index = s.sample(&SampleRequest::new(MetricSet::default(), DeviceFilter::parse("3").unwrap())).unwrap();
+    let by_index = s
+        .sample(&SampleRequest::new(MetricSet::default().with_stage_inputs(), DeviceFilter::parse("3").unwrap()))
+        .unwrap();
     assert_eq!(states(&by_index), [DeviceState::Lost]);
     let other = snap.devices[1].info.uuid.clone();
-    let by_uuid = s.sample(&SampleRequest::new(MetricSet::default(), DeviceFilter::parse(&other).unwrap())).unwrap();
+    let by_uuid = s
+        .sample(&SampleRequest::new(MetricSet::default().with_stage_inputs(), DeviceFilter::parse(&other).unwrap()))
+        .unwrap();
     assert_eq!(by_uuid.devices.iter().map(|d| d.info.index).collect::<Vec<_>>(), [1]);
     // Back: identified and read.
     fake.set_tick(2);

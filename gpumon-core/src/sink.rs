@@ -62,6 +62,16 @@ pub trait Sink: Send + 'static {
         false
     }
 
+    /// Whether this sink receives the families the agent samples only for its processors
+    /// ([`AgentBuilder::sample_for_processors`](crate::AgentBuilder::sample_for_processors)),
+    /// which every other sink, subscriber and caller never sees. Asked once, when the sink is
+    /// added to an agent. Default `false`. Only a sink that records what was sampled for a later
+    /// run of the same processors says `true` (the trace's `RecordSink`, whose
+    /// replay's diagnosis needs the windows it reads live); an exporter never does.
+    fn records_stage_inputs(&self) -> bool {
+        false
+    }
+
     /// Takes one snapshot synchronously, on the sampling thread, without ever waiting. Called
     /// instead of [`Sink::export`] for scheduled ticks when [`Sink::exports_inline`] is `true`;
     /// `export` must still work (a flush's snapshot, and ticks that arrive while the sink's
@@ -111,6 +121,9 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
     }
     fn exports_inline(&self) -> bool {
         (**self).exports_inline()
+    }
+    fn records_stage_inputs(&self) -> bool {
+        (**self).records_stage_inputs()
     }
     fn export_inline(&mut self, snapshot: &Arc<Snapshot>) -> Result<InlineExport, SinkError> {
         (**self).export_inline(snapshot)

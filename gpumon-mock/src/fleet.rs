@@ -575,7 +575,7 @@ impl MockFleet {
         if metrics.contains(Family::PerformanceState) {
             s.performance_state = Some(if !l.busy && caps.fan { 8 } else { 0 });
         }
-        if metrics.contains(Family::ClockEvents) {
+        if metrics.contains(Family::ClockEvents) || metrics.contains(Family::ClockEventsByReason) {
             s.clock_event_reasons = Some(ClockEventReasons(l.reasons));
         }
         if metrics.contains(Family::PcieLink) {
@@ -701,7 +701,7 @@ impl MockFleet {
             if device.is_some_and(|d| d != gpu) || !metrics.contains(*family) {
                 continue;
             }
-            clear_family(s, *family);
+            s.clear_family(*family);
             if let Some(reason) = denied {
                 if !s.errors.iter().any(|e| e.family == *family) {
                     s.record_failure(*family, reason);
@@ -713,55 +713,6 @@ impl MockFleet {
     /// Driver samples per interval for the high-resolution windows (about one per 100 ms).
     fn window_len(&self) -> u32 {
         u32::try_from(self.tick_period.as_millis() / 100).unwrap_or(u32::MAX).clamp(1, 20)
-    }
-}
-
-/// Empties one family's values in a sample.
-fn clear_family(s: &mut DeviceSample, family: Family) {
-    match family {
-        Family::Utilization => s.utilization = Default::default(),
-        Family::Memory => s.memory = Default::default(),
-        Family::Temperature => s.temperature = Default::default(),
-        Family::Power => {
-            s.power.usage_watts = None;
-            s.power.limit_watts = None;
-        }
-        Family::Energy => s.power.energy_joules = None,
-        Family::Clocks => s.clocks = Default::default(),
-        Family::Fan => s.fan_speed = None,
-        Family::PerformanceState => s.performance_state = None,
-        Family::ClockEvents => s.clock_event_reasons = None,
-        Family::PcieLink => {
-            s.pcie.link_generation = None;
-            s.pcie.link_width = None;
-            s.pcie.replays = None;
-        }
-        Family::PcieThroughput => {
-            s.pcie.tx_bytes_per_second = None;
-            s.pcie.rx_bytes_per_second = None;
-        }
-        Family::Ecc => {
-            s.ecc.corrected = None;
-            s.ecc.uncorrected = None;
-        }
-        Family::RetiredPages => {
-            s.ecc.retired_pages_single_bit = None;
-            s.ecc.retired_pages_double_bit = None;
-            s.ecc.retired_pages_pending = None;
-        }
-        Family::RemappedRows => {
-            s.ecc.remapped_rows_correctable = None;
-            s.ecc.remapped_rows_uncorrectable = None;
-            s.ecc.remapped_rows_pending = None;
-            s.ecc.remapped_rows_failure = None;
-        }
-        Family::Xid => s.xid_errors.clear(),
-        Family::Processes => s.processes.clear(),
-        Family::HighResolution => s.windows = Default::default(),
-        Family::Gpm => s.gpm = Default::default(),
-        Family::Nvlink => s.nvlink = None,
-        // Status cannot be withheld; families added later have nothing to clear here yet.
-        _ => {}
     }
 }
 

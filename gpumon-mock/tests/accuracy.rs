@@ -74,7 +74,7 @@ fn load(path: &Path) -> Entry {
     let f = |k: &str| expect.get(k).and_then(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64)));
     let profile = expect.get("profile").and_then(|v| v.as_str()).unwrap_or("a100x4");
     // Every family diagnosis reads; per-link NVLink counters only cost time here.
-    let mut metrics = MetricSet::default().without(Family::Nvlink);
+    let mut metrics = MetricSet::default().with_stage_inputs().without(Family::Nvlink);
     for m in expect.get("metrics").and_then(|v| v.as_array()).into_iter().flatten() {
         match m.as_str() {
             Some("pcie_throughput") => metrics = metrics.with(Family::PcieThroughput),

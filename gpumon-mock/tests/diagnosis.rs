@@ -66,7 +66,7 @@ fn every_scenario_raises_exactly_its_findings_in_time() {
 fn healthy_scenarios_raise_nothing_over_many_seeds() {
     for scenario in ["training", "idle"] {
         for seed in 0..50 {
-            let (outcome, _) = run(scenario, MetricSet::default(), seed, 600);
+            let (outcome, _) = run(scenario, MetricSet::default().with_stage_inputs(), seed, 600);
             assert!(outcome.raised.is_empty(), "{scenario} seed {seed}: raised {:?}", outcome.raised);
         }
     }

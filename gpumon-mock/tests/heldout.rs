@@ -86,7 +86,7 @@ fn run_node(node: &SimNode) -> Said {
     let interval = Duration::from_secs_f64(node.interval_s);
     let epoch = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
     let fleet = MockFleet::new(&node.profile, &node.scenario, node.seed).expect("a draw builds").with_epoch(epoch);
-    let mut metrics = MetricSet::default().without(Family::Nvlink).with(Family::PcieThroughput);
+    let mut metrics = MetricSet::default().with_stage_inputs().without(Family::Nvlink).with(Family::PcieThroughput);
     metrics = if node.visibility == gpumon_mock::sim::JobVisibility::Nothing {
         metrics.without(Family::Processes)
     } else {

@@ -155,7 +155,7 @@ fn scenario_file_drives_the_fleet() {
     let f = MockFleet::new(&FleetProfile::load("a100x4").unwrap(), &scenario, 1).unwrap();
     assert_eq!(f.device(0).unwrap().workload(), Workload::Training);
     assert_eq!(f.device(3).unwrap().workload(), Workload::Idle);
-    let s = f.sample(0, MetricSet::default(), &DeviceFilter::all());
+    let s = f.sample(0, MetricSet::default().with_stage_inputs(), &DeviceFilter::all());
     assert!(s[0].utilization.gpu.unwrap() > 0.8 && s[2].utilization.gpu.unwrap() < 0.05);
     assert_eq!(s[1].ecc.uncorrected, Some(1));
 

@@ -327,7 +327,8 @@ fn near_oom_mig_instances_fill_up_too() {
     let fleet = MockFleet::new(&FleetProfile::load("a100x8-mig").unwrap(), &scenario, 5).unwrap();
     let mut prev = vec![0u64; fleet.devices().len()];
     for t in 0..TICKS {
-        for (i, s) in fleet.sample(t, MetricSet::default(), &DeviceFilter::all()).iter().enumerate() {
+        for (i, s) in fleet.sample(t, MetricSet::default().with_stage_inputs(), &DeviceFilter::all()).iter().enumerate()
+        {
             if s.info.mig.is_some() {
                 let used = s.memory.used.unwrap();
                 assert!(s.memory.used_ratio().unwrap() >= 0.95, "tick {t} device {i}: {:?}", s.memory);

@@ -154,7 +154,7 @@ fn identities_are_well_formed_and_unique() {
         assert!(buses.insert(d.pci_bus_id.clone().unwrap()));
         assert_eq!(d.serial.as_ref().unwrap().len(), 13);
     }
-    let samples = all_devices(&f, 0, MetricSet::default());
+    let samples = all_devices(&f, 0, MetricSet::default().with_stage_inputs());
     assert_eq!(samples.len(), 64);
     assert!(samples.iter().all(|s| s.is_up() && s.memory.total == Some(85_520_809_984)));
     // GeForce has no serial.
@@ -232,7 +232,7 @@ fn dataloader_starved_signature() {
     let f = fleet("a100x4", Workload::DataloaderStarved, 5);
     let (mut low, mut high) = (0, 0);
     for tick in 0..100 {
-        for s in all_devices(&f, tick, MetricSet::default()) {
+        for s in all_devices(&f, tick, MetricSet::default().with_stage_inputs()) {
             let gpu = s.utilization.gpu.unwrap();
             let mem = s.utilization.memory.unwrap();
             let w = s.windows.gpu_utilization.unwrap();
@@ -255,7 +255,7 @@ fn imbalance_signature() {
     let f = fleet("h100x8", Workload::Imbalance, 5);
     let mut sums = [0.0f64; 2];
     for tick in 0..100 {
-        let s = all_devices(&f, tick, MetricSet::default());
+        let s = all_devices(&f, tick, MetricSet::default().with_stage_inputs());
         let (busy, twin) = (s[0].utilization.gpu.unwrap(), s[1].utilization.gpu.unwrap());
         assert!(busy > 0.85 && twin < 0.15, "tick {tick}: {busy} vs {twin}");
         sums[0] += busy;
@@ -269,12 +269,12 @@ fn imbalance_signature() {
 fn thermal_throttling_signature() {
     let f = fleet("h100x8", Workload::ThermalThrottling, 5);
     let slowdown = f.devices()[0].temperature_slowdown_celsius.unwrap();
-    let first = &all_devices(&f, 0, MetricSet::default())[0];
+    let first = &all_devices(&f, 0, MetricSet::default().with_stage_inputs())[0];
     let cool_sm = first.clocks.sm.unwrap();
     assert!(!first.clock_event_reasons.unwrap().contains(ClockEventReasons::HW_THERMAL_SLOWDOWN));
     let mut hot_at = None;
     for tick in 0..300 {
-        let s = &all_devices(&f, tick, MetricSet::default())[0];
+        let s = &all_devices(&f, tick, MetricSet::default().with_stage_inputs())[0];
         if s.temperature.gpu.unwrap() >= slowdown {
             hot_at.get_or_insert(tick);
         }
@@ -315,9 +315,9 @@ fn mig_instances_carry_their_parent() {
     assert!(s[0].utilization.gpu.is_none(), "no whole-GPU utilisation in MIG mode");
     assert!(!s[1].processes.is_empty() && s[0].processes.is_empty());
     // Filtering by the parent's UUID keeps its instances; a `gpu:mig` pair picks one.
-    let only = f.sample(0, MetricSet::default(), &DeviceFilter::parse(&parent.uuid).unwrap());
+    let only = f.sample(0, MetricSet::default().with_stage_inputs(), &DeviceFilter::parse(&parent.uuid).unwrap());
     assert_eq!(only.len(), 5);
-    let one = f.sample(0, MetricSet::default(), &DeviceFilter::parse("2:1").unwrap());
+    let one = f.sample(0, MetricSet::default().with_stage_inputs(), &DeviceFilter::parse("2:1").unwrap());
     assert_eq!(one.len(), 1);
     assert_eq!(one[0].info.mig.as_ref().unwrap().parent_uuid, f.devices()[10].uuid);
 }
@@ -329,7 +329,7 @@ fn metric_set_is_respected() {
     assert!(none.is_up());
     assert_eq!(none.points().len(), 1, "only `up`: {:?}", none.points());
 
-    let default = &all_devices(&f, 1, MetricSet::default())[0];
+    let default = &all_devices(&f, 1, MetricSet::default().with_stage_inputs())[0];
     assert!(default.processes.is_empty() && default.pcie.tx_bytes_per_second.is_none(), "opt-in families off");
     assert!(default.pcie.link_generation.is_some() && default.power.energy_joules.is_some());
 
@@ -348,15 +348,20 @@ fn metric_set_is_respected() {
 fn filter_is_honoured_by_the_sampler() {
     let sampler = MockSampler::from_profile_name("h100x8").unwrap();
     let filter = DeviceFilter::parse("1,5").unwrap();
-    let snap: Snapshot = sampler.sample(&SampleRequest::new(MetricSet::default(), filter)).unwrap();
+    let snap: Snapshot = sampler.sample(&SampleRequest::new(MetricSet::default().with_stage_inputs(), filter)).unwrap();
     let idx: Vec<u32> = snap.devices.iter().map(|d| d.info.index).collect();
     assert_eq!(idx, [1, 5]);
     let uuid = sampler.fleet().devices()[6].uuid.clone();
-    let snap =
-        sampler.sample(&SampleRequest::new(MetricSet::default(), DeviceFilter::parse(&uuid[..12]).unwrap())).unwrap();
+    let snap = sampler
+        .sample(&SampleRequest::new(
+            MetricSet::default().with_stage_inputs(),
+            DeviceFilter::parse(&uuid[..12]).unwrap(),
+        ))
+        .unwrap();
     assert_eq!(snap.devices.len(), 1);
     assert_eq!(snap.devices[0].info.uuid, uuid);
-    let none = sampler.sample(&SampleRequest::new(MetricSet::default(), DeviceFilter::none())).unwrap();
+    let none =
+        sampler.sample(&SampleRequest::new(MetricSet::default().with_stage_inputs(), DeviceFilter::none())).unwrap();
     assert!(none.devices.is_empty());
 }
 
@@ -364,7 +369,7 @@ fn filter_is_honoured_by_the_sampler() {
 fn sampler_ticks_and_reports_system() {
     let sampler = MockSampler::builder().scenario(Scenario::new(Workload::Training)).build().unwrap();
     assert_eq!(sampler.tick(), 0);
-    let req = SampleRequest::default();
+    let req = SampleRequest::new(MetricSet::default().with_stage_inputs(), DeviceFilter::all());
     let a = sampler.sample(&req).unwrap();
     assert_eq!(sampler.tick(), 1);
     assert_eq!(a.seq, 0, "the runtime numbers snapshots");
@@ -387,7 +392,7 @@ fn tick_period_scales_energy() {
     let profile = FleetProfile::load("a100x4").unwrap();
     let scenario = Scenario::new(Workload::Training).with_tick_period(Duration::from_secs(10));
     let f = MockFleet::new(&profile, &scenario, 1).unwrap();
-    let m = MetricSet::default();
+    let m = MetricSet::default().with_stage_inputs();
     let e0 = all_devices(&f, 0, m)[0].power.energy_joules.unwrap();
     let s1 = &all_devices(&f, 1, m)[0];
     let step = s1.power.energy_joules.unwrap() - e0;
@@ -405,7 +410,7 @@ fn a_paced_sample_taken_early_is_part_of_the_coming_tick() {
     let interval = Duration::from_secs(1);
     let paced = MockSampler::builder().seed(7).paced(interval).build().unwrap();
     let unpaced = MockSampler::builder().seed(7).build().unwrap();
-    let request = SampleRequest::new(MetricSet::default(), DeviceFilter::all());
+    let request = SampleRequest::new(MetricSet::default().with_stage_inputs(), DeviceFilter::all());
     let energy = |s: &Snapshot| s.devices[0].power.energy_joules.unwrap();
     let first = Instant::now();
     let (t0, u0) = (paced.sample(&request).unwrap(), unpaced.sample(&request).unwrap());
@@ -434,7 +439,7 @@ fn a_paced_sample_late_in_the_interval_is_still_part_of_the_coming_tick() {
     use std::time::Instant;
     let interval = Duration::from_secs(1);
     let paced = MockSampler::builder().seed(7).paced(interval).build().unwrap();
-    let request = SampleRequest::new(MetricSet::default(), DeviceFilter::all());
+    let request = SampleRequest::new(MetricSet::default().with_stage_inputs(), DeviceFilter::all());
     let energy = |s: &Snapshot| s.devices[0].power.energy_joules.unwrap();
     let first = Instant::now();
     let t0 = paced.sample(&request).unwrap();

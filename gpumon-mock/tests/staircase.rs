@@ -56,7 +56,8 @@ fn raised(patterns: &[Vec<[f64; 2]>], step_s: f64, owned: bool) -> BTreeSet<(u32
     let profile = FleetProfile::of_model("h100", 4).expect("an H100 node");
     let epoch = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
     let fleet = MockFleet::new(&profile, &scenario, 7).expect("the scenario builds").with_epoch(epoch);
-    let metrics = MetricSet::default().with(Family::Processes);
+    // What a default agent samples (the opt-in families diagnosis reads included).
+    let metrics = MetricSet::default().with_stage_inputs().with(Family::Processes);
     let interval = Duration::from_secs_f64(INTERVAL_S);
     let mut diagnoser = Diagnoser::new(DiagnoseConfig::default()).expect("default settings");
     diagnoser.attach(&ProcessorContext::new(interval));

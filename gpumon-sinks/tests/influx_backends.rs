@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpumon_core::{
-    Agent, AgentHandle, ClockEventReasons, DeviceInfo, DeviceSample, SampleError, SampleRequest, Sampler, Sink,
-    SinkError, Snapshot, SystemInfo, XidCount,
+    Agent, AgentHandle, ClockEventReasons, DeviceInfo, DeviceSample, MetricSet, SampleError, SampleRequest, Sampler,
+    Sink, SinkError, Snapshot, SystemInfo, XidCount,
 };
 use gpumon_mock::test_env::{require_env, wait_for};
 use gpumon_sinks::influxdb::escape::stored_identifier;
@@ -130,8 +130,11 @@ fn config(run: &str) -> InfluxConfig {
 fn start_agent(sampler: TestSampler, sink: InfluxSink) -> (AgentHandle, Recorder, InfluxStatsHandle) {
     let recorder = Recorder::default();
     let stats = sink.stats_handle();
+    // Every family exported, the opt-in ones too (each throttle reason's `gpu_clock_events`):
+    // every measurement round-trips.
     let handle = Agent::builder(sampler)
         .interval(Duration::from_millis(100))
+        .metrics(MetricSet::everything())
         .sink(sink)
         .sink(recorder.clone())
         .spawn()

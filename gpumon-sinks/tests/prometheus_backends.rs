@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backend_support::promtool_check_metrics;
-use gpumon_core::{Agent, AgentHandle, MetricId, Snapshot};
+use gpumon_core::{Agent, AgentHandle, MetricId, MetricSet, Snapshot};
 use gpumon_mock::test_env::require_env;
 use gpumon_mock::test_kit::{free_port, KillOnDrop, TempDir};
 use gpumon_sinks::prometheus::{Format, Naming, PrometheusConfig, PrometheusSink};
@@ -41,7 +41,14 @@ fn start_target(job: &'static str, naming: Naming, openmetrics: bool) -> Target 
     let addr = sink.local_addr().unwrap();
     let handle = sink.handle();
     let sampler = Arc::new(TestSampler::default());
-    let agent = Agent::builder_arc(sampler.clone()).interval(Duration::from_millis(250)).sink(sink).spawn().unwrap();
+    // Every family exported, the opt-in ones too: the dashboard has panels over them (each says
+    // which family it needs), checked below to return data.
+    let agent = Agent::builder_arc(sampler.clone())
+        .interval(Duration::from_millis(250))
+        .metrics(MetricSet::everything())
+        .sink(sink)
+        .spawn()
+        .unwrap();
     Target { job, naming, agent, sampler, addr, handle }
 }
 

@@ -251,13 +251,14 @@ impl Assembly {
         };
         let host = options.host.as_deref();
         // What is sampled: for a replay, what its trace recorded (a trace from before headers
-        // said so: the flags), as the run that recorded it had it; the flags add nothing.
+        // said so: the flags), as the run that recorded it had it; the flags add nothing. Live,
+        // the selection (exported) and the opt-in families the stages read (not exported).
         let (sampled, step_marks) = match &replay {
             Some((sampler, _)) => {
                 let header = sampler.header();
                 (header.metric_set().unwrap_or(metrics), header.step_marks.unwrap_or(false))
             }
-            None => (metrics, steps.tracker.is_some()),
+            None => (plan.stage_inputs.iter().fold(metrics, MetricSet::with), steps.tracker.is_some()),
         };
         let recorded_backend =
             replay.as_ref().map(|(sampler, _)| sampler.header().backend.as_str()).filter(|b| !b.is_empty());
@@ -283,7 +284,7 @@ impl Assembly {
                 (builder, Some(selected.source), Some(SamplerRef(selected.sampler)), None, sampling)
             }
         };
-        builder = builder.interval(interval).metrics(metrics).devices(devices);
+        builder = builder.interval(interval).metrics(metrics).sample_for_processors(sampled).devices(devices);
         if let Some(t) = plan.sample_timeout {
             builder = builder.sample_timeout(t);
         }

@@ -131,13 +131,15 @@ pub struct AgentSection {
     pub sample_timeout: Option<Duration>,
     /// The visible GPUs, CUDA_VISIBLE_DEVICES syntax (default: the environment's, else all).
     pub devices: Option<String>,
-    /// Metric families turned on.
+    /// Metric families turned on (exported) over the defaults, which leave out
+    /// [`gpumon_core::Family::OPT_IN`].
     #[serde(default)]
     pub enable: Vec<String>,
-    /// Metric families turned off.
+    /// Metric families turned off: neither exported nor sampled for the stages.
     #[serde(default)]
     pub disable: Vec<String>,
-    /// The exact families to sample (`--only`); not with `enable`/`disable`.
+    /// The exact families to sample and export (`--only`); not with `enable`/`disable`. The
+    /// stages then read only these (no [`gpumon_core::Family::READ_BY_STAGES`] added).
     pub only: Option<Vec<String>>,
     /// Snapshots queued per sink before the oldest is dropped.
     pub sink_queue: Option<usize>,

@@ -63,9 +63,14 @@ pub struct Plan {
     pub interval: Duration,
     /// The device selection: the options', else `agent.devices`, else the environment's.
     pub devices: DeviceFilter,
-    /// The families the agent samples: the selection (`agent.only` / `enable` / `disable` and
-    /// the options'), with what the stages need (attribution's processes).
+    /// The families the agent samples and exports: the selection (`agent.only` / `enable` /
+    /// `disable` and the options'), with what the stages need exported (attribution's
+    /// processes).
     pub metrics: MetricSet,
+    /// The opt-in families the built-in stages read ([`Family::READ_BY_STAGES`]), sampled for
+    /// them only and exported by no sink: none when no stage runs, when the selection is exact
+    /// (`agent.only`, `--only`), and none that `agent.disable` or `--disable` names.
+    pub stage_inputs: MetricSet,
     /// Every sink's queue (`agent.sink_queue`) and export timeout (`agent.export_timeout`).
     pub sink_options: SinkOptions,
     /// `agent.sample_timeout` (the runtime's default when unset).
@@ -118,11 +123,15 @@ impl Plan {
         let diagnosis_window = stages::diagnosis_window(&config.diagnose, interval);
         let diagnose = stages::diagnose(&config.diagnose, interval, diagnosis_window)?;
         let steps = stages::steps(&config.steps, options.in_process_steps)?;
+        let stages_run =
+            diagnose.is_on() || steps.tracker.is_some() || options.report || metrics.contains(Family::Accounts);
+        let stage_inputs = stage_inputs(a, &options.families, stages_run)?;
         let plan = Plan {
             backend,
             interval,
             devices,
             metrics,
+            stage_inputs,
             sink_options: sink_options(a)?,
             sample_timeout: a.sample_timeout,
             shutdown_timeout: a.shutdown_timeout.unwrap_or(super::defaults::SHUTDOWN_TIMEOUT),
@@ -226,7 +235,19 @@ pub fn parse_families(names: &[String], key: &str) -> Result<Vec<Family>, Assemb
         .collect()
 }
 
-/// The families to sample. `overrides.only` is the exact set (the config's selection ignored);
+/// The opt-in families the built-in stages read ([`Family::READ_BY_STAGES`]), to sample for
+/// them only: none when no stage runs (`stages_run`) or the selection is exact (`agent.only`,
+/// `--only`: what it names is all that is read), and none that `agent.disable` or `--disable`
+/// names (switched off: not read at all).
+fn stage_inputs(a: &AgentSection, overrides: &Families, stages_run: bool) -> Result<MetricSet, AssemblyError> {
+    if !stages_run || overrides.only.is_some() || a.only.is_some() {
+        return Ok(MetricSet::nothing());
+    }
+    let disabled = parse_families(&a.disable, "agent.disable")?;
+    Ok(Family::READ_BY_STAGES.into_iter().filter(|f| !disabled.contains(f) && !overrides.disable.contains(f)).collect())
+}
+
+/// The families to sample and export. `overrides.only` is the exact set (the config's selection ignored);
 /// `agent.only` is the config's exact set, which `overrides.enable`/`disable` refine. `only`
 /// with `enable`/`disable` in the config is refused (which would win is not obvious).
 fn metrics(a: &AgentSection, overrides: &Families) -> Result<MetricSet, AssemblyError> {

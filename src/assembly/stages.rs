@@ -100,8 +100,7 @@ pub(super) fn thresholds(table: &toml::Table) -> Result<Thresholds, AssemblyErro
 
 impl DiagnosePlan {
     /// Whether diagnosis runs.
-    #[cfg(test)]
-    fn is_on(&self) -> bool {
+    pub(super) fn is_on(&self) -> bool {
         self.diagnoser.is_some()
     }
 

@@ -22,14 +22,18 @@ pub struct SamplingArgs {
     /// CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES environment variable, else all.
     #[arg(long, value_name = "LIST")]
     pub devices: Option<String>,
-    /// Turn on metric families, comma-separated (e.g. processes,pcie_throughput).
+    /// Turn on (export) metric families, comma-separated. Off by default: processes,
+    /// pcie_throughput, nvlink_links, high_resolution, gpm, nvlink, pcie_link, ecc, remapped_rows,
+    /// performance_state, clock_events_by_reason (docs/fleet.md §8; diagnosis reads some of them
+    /// all the same, without exporting them).
     #[arg(long, value_delimiter = ',', value_name = "FAMILIES")]
     pub enable: Vec<String>,
-    /// Turn off metric families, comma-separated.
+    /// Turn off metric families, comma-separated: neither exported nor read for diagnosis.
     #[arg(long, value_delimiter = ',', value_name = "FAMILIES")]
     pub disable: Vec<String>,
-    /// Sample exactly these metric families, comma-separated, whatever the defaults are
-    /// (e.g. utilization,memory,temperature,power). Not with --enable/--disable.
+    /// Sample and export exactly these metric families, comma-separated, whatever the defaults
+    /// are (e.g. utilization,memory,temperature,power); diagnosis reads nothing more. Not with
+    /// --enable/--disable.
     #[arg(long, value_delimiter = ',', value_name = "FAMILIES", conflicts_with_all = ["enable", "disable"])]
     pub only: Option<Vec<String>>,
 }

@@ -32,7 +32,8 @@ pub enum Family {
     Fan,
     /// P-state.
     PerformanceState,
-    /// Clocks-event (throttle) reasons.
+    /// Clocks-event (throttle) reasons: the bit mask, one series. Each reason's own 0/1 series
+    /// are [`Family::ClockEventsByReason`] (opt-in).
     ClockEvents,
     /// PCIe link generation, width and replay counter.
     PcieLink,
@@ -77,12 +78,19 @@ pub enum Family {
     /// Derived from the other families: costs the backend nothing. Declared last so that the
     /// other families' bits in a [`MetricSet`] stay where they were.
     Accounts,
+    /// Clocks-event (throttle) reasons, one 0/1 series per reason (`clock_event_active{reason}`,
+    /// 9 per GPU). **Opt-in**: [`Family::ClockEvents`]' bit mask says the same in one series.
+    /// Selecting it reads the reasons as [`Family::ClockEvents`] does, and exports the mask with
+    /// them. Declared last so that the other families' bits in a [`MetricSet`] stay where they
+    /// were.
+    ClockEventsByReason,
 }
 
 impl Family {
-    /// Every family, in declaration order: the sampled families, then the derived ones
-    /// ([`Family::Diagnosis`], [`Family::Steps`]) last.
-    pub const ALL: [Family; 25] = [
+    /// Every family: the sampled families (each beside its kin, e.g. [`Family::ClockEventsByReason`]
+    /// after [`Family::ClockEvents`], whatever their declaration order), then the derived ones
+    /// ([`Family::Diagnosis`], [`Family::Steps`], [`Family::Derived`], [`Family::Accounts`]).
+    pub const ALL: [Family; 26] = [
         Family::Status,
         Family::Utilization,
         Family::Memory,
@@ -93,6 +101,7 @@ impl Family {
         Family::Fan,
         Family::PerformanceState,
         Family::ClockEvents,
+        Family::ClockEventsByReason,
         Family::PcieLink,
         Family::PcieThroughput,
         Family::Ecc,
@@ -110,8 +119,32 @@ impl Family {
         Family::Accounts,
     ];
 
-    /// Families that cost noticeably more than the rest, and so are off in [`MetricSet::default`].
-    pub const OPT_IN: [Family; 3] = [Family::PcieThroughput, Family::Processes, Family::NvlinkLinks];
+    /// Families off in [`MetricSet::default`]: those that cost the backend noticeably more than
+    /// the rest (PCIe throughput, processes, each NVLink link's series), and those whose series
+    /// a fleet's TSDB would pay for beyond dcgm-exporter's default counters (issue 45,
+    /// `docs/fleet.md` §8): the high-resolution windows, GPM, NVLink totals, PCIe link, ECC,
+    /// remapped rows, the P-state and each clocks-event reason's own series. The built-in stages
+    /// still read the ones in [`Family::READ_BY_STAGES`]: sampled for them, not exported.
+    pub const OPT_IN: [Family; 11] = [
+        Family::PcieThroughput,
+        Family::Processes,
+        Family::NvlinkLinks,
+        Family::HighResolution,
+        Family::Gpm,
+        Family::Nvlink,
+        Family::PcieLink,
+        Family::Ecc,
+        Family::RemappedRows,
+        Family::PerformanceState,
+        Family::ClockEventsByReason,
+    ];
+
+    /// Opt-in families ([`Family::OPT_IN`]) that the built-in stages (diagnosis, steps, the run
+    /// report, the accounts) read. An agent running those stages samples them all the same and
+    /// hands them to the stages only: their series reach no sink unless selected
+    /// ([`AgentBuilder::sample_for_processors`](crate::AgentBuilder::sample_for_processors)).
+    pub const READ_BY_STAGES: [Family; 6] =
+        [Family::HighResolution, Family::Gpm, Family::Nvlink, Family::PcieLink, Family::Ecc, Family::RemappedRows];
 
     /// The stable snake_case name used in config files and flags.
     pub const fn name(self) -> &'static str {
@@ -126,6 +159,7 @@ impl Family {
             Family::Fan => "fan",
             Family::PerformanceState => "performance_state",
             Family::ClockEvents => "clock_events",
+            Family::ClockEventsByReason => "clock_events_by_reason",
             Family::PcieLink => "pcie_link",
             Family::PcieThroughput => "pcie_throughput",
             Family::Ecc => "ecc",
@@ -196,6 +230,20 @@ impl MetricSet {
     /// Whether `family` is selected.
     pub const fn contains(self, family: Family) -> bool {
         self.0 & family.bit() != 0
+    }
+
+    /// This set plus the opt-in families the built-in stages read ([`Family::READ_BY_STAGES`]):
+    /// what an agent running those stages samples when it exports `self`.
+    /// `MetricSet::default().with_stage_inputs()` is what a default agent samples.
+    #[must_use]
+    pub const fn with_stage_inputs(self) -> Self {
+        let mut set = self;
+        let mut i = 0;
+        while i < Family::READ_BY_STAGES.len() {
+            set = set.with(Family::READ_BY_STAGES[i]);
+            i += 1;
+        }
+        set
     }
 
     /// The selected families.
@@ -576,7 +624,7 @@ catalogue! {
     ClockEventReasonsMask { "clock_event_reasons", ClockEvents, Count, Gauge, "Bit mask of NVML clocks-event (throttle) reasons.",
         label: None, dcgm: dcgm("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", 1.0), otel: hw("gpumon.gpu.clock_event.reasons") }
     /// One 0/1 series per reason.
-    ClockEventActive { "clock_event_active", ClockEvents, Count, Gauge, "1 while the named clocks-event (throttle) reason holds clocks down.",
+    ClockEventActive { "clock_event_active", ClockEventsByReason, Count, Gauge, "1 while the named clocks-event (throttle) reason holds clocks down.",
         label: Some("reason"), dcgm: None, otel: hw("gpumon.gpu.clock_event.active") }
 
     /// PCIe generation.
@@ -936,6 +984,22 @@ mod tests {
             }
             assert!(d.otel.name.starts_with("hw.") || d.otel.name.starts_with("gpumon."));
         }
+    }
+
+    #[test]
+    fn family_bits_stay_where_they_were_and_stage_inputs_are_opt_in() {
+        // A `MetricSet` bit is `Family as u32`: new families go last.
+        let bits = [Family::Status, Family::Nvlink, Family::NvlinkLinks, Family::Accounts, Family::ClockEventsByReason]
+            .map(|f| f as u32);
+        assert_eq!(bits, [0, 19, 22, 24, 25]);
+        let all: MetricSet = Family::ALL.into_iter().collect();
+        assert_eq!(all, MetricSet::everything());
+        assert_eq!(all.iter().count(), Family::ALL.len(), "ALL names each family once");
+        let sampled = MetricSet::default().with_stage_inputs();
+        for f in Family::READ_BY_STAGES {
+            assert!(Family::OPT_IN.contains(&f) && sampled.contains(f), "{f}");
+        }
+        assert_eq!(sampled.iter().count(), MetricSet::default().iter().count() + Family::READ_BY_STAGES.len());
     }
 
     #[test]

@@ -75,7 +75,8 @@ impl DeviceSample {
         int(M::PerformanceState, self.performance_state.map(u64::from), f);
         if let Some(reasons) = self.clock_event_reasons {
             f(Point { id: M::ClockEventReasonsMask, value: Value::Int(reasons.0), label: None });
-            for (bit, name) in ClockEventReasons::ALL {
+            // Each reason's own series only when asked for (`Family::ClockEventsByReason`).
+            for (bit, name) in ClockEventReasons::ALL.into_iter().filter(|_| !self.clock_event_mask_only) {
                 let active = u64::from(reasons.contains(bit));
                 f(Point { id: M::ClockEventActive, value: Value::Int(active), label: Some(LabelValue::Str(name)) });
             }

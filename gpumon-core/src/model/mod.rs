@@ -226,6 +226,11 @@ pub struct DeviceSample {
     pub performance_state: Option<u32>,
     /// Why clocks are held below their maximum (NVML "clocks event reasons", formerly throttle reasons).
     pub clock_event_reasons: Option<ClockEventReasons>,
+    /// Whether the reasons export as their bit mask only, without each reason's own series: set
+    /// by the agent while [`Family::ClockEventsByReason`] is not exported. Not serialised (how a
+    /// sink renders the mask, not a reading).
+    #[cfg_attr(feature = "serde", serde(skip))]
+    pub clock_event_mask_only: bool,
     /// PCIe link and throughput.
     pub pcie: Pcie,
     /// ECC counters, retired pages and remapped rows.

@@ -329,7 +329,7 @@ pub(crate) fn families(nvml: &Nvml, d: &Device<'_>, set: MetricSet, carry: &mut 
         r.sample.performance_state =
             r.get(Family::PerformanceState, || d.performance_state()).map(|p| p.as_c()).filter(|&p| p <= 15);
     }
-    if set.contains(Family::ClockEvents) {
+    if set.contains(Family::ClockEvents) || set.contains(Family::ClockEventsByReason) {
         r.sample.clock_event_reasons =
             r.get(Family::ClockEvents, || clock_event_reasons(nvml, d)).map(ClockEventReasons);
     }

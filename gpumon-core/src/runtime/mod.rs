@@ -52,7 +52,7 @@ use alarm::Alarm;
 use clock::Wakeup;
 pub use clock::{Clock, ManualClock};
 use queue::SinkQueue;
-use sampling::{Book, HostOverride, InlineOutlet, Outlet, Request, SamplingThread, Shared, State, Watchdog};
+use sampling::{Book, HostOverride, InlineOutlet, Outlet, Request, SamplingThread, Shared, State, Taken, Watchdog};
 use worker::{Calls, SharedSink, Worker, WorkerCommand};
 
 pub use interval::{Interval, IntervalError, DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL};
@@ -159,6 +159,11 @@ fn describe(failures: &[SinkFailure]) -> String {
     failures.iter().map(|f| format!("{}: {}", f.sink, f.error)).collect::<Vec<_>>().join("; ")
 }
 
+/// Every family of `a` and of `b`.
+fn union(a: MetricSet, b: MetricSet) -> MetricSet {
+    b.iter().fold(a, MetricSet::with)
+}
+
 /// Builds an [`Agent`]. Start with [`Agent::builder`].
 #[must_use]
 pub struct AgentBuilder {
@@ -166,6 +171,7 @@ pub struct AgentBuilder {
     interval: Duration,
     sample_timeout: Option<Duration>,
     metrics: MetricSet,
+    for_processors: MetricSet,
     devices: DeviceFilter,
     sinks: Vec<(Box<dyn Sink>, SinkOptions)>,
     processors: Vec<Box<dyn Processor>>,
@@ -183,6 +189,7 @@ impl std::fmt::Debug for AgentBuilder {
             .field("interval", &self.interval)
             .field("sample_timeout", &self.sample_timeout)
             .field("metrics", &self.metrics)
+            .field("for_processors", &self.for_processors)
             .field("devices", &self.devices)
             .field("sinks", &self.sinks.iter().map(|(s, _)| s.name().to_owned()).collect::<Vec<_>>())
             .field("processors", &self.processors.iter().map(|p| p.name().to_owned()).collect::<Vec<_>>())
@@ -204,9 +211,21 @@ impl AgentBuilder {
         self
     }
 
-    /// Which metric families to sample. Default [`MetricSet::default`].
+    /// Which metric families to sample and export. Default [`MetricSet::default`].
     pub fn metrics(mut self, metrics: MetricSet) -> Self {
         self.metrics = metrics;
+        self
+    }
+
+    /// Families to sample for the processors only (default none): the backend reads them with
+    /// [`metrics`](Self::metrics), the processors see them, and then they are cleared
+    /// ([`Snapshot::retain_exported`]) before the snapshot reaches any sink, subscriber or
+    /// caller — the web view and stdout included — so that their series cost no TSDB anything.
+    /// Only a sink that records what was sampled ([`Sink::records_stage_inputs`], the trace)
+    /// gets them. A family in both sets is exported. The assembly passes the opt-in families the
+    /// built-in stages read ([`Family::READ_BY_STAGES`](crate::Family::READ_BY_STAGES)).
+    pub fn sample_for_processors(mut self, families: MetricSet) -> Self {
+        self.for_processors = families;
         self
     }
 
@@ -368,11 +387,12 @@ impl AgentBuilder {
             ));
             let (cmd_tx, cmd_rx) = mpsc::channel(4);
             let exports_inline = sink.exports_inline();
+            let records_stage_inputs = sink.records_stage_inputs();
             let sink: SharedSink = Arc::new(tokio::sync::Mutex::new(sink));
             let inline = exports_inline.then(|| InlineOutlet { sink: sink.clone(), name: Arc::from(name.as_str()) });
             let calls = Calls { name: name.clone(), queue: queue.clone(), status: status.clone(), options };
-            let worker = Worker { sink, calls, commands: cmd_rx };
-            outlets.push(Outlet { queue, status: status.clone(), inline });
+            let worker = Worker { sink, calls, commands: cmd_rx, records_stage_inputs };
+            outlets.push(Outlet { queue, status: status.clone(), inline, records_stage_inputs });
             sinks.push(SinkSlot {
                 name,
                 commands: cmd_tx,
@@ -408,7 +428,8 @@ impl AgentBuilder {
         let thread = SamplingThread {
             shared: shared.clone(),
             sampler: self.sampler.clone(),
-            request: SampleRequest::new(self.metrics, self.devices),
+            request: SampleRequest::new(union(self.metrics, self.for_processors), self.devices),
+            exported: self.metrics,
             processors,
             subscribers: subscribers.clone(),
             hostname: self.hostname.map(|name| HostOverride { name, last: None }),
@@ -534,6 +555,7 @@ impl Agent {
             interval: DEFAULT_INTERVAL,
             sample_timeout: None,
             metrics: MetricSet::default(),
+            for_processors: MetricSet::nothing(),
             devices: DeviceFilter::all(),
             sinks: Vec::new(),
             processors: Vec::new(),
@@ -573,7 +595,7 @@ impl Agent {
             match self.control.recv().await {
                 Some(Control::SnapshotNow(reply)) => {
                     let result = self.request(Request::SnapshotNow).await;
-                    let _ = reply.send(result);
+                    let _ = reply.send(result.map(|taken| taken.exported));
                 }
                 Some(Control::Flush(deadline, reply)) => {
                     let result = self.flush(deadline).await;
@@ -597,7 +619,7 @@ impl Agent {
 
     /// Has the sampling thread take a sample now (after the one in flight, if any), under the
     /// sample timeout; refused at once while a sample is stuck in the backend.
-    async fn request(&self, make: impl FnOnce(sampling::Reply) -> Request) -> Result<Arc<Snapshot>, SampleError> {
+    async fn request(&self, make: impl FnOnce(sampling::Reply) -> Request) -> Result<Taken, SampleError> {
         let (tx, rx) = oneshot::channel();
         {
             let mut state = self.shared.lock();
@@ -619,8 +641,8 @@ impl Agent {
     async fn flush(&mut self, deadline: Deadline) -> Result<(), AgentError> {
         let sampled = self.request(Request::Flush).await;
         let snapshot = match &sampled {
-            Ok(s) => s.clone(),
-            Err(e) => self.shared.lock().book.failure_snapshot(e),
+            Ok(taken) => taken.clone(),
+            Err(e) => Taken::same(self.shared.lock().book.failure_snapshot(e)),
         };
         let outcome = self.ask_all(deadline, |reply| WorkerCommand::Flush { snapshot: snapshot.clone(), reply }).await;
         match (sampled, outcome) {

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{broadcast, oneshot, Notify};
 
+use crate::metric::MetricSet;
 use crate::model::{Snapshot, SystemInfo};
 use crate::sampler::{SampleError, SampleRequest, Sampler};
 use crate::sink::{InlineExport, SinkError};
@@ -41,7 +42,34 @@ use super::worker::{record, SharedSink};
 use super::{metric_failures, panic_message};
 
 /// What a request gets back: the snapshot, or why there is none.
-pub(crate) type Reply = oneshot::Sender<Result<Arc<Snapshot>, SampleError>>;
+pub(crate) type Reply = oneshot::Sender<Result<Taken, SampleError>>;
+
+/// One snapshot in its two forms: `exported`, narrowed to the families the agent exports
+/// ([`Snapshot::retain_exported`]), for every sink, subscriber and caller; `sampled`, with the
+/// families sampled only for the processors too, for the sinks that record them
+/// ([`Sink::records_stage_inputs`](crate::Sink::records_stage_inputs)). One `Arc` when the two
+/// are the same (nothing sampled only for the processors, or no sink records it).
+#[derive(Clone)]
+pub(crate) struct Taken {
+    pub(crate) exported: Arc<Snapshot>,
+    pub(crate) sampled: Arc<Snapshot>,
+}
+
+impl Taken {
+    /// A snapshot with nothing to narrow (a sampling-failed one).
+    pub(crate) fn same(snapshot: Arc<Snapshot>) -> Self {
+        Self { sampled: snapshot.clone(), exported: snapshot }
+    }
+
+    /// The form a sink gets.
+    pub(crate) fn for_sink(&self, records_stage_inputs: bool) -> &Arc<Snapshot> {
+        if records_stage_inputs {
+            &self.sampled
+        } else {
+            &self.exported
+        }
+    }
+}
 
 /// A sample asked for by a handle, outside the schedule.
 pub(crate) enum Request {
@@ -69,6 +97,8 @@ pub(crate) struct Outlet {
     pub(crate) status: SinkStatusCell,
     /// Set when the sink exports inline ([`Sink::exports_inline`](crate::Sink::exports_inline)).
     pub(crate) inline: Option<InlineOutlet>,
+    /// [`Sink::records_stage_inputs`](crate::Sink::records_stage_inputs).
+    pub(crate) records_stage_inputs: bool,
 }
 
 /// An inline sink as the sampling thread reaches it.
@@ -90,7 +120,8 @@ impl Outlet {
     /// older waits in its queue (the worker pops only while it holds the sink, so the queue cannot
     /// empty behind this look); otherwise into its queue. Returns whether the sink's task has work
     /// (a queued snapshot, a flush an inline export asked for), i.e. whether the runtime must wake.
-    fn deliver(&self, snapshot: &Arc<Snapshot>) -> bool {
+    fn deliver(&self, taken: &Taken) -> bool {
+        let snapshot = taken.for_sink(self.records_stage_inputs);
         let Some(inline) = &self.inline else {
             self.enqueue(snapshot);
             return true;
@@ -135,10 +166,10 @@ pub(crate) fn push_to_sinks(outlets: &[Outlet], snapshot: &Arc<Snapshot>, wake: 
 
 /// The sampling thread's delivery of a tick: inline where a sink exports inline, queued
 /// otherwise. Returns whether any sink's task has work (the runtime must be woken).
-fn deliver_to_sinks(outlets: &[Outlet], snapshot: &Arc<Snapshot>) -> bool {
+fn deliver_to_sinks(outlets: &[Outlet], taken: &Taken) -> bool {
     let mut wake = false;
     for outlet in outlets {
-        wake |= outlet.deliver(snapshot);
+        wake |= outlet.deliver(taken);
     }
     wake
 }
@@ -297,7 +328,10 @@ impl Shared {
 pub(crate) struct SamplingThread {
     pub(crate) shared: Arc<Shared>,
     pub(crate) sampler: Arc<dyn Sampler>,
+    /// What the backend reads: the families exported and those sampled for the processors.
     pub(crate) request: SampleRequest,
+    /// The families the snapshots leave with ([`Snapshot::retain_exported`]).
+    pub(crate) exported: MetricSet,
     pub(crate) processors: Vec<Box<dyn Processor>>,
     pub(crate) subscribers: broadcast::Sender<Arc<Snapshot>>,
     pub(crate) hostname: Option<HostOverride>,
@@ -470,14 +504,14 @@ impl SamplingThread {
         let outlets = &self.shared.outlets;
         match outcome {
             Outcome::Sampled(snapshot) => {
-                let snapshot = Arc::new(snapshot);
-                let wake = deliver_to_sinks(outlets, &snapshot);
-                let _ = self.subscribers.send(snapshot);
+                let taken = self.narrow(snapshot);
+                let wake = deliver_to_sinks(outlets, &taken);
+                let _ = self.subscribers.send(taken.exported);
                 wake
             }
             Outcome::Failed(error) => {
                 let marker = self.shared.lock().book.failure_snapshot(&error);
-                deliver_to_sinks(outlets, &marker)
+                deliver_to_sinks(outlets, &Taken::same(marker))
             }
             Outcome::Abandoned => false,
         }
@@ -489,15 +523,28 @@ impl SamplingThread {
         let reply = request.into_reply();
         let _ = match outcome {
             Outcome::Sampled(snapshot) => {
-                let snapshot = Arc::new(snapshot);
+                let taken = self.narrow(snapshot);
                 if flush {
-                    let _ = self.subscribers.send(snapshot.clone());
+                    let _ = self.subscribers.send(taken.exported.clone());
                 }
-                reply.send(Ok(snapshot))
+                reply.send(Ok(taken))
             }
             Outcome::Failed(error) => reply.send(Err(error)),
             Outcome::Abandoned => Ok(()),
         };
+    }
+
+    /// The snapshot as it leaves the thread, its processors done: narrowed to the families
+    /// exported, and kept whole besides for the sinks that record what was sampled when it
+    /// holds families sampled only for the processors. The copy is made only then.
+    fn narrow(&self, mut snapshot: Snapshot) -> Taken {
+        let sampled = self.request.metrics;
+        let stage_only = sampled.iter().any(|f| !self.exported.contains(f));
+        let whole = (stage_only && self.shared.outlets.iter().any(|o| o.records_stage_inputs))
+            .then(|| Arc::new(snapshot.clone()));
+        snapshot.retain_exported(sampled, self.exported);
+        let exported = Arc::new(snapshot);
+        Taken { sampled: whole.unwrap_or_else(|| exported.clone()), exported }
     }
 
     /// Runs every processor over `snapshot`, in order. A panicking processor loses its derived

@@ -14,6 +14,7 @@ use crate::telemetry::{SinkState, SinkStatusCell};
 
 use super::panic_message;
 use super::queue::SinkQueue;
+use super::sampling::Taken;
 use super::SinkOptions;
 
 /// What the agent asks of a worker, outside the data queue (so it is never dropped when the queue
@@ -21,7 +22,7 @@ use super::SinkOptions;
 pub(crate) enum WorkerCommand {
     /// Export everything queued, then `snapshot` (the flush's own sample, or the
     /// sampling-failed snapshot when it failed), then flush.
-    Flush { snapshot: Arc<Snapshot>, reply: oneshot::Sender<Result<(), SinkError>> },
+    Flush { snapshot: Taken, reply: oneshot::Sender<Result<(), SinkError>> },
     /// Export everything queued, flush, shut down, exit.
     Shutdown { reply: oneshot::Sender<Result<(), SinkError>> },
 }
@@ -35,6 +36,8 @@ pub(crate) struct Worker {
     pub(crate) sink: SharedSink,
     pub(crate) calls: Calls,
     pub(crate) commands: mpsc::Receiver<WorkerCommand>,
+    /// [`Sink::records_stage_inputs`]: which form of a flush's snapshot the sink gets.
+    pub(crate) records_stage_inputs: bool,
 }
 
 /// What every call on a sink needs besides the sink: its queue, status, name and timeouts.
@@ -84,6 +87,7 @@ impl Worker {
                     match command {
                         Some(WorkerCommand::Flush { snapshot, reply }) => {
                             let drained = calls.drain(&mut sink).await;
+                            let snapshot = snapshot.for_sink(self.records_stage_inputs).clone();
                             let exported = calls.export(&mut sink, snapshot).await;
                             calls.queue.take_flush_due();
                             let flushed = calls.flush(&mut sink).await;

@@ -19,7 +19,8 @@
 //!    `backend` (the backend that read the GPUs: `nvml`, `mock`), and the fleet's static
 //!    identity: `system` ([`SystemInfo`]) and `devices` (every [`DeviceInfo`], in the first
 //!    snapshot's order); optionally (added later in format version 1, absent from older traces)
-//!    `metrics` (the families the agent sampled, by name) and `step_marks` (whether it read
+//!    `metrics` (the families the agent sampled, by name, those it read only for its stages
+//!    included: [`RecordSink`] records them) and `step_marks` (whether it read
 //!    training-step marks).
 //! 2. **Every further line, one snapshot**: the [`Snapshot`](crate::Snapshot)'s JSON (the data model's serde
 //!    form: `seq`, `taken_at` in Unix nanoseconds, `duration`, `devices` with every buffered

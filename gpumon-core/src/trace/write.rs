@@ -256,6 +256,12 @@ impl Sink for RecordSink {
         }
     }
 
+    // A trace is replayed through the same stages: it holds what they read live, the families
+    // sampled only for them included (`AgentBuilder::sample_for_processors`).
+    fn records_stage_inputs(&self) -> bool {
+        true
+    }
+
     // Writes are small and go to a local file (the page cache): done inline rather than on the
     // blocking pool, which would cost a thread hand-off per tick.
     async fn export(&mut self, snapshot: Arc<Snapshot>) -> Result<(), SinkError> {

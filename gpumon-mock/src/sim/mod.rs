@@ -309,7 +309,7 @@ mod tests {
             })
             .expect("an offload draw");
         let fleet = MockFleet::new(&node.profile, &node.scenario, node.seed).unwrap();
-        let metrics = MetricSet::default().with(Family::PcieThroughput);
+        let metrics = MetricSet::default().with_stage_inputs().with(Family::PcieThroughput);
         let (mut idle_rx, mut busy_rx) = (Vec::new(), Vec::new());
         for tick in (node.jobs[0].start_s / node.interval_s) as u64 + 2..400 {
             let d = &fleet.sample(tick, metrics, &DeviceFilter::all())[0];

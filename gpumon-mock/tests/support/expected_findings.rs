@@ -42,7 +42,8 @@ pub const WINDOW_TICKS: u64 = 30;
 
 pub fn table() -> Vec<Expectation> {
     use FindingKind as K;
-    let default = MetricSet::default();
+    // What a default agent samples: the default families and the opt-in ones diagnosis reads.
+    let default = MetricSet::default().with_stage_inputs();
     let row = |scenario, findings, ticks, within| Expectation { scenario, metrics: default, findings, ticks, within };
     vec![
         // Idling together (starvation) or in turn (bubbles) needs clear idle and busy readings

@@ -110,8 +110,14 @@ impl LineProtocolEncoder {
         &self.base
     }
 
-    /// The measurement a labelled family is written to: `<base>_<family name>`.
+    /// The measurement a labelled family is written to: `<base>_<family name>`. Each clocks-event
+    /// reason's series (`clock_events_by_reason`, split from `clock_events` when it became opt-in)
+    /// keep their measurement, `<base>_clock_events`.
     pub fn family_measurement_name(base: &str, family: Family) -> String {
+        let family = match family {
+            Family::ClockEventsByReason => Family::ClockEvents,
+            other => other,
+        };
         format!("{base}_{}", family.name())
     }
 

@@ -558,7 +558,10 @@ mod tests {
     async fn buffer_drops_show_in_the_agents_sink_status() {
         let sampler = gpumon_mock::MockSampler::from_profile_name("h100x8").unwrap();
         let mut lines = String::new();
-        let sample = gpumon_core::Sampler::sample(&sampler, &gpumon_core::SampleRequest::default()).unwrap();
+        let request = gpumon_core::SampleRequest::default();
+        let mut sample = gpumon_core::Sampler::sample(&sampler, &request).unwrap();
+        // As the agent hands it to its sinks (the default families: no per-reason clock events).
+        sample.retain_exported(request.metrics, request.metrics);
         let per_snapshot = super::super::encode_snapshot(&sample, &mut lines).lines;
         // Nothing listens there: every write fails, and the buffer holds one snapshot.
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();

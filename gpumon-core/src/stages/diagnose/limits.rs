@@ -150,7 +150,7 @@ impl fmt::Display for Limitation {
 /// use gpumon_core::{FindingKind, MetricSet, Severity};
 ///
 /// // The defaults: PCIe throughput is opt-in, so `pcie_bound` cannot work.
-/// let sampling = Sampling::new(Duration::from_secs(1), MetricSet::default());
+/// let sampling = Sampling::new(Duration::from_secs(1), MetricSet::default().with_stage_inputs());
 /// let found = limitations(&DiagnoseConfig::default(), &sampling);
 /// let pcie = found.iter().find(|l| l.rules == [FindingKind::PcieBound]).unwrap();
 /// assert_eq!(pcie.severity, Severity::Warning);
@@ -428,8 +428,10 @@ mod tests {
 
     #[test]
     fn the_default_families_leave_pcie_bound_unable_to_work() {
-        let found =
-            limitations(&DiagnoseConfig::default(), &Sampling::new(Duration::from_secs(1), MetricSet::default()));
+        let found = limitations(
+            &DiagnoseConfig::default(),
+            &Sampling::new(Duration::from_secs(1), MetricSet::default().with_stage_inputs()),
+        );
         let warnings: Vec<_> = found.iter().filter(|l| l.severity == Severity::Warning).collect();
         assert_eq!(warnings.len(), 1, "{found:#?}");
         assert_eq!(warnings[0].rules, [FindingKind::PcieBound]);
@@ -559,7 +561,10 @@ mod tests {
         let config = DiagnoseConfig::default()
             .disable_by_name(["pcie_bound", "dataloader_starvation", "pipeline_bubbles", "imbalance", "straggler"])
             .unwrap();
-        let found = limitations(&config, &Sampling::new(Duration::from_millis(500), MetricSet::default()).devices(1));
+        let found = limitations(
+            &config,
+            &Sampling::new(Duration::from_millis(500), MetricSet::default().with_stage_inputs()).devices(1),
+        );
         assert!(found.is_empty(), "{found:#?}");
         // A limitation that concerns several rules keeps only the enabled ones.
         let config = DiagnoseConfig::default().disable_by_name(["thermal_throttling"]).unwrap();

@@ -204,7 +204,7 @@ impl RunReport {
     /// use gpumon_core::{FindingKind, MetricSet};
     ///
     /// let config = DiagnoseConfig::default();
-    /// let sampling = Sampling::new(Duration::from_secs(1), MetricSet::default());
+    /// let sampling = Sampling::new(Duration::from_secs(1), MetricSet::default().with_stage_inputs());
     /// let (report, handle) = RunReport::new();
     /// let _report = report.with_diagnosis(&config, sampling);
     /// // PCIe throughput is opt-in: pcie_bound cannot work, and the report says so.

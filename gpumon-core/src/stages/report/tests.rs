@@ -411,7 +411,8 @@ fn the_settings_given_are_listed_with_the_gpus_seen_and_the_measured_period() {
     use crate::stages::diagnose::Sampling;
     let interval = Duration::from_millis(100);
     let (report, handle) = RunReport::new();
-    let mut report = report.with_diagnosis(&DiagnoseConfig::default(), Sampling::new(interval, MetricSet::default()));
+    let mut report = report
+        .with_diagnosis(&DiagnoseConfig::default(), Sampling::new(interval, MetricSet::default().with_stage_inputs()));
     report.attach(&ProcessorContext::new(interval));
     // Before any tick: the settings alone.
     let before = handle.report().overview.limitations;
@@ -836,7 +837,7 @@ fn a_run_shorter_than_the_window_says_so_where_the_main_cause_would_be() {
     let interval = Duration::from_secs(1);
     let config = DiagnoseConfig::default();
     let (report, handle) = RunReport::new();
-    let mut report = report.with_diagnosis(&config, Sampling::new(interval, MetricSet::default()));
+    let mut report = report.with_diagnosis(&config, Sampling::new(interval, MetricSet::default().with_stage_inputs()));
     report.attach(&ProcessorContext::new(interval));
     let gpu = info(0);
     for tick in 0..12u64 {
@@ -866,7 +867,7 @@ fn a_run_shorter_than_the_window_says_so_where_the_main_cause_would_be() {
     // As long as the window, or without the settings: nothing raised reads "none" as before.
     let (report, handle) = RunReport::new();
     let short = DiagnoseConfig::default().with_window(Duration::from_secs(5));
-    let mut report = report.with_diagnosis(&short, Sampling::new(interval, MetricSet::default()));
+    let mut report = report.with_diagnosis(&short, Sampling::new(interval, MetricSet::default().with_stage_inputs()));
     report.attach(&ProcessorContext::new(interval));
     let (mut bare, bare_handle) = attached(interval);
     for tick in 0..12u64 {
@@ -887,7 +888,8 @@ fn limitations_are_one_line_each_and_whole_in_the_verbose_report() {
     use crate::stages::diagnose::Sampling;
     let interval = Duration::from_millis(100);
     let (report, handle) = RunReport::new();
-    let mut report = report.with_diagnosis(&DiagnoseConfig::default(), Sampling::new(interval, MetricSet::default()));
+    let mut report = report
+        .with_diagnosis(&DiagnoseConfig::default(), Sampling::new(interval, MetricSet::default().with_stage_inputs()));
     report.attach(&ProcessorContext::new(interval));
     let gpu = info(0);
     for tick in 0..60u64 {
