@@ -80,10 +80,10 @@ mod plan;
 pub(crate) mod sinks;
 mod stages;
 
-pub use build::{Assembled, Assembly, AssemblyOptions, Replay};
+pub use build::{Assembled, Assembly, Replay};
 pub use error::{AssemblyError, ServiceError};
 pub use gpumon_core::stages::Services;
-pub use plan::{parse_families, Families, Plan};
+pub use plan::{parse_families, AssemblyOptions, Families, Plan};
 pub use sinks::{Listener, Listeners};
 pub use stages::{KubeletService, StepsSocket};
 

@@ -11,8 +11,7 @@ use std::time::Duration;
 use gpumon_core::trace::{ReplaySampler, ReplaySpeed};
 use gpumon_core::{DeviceFilter, Family, MetricSet, SinkOptions, MAX_SINK_QUEUE};
 
-use super::backend::{Backend, BackendError, MockOptions, NvmlOptions};
-use super::build::AssemblyOptions;
+use super::backend::{self, Backend, BackendError, MockFactory, MockOptions, NvmlOptions};
 use super::config::{AgentConfig, AgentSection};
 use super::error::AssemblyError;
 use super::stages::{self, AttributionPlan, DiagnosePlan, StepsPlan};
@@ -46,6 +45,88 @@ impl Families {
     /// `families` turned off, over the config's selection.
     pub fn with_disabled(mut self, families: impl IntoIterator<Item = Family>) -> Self {
         self.disable.extend(families);
+        self
+    }
+}
+
+/// What the assembly takes beside the config: what a run is rather than what the agent is.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct AssemblyOptions {
+    /// The host name for the `host` label, OTLP's `host.name` and the Pushgateway's `instance`
+    /// (default: the system's).
+    pub host: Option<String>,
+    /// One sample on demand ([`gpumon_core::AgentHandle::flush`]) rather than one per interval.
+    pub once: bool,
+    /// Add the run report after diagnosis ([`Assembled::report`]); with it, stdout is not the
+    /// default sink (the report is output of its own).
+    pub report: bool,
+    /// Metric families chosen beside the config.
+    pub families: Families,
+    /// The mock backend (default [`backend::MOCK`], this build's).
+    pub mock: Option<MockFactory>,
+    /// The device selection, over `agent.devices` and the environment (an embedder that
+    /// resolves its own, such as gpumon-py's per-rank `Monitor`).
+    pub devices: Option<DeviceFilter>,
+    /// Add the step tracker even without `steps.socket`, for steps marked in this process
+    /// through [`Assembled::steps`].
+    pub in_process_steps: bool,
+}
+
+impl Default for AssemblyOptions {
+    fn default() -> Self {
+        Self {
+            host: None,
+            once: false,
+            report: false,
+            families: Families::default(),
+            mock: backend::MOCK,
+            devices: None,
+            in_process_steps: false,
+        }
+    }
+}
+
+impl AssemblyOptions {
+    /// The host name override.
+    pub fn with_host(mut self, host: impl Into<String>) -> Self {
+        self.host = Some(host.into());
+        self
+    }
+
+    /// One sample on demand rather than one per interval.
+    pub fn with_once(mut self, once: bool) -> Self {
+        self.once = once;
+        self
+    }
+
+    /// The run report after diagnosis.
+    pub fn with_report(mut self, report: bool) -> Self {
+        self.report = report;
+        self
+    }
+
+    /// Metric families chosen beside the config.
+    pub fn with_families(mut self, families: Families) -> Self {
+        self.families = families;
+        self
+    }
+
+    /// The mock backend to use (`None`: none in this build).
+    pub fn with_mock(mut self, mock: Option<MockFactory>) -> Self {
+        self.mock = mock;
+        self
+    }
+
+    /// The device selection, over `agent.devices` and the environment.
+    pub fn with_devices(mut self, devices: DeviceFilter) -> Self {
+        self.devices = Some(devices);
+        self
+    }
+
+    /// The step tracker even without `steps.socket` ([`Assembled::steps`]).
+    pub fn with_in_process_steps(mut self, on: bool) -> Self {
+        self.in_process_steps = on;
         self
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::core::FindingKind;
 use crate::sinks::prometheus_query::{QueryClient, Sample};
 
-use super::FleetError;
+use super::error::FleetError;
 
 const OBSERVED: &str = "gpumon_account_observed_seconds_total";
 const ALLOCATED: &str = "gpumon_account_allocated_seconds_total";

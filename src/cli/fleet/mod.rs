@@ -11,6 +11,7 @@
 //! Exit codes: 0 reported, 1 the API could not be queried or holds no gpumon accounts (one line
 //! saying which), 2 bad flags.
 
+mod error;
 mod figures;
 mod render;
 
@@ -20,9 +21,10 @@ use std::time::{Duration, SystemTime};
 
 use clap::Parser;
 
-use crate::sinks::prometheus_query::{QueryClient, QueryConfig, QueryError};
+use crate::sinks::prometheus_query::{QueryClient, QueryConfig};
 use crate::sinks::tls::TlsConfig;
 use crate::sinks::Secret;
+pub use error::FleetError;
 use figures::GroupBy;
 
 /// `gpumon-agent fleet`.
@@ -78,33 +80,6 @@ pub struct FleetCli {
     /// Deadline of one query.
     #[arg(long, default_value = "60s", value_parser = crate::sinks::duration::parse_duration, value_name = "DURATION")]
     pub timeout: Duration,
-}
-
-/// Why no report.
-#[derive(Debug, thiserror::Error)]
-pub enum FleetError {
-    /// A flag that cannot be used.
-    #[error("{0}")]
-    Flags(String),
-    /// The query API could not be asked.
-    #[error(transparent)]
-    Query(#[from] QueryError),
-    /// The API answers, but holds no gpumon series over the period.
-    #[error("{url} holds no gpumon series over the last {since}: are the agents writing to it (--remote-write-url, docs/remote-write.md), or scraped by it?")]
-    NoGpumonSeries {
-        /// The API.
-        url: String,
-        /// The period.
-        since: String,
-    },
-    /// gpumon series, but no accounts.
-    #[error("{url} holds gpumon series but no accounts (gpumon_account_*) over the last {since}: the agents are older than the accounts, or run with the `accounts` family off (--disable accounts)")]
-    NoAccounts {
-        /// The API.
-        url: String,
-        /// The period.
-        since: String,
-    },
 }
 
 impl FleetCli {
