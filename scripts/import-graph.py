@@ -24,7 +24,7 @@ holds a concern per child module: `stages/diagnose/*` is `stages/diagnose`, `sta
 is `stages/report`, and the folder's own `mod.rs` is `stages`. `--group FILE=CONCERN` overrides
 one file. Prints each strongly connected component of more than one file, with its concerns;
 exits 1 when one spans two concerns (a cycle inside one concern, a module and its own
-submodules, is fine), 0 otherwise.
+submodules, is fine) or lies in a concern named with `--acyclic`, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -413,6 +413,8 @@ def main() -> int:
     ap.add_argument("--group", action="append", default=[], help="FILE=CONCERN: put FILE in CONCERN")
     ap.add_argument("--edges", action="store_true", help="print every edge, grouped by file")
     ap.add_argument("--dot", action="store_true", help="print the graph in Graphviz dot")
+    ap.add_argument("--acyclic", action="append", default=[],
+                    help="CONCERN: fail on any circle within it too (issue 43: no import circle in src/cli)")
     args = ap.parse_args()
 
     crate = Crate(args.src)
@@ -440,15 +442,16 @@ def main() -> int:
         print("no import circles")
     for comp in sorted(comps, key=lambda c: (-len(c), c)):
         concerns = sorted({concern[f] for f in comp})
-        cross = len(concerns) > 1
+        cross = len(concerns) > 1 or any(c in args.acyclic for c in concerns)
         crossing += cross
-        print(f"{'CYCLE ACROSS CONCERNS' if cross else 'cycle within one concern'} "
+        kind = "CYCLE ACROSS CONCERNS" if len(concerns) > 1 else "CYCLE IN AN ACYCLIC CONCERN" if cross else "cycle within one concern"
+        print(f"{kind} "
               f"({len(comp)} files; {', '.join(concerns)}):")
         for f in comp:
             inner = sorted(t for t in graph[f] if t in comp)
             print(f"  {f} -> {', '.join(inner)}")
     if crossing:
-        print(f"{crossing} circle(s) across concerns")
+        print(f"{crossing} circle(s) across concerns or within an acyclic one")
     return 1 if crossing else 0
 
 
