@@ -100,15 +100,21 @@ fn snapshots_then_the_report_when_stdout_is_also_asked_for() {
         "json",
     ]));
     assert_eq!(code, 0, "stderr: {stderr}");
-    let lines: Vec<_> = stdout.lines().collect();
-    assert!(lines.len() >= 3, "{stdout}");
-    let (last, snapshots) = lines.split_last().unwrap();
-    for line in snapshots {
-        let s: Snapshot = serde_json::from_str(line).unwrap();
+    let (snapshots, report) = snapshots_then_report(&stdout);
+    assert!(snapshots.len() >= 2, "{stdout}");
+    for s in &snapshots {
         assert!(s.output::<gpumon::core::Diagnosis>().is_some(), "diagnosis is on by default");
     }
-    let report: Report = serde_json::from_str(last).unwrap();
     assert_eq!(report.ticks as usize, snapshots.len(), "the report saw every tick the sink printed");
+}
+
+/// A run's stdout with `--stdout-format json --report-format json`: one snapshot per line, then
+/// the run report.
+fn snapshots_then_report(stdout: &str) -> (Vec<Snapshot>, Report) {
+    let lines: Vec<_> = stdout.lines().collect();
+    let (last, snapshots) = lines.split_last().unwrap_or_else(|| panic!("no output: {stdout}"));
+    let snapshots = snapshots.iter().map(|line| serde_json::from_str(line).unwrap()).collect();
+    (snapshots, serde_json::from_str(last).unwrap())
 }
 
 /// The high-resolution windows are opt-in for export (docs/fleet.md §8) but still sampled for
@@ -136,18 +142,15 @@ fn starvation_is_found_from_windows_that_no_sink_gets() {
         "json",
     ]));
     assert_eq!(code, 0, "stderr: {stderr}");
-    let lines: Vec<_> = stdout.lines().collect();
-    let (last, snapshots) = lines.split_last().unwrap();
+    let (snapshots, report) = snapshots_then_report(&stdout);
     assert!(snapshots.len() >= 4, "{stdout}");
-    for line in snapshots {
-        let s: Snapshot = serde_json::from_str(line).unwrap();
+    for s in &snapshots {
         for d in &s.devices {
             assert_eq!(d.windows, Default::default(), "GPU {}: a window left the agent", d.info.index);
             assert_eq!(d.gpm, Default::default(), "GPU {}: GPM left the agent", d.info.index);
             assert!(d.utilization.gpu.is_some(), "the default families are exported");
         }
     }
-    let report: Report = serde_json::from_str(last).unwrap();
     assert_eq!(report.gpus.len(), 8);
     // Each GPU starves on its own schedule: in 3 s some have held the finding's window, not all.
     let found: Vec<_> =

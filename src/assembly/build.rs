@@ -176,7 +176,7 @@ impl Assembly {
                 let header = sampler.header();
                 (header.metric_set().unwrap_or(metrics), header.step_marks.unwrap_or(false))
             }
-            None => (plan.stage_inputs.iter().fold(metrics, MetricSet::with), steps.tracker.is_some()),
+            None => (metrics.union(plan.stage_inputs), steps.tracker.is_some()),
         };
         let recorded_backend =
             replay.as_ref().map(|(sampler, _)| sampler.header().backend.as_str()).filter(|b| !b.is_empty());

@@ -197,16 +197,22 @@ impl Plan {
             }
         };
         let attribution = stages::attribution(&config.attribution)?;
-        let processes = Family::Processes.name();
-        let processes_disabled =
-            a.disable.iter().any(|n| n.trim() == processes) || options.families.disable.contains(&Family::Processes);
-        let metrics = attribution.metrics(metrics(a, &options.families)?, processes_disabled)?;
+        let selected = metrics(a, &options.families)?;
+        // What `agent.disable` and the options switch off beyond the selection: not read for the
+        // stages either. Its names were checked by `metrics` (where they count).
+        let disabled: Vec<Family> = a
+            .disable
+            .iter()
+            .filter_map(|n| Family::from_name(n.trim()))
+            .chain(options.families.disable.iter().copied())
+            .collect();
+        let metrics = attribution.metrics(selected, disabled.contains(&Family::Processes))?;
         let diagnosis_window = stages::diagnosis_window(&config.diagnose, interval);
         let diagnose = stages::diagnose(&config.diagnose, interval, diagnosis_window)?;
         let steps = stages::steps(&config.steps, options.in_process_steps)?;
         let stages_run =
             diagnose.is_on() || steps.tracker.is_some() || options.report || metrics.contains(Family::Accounts);
-        let stage_inputs = stage_inputs(a, &options.families, stages_run)?;
+        let stage_inputs = stage_inputs(a, &options.families, &disabled, stages_run);
         let plan = Plan {
             backend,
             interval,
@@ -319,20 +325,19 @@ pub fn parse_families(names: &[String], key: &str) -> Result<Vec<Family>, Assemb
 /// The opt-in families the built-in stages read ([`Family::READ_BY_STAGES`]), to sample for
 /// them only: none when no stage runs (`stages_run`) or the selection is exact (`agent.only`,
 /// `--only`: what it names is all that is read), and none that `agent.disable` or `--disable`
-/// names (switched off: not read at all).
-fn stage_inputs(a: &AgentSection, overrides: &Families, stages_run: bool) -> Result<MetricSet, AssemblyError> {
+/// names (`disabled`: switched off, not read at all).
+fn stage_inputs(a: &AgentSection, overrides: &Families, disabled: &[Family], stages_run: bool) -> MetricSet {
     if !stages_run || overrides.only.is_some() || a.only.is_some() {
-        return Ok(MetricSet::nothing());
+        return MetricSet::nothing();
     }
-    let disabled = parse_families(&a.disable, "agent.disable")?;
-    Ok(Family::READ_BY_STAGES.into_iter().filter(|f| !disabled.contains(f) && !overrides.disable.contains(f)).collect())
+    Family::READ_BY_STAGES.into_iter().filter(|f| !disabled.contains(f)).collect()
 }
 
 /// The families to sample and export. `overrides.only` is the exact set (the config's selection ignored);
 /// `agent.only` is the config's exact set, which `overrides.enable`/`disable` refine. `only`
 /// with `enable`/`disable` in the config is refused (which would win is not obvious).
 fn metrics(a: &AgentSection, overrides: &Families) -> Result<MetricSet, AssemblyError> {
-    let set = |families: &[Family]| families.iter().copied().fold(MetricSet::nothing(), MetricSet::with);
+    let set = |families: &[Family]| families.iter().copied().collect::<MetricSet>();
     if let Some(only) = &overrides.only {
         return Ok(set(only));
     }

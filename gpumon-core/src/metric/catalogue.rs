@@ -227,6 +227,12 @@ impl MetricSet {
         Self(self.0 & !family.bit())
     }
 
+    /// Every family of this set and of `other`.
+    #[must_use]
+    pub const fn union(self, other: MetricSet) -> Self {
+        Self(self.0 | other.0)
+    }
+
     /// Whether `family` is selected.
     pub const fn contains(self, family: Family) -> bool {
         self.0 & family.bit() != 0

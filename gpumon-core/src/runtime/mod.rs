@@ -159,11 +159,6 @@ fn describe(failures: &[SinkFailure]) -> String {
     failures.iter().map(|f| format!("{}: {}", f.sink, f.error)).collect::<Vec<_>>().join("; ")
 }
 
-/// Every family of `a` and of `b`.
-fn union(a: MetricSet, b: MetricSet) -> MetricSet {
-    b.iter().fold(a, MetricSet::with)
-}
-
 /// Builds an [`Agent`]. Start with [`Agent::builder`].
 #[must_use]
 pub struct AgentBuilder {
@@ -428,7 +423,7 @@ impl AgentBuilder {
         let thread = SamplingThread {
             shared: shared.clone(),
             sampler: self.sampler.clone(),
-            request: SampleRequest::new(union(self.metrics, self.for_processors), self.devices),
+            request: SampleRequest::new(self.metrics.union(self.for_processors), self.devices),
             exported: self.metrics,
             processors,
             subscribers: subscribers.clone(),
