@@ -10,9 +10,10 @@
 # 3. the example agent (target/debug/examples/agent) for the StepClient tests;
 # 4. a NEW virtualenv: the wheel installed with a PATH that has no cargo or rustc and
 #    --only-binary (nothing compiled; the time it takes is printed), then the wheel's `test`
-#    extra (pyproject.toml: pytest, transformers, lightning with torch, tensorboard, wandb, mypy:
-#    ~6 GB; measured once on 2 shared cores: 265 s from the index, 128 s offline from
-#    GPUMON_PY_WHEELHOUSE);
+#    extra (pyproject.toml: pytest, transformers, lightning with torch, tensorboard, wandb, mypy;
+#    torch and its CUDA libraries from torch-base.sh's shared install, the rest, 1.2 GB, into
+#    the virtualenv; measured once on 2 shared cores before the sharing: 265 s from the index,
+#    128 s offline from GPUMON_PY_WHEELHOUSE);
 # 5. mypy's stubtest: python/gpumon/_gpumon.pyi checked against the installed extension (every
 #    name, signature and property; ~4 s, measured once on 2 shared cores);
 # 6. pytest, which also checks the wheel's tags and the sdist's one-line "needs Rust" error
@@ -90,6 +91,9 @@ tvenv="$WORK/test-venv"
 t1=$(date +%s%3N)
 PATH="$norust_path" "$tvenv/bin/pip" install -q --only-binary :all: --no-deps "$wheel"
 log "wheel installed without Rust in $(( $(date +%s%3N) - t1 )) ms ($(( $(stat -c %s "$wheel") / 1024 )) KiB)"
+# torch with its CUDA libraries (5.3 GB), installed once and shared with the ms-swift test's
+# virtualenv (torch-base.sh says why); the test extra's other packages go into this one.
+"$HERE/torch-base.sh" "$tvenv" >/dev/null
 if [ -n "${GPUMON_PY_WHEELHOUSE:-}" ]; then
     # wheelhouse.sh's downloads (scripts/test.sh fetched them while cargo ran): nothing from the
     # network here, and torch's download is shared with the ms-swift test's virtualenv.

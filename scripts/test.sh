@@ -129,7 +129,8 @@ trap 'on_signal TERM 143' TERM
 # The two Python test virtualenvs (gpumon-py/run-tests.sh's, tests-swift/run.sh's real ms-swift)
 # need 3.1 GB of wheels, torch 2.15.0 and its CUDA libraries in both. gpumon-py/wheelhouse.sh
 # downloads them once into $GPUMON_PY_WHEELHOUSE (kept: a second run downloads nothing), then
-# tests-swift/run.sh --prepare installs the ms-swift virtualenv from there (kept too). Both need
+# tests-swift/run.sh --prepare installs the ms-swift virtualenv from there (kept too), after
+# gpumon-py/torch-base.sh's one install of torch that both virtualenvs share (5.3 GB). Both need
 # no gpumon wheel, so they run now, niced, while cargo builds and tests (CPU-bound; this is
 # mostly network and disk); run-tests.sh and the ms-swift test wait for them below. Log:
 # $prepare_log, printed on failure.

@@ -9,9 +9,9 @@
 #    GPUMON_PY_WHEELHOUSE (a directory filled by ../wheelhouse.sh; scripts/test.sh sets it) it
 #    installs from there, offline; else from the index. The virtualenv is kept, keyed by
 #    requirements.txt and the Python, in $GPUMON_SWIFT_VENVS (default
-#    ~/.cache/gpumon/swift-venvs; one kept, older ones removed): ms-swift with torch and its
-#    CUDA libraries is 6.4 GB, 140 packages (3.1 GB of wheels). A kept virtualenv costs only the
-#    gpumon wheel's install. scripts/test.sh runs `--prepare` in the background while cargo
+#    ~/.cache/gpumon/swift-venvs; one kept, older ones removed): ms-swift and its pins, 1.1 GB;
+#    torch and its CUDA libraries (5.3 GB) are linked from ../torch-base.sh's install, shared
+#    with the other Python tests. A kept virtualenv costs only the gpumon wheel's install. scripts/test.sh runs `--prepare` in the background while cargo
 #    builds and tests, so a fresh machine's install overlaps them;
 # 2. a tiny Qwen2 built from a config, a tokenizer trained here, a local dataset file
 #    (make_tiny_model.py); nothing is downloaded from here on (HF_HUB_OFFLINE=1);
@@ -44,7 +44,10 @@ if [ "${1:-}" = --prepare ]; then
     shift
 fi
 
-key="$( (cat "$HERE/requirements.txt"; "$BASE" -VV) | sha256sum | cut -c1-16)"
+# torch with its CUDA libraries, shared with run-tests.sh's virtualenv (../torch-base.sh); its
+# path is part of the key, so a new torch base means a new virtualenv.
+torch_base="$("$PY_DIR/torch-base.sh")"
+key="$( (cat "$HERE/requirements.txt"; "$BASE" -VV; echo "$torch_base") | sha256sum | cut -c1-16)"
 venv="$VENVS/$key"
 if [ ! -f "$venv/.complete" ]; then
     for old in "$VENVS"/*; do [ "$old" = "$venv" ] || rm -rf "$old"; done
@@ -58,6 +61,7 @@ if [ ! -f "$venv/.complete" ]; then
     log "new virtualenv $venv from $from: $(grep -v '^#' "$HERE/requirements.txt" | xargs)"
     t1=$(date +%s)
     "$BASE" -m venv --clear "$venv"
+    "$PY_DIR/torch-base.sh" "$venv" >/dev/null
     nice "$venv/bin/pip" install -q "${pip_from[@]}" -r "$HERE/requirements.txt"
     touch "$venv/.complete"
     log "virtualenv installed in $(( $(date +%s) - t1 )) s"
