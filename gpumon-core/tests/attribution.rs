@@ -205,10 +205,16 @@ impl ProcRoot {
 
     /// `<root>/proc/<pid>/{stat,status,cgroup}`.
     fn add(&self, pid: u32, start: u64, uid: u32, cgroup: &str) {
+        self.add_child(pid, start, uid, cgroup, 1);
+    }
+
+    /// The same, started by `parent`.
+    fn add_child(&self, pid: u32, start: u64, uid: u32, cgroup: &str, parent: u32) {
         let d = self.proc().join(pid.to_string());
         std::fs::create_dir_all(&d).unwrap();
-        let stat =
-            format!("{pid} (python3 (x)) S 1 {pid} {pid} 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 {start} 1000 10 0");
+        let stat = format!(
+            "{pid} (python3 (x)) S {parent} {pid} {pid} 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 {start} 1000 10 0"
+        );
         std::fs::write(d.join("stat"), stat).unwrap();
         std::fs::write(
             d.join("status"),
@@ -600,4 +606,41 @@ fn kubelet_allocations_name_the_pod_of_gpus_and_mig_instances() {
         }
     });
     assert_eq!(failures, [("proc", 0.0, None), ("kubelet", 3.0, None)]);
+}
+
+#[test]
+fn the_parent_pid_is_read_with_the_start_time_and_follows_a_new_parent() {
+    // Two ranks a launcher (pid 150) started, and a process of another launch.
+    let root = ProcRoot::new("parents");
+    root.add_child(200, 5000, 1000, &docker_cgroup(), 150);
+    root.add_child(201, 5001, 1000, &docker_cgroup(), 150);
+    root.add_child(300, 6000, 1000, &docker_cgroup(), 290);
+    let stats = Arc::new(AttributionStats::default());
+    let mut procs = ProcOwners::new(root.proc(), root.passwd(), stats.clone());
+    procs.begin_tick();
+    for pid in [200, 201, 300] {
+        procs.owner(pid);
+    }
+    procs.end_tick();
+    assert_eq!(
+        (procs.parent_pid(200), procs.parent_pid(201), procs.parent_pid(300)),
+        (Some(150), Some(150), Some(290))
+    );
+    assert_eq!(procs.parent_pid(999), None, "never asked for");
+
+    // The launcher died: its children now have another parent, read from the `stat` read at
+    // every tick anyway (the owner is not read again).
+    root.add_child(200, 5000, 1000, &docker_cgroup(), 1);
+    procs.begin_tick();
+    procs.owner(200);
+    procs.end_tick();
+    assert_eq!(procs.parent_pid(200), Some(1));
+
+    // A `stat` that cannot be read keeps the last parent known.
+    root.make_unreadable(201, "stat");
+    procs.begin_tick();
+    procs.owner(201);
+    procs.end_tick();
+    assert_eq!(procs.parent_pid(201), Some(150));
+    assert_eq!(stats.proc_read_failures.load(Ordering::Relaxed), 0);
 }

@@ -544,6 +544,11 @@ pub struct ProcessSample {
     /// process could be read ([`crate::attribution`]).
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub owner: Option<SharedOwner>,
+    /// The pid of the process that started it (its launcher: `torchrun`, `deepspeed`, `mpirun`,
+    /// a shell), when attribution is on and could read it. Diagnosis takes the processes one
+    /// parent started as one job when nothing else says which job a GPU runs.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub parent_pid: Option<u32>,
 }
 
 impl ProcessSample {

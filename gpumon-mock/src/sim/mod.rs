@@ -259,6 +259,9 @@ impl SimNode {
                 p.memory_used = Some(memory);
             }
             p.owner = (self.visibility != JobVisibility::Pids).then(|| job.owner.clone());
+            // Its launcher (`torchrun` for a job's ranks, the shell for a job of one process),
+            // which attribution reads from `/proc/<pid>/stat` with the owner.
+            p.parent_pid = (self.visibility != JobVisibility::Pids).then_some(job.launcher_pid);
             d.processes = if d.memory.used.is_some_and(|u| u > 0) { vec![p] } else { Vec::new() };
         }
     }
@@ -339,6 +342,7 @@ mod tests {
             if let Some(p) = d.processes.first() {
                 assert_eq!(p.pid, job.pids[t.rank.unwrap() as usize]);
                 assert_eq!(p.owner.as_deref(), Some(&*job.owner));
+                assert_eq!(p.parent_pid, Some(job.launcher_pid));
             }
         }
     }

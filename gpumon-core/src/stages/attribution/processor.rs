@@ -185,6 +185,7 @@ impl Processor for Attributor {
             }
             for process in &mut device.processes {
                 process.owner = self.procs.owner(process.pid);
+                process.parent_pid = self.procs.parent_pid(process.pid);
                 if let Some(owner) = &process.owner {
                     push_distinct(&mut device.owners, owner);
                 }

@@ -3,7 +3,9 @@
 //!
 //! # Where it reads
 //! - `<proc root>/<pid>/stat` — field 22, the process's start time (clock ticks since boot),
-//!   which tells a reused pid from the process that had it before;
+//!   which tells a reused pid from the process that had it before; and field 4, its parent's
+//!   pid (read at every tick, from the same read: a launcher that dies leaves its children to
+//!   another parent);
 //! - `<proc root>/<pid>/cgroup` — parsed by [`cgroup::parse`];
 //! - `<proc root>/<pid>/status` — the real ids on its `Uid:` and `Gid:` lines;
 //! - the passwd file (`name:x:uid:…`) — the user name of the uid.
@@ -101,6 +103,8 @@ struct Entry {
     /// Start time from `stat` (`None` when it could not be read).
     start_time: Option<u64>,
     owner: Option<SharedOwner>,
+    /// Its parent's pid, from this tick's `stat` (or the last one that could be read).
+    parent_pid: Option<u32>,
     last_seen: u64,
     /// The tick of the read, when a file failed; `None` once everything was read.
     partial_since: Option<u64>,
@@ -165,6 +169,13 @@ impl ProcOwners {
         self.entries.is_empty()
     }
 
+    /// The parent pid of the process that holds `pid`, as read by this tick's
+    /// [`owner`](Self::owner) call for it (the last one that could be read, when this tick's
+    /// could not); `None` when it was never read.
+    pub fn parent_pid(&self, pid: u32) -> Option<u32> {
+        self.entries.get(&pid).and_then(|e| e.parent_pid)
+    }
+
     /// The owner of the process that holds `pid` now (`None` when nothing about it could be read
     /// or nothing is known). Reads the pid's `stat` to tell its process from an earlier holder of
     /// the pid, and the rest only for a process not seen before (or a partly read one, when its
@@ -173,9 +184,16 @@ impl ProcOwners {
         let tick = self.tick;
         // `stat` is read once here, whether it confirms a remembered process or starts a fresh read.
         let start = self.start_time(pid);
+        let parent_pid = match start {
+            Ok(Some(_)) => stat_field(&self.buf, 4).and_then(|p| u32::try_from(p).ok()),
+            _ => None,
+        };
         let rereading = match self.entries.get_mut(&pid) {
             None => false,
             Some(e) => {
+                if parent_pid.is_some() {
+                    e.parent_pid = parent_pid;
+                }
                 let another_process = matches!((&start, e.start_time), (Ok(Some(now)), Some(then)) if *now != then);
                 if another_process {
                     // The pid was reused: the new process is read, counted and logged as new.
@@ -192,7 +210,9 @@ impl ProcOwners {
         // A re-read's failures were counted (and logged) at the first read: the counter counts
         // processes whose files failed, not attempts.
         let mut entry = self.read(pid, start, !rereading);
+        entry.parent_pid = parent_pid;
         if let (true, Some(old)) = (rereading, self.entries.get(&pid)) {
+            entry.parent_pid = entry.parent_pid.or(old.parent_pid);
             if entry.partial_since.is_some() {
                 entry.partial_rereads = old.partial_rereads.saturating_add(1);
                 // Still not whole: keep what was known of the same process (a `stat` that fails
@@ -224,6 +244,7 @@ impl ProcOwners {
                 return Entry {
                     start_time: None,
                     owner: None,
+                    parent_pid: None,
                     last_seen: tick,
                     partial_since: Some(tick),
                     partial_rereads: 0,
@@ -256,7 +277,14 @@ impl ProcOwners {
             }
         }
         let owner = (!owner.is_unknown()).then(|| self.intern(owner));
-        Entry { start_time, owner, last_seen: tick, partial_since: partial.then_some(tick), partial_rereads: 0 }
+        Entry {
+            start_time,
+            owner,
+            parent_pid: None,
+            last_seen: tick,
+            partial_since: partial.then_some(tick),
+            partial_rereads: 0,
+        }
     }
 
     fn intern(&mut self, owner: Owner) -> SharedOwner {

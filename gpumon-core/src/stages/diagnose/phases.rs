@@ -34,6 +34,7 @@ impl Diagnoser {
             }
             self.scratch.push(stats);
         }
+        self.groups.index_replicas(&self.scratch, &t);
         // The lone busy GPU its job's other GPUs wait for (see `TickStats::paces_peers`).
         for g in 0..self.groups.groups.len() {
             if let Some(position) = self.groups.groups[g].pacing_gpu() {
@@ -89,7 +90,7 @@ impl Diagnoser {
         let Some(track) = self.tracks.get_mut(d.info.uuid.as_str()) else { return false };
         let group = &self.groups.groups[self.scratch[position].group];
         let mut stats = self.scratch[position];
-        stats.peer_gap = rules::peer_gap(&stats, group, &t);
+        stats.peer_gap = rules::peer_gap(&stats, &self.groups, &t);
         let allocated = stats.allocated(&t);
         if allocated {
             track.allocated_ticks = track.allocated_ticks.saturating_add(1);
@@ -274,7 +275,8 @@ impl Track {
 }
 
 /// Who the GPU works for, in order of trust: its run's step marks name a job; every process on
-/// it has one known owner; else assumed (see [`rules::peers`]).
+/// it has one known owner, and one parent (its launcher) where attribution read it; every
+/// process on it has one parent; else assumed (see [`rules::peers`]).
 fn job_of(d: &DeviceSample, stats: &TickStats, steps: Option<&Steps>) -> JobKey {
     use std::hash::{Hash, Hasher};
     if let Some(run) = steps.and_then(|s| s.for_gpu(d.info.index)) {
@@ -282,7 +284,16 @@ fn job_of(d: &DeviceSample, stats: &TickStats, steps: Option<&Steps>) -> JobKey 
         run.job.hash(&mut h);
         return JobKey::Marked(h.finish());
     }
-    stats.owner.map_or(JobKey::Assumed, JobKey::Owned)
+    // One owner is one job only as far as the owner goes: a pod or a container is one, but two
+    // jobs one user started on a bare-metal node have the same owner (the user, a login
+    // session). Their launchers tell them apart, so the launcher refines the owner: GPUs of
+    // one owner and one launcher are one job.
+    match (stats.owner, stats.launcher) {
+        (Some(owner), Some(launcher)) => JobKey::Owned(owner ^ u64::from(launcher).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+        (Some(owner), None) => JobKey::Owned(owner),
+        (None, Some(launcher)) => JobKey::Launched(launcher),
+        (None, None) => JobKey::Assumed,
+    }
 }
 
 /// Counts an allocated GPU into its job's group: its level, whether it is busy throughout,
@@ -291,7 +302,6 @@ fn offer(group: &mut PeerGroup, stats: &mut TickStats, swings: &rules::Swings, p
     if let Some(level) = stats.level {
         group.offer(level, position);
     }
-    group.offer_memory(stats.memory_ratio());
     // Busy throughout the window so far and busy now, with its clocks held down. This tick
     // included, as the rules count it: a GPU its peers wait for is known by the tick their
     // starvation could first hold.

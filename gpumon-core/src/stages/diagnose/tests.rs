@@ -766,7 +766,37 @@ fn a_straggler_among_busy_peers_is_named_and_twins_stay_imbalance() {
     // job, and the evidence says so.
     let d = Rig::new(10).run(12, || (0..8).map(|i| one_sample(i, if i == 5 { 0.6 } else { 0.97 }, true)).collect());
     assert_eq!(kinds_on(&d), [(Some(5), FindingKind::Straggler)]);
-    assert!(d.active[0].evidence.contains("assuming the GPUs with work belong to one job"), "{}", d.active[0].evidence);
+    assert!(
+        d.active[0]
+            .evidence
+            .contains("assuming the GPUs holding the same share of memory as it (data-parallel replicas)"),
+        "{}",
+        d.active[0].evidence
+    );
+    // No owners, two jobs side by side, each on GPUs holding the same memory: GPU 2 behind the
+    // three that hold what it holds is named, whatever the other job's GPUs hold (issue #42:
+    // with another job on the node, the straggler read as a starving loader).
+    let d = Rig::new(10).run(12, || {
+        (0..8)
+            .map(|i| {
+                let mut d = one_sample(i, if i == 2 { 0.6 } else { 0.97 }, true);
+                if i >= 4 {
+                    d.memory.used = d.memory.used.map(|u| u * 3 / 4);
+                }
+                d
+            })
+            .collect()
+    });
+    assert_eq!(kinds_on(&d), [(Some(2), FindingKind::Straggler)]);
+    // Its idle share in stretches longer than a tick (one tick in five idle, the others busy):
+    // the ticks in the stretch read as low as an idle GPU, but over the window it is behind its
+    // peers, not idle beside them — a straggler, not an imbalance.
+    let mut tick = 0;
+    let d = Rig::new(10).run(12, || {
+        tick += 1;
+        (0..8).map(|i| job(i, if i == 5 && tick % 5 == 0 { 0.0 } else { 0.97 })).collect()
+    });
+    assert_eq!(kinds_on(&d), [(Some(5), FindingKind::Straggler)]);
     // Nothing says they run one job and GPU 5 holds other memory: it may run a lighter job of
     // its own — no straggler (issue #42: a job of its own was called the others' straggler).
     let d = Rig::new(10).run(12, || {
@@ -1398,4 +1428,64 @@ fn one_pause_in_a_busy_window_is_not_a_starving_loader() {
     assert!(!run(&[3, 10, 11, 12, 13, 14, 22]), "one pause explains the window");
     // 7 idle ticks of 30, in stretches of one or two ticks through the window: starving.
     assert!(run(&[1, 2, 6, 11, 12, 18, 25]), "stretches of like length through the window");
+}
+
+/// A GPU whose one process was started by `parent`, with `uid`'s owner when given.
+fn launched(mut d: DeviceSample, uid: Option<u32>, parent: Option<u32>) -> DeviceSample {
+    if let Some(uid) = uid {
+        d = owned(d, uid);
+    } else {
+        d.processes = vec![crate::model::ProcessSample::new(1000 + d.info.index)];
+    }
+    d.processes[0].parent_pid = parent;
+    d
+}
+
+#[test]
+fn one_users_two_launches_are_two_jobs_and_a_launcher_names_a_job() {
+    // One user on a bare-metal node: a 4-GPU job (its ranks started by torchrun, pid 500) at
+    // 97 %, and a job of its own on GPU 4 at 60 % (started from a shell, pid 600).
+    let run = |parents: bool| {
+        Rig::new(10).run(12, || {
+            (0..5)
+                .map(|i| {
+                    let parent = parents.then_some(if i == 4 { 600 } else { 500 });
+                    launched(one_sample(i, if i == 4 { 0.6 } else { 0.97 }, true), Some(1000), parent)
+                })
+                .collect()
+        })
+    };
+    // The owner alone says one job: GPU 4 reads as the 4-GPU job's straggler.
+    assert_eq!(kinds_on(&run(false)), [(Some(4), FindingKind::Straggler)]);
+    // The launchers tell the two jobs apart (issue #42: independent jobs compared as one job).
+    assert_quiet(&run(true));
+
+    // No owners (attribution read only the process tree): the launcher names the job, whatever
+    // memory its GPUs hold — GPU 2, holding half of what its peers hold, is still their straggler.
+    let d = Rig::new(10).run(12, || {
+        (0..4)
+            .map(|i| {
+                let mut d = launched(one_sample(i, if i == 2 { 0.6 } else { 0.97 }, true), None, Some(500));
+                if i == 2 {
+                    d.memory.used = d.memory.used.map(|u| u / 2);
+                }
+                d
+            })
+            .collect()
+    });
+    assert_eq!(kinds_on(&d), [(Some(2), FindingKind::Straggler)]);
+    assert!(!d.active[0].evidence.contains("no job information"), "{}", d.active[0].evidence);
+    // Processes left to init (their launcher died) name no job: pid 1 is everyone's parent.
+    let d = Rig::new(10).run(12, || {
+        (0..4)
+            .map(|i| {
+                let mut d = launched(one_sample(i, if i == 2 { 0.6 } else { 0.97 }, true), None, Some(1));
+                if i == 2 {
+                    d.memory.used = d.memory.used.map(|u| u / 2);
+                }
+                d
+            })
+            .collect()
+    });
+    assert_quiet(&d);
 }

@@ -243,7 +243,7 @@ fn closing(out: &mut String, kind: FindingKind, now: &TickStats, secs: f64) {
 fn job_phrase(out: &mut String, job: JobKey) {
     if !job.known() {
         out.push_str(
-            "; no job information (no step marks naming a job, no process owners): assuming the GPUs with \
+            "; no job information (no step marks naming a job, no process owners, no launcher common to its processes): assuming the GPUs with \
              work belong to one job",
         );
     }
@@ -424,7 +424,13 @@ fn straggler(
     if let Some(c) = s.sm_clock.get() {
         let _ = write!(out, ", SM clock {:.0} MHz", c / 1e6);
     }
-    job_phrase(out, peers.job);
+    // With the job assumed, its peers are the GPUs holding the same memory (`peer_gap`).
+    if !peers.job.known() {
+        out.push_str(
+            "; no job information (no step marks naming a job, no process owners, no launcher common to its processes): assuming the GPUs \
+             holding the same share of memory as it (data-parallel replicas) belong to its job",
+        );
+    }
 }
 
 fn near_oom(out: &mut String, now: &TickStats, history: &Ring<Past>, secs: f64) {

@@ -102,6 +102,9 @@ pub(crate) struct TickStats {
     /// Who runs on the GPU, when processes are sampled with attribution and every process on
     /// it has the same known owner (a hash of it); `None` otherwise.
     pub(crate) owner: Option<u64>,
+    /// The process every process on the GPU was started by, when attribution read one for each
+    /// and it is the same (see [`sole_launcher`]); `None` otherwise.
+    pub(crate) launcher: Option<u32>,
     /// Traffic in the busier PCIe direction as a share of the link's bandwidth.
     pub(crate) pcie_share: Option<f64>,
     /// Who the GPU works for (see [`peers`]); its group's index in this tick's [`Groups`].
@@ -284,6 +287,7 @@ impl TickStats {
             level_from_gpm,
             pending_busy: false,
             owner: sole_owner(d).map(owner_hash),
+            launcher: sole_launcher(d),
             pcie_share: match (pcie_peak, link) {
                 (Some(p), Some(l)) if l > 0.0 => Some(p / l),
                 _ => None,
@@ -413,6 +417,21 @@ pub(crate) fn sole_owner(d: &DeviceSample) -> Option<&crate::model::Owner> {
         }
     }
     owner
+}
+
+/// The parent every process on the GPU shares, when attribution read one for each: the
+/// launcher (`torchrun`, `deepspeed`, `mpirun`) that started a job's ranks. Not pid 1 (or 0):
+/// processes whose launcher died are left to init, or to a subreaper, whatever job they ran.
+pub(crate) fn sole_launcher(d: &DeviceSample) -> Option<u32> {
+    let mut launcher = None;
+    for p in &d.processes {
+        let parent = p.parent_pid.filter(|&pid| pid > 1)?;
+        match launcher {
+            Some(seen) if seen != parent => return None,
+            _ => launcher = Some(parent),
+        }
+    }
+    launcher
 }
 
 /// A hash of [`sole_owner`]: what a tick keeps of it, to compare GPUs without cloning owners.

@@ -4,8 +4,12 @@
 //! Peers are the GPUs of the same job, as far as gpumon can tell:
 //! 1. step marks' job ([`Steps::for_gpu`](crate::steps::Steps::for_gpu)): the run names its job;
 //! 2. the processes' owner (attribution: pod, container or cgroup, user), when every process on
-//!    the GPU has the same known one;
-//! 3. neither: the GPUs with work are assumed to belong to one job, and the evidence says so.
+//!    the GPU has the same known one — refined by their launcher where attribution read it:
+//!    two jobs one user started on a bare-metal node share the owner, not the launcher;
+//! 3. the process tree alone: every process on the GPU was started by the same parent, the
+//!    launcher that starts a job's ranks (`torchrun`, `deepspeed`, `mpirun`);
+//! 4. none of these: the GPUs with work are assumed to belong to one job, and the evidence says
+//!    so (a straggler's peers are then the GPUs holding the same memory as it: [`peer_gap`]).
 //!
 //! A GPU busy throughout its window (never idle) is a peer for the straggler and imbalance
 //! rules, but not a pipeline stage nor a rank idling with the others: it is left out of the
@@ -21,6 +25,8 @@ pub(crate) enum JobKey {
     Marked(u64),
     /// Every process on it has the same known owner (hash of it).
     Owned(u64),
+    /// Every process on it was started by the same parent process (its pid).
+    Launched(u32),
     /// Nothing says: assumed to share a job with every other GPU that nothing says of either.
     Assumed,
 }
@@ -64,11 +70,6 @@ pub(crate) struct PeerGroup {
     pub(crate) with_level: usize,
     pub(crate) busy_throughout: usize,
     pub(crate) cycling: usize,
-    /// The lowest and highest share of memory used among the allocated GPUs: replicas of one
-    /// data-parallel job hold the same model, optimizer state and batch size, so the same
-    /// memory to within a few percent (see [`PeerGroup::uniform_memory`]).
-    pub(crate) memory_low: f64,
-    pub(crate) memory_high: f64,
     /// Allocated GPUs whose window's mean level is at or below `bubbles_max_mean`: they wait
     /// a share of the time worth naming, seen in stretches or not (a driver period longer
     /// than their stretches averages them into a flat reading).
@@ -94,8 +95,6 @@ impl PeerGroup {
             busy_throughout: 0,
             cycling: 0,
             waiting_some: 0,
-            memory_low: f64::INFINITY,
-            memory_high: f64::NEG_INFINITY,
             unslowed_busy: None,
         }
     }
@@ -113,21 +112,6 @@ impl PeerGroup {
         let others = self.readable - usize::from(self_counted);
         let idle = self.idle_now - usize::from(self_counted && self_idle);
         (others > 0).then(|| idle as f64 / others as f64)
-    }
-
-    /// Counts one allocated GPU's share of memory used in.
-    pub(crate) fn offer_memory(&mut self, ratio: Option<f64>) {
-        if let Some(r) = ratio {
-            self.memory_low = self.memory_low.min(r);
-            self.memory_high = self.memory_high.max(r);
-        }
-    }
-
-    /// Every allocated GPU of the group holds the same share of its memory, to within
-    /// [`SAME_MEMORY`]: what replicas of one data-parallel job do. With the job assumed, the one
-    /// hint that the GPUs do run one job; independent jobs hold what their own models take.
-    pub(crate) fn uniform_memory(&self) -> bool {
-        self.n >= 2 && self.memory_high - self.memory_low <= SAME_MEMORY
     }
 
     pub(crate) fn offer(&mut self, level: f64, position: usize) {
@@ -179,11 +163,50 @@ impl PeerGroup {
 #[derive(Debug, Default)]
 pub(crate) struct Groups {
     pub(crate) groups: Vec<PeerGroup>,
+    /// The allocated GPUs of assumed jobs with a level and a memory share, as (group, memory
+    /// share, level), sorted by group then memory share; and the running sum of their levels
+    /// (`level_sums[i]`: the levels of `replicas[..i]`). A straggler's peers in an assumed job
+    /// are the GPUs holding the same memory as it ([`peer_gap`]): a binary search here, not a
+    /// scan of every GPU for every GPU (64 GPUs: 64 × 64 reads per tick).
+    replicas: Vec<(usize, f64, f64)>,
+    level_sums: Vec<f64>,
 }
 
 impl Groups {
     pub(crate) fn clear(&mut self) {
         self.groups.clear();
+        self.replicas.clear();
+        self.level_sums.clear();
+    }
+
+    /// Indexes this tick's GPUs of assumed jobs by memory share (after every GPU was read).
+    pub(crate) fn index_replicas(&mut self, tick: &[TickStats], t: &Thresholds) {
+        for s in tick {
+            if self.groups.get(s.group).is_some_and(|g| !g.job.known()) && s.allocated(t) {
+                if let (Some(level), Some(memory)) = (s.level, s.memory_ratio()) {
+                    self.replicas.push((s.group, memory, level));
+                }
+            }
+        }
+        self.replicas.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        self.level_sums.push(0.0);
+        let mut sum = 0.0;
+        for r in &self.replicas {
+            sum += r.2;
+            self.level_sums.push(sum);
+        }
+    }
+
+    /// The mean level of the other GPUs of `s`'s (assumed) job holding the same share of memory
+    /// as it, within [`SAME_MEMORY`], when there are at least two (a group to fall behind).
+    fn replicas_mean(&self, s: &TickStats, level: f64) -> Option<f64> {
+        let memory = s.memory_ratio()?;
+        let key = |r: &(usize, f64, f64)| (r.0, r.1);
+        let lo = self.replicas.partition_point(|r| key(r) < (s.group, memory - SAME_MEMORY));
+        let hi = self.replicas.partition_point(|r| key(r) <= (s.group, memory + SAME_MEMORY));
+        // `s` itself is in the range (indexed above, its memory within its own bounds).
+        let n = hi.checked_sub(lo)?.checked_sub(1)?;
+        (n >= 2).then(|| (self.level_sums[hi] - self.level_sums[lo] - level) / n as f64)
     }
 
     /// The index of `job`'s group, made on first sight.
@@ -219,7 +242,11 @@ pub(crate) fn judge(input: &RuleInput<'_>) -> PeerHolds {
     // and left idle (`idle_allocated`) reads the same as the idle half of an uneven model, and
     // is the likelier reading — an uneven model's idle GPU still runs its layers now and then.
     let idle_all_window = !group.job.known() && input.window.active() == 0 && level.is_some_and(|l| l <= t.idle_level);
-    let imbalance = allocated && level.is_some_and(|l| l <= t.imbalance_idle) && busy_peer && !idle_all_window;
+    // Idle beside them over the window, not only at this tick: a straggler idles a share of
+    // every step too, and a tick that falls in that stretch reads as low as an idle GPU.
+    let idle_over_window = input.window.mean().is_none_or(|m| m <= t.imbalance_idle);
+    let imbalance =
+        allocated && level.is_some_and(|l| l <= t.imbalance_idle) && idle_over_window && busy_peer && !idle_all_window;
     PeerHolds { behind: behind_peers(input, t), busy_peer, imbalance }
 }
 
@@ -229,17 +256,14 @@ pub(crate) fn judge(input: &RuleInput<'_>) -> PeerHolds {
 /// cover most of the window, while its own mean stays above the idle mark (below it the GPU is
 /// idle beside them: `imbalance`).
 fn behind_peers(input: &RuleInput<'_>, t: &Thresholds) -> bool {
-    let (w, group) = (&input.window, input.group);
-    // The job is known, or every GPU holds the same memory as data-parallel replicas do: with
-    // nothing saying they run one job, a GPU idling beside busy ones may as well run a job of
-    // its own, waiting on its own loader — which is what a straggler's own late input is too,
-    // and how it is named then. Its peers are busy (at
-    // least `straggler_peers` on average: they spin in the collective while they wait for
-    // it); pipeline stages, which all idle their bubbles, read less.
-    let peers_busy = group.job.known() || group.uniform_memory();
+    let w = &input.window;
+    // The peers are its job's GPUs, or with the job assumed the GPUs holding the same memory
+    // as it ([`peer_gap`]). They are busy (at least `straggler_peers` on average: they spin in
+    // the collective while they wait for it); pipeline stages, which all idle their bubbles,
+    // read less.
     match (w.peer_gap_mean(), w.mean()) {
         (Some(gap), Some(mean)) => {
-            peers_busy && w.peer_gap_ticks() * 2 >= w.readings() && gap >= t.straggler_gap && mean > t.imbalance_idle
+            w.peer_gap_ticks() * 2 >= w.readings() && gap >= t.straggler_gap && mean > t.imbalance_idle
         }
         _ => false,
     }
@@ -247,9 +271,17 @@ fn behind_peers(input: &RuleInput<'_>, t: &Thresholds) -> bool {
 
 /// The gap to the job's peers this tick records in its window: the peers' mean level less its
 /// own, when the peers are busy (at or above `straggler_peers`); `None` otherwise.
-pub(crate) fn peer_gap(s: &TickStats, group: &PeerGroup, t: &Thresholds) -> Option<f64> {
+///
+/// The peers are the other GPUs of its job when the job is known. When it is assumed, only those
+/// of them that hold the same share of memory as this one (within [`SAME_MEMORY`]), at least
+/// two: data-parallel replicas hold the same model, optimizer state and batch, while a job of
+/// its own beside them holds what its own model takes. A GPU idling beside busy GPUs whose
+/// memory differs may run a job of its own, waiting on its own loader — which is how it is
+/// named then.
+pub(crate) fn peer_gap(s: &TickStats, groups: &Groups, t: &Thresholds) -> Option<f64> {
     let level = s.level.filter(|_| s.allocated(t))?;
-    let peers = group.peers_mean(level)?;
+    let group = groups.groups.get(s.group)?;
+    let peers = if group.job.known() { group.peers_mean(level)? } else { groups.replicas_mean(s, level)? };
     (peers >= t.straggler_peers).then_some(peers - level)
 }
 
