@@ -444,6 +444,13 @@ impl Phase {
     /// The busy time of a `pattern` phase on GPU `gpu` within `(a, b]` (simulated seconds),
     /// exactly: the stretches' overlaps with the span, at `busy`, the rest at `idle`.
     pub(crate) fn pattern_mean(&self, seed: u64, gpu: u32, a: f64, b: f64) -> f64 {
+        let share = self.pattern_busy_share(seed, gpu, a, b);
+        self.idle + (self.busy - self.idle) * share
+    }
+
+    /// The share of `(a, b]` a `pattern` phase on GPU `gpu` spends in its busy stretches, each
+    /// cycle stretched by its jitter as [`level_at`](Self::level_at) plays it.
+    pub(crate) fn pattern_busy_share(&self, seed: u64, gpu: u32, a: f64, b: f64) -> f64 {
         let shift = self.from_s + self.offset_s + f64::from(gpu) * self.stagger_s;
         let (la, lb) = (a - shift, b - shift);
         let mut busy = 0.0;
@@ -458,8 +465,7 @@ impl Phase {
             c += 1.0;
         }
         let span = (b - a).max(1e-12);
-        let share = (busy / span).clamp(0.0, 1.0);
-        self.idle + (self.busy - self.idle) * share
+        (busy / span).clamp(0.0, 1.0)
     }
 }
 

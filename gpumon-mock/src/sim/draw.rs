@@ -94,7 +94,7 @@ pub(super) fn draw_node(seed: u64) -> SimNode {
         }
         let gpus: Vec<u32> = free.drain(..n as usize).collect();
         let index = jobs.len();
-        let mut b = build_job(&mut g, kind, index, gpus, &profile, driver_period_s, interval_s, visibility);
+        let mut b = build_job(&mut g, seed, kind, index, gpus, &profile, driver_period_s, interval_s, visibility);
         for mut t in b.truth.drain(..) {
             t.job = Some(index);
             let gpu = t.gpu as usize;
@@ -166,6 +166,16 @@ fn pattern_truth(
     }
 }
 
+/// The share of the run a rank playing `pattern` (cycles of `c.step_s`, stretched by the job's
+/// jitter) spends outside its busy stretches, as the mock plays it: the truth of what it waited
+/// for, not the nominal `1 − busy` — a cycle the jitter shortens ends in idle time too (the
+/// next input is not there yet), and with steps near a multiple of the tick, that can be a
+/// tenth of the run.
+fn realised_wait(c: &Ctx<'_>, gpu: u32, pattern: &[[f64; 2]]) -> f64 {
+    let phase = pattern_phase(gpu, c.start, c.step_s, pattern.to_vec(), c.jitter, c.key);
+    1.0 - phase.pattern_busy_share(c.seed, gpu, c.start, r::DURATION_S)
+}
+
 /// A busy job's GPU with nothing to name.
 fn plain_truth(gpu: u32, rank: u32, onset_s: f64) -> GpuTruth {
     GpuTruth { rank: Some(rank), onset_s, ..idle_truth(gpu) }
@@ -189,6 +199,8 @@ fn pattern_phase(gpu: u32, start: f64, step_s: f64, pattern: Vec<[f64; 2]>, jitt
 /// What every job builder shares: the job's draws and the node's settings.
 struct Ctx<'a> {
     kind: &'a str,
+    /// The node's seed: the mock plays each cycle's jitter from it ([`realised_wait`]).
+    seed: u64,
     start: f64,
     step_s: f64,
     jitter: f64,
@@ -212,6 +224,7 @@ struct Out {
 #[allow(clippy::too_many_arguments)]
 fn build_job(
     g: &mut Rng,
+    seed: u64,
     kind: &str,
     index: usize,
     gpus: Vec<u32>,
@@ -248,7 +261,7 @@ fn build_job(
             });
         }
     }
-    let c = Ctx { kind, start, step_s, jitter, memory, key, marks_steps, marked, driver, interval, profile };
+    let c = Ctx { kind, seed, start, step_s, jitter, memory, key, marks_steps, marked, driver, interval, profile };
     let shape = match kind {
         "starved" | "healthy" | "straggler" | "fault" => data_parallel(g, &c, &gpus, &mut out),
         "pipeline" => pipeline(g, &c, &gpus, &mut out),
@@ -324,7 +337,7 @@ fn data_parallel(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobSh
                 gpu,
                 rank,
                 Waited::Input,
-                1.0 - busy,
+                realised_wait(c, gpu, &p),
                 FindingKind::DataloaderStarvation,
                 r::CAUSE_SHARE,
                 b.min(i),
@@ -366,7 +379,7 @@ fn pipeline(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobShape {
     out.step_len = step.step_s;
     for (rank, &gpu) in gpus.iter().enumerate() {
         let busy = &step.busy[rank];
-        let share = 1.0 - busy_time(busy) / step.step_s;
+        let share = realised_wait(&Ctx { step_s: step.step_s, ..*c }, gpu, busy);
         let (b, i) = longest_stretches(busy, step.step_s);
         out.truth.push(pattern_truth(
             gpu,
@@ -403,11 +416,12 @@ fn offload(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobShape {
         phase.pcie_rx = if overlapped { link * g.range((0.6, 0.9)) } else { g.range((0.02, 0.1)) };
         out.phases.push(phase);
         let (b, i) = longest_stretches(&pattern, c.step_s);
+        let waited = if overlapped { 0.0 } else { realised_wait(c, gpu, &pattern) };
         let mut t = pattern_truth(
             gpu,
             rank as u32,
             Waited::HostCopies,
-            wait,
+            waited,
             FindingKind::PcieBound,
             r::CAUSE_SHARE,
             b.min(i),
