@@ -90,7 +90,7 @@ impl Diagnoser {
         let Some(track) = self.tracks.get_mut(d.info.uuid.as_str()) else { return false };
         let group = &self.groups.groups[self.scratch[position].group];
         let mut stats = self.scratch[position];
-        stats.peer_gap = rules::peer_gap(&stats, &self.groups, &t);
+        stats.peer_gap = rules::peer_gap(&stats, position, &self.groups, &t);
         let allocated = stats.allocated(&t);
         if allocated {
             track.allocated_ticks = track.allocated_ticks.saturating_add(1);
@@ -302,6 +302,7 @@ fn offer(group: &mut PeerGroup, stats: &mut TickStats, swings: &rules::Swings, p
     if let Some(level) = stats.level {
         group.offer(level, position);
     }
+    group.offer_memory(stats.memory_ratio());
     // Busy throughout the window so far and busy now, with its clocks held down. This tick
     // included, as the rules count it: a GPU its peers wait for is known by the tick their
     // starvation could first hold.

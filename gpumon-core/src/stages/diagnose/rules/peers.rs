@@ -70,6 +70,11 @@ pub(crate) struct PeerGroup {
     pub(crate) with_level: usize,
     pub(crate) busy_throughout: usize,
     pub(crate) cycling: usize,
+    /// The lowest and highest share of memory used among the allocated GPUs: replicas of one
+    /// data-parallel job hold the same model, optimizer state and batch size, so the same
+    /// memory to within a few percent (see [`PeerGroup::uniform_memory`]).
+    pub(crate) memory_low: f64,
+    pub(crate) memory_high: f64,
     /// Allocated GPUs whose window's mean level is at or below `bubbles_max_mean`: they wait
     /// a share of the time worth naming, seen in stretches or not (a driver period longer
     /// than their stretches averages them into a flat reading).
@@ -96,7 +101,23 @@ impl PeerGroup {
             cycling: 0,
             waiting_some: 0,
             unslowed_busy: None,
+            memory_low: f64::INFINITY,
+            memory_high: f64::NEG_INFINITY,
         }
+    }
+
+    /// Counts one allocated GPU's share of memory used in.
+    pub(crate) fn offer_memory(&mut self, ratio: Option<f64>) {
+        if let Some(r) = ratio {
+            self.memory_low = self.memory_low.min(r);
+            self.memory_high = self.memory_high.max(r);
+        }
+    }
+
+    /// Every allocated GPU of the group holds the same share of its memory, to within
+    /// [`SAME_MEMORY`]: then, with the job assumed, each GPU's replicas are all the others.
+    pub(crate) fn uniform_memory(&self) -> bool {
+        self.memory_high - self.memory_low <= SAME_MEMORY
     }
 
     /// The mean level of the allocated GPUs other than one at `level`, when there are at least
@@ -163,50 +184,65 @@ impl PeerGroup {
 #[derive(Debug, Default)]
 pub(crate) struct Groups {
     pub(crate) groups: Vec<PeerGroup>,
-    /// The allocated GPUs of assumed jobs with a level and a memory share, as (group, memory
-    /// share, level), sorted by group then memory share; and the running sum of their levels
-    /// (`level_sums[i]`: the levels of `replicas[..i]`). A straggler's peers in an assumed job
-    /// are the GPUs holding the same memory as it ([`peer_gap`]): a binary search here, not a
-    /// scan of every GPU for every GPU (64 GPUs: 64 × 64 reads per tick).
-    replicas: Vec<(usize, f64, f64)>,
-    level_sums: Vec<f64>,
+    /// The allocated GPUs of assumed jobs whose GPUs hold different memory, each with a level and
+    /// a memory share: (group and memory share as one sortable key, level, position), sorted by
+    /// key. A straggler's peers in such a job are the GPUs holding the same memory as it
+    /// ([`peer_gap`]): one sort and one sweep per tick, not a scan of every GPU for every GPU.
+    replicas: Vec<(u64, f64, usize)>,
+    /// By position: the mean level of the GPUs holding its memory (see [`Groups::index_replicas`]).
+    replicas_mean: Vec<Option<f64>>,
 }
 
 impl Groups {
     pub(crate) fn clear(&mut self) {
         self.groups.clear();
         self.replicas.clear();
-        self.level_sums.clear();
+        self.replicas_mean.clear();
     }
 
-    /// Indexes this tick's GPUs of assumed jobs by memory share (after every GPU was read).
+    /// For every allocated GPU of an assumed job whose GPUs hold different memory: the mean level
+    /// of the other GPUs of that job holding the same share of memory as it, within
+    /// [`SAME_MEMORY`], when there are at least two (a group to fall behind). After every GPU of
+    /// the tick was read.
     pub(crate) fn index_replicas(&mut self, tick: &[TickStats], t: &Thresholds) {
-        for s in tick {
-            if self.groups.get(s.group).is_some_and(|g| !g.job.known()) && s.allocated(t) {
-                if let (Some(level), Some(memory)) = (s.level, s.memory_ratio()) {
-                    self.replicas.push((s.group, memory, level));
-                }
+        self.replicas_mean.resize(tick.len(), None);
+        for (position, s) in tick.iter().enumerate() {
+            // Known jobs compare with every GPU of the job; so does an assumed one whose GPUs
+            // all hold the same memory (a node running one data-parallel job: nothing to index).
+            let group = &self.groups[s.group];
+            if group.job.known() || group.uniform_memory() || !s.allocated(t) {
+                continue;
+            }
+            if let (Some(level), Some(memory)) = (s.level, s.memory_ratio()) {
+                // The group in the high bits, the memory share in millionths below: integer keys
+                // sort fast, and one job's GPUs are contiguous.
+                let key = ((s.group as u64) << 32) | (memory.clamp(0.0, 1.0) * 1e6) as u64;
+                self.replicas.push((key, level, position));
             }
         }
-        self.replicas.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
-        self.level_sums.push(0.0);
-        let mut sum = 0.0;
-        for r in &self.replicas {
-            sum += r.2;
-            self.level_sums.push(sum);
+        if self.replicas.is_empty() {
+            return;
         }
-    }
-
-    /// The mean level of the other GPUs of `s`'s (assumed) job holding the same share of memory
-    /// as it, within [`SAME_MEMORY`], when there are at least two (a group to fall behind).
-    fn replicas_mean(&self, s: &TickStats, level: f64) -> Option<f64> {
-        let memory = s.memory_ratio()?;
-        let key = |r: &(usize, f64, f64)| (r.0, r.1);
-        let lo = self.replicas.partition_point(|r| key(r) < (s.group, memory - SAME_MEMORY));
-        let hi = self.replicas.partition_point(|r| key(r) <= (s.group, memory + SAME_MEMORY));
-        // `s` itself is in the range (indexed above, its memory within its own bounds).
-        let n = hi.checked_sub(lo)?.checked_sub(1)?;
-        (n >= 2).then(|| (self.level_sums[hi] - self.level_sums[lo] - level) / n as f64)
+        self.replicas.sort_unstable_by_key(|r| r.0);
+        // The window of keys within SAME_MEMORY of each GPU's (its own group only: groups are
+        // 2^32 apart), swept once.
+        let reach = (SAME_MEMORY * 1e6) as u64;
+        let (mut lo, mut hi, mut sum) = (0usize, 0usize, 0.0);
+        for i in 0..self.replicas.len() {
+            let key = self.replicas[i].0;
+            while hi < self.replicas.len() && self.replicas[hi].0 <= key + reach {
+                sum += self.replicas[hi].1;
+                hi += 1;
+            }
+            while self.replicas[lo].0 + reach < key {
+                sum -= self.replicas[lo].1;
+                lo += 1;
+            }
+            // Itself is in the window.
+            let others = hi - lo - 1;
+            let (_, level, position) = self.replicas[i];
+            self.replicas_mean[position] = (others >= 2).then(|| (sum - level) / others as f64);
+        }
     }
 
     /// The index of `job`'s group, made on first sight.
@@ -218,6 +254,11 @@ impl Groups {
                 self.groups.len() - 1
             }
         }
+    }
+
+    /// See [`Groups::index_replicas`].
+    fn replicas_mean(&self, position: usize) -> Option<f64> {
+        self.replicas_mean.get(position).copied().flatten()
     }
 }
 
@@ -278,10 +319,14 @@ fn behind_peers(input: &RuleInput<'_>, t: &Thresholds) -> bool {
 /// its own beside them holds what its own model takes. A GPU idling beside busy GPUs whose
 /// memory differs may run a job of its own, waiting on its own loader — which is how it is
 /// named then.
-pub(crate) fn peer_gap(s: &TickStats, groups: &Groups, t: &Thresholds) -> Option<f64> {
+pub(crate) fn peer_gap(s: &TickStats, position: usize, groups: &Groups, t: &Thresholds) -> Option<f64> {
     let level = s.level.filter(|_| s.allocated(t))?;
     let group = groups.groups.get(s.group)?;
-    let peers = if group.job.known() { group.peers_mean(level)? } else { groups.replicas_mean(s, level)? };
+    let peers = if group.job.known() || group.uniform_memory() {
+        group.peers_mean(level)?
+    } else {
+        groups.replicas_mean(position)?
+    };
     (peers >= t.straggler_peers).then_some(peers - level)
 }
 
