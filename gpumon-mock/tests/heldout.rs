@@ -473,7 +473,10 @@ fn run_set(set: &str, bit: u64, gpu_runs: u32) -> Tally {
             println!("  {m}");
         }
     }
-    assert!(t.gpu_runs >= gpu_runs, "{} GPU-runs, {gpu_runs} asked for", t.gpu_runs);
+    // One node alone (`GPUMON_SIM_ONLY`) is a tuning aid, not the set.
+    if only_seed().is_none() {
+        assert!(t.gpu_runs >= gpu_runs, "{} GPU-runs, {gpu_runs} asked for", t.gpu_runs);
+    }
     t
 }
 
