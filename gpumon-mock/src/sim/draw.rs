@@ -166,14 +166,12 @@ fn pattern_truth(
     }
 }
 
-/// The share of the run a rank playing `pattern` (cycles of `c.step_s`, stretched by the job's
-/// jitter) spends outside its busy stretches, as the mock plays it: the truth of what it waited
-/// for, not the nominal `1 − busy` — a cycle the jitter shortens ends in idle time too (the
-/// next input is not there yet), and with steps near a multiple of the tick, that can be a
-/// tenth of the run.
-fn realised_wait(c: &Ctx<'_>, gpu: u32, pattern: &[[f64; 2]]) -> f64 {
-    let phase = pattern_phase(gpu, c.start, c.step_s, pattern.to_vec(), c.jitter, c.key);
-    1.0 - phase.pattern_busy_share(c.seed, gpu, c.start, r::DURATION_S)
+/// The share of the run GPU `gpu`'s pattern `phase` spends outside its busy stretches, as the
+/// mock plays it from the node's `seed` (each cycle stretched by the job's jitter): the truth of
+/// what it waited for, not the nominal `1 − busy` — a cycle the jitter shortens ends in idle
+/// time too (the next input is not there yet).
+fn played_wait(phase: &Phase, seed: u64, gpu: u32) -> f64 {
+    1.0 - phase.pattern_busy_share(seed, gpu, phase.from_s, r::DURATION_S)
 }
 
 /// A busy job's GPU with nothing to name.
@@ -199,7 +197,7 @@ fn pattern_phase(gpu: u32, start: f64, step_s: f64, pattern: Vec<[f64; 2]>, jitt
 /// What every job builder shares: the job's draws and the node's settings.
 struct Ctx<'a> {
     kind: &'a str,
-    /// The node's seed: the mock plays each cycle's jitter from it ([`realised_wait`]).
+    /// The node's seed: the mock plays each cycle's jitter from it ([`played_wait`]).
     seed: u64,
     start: f64,
     step_s: f64,
@@ -331,13 +329,15 @@ fn data_parallel(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobSh
         } else if straggler.is_some() {
             p = vec![[wait / f64::from(accumulation), c.step_s]];
             out.truth.push(plain_truth(gpu, rank, c.start));
-        } else {
-            let (b, i) = longest_stretches(&p, c.step_s);
+        }
+        let mut phase = pattern_phase(gpu, c.start, c.step_s, p, c.jitter, c.key);
+        if straggler.is_none() {
+            let (b, i) = longest_stretches(&phase.pattern, c.step_s);
             out.truth.push(pattern_truth(
                 gpu,
                 rank,
                 Waited::Input,
-                realised_wait(c, gpu, &p),
+                played_wait(&phase, c.seed, gpu),
                 FindingKind::DataloaderStarvation,
                 r::CAUSE_SHARE,
                 b.min(i),
@@ -346,7 +346,6 @@ fn data_parallel(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobSh
                 c.start,
             ));
         }
-        let mut phase = pattern_phase(gpu, c.start, c.step_s, p, c.jitter, c.key);
         phase.memory = c.memory;
         phase.memory_controller = Some(g.range((0.3, 0.55)));
         phase.steps = c.marks_steps;
@@ -379,13 +378,13 @@ fn pipeline(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobShape {
     out.step_len = step.step_s;
     for (rank, &gpu) in gpus.iter().enumerate() {
         let busy = &step.busy[rank];
-        let share = realised_wait(&Ctx { step_s: step.step_s, ..*c }, gpu, busy);
+        let mut phase = pattern_phase(gpu, c.start, step.step_s, busy.clone(), c.jitter, c.key);
         let (b, i) = longest_stretches(busy, step.step_s);
         out.truth.push(pattern_truth(
             gpu,
             rank as u32,
             Waited::PipelinePeers,
-            share,
+            played_wait(&phase, c.seed, gpu),
             FindingKind::PipelineBubbles,
             r::CAUSE_SHARE,
             b.min(i),
@@ -393,7 +392,6 @@ fn pipeline(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobShape {
             c.marked,
             c.start,
         ));
-        let mut phase = pattern_phase(gpu, c.start, step.step_s, busy.clone(), c.jitter, c.key);
         phase.memory = c.memory;
         phase.memory_controller = Some(g.range((0.3, 0.55)));
         phase.steps = c.marks_steps;
@@ -414,9 +412,9 @@ fn offload(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobShape {
         phase.steps = c.marks_steps;
         phase.pcie_rx_idle = Some(link);
         phase.pcie_rx = if overlapped { link * g.range((0.6, 0.9)) } else { g.range((0.02, 0.1)) };
+        let waited = if overlapped { 0.0 } else { played_wait(&phase, c.seed, gpu) };
         out.phases.push(phase);
         let (b, i) = longest_stretches(&pattern, c.step_s);
-        let waited = if overlapped { 0.0 } else { realised_wait(c, gpu, &pattern) };
         let mut t = pattern_truth(
             gpu,
             rank as u32,

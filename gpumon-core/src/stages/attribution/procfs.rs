@@ -183,10 +183,9 @@ impl ProcOwners {
     pub fn owner(&mut self, pid: u32) -> Option<SharedOwner> {
         let tick = self.tick;
         // `stat` is read once here, whether it confirms a remembered process or starts a fresh read.
-        let start = self.start_time(pid);
-        let parent_pid = match start {
-            Ok(Some(_)) => stat_field(&self.buf, 4).and_then(|p| u32::try_from(p).ok()),
-            _ => None,
+        let (start, parent_pid) = match self.read_stat(pid) {
+            Ok((start, parent)) => (Ok(start), parent),
+            Err(e) => (Err(e), None),
         };
         let rereading = match self.entries.get_mut(&pid) {
             None => false,
@@ -296,10 +295,12 @@ impl ProcOwners {
         o
     }
 
-    /// Field 22 of `<root>/<pid>/stat`; `Ok(None)` when the file is there but unparsable.
-    fn start_time(&mut self, pid: u32) -> std::io::Result<Option<u64>> {
+    /// The start time (field 22) and the parent pid (field 4) of `<root>/<pid>/stat`, from one
+    /// read and one pass over it; `None` for a field the file does not hold as a number.
+    fn read_stat(&mut self, pid: u32) -> std::io::Result<(Option<u64>, Option<u32>)> {
         self.read_file(pid, "stat")?;
-        Ok(start_time(&self.buf))
+        let [parent, start] = stat_fields(&self.buf, [4, 22]);
+        Ok((start, parent.and_then(|p| u32::try_from(p).ok())))
     }
 
     fn read_file(&mut self, pid: u32, name: &str) -> std::io::Result<()> {
@@ -358,6 +359,7 @@ impl std::fmt::Display for Failure {
 }
 
 /// Field 22 (`starttime`) of a `stat` file.
+#[cfg(test)]
 fn start_time(stat: &[u8]) -> Option<u64> {
     stat_field(stat, 22)
 }
@@ -368,9 +370,21 @@ fn start_time(stat: &[u8]) -> Option<u64> {
 /// fields 1 and 2, and when the file is cut short or the field is not a number. The one
 /// `stat` parser of the crate and of `gpumon-agent run` (which walks the job's process tree).
 pub fn stat_field(stat: &[u8], n: usize) -> Option<u64> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
-    rest.split_ascii_whitespace().nth(n.checked_sub(3)?)?.parse().ok()
+    let [field] = stat_fields(stat, [n]);
+    field
+}
+
+/// Fields `ns` (ascending, numbered as [`stat_field`] numbers them) of a `stat` file, in one pass.
+pub fn stat_fields<const N: usize>(stat: &[u8], ns: [usize; N]) -> [Option<u64>; N] {
+    let mut out = [None; N];
+    let Some(close) = stat.iter().rposition(|&b| b == b')') else { return out };
+    let Ok(rest) = std::str::from_utf8(&stat[close + 1..]) else { return out };
+    let mut fields = rest.split_ascii_whitespace().enumerate();
+    for (slot, n) in out.iter_mut().zip(ns) {
+        let Some(index) = n.checked_sub(3) else { continue };
+        *slot = fields.by_ref().find(|(i, _)| *i == index).and_then(|(_, f)| f.parse().ok());
+    }
+    out
 }
 
 /// The real uid and gid from a `status` file's `Uid:` and `Gid:` lines.
@@ -471,6 +485,7 @@ mod tests {
         assert_eq!(stat_field(stat, 2), None);
         assert_eq!(stat_field(stat, 1), None);
         assert_eq!(stat_field(stat, 9), None, "cut short");
+        assert_eq!(stat_fields(stat, [4, 5]), [Some(17), Some(4242)], "in one pass");
     }
 
     #[test]

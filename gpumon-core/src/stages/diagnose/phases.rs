@@ -289,8 +289,7 @@ fn job_of(d: &DeviceSample, stats: &TickStats, steps: Option<&Steps>) -> JobKey 
     // session). Their launchers tell them apart, so the launcher refines the owner: GPUs of
     // one owner and one launcher are one job.
     match (stats.owner, stats.launcher) {
-        (Some(owner), Some(launcher)) => JobKey::Owned(owner ^ u64::from(launcher).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
-        (Some(owner), None) => JobKey::Owned(owner),
+        (Some(owner), launcher) => JobKey::Owned(owner, launcher),
         (None, Some(launcher)) => JobKey::Launched(launcher),
         (None, None) => JobKey::Assumed,
     }

@@ -1460,32 +1460,26 @@ fn one_users_two_launches_are_two_jobs_and_a_launcher_names_a_job() {
     // The launchers tell the two jobs apart (issue #42: independent jobs compared as one job).
     assert_quiet(&run(true));
 
-    // No owners (attribution read only the process tree): the launcher names the job, whatever
-    // memory its GPUs hold — GPU 2, holding half of what its peers hold, is still their straggler.
-    let d = Rig::new(10).run(12, || {
-        (0..4)
-            .map(|i| {
-                let mut d = launched(one_sample(i, if i == 2 { 0.6 } else { 0.97 }, true), None, Some(500));
-                if i == 2 {
-                    d.memory.used = d.memory.used.map(|u| u / 2);
-                }
-                d
-            })
-            .collect()
-    });
+    // Four GPUs whose processes one parent started, GPU 2 at 60 % holding half the memory the
+    // others hold at 97 %; no owners (attribution read only the process tree).
+    let four_launched_by = |parent: u32| {
+        Rig::new(10).run(12, || {
+            (0..4)
+                .map(|i| {
+                    let mut d = launched(one_sample(i, if i == 2 { 0.6 } else { 0.97 }, true), None, Some(parent));
+                    if i == 2 {
+                        d.memory.used = d.memory.used.map(|u| u / 2);
+                    }
+                    d
+                })
+                .collect()
+        })
+    };
+    // The launcher names the job, whatever memory its GPUs hold: GPU 2 is its peers' straggler.
+    let d = four_launched_by(500);
     assert_eq!(kinds_on(&d), [(Some(2), FindingKind::Straggler)]);
     assert!(!d.active[0].evidence.contains("no job information"), "{}", d.active[0].evidence);
     // Processes left to init (their launcher died) name no job: pid 1 is everyone's parent.
-    let d = Rig::new(10).run(12, || {
-        (0..4)
-            .map(|i| {
-                let mut d = launched(one_sample(i, if i == 2 { 0.6 } else { 0.97 }, true), None, Some(1));
-                if i == 2 {
-                    d.memory.used = d.memory.used.map(|u| u / 2);
-                }
-                d
-            })
-            .collect()
-    });
+    let d = four_launched_by(1);
     assert_quiet(&d);
 }

@@ -23,8 +23,9 @@ use crate::stages::diagnose::Thresholds;
 pub(crate) enum JobKey {
     /// Its run's step marks name a job (hash of the job name).
     Marked(u64),
-    /// Every process on it has the same known owner (hash of it).
-    Owned(u64),
+    /// Every process on it has the same known owner (hash of it), and the same launcher where
+    /// attribution read one.
+    Owned(u64, Option<u32>),
     /// Every process on it was started by the same parent process (its pid).
     Launched(u32),
     /// Nothing says: assumed to share a job with every other GPU that nothing says of either.
