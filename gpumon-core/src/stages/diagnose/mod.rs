@@ -136,6 +136,9 @@ struct Track {
     /// Ticks the GPU has held memory (this allocation), and whether it has run since.
     allocated_ticks: usize,
     ran: bool,
+    /// Something ran on it since it was allocated (a reading above the idle peak): before, its
+    /// job loads and compiles, and its idling says nothing of its peers (see `judge_device`).
+    worked: bool,
     /// Driver utilisation samples per tick, averaged over recent ticks (exponentially): the
     /// driver's sampling period is the interval over it.
     driver_samples_per_tick: Option<f64>,

@@ -55,6 +55,13 @@ impl Diagnoser {
         };
         track.seen = tick;
         let mut stats = TickStats::read(d, at, &mut track.counters);
+        // Whether anything ran on it since it was allocated (see `TickStats::worked`).
+        if stats.allocated(&t) {
+            track.worked |= stats.hires_max.or(stats.util).is_some_and(|u| u > t.idle_peak);
+            stats.worked = track.worked;
+        } else {
+            track.worked = false;
+        }
         if let Some(w) = d.windows.gpu_utilization {
             // A tenth per tick: steady within a few seconds of ticks, whatever the interval.
             let n = f64::from(w.count);
@@ -103,9 +110,13 @@ impl Diagnoser {
         // test) keeps the same semantics.
         let past_grace = track.ran || track.allocated_ticks > grace_ticks;
         let counted = stats.util.is_some() && !stats.busy_throughout;
-        stats.peers_idle = if allocated { group.peers_idle(counted, stats.idle_now(&t)) } else { None };
+        // Whether it idles with its peers or in turn is read once something ran on it: before,
+        // the job loads and compiles, every GPU of it idle at once — which says nothing of its
+        // steps and, in the window, would read as idling together for a window's length.
+        let compared = allocated && stats.worked;
+        stats.peers_idle = if compared { group.peers_idle(counted, stats.idle_now(&t)) } else { None };
         stats.peers_level = match stats.level {
-            Some(level) if allocated && group.n >= 2 => Some((group.sum - level) / (group.n - 1) as f64),
+            Some(level) if compared && group.n >= 2 => Some((group.sum - level) / (group.n - 1) as f64),
             _ => None,
         };
         let active: Holds = std::array::from_fn(|k| track.raised.is_raised(k));
@@ -266,6 +277,7 @@ impl Track {
             seen: 0,
             allocated_ticks: 0,
             ran: false,
+            worked: false,
             driver_samples_per_tick: None,
             unjudged: false,
             unjudged_logged: false,
@@ -310,6 +322,10 @@ fn offer(group: &mut PeerGroup, stats: &mut TickStats, swings: &rules::Swings, p
     let busy_throughout = window.busy_throughout() && stats.busy_now(t);
     stats.busy_throughout = busy_throughout;
     stats.cycling = window.busy_and_idle();
+    stats.window_mean = window.mean();
+    if let Some(mean) = stats.window_mean {
+        group.offer_window_mean(mean, position);
+    }
     stats.waiting_some = window.mean().is_some_and(|m| m <= t.bubbles_max_mean);
     group.waiting_some += usize::from(stats.waiting_some);
     stats.pending_busy = window.busy_so_far();

@@ -126,6 +126,12 @@ pub(crate) struct TickStats {
     pub(crate) peers_idle: Option<f64>,
     /// The mean level of its job's other allocated GPUs this tick; `None` without one.
     pub(crate) peers_level: Option<f64>,
+    /// Its window's mean level, this tick included (see [`PeerGroup::peers_spread`]).
+    pub(crate) window_mean: Option<f64>,
+    /// Not allocated, or something ran on it since it was (a reading above the idle peak).
+    /// Before, its job loads and compiles, every GPU of it idle at once: those ticks say
+    /// nothing of whether its steps idle with its peers or in turn, and are not compared.
+    pub(crate) worked: bool,
 }
 
 /// What the window keeps of one tick: the numbers evidence averages and the multi-tick rules
@@ -300,6 +306,8 @@ impl TickStats {
             peer_gap: None,
             peers_idle: None,
             peers_level: None,
+            window_mean: None,
+            worked: true,
         }
     }
 

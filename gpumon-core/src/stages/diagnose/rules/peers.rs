@@ -82,6 +82,12 @@ pub(crate) struct PeerGroup {
     pub(crate) waiting_some: usize,
     /// The last GPU busy throughout with no slowdown reason (see [`TickStats::paces_peers`]).
     pub(crate) unslowed_busy: Option<usize>,
+    /// The two lowest and the two highest window means of the allocated GPUs: (mean, position).
+    /// Two of each, so the spread of the others can be read for any one of them.
+    lowest_means: [Option<(f64, usize)>; 2],
+    highest_means: [Option<(f64, usize)>; 2],
+    /// How many window means were offered.
+    means: usize,
 }
 
 impl PeerGroup {
@@ -104,7 +110,41 @@ impl PeerGroup {
             unslowed_busy: None,
             memory_low: f64::INFINITY,
             memory_high: f64::NEG_INFINITY,
+            lowest_means: [None; 2],
+            highest_means: [None; 2],
+            means: 0,
         }
+    }
+
+    /// Counts one allocated GPU's window mean in.
+    pub(crate) fn offer_window_mean(&mut self, mean: f64, position: usize) {
+        self.means += 1;
+        let [low, second_low] = &mut self.lowest_means;
+        if low.is_none_or(|(l, _)| mean < l) {
+            *second_low = *low;
+            *low = Some((mean, position));
+        } else if second_low.is_none_or(|(l, _)| mean < l) {
+            *second_low = Some((mean, position));
+        }
+        let [high, second_high] = &mut self.highest_means;
+        if high.is_none_or(|(h, _)| mean > h) {
+            *second_high = *high;
+            *high = Some((mean, position));
+        } else if second_high.is_none_or(|(h, _)| mean > h) {
+            *second_high = Some((mean, position));
+        }
+    }
+
+    /// The spread of the window means of the job's allocated GPUs other than the one at
+    /// `position` (highest less lowest); `None` with fewer than two of them. (With ties the
+    /// lowest and the highest other may be one GPU: every other then reads the same, spread 0.)
+    pub(crate) fn peers_spread(&self, position: usize) -> Option<f64> {
+        let other = |pair: &[Option<(f64, usize)>; 2]| match pair[0] {
+            Some((_, p)) if p == position => pair[1],
+            first => first,
+        };
+        let (low, high) = (other(&self.lowest_means)?, other(&self.highest_means)?);
+        (self.means >= 3).then_some(high.0 - low.0)
     }
 
     /// Counts one allocated GPU's share of memory used in.
@@ -171,9 +211,13 @@ impl PeerGroup {
     /// The lone GPU busy throughout, with no slowdown reason, while every other allocated GPU of
     /// the job (two at least) goes busy and idle in turn: in a synchronous job they wait for it
     /// at every step. Two or more busy GPUs, or a peer that does not cycle, is more than one
-    /// pattern (a busy job next to a starving one): nothing is inferred then.
+    /// pattern (a busy job next to a starving one): nothing is inferred then. Nor with the job
+    /// assumed, unless every GPU holds the same memory (replicas of one model): a lone busy GPU
+    /// beside cycling ones whose memory differs is likelier a job of its own next to a pipeline
+    /// or a starving job than the one they all wait for.
     pub(crate) fn pacing_gpu(&self) -> Option<usize> {
-        let lone = self.slowed == 0
+        let lone = (self.job.known() || self.uniform_memory())
+            && self.slowed == 0
             && self.busy_throughout == 1
             && self.with_level >= 3
             && self.cycling == self.with_level - 1;
@@ -189,9 +233,10 @@ pub(crate) struct Groups {
     /// a memory share: (group and memory share as one sortable key, level, position), sorted by
     /// key. A straggler's peers in such a job are the GPUs holding the same memory as it
     /// ([`peer_gap`]): one sort and one sweep per tick, not a scan of every GPU for every GPU.
-    replicas: Vec<(u64, f64, usize)>,
-    /// By position: the mean level of the GPUs holding its memory (see [`Groups::index_replicas`]).
-    replicas_mean: Vec<Option<f64>>,
+    replicas: Vec<(u64, f64, usize, f64)>,
+    /// By position: the mean level of the GPUs holding its memory, and the spread of their
+    /// window means (see [`Groups::index_replicas`]).
+    replicas_mean: Vec<Option<(f64, f64)>>,
 }
 
 impl Groups {
@@ -214,11 +259,11 @@ impl Groups {
             if group.job.known() || group.uniform_memory() || !s.allocated(t) {
                 continue;
             }
-            if let (Some(level), Some(memory)) = (s.level, s.memory_ratio()) {
+            if let (Some(level), Some(memory), Some(mean)) = (s.level, s.memory_ratio(), s.window_mean) {
                 // The group in the high bits, the memory share in millionths below: integer keys
                 // sort fast, and one job's GPUs are contiguous.
                 let key = ((s.group as u64) << 32) | (memory.clamp(0.0, 1.0) * 1e6) as u64;
-                self.replicas.push((key, level, position));
+                self.replicas.push((key, level, position, mean));
             }
         }
         if self.replicas.is_empty() {
@@ -241,8 +286,18 @@ impl Groups {
             }
             // Itself is in the window.
             let others = hi - lo - 1;
-            let (_, level, position) = self.replicas[i];
-            self.replicas_mean[position] = (others >= 2).then(|| (sum - level) / others as f64);
+            let (_, level, position, _) = self.replicas[i];
+            self.replicas_mean[position] = (others >= 2).then(|| {
+                // The spread of the others' window means: a scan of the window, which holds one
+                // job's replicas (a few GPUs), not the node.
+                let (mut low, mut high) = (f64::INFINITY, f64::NEG_INFINITY);
+                for (j, r) in self.replicas[lo..hi].iter().enumerate() {
+                    if lo + j != i {
+                        (low, high) = (low.min(r.3), high.max(r.3));
+                    }
+                }
+                ((sum - level) / others as f64, high - low)
+            });
         }
     }
 
@@ -258,7 +313,7 @@ impl Groups {
     }
 
     /// See [`Groups::index_replicas`].
-    fn replicas_mean(&self, position: usize) -> Option<f64> {
+    fn replicas_mean(&self, position: usize) -> Option<(f64, f64)> {
         self.replicas_mean.get(position).copied().flatten()
     }
 }
@@ -312,7 +367,8 @@ fn behind_peers(input: &RuleInput<'_>, t: &Thresholds) -> bool {
 }
 
 /// The gap to the job's peers this tick records in its window: the peers' mean level less its
-/// own, when the peers are busy (at or above `straggler_peers`); `None` otherwise.
+/// own, when the peers are busy (at or above `straggler_peers`) and read alike (their window
+/// means within [`SAME_LEVEL`]); `None` otherwise.
 ///
 /// The peers are the other GPUs of its job when the job is known. When it is assumed, only those
 /// of them that hold the same share of memory as this one (within [`SAME_MEMORY`]), at least
@@ -323,13 +379,20 @@ fn behind_peers(input: &RuleInput<'_>, t: &Thresholds) -> bool {
 pub(crate) fn peer_gap(s: &TickStats, position: usize, groups: &Groups, t: &Thresholds) -> Option<f64> {
     let level = s.level.filter(|_| s.allocated(t))?;
     let group = groups.groups.get(s.group)?;
-    let peers = if group.job.known() || group.uniform_memory() {
-        group.peers_mean(level)?
+    let (peers, spread) = if group.job.known() || group.uniform_memory() {
+        (group.peers_mean(level)?, group.peers_spread(position)?)
     } else {
         groups.replicas_mean(position)?
     };
-    (peers >= t.straggler_peers).then_some(peers - level)
+    (peers >= t.straggler_peers && spread <= SAME_LEVEL).then_some(peers - level)
 }
+
+/// How far apart (points of utilisation, over the window) the peers a straggler holds back may
+/// read: 5. Data-parallel ranks waiting for one rank spin in the same collective for the same
+/// time at every step, so they read alike; pipeline stages do not (each idles its own bubbles,
+/// longer the further it is from the slowest stage), and the least busy of them is no
+/// straggler.
+const SAME_LEVEL: f64 = 0.05;
 
 /// How far apart (share of each GPU's memory) the memory used by replicas of one job may be:
 /// 2 points. Replicas allocate the same tensors; the allocator's caching adds a little.
