@@ -244,7 +244,7 @@ fn build_job(
     owner.container = Some("main".into());
     owner.uid = Some(1000 + index as u32);
     let launcher_pid = 10_000 + 1000 * index as u32;
-    let pids = (0..gpus.len() as u32).map(|r| launcher_pid + 1 + r).collect();
+    let pids: Vec<u32> = (0..gpus.len() as u32).map(|r| launcher_pid + 1 + r).collect();
     let mut out = Out { phases: Vec::new(), faults: Vec::new(), truth: Vec::new(), step_len: step_s };
     // Warm-up and compile: memory held, nothing runs.
     if start > 0.0 {
@@ -268,6 +268,8 @@ fn build_job(
         "holding" => holding(g, &gpus, &mut out),
         _ => imbalance(g, &c, &gpus, &mut out),
     };
+    // An uneven placement (`device_map="auto"`) is one program driving both GPUs: one process.
+    let pids = if kind == "imbalance" { vec![pids[0]] } else { pids };
     let description =
         format!("{kind} on GPUs {gpus:?}, step {:.2} s, jitter {jitter:.2}, start {start:.1} s", out.step_len);
     Built {

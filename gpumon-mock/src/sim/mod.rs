@@ -161,7 +161,8 @@ pub struct SimJob {
     pub marks_steps: bool,
     /// The owner its processes carry under attribution (pod, container, user).
     pub owner: Arc<Owner>,
-    /// The PID of each rank's process.
+    /// The PID of each rank's process; one for a job whose one process drives all its GPUs
+    /// (an uneven `device_map="auto"` placement): rank `r` runs in `pids[r % pids.len()]`.
     pub pids: Vec<u32>,
     /// The PID of the launcher every rank is a child of (`torchrun`, the `run` command).
     pub launcher_pid: u32,
@@ -340,7 +341,7 @@ mod tests {
             let job = &node.jobs[t.job.unwrap()];
             let d = &devices[t.gpu as usize];
             if let Some(p) = d.processes.first() {
-                assert_eq!(p.pid, job.pids[t.rank.unwrap() as usize]);
+                assert_eq!(p.pid, job.pids[t.rank.unwrap() as usize % job.pids.len()]);
                 assert_eq!(p.owner.as_deref(), Some(&*job.owner));
                 assert_eq!(p.parent_pid, Some(job.launcher_pid));
             }

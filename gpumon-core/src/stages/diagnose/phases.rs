@@ -23,9 +23,10 @@ impl Diagnoser {
         self.scratch.clear();
         self.groups.clear();
         let steps = snapshot.output::<Steps>();
+        self.groups.index_processes(&snapshot.devices);
         for (position, d) in snapshot.devices.iter().enumerate() {
             let mut stats = self.read_device(d, snapshot.taken_at, steps);
-            stats.job = job_of(d, &stats, steps);
+            stats.job = job_of(d, &stats, steps, &self.groups);
             stats.group = self.groups.index_of(stats.job);
             if stats.allocated(&t) {
                 let Some(track) = self.tracks.get(d.info.uuid.as_str()) else { continue };
@@ -288,8 +289,9 @@ impl Track {
 
 /// Who the GPU works for, in order of trust: its run's step marks name a job; every process on
 /// it has one known owner, and one parent (its launcher) where attribution read it; every
-/// process on it has one parent; else assumed (see [`rules::peers`]).
-fn job_of(d: &DeviceSample, stats: &TickStats, steps: Option<&Steps>) -> JobKey {
+/// process on it has one parent; its one process drives other GPUs too; else assumed (see
+/// [`rules::peers`]).
+fn job_of(d: &DeviceSample, stats: &TickStats, steps: Option<&Steps>, groups: &rules::Groups) -> JobKey {
     use std::hash::{Hash, Hasher};
     if let Some(run) = steps.and_then(|s| s.for_gpu(d.info.index)) {
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -303,7 +305,7 @@ fn job_of(d: &DeviceSample, stats: &TickStats, steps: Option<&Steps>) -> JobKey 
     match (stats.owner, stats.launcher) {
         (Some(owner), launcher) => JobKey::Owned(owner, launcher),
         (None, Some(launcher)) => JobKey::Launched(launcher),
-        (None, None) => JobKey::Assumed,
+        (None, None) => groups.shared_process(d).map_or(JobKey::Assumed, JobKey::Process),
     }
 }
 

@@ -1483,3 +1483,28 @@ fn one_users_two_launches_are_two_jobs_and_a_launcher_names_a_job() {
     let d = four_launched_by(1);
     assert_quiet(&d);
 }
+
+#[test]
+fn one_process_on_two_gpus_is_one_job() {
+    // A model placed unevenly on two GPUs (`device_map="auto"`): GPU 0 computes, GPU 1 holds
+    // its share of the weights and never runs above the idle peak. Attribution read no owner
+    // and no parent: only the PIDs.
+    let run = |pids: [u32; 2]| {
+        Rig::new(10).run(12, || {
+            let mut idle = busy(1);
+            idle.utilization.gpu = Some(0.03);
+            idle.windows.gpu_utilization = Some(WindowStats { min: 0.0, max: 0.05, mean: 0.03, count: 6 });
+            idle.gpm.sm_activity = Some(0.03);
+            let mut gpus = vec![busy(0), idle];
+            for (d, pid) in gpus.iter_mut().zip(pids) {
+                d.processes = vec![crate::model::ProcessSample::new(pid)];
+            }
+            gpus
+        })
+    };
+    // One process on both: one job, and its idle half is the imbalance.
+    assert_eq!(kinds_on(&run([700, 700])), [(Some(1), FindingKind::Imbalance)]);
+    // A process of its own on each: nothing says the busy GPU is its job's, and a GPU held and
+    // left idle is the likelier reading — no imbalance named.
+    assert!(!kinds_on(&run([700, 701])).contains(&(Some(1), FindingKind::Imbalance)));
+}

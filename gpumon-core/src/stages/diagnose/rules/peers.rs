@@ -7,7 +7,9 @@
 //!    the GPU has the same known one — refined by their launcher where attribution read it:
 //!    two jobs one user started on a bare-metal node share the owner, not the launcher;
 //! 3. the process tree alone: every process on the GPU was started by the same parent, the
-//!    launcher that starts a job's ranks (`torchrun`, `deepspeed`, `mpirun`);
+//!    launcher that starts a job's ranks (`torchrun`, `deepspeed`, `mpirun`); or, with no
+//!    parent read, one process on the GPU that also runs on others (one program placed on
+//!    several GPUs);
 //! 4. none of these: the GPUs with work are assumed to belong to one job, and the evidence says
 //!    so (a straggler's peers are then the GPUs holding the same memory as it: [`peer_gap`]).
 //!
@@ -28,6 +30,9 @@ pub(crate) enum JobKey {
     Owned(u64, Option<u32>),
     /// Every process on it was started by the same parent process (its pid).
     Launched(u32),
+    /// Its one process drives other GPUs too (its pid): one program on several GPUs
+    /// (`device_map="auto"`, `nn.DataParallel`) is one job, whoever runs it.
+    Process(u32),
     /// Nothing says: assumed to share a job with every other GPU that nothing says of either.
     Assumed,
 }
@@ -237,6 +242,9 @@ pub(crate) struct Groups {
     /// By position: the mean level of the GPUs holding its memory, and the spread of their
     /// window means (see [`Groups::index_replicas`]).
     replicas_mean: Vec<Option<(f64, f64)>>,
+    /// The pids of the GPUs that run a single process, sorted: a pid in it twice drives several
+    /// GPUs (see [`Groups::index_processes`]).
+    sole_pids: Vec<u32>,
 }
 
 impl Groups {
@@ -244,6 +252,21 @@ impl Groups {
         self.groups.clear();
         self.replicas.clear();
         self.replicas_mean.clear();
+        self.sole_pids.clear();
+    }
+
+    /// Notes which processes drive more than one GPU this tick, before any GPU's job is read:
+    /// one sort of a pid per GPU.
+    pub(crate) fn index_processes(&mut self, devices: &[crate::model::DeviceSample]) {
+        self.sole_pids.extend(devices.iter().filter_map(sole_process));
+        self.sole_pids.sort_unstable();
+    }
+
+    /// The GPU's one process, when it also drives another GPU this tick.
+    pub(crate) fn shared_process(&self, d: &crate::model::DeviceSample) -> Option<u32> {
+        let pid = sole_process(d)?;
+        let first = self.sole_pids.partition_point(|&p| p < pid);
+        (self.sole_pids.get(first + 1) == Some(&pid)).then_some(pid)
     }
 
     /// For every allocated GPU of an assumed job whose GPUs hold different memory: the mean level
@@ -316,6 +339,13 @@ impl Groups {
     fn replicas_mean(&self, position: usize) -> Option<(f64, f64)> {
         self.replicas_mean.get(position).copied().flatten()
     }
+}
+
+/// The pid of the one process on a GPU (every process listed on it has it); `None` without a
+/// process or with several.
+fn sole_process(d: &crate::model::DeviceSample) -> Option<u32> {
+    let pid = d.processes.first()?.pid;
+    d.processes.iter().all(|p| p.pid == pid).then_some(pid)
 }
 
 /// What the peer rules conclude on one GPU.
