@@ -579,8 +579,11 @@ impl MockFleet {
             s.clock_event_reasons = Some(ClockEventReasons(l.reasons));
         }
         if metrics.contains(Family::PcieLink) {
-            // Idle links train down to gen 1 to save power.
-            s.pcie.link_generation = Some(if l.busy { m.pcie_max_link_generation } else { 1 });
+            // Idle links train down to gen 1 to save power; traffic (copies while the SMs wait)
+            // keeps a link trained up as work does.
+            let link = pcie_link_kbps(m.pcie_max_link_generation, m.pcie_max_link_width);
+            let carrying = l.rx_kbps.max(l.tx_kbps) as f64 > 0.05 * link;
+            s.pcie.link_generation = Some(if l.busy || carrying { m.pcie_max_link_generation } else { 1 });
             s.pcie.link_width = Some(m.pcie_max_link_width);
             s.pcie.replays = Some(0);
         }

@@ -129,8 +129,10 @@ pub(crate) struct TickStats {
     /// Its window's mean level, this tick included (see [`PeerGroup::peers_spread`]).
     pub(crate) window_mean: Option<f64>,
     /// Not allocated, or something ran on it since it was (a reading above the idle peak).
-    /// Before, its job loads and compiles, every GPU of it idle at once: those ticks say
-    /// nothing of whether its steps idle with its peers or in turn, and are not compared.
+    /// Before, its job loads and compiles, every GPU of it idle at once: those ticks say nothing
+    /// of how its steps wait (its level, its link while it waits, whether it idles with its
+    /// peers or in turn), and the window counts them apart ([`Swings`]: a GPU that loaded
+    /// during the window was not busy throughout it).
     pub(crate) worked: bool,
 }
 
@@ -175,6 +177,8 @@ pub(crate) struct Past {
     /// The job's other GPUs' mean level (see [`TickStats::peers_level`]).
     pub(crate) peers_level: Reading,
     pub(crate) remap_trouble: bool,
+    /// See [`TickStats::worked`].
+    pub(crate) worked: bool,
 }
 
 impl Past {
@@ -219,7 +223,15 @@ impl TickStats {
         // less — no rule raises on it what utilisation would not have.
         let level_from_gpm = d.utilization.gpu.is_none() && hires.is_none() && d.gpm.sm_activity.is_some();
         let util = if level_from_gpm { d.gpm.sm_activity } else { d.utilization.gpu };
-        let link = match (d.pcie.link_generation, d.pcie.link_width) {
+        // The share of what the link can carry: its maximum generation and width where the
+        // device says them. The current ones train down while the GPU idles and up with
+        // traffic, and are read at another instant than the traffic (the counters' interval):
+        // a share of the current link can read 10× the link, a burst of copies read beside a
+        // link still at generation 1.
+        let link = match (
+            d.info.pcie_max_link_generation.or(d.pcie.link_generation),
+            d.info.pcie_max_link_width.or(d.pcie.link_width),
+        ) {
             (Some(g), Some(w)) => lane_bytes_per_second(g).map(|b| b * f64::from(w)),
             _ => None,
         };
@@ -340,6 +352,7 @@ impl TickStats {
             nvlink_errors_new: self.nvlink_errors_new,
             xid_code: self.xid_code.map(|c| c as f64).into(),
             remap_trouble: self.remap_trouble,
+            worked: self.worked,
             step_level: self.step_level.into(),
             pcie_share: self.pcie_share.into(),
             peer_gap: self.peer_gap.into(),

@@ -35,6 +35,9 @@ pub(crate) struct SwingReading {
     peers_idle_micros: Option<i64>,
     /// The mean level of the job's other GPUs this tick, in millionths; `None` without one.
     peers_level_micros: Option<i64>,
+    /// Nothing had run on it yet (its job loading): the tick is counted apart, in
+    /// [`Swings::loading`], and in nothing else.
+    loading: bool,
 }
 
 /// The numbers of one tick a [`SwingReading`] is made of (a tick's or its [`Past`]'s).
@@ -48,6 +51,7 @@ struct SwingInputs {
     peer_gap: Option<f64>,
     peers_idle: Option<f64>,
     peers_level: Option<f64>,
+    worked: bool,
 }
 
 /// A reading from the numbers a tick keeps; `None` without any utilisation. A NaN is no number:
@@ -72,6 +76,7 @@ fn swing_reading(i: SwingInputs, t: &Thresholds) -> Option<SwingReading> {
         step_waits: ok(i.step_level).is_some_and(|m| m <= t.starvation_max_mean),
         peers_idle_micros: ok(i.peers_idle).map(micros),
         peers_level_micros: ok(i.peers_level).map(micros),
+        loading: !i.worked,
     })
 }
 
@@ -88,6 +93,7 @@ impl TickStats {
             peer_gap: self.peer_gap,
             peers_idle: self.peers_idle,
             peers_level: self.peers_level,
+            worked: self.worked,
         };
         swing_reading(inputs, t)
     }
@@ -106,6 +112,7 @@ impl Past {
             peer_gap: self.peer_gap.get(),
             peers_idle: self.peers_idle.get(),
             peers_level: self.peers_level.get(),
+            worked: self.worked,
         };
         swing_reading(inputs, t)
     }
@@ -118,7 +125,7 @@ impl Past {
 pub(crate) fn back_and_forth(history: &Ring<Past>, now: Option<SwingReading>, t: &Thresholds) -> bool {
     let mut last: Option<bool> = None;
     let mut changes = 0;
-    for r in history.iter().map(|h| h.swing(t)).chain([now]).flatten() {
+    for r in history.iter().map(|h| h.swing(t)).chain([now]).flatten().filter(|r| !r.loading) {
         let state = match (r.low, r.high) {
             (true, false) => Some(true),
             (false, true) => Some(false),
@@ -205,6 +212,11 @@ pub(crate) struct Swings {
     /// Its level (x) against its peers' mean level (y), tick by tick: count and sums of x, y,
     /// x², y² and xy (millionths; products in millionths squared), for their correlation.
     co_level: CoLevel,
+    /// Ticks before anything ran on it (its job loading, compiling; see
+    /// [`TickStats::worked`](super::TickStats::worked)): counted in nothing else — they say
+    /// nothing of how its steps wait — but a GPU that spent part of the window loading was not
+    /// busy throughout it.
+    loading: usize,
 }
 
 /// Running sums for the correlation of a GPU's level with its peers' (see
@@ -322,7 +334,9 @@ impl Swings {
 
     /// Counts a tick in (it entered the window).
     pub(crate) fn entered(&mut self, r: Option<SwingReading>) {
-        if let Some(r) = r {
+        if r.is_some_and(|r| r.loading) {
+            self.loading += 1;
+        } else if let Some(r) = r {
             self.n += 1;
             self.low += usize::from(r.low);
             self.high += usize::from(r.high);
@@ -368,7 +382,9 @@ impl Swings {
 
     /// Counts a tick out (it left the window); the reading must be the one counted in.
     pub(crate) fn left(&mut self, r: Option<SwingReading>) {
-        if let Some(r) = r {
+        if r.is_some_and(|r| r.loading) {
+            self.loading -= 1;
+        } else if let Some(r) = r {
             self.n -= 1;
             self.low -= usize::from(r.low);
             self.high -= usize::from(r.high);
@@ -434,7 +450,7 @@ impl Swings {
     /// Busy on every tick of the window: no tick low, nine in ten or more high, and five ticks
     /// at least.
     pub(crate) fn busy_throughout(&self) -> bool {
-        self.n >= MIN_PATTERN_TICKS && self.low == 0 && self.high * 10 >= self.n * 9
+        self.n >= MIN_PATTERN_TICKS && self.loading == 0 && self.low == 0 && self.high * 10 >= self.n * 9
     }
 
     /// The mean level over the window's ticks.
@@ -485,7 +501,7 @@ fn micros(u: f64) -> i64 {
 pub(crate) fn one_pause(history: &Ring<Past>, t: &Thresholds, max_mean: f64) -> bool {
     let (mut idle, mut longest, mut longest_end, mut current) = (0usize, 0usize, 0usize, 0usize);
     for (i, r) in history.iter().map(|h| h.swing(t)).enumerate() {
-        if r.is_some_and(|r| r.low && !r.high) {
+        if r.is_some_and(|r| r.low && !r.high && !r.loading) {
             idle += 1;
             current += 1;
             if current > longest {
@@ -500,7 +516,7 @@ pub(crate) fn one_pause(history: &Ring<Past>, t: &Thresholds, max_mean: f64) -> 
     }
     let pause = (longest_end + 1 - longest)..=longest_end;
     let (mut sum, mut n) = (0.0, 0usize);
-    for (i, level) in history.iter().map(|h| h.level.get()).enumerate() {
+    for (i, level) in history.iter().map(|h| h.level.get().filter(|_| h.worked)).enumerate() {
         if let Some(level) = level.filter(|_| !pause.contains(&i)) {
             sum += level;
             n += 1;
@@ -526,7 +542,7 @@ pub(crate) fn idle_stretches(history: &Ring<Past>, t: &Thresholds) -> Option<(f6
     let interval = span / (n - 1) as f64;
     let (mut runs, mut ticks, mut current) = (0usize, 0usize, 0usize);
     for r in history.iter().map(|h| h.swing(t)) {
-        if r.is_some_and(|r| r.low && !r.high) {
+        if r.is_some_and(|r| r.low && !r.high && !r.loading) {
             current += 1;
         } else if current > 0 {
             runs += 1;
