@@ -41,7 +41,8 @@ const HELD_BACK_BIT: u64 = 1 << 63;
 /// where the readings cannot show which; 2026-12-07 for starvation: one pause is no starving
 /// loader; for straggler: its peers by memory with no job known, imbalance over the window;
 /// later that day: peers that read alike, a job's loading left out of the window, no pacing
-/// GPU assumed beside GPUs holding other memory),
+/// GPU assumed beside GPUs holding other memory; in the afternoon, traffic heavier while the
+/// SMs compute rules out PCIe-bound only on waits long enough to pair the readings),
 /// rounded down to 0.05 — so they
 /// guard against regressions; they are not the goal (0.95 / 0.90 for every kind),
 /// which starvation, bubbles and straggler do not reach yet. The draws are deterministic: a

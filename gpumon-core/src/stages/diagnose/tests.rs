@@ -1337,6 +1337,53 @@ fn a_zero_offload_job_keeping_the_link_busy_while_the_sm_waits_is_pcie_bound() {
     assert!(d.active[0].evidence.contains("% of the link)"), "{}", d.active[0].evidence);
 }
 
+/// One GPU's tick: utilisation `util` over the interval (`samples` driver samples, all alike)
+/// and the busier PCIe direction at `link_share` of a gen-4 x16 link.
+fn with_link(util: f64, samples: u32, link_share: f64) -> DeviceSample {
+    let mut d = one_sample(0, util, true);
+    d.windows.gpu_utilization = Some(WindowStats { min: util, max: util, mean: util, count: samples });
+    d.pcie.link_generation = Some(4);
+    d.pcie.link_width = Some(16);
+    d.pcie.rx_bytes_per_second = Some(link_share * 1.969e9 * 16.0);
+    d.pcie.tx_bytes_per_second = Some(1e8);
+    d
+}
+
+#[test]
+fn a_starving_loader_prefetching_while_it_computes_is_not_pcie_bound() {
+    // Waits of 3 s, read by a driver sampling every 1/6 s: a tick reading idle was idle, and the
+    // link at that instant is what the GPU waited for — quiet here; the traffic runs while it
+    // computes (prefetching the next batch). The window's estimate (its mean share over its idle
+    // share, 0.82) would call it PCIe-bound: the paired readings overrule it.
+    let mut tick = 0u32;
+    let d = Rig::new(20).run(60, || {
+        let computing = tick % 6 < 3;
+        tick += 1;
+        vec![if computing { with_link(0.97, 6, 0.8) } else { with_link(0.0, 6, 0.05) }]
+    });
+    assert_eq!(kinds_on(&d), [(Some(0), FindingKind::DataloaderStarvation)]);
+}
+
+#[test]
+fn offload_waits_as_short_as_the_drivers_period_are_pcie_bound() {
+    // A ZeRO-offload step of 3 ticks, one of them copying, with the driver sampling once per
+    // tick: the utilisation reading is a period behind the link's instant, so the copies are
+    // read at "busy" ticks and the idle readings fall where the copies are done. Paired tick by
+    // tick the traffic seems to follow the compute (prefetching); the waits are too short for
+    // the pairing, and the window's estimate (its mean share over its idle share: 0.9) holds.
+    let mut tick = 0u32;
+    let d = Rig::new(10).run(30, || {
+        let phase = tick % 3;
+        tick += 1;
+        vec![match phase {
+            0 => with_link(0.97, 1, 0.85),
+            1 => with_link(0.0, 1, 0.05),
+            _ => with_link(0.97, 1, 0.05),
+        }]
+    });
+    assert_eq!(kinds_on(&d), [(Some(0), FindingKind::PcieBound)]);
+}
+
 #[test]
 fn one_rank_at_80_among_peers_at_97_is_a_straggler_and_clears_within_two_windows() {
     // Issue #42: 17 points behind costs the job 17 %; the rule asked for 20 and said nothing.

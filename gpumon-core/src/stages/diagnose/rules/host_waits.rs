@@ -4,8 +4,9 @@
 //! (`idle_allocated`).
 
 use super::peers::PeerHolds;
-use super::swings::{back_and_forth, one_pause, readings_spread, Swings, STEP_MIN_SPREAD};
-use super::RuleInput;
+use super::swings::{back_and_forth, idle_stretches, one_pause, readings_spread, Swings, STEP_MIN_SPREAD};
+use super::{Past, RuleInput, TickStats};
+use crate::stages::diagnose::window::Ring;
 use crate::stages::diagnose::Thresholds;
 
 /// What a GPU that goes busy and idle in turn is waiting for.
@@ -55,16 +56,19 @@ pub(crate) struct WaitHolds {
 /// traffic put where the waiting is. The two disagree when the utilisation reading (the
 /// driver's last sample, up to a period old) and the link's (an instant) fall on different
 /// sides of a short wait: the higher one holds. But traffic clearly heavier while the SMs
-/// compute than while they wait is not what they wait for (prefetching, overlapped offload;
-/// the idle ticks of a warm-up before it).
-pub(crate) fn pcie_bound(window: &Swings, t: &Thresholds) -> bool {
+/// compute than while they wait is not what they wait for (prefetching, overlapped offload) —
+/// when the waits are long enough for one tick's two readings to fall within the same wait
+/// (`waits_outlast_readings`, asked only then). Waits near the driver's period are read busy
+/// at the instants their copies run, and idle once they are done: the traffic seems to follow
+/// the compute, and only the window's estimate tells.
+pub(crate) fn pcie_bound(window: &Swings, t: &Thresholds, waits_outlast_readings: impl FnOnce() -> bool) -> bool {
     let Some(level) = window.mean() else { return false };
     if level > t.pcie_max_level {
         return false;
     }
     let read = window.idle_pcie_share_mean();
     if let (Some(waiting), Some(computing)) = (read, window.busy_pcie_share_mean()) {
-        if computing > waiting + 0.1 {
+        if computing > waiting + 0.1 && waits_outlast_readings() {
             return false;
         }
     }
@@ -76,11 +80,38 @@ pub(crate) fn pcie_bound(window: &Swings, t: &Thresholds) -> bool {
     while_waiting.is_some_and(|share| share >= t.pcie_link_share)
 }
 
+/// Whether its waits last long enough for a tick's utilisation reading and its link reading to
+/// fall within the same wait: two of the driver's sampling periods (the utilisation reading is
+/// the latest sample, up to a period old and a period long; one second when unmeasured, NVML's
+/// longest). The wait is its marked steps' idle share of a step when they are marked, else its
+/// idle stretches over the readings — two ticks long at least, since one tick read idle
+/// throughout says only that the wait covered the samples within it.
+fn waits_outlast_readings(now: &TickStats, history: &Ring<Past>, t: &Thresholds) -> bool {
+    let period = now.driver_period.unwrap_or(1.0);
+    let step_level = history.iter().rev().find_map(|h| h.step_level.get());
+    let wait = match now.step_secs.zip(step_level) {
+        Some((step, level)) => Some(step * (1.0 - level.clamp(0.0, 1.0))),
+        None => {
+            let interval = mean_interval(history).unwrap_or(0.0);
+            idle_stretches(history, t).map(|(secs, _)| secs).filter(|&secs| secs >= 2.0 * interval)
+        }
+    };
+    wait.is_some_and(|secs| secs >= 2.0 * period)
+}
+
+/// The window's mean time between ticks, seconds; `None` with fewer than two.
+fn mean_interval(history: &Ring<Past>) -> Option<f64> {
+    let (first, last) = (history.first()?, history.last()?);
+    let ticks = history.iter().count();
+    let span = last.at.duration_since(first.at).ok()?.as_secs_f64();
+    (ticks >= 2).then(|| span / (ticks - 1) as f64)
+}
+
 /// Starvation, bubbles or the undecided pair, the link and idleness (see the module docs).
 pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds) -> WaitHolds {
     let (s, t, all) = (input.s, input.t, &input.window);
     let allocated = s.allocated(t);
-    let pcie = pcie_bound(all, t);
+    let pcie = pcie_bound(all, t, || waits_outlast_readings(s, input.history, t));
     // The level over the window, not this interval's: one interval of a cycle longer than it
     // is all busy or all idle.
     let mean = all.mean();
