@@ -272,6 +272,18 @@ fn score_node(node: &SimNode, said: &Said, t: &mut Tally) {
             let waiting = matches!(truth.cause, Some(FindingKind::DataloaderStarvation | FindingKind::PipelineBubbles));
             if !waiting && showable(truth.region) {
                 t.false_cannot_tell += 1;
+                let job = truth.job.map_or("no job".to_owned(), |j| node.jobs[j].description.clone());
+                t.misses.push(format!(
+                    "cannot tell where neither is the cause, on GPU {} [{}] seed {:#x}: {job}; waited {:?} {:.2}; driver {:.2} s, interval {:.2} s, {}",
+                    truth.gpu,
+                    truth.region.name(),
+                    node.seed,
+                    truth.waited,
+                    truth.waited_share,
+                    node.driver_period_s,
+                    node.interval_s,
+                    node.visibility.name()
+                ));
             }
         }
         let region = truth.region;

@@ -957,6 +957,17 @@ fn marked_steps_decide_starvation_where_the_readings_average_it_away() {
 }
 
 #[test]
+fn marked_steps_mostly_idle_are_starvation_below_the_band_that_keeps_servers_quiet() {
+    // A one-GPU loop marking its steps, each 88 % idle. Its readings alone (12 % on average)
+    // are below the band's 15 %, where a GPU with short bursts may be a server between
+    // requests; a loop marking training steps is not one: its loader starves it.
+    let last = averaged_run(&[0.12], &[true], |_| {});
+    assert_eq!(kinds_on(&last), vec![(Some(0), FindingKind::DataloaderStarvation)]);
+    // The same readings unmarked: nothing says it is a training loop, nothing is raised.
+    averaged_run(&[0.12], &[false], assert_quiet);
+}
+
+#[test]
 fn marked_steps_of_a_busy_loop_or_a_straggler_are_not_starvation() {
     // Busy steps: nothing.
     averaged_run(&[0.95, 0.94], &[true, true], assert_quiet);

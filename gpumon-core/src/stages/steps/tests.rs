@@ -96,8 +96,39 @@ fn concurrent_callers_the_highest_step_wins() {
     assert!((1..=40_000).contains(&accepted), "{accepted}");
 }
 
+/// A loop whose wait sits at the step boundary (the loader's, between one step's mark and the
+/// next batch's kernels) is read at its true busy share: the sample holding the boundary counts
+/// in each step by the share of its interval on that step's side of the mark, not whole in
+/// both — which read every step a third idle when it was a quarter (issue #42: the simulator's
+/// offload jobs were called starved by their marks while their readings said busy).
+#[test]
+fn a_wait_at_the_step_boundary_counts_once() {
+    let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
+    let mut s0 = snap(1, T0, 0.5, 100, 0.0);
+    tracker.process(&mut s0);
+    let run = run_at(&steps, "train", Some(0), T0 - SEC / 2);
+    // Steps of 2 s marked at T0 + 2k + 0.5 s: busy 1.5 s, then 0.5 s waiting for the next
+    // batch. Samples every second: the one ending at an even second read the wait and the
+    // next step's start (50 %), the one ending at an odd second read busy (100 %).
+    let mut means = Vec::new();
+    for k in 1..=12u64 {
+        if k % 2 == 1 {
+            run.step_at(k / 2 + 1, T0 + (k - 1) * SEC + SEC / 2).unwrap();
+        }
+        let mut s = snap(k + 1, T0 + k * SEC, if k % 2 == 1 { 0.5 } else { 1.0 }, 100, 0.0);
+        tracker.process(&mut s);
+        means.extend(first_run(&s).reported.iter().map(|r| r.devices[0].utilization_mean.unwrap()));
+    }
+    // The first step began before the first sample; every later one is 1.5 s busy in 2 s.
+    assert!(means.len() >= 4, "{means:?}");
+    for m in &means[1..] {
+        assert!(approx(*m, 0.75), "{means:?}");
+    }
+}
+
 /// Steps longer than the interval take every sample overlapping them; the sample covering the
-/// end is shared with the next step.
+/// end is shared with the next step, its utilisation split by the share of its interval on each
+/// side of the mark.
 #[test]
 fn long_steps_take_every_overlapping_sample() {
     let (mut tracker, steps) = StepTracker::new(StepConfig::default()).unwrap();
@@ -125,7 +156,8 @@ fn long_steps_take_every_overlapping_sample() {
     // The run was created between s0 and s1: samples s1, s2, s3 overlap the step.
     assert_eq!((rep.first_seq, rep.last_seq), (2, 4));
     let d = &rep.devices[0];
-    assert!(approx(d.utilization_mean.unwrap(), (0.2 + 0.4 + 0.6) / 3.0));
+    // s3 covers 2–3 s and the step ends at 2.5 s: half of s3 is step 1's.
+    assert!(approx(d.utilization_mean.unwrap(), (0.2 + 0.4 + 0.6 * 0.5) / 2.5));
     assert!(approx(d.utilization_max.unwrap(), 0.65));
     assert_eq!(d.memory_peak_bytes, Some(300));
     // Δcounter over s1..s3 = 600 J over 3 s covered; the step's share of that time.
@@ -141,7 +173,8 @@ fn long_steps_take_every_overlapping_sample() {
     assert_eq!((rep.step, rep.duration), (2, Duration::from_secs(1)));
     assert_eq!((rep.first_seq, rep.last_seq), (4, 5), "s3 covers the end of step 1 and the start of step 2");
     let d = &rep.devices[0];
-    assert!(approx(d.utilization_mean.unwrap(), 0.7));
+    // Step 2 (2.5–3.5 s) holds the second half of s3 and the first half of s4.
+    assert!(approx(d.utilization_mean.unwrap(), (0.6 * 0.5 + 0.8 * 0.5) / 1.0));
     assert!(approx(d.utilization_max.unwrap(), 0.85));
     assert_eq!(d.memory_peak_bytes, Some(150));
     // Δcounter from s2 (the baseline before s3) to s4: 700 J over 2 s; the step is 1 s of it.

@@ -143,7 +143,13 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
     // loop): starvation is idle *stretches*, and those show in the readings as a spread. With
     // readings flat to within `STEP_MIN_SPREAD`, nothing tells the two apart (the hand corpus'
     // steady marked jobs must stay quiet), and nothing is raised.
-    let from_steps = all.step_mean().is_some_and(|m| band.contains(&m))
+    //
+    // The band's lower edge is not asked of marked steps: it keeps quiet a GPU that mostly waits
+    // with short bursts, which without marks may be a server between requests — a loop marking
+    // its training steps is not one, and steps 85 % idle are a loader starving it (on the fit
+    // set, once each step's figures stopped counting the sample at its boundary in full:
+    // recall 0.880 → 0.909 over 16 000 GPU-runs, precision unchanged).
+    let from_steps = all.step_mean().is_some_and(|m| m > 0.0 && m <= t.starvation_max_mean)
         && all.most_steps_wait()
         && quiet_memory
         && !peers.behind
