@@ -27,7 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use gpumon_core::diagnose::{DiagnoseConfig, Diagnoser};
 use gpumon_core::steps::{StepConfig, StepTracker};
 use gpumon_core::{DeviceFilter, Family, FindingKind, MetricSet, Processor, ProcessorContext, Snapshot, Transition};
-use gpumon_mock::sim::{Region, SimNode};
+use gpumon_mock::sim::{GpuTruth, Region, SimNode};
 use gpumon_mock::MockFleet;
 
 /// The seed sets: FIT seeds have the top bit clear, HELD-BACK seeds have it set. Disjoint by
@@ -226,6 +226,22 @@ fn band(bands: &[(f64, f64)], v: f64) -> usize {
     bands.iter().position(|(lo, hi)| v >= *lo && v < *hi).unwrap_or(bands.len() - 1)
 }
 
+/// One line of the misses list: `what` went wrong on `truth`'s GPU, and the draw it came from.
+fn miss_line(what: &str, node: &SimNode, truth: &GpuTruth) -> String {
+    let job = truth.job.map_or("no job".to_owned(), |j| node.jobs[j].description.clone());
+    format!(
+        "{what} on GPU {} [{}] seed {:#x}: {job}; waited {:?} {:.2}; driver {:.2} s, interval {:.2} s, {}",
+        truth.gpu,
+        truth.region.name(),
+        node.seed,
+        truth.waited,
+        truth.waited_share,
+        node.driver_period_s,
+        node.interval_s,
+        node.visibility.name()
+    )
+}
+
 fn score_node(node: &SimNode, said: &Said, t: &mut Tally) {
     t.nodes += 1;
     for truth in &node.truth {
@@ -272,37 +288,13 @@ fn score_node(node: &SimNode, said: &Said, t: &mut Tally) {
             let waiting = matches!(truth.cause, Some(FindingKind::DataloaderStarvation | FindingKind::PipelineBubbles));
             if !waiting && showable(truth.region) {
                 t.false_cannot_tell += 1;
-                let job = truth.job.map_or("no job".to_owned(), |j| node.jobs[j].description.clone());
-                t.misses.push(format!(
-                    "cannot tell where neither is the cause, on GPU {} [{}] seed {:#x}: {job}; waited {:?} {:.2}; driver {:.2} s, interval {:.2} s, {}",
-                    truth.gpu,
-                    truth.region.name(),
-                    node.seed,
-                    truth.waited,
-                    truth.waited_share,
-                    node.driver_period_s,
-                    node.interval_s,
-                    node.visibility.name()
-                ));
+                t.misses.push(miss_line("cannot tell where neither is the cause,", node, truth));
             }
         }
         let region = truth.region;
         let cell_key = (band(&INTERVAL_BANDS, node.interval_s), band(&DRIVER_BANDS, node.driver_period_s));
         let mut cell = Setting::default();
-        let mut miss = |what: String| {
-            let job = truth.job.map_or("no job".to_owned(), |j| node.jobs[j].description.clone());
-            t.misses.push(format!(
-                "{what} on GPU {} [{}] seed {:#x}: {job}; waited {:?} {:.2}; driver {:.2} s, interval {:.2} s, {}",
-                truth.gpu,
-                region.name(),
-                node.seed,
-                truth.waited,
-                truth.waited_share,
-                node.driver_period_s,
-                node.interval_s,
-                node.visibility.name()
-            ));
-        };
+        let mut miss = |what: String| t.misses.push(miss_line(&what, node, truth));
         if let Some(k) = truth.cause {
             let within = truth.onset_s
                 + RAISE_WITHIN_S

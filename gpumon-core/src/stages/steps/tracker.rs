@@ -267,7 +267,8 @@ impl RunState {
         // the mark. A loop's wait sits at that boundary (the loader's, between the mark and the
         // next batch's kernels): counted whole in both steps, it read each step idler than it
         // was (fit-set seed 0x83 of the simulator: 81 % busy by the steps, 87 % by the readings).
-        self.acc.add(snapshot, prev, share_before(prev, snapshot.timestamp_nanos(), at).unwrap_or(1.0));
+        let before = share_before(prev, snapshot.timestamp_nanos(), at);
+        self.acc.add(snapshot, prev, before.unwrap_or(1.0));
         // Steps completed since the last report; in the first period, every step
         // from the first one marked (a mark of the first one may not be the latest).
         let mut k = match self.seen {
@@ -287,7 +288,7 @@ impl RunState {
         }
         let durations = (start != 0).then(|| StepTimes::read(&self.cell, last, k, start, at));
         self.last_duration = durations.as_ref().map(|d| d.of(last));
-        let mut done = Completed::default();
+        let mut done = Completed { share_before: before, ..Completed::default() };
         if let Some(durations) = durations {
             done.count = k;
             done.duration = Some(Duration::from_nanos(at.saturating_sub(start)));
@@ -335,6 +336,9 @@ struct Completed {
     reports: Vec<StepReport>,
     count: u64,
     duration: Option<Duration>,
+    /// The share of the sample's interval before the last mark (see [`share_before`]): the
+    /// rest is the next step's.
+    share_before: Option<f64>,
 }
 
 impl Processor for StepTracker {
@@ -391,7 +395,7 @@ impl Processor for StepTracker {
                     }
                     run.seen = Some(last);
                     run.start = at;
-                    run.acc.restart(snapshot, prev, share_before(prev, t, at).map_or(1.0, |before| 1.0 - before));
+                    run.acc.restart(snapshot, prev, done.share_before.map_or(1.0, |before| 1.0 - before));
                 }
                 _ => run.acc.add(snapshot, prev, 1.0),
             }

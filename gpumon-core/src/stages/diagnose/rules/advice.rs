@@ -22,7 +22,7 @@ pub(crate) fn advice_for(kind: FindingKind, history: &Ring<Past>, t: &Thresholds
     if kind != FindingKind::DataloaderStarvation {
         return advice(kind);
     }
-    if idle_stretches(history, t).is_some_and(|(secs, _)| secs >= LONG_IDLE_SECS) {
+    if idle_stretches(history, t).is_some_and(|(secs, ..)| secs >= LONG_IDLE_SECS) {
         return "The GPU idles for seconds at a time: if the loop runs an evaluation pass, RL rollouts on the CPU or checkpoints between training steps, that is the idle time (by design; overlap it or move it off the training GPUs if it matters). Otherwise the loader stalls between bursts (e.g. loading the next shard): prefetch it in the background, and raise num_workers.";
     }
     if history.iter().any(|h| h.step_level.get().is_some()) {

@@ -302,7 +302,7 @@ fn waits(
             share(high)
         );
     }
-    if let Some((secs, runs)) = idle_stretches(history, t) {
+    if let Some((secs, runs, _)) = idle_stretches(history, t) {
         let _ = write!(out, ", idle in {runs} stretch(es) of {secs:.1} s on average");
         if kind == K::DataloaderStarvation && secs >= LONG_IDLE_SECS {
             out.push_str(
@@ -358,20 +358,12 @@ pub(crate) fn region_phrase(out: &mut String, now: &TickStats, history: &Ring<Pa
         }
         None => out.push_str("; the driver's sampling period is not measured (NVML: 1/6 s to 1 s)"),
     }
-    let step_mean = history.iter().rev().find_map(|h| h.step_level.get());
-    let shortest = match (now.step_secs, step_mean) {
-        (Some(step), Some(m)) => {
-            let m = m.clamp(0.0, 1.0);
-            let shortest = step * m.min(1.0 - m);
-            let _ = write!(
-                out,
-                ", its steps {step:.2} s with busy and idle stretches of {:.2} s and {:.2} s",
-                step * m,
-                step * (1.0 - m)
-            );
-            Some(shortest)
+    let shortest = match (now.step_secs, now.marked_stretches(history)) {
+        (Some(step), Some((busy, idle))) => {
+            let _ = write!(out, ", its steps {step:.2} s with busy and idle stretches of {busy:.2} s and {idle:.2} s");
+            Some(busy.min(idle))
         }
-        _ => idle_stretches(history, t).map(|(secs, _)| secs),
+        _ => idle_stretches(history, t).map(|(secs, ..)| secs),
     };
     let period = period.unwrap_or(1.0);
     match (shortest, now.step_secs) {

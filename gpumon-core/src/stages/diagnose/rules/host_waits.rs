@@ -88,23 +88,11 @@ pub(crate) fn pcie_bound(window: &Swings, t: &Thresholds, waits_outlast_readings
 /// throughout says only that the wait covered the samples within it.
 fn waits_outlast_readings(now: &TickStats, history: &Ring<Past>, t: &Thresholds) -> bool {
     let period = now.driver_period.unwrap_or(1.0);
-    let step_level = history.iter().rev().find_map(|h| h.step_level.get());
-    let wait = match now.step_secs.zip(step_level) {
-        Some((step, level)) => Some(step * (1.0 - level.clamp(0.0, 1.0))),
-        None => {
-            let interval = mean_interval(history).unwrap_or(0.0);
-            idle_stretches(history, t).map(|(secs, _)| secs).filter(|&secs| secs >= 2.0 * interval)
-        }
-    };
+    let wait = now
+        .marked_stretches(history)
+        .map(|(_, idle)| idle)
+        .or_else(|| idle_stretches(history, t).filter(|&(_, runs, ticks)| ticks >= 2 * runs).map(|(secs, ..)| secs));
     wait.is_some_and(|secs| secs >= 2.0 * period)
-}
-
-/// The window's mean time between ticks, seconds; `None` with fewer than two.
-fn mean_interval(history: &Ring<Past>) -> Option<f64> {
-    let (first, last) = (history.first()?, history.last()?);
-    let ticks = history.iter().count();
-    let span = last.at.duration_since(first.at).ok()?.as_secs_f64();
-    (ticks >= 2).then(|| span / (ticks - 1) as f64)
 }
 
 /// Starvation, bubbles or the undecided pair, the link and idleness (see the module docs).

@@ -416,6 +416,14 @@ impl TickStats {
     pub(crate) fn steps_too_short_for_turns(&self) -> bool {
         self.step_secs.is_some_and(|step| step < TURN_PERIODS * self.driver_period.unwrap_or(1.0))
     }
+
+    /// The busy and idle stretches of each marked step, seconds: the last step's time split by
+    /// the latest reported steps' mean utilisation in `history`. `None` without marked steps.
+    pub(crate) fn marked_stretches(&self, history: &Ring<Past>) -> Option<(f64, f64)> {
+        let level = history.iter().rev().find_map(|h| h.step_level.get())?.clamp(0.0, 1.0);
+        let step = self.step_secs?;
+        Some((step * level, step * (1.0 - level)))
+    }
 }
 
 /// A GPU's level at one tick, as every rule reads it — the driver's high-resolution mean over

@@ -529,10 +529,11 @@ pub(crate) fn one_pause(history: &Ring<Past>, t: &Thresholds, max_mean: f64) -> 
 pub(crate) const PAUSE_SHARE: f64 = 0.5;
 
 /// Mean length, seconds, of the window's idle stretches (consecutive ticks whose readings were
-/// all near idle: low and not busy), and how many there were; `None` without one. A tick
+/// all near idle: low and not busy), how many there were, and how many ticks they hold in all;
+/// `None` without one. A tick
 /// that reads both idle and busy (a loader's gap within the interval) breaks a stretch, so gaps
 /// between batches shorter than the interval count as none.
-pub(crate) fn idle_stretches(history: &Ring<Past>, t: &Thresholds) -> Option<(f64, usize)> {
+pub(crate) fn idle_stretches(history: &Ring<Past>, t: &Thresholds) -> Option<(f64, usize, usize)> {
     let (first, last) = (history.first()?, history.last()?);
     let n = history.iter().count();
     let span = last.at.duration_since(first.at).ok()?.as_secs_f64();
@@ -554,5 +555,5 @@ pub(crate) fn idle_stretches(history: &Ring<Past>, t: &Thresholds) -> Option<(f6
         runs += 1;
         ticks += current;
     }
-    (runs > 0).then(|| (ticks as f64 * interval / runs as f64, runs))
+    (runs > 0).then(|| (ticks as f64 * interval / runs as f64, runs, ticks))
 }
