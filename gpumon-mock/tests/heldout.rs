@@ -10,7 +10,8 @@
 //!   the same tables for the FIT set, the one to tune thresholds on, and asserts no floor. Never
 //!   tune on the held-back set; its figures count only because nothing was fitted to them.
 //! - `GPUMON_SIM_GPU_RUNS=n` sets how many GPU-runs the fit report draws (default 4000); the
-//!   held-back test always draws 2000.
+//!   held-back test always draws 8000 (2000 held too few pipeline stages to read their figures:
+//!   8 GPU-runs with bubbles in round 2's first 2000).
 //! - `GPUMON_SIM_MISSES=n` prints up to n misses with their draws (seed, jobs, settings).
 //! - `GPUMON_SIM_EVIDENCE=1` prints every finding's evidence beside the truth;
 //!   `GPUMON_SIM_TRACE=<seed in hex>:<gpu>` prints that GPU's readings tick by tick and its
@@ -34,26 +35,30 @@ use gpumon_mock::MockFleet;
 /// construction.
 const HELD_BACK_BIT: u64 = 1 << 63;
 
+/// The held-back seeds in use: `HELD_BACK_BIT | HELD_BACK_ROUND << 32 | i`. A round is retired
+/// once its figures have steered a change: round 1 (offset 0, 2026-12-06/07) was rerun after
+/// each change of issue #42's work, and on 2026-12-07 a regression it showed (starvation recall
+/// after the step figures' fix) prompted the next change, so it no longer counts as held back.
+/// Round 2 was first drawn for the figures that followed.
+const HELD_BACK_ROUND: u64 = 2;
+
+/// GPU-runs the held-back test draws (the issue asks for 2 000 at least).
+const HELD_BACK_GPU_RUNS: u32 = 8000;
+
 /// Floors on the held-back set, per kind, over the regions where the cause can be shown
-/// (`shown` and `marks-only`): (kind, precision, recall). Set from the held-back figures of the
-/// rules after issue #42's rework (2026-12-06, tuned on the fit set only: the link while the SMs
-/// wait, co-idling with the job's peers, peers and stragglers by known job, "cannot tell"
-/// where the readings cannot show which; 2026-12-07 for starvation: one pause is no starving
-/// loader; for straggler: its peers by memory with no job known, imbalance over the window;
-/// later that day: peers that read alike, a job's loading left out of the window, no pacing
-/// GPU assumed beside GPUs holding other memory; in the afternoon, traffic heavier while the
-/// SMs compute rules out PCIe-bound only on waits long enough to pair the readings),
-/// rounded down to 0.05 — so they
-/// guard against regressions; they are not the issue's goal (0.95 / 0.90 for every kind),
-/// which starvation, bubbles and straggler do not reach yet. The draws are deterministic: a
-/// figure moves only when the rules or the simulator change.
-/// A kind with no GPU-runs in a run is not judged.
+/// (`shown` and `marks-only`): (kind, precision, recall). Set from round 2's first figures
+/// (2026-12-07, 8 000 GPU-runs, the rules of issue #42 as they stood, tuned on the fit set
+/// only), rounded down to 0.05 — so they guard against regressions; they are not the issue's
+/// goal (0.95 / 0.90 for every kind), which starvation, bubbles, straggler and imbalance do not
+/// reach. Round 1 read higher (bubbles 0.929 / 0.684 on 2 000 GPU-runs): rerun after each change,
+/// it had come to agree with the rules. The draws are deterministic: a figure moves only when
+/// the rules or the simulator change. A kind with no GPU-runs in a run is not judged.
 const FLOORS: &[(&str, f64, f64)] = &[
-    ("dataloader_starvation", 0.90, 0.95),
-    ("pipeline_bubbles", 0.90, 0.65),
-    ("straggler", 0.95, 0.50),
-    ("imbalance", 0.95, 0.90),
-    ("idle_allocated", 0.90, 0.95),
+    ("dataloader_starvation", 0.90, 0.90),
+    ("pipeline_bubbles", 0.75, 0.55),
+    ("straggler", 0.95, 0.85),
+    ("imbalance", 0.85, 0.95),
+    ("idle_allocated", 0.95, 0.95),
     ("memory_bound", 0.95, 0.95),
     ("pcie_bound", 0.95, 0.95),
     ("thermal_throttling", 0.95, 0.95),
@@ -64,9 +69,9 @@ const FLOORS: &[(&str, f64, f64)] = &[
 ];
 
 /// "Cannot tell" said where neither of its two causes is the cause, held-back set: at most this
-/// many GPU-runs (shown + marks-only). A regression guard, set from the figure of 2026-12-06
-/// rounded up; it counts against the verdict, which the kinds' precision does not.
-const MAX_FALSE_CANNOT_TELL: u32 = 50;
+/// many GPU-runs (shown + marks-only). A regression guard, set from round 2's first figure (88
+/// of 8 000) rounded up; it counts against the verdict, which the kinds' precision does not.
+const MAX_FALSE_CANNOT_TELL: u32 = 100;
 
 /// A cause must be raised within two windows of its onset (the default window is 30 s), plus
 /// the warm-up grace of `idle_allocated`.
@@ -496,7 +501,7 @@ fn fit_set_report() {
 #[test]
 fn diagnosis_accuracy_on_held_back_simulated_nodes() {
     let set = "HELD-BACK";
-    let t = run_set(set, HELD_BACK_BIT, 2000);
+    let t = run_set(set, HELD_BACK_BIT | HELD_BACK_ROUND << 32, HELD_BACK_GPU_RUNS);
     let mut failures = Vec::new();
     for &(name, precision, recall) in FLOORS {
         let kind = FindingKind::from_name(name).unwrap_or_else(|| panic!("FLOORS names no kind `{name}`"));
