@@ -14,11 +14,14 @@ use common::{agent, agent_process, mock_once, run};
 #[test]
 fn imbalance_report_names_the_idle_twins_and_prints_nothing_else() {
     let started = Instant::now();
+    // Processes sampled: each pair of the scenario is one process on both GPUs, one job.
     let (code, stdout, stderr) = run(agent().args([
         "--backend",
         "mock",
         "--mock-scenario",
         "imbalance",
+        "--enable",
+        "processes",
         "--interval",
         "100ms",
         "--duration",
@@ -70,11 +73,46 @@ fn imbalance_report_names_the_idle_twins_and_prints_nothing_else() {
 }
 
 #[test]
+fn with_no_process_read_the_idle_twins_are_imbalance_or_their_own_job() {
+    // The default families: no process read, nothing says the twins share a job — both
+    // readings are named, and the evidence says why.
+    let (code, stdout, stderr) = run(agent().args([
+        "--backend",
+        "mock",
+        "--mock-scenario",
+        "imbalance",
+        "--interval",
+        "100ms",
+        "--duration",
+        "2s",
+        "--diagnose-window",
+        "1s",
+        "--report",
+        "--report-format",
+        "json",
+    ]));
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let report: Report = serde_json::from_str(stdout.trim()).unwrap();
+    let flagged: Vec<u32> = report
+        .gpus
+        .iter()
+        .filter(|g| !g.findings.is_empty())
+        .inspect(|g| {
+            assert!(g.findings.iter().all(|f| f.kind == FindingKind::ImbalanceOrOwnJob), "{:?}", g.findings);
+            assert!(g.findings[0].evidence.contains("no process is read on it"), "{}", g.findings[0].evidence);
+        })
+        .map(|g| g.index)
+        .collect();
+    assert_eq!(flagged, [1, 3, 5, 7], "{report:#?}");
+}
+
+#[test]
 fn a_disabled_rule_raises_nothing() {
     let dir = TempDir::new("agent-diag-disable");
     let path = dir.file("c.toml", "[diagnose]\nwindow = \"1s\"\ndisable = [\"imbalance\"]\n");
     let (code, stdout, stderr) = run(agent()
-        .args(["--backend", "mock", "--mock-scenario", "imbalance", "--interval", "100ms", "--duration", "2s"])
+        .args(["--backend", "mock", "--mock-scenario", "imbalance", "--enable", "processes"])
+        .args(["--interval", "100ms", "--duration", "2s"])
         .args(["--report-format", "json", "--config"])
         .arg(&path));
     assert_eq!(code, 0, "stderr: {stderr}");

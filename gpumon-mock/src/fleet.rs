@@ -195,6 +195,11 @@ pub struct MockFleet {
     epoch: SystemTime,
     /// By physical GPU index: its timeline when the scenario gives it phases.
     timelines: Vec<Option<crate::timeline::GpuTimeline>>,
+    /// By device position: the position whose processes it lists — the first GPU of its
+    /// scenario's `one_process` group (one program driving them all), else its own.
+    process_of: Vec<usize>,
+    /// By device position: whether it is in a `one_process` group (its program alone runs on it).
+    in_one_process: Vec<bool>,
 }
 
 impl MockFleet {
@@ -306,6 +311,18 @@ impl MockFleet {
                 });
             }
         }
+        let mut process_of: Vec<usize> = (0..devices.len()).collect();
+        let mut in_one_process = vec![false; devices.len()];
+        for group in &scenario.one_process {
+            // GPUs beyond the fleet are ignored, as phases' are.
+            let members: Vec<usize> = group.iter().filter_map(|&g| gpu_positions.get(g as usize).copied()).collect();
+            if let Some(&first) = members.first() {
+                for &m in &members {
+                    process_of[m] = first;
+                    in_one_process[m] = true;
+                }
+            }
+        }
         Ok(Self {
             seed,
             system: Arc::new(system),
@@ -316,6 +333,8 @@ impl MockFleet {
             faults: scenario.faults.clone(),
             epoch: SystemTime::now(),
             timelines,
+            process_of,
+            in_one_process,
         })
     }
 
@@ -611,7 +630,7 @@ impl MockFleet {
             s.xid_errors = xids;
         }
         if metrics.contains(Family::Processes) && !mig_mode {
-            s.processes = processes(self.seed, position, &l, used);
+            s.processes = processes(self.seed, self.process_of[position], self.in_one_process[position], &l, used);
         }
         if metrics.contains(Family::HighResolution) {
             let n = self.window_len();
@@ -659,7 +678,7 @@ impl MockFleet {
             s.memory.free = Some(profile.memory_bytes - used);
         }
         if metrics.contains(Family::Processes) {
-            s.processes = processes(self.seed, position, &l, used);
+            s.processes = processes(self.seed, position, false, &l, used);
         }
         if metrics.contains(Family::Gpm) && dev.model.capabilities.gpm {
             gpm(&mut s, Draw::new(self.seed, position, tick), &l);
@@ -746,8 +765,10 @@ fn mig_used(seed: u64, position: usize, tick: u64, l: &Load, total: u64) -> u64 
     align_down(frac * total as f64)
 }
 
-/// A few stable processes sharing the device's memory and utilisation.
-fn processes(seed: u64, position: usize, l: &Load, used: u64) -> Vec<ProcessSample> {
+/// A few stable processes sharing the device's memory and utilisation; `position`: the device
+/// whose processes they are (GPUs one process drives together name the same one); `shared`:
+/// one program drives this GPU with others, and it alone runs on it.
+fn processes(seed: u64, position: usize, shared: bool, l: &Load, used: u64) -> Vec<ProcessSample> {
     if used == 0 {
         return Vec::new();
     }
@@ -765,7 +786,7 @@ fn processes(seed: u64, position: usize, l: &Load, used: u64) -> Vec<ProcessSamp
         p.decoder_utilization = Some(0.0);
         p
     };
-    if h.is_multiple_of(3) && used >= 4 * 2 * MIB {
+    if !shared && h.is_multiple_of(3) && used >= 4 * 2 * MIB {
         // A notebook shares the GPU with the main job.
         let side = align_down(used as f64 / 16.0);
         vec![mk(0, "python3", used - side, 0.9), mk(1, "jupyter-kernel", side, 0.1)]

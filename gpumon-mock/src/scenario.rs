@@ -308,6 +308,10 @@ pub struct Scenario {
     pub phases: Vec<crate::Phase>,
     /// The driver's utilisation sampling period for GPUs on phases, seconds (default 1/6 s).
     pub driver_period_s: f64,
+    /// Groups of GPUs (physical indices) that one process drives together — one program placed
+    /// on several GPUs (`device_map="auto"`, `nn.DataParallel`): with processes sampled, every
+    /// GPU of a group lists the same process. Other GPUs each run processes of their own.
+    pub one_process: Vec<Vec<u32>>,
 }
 
 impl Default for Scenario {
@@ -331,6 +335,7 @@ impl Scenario {
             seed: None,
             phases: Vec::new(),
             driver_period_s: crate::DEFAULT_DRIVER_PERIOD_S,
+            one_process: Vec::new(),
         }
     }
 
@@ -471,6 +476,7 @@ impl Scenario {
             seed: raw.seed,
             phases: raw.phases,
             driver_period_s,
+            one_process: raw.one_process,
         })
     }
 }
@@ -490,6 +496,8 @@ struct ScenarioToml {
     driver_period_ms: Option<u64>,
     #[serde(default)]
     phases: Vec<crate::Phase>,
+    #[serde(default)]
+    one_process: Vec<Vec<u32>>,
     /// What the diagnosis must find on this scenario (the accuracy corpus's `[expect]`, read by
     /// `tests/accuracy.rs`): not the mock's business, but a corpus file runs as it is
     /// (`--mock-scenario gpumon-mock/corpus/….toml`).

@@ -259,22 +259,17 @@ fn diagnosis_accuracy_on_the_corpus_at_every_sampling_setting() {
                         let said: BTreeSet<FindingKind> =
                             r.raised.keys().filter(|(g, _)| *g == gpu).map(|(_, k)| *k).collect();
                         let setting = format!("{} @ {interval} ms, driver {:.0} ms", e.name, driver * 1000.0);
-                        // "Cannot tell starvation from bubbles" where one of the two is the
-                        // cause: counted apart, as the held-back test counts it — neither a right
-                        // answer nor a wrong one (issue #42, item 4).
-                        let undecided = said.contains(&FindingKind::StarvationOrBubbles)
-                            && expected
-                                .iter()
-                                .any(|k| matches!(k, FindingKind::DataloaderStarvation | FindingKind::PipelineBubbles));
+                        // "Cannot tell" naming the cause among its readings: counted apart, as
+                        // the held-back test counts it — neither a right answer nor a wrong one
+                        // (issue #42, item 4).
+                        let covers = |k: &FindingKind| said.iter().any(|c| c.names_causes().contains(k));
+                        let undecided = expected.iter().any(covers);
                         if undecided {
                             cannot_tell += 1;
                             *cannot_tell_by_entry.entry(e.name.clone()).or_default() += 1;
                         }
-                        let waiting = |k: &FindingKind| {
-                            matches!(k, FindingKind::DataloaderStarvation | FindingKind::PipelineBubbles)
-                        };
                         for k in &expected {
-                            if undecided && waiting(k) && !r.raised.contains_key(&(gpu, *k)) {
+                            if covers(k) && !r.raised.contains_key(&(gpu, *k)) {
                                 // Excused, not right: counted apart above.
                                 continue;
                             }
@@ -304,7 +299,7 @@ fn diagnosis_accuracy_on_the_corpus_at_every_sampling_setting() {
                             }
                         }
                         for k in said.difference(&expected) {
-                            if undecided && *k == FindingKind::StarvationOrBubbles {
+                            if k.cannot_tell() && k.names_causes().iter().any(|c| expected.contains(c)) {
                                 continue;
                             }
                             scores.entry(*k).or_default().fp += 1;
@@ -346,7 +341,7 @@ fn diagnosis_accuracy_on_the_corpus_at_every_sampling_setting() {
             .iter()
             .find(|(kind, ..)| kind == k)
             .map_or((PRECISION_FLOOR, RECALL_FLOOR), |&(_, p, r)| (p, r));
-        if *k == FindingKind::StarvationOrBubbles {
+        if k.cannot_tell() {
             // Its right answers are counted apart; only its false raises are judged.
             if s.fp > MAX_FALSE_CANNOT_TELL {
                 failures.push(format!("{k}: said on {} GPU-runs where neither is the cause", s.fp));

@@ -50,7 +50,17 @@ pub fn table() -> Vec<Expectation> {
         // of every rank first: within two windows, as issue #42 asks of every finding.
         row("dataloader-starved", Findings::Every(K::DataloaderStarvation), 120, 2 * WINDOW_TICKS),
         row("memory-bound", Findings::Every(K::MemoryBound), 120, WINDOW_TICKS),
-        row("imbalance", Findings::On(K::Imbalance, &[1, 3, 5, 7]), 120, WINDOW_TICKS),
+        // A default agent reads no processes: nothing says each idle twin shares its busy
+        // twin's job, and a job of its own idling reads the same — both are named. With
+        // processes sampled, one process on both GPUs of a pair says they are one job.
+        row("imbalance", Findings::On(K::ImbalanceOrOwnJob, &[1, 3, 5, 7]), 120, WINDOW_TICKS),
+        Expectation {
+            scenario: "imbalance",
+            metrics: default.with(Family::Processes),
+            findings: Findings::On(K::Imbalance, &[1, 3, 5, 7]),
+            ticks: 120,
+            within: WINDOW_TICKS,
+        },
         // The temperature climbs past the slowdown point within ~60 ticks.
         row("thermal-throttling", Findings::Every(K::ThermalThrottling), 200, 60 + WINDOW_TICKS),
         row("power-capped", Findings::Every(K::PowerThrottling), 120, WINDOW_TICKS),

@@ -60,6 +60,17 @@ crate::named_enum! {
         /// sampling), they do neither clearly, or it idles in turn with GPUs nothing says belong
         /// to its job. Names both causes, with both pieces of advice.
         StarvationOrBubbles = "starvation_or_bubbles",
+        /// "Cannot tell": the GPU runs persistently behind busy GPUs that read alike and hold
+        /// the same memory, like a straggler — but nothing says they share its job (no step
+        /// marks, no process owners, no common launcher or process), and a job of its own
+        /// beside them, waiting on its own input, reads the same. Names both causes, with both
+        /// pieces of advice.
+        StragglerOrOwnJob = "straggler_or_own_job",
+        /// "Cannot tell": the GPU idles over its window while another GPU is busy, like the idle
+        /// half of an uneven split — but no process is read on it and nothing says they share a
+        /// job, and a job of its own idling beside another job's busy GPU reads the same. Names
+        /// both causes, with both pieces of advice.
+        ImbalanceOrOwnJob = "imbalance_or_own_job",
     }
 }
 
@@ -74,6 +85,39 @@ impl FindingKind {
     /// ```
     pub fn advice(self) -> &'static str {
         super::rules::advice(self)
+    }
+
+    /// For a "cannot tell" kind, the causes it names — the data could not decide between them,
+    /// and any one may be the cause; empty for a kind that names one cause. With no job known,
+    /// a GPU behind its busy neighbours may be their straggler or run a job of its own that
+    /// waits for its input; one idle beside them, the idle half of an uneven split or a job of
+    /// its own idling (waiting for input, or holding memory with nothing to run).
+    ///
+    /// ```
+    /// use gpumon_core::FindingKind;
+    /// let named = FindingKind::StragglerOrOwnJob.names_causes();
+    /// assert!(named.contains(&FindingKind::Straggler));
+    /// assert!(FindingKind::Straggler.names_causes().is_empty());
+    /// ```
+    pub fn names_causes(self) -> &'static [FindingKind] {
+        use FindingKind as K;
+        match self {
+            K::StarvationOrBubbles => &[K::DataloaderStarvation, K::PipelineBubbles],
+            K::StragglerOrOwnJob => &[K::Straggler, K::DataloaderStarvation],
+            K::ImbalanceOrOwnJob => &[K::Imbalance, K::DataloaderStarvation, K::IdleAllocated],
+            _ => &[],
+        }
+    }
+
+    /// Whether this kind says "cannot tell" (see [`FindingKind::names_causes`]).
+    ///
+    /// ```
+    /// use gpumon_core::FindingKind;
+    /// assert!(FindingKind::StarvationOrBubbles.cannot_tell());
+    /// assert!(!FindingKind::PipelineBubbles.cannot_tell());
+    /// ```
+    pub fn cannot_tell(self) -> bool {
+        !self.names_causes().is_empty()
     }
 }
 
@@ -415,6 +459,18 @@ mod tests {
             assert!(k.name().bytes().all(|b| b.is_ascii_lowercase() || b == b'_'), "{k}");
         }
         assert_eq!(FindingKind::from_name("dataloader-starvation"), None);
+    }
+
+    #[test]
+    fn cannot_tell_kinds_name_two_causes_or_more_each_a_kind_of_its_own() {
+        use FindingKind as K;
+        let doubtful: Vec<FindingKind> = FindingKind::ALL.into_iter().filter(|k| k.cannot_tell()).collect();
+        assert_eq!(doubtful, [K::StarvationOrBubbles, K::StragglerOrOwnJob, K::ImbalanceOrOwnJob]);
+        for k in doubtful {
+            assert!(k.name().contains("_or_"), "{k}");
+            assert!(k.names_causes().len() >= 2, "{k}");
+            assert!(k.names_causes().iter().all(|c| !c.cannot_tell()), "{k}");
+        }
     }
 
     #[cfg(feature = "serde")]

@@ -422,7 +422,7 @@ fn waited_for_phrase(evidence: &mut String, snapshot: &Snapshot, kind: FindingKi
             kind,
             FindingKind::ThermalThrottling | FindingKind::PowerThrottling | FindingKind::ExternalSlowdown
         );
-    let pacing_finding = stats.paces_peers && kind == FindingKind::Straggler;
+    let pacing_finding = stats.paces_peers && matches!(kind, FindingKind::Straggler | FindingKind::StragglerOrOwnJob);
     if !(slowed_finding || pacing_finding) {
         return;
     }

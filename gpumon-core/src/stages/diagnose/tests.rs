@@ -251,16 +251,47 @@ fn active_findings_are_shared_between_ticks_not_rebuilt() {
 
 #[test]
 fn imbalance_is_found_on_the_idle_twin_and_names_the_busy_one() {
-    let d = Rig::new(10).run(12, || {
-        let mut idle = busy(1);
-        idle.utilization.gpu = Some(0.05);
-        idle.windows.gpu_utilization = Some(WindowStats { min: 0.0, max: 0.12, mean: 0.06, count: 6 });
-        idle.gpm.sm_activity = Some(0.05);
-        vec![busy(0), idle]
-    });
+    // One process drives both (`device_map="auto"`): one job, split unevenly.
+    let one_process = |mut d: DeviceSample| {
+        d.processes = vec![crate::model::ProcessSample::new(4242)];
+        d
+    };
+    let d = Rig::new(10).run(12, || vec![one_process(busy(0)), one_process(idle_twin())]);
     assert_eq!(kinds_on(&d), [(Some(1), FindingKind::Imbalance)]);
     let f = &d.active[0];
+    assert!(f.evidence.starts_with("utilisation "), "{}", f.evidence);
     assert!(f.evidence.contains("while GPU 0 (GPU-0000) runs at 94 %"), "{}", f.evidence);
+    // No process read on either, nothing said of their job: the idle half of an uneven split
+    // and a job of its own idling beside another job read the same — both are named.
+    let d = Rig::new(10).run(12, || vec![busy(0), idle_twin()]);
+    assert_eq!(kinds_on(&d), [(Some(1), FindingKind::ImbalanceOrOwnJob)]);
+    let f = &d.active[0];
+    assert!(f.evidence.starts_with("cannot tell imbalance from a job of its own: utilisation "), "{}", f.evidence);
+    assert!(f.evidence.contains("while GPU 0 (GPU-0000) runs at 94 %"), "{}", f.evidence);
+    // A process of its own on each, neither on the other's GPU, nothing else said: the idle one
+    // runs a job of its own (ranks of one job in separate processes synchronise; the halves of
+    // one split model run in one process) — no imbalance, said or doubted.
+    let d = Rig::new(10).run(12, || {
+        let mut a = busy(0);
+        a.processes = vec![crate::model::ProcessSample::new(100)];
+        let mut b = idle_twin();
+        b.processes = vec![crate::model::ProcessSample::new(200)];
+        vec![a, b]
+    });
+    assert!(
+        kinds_on(&d).iter().all(|(_, k)| !matches!(k, FindingKind::Imbalance | FindingKind::ImbalanceOrOwnJob)),
+        "{:?}",
+        kinds_on(&d)
+    );
+}
+
+/// GPU 1 idling at 5 % (peaks of 12 %) with memory held: the idle half of [`busy`]'s twin.
+fn idle_twin() -> DeviceSample {
+    let mut idle = busy(1);
+    idle.utilization.gpu = Some(0.05);
+    idle.windows.gpu_utilization = Some(WindowStats { min: 0.0, max: 0.12, mean: 0.06, count: 6 });
+    idle.gpm.sm_activity = Some(0.05);
+    idle
 }
 
 #[test]
@@ -763,20 +794,22 @@ fn a_straggler_among_busy_peers_is_named_and_twins_stay_imbalance() {
         "{}",
         d.active[0].evidence
     );
-    // No owners, but all eight hold the same memory, as data-parallel replicas do: assumed one
-    // job, and the evidence says so.
+    // No job information, but all eight hold the same memory, as data-parallel replicas do: its
+    // peers are assumed to be those, and a job of its own reads the same (issue #42: an
+    // independent single-GPU job is never named a straggler on an assumption) — both readings
+    // are named, and the evidence says which assumption each makes.
     let d = Rig::new(10).run(12, || (0..8).map(|i| one_sample(i, if i == 5 { 0.6 } else { 0.97 }, true)).collect());
-    assert_eq!(kinds_on(&d), [(Some(5), FindingKind::Straggler)]);
+    assert_eq!(kinds_on(&d), [(Some(5), FindingKind::StragglerOrOwnJob)]);
+    let e = &d.active[0].evidence;
+    assert!(e.starts_with("cannot tell a straggler from a job of its own: utilisation 60 %, 37 points below"), "{e}");
     assert!(
-        d.active[0]
-            .evidence
-            .contains("assuming the GPUs holding the same share of memory as it (data-parallel replicas)"),
-        "{}",
-        d.active[0].evidence
+        e.contains("if the GPUs holding the same share of memory as it (data-parallel replicas) run its job, it holds them back"),
+        "{e}"
     );
-    // No owners, two jobs side by side, each on GPUs holding the same memory: GPU 2 behind the
-    // three that hold what it holds is named, whatever the other job's GPUs hold (issue #42:
-    // with another job on the node, the straggler read as a starving loader).
+    // No job information, two jobs side by side, each on GPUs holding the same memory: GPU 2
+    // behind the three that hold what it holds is the one compared, whatever the other job's
+    // GPUs hold (issue #42: with another job on the node, the straggler read as a starving
+    // loader).
     let d = Rig::new(10).run(12, || {
         (0..8)
             .map(|i| {
@@ -788,7 +821,7 @@ fn a_straggler_among_busy_peers_is_named_and_twins_stay_imbalance() {
             })
             .collect()
     });
-    assert_eq!(kinds_on(&d), [(Some(2), FindingKind::Straggler)]);
+    assert_eq!(kinds_on(&d), [(Some(2), FindingKind::StragglerOrOwnJob)]);
     // Its idle share in stretches longer than a tick (one tick in five idle, the others busy):
     // the ticks in the stretch read as low as an idle GPU, but over the window it is behind its
     // peers, not idle beside them — a straggler, not an imbalance.
@@ -1154,20 +1187,28 @@ fn the_lone_busy_gpu_its_cycling_peers_wait_for_is_the_straggler_and_they_are_no
                     d.utilization.memory = Some(0.2);
                     d
                 })
-                .collect()
+                .collect::<Vec<DeviceSample>>()
         }
     };
-    let mut rig = Rig::new(10);
-    let mut raised = None;
-    for devices in std::iter::repeat_with(peers_and(4, &[2])).take(30) {
-        let d = rig.step(devices);
-        raised = raised.or_else(|| first_raise(&d, FindingKind::Straggler).cloned());
-        assert!(kinds_on(&d).iter().all(|(g, k)| *g == Some(2) && *k == FindingKind::Straggler), "{:?}", kinds_on(&d));
+    // One user's job (attribution on), and no job information at all: named a straggler in
+    // the first, both readings named in the second (a busy job of its own beside a starving
+    // one reads the same); the peers are never called starving in either.
+    for (known, kind) in [(true, FindingKind::Straggler), (false, FindingKind::StragglerOrOwnJob)] {
+        let mut rig = Rig::new(10);
+        let mut raised = None;
+        let mut gen = peers_and(4, &[2]);
+        for _ in 0..30 {
+            let devices: Vec<DeviceSample> =
+                gen().into_iter().map(|d| if known { owned(d, 1000) } else { d }).collect();
+            let d = rig.step(devices);
+            raised = raised.or_else(|| first_raise(&d, kind).cloned());
+            assert!(kinds_on(&d).iter().all(|(g, k)| *g == Some(2) && *k == kind), "{:?}", kinds_on(&d));
+        }
+        let f = raised.expect("the straggler raised");
+        assert_eq!(f.gpu, Some(2));
+        assert!(f.evidence.contains("while GPU(s) 0, 1, 3 are not"), "{}", f.evidence);
+        assert!(f.evidence.contains("no slowdown reason"), "{}", f.evidence);
     }
-    let f = raised.expect("the straggler raised");
-    assert_eq!(f.gpu, Some(2));
-    assert!(f.evidence.contains("while GPU(s) 0, 1, 3 are not"), "{}", f.evidence);
-    assert!(f.evidence.contains("no slowdown reason"), "{}", f.evidence);
     // Two busy GPUs next to six cycling ones: another job as likely as a slow rank; the
     // cycling ones starve.
     let mut gen = peers_and(8, &[6, 7]);
@@ -1206,15 +1247,23 @@ fn an_idle_gpu_of_another_owner_next_to_a_busy_job_is_idle_allocated_not_imbalan
     let d = Rig::without_grace().run(12, idle(1000));
     assert_eq!(kinds_on(&d), [(Some(3), FindingKind::Imbalance)]);
     assert!(d.active[0].advice.contains("another job"), "{}", d.active[0].advice);
-    // Owners unknown (no attribution): nothing says GPU 3 is the busy job's, and nothing runs
-    // on it all window — idle while allocated (issue #42: it was called the busy job's
-    // imbalance).
+    // Owners unknown (no attribution), but each GPU's process read: GPU 3's runs on no other
+    // GPU, and nothing ties it to the busy ones — a job of its own, held idle (issue #42: it
+    // was called the busy job's imbalance).
+    let d = Rig::without_grace().run(12, || {
+        let mut gpus = idle(2000)();
+        gpus.iter_mut().for_each(|g| g.processes.iter_mut().for_each(|p| p.owner = None));
+        gpus
+    });
+    assert_eq!(kinds_on(&d), [(Some(3), FindingKind::IdleAllocated)]);
+    // No process read at all (processes are not sampled by default): held idle by a job of
+    // its own, or the idle half of the busy job split unevenly — both are named.
     let d = Rig::without_grace().run(12, || {
         let mut gpus = idle(2000)();
         gpus.iter_mut().for_each(|g| g.processes.clear());
         gpus
     });
-    assert_eq!(kinds_on(&d), [(Some(3), FindingKind::IdleAllocated)]);
+    assert_eq!(kinds_on(&d), [(Some(3), FindingKind::ImbalanceOrOwnJob)]);
 }
 
 #[test]
@@ -1257,15 +1306,16 @@ fn with_a_window_of_few_ticks_the_peers_of_the_gpu_they_wait_for_never_read_as_s
         let mut rig = Rig::new(window);
         let mut straggler = false;
         for _ in 0..20 {
+            // One user's job: the GPU they wait for is named a straggler once it is known.
             let devices = (0..4)
                 .map(|i| {
                     if i == 2 {
-                        return busy(i);
+                        return owned(busy(i), 1000);
                     }
                     let mut d = dipping(i);
                     d.windows.gpu_utilization = Some(WindowStats { min: 0.02, max: 0.97, mean: 0.6, count: 30 });
                     d.utilization.gpu = Some(0.6);
-                    d
+                    owned(d, 1000)
                 })
                 .collect();
             let d = rig.step(devices);

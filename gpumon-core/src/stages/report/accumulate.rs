@@ -314,6 +314,10 @@ pub(crate) fn lost(kind: FindingKind, d: &DeviceSample, busy: Option<f64>, inter
         | K::StarvationOrBubbles
         | K::IdleAllocated
         | K::Imbalance
+        | K::ImbalanceOrOwnJob
+        // Whether the GPUs it falls behind wait for it is what cannot be told: its own idle
+        // time only.
+        | K::StragglerOrOwnJob
         | K::PcieBound => busy.map_or(0.0, |b| (1.0 - b) * interval),
         K::Straggler => busy.map_or(0.0, |b| (1.0 - b) * interval) + peers_wait,
         K::MemoryBound => d.gpm.sm_activity.or(busy).map_or(0.0, |sm| (1.0 - sm.clamp(0.0, 1.0)) * interval),

@@ -71,6 +71,12 @@ pub(crate) fn advice(kind: FindingKind) -> &'static str {
         K::StarvationOrBubbles => {
             "Either the data loader starves the GPU or it is a pipeline stage idling in bubbles, and the readings cannot tell which. If the job is data-parallel: raise the loader's num_workers, pin memory and prefetch. If it is pipeline-parallel: use more micro-batches per step or an interleaved schedule. Marking steps with the job's name and rank (or sampling processes with attribution) lets gpumon tell."
         }
+        K::StragglerOrOwnJob => {
+            "Either this GPU holds back the GPUs of its job (a straggler) or it runs a job of its own at a lower level, and nothing read says which. If it is one rank of theirs: check its clocks, PCIe link and NVLink, its share of the data, and other processes on it. If it is a job of its own: it waits on its own input or host work — raise its loader's num_workers. Marking steps with the job's name and rank, or sampling processes with attribution (owners, launcher), lets gpumon tell."
+        }
+        K::ImbalanceOrOwnJob => {
+            "Either the work of one job is split unevenly and this GPU gets too little, or it holds a job of its own that idles, and nothing read says which. If one job: check the data/model sharding (device_map, balanced pipeline stages). If its own: find who holds it (a paused notebook, a finished run) and release it, or feed it. Sampling processes (--enable processes, with attribution) lets gpumon tell."
+        }
         K::PipelineBubbles => {
             "The GPUs idle in turn, not together: pipeline-parallel bubbles — use more micro-batches per step or an interleaved schedule. If this is data-parallel training, the data loaders starve the ranks unevenly: raise num_workers."
         }

@@ -175,6 +175,10 @@ pub(crate) fn evidence(
             waits(&mut out, kind, now, history, &s, peers, t);
         }
         K::Straggler => straggler(&mut out, now, history, &s, peers, t),
+        K::StragglerOrOwnJob => {
+            straggler(&mut out, now, history, &s, peers, t);
+            out.insert_str(0, "cannot tell a straggler from a job of its own: ");
+        }
         K::ExternalSlowdown => {
             temperature_phrase(&mut out, &s, now);
             power_phrase(&mut out, ", ", &s, now);
@@ -185,13 +189,22 @@ pub(crate) fn evidence(
             pct(&mut out, "DRAM bandwidth", s.dram.get());
             pct(&mut out, "memory controller", s.memory_controller.get());
         }
-        K::Imbalance => {
+        K::Imbalance | K::ImbalanceOrOwnJob => {
             pct(&mut out, "utilisation", s.level.get());
             if let Some((index, uuid, level)) = peers.peer {
                 let _ = write!(out, " while GPU {index} ({uuid}) runs at {:.0} %", level * 100.0);
             }
             memory_phrase(&mut out, now);
-            job_phrase(&mut out, peers.job);
+            if kind == K::ImbalanceOrOwnJob {
+                out.insert_str(0, "cannot tell imbalance from a job of its own: ");
+                out.push_str(
+                    "; no process is read on it and no job information (no step marks naming a job, no process owners): if \
+                     the busy GPU runs its job, the work is split unevenly; if it runs a job of its own, that job idles \
+                     on its own (waiting for input, or nothing left to run)",
+                );
+            } else {
+                job_phrase(&mut out, peers.job);
+            }
         }
         K::IdleAllocated => {
             // The rule's own test, and how often it held: a bursty GPU idle on most ticks has a
@@ -416,11 +429,13 @@ fn straggler(
     if let Some(c) = s.sm_clock.get() {
         let _ = write!(out, ", SM clock {:.0} MHz", c / 1e6);
     }
-    // With the job assumed, its peers are the GPUs holding the same memory (`peer_gap`).
+    // With the job assumed, its peers are the GPUs holding the same memory (`peer_gap`), and
+    // the finding is `straggler_or_own_job`: both readings are said.
     if !peers.job.known() {
         out.push_str(
-            "; no job information (no step marks naming a job, no process owners, no launcher common to its processes): assuming the GPUs \
-             holding the same share of memory as it (data-parallel replicas) belong to its job",
+            "; no job information (no step marks naming a job, no process owners, no launcher common to its processes): if the GPUs \
+             holding the same share of memory as it (data-parallel replicas) run its job, it holds them back at every step; if it \
+             runs a job of its own, it waits on its own work (input, host-side steps)",
         );
     }
 }

@@ -166,6 +166,7 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
         && input.past_grace
         && all.active() == 0
         && !peers.imbalance
+        && !peers.imbalance_or_own_job
         && (!peers.busy_peer || !input.group.job.known())
         && s.level.is_some_and(|l| l <= t.idle_level)
         && s.hires_max.is_none_or(|m| m <= t.idle_peak);

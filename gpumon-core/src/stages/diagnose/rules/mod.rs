@@ -488,7 +488,7 @@ fn lane_bytes_per_second(generation: u32) -> Option<f64> {
 /// Which conditions hold on one device at one tick, in [`FindingKind::ALL`] order.
 pub(crate) type Holds = [bool; KINDS];
 /// How many kinds there are.
-pub(crate) const KINDS: usize = 13;
+pub(crate) const KINDS: usize = 15;
 
 /// Position of `kind` in [`Holds`].
 pub(crate) fn slot(kind: FindingKind) -> usize {
@@ -535,8 +535,17 @@ pub(crate) fn evaluate(input: &RuleInput<'_>) -> (Holds, Wait) {
     // Behind its peers, or the lone GPU they all wait for (busy throughout while each of them
     // idles at every step): in both, every synchronous step waits for this one.
     let waits_for_slowed = input.group.waits_for_slowed_peer(s.slowed_busy || s.paces_peers);
-    let straggler =
-        (s.allocated(t) && !waits_for_slowed && !peers.imbalance && !waiting && peers.behind) || s.paces_peers;
+    let straggler = (s.allocated(t)
+        && !waits_for_slowed
+        && !peers.imbalance
+        && !peers.imbalance_or_own_job
+        && !waiting
+        && peers.behind)
+        || s.paces_peers;
+    // Which GPUs it falls behind is an assumption when nothing says which job it runs: a job of
+    // its own beside them reads the same, and an independent single-GPU job is never named a
+    // straggler on an assumption — both readings are named.
+    let job_known = input.group.job.known();
 
     holds[slot(K::DataloaderStarvation)] = waits.wait == Wait::Starved;
     holds[slot(K::MemoryBound)] = limits.memory_bound;
@@ -547,10 +556,12 @@ pub(crate) fn evaluate(input: &RuleInput<'_>) -> (Holds, Wait) {
     holds[slot(K::NearOom)] = limits.near_oom;
     holds[slot(K::PcieBound)] = waits.pcie_bound;
     holds[slot(K::HardwareErrors)] = limits.errors;
-    holds[slot(K::Straggler)] = straggler;
+    holds[slot(K::Straggler)] = straggler && job_known;
     holds[slot(K::ExternalSlowdown)] = limits.external;
     holds[slot(K::PipelineBubbles)] = waits.wait == Wait::Bubbles;
     holds[slot(K::StarvationOrBubbles)] = matches!(waits.wait, Wait::CannotTell(_));
+    holds[slot(K::StragglerOrOwnJob)] = straggler && !job_known;
+    holds[slot(K::ImbalanceOrOwnJob)] = peers.imbalance_or_own_job;
     (holds, waits.wait)
 }
 

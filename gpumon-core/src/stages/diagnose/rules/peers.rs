@@ -357,6 +357,9 @@ pub(crate) struct PeerHolds {
     /// A busy GPU of the same job (at or above `imbalance_busy`).
     pub(crate) busy_peer: bool,
     pub(crate) imbalance: bool,
+    /// It idles beside a busy GPU as in `imbalance`, but nothing says they run one job and no
+    /// process is read on it: the idle half of an uneven split, or a job of its own idling.
+    pub(crate) imbalance_or_own_job: bool,
 }
 
 /// The peer comparisons for one GPU (imbalance now; "behind" over the window).
@@ -365,16 +368,27 @@ pub(crate) fn judge(input: &RuleInput<'_>) -> PeerHolds {
     let level = s.level;
     let allocated = s.allocated(t);
     let busy_peer = group.busiest_other(input.position).is_some_and(|(l, _)| l >= t.imbalance_busy);
-    // Nothing ran on it all window, and nothing says the busy GPU is its job's: a GPU held
-    // and left idle (`idle_allocated`) reads the same as the idle half of an uneven model, and
-    // is the likelier reading — an uneven model's idle GPU still runs its layers now and then.
-    let idle_all_window = !group.job.known() && input.window.active() == 0 && level.is_some_and(|l| l <= t.idle_level);
     // Idle beside them over the window, not only at this tick: a straggler idles a share of
     // every step too, and a tick that falls in that stretch reads as low as an idle GPU.
     let idle_over_window = input.window.mean().is_none_or(|m| m <= t.imbalance_idle);
-    let imbalance =
-        allocated && level.is_some_and(|l| l <= t.imbalance_idle) && idle_over_window && busy_peer && !idle_all_window;
-    PeerHolds { behind: behind_peers(input, t), busy_peer, imbalance }
+    let idle_beside_busy = allocated && level.is_some_and(|l| l <= t.imbalance_idle) && idle_over_window && busy_peer;
+    // Whose busy GPU it idles beside, when nothing says which job either runs. The work of one
+    // model split over GPUs runs in one process (`device_map="auto"`, `nn.DataParallel`: a
+    // known job, `JobKey::Process`), and ranks of separate processes in one job synchronise —
+    // one idling a whole window while another computes leaves the other spinning in a
+    // collective, not computing. So a GPU whose own process runs on no other GPU and that
+    // nothing ties to the busy one runs a job of its own: no imbalance (its own rules —
+    // starvation, idle_allocated — judge it). With no process read at all (processes are not
+    // sampled by default), either may hold: the idle half of an uneven split, or a job of its
+    // own idling (its loader, or held with nothing running: `idle_allocated`) — both are named.
+    let (imbalance, imbalance_or_own_job) = if group.job.known() {
+        (idle_beside_busy, false)
+    } else if s.processes.is_some() {
+        (false, false)
+    } else {
+        (false, idle_beside_busy)
+    };
+    PeerHolds { behind: behind_peers(input, t), busy_peer, imbalance, imbalance_or_own_job }
 }
 
 /// One GPU persistently behind a group of busy peers doing the same work (a straggler, not a
