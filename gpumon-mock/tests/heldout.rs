@@ -18,6 +18,9 @@
 //!   findings as they are raised and cleared; `GPUMON_SIM_ONLY=<seed in hex>` runs that one
 //!   node alone. Tuning aids for the fit report.
 //!
+//! After each draw's run (120 s) every job ends — the same GPUs, idle and empty, for two
+//! windows — and every finding open then (`hardware_errors` aside) must clear within them.
+//!
 //! Regions (`sim::Region`): `shown` (the readings can show the cause), `marks-only` (only step
 //! marks can), `hidden` (nothing can: counted apart, never as a right answer), `marginal` (the
 //! wait is near the share from which it is named: counted apart).
@@ -76,6 +79,10 @@ const MAX_FALSE_CANNOT_TELL: u32 = 100;
 /// A cause must be raised within two windows of its onset (the default window is 30 s), plus
 /// the warm-up grace of `idle_allocated`.
 const RAISE_WITHIN_S: f64 = 60.0;
+
+/// Every finding open when the jobs end must clear within two windows of it (issue #42, item
+/// 5). `hardware_errors` aside: a lost GPU stays lost whatever runs on it.
+const CLEAR_WITHIN_S: f64 = 60.0;
 const IDLE_ALLOCATED_GRACE_S: f64 = 60.0;
 
 /// A verdict that names two causes it cannot tell apart (issue #42 item 4).
@@ -89,8 +96,13 @@ fn cannot_tell_covers(kind: FindingKind, cause: Option<FindingKind>) -> bool {
 }
 
 /// What one node's run said: per GPU, each kind raised and when (seconds).
+#[derive(Default)]
 struct Said {
     raised: BTreeMap<(u32, FindingKind), f64>,
+    /// The findings open at the run's end, and when each cleared after the jobs ended (seconds
+    /// after the end).
+    open_at_end: BTreeSet<(u32, FindingKind)>,
+    cleared_after_end: BTreeMap<(u32, FindingKind), f64>,
     /// The evidence each was first raised with (for `GPUMON_SIM_EVIDENCE`).
     evidence: BTreeMap<(u32, FindingKind), String>,
 }
@@ -113,10 +125,22 @@ fn run_node(node: &SimNode) -> Said {
         .collect();
     let mut numbers: BTreeMap<u32, u64> = BTreeMap::new();
     let ticks = (node.duration_s / node.interval_s).round() as u64;
-    let mut said = Said { raised: BTreeMap::new(), evidence: BTreeMap::new() };
-    for tick in 1..=ticks {
-        let mut devices = fleet.sample(tick, metrics, &DeviceFilter::all());
-        node.dress(&mut devices);
+    // After the draw's run every job ends: the same GPUs, idle and empty (the same profile and
+    // seed name them alike), for two windows — every finding open then must clear.
+    let ended = MockFleet::new(&node.profile, &gpumon_mock::Scenario::new(gpumon_mock::Workload::Idle), node.seed)
+        .expect("an idle fleet builds")
+        .with_epoch(epoch);
+    let end_ticks = ticks + (CLEAR_WITHIN_S / node.interval_s).round() as u64;
+    let mut said = Said::default();
+    for tick in 1..=end_ticks {
+        let after_end = tick > ticks;
+        let devices = if after_end {
+            ended.sample(tick, metrics, &DeviceFilter::all())
+        } else {
+            let mut devices = fleet.sample(tick, metrics, &DeviceFilter::all());
+            node.dress(&mut devices);
+            devices
+        };
         let at: SystemTime = epoch + interval.mul_f64(tick as f64);
         if let Some(gpu) = trace_gpu(node.seed) {
             if let Some(d) = devices.iter().find(|d| d.info.index == gpu) {
@@ -134,7 +158,7 @@ fn run_node(node: &SimNode) -> Said {
             }
         }
         let mut s = Snapshot::new(fleet.system(), devices).with_seq(tick).with_taken_at(at);
-        if !marking.is_empty() {
+        if !marking.is_empty() && !after_end {
             // The marks carry the job's name; the rank is the GPU's index, because
             // `StepRegistry::record_at` cannot name a run's GPUs (rank r is taken to drive GPU r).
             for (gpu, job, rank) in &marking {
@@ -147,7 +171,18 @@ fn run_node(node: &SimNode) -> Said {
             tracker.process(&mut s);
         }
         diagnoser.process(&mut s);
-        for ev in &s.output::<gpumon_core::Diagnosis>().unwrap().events {
+        let diagnosis = s.output::<gpumon_core::Diagnosis>().unwrap();
+        if tick == ticks {
+            said.open_at_end = diagnosis.active.iter().map(|f| (f.gpu.unwrap_or(u32::MAX), f.kind)).collect();
+        }
+        if after_end {
+            for ev in diagnosis.events.iter().filter(|e| e.transition == Transition::Cleared) {
+                let key = (ev.finding.gpu.unwrap_or(u32::MAX), ev.finding.kind);
+                said.cleared_after_end.entry(key).or_insert((tick - ticks) as f64 * node.interval_s);
+            }
+            continue;
+        }
+        for ev in &diagnosis.events {
             if trace_gpu(node.seed) == ev.finding.gpu {
                 println!(
                     "trace {:?} {} at {:.2}: {}",
@@ -208,6 +243,9 @@ struct Tally {
     false_cannot_tell: u32,
     /// Straggler, imbalance or bubbles said on a GPU that is its job's only one.
     single_gpu_peer_findings: u32,
+    /// Per kind: findings open when the jobs ended, those cleared within `CLEAR_WITHIN_S`, and
+    /// the sum of their times to clear (seconds).
+    clearing: BTreeMap<FindingKind, (u32, u32, f64)>,
     misses: Vec<String>,
     /// (interval band, driver period band) -> what the GPU-runs where the cause can be shown
     /// got there.
@@ -252,6 +290,19 @@ fn miss_line(what: &str, node: &SimNode, truth: &GpuTruth) -> String {
 
 fn score_node(node: &SimNode, said: &Said, t: &mut Tally) {
     t.nodes += 1;
+    for key in said.open_at_end.iter().filter(|(_, k)| *k != FindingKind::HardwareErrors) {
+        let c = t.clearing.entry(key.1).or_default();
+        c.0 += 1;
+        if let Some(&after) = said.cleared_after_end.get(key).filter(|&&a| a <= CLEAR_WITHIN_S) {
+            c.1 += 1;
+            c.2 += after;
+        } else {
+            t.misses.push(format!(
+                "not cleared within {CLEAR_WITHIN_S:.0} s of the jobs' end: {} on GPU {} seed {:#x}, interval {:.2} s",
+                key.1, key.0, node.seed, node.interval_s
+            ));
+        }
+    }
     for truth in &node.truth {
         t.gpu_runs += 1;
         *t.regions.entry(truth.region).or_default() += 1;
@@ -395,6 +446,16 @@ fn print_tables(t: &Tally, set: &str) {
     );
     println!("single-GPU jobs called straggler, imbalance or bubbles: {}", t.single_gpu_peer_findings);
     println!(
+        "\nAfter the jobs end (each GPU idle and empty), findings open then that clear within {CLEAR_WITHIN_S:.0} s \
+         (hardware_errors aside)\n"
+    );
+    println!("| kind | open at the end | cleared in time | mean time to clear |");
+    println!("|---|---|---|---|");
+    for (k, (open, cleared, secs)) in &t.clearing {
+        let mean = if *cleared == 0 { f64::NAN } else { secs / f64::from(*cleared) };
+        println!("| {k} | {open} | {cleared} | {mean:.1} s |");
+    }
+    println!(
         "\nBy sampling interval and driver period (shown + marks-only GPU-runs): causes raised in time / GPU-runs \
          with a cause; GPU-runs with a wrong kind said; \"cannot tell\"\n"
     );
@@ -529,6 +590,15 @@ fn diagnosis_accuracy_on_held_back_simulated_nodes() {
             "\"cannot tell\" said on {} GPU-runs where no cause it names is the cause (at most {MAX_FALSE_CANNOT_TELL})",
             t.false_cannot_tell
         ));
+    }
+    // Issue #42, item 5: every finding clears within two windows — here, of its jobs' end.
+    for (k, (open, cleared, _)) in &t.clearing {
+        if cleared < open {
+            failures.push(format!(
+                "{k}: {} of {open} open at the jobs' end not cleared within {CLEAR_WITHIN_S} s",
+                open - cleared
+            ));
+        }
     }
     // Issue #42: "no independent single-GPU job is ever called a straggler, an imbalance or a
     // bubble" — with no job known, the comparing rules name both readings instead.

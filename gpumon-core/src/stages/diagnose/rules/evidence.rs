@@ -73,7 +73,7 @@ fn summarize(history: &Ring<Past>, reason_bits: u64) -> Summary {
 
 fn pct(out: &mut String, label: &str, v: Option<f64>) {
     if let Some(v) = v {
-        if !out.is_empty() {
+        if !out.is_empty() && !out.ends_with(' ') {
             out.push_str(", ");
         }
         let _ = write!(out, "{label} {:.0} %", v * 100.0);
@@ -262,6 +262,36 @@ fn job_phrase(out: &mut String, job: JobKey) {
     }
 }
 
+/// The share of the window each reading of `starvation_or_bubbles` explains, when it is known
+/// (issue #42, item 4): `idle`, the window's idle share; `with_peers`, the share of the job's
+/// other GPUs reading idle at the ticks this one read idle. Idle while they idle too is a
+/// shared wait (ranks waiting for input); idle while they compute is a turn (a stage's bubble).
+/// With no job known every idle moment is one or the other, whichever the other GPUs are; with
+/// readings too coarse to pair, how it splits is not known and nothing is said.
+fn shares_phrase(out: &mut String, why: Option<Undecided>, idle: f64, with_peers: Option<f64>) {
+    match (why, with_peers) {
+        (Some(Undecided::NoJobKnown | Undecided::OthersWaitUnseen), _) => {
+            let _ = write!(
+                out,
+                "its idle {:.0} % of the window is all one or the other — bubbles if those GPUs are its job's \
+                 stages, its own loader's waits if not; ",
+                idle * 100.0
+            );
+        }
+        (Some(Undecided::Mixed), Some(together)) => {
+            let together = together.clamp(0.0, 1.0);
+            let _ = write!(
+                out,
+                "of the window, about {:.0} % idle while the job's other GPUs idled too (as ranks waiting for \
+                 input do) and {:.0} % idle while they computed (as a pipeline stage's bubbles do); ",
+                idle * together * 100.0,
+                idle * (1.0 - together) * 100.0
+            );
+        }
+        _ => {}
+    }
+}
+
 /// Starvation, bubbles, or the two undecided: the level, the swings, the idle stretches, how
 /// the other GPUs of the job idled, the marked steps and the region the readings can show.
 fn waits(
@@ -274,6 +304,8 @@ fn waits(
     t: &Thresholds,
 ) {
     use FindingKind as K;
+    let mut sw = Swings::default();
+    history.iter().for_each(|h| sw.entered(h.swing(t)));
     if kind == K::StarvationOrBubbles {
         out.push_str("cannot tell data loader starvation from pipeline bubbles: ");
         match peers.undecided {
@@ -287,19 +319,25 @@ fn waits(
                  stretches are too short for the driver's sampling period, or too few readings were clearly \
                  idle and clearly busy; ",
             ),
+            Some(Undecided::OthersWaitUnseen) => out.push_str(
+                "other GPUs with work wait a share of the time too, in stretches too short for the driver's \
+                 sampling to show, and nothing says they run its job (the next stages of a pipeline read so, as \
+                 do other jobs); ",
+            ),
             Some(Undecided::Mixed) => out.push_str(
                 "the other GPUs of its job idle partly with it and partly in turn: neither data-parallel ranks \
                  waiting together nor pipeline stages waiting in turn reads clearly; ",
             ),
             None => {}
         }
+        if let Some(level) = s.level.get() {
+            shares_phrase(out, peers.undecided, 1.0 - level.clamp(0.0, 1.0), sw.peers_idle_when_idle());
+        }
     }
     pct(out, "utilisation mean", s.level.get());
     if let (Some(min), Some(max)) = (s.hires_min.get(), s.hires_max.get()) {
         let _ = write!(out, ", min {:.0} % / max {:.0} % within the interval", min * 100.0, max * 100.0);
     }
-    let mut sw = Swings::default();
-    history.iter().for_each(|h| sw.entered(h.swing(t)));
     if sw.readings() > 0 {
         let share = |k: usize| k as f64 * 100.0 / sw.readings() as f64;
         let (low, high) = sw.low_high();

@@ -35,6 +35,10 @@ pub(crate) enum Undecided {
     TooShortToSee,
     /// They idle partly together, partly in turn: neither pattern is clear.
     Mixed,
+    /// Nothing says which GPUs run its job, and none of the others is seen going busy and
+    /// idle, but some wait a share worth naming in stretches too short to read: the next stages
+    /// of its pipeline, or other jobs.
+    OthersWaitUnseen,
 }
 
 /// What the host-side-wait rules conclude on one GPU.
@@ -197,7 +201,19 @@ fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
         group.cycling_peers(s.cycling)
     };
     if peers == 0 {
-        return if starving { Wait::Starved } else { Wait::None };
+        // With the job assumed and none of the others seen going busy and idle, some of them
+        // may still wait a share worth naming, in stretches shorter than the driver's period
+        // (read flat): the next stages of a pipeline whose bubbles this GPU's idle stretches
+        // are, or other jobs. Nothing says which, and a pipeline stage called starved sends
+        // its owner to the loader: both are named. (Fit set, 16 000 GPU-runs: starvation
+        // precision 0.968 → 0.980, 13 starving GPUs moved to "cannot tell", 9 stages no
+        // longer called starved.)
+        let others_wait = group.waiting_some.saturating_sub(usize::from(s.waiting_some)) > 0;
+        return match (starving, bubbling && others_wait && !group.job.known()) {
+            (true, true) => Wait::CannotTell(Undecided::OthersWaitUnseen),
+            (true, false) => Wait::Starved,
+            (false, _) => Wait::None,
+        };
     }
     if !(starving || bubbling) {
         return Wait::None;

@@ -332,6 +332,13 @@ impl Swings {
         })
     }
 
+    /// The share of the job's other GPUs reading idle at the ticks this one read idle, on
+    /// average (the idle side of [`Swings::co_idling`]); `None` before [`MIN_SIDE_TICKS`] such
+    /// ticks.
+    pub(crate) fn peers_idle_when_idle(&self) -> Option<f64> {
+        (self.co_idle >= MIN_SIDE_TICKS).then(|| self.co_idle_sum_micros as f64 / 1e6 / self.co_idle as f64)
+    }
+
     /// Counts a tick in (it entered the window).
     pub(crate) fn entered(&mut self, r: Option<SwingReading>) {
         if r.is_some_and(|r| r.loading) {
