@@ -41,6 +41,7 @@ impl Diagnoser {
             if let Some(position) = self.groups.groups[g].pacing_gpu() {
                 self.scratch[position].paces_peers = true;
                 self.groups.groups[g].slowed += 1;
+                self.groups.groups[g].offer_slowed_memory(self.scratch[position].memory_ratio());
             }
         }
     }
@@ -334,6 +335,9 @@ fn offer(group: &mut PeerGroup, stats: &mut TickStats, swings: &rules::Swings, p
     group.pending_busy += usize::from(stats.pending_busy);
     stats.slowed_busy = busy_throughout && stats.held_down(t);
     group.slowed += usize::from(stats.slowed_busy);
+    if stats.slowed_busy {
+        group.offer_slowed_memory(stats.memory_ratio());
+    }
     if !busy_throughout && position < 128 {
         group.not_busy_throughout |= 1 << position;
     }
@@ -426,8 +430,20 @@ fn waited_for_phrase(evidence: &mut String, snapshot: &Snapshot, kind: FindingKi
     if !(slowed_finding || pacing_finding) {
         return;
     }
+    // With the job assumed, those waiting for a slowed GPU are its replicas: the GPUs holding
+    // the same share of memory (`PeerGroup::waits_for_slowed_peer`).
+    let replica = |p: usize| {
+        !slowed_finding || ctx.group.job.known() || {
+            let d = &snapshot.devices[p];
+            let ratio = match (d.memory.used, d.memory.total) {
+                (Some(u), Some(t)) if t > 0 => Some(u as f64 / t as f64),
+                _ => None,
+            };
+            ctx.group.holds_slowed_memory(ratio)
+        }
+    };
     let waiting: Vec<String> = (0..snapshot.devices.len().min(128))
-        .filter(|&p| p != position && ctx.group.not_busy_throughout & (1 << p) != 0)
+        .filter(|&p| p != position && ctx.group.not_busy_throughout & (1 << p) != 0 && replica(p))
         .map(|p| snapshot.devices[p].info.index.to_string())
         .collect();
     if waiting.is_empty() {

@@ -1092,6 +1092,39 @@ fn peers_waiting_for_a_slowed_busy_gpu_are_not_bubbles_and_its_finding_names_the
 }
 
 #[test]
+fn a_throttled_gpu_holding_other_memory_does_not_silence_a_job_starving_beside_it() {
+    // No job information. GPU 0 throttled and busy throughout; GPUs 1 and 2 starve together.
+    // Holding the same memory as GPU 0 (replicas of one model), they are taken to wait for it
+    // (the test above); holding other memory — another job's model — their loaders starve
+    // them, and GPU 0's finding claims no waiting peers (fit seed 0x42: a single-GPU job
+    // starving beside a GPU under an external slowdown was silenced).
+    let mut raised = Vec::new();
+    let mut rig = Rig::new(10);
+    for tick in 0..40u32 {
+        let idle = tick.is_multiple_of(2);
+        let starving = |i: u32| {
+            let mut d = one_sample(i, if idle { 0.02 } else { 0.95 }, true);
+            d.memory.used = d.memory.used.map(|u| u / 2);
+            d
+        };
+        let d = rig.step(vec![hot_and_busy(0), starving(1), starving(2)]);
+        raised.extend(d.events.iter().filter(|e| e.transition == Transition::Raised).map(|e| e.finding.clone()));
+    }
+    let mut kinds: Vec<_> = raised.iter().map(|f| (f.gpu, f.kind)).collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            (Some(0), FindingKind::ThermalThrottling),
+            (Some(1), FindingKind::DataloaderStarvation),
+            (Some(2), FindingKind::DataloaderStarvation),
+        ]
+    );
+    let thermal = raised.iter().find(|f| f.kind == FindingKind::ThermalThrottling).unwrap();
+    assert!(!thermal.evidence.contains("they wait for it"), "{}", thermal.evidence);
+}
+
+#[test]
 fn pcie_bound_reads_the_level_over_the_window_not_the_interval() {
     // The review's memcopy case at short intervals: 0.4 s compute bursts at 90 % between copies
     // at 85 % of the link; each tick is all burst or all copy, and the burst ticks read busy.

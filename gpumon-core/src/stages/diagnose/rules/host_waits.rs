@@ -150,7 +150,7 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
     // level are the wait at each step, and the slowed GPU's finding names the cause. Not while
     // another GPU is busy on every reading so far but has too few readings to tell whether it
     // is busy throughout — what this GPU would be waiting for.
-    let waits = input.group.waits_for_slowed_peer(s.slowed_busy || s.paces_peers);
+    let waits = input.group.waits_for_slowed_peer(s.slowed_busy || s.paces_peers, s.memory_ratio());
     let judged = input.group.pending_busy == usize::from(s.pending_busy);
     // Behind peers that spin while they wait for it: a straggler, not a loader (a starving
     // loader holds back every rank alike).

@@ -534,7 +534,7 @@ pub(crate) fn evaluate(input: &RuleInput<'_>) -> (Holds, Wait) {
     let waiting = !matches!(waits.wait, Wait::None);
     // Behind its peers, or the lone GPU they all wait for (busy throughout while each of them
     // idles at every step): in both, every synchronous step waits for this one.
-    let waits_for_slowed = input.group.waits_for_slowed_peer(s.slowed_busy || s.paces_peers);
+    let waits_for_slowed = input.group.waits_for_slowed_peer(s.slowed_busy || s.paces_peers, s.memory_ratio());
     let straggler = (s.allocated(t)
         && !waits_for_slowed
         && !peers.imbalance

@@ -81,6 +81,9 @@ pub(crate) struct PeerGroup {
     /// memory to within a few percent (see [`PeerGroup::uniform_memory`]).
     pub(crate) memory_low: f64,
     pub(crate) memory_high: f64,
+    /// The lowest and highest share of memory used among the slowed GPUs (`slowed`).
+    slowed_memory_low: f64,
+    slowed_memory_high: f64,
     /// Allocated GPUs whose window's mean level is at or below `bubbles_max_mean`: they wait
     /// a share of the time worth naming, seen in stretches or not (a driver period longer
     /// than their stretches averages them into a flat reading).
@@ -115,6 +118,8 @@ impl PeerGroup {
             unslowed_busy: None,
             memory_low: f64::INFINITY,
             memory_high: f64::NEG_INFINITY,
+            slowed_memory_low: f64::INFINITY,
+            slowed_memory_high: f64::NEG_INFINITY,
             lowest_means: [None; 2],
             highest_means: [None; 2],
             means: 0,
@@ -194,9 +199,33 @@ impl PeerGroup {
 
     /// Whether another allocated GPU than this one (`self_slowed`: this one is
     /// [`TickStats::slowed_busy`] or [`TickStats::paces_peers`]) is busy throughout while the
-    /// others wait for it: this GPU waits for it.
-    pub(crate) fn waits_for_slowed_peer(&self, self_slowed: bool) -> bool {
-        self.slowed > usize::from(self_slowed)
+    /// others wait for it: this GPU waits for it. With the job assumed, only a slowed GPU
+    /// holding the same share of memory as this one (`memory`), within [`SAME_MEMORY`] — a
+    /// replica of its model: a throttled GPU of another job does not hold back a job starving
+    /// beside it, and taking it for the one they wait for silenced their starvation (fit seed
+    /// 0x42: a single-GPU job starving beside a GPU under an external slowdown).
+    pub(crate) fn waits_for_slowed_peer(&self, self_slowed: bool, memory: Option<f64>) -> bool {
+        self.slowed > usize::from(self_slowed) && (self.job.known() || self.holds_slowed_memory(memory))
+    }
+
+    /// Counts a slowed GPU's share of memory in (see [`PeerGroup::waits_for_slowed_peer`]).
+    pub(crate) fn offer_slowed_memory(&mut self, ratio: Option<f64>) {
+        if let Some(r) = ratio {
+            self.slowed_memory_low = self.slowed_memory_low.min(r);
+            self.slowed_memory_high = self.slowed_memory_high.max(r);
+        }
+    }
+
+    /// Whether a GPU holding `memory` holds what a slowed GPU of the group holds, within
+    /// [`SAME_MEMORY`] (the slowed GPUs' lowest and highest share: one slowed GPU exactly).
+    pub(crate) fn holds_slowed_memory(&self, memory: Option<f64>) -> bool {
+        memory.is_some_and(|m| m >= self.slowed_memory_low - SAME_MEMORY && m <= self.slowed_memory_high + SAME_MEMORY)
+    }
+
+    /// Whether the group is one job as far as can be told: known, or assumed with every GPU
+    /// holding the same memory.
+    pub(crate) fn shares_one_job(&self) -> bool {
+        self.job.known() || self.uniform_memory()
     }
 
     /// The busiest allocated GPU of the job other than the one at `position`.
@@ -221,7 +250,7 @@ impl PeerGroup {
     /// beside cycling ones whose memory differs is likelier a job of its own next to a pipeline
     /// or a starving job than the one they all wait for.
     pub(crate) fn pacing_gpu(&self) -> Option<usize> {
-        let lone = (self.job.known() || self.uniform_memory())
+        let lone = self.shares_one_job()
             && self.slowed == 0
             && self.busy_throughout == 1
             && self.with_level >= 3
