@@ -37,7 +37,7 @@ const RECALL_FLOOR: f64 = 0.95;
 const KIND_FLOORS: &[(FindingKind, f64, f64)] =
     &[(FindingKind::DataloaderStarvation, 0.90, 0.90), (FindingKind::PipelineBubbles, 0.60, 0.95)];
 
-/// "Cannot tell starvation from bubbles" said where neither is the cause: at most this many
+/// "Cannot tell" said where no cause it names is the cause: at most this many
 /// GPU-runs (42 on 2026-12-06), a regression guard.
 const MAX_FALSE_CANNOT_TELL: u32 = 42;
 
@@ -344,7 +344,7 @@ fn diagnosis_accuracy_on_the_corpus_at_every_sampling_setting() {
         if k.cannot_tell() {
             // Its right answers are counted apart; only its false raises are judged.
             if s.fp > MAX_FALSE_CANNOT_TELL {
-                failures.push(format!("{k}: said on {} GPU-runs where neither is the cause", s.fp));
+                failures.push(format!("{k}: said on {} GPU-runs where no cause it names is the cause", s.fp));
             }
         } else if precision < p_floor || recall < r_floor {
             failures.push(format!("{k}: precision {precision:.3}, recall {recall:.3}"));
@@ -360,7 +360,7 @@ fn diagnosis_accuracy_on_the_corpus_at_every_sampling_setting() {
         println!("| {cause} | {} |", cells.join(" | "));
     }
     println!(
-        "\n\"cannot tell starvation from bubbles\" where one of them is the cause: {cannot_tell} of {gpu_runs} \
+        "\n\"cannot tell\" where a cause it names is the cause: {cannot_tell} of {gpu_runs} \
          supported GPU-runs ({:.1} %), counted apart: {}",
         100.0 * f64::from(cannot_tell) / f64::from(gpu_runs.max(1)),
         cannot_tell_by_entry.iter().map(|(e, n)| format!("{e} {n}")).collect::<Vec<_>>().join(", ")

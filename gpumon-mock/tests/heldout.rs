@@ -53,14 +53,15 @@ const HELD_BACK_GPU_RUNS: u32 = 8000;
 /// (2026-12-07, 8 000 GPU-runs, the rules of issue #42 as they stood, tuned on the fit set
 /// only), rounded down to 0.05 — so they guard against regressions; they are not the issue's
 /// goal (0.95 / 0.90 for every kind), which starvation, bubbles, straggler and imbalance do not
-/// reach. Round 1 read higher (bubbles 0.929 / 0.684 on 2 000 GPU-runs): rerun after each change,
+/// reach. `imbalance` raised to the goal (0.95 / 0.95) once it read 1.000 / 1.000 (the second
+/// session of 2026-12-07: with no job known, both readings are named). Round 1 read higher (bubbles 0.929 / 0.684 on 2 000 GPU-runs): rerun after each change,
 /// it had come to agree with the rules. The draws are deterministic: a figure moves only when
 /// the rules or the simulator change. A kind with no GPU-runs in a run is not judged.
 const FLOORS: &[(&str, f64, f64)] = &[
     ("dataloader_starvation", 0.90, 0.90),
     ("pipeline_bubbles", 0.75, 0.55),
     ("straggler", 0.95, 0.85),
-    ("imbalance", 0.85, 0.95),
+    ("imbalance", 0.95, 0.95),
     ("idle_allocated", 0.95, 0.95),
     ("memory_bound", 0.95, 0.95),
     ("pcie_bound", 0.95, 0.95),
