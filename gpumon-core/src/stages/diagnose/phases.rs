@@ -331,6 +331,9 @@ fn offer(group: &mut PeerGroup, stats: &mut TickStats, swings: &rules::Swings, p
     }
     stats.waiting_some = window.mean().is_some_and(|m| m <= t.bubbles_max_mean);
     group.waiting_some += usize::from(stats.waiting_some);
+    let dips_within = matches!((stats.hires_min, stats.hires_max), (Some(lo), Some(hi)) if lo <= t.starvation_dip && hi >= t.starvation_peak);
+    stats.waiting_unseen = stats.waiting_some && !stats.cycling && !dips_within;
+    group.waiting_unseen += usize::from(stats.waiting_unseen);
     stats.pending_busy = window.busy_so_far();
     group.pending_busy += usize::from(stats.pending_busy);
     stats.slowed_busy = busy_throughout && stats.held_down(t);

@@ -1587,6 +1587,12 @@ fn a_starving_gpu_beside_others_that_wait_unseen_with_no_job_known_names_both() 
     assert_eq!(kinds_on(&run(&[0.70, 0.97], true)), [(Some(0), FindingKind::DataloaderStarvation)]);
     // Beside a busy GPU only (97 %): it waits for nothing worth naming, no stage of anyone's.
     assert_eq!(kinds_on(&run(&[0.97], false)), [(Some(0), FindingKind::DataloaderStarvation)]);
+    // Ranks starving together in a window of few ticks: each interval's driver samples show
+    // their dips and peaks, too few ticks to see them go busy and idle across the window. Their
+    // waits are seen, not "unseen": they starve (the agent's short-window runs caught this).
+    let d = Rig::new(3).run(12, || (0..4).map(dipping).collect());
+    let expected: Vec<_> = (0..4).map(|g| (Some(g), FindingKind::DataloaderStarvation)).collect();
+    assert_eq!(kinds_on(&d), expected);
 }
 
 #[test]

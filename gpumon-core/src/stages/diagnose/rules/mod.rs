@@ -118,6 +118,10 @@ pub(crate) struct TickStats {
     /// Its window's mean level is at or below `bubbles_max_mean` (see
     /// [`PeerGroup::waiting_some`]).
     pub(crate) waiting_some: bool,
+    /// It waits some ([`TickStats::waiting_some`]) and nothing shows its waits: it is not seen
+    /// going busy and idle across the window's ticks, nor within this interval (see
+    /// [`PeerGroup::waiting_unseen`]).
+    pub(crate) waiting_unseen: bool,
     /// The peers' mean level less its own this tick, when its job's other GPUs are busy (see
     /// [`peer_gap`]).
     pub(crate) peer_gap: Option<f64>,
@@ -315,6 +319,7 @@ impl TickStats {
             cycling: false,
             busy_throughout: false,
             waiting_some: false,
+            waiting_unseen: false,
             peer_gap: None,
             peers_idle: None,
             peers_level: None,

@@ -88,6 +88,9 @@ pub(crate) struct PeerGroup {
     /// a share of the time worth naming, seen in stretches or not (a driver period longer
     /// than their stretches averages them into a flat reading).
     pub(crate) waiting_some: usize,
+    /// Of those, the ones whose waits nothing shows ([`TickStats::waiting_unseen`]): flat
+    /// readings, their idle stretches shorter than the driver's period.
+    pub(crate) waiting_unseen: usize,
     /// The last GPU busy throughout with no slowdown reason (see [`TickStats::paces_peers`]).
     pub(crate) unslowed_busy: Option<usize>,
     /// The two lowest and the two highest window means of the allocated GPUs: (mean, position).
@@ -115,6 +118,7 @@ impl PeerGroup {
             busy_throughout: 0,
             cycling: 0,
             waiting_some: 0,
+            waiting_unseen: 0,
             unslowed_busy: None,
             memory_low: f64::INFINITY,
             memory_high: f64::NEG_INFINITY,
