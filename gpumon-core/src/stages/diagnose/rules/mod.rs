@@ -9,8 +9,9 @@
 //!
 //! The rules come in families, one file each:
 //! - [`hardware`]: limits of the GPU itself — clocks held down, memory, errors;
-//! - [`peers`]: comparisons between the GPUs of one job — imbalance, straggler — and the job
-//!   groups themselves;
+//! - [`peers`]: comparisons between the GPUs of one job — imbalance, straggler, or with no job
+//!   known the two named with their look-alike (a job of its own) — and the job groups
+//!   themselves;
 //! - [`host_waits`]: a GPU waiting on something outside it — its input, the other pipeline
 //!   stages (or one of the two, when the data cannot tell), host-device copies, nothing.
 //!

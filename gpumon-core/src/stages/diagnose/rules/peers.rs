@@ -12,6 +12,9 @@
 //!    several GPUs);
 //! 4. none of these: the GPUs with work are assumed to belong to one job, and the evidence says
 //!    so (a straggler's peers are then the GPUs holding the same memory as it: [`peer_gap`]).
+//!    An assumption decides nothing that compares GPUs: the findings name both readings
+//!    (`straggler_or_own_job`, `imbalance_or_own_job`, `starvation_or_bubbles`), since a job of
+//!    its own beside the others reads the same.
 //!
 //! A GPU busy throughout its window (never idle) is a peer for the straggler and imbalance
 //! rules, but not a pipeline stage nor a rank idling with the others: it is left out of the
