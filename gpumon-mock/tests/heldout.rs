@@ -6,7 +6,8 @@
 //! of it, as in the agent) and prints, per kind and per region, precision, recall and time to
 //! raise, a confusion matrix and the share of "cannot tell" verdicts; it fails below `FLOORS`.
 //!
-//! - `fit_set_report` (ignored: run by hand with `--ignored fit_set_report --nocapture`) prints
+//! - `manual_fit_set_report` (ignored, and skipped by `scripts/test.sh` as every `manual_` test:
+//!   run by hand with `--ignored fit_set_report --nocapture`) prints
 //!   the same tables for the FIT set, the one to tune thresholds on, and asserts no floor. Never
 //!   tune on the held-back set; its figures count only because nothing was fitted to them.
 //! - `GPUMON_SIM_GPU_RUNS=n` sets how many GPU-runs the fit report draws (default 4000); the
@@ -559,7 +560,7 @@ fn run_set(set: &str, bit: u64, gpu_runs: u32) -> Tally {
 
 #[test]
 #[ignore = "tuning report on the FIT seed set, run by hand: cargo test -p gpumon-mock --test heldout -- --ignored fit_set_report --nocapture"]
-fn fit_set_report() {
+fn manual_fit_set_report() {
     run_set("FIT", 0, env_num("GPUMON_SIM_GPU_RUNS", 4000));
 }
 
