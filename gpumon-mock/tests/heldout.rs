@@ -87,11 +87,6 @@ const RAISE_WITHIN_S: f64 = 60.0;
 const CLEAR_WITHIN_S: f64 = 60.0;
 const IDLE_ALLOCATED_GRACE_S: f64 = 60.0;
 
-/// A verdict that names two causes it cannot tell apart (issue #42 item 4).
-fn is_cannot_tell(kind: FindingKind) -> bool {
-    kind.cannot_tell()
-}
-
 /// Whether a "cannot tell" verdict names `cause` among its readings.
 fn cannot_tell_covers(kind: FindingKind, cause: Option<FindingKind>) -> bool {
     cause.is_some_and(|c| kind.names_causes().contains(&c))
@@ -343,7 +338,7 @@ fn score_node(node: &SimNode, said: &Said, t: &mut Tally) {
         // "Cannot tell" excuses a missing right answer (it is counted apart, never as one), but
         // not a wrong one said beside it: another kind said on the GPU still counts against
         // that kind.
-        let undecided = kinds.iter().any(|k| is_cannot_tell(*k));
+        let undecided = kinds.iter().any(|k| k.cannot_tell());
         if undecided {
             t.cannot_tell += 1;
             let covered = kinds.iter().any(|k| cannot_tell_covers(*k, truth.cause));
@@ -380,7 +375,7 @@ fn score_node(node: &SimNode, said: &Said, t: &mut Tally) {
             }
         }
         let mut wrong = false;
-        for k in kinds.iter().filter(|k| Some(**k) != truth.cause && !is_cannot_tell(**k)) {
+        for k in kinds.iter().filter(|k| Some(**k) != truth.cause && !k.cannot_tell()) {
             t.scores.entry((region, *k)).or_default().fp += 1;
             miss(format!("false {k}"));
             wrong = true;

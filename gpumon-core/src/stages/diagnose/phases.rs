@@ -436,14 +436,9 @@ fn waited_for_phrase(evidence: &mut String, snapshot: &Snapshot, kind: FindingKi
     // With the job assumed, those waiting for a slowed GPU are its replicas: the GPUs holding
     // the same share of memory (`PeerGroup::waits_for_slowed_peer`).
     let replica = |p: usize| {
-        !slowed_finding || ctx.group.job.known() || {
-            let d = &snapshot.devices[p];
-            let ratio = match (d.memory.used, d.memory.total) {
-                (Some(u), Some(t)) if t > 0 => Some(u as f64 / t as f64),
-                _ => None,
-            };
-            ctx.group.holds_slowed_memory(ratio)
-        }
+        !slowed_finding
+            || ctx.group.job.known()
+            || ctx.group.holds_slowed_memory(snapshot.devices[p].memory.used_ratio())
     };
     let waiting: Vec<String> = (0..snapshot.devices.len().min(128))
         .filter(|&p| p != position && ctx.group.not_busy_throughout & (1 << p) != 0 && replica(p))
