@@ -125,8 +125,6 @@ struct Track {
     history: Ring<Past>,
     /// Running counts over `history` for the multi-tick rules.
     swings: rules::Swings,
-    /// The lowest and highest reading over `history` (the steps' spread check).
-    extremes: window::Extremes,
     /// Which conditions held on each tick of the window, per kind.
     tallies: Tallies<KINDS>,
     raised: RaisedSet,

@@ -128,7 +128,6 @@ impl Diagnoser {
             s: &stats,
             history: &track.history,
             window,
-            extremes: &track.extremes,
             group,
             position,
             active: &active,
@@ -141,11 +140,8 @@ impl Diagnoser {
             _ => None,
         };
         track.swings = window;
-        let (low, high) = stats.reading_extremes();
-        track.extremes.entered(low, high);
         if let Some(left) = track.history.push(stats.past()) {
             track.swings.left(left.swing(&t));
-            track.extremes.left();
         }
         let enabled: Holds = std::array::from_fn(|k| !self.config.disabled.contains(&FindingKind::ALL[k]));
         track.tallies.push(std::array::from_fn(|k| holds[k] && enabled[k]));
@@ -272,7 +268,6 @@ impl Track {
         Track {
             history: Ring::new(ticks),
             swings: rules::Swings::default(),
-            extremes: super::window::Extremes::default(),
             tallies: Tallies::new(ticks),
             raised: RaisedSet::default(),
             counters: Counters::default(),

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::advice::LONG_IDLE_SECS;
 use super::host_waits::{Undecided, IN_TURN, TOGETHER};
 use super::peers::JobKey;
-use super::swings::{idle_stretches, Swings, TURN_PERIODS};
+use super::swings::{idle_stretches, Swings, STEP_MIN_SPREAD, TURN_PERIODS};
 use super::{Past, Reading, TickStats};
 use crate::model::ClockEventReasons;
 use crate::stages::diagnose::finding::FindingKind;
@@ -28,6 +28,10 @@ struct Summary {
     pcie: Mean,
     reason_ticks: usize,
     ticks: usize,
+    /// The lowest and highest driver reading over the window (high-resolution samples, else
+    /// the latest readings): how far the readings spread.
+    readings_low: Option<f64>,
+    readings_high: Option<f64>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -66,6 +70,12 @@ fn summarize(history: &Ring<Past>, reason_bits: u64) -> Summary {
         }
         if h.has_reason(reason_bits) {
             s.reason_ticks += 1;
+        }
+        if let Some(low) = h.hires_min.get().or(h.util.get()) {
+            s.readings_low = Some(s.readings_low.map_or(low, |m: f64| m.min(low)));
+        }
+        if let Some(high) = h.hires_max.get().or(h.util.get()) {
+            s.readings_high = Some(s.readings_high.map_or(high, |m: f64| m.max(high)));
         }
     }
     s
@@ -385,6 +395,21 @@ fn waits(
             (1.0 - m).clamp(0.0, 1.0) * 100.0,
             sw.step_ticks()
         );
+        // Marked steps decide however little the readings vary (issue #42): a step 60 % idle
+        // waits on its host for 60 % of the time. Flat readings say how: the idle is spread too
+        // thinly for the driver to show, which a loader's short waits and a loop bound by its
+        // CPU (host work between small kernels) both read as. The evidence names both.
+        if let (Some(low), Some(high)) = (s.readings_low, s.readings_high) {
+            if high - low < STEP_MIN_SPREAD {
+                let _ = write!(
+                    out,
+                    ", its readings flat (within {:.0} points): the idle is spread thinner than the driver's \
+                     sampling shows — waits on input shorter than its period, or host work between small \
+                     kernels (a loop bound by its CPU: larger batches, CUDA graphs or torch.compile help there)",
+                    (high - low) * 100.0
+                );
+            }
+        }
     }
     memory_phrase(out, now);
     pct(out, "memory controller", s.memory_controller.get());

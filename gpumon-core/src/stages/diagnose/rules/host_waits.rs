@@ -4,7 +4,7 @@
 //! (`idle_allocated`).
 
 use super::peers::PeerHolds;
-use super::swings::{back_and_forth, idle_stretches, one_pause, readings_spread, Swings, STEP_MIN_SPREAD};
+use super::swings::{back_and_forth, idle_stretches, one_pause, Swings};
 use super::{Past, RuleInput, TickStats};
 use crate::stages::diagnose::window::Ring;
 use crate::stages::diagnose::Thresholds;
@@ -144,8 +144,7 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
     let from_steps = all.step_mean().is_some_and(|m| m > 0.0 && m <= t.starvation_max_mean)
         && all.most_steps_wait()
         && quiet_memory
-        && !peers.behind
-        && readings_spread(input.extremes, s) >= STEP_MIN_SPREAD;
+        && !peers.behind;
     // Waiting for a slowed peer (see `PeerGroup::slowed`): the idle stretches and the lower
     // level are the wait at each step, and the slowed GPU's finding names the cause. Not while
     // another GPU is busy on every reading so far but has too few readings to tell whether it

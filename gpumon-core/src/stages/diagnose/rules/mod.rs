@@ -29,7 +29,7 @@ use std::time::SystemTime;
 use crate::model::{ClockEventReasons, DeviceSample};
 use crate::stages::diagnose::finding::{FindingKind, Severity};
 
-use super::window::{Extremes, Ring};
+use super::window::Ring;
 use super::Thresholds;
 pub(crate) use host_waits::Wait;
 
@@ -329,13 +329,6 @@ impl TickStats {
         }
     }
 
-    /// This tick's lowest and highest reading for [`Extremes`]: its driver samples' within the
-    /// interval, else the latest reading (NaN is none).
-    pub(crate) fn reading_extremes(&self) -> (Option<f64>, Option<f64>) {
-        let real = |v: Option<f64>| v.filter(|v| !v.is_nan());
-        (real(self.hires_min.or(self.util)), real(self.hires_max.or(self.util)))
-    }
-
     /// What the window keeps of this tick; `idle_together` from its job's other GPUs.
     pub(crate) fn past(&self) -> Past {
         Past {
@@ -508,8 +501,6 @@ pub(crate) struct RuleInput<'a> {
     pub(crate) history: &'a Ring<Past>,
     /// The window's running counts, this tick included.
     pub(crate) window: Swings,
-    /// The lowest and highest reading over the window before this tick.
-    pub(crate) extremes: &'a Extremes,
     /// The GPUs of its job (see [`peers`]).
     pub(crate) group: &'a PeerGroup,
     /// Its position in the snapshot.

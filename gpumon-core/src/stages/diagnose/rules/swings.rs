@@ -3,7 +3,7 @@
 //! and leave the window rather than re-read from it.
 
 use super::{Past, TickStats};
-use crate::stages::diagnose::window::{Extremes, Ring};
+use crate::stages::diagnose::window::Ring;
 use crate::stages::diagnose::Thresholds;
 
 /// One tick's part in [`Swings`].
@@ -144,20 +144,6 @@ pub(crate) fn back_and_forth(history: &Ring<Past>, now: Option<SwingReading>, t:
         }
     }
     false
-}
-
-/// The spread of the window's driver readings (this tick's included): the highest sample (else
-/// latest reading) less the lowest. 0 without any reading.
-pub(crate) fn readings_spread(window: &Extremes, now: &TickStats) -> f64 {
-    let ((lo, hi), (now_lo, now_hi)) = (window.get(), now.reading_extremes());
-    let either = |a: Option<f64>, b: Option<f64>, pick: fn(f64, f64) -> f64| match (a, b) {
-        (Some(a), Some(b)) => Some(pick(a, b)),
-        (a, b) => a.or(b),
-    };
-    match (either(lo, now_lo, f64::min), either(hi, now_hi, f64::max)) {
-        (Some(lo), Some(hi)) if hi >= lo => hi - lo,
-        _ => 0.0,
-    }
 }
 
 /// Busy and idle in turn across the window's ticks, whatever each interval holds: kept up to
