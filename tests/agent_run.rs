@@ -346,6 +346,56 @@ fn the_report_is_about_the_gpus_the_job_s_processes_were_seen_on() {
     assert_eq!(steps.runs.iter().map(|r| r.last_step).collect::<Vec<_>>(), [Some(5), Some(5)]);
 }
 
+/// The `run` command's process tree names the job for diagnosis (issue #42, item 1), before
+/// anything else: on the fake libnvidia-ml's `imbalance` scenario (GPU 0 busy at 95 %, GPU 1
+/// idle at 9 % holding as much memory), the job's processes listed on both and nothing else
+/// saying they are one job (no owners, no marks naming the GPUs, several processes on each), GPU
+/// 1 is the idle half of the run's uneven split: `imbalance`. Without the tree, its own process
+/// read and no job known, it would be a job of its own (nothing named). The ranks mark no steps
+/// (marks naming rank `r` would put the job on GPU `r` by themselves).
+#[test]
+fn the_run_s_process_tree_is_the_job_diagnosis_compares() {
+    let usable = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(usable, "this test needs `unshare --user --pid --mount-proc` (util-linux, user namespaces)");
+    let dir = temp_dir("tree-diagnosis");
+    // The LAUNCHER's ranks, marking nothing: each sleeps N × PAUSE seconds.
+    let job = write(&dir, "job.py", "import sys, time\ntime.sleep(int(sys.argv[1]) * float(sys.argv[2]))\n");
+    let launcher = write(&dir, "launch.py", LAUNCHER);
+    let job_pids = (2..=150).map(|p: u32| p.to_string()).collect::<Vec<_>>().join("+");
+    let agent_bin = gpumon_mock::test_kit::example_path("agent");
+    let out = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--pid", "--fork", "--mount-proc"])
+        .arg(agent_bin)
+        .args(["run", "--backend", "nvml", "--nvml-library"])
+        .arg(common::fake_nvml())
+        .args(["--interval", "250ms", "--diagnose-window", "3s", "--report-file"])
+        .arg(dir.join("report.json"))
+        .arg("--")
+        .arg(python())
+        .arg(&launcher)
+        .arg(&job)
+        .args(["24", "0.4"])
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .env_remove("NVIDIA_VISIBLE_DEVICES")
+        .env("GPUMON_LOG", "warn")
+        .env("GPUMON_FAKE_NVML_PROFILE", "a100x4")
+        .env("GPUMON_FAKE_NVML_SCENARIO", "imbalance")
+        .env("GPUMON_FAKE_NVML_TICK_MS", "250")
+        .env("GPUMON_FAKE_NVML_PIDS", format!("0={job_pids},1={job_pids},2=1"))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let (report, _) = report_file(&dir);
+    assert_eq!(report.gpus.iter().map(|g| g.index).collect::<Vec<_>>(), [0, 1], "{stdout}");
+    let kinds = |i: usize| report.gpus[i].findings.iter().map(|f| f.kind.to_string()).collect::<Vec<_>>();
+    assert_eq!(kinds(1), ["imbalance"], "{stdout}");
+    assert!(kinds(0).is_empty(), "{stdout}");
+}
+
 /// A loop marking thousands of steps a second, the last ones just before it exits: the report
 /// counts every step, not only those the tracker reports one by one (64 a tick), and none of the
 /// marks still unread when the command exited is cut off.

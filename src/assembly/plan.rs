@@ -71,6 +71,10 @@ pub struct AssemblyOptions {
     /// Add the step tracker even without `steps.socket`, for steps marked in this process
     /// through [`Assembled::steps`].
     pub in_process_steps: bool,
+    /// The processes of the job the agent runs for (`gpumon-agent run`'s command and its
+    /// descendants), which diagnosis takes for one job before anything else says
+    /// ([`gpumon_core::diagnose::Diagnoser::with_run_job`]).
+    pub run_job: Option<gpumon_core::diagnose::RunJob>,
 }
 
 impl Default for AssemblyOptions {
@@ -83,6 +87,7 @@ impl Default for AssemblyOptions {
             mock: backend::MOCK,
             devices: None,
             in_process_steps: false,
+            run_job: None,
         }
     }
 }
@@ -127,6 +132,13 @@ impl AssemblyOptions {
     /// The step tracker even without `steps.socket` ([`Assembled::steps`]).
     pub fn with_in_process_steps(mut self, on: bool) -> Self {
         self.in_process_steps = on;
+        self
+    }
+
+    /// The processes of the job the agent runs for, one job to diagnosis
+    /// ([`AssemblyOptions::run_job`]).
+    pub fn with_run_job(mut self, job: gpumon_core::diagnose::RunJob) -> Self {
+        self.run_job = Some(job);
         self
     }
 }
@@ -208,7 +220,7 @@ impl Plan {
             .collect();
         let metrics = attribution.metrics(selected, disabled.contains(&Family::Processes))?;
         let diagnosis_window = stages::diagnosis_window(&config.diagnose, interval);
-        let diagnose = stages::diagnose(&config.diagnose, interval, diagnosis_window)?;
+        let diagnose = stages::diagnose(&config.diagnose, interval, diagnosis_window, options.run_job.clone())?;
         let steps = stages::steps(&config.steps, options.in_process_steps)?;
         let stages_run =
             diagnose.is_on() || steps.tracker.is_some() || options.report || metrics.contains(Family::Accounts);

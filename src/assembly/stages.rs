@@ -14,7 +14,7 @@ use std::time::Duration;
 use gpumon_core::attribution::procfs::{DEFAULT_PASSWD_FILE, DEFAULT_PROC_ROOT};
 use gpumon_core::attribution::{AllocationCache, AttributionConfig, AttributionStats};
 use gpumon_core::diagnose::{
-    limitations, DiagnoseConfig, Diagnoser, Limitation, Sampling, Thresholds, DEFAULT_WINDOW, MIN_WINDOW_TICKS,
+    limitations, DiagnoseConfig, Diagnoser, Limitation, RunJob, Sampling, Thresholds, DEFAULT_WINDOW, MIN_WINDOW_TICKS,
 };
 use gpumon_core::report::{ReportHandle, RunReport};
 use gpumon_core::stages::{Service, ServiceError as CoreServiceError};
@@ -49,11 +49,12 @@ pub(super) fn diagnosis_window(file: &DiagnoseSection, interval: Duration) -> Du
 }
 
 /// Resolves `[diagnose]` against the sampling interval and the window ([`diagnosis_window`]);
-/// every error names the key.
+/// every error names the key. `run_job`: the processes of the job the agent runs for.
 pub(super) fn diagnose(
     file: &DiagnoseSection,
     interval: Duration,
     window: Duration,
+    run_job: Option<RunJob>,
 ) -> Result<DiagnosePlan, AssemblyError> {
     let mut cfg = DiagnoseConfig::default().with_window(window);
     cfg = cfg.disable_by_name(file.disable.iter().map(String::as_str))?;
@@ -68,7 +69,15 @@ pub(super) fn diagnose(
     cfg.validate(enabled.then_some(interval))?;
     let thresholds = cfg.thresholds;
     let config = enabled.then(|| cfg.clone());
-    let diagnoser = if enabled { Some(Diagnoser::new(cfg)?) } else { None };
+    let diagnoser = if enabled {
+        let diagnoser = Diagnoser::new(cfg)?;
+        Some(match run_job {
+            Some(job) => diagnoser.with_run_job(job),
+            None => diagnoser,
+        })
+    } else {
+        None
+    };
     Ok(DiagnosePlan { diagnoser, config, thresholds })
 }
 
@@ -491,7 +500,7 @@ mod tests {
 
     /// `[diagnose]` resolved at `interval`, with the window it gives there.
     fn diagnose_at(file: &DiagnoseSection, interval: Duration) -> Result<DiagnosePlan, AssemblyError> {
-        diagnose(file, interval, diagnosis_window(file, interval))
+        diagnose(file, interval, diagnosis_window(file, interval), None)
     }
 
     fn section<T: serde::de::DeserializeOwned>(text: &str) -> T {

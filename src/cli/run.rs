@@ -37,6 +37,7 @@ use std::time::Duration;
 use crate::assembly::backend::MockFactory;
 use crate::assembly::config::{self, AgentConfig};
 use crate::assembly::{Assembled, Assembly, Families};
+use crate::core::diagnose::RunJob;
 use crate::core::report::compare::{CommandOutcome, RunRecord, WatchScope, Watched};
 use crate::core::report::{Report, ReportHandle};
 use crate::core::{Family, Snapshot};
@@ -112,7 +113,10 @@ pub fn main(args: Vec<OsString>, mock: Option<MockFactory>) -> u8 {
     // Which GPUs the job's processes are on: the processes family, whatever else is chosen.
     let mut families: Families = options.families.clone().with_enabled([Family::Processes]);
     families.disable.retain(|f| *f != Family::Processes);
-    let options = options.with_report(true).with_families(families);
+    // The job's processes, as the watcher finds them: diagnosis takes the GPUs they run on for
+    // one job, before step marks, owners or launchers say otherwise (issue #42, item 1).
+    let run_job = RunJob::new();
+    let options = options.with_report(true).with_families(families).with_run_job(run_job.clone());
     // Opened now, so that a file that cannot be written is said before the job runs, not after.
     let report_file = match cli.report_file.as_deref().map(ReportFile::open).transpose() {
         Ok(f) => f,
@@ -132,7 +136,7 @@ pub fn main(args: Vec<OsString>, mock: Option<MockFactory>) -> u8 {
     } else {
         None
     };
-    let code = on_the_agent_runtime(run(cli, file, options, report_file));
+    let code = on_the_agent_runtime(run(cli, file, options, report_file, run_job));
     drop(private);
     code
 }
@@ -224,6 +228,8 @@ struct JobGpus {
     /// Pids listed on a GPU so far, and whether each is the job's: /proc is read again only when
     /// a pid not classified yet shows up.
     classified: HashMap<u32, bool>,
+    /// The job's pids among them, shared with diagnosis.
+    run_job: RunJob,
 }
 
 async fn run(
@@ -231,6 +237,7 @@ async fn run(
     file: AgentConfig,
     options: crate::assembly::AssemblyOptions,
     mut report_file: Option<ReportFile>,
+    run_job: RunJob,
 ) -> u8 {
     let discard = |f: Option<ReportFile>| {
         if let Some(f) = f {
@@ -280,7 +287,7 @@ async fn run(
     let pid = child.id();
     tracing::info!(pid, socket = %socket.display(), "command started");
 
-    let (job, watcher) = watch_job_gpus(&handle, pid);
+    let (job, watcher) = watch_job_gpus(&handle, pid, run_job);
 
     let status = wait_forwarding_signals(child, signals).await;
     let outcome = outcome_of(status);
@@ -352,9 +359,14 @@ fn spawn_command(command: &[OsString], socket: &Path) -> Result<std::process::Ch
 }
 
 /// Which GPUs the job (`pid` and its descendants) uses, from each snapshot's process lists: the
-/// shared tally and the task that keeps it (abort it when done).
-fn watch_job_gpus(handle: &crate::core::AgentHandle, pid: u32) -> (Arc<Mutex<JobGpus>>, tokio::task::JoinHandle<()>) {
-    let job = Arc::new(Mutex::new(JobGpus::default()));
+/// shared tally and the task that keeps it (abort it when done). The job's pids go to
+/// diagnosis through `run_job` as they are found (it reads them from the next sample on).
+fn watch_job_gpus(
+    handle: &crate::core::AgentHandle,
+    pid: u32,
+    run_job: RunJob,
+) -> (Arc<Mutex<JobGpus>>, tokio::task::JoinHandle<()>) {
+    let job = Arc::new(Mutex::new(JobGpus { run_job, ..JobGpus::default() }));
     let tally = Arc::clone(&job);
     let mut snapshots = handle.subscribe();
     let watcher = tokio::spawn(async move {
@@ -518,8 +530,12 @@ fn note_job_gpus(snapshot: &Snapshot, root: u32, proc_root: &Path, job: &mut Job
     let listed = || snapshot.devices.iter().flat_map(|d| d.processes.iter().map(|p| p.pid));
     if listed().any(|pid| !job.classified.contains_key(&pid)) {
         let tree = process_tree(proc_root, root);
+        let mut found = false;
         for pid in listed() {
-            job.classified.entry(pid).or_insert_with(|| tree.contains(&pid));
+            found |= *job.classified.entry(pid).or_insert_with(|| tree.contains(&pid));
+        }
+        if found {
+            job.run_job.set_pids(job.classified.iter().filter_map(|(&pid, &mine)| mine.then_some(pid)));
         }
     }
     for d in &snapshot.devices {
@@ -613,10 +629,13 @@ mod tests {
         note_job_gpus(&snapshot([&[101], &[200], &[]]), 100, dir, &mut job);
         assert_eq!(job.seen, HashSet::from(["GPU-0".to_owned()]));
         assert_eq!(job.classified, HashMap::from([(101, true), (200, false)]));
+        // Diagnosis is told the job's pids, and only those.
+        assert!(job.run_job.contains(101) && !job.run_job.contains(200));
         // A second rank starts on GPU 2: a pid not classified yet, so /proc is read again.
         proc_entry(dir, 102, 100, "rank 1");
         note_job_gpus(&snapshot([&[101], &[200], &[102]]), 100, dir, &mut job);
         assert_eq!(job.seen, HashSet::from(["GPU-0".to_owned(), "GPU-2".to_owned()]));
+        assert!(job.run_job.contains(101) && job.run_job.contains(102));
         // Known pids only: /proc is not read (a pid that vanished from it keeps its class).
         std::fs::remove_dir_all(dir.join("101")).unwrap();
         note_job_gpus(&snapshot([&[101], &[200], &[102]]), 100, dir, &mut job);

@@ -56,6 +56,7 @@ pub(crate) mod finding;
 mod limits;
 mod phases;
 mod rules;
+mod run_job;
 mod window;
 
 pub use config::{
@@ -63,6 +64,7 @@ pub use config::{
 };
 pub use limits::{limitations, Limitation, Sampling, MIN_WINDOW_TICKS};
 pub(crate) use rules::{level_of, sole_owner};
+pub use run_job::RunJob;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -175,6 +177,8 @@ pub struct Diagnoser {
     groups: Groups,
     /// The sampling interval, seconds.
     interval_secs: f64,
+    /// The processes of the job `gpumon-agent run` started, when it runs under one.
+    run_job: Option<RunJob>,
 }
 
 impl Diagnoser {
@@ -201,11 +205,21 @@ impl Diagnoser {
             scratch: Vec::new(),
             groups: Groups::default(),
             interval_secs: 1.0,
+            run_job: None,
         };
         d.set_interval(Duration::from_secs(1));
         d.busy.window_seconds = d.config.window.as_secs_f64();
         d.busy.level = d.config.thresholds.imbalance_busy;
         Ok(d)
+    }
+
+    /// Tells the diagnosis the processes of a job it cannot read from the samples (the command
+    /// `gpumon-agent run` started, and its descendants): the GPUs running one of them are one
+    /// job, compared with each other only — before step marks, owners or launchers say otherwise
+    /// (see [`RunJob`]). The set is read at every tick, so pids found later count from then on.
+    pub fn with_run_job(mut self, job: RunJob) -> Self {
+        self.run_job = Some(job);
+        self
     }
 
     /// The window in ticks, and the tick counts that raise and clear.

@@ -23,10 +23,13 @@ impl Diagnoser {
         self.scratch.clear();
         self.groups.clear();
         let steps = snapshot.output::<Steps>();
+        // One read of the run's pids per tick (a clone of an `Arc`), none without a run.
+        let run = self.run_job.as_ref().map(super::RunJob::pids);
         self.groups.index_processes(&snapshot.devices);
         for (position, d) in snapshot.devices.iter().enumerate() {
             let mut stats = self.read_device(d, snapshot.taken_at, steps);
-            stats.job = job_of(d, &stats, steps, &self.groups);
+            let in_run = run.as_ref().is_some_and(|pids| d.processes.iter().any(|p| pids.contains(&p.pid)));
+            stats.job = if in_run { JobKey::Run } else { job_of(d, &stats, steps, &self.groups) };
             stats.group = self.groups.index_of(stats.job);
             if stats.allocated(&t) {
                 let Some(track) = self.tracks.get(d.info.uuid.as_str()) else { continue };
@@ -283,7 +286,8 @@ impl Track {
     }
 }
 
-/// Who the GPU works for, in order of trust: its run's step marks name a job; every process on
+/// Who the GPU works for, when no process of `gpumon-agent run`'s command runs on it
+/// ([`JobKey::Run`], decided by the caller), in order of trust: its run's step marks name a job; every process on
 /// it has one known owner, and one parent (its launcher) where attribution read it; every
 /// process on it has one parent; its one process drives other GPUs too; else assumed (see
 /// [`rules::peers`]).

@@ -59,7 +59,11 @@ impl Rig {
     }
 
     fn with_config(config: DiagnoseConfig) -> Self {
-        let mut d = Diagnoser::new(config).unwrap();
+        Self::with_diagnoser(Diagnoser::new(config).unwrap())
+    }
+
+    /// `d`, attached at 1 s ticks.
+    fn with_diagnoser(mut d: Diagnoser) -> Self {
         d.attach(&ProcessorContext::new(Duration::from_secs(1)));
         Self { d, tick: 0, system: Arc::new(SystemInfo::new("node-1", "test")) }
     }
@@ -1722,6 +1726,43 @@ fn one_users_two_launches_are_two_jobs_and_a_launcher_names_a_job() {
     // Processes left to init (their launcher died) name no job: pid 1 is everyone's parent.
     let d = four_launched_by(1);
     assert_quiet(&d);
+}
+
+#[test]
+fn the_command_gpumon_agent_run_started_is_one_job_before_anything_else_says() {
+    // Issue #42, item 1: the `run` command's process tree is the most trusted job information.
+    // Four ranks of the run (pids 1000-1003, no owner or parent read: the run turns on the
+    // processes family, not attribution), GPU 2 at 60 % holding half the others' memory; and on
+    // GPU 4 another job's process (pid 2000) at 60 % holding as much memory as the busy ranks.
+    let gpus = || {
+        (0..5)
+            .map(|i| {
+                let mut d = one_sample(i, if i == 2 || i == 4 { 0.6 } else { 0.97 }, true);
+                d.processes = vec![crate::model::ProcessSample::new(if i == 4 { 2000 } else { 1000 + i })];
+                if i == 2 {
+                    d.memory.used = d.memory.used.map(|u| u / 2);
+                }
+                d
+            })
+            .collect::<Vec<_>>()
+    };
+    // Nothing known: GPU 2 holds other memory than the busy GPUs (no peer of theirs on an
+    // assumption); GPU 4 holds theirs — their straggler or a job of its own.
+    let d = Rig::new(10).run(12, gpus);
+    assert_eq!(kinds_on(&d), [(Some(4), FindingKind::StragglerOrOwnJob)]);
+    // The run's pids: GPUs 0-3 are its job, GPU 2 their straggler, and GPU 4 (not the run's)
+    // is compared with nothing of it.
+    let job = RunJob::new();
+    job.set_pids([1000, 1001, 1002, 1003]);
+    let diagnoser = Diagnoser::new(DiagnoseConfig::default().with_window(Duration::from_secs(10))).unwrap();
+    let mut rig = Rig::with_diagnoser(diagnoser.with_run_job(job.clone()));
+    let d = rig.run(12, gpus);
+    assert_eq!(kinds_on(&d), [(Some(2), FindingKind::Straggler)]);
+    assert!(d.active[0].evidence.contains("its job: the command gpumon-agent run started"), "{}", d.active[0].evidence);
+    // Pids found later count from then on: the same run with the set emptied reads as before.
+    job.set_pids([]);
+    let d = rig.run(24, gpus);
+    assert_eq!(kinds_on(&d), [(Some(4), FindingKind::StragglerOrOwnJob)]);
 }
 
 #[test]

@@ -184,7 +184,10 @@ pub(crate) fn evidence(
         K::DataloaderStarvation | K::PipelineBubbles | K::StarvationOrBubbles => {
             waits(&mut out, kind, now, history, &s, peers, t);
         }
-        K::Straggler => straggler(&mut out, now, history, &s, peers, t),
+        K::Straggler => {
+            straggler(&mut out, now, history, &s, peers, t);
+            job_phrase(&mut out, peers.job);
+        }
         K::StragglerOrOwnJob => {
             straggler(&mut out, now, history, &s, peers, t);
             out.insert_str(0, "cannot tell a straggler from a job of its own: ");
@@ -264,7 +267,9 @@ fn closing(out: &mut String, kind: FindingKind, now: &TickStats, secs: f64) {
 
 /// "; assuming the GPUs with work belong to one job", when nothing said which job.
 fn job_phrase(out: &mut String, job: JobKey) {
-    if !job.known() {
+    if job == JobKey::Run {
+        out.push_str("; its job: the command gpumon-agent run started (its processes run on this GPU)");
+    } else if !job.known() {
         out.push_str(
             "; no job information (no step marks naming a job, no process owners, no launcher common to its processes): assuming the GPUs with \
              work belong to one job",

@@ -2,6 +2,9 @@
 //! compares GPUs reads (the in-turn-or-together test of starvation and bubbles too).
 //!
 //! Peers are the GPUs of the same job, as far as gpumon can tell:
+//! 0. the command `gpumon-agent run` started ([`RunJob`](crate::diagnose::RunJob)): a GPU
+//!    running one of its processes (the command or a descendant) is the run's, whatever else
+//!    says — the run is the job;
 //! 1. step marks' job ([`Steps::for_gpu`](crate::steps::Steps::for_gpu)): the run names its job;
 //! 2. the processes' owner (attribution: pod, container or cgroup, user), when every process on
 //!    the GPU has the same known one — refined by their launcher where attribution read it:
@@ -26,6 +29,8 @@ use crate::stages::diagnose::Thresholds;
 /// Who a GPU works for, as far as gpumon can tell (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum JobKey {
+    /// One of its processes is the command `gpumon-agent run` started, or a descendant of it.
+    Run,
     /// Its run's step marks name a job (hash of the job name).
     Marked(u64),
     /// Every process on it has the same known owner (hash of it), and the same launcher where
