@@ -124,6 +124,7 @@ impl Diagnoser {
             Some(level) if compared && group.n >= 2 => Some((group.sum - level) / (group.n - 1) as f64),
             _ => None,
         };
+        stats.peers_step_secs = stats.step_secs.filter(|_| compared).and_then(|own| group.peers_step_secs(own));
         let active: Holds = std::array::from_fn(|k| track.raised.is_raised(k));
         let mut window = track.swings;
         window.entered(stats.swing(&t));
@@ -314,6 +315,9 @@ fn job_of(d: &DeviceSample, stats: &TickStats, steps: Option<&Steps>, groups: &r
 fn offer(group: &mut PeerGroup, stats: &mut TickStats, swings: &rules::Swings, position: usize, t: &super::Thresholds) {
     if let Some(level) = stats.level {
         group.offer(level, position);
+    }
+    if let Some(secs) = stats.step_secs {
+        group.offer_step_secs(secs);
     }
     group.offer_memory(stats.memory_ratio());
     // Busy throughout the window so far and busy now, with its clocks held down. This tick

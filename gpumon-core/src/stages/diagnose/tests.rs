@@ -1063,6 +1063,50 @@ fn marked_steps_decide_however_little_the_readings_vary() {
     }
 }
 
+/// One tick of four GPUs busy at 95 %, each marking rank `i` of job `train`: step `tick` took
+/// `steps[i]` seconds.
+fn marked_busy_tick(rig: &mut Rig, tick: u64, steps: &[f64]) -> Diagnosis {
+    use crate::stages::steps::{DeviceStep, RunSteps, StepReport, Steps};
+    let mut devices = Vec::new();
+    let mut runs = Vec::new();
+    for (i, &secs) in steps.iter().enumerate() {
+        let d = one_sample(i as u32, 0.95, true);
+        let mut report = StepReport::new(tick, Duration::from_secs_f64(secs));
+        let mut g = DeviceStep::new(d.info.uuid.clone());
+        g.utilization_mean = Some(0.95);
+        report.devices.push(g);
+        let mut run = RunSteps::new("train", Some(i as u32));
+        run.last_duration = Some(report.duration);
+        run.last = Some(report.clone());
+        run.reported = vec![report];
+        runs.push(run);
+        devices.push(d);
+    }
+    rig.step_with(devices, Some(Steps { runs, ..Default::default() }))
+}
+
+#[test]
+fn a_rank_whose_marked_steps_take_a_tenth_longer_is_a_straggler() {
+    // Issue #42, item 5: "steps 10 % slower when marked". Four ranks busy at 95 % (the level
+    // shows nothing), rank 2's steps 1.2 s against 1.0 s: a straggler on its steps.
+    let run = |steps: [f64; 4]| {
+        let mut rig = Rig::new(10);
+        (1..=20).map(|tick| marked_busy_tick(&mut rig, tick, &steps)).last().expect("20 ticks")
+    };
+    let d = run([1.0, 1.0, 1.2, 1.0]);
+    assert_eq!(kinds_on(&d), [(Some(2), FindingKind::Straggler)]);
+    assert!(
+        d.active[0]
+            .evidence
+            .contains("its last marked step 1.20 s against 1.00 s for its job's other ranks (20 % longer)"),
+        "{}",
+        d.active[0].evidence
+    );
+    // 5 % longer: under the gap worth naming. Ranks in lockstep (the same step time): nothing.
+    assert_quiet(&run([1.0, 1.0, 1.05, 1.0]));
+    assert_quiet(&run([1.0; 4]));
+}
+
 /// A GPU busy at 97 % with its clocks held down by a thermal slowdown.
 fn hot_and_busy(index: u32) -> DeviceSample {
     let mut d = one_sample(index, 0.97, true);

@@ -494,6 +494,15 @@ fn straggler(
             let _ = write!(out, " (they run at up to {:.0} %: GPU {index}, {uuid})", level * 100.0);
         }
     }
+    if let (Some(own), Some(theirs)) = (now.step_secs, now.peers_step_secs) {
+        if theirs > 0.0 && own > theirs {
+            let _ = write!(
+                out,
+                ", its last marked step {own:.2} s against {theirs:.2} s for its job's other ranks ({:.0} % longer)",
+                (own / theirs - 1.0) * 100.0
+            );
+        }
+    }
     if let Some(c) = s.sm_clock.get() {
         let _ = write!(out, ", SM clock {:.0} MHz", c / 1e6);
     }

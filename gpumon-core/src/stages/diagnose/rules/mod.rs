@@ -131,6 +131,9 @@ pub(crate) struct TickStats {
     pub(crate) peers_idle: Option<f64>,
     /// The mean level of its job's other allocated GPUs this tick; `None` without one.
     pub(crate) peers_level: Option<f64>,
+    /// The mean last marked step time of its job's other allocated GPUs that mark steps,
+    /// seconds; `None` without one, or without steps of its own.
+    pub(crate) peers_step_secs: Option<f64>,
     /// Its window's mean level, this tick included (see [`PeerGroup::peers_spread`]).
     pub(crate) window_mean: Option<f64>,
     /// Not allocated, or something ran on it since it was (a reading above the idle peak).
@@ -324,6 +327,7 @@ impl TickStats {
             peer_gap: None,
             peers_idle: None,
             peers_level: None,
+            peers_step_secs: None,
             window_mean: None,
             worked: true,
         }

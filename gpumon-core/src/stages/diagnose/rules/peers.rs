@@ -107,7 +107,19 @@ pub(crate) struct PeerGroup {
     highest_means: [Option<(f64, usize)>; 2],
     /// How many window means were offered.
     means: usize,
+    /// Sum and count of the last marked step's duration, seconds, over the allocated GPUs whose
+    /// run marks steps: their mean for a rank whose steps take longer ([`STEPS_SLOWER`]).
+    step_secs_sum: f64,
+    step_secs_n: usize,
 }
+
+/// How much longer than its job's other ranks' a rank's marked steps must take, as a share of
+/// theirs, to name it a straggler on its steps (issue #42, item 5: "steps 10 % slower when
+/// marked"). Ranks in lockstep end each step together and report the same step time: this
+/// names the ranks of a job that does not wait for every rank at every step (local SGD,
+/// asynchronous or elastic training, ranks marking before their collective), where the level
+/// may not show it.
+pub(crate) const STEPS_SLOWER: f64 = 0.10;
 
 impl PeerGroup {
     pub(crate) fn new(job: JobKey) -> Self {
@@ -135,7 +147,24 @@ impl PeerGroup {
             lowest_means: [None; 2],
             highest_means: [None; 2],
             means: 0,
+            step_secs_sum: 0.0,
+            step_secs_n: 0,
         }
+    }
+
+    /// Counts one allocated GPU's last marked step time in.
+    pub(crate) fn offer_step_secs(&mut self, secs: f64) {
+        if secs.is_finite() && secs > 0.0 {
+            self.step_secs_sum += secs;
+            self.step_secs_n += 1;
+        }
+    }
+
+    /// The mean last step time of the job's other marking GPUs than one whose last step took
+    /// `own` seconds (counted in), when there is another.
+    pub(crate) fn peers_step_secs(&self, own: f64) -> Option<f64> {
+        (self.step_secs_n >= 2 && own.is_finite() && own > 0.0)
+            .then(|| (self.step_secs_sum - own) / (self.step_secs_n - 1) as f64)
     }
 
     /// Counts one allocated GPU's window mean in.
@@ -429,7 +458,13 @@ pub(crate) fn judge(input: &RuleInput<'_>) -> PeerHolds {
     } else {
         (false, idle_beside_busy)
     };
-    PeerHolds { behind: behind_peers(input, t), busy_peer, imbalance, imbalance_or_own_job }
+    // Its marked steps take longer than its job's other ranks' (a known job only: their steps
+    // are the same work). Held on each tick, so the window asks it to persist like any rule.
+    let slow_steps = group.job.known()
+        && matches!((s.step_secs, s.peers_step_secs), (Some(own), Some(theirs))
+            if theirs > 0.0 && own >= theirs * (1.0 + STEPS_SLOWER));
+    let behind = behind_peers(input, t) || (allocated && slow_steps);
+    PeerHolds { behind, busy_peer, imbalance, imbalance_or_own_job }
 }
 
 /// One GPU persistently behind a group of busy peers doing the same work (a straggler, not a
