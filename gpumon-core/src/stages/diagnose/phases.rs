@@ -288,10 +288,10 @@ impl Track {
 }
 
 /// Who the GPU works for, when no process of `gpumon-agent run`'s command runs on it
-/// ([`JobKey::Run`], decided by the caller), in order of trust: its run's step marks name a job; every process on
-/// it has one known owner, and one parent (its launcher) where attribution read it; every
-/// process on it has one parent; its one process drives other GPUs too; else assumed (see
-/// [`rules::peers`]).
+/// ([`JobKey::Run`], decided by the caller), in order of trust: its run's step marks name a
+/// job; every process on it has one known owner, and one parent (its launcher) where
+/// attribution read it; every process on it has one parent; its one process drives other GPUs
+/// too; else assumed (see [`rules::peers`]).
 fn job_of(d: &DeviceSample, stats: &TickStats, steps: Option<&Steps>, groups: &rules::Groups) -> JobKey {
     use std::hash::{Hash, Hasher};
     if let Some(run) = steps.and_then(|s| s.for_gpu(d.info.index)) {

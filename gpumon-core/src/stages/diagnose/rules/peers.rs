@@ -161,9 +161,10 @@ impl PeerGroup {
     }
 
     /// The mean last step time of the job's other marking GPUs than one whose last step took
-    /// `own` seconds (counted in), when there is another.
+    /// `own` seconds (counted in), when there are two others at least: as for the level, two
+    /// GPUs are no group to fall behind (one far behind its twin is an imbalance).
     pub(crate) fn peers_step_secs(&self, own: f64) -> Option<f64> {
-        (self.step_secs_n >= 2 && own.is_finite() && own > 0.0)
+        (self.step_secs_n >= 3 && own.is_finite() && own > 0.0)
             .then(|| (self.step_secs_sum - own) / (self.step_secs_n - 1) as f64)
     }
 
