@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::advice::LONG_IDLE_SECS;
 use super::host_waits::{Undecided, IN_TURN, TOGETHER};
-use super::peers::JobKey;
+use super::peers::{JobKey, STEPS_SLOWER};
 use super::swings::{idle_stretches, Swings, STEP_MIN_SPREAD, TURN_PERIODS};
 use super::{Past, Reading, TickStats};
 use crate::model::ClockEventReasons;
@@ -494,8 +494,10 @@ fn straggler(
             let _ = write!(out, " (they run at up to {:.0} %: GPU {index}, {uuid})", level * 100.0);
         }
     }
+    // The step times only where they name it (a rank behind on its level alone, in lockstep,
+    // reports its peers' step time: "0 % longer" would say nothing).
     if let (Some(own), Some(theirs)) = (now.step_secs, now.peers_step_secs) {
-        if theirs > 0.0 && own > theirs {
+        if theirs > 0.0 && own >= theirs * (1.0 + STEPS_SLOWER) {
             let _ = write!(
                 out,
                 ", its last marked step {own:.2} s against {theirs:.2} s for its job's other ranks ({:.0} % longer)",
