@@ -5,7 +5,7 @@
 #![cfg(all(feature = "agent", feature = "stdout"))]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use gpumon::core::report::Report;
@@ -296,43 +296,58 @@ fn compare_refuses_what_is_not_a_report_of_this_format_in_one_line() {
     }
 }
 
-/// The process-tree case on the fake libnvidia-ml: in a PID namespace of its own (`unshare`) the
-/// agent is pid 1 and the job's processes get small pids, so the fake can list them on GPUs
-/// before they exist: pids 2–150 on GPUs 1 and 2 (the launcher and its ranks are among them),
-/// the agent's own pid on GPU 0 (not the job's), nothing on the others.
-#[test]
-fn the_report_is_about_the_gpus_the_job_s_processes_were_seen_on() {
+/// `gpumon-agent run` in a PID namespace of its own (`unshare`) on the fake libnvidia-ml's
+/// `a100x4`: the agent is pid 1 and the job's processes get small pids, so the fake can list them
+/// on GPUs before they exist (`pids`, as `GPUMON_FAKE_NVML_PIDS` reads it; `JOB_PIDS` stands for
+/// pids 2–150, among which the launcher and its ranks are). `flags` go to the agent, `command`
+/// after `--`, `env` to the fake. Its output, and the report file in `dir`.
+fn run_in_pid_namespace(dir: &Path, flags: &[&str], command: &[&Path], args: &[&str], env: &[(&str, &str)]) -> Output {
     let usable = Command::new("unshare")
         .args(["--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "true"])
         .status()
         .is_ok_and(|s| s.success());
     assert!(usable, "this test needs `unshare --user --pid --mount-proc` (util-linux, user namespaces)");
-    let dir = temp_dir("tree");
-    let job = write(&dir, "job.py", JOB);
-    let launcher = write(&dir, "launch.py", LAUNCHER);
     let job_pids = (2..=150).map(|p: u32| p.to_string()).collect::<Vec<_>>().join("+");
-    let agent_bin = gpumon_mock::test_kit::example_path("agent");
-    let out = Command::new("unshare")
-        .args(["--user", "--map-root-user", "--pid", "--fork", "--mount-proc"])
-        .arg(agent_bin)
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--user", "--map-root-user", "--pid", "--fork", "--mount-proc"])
+        .arg(gpumon_mock::test_kit::example_path("agent"))
         .args(["run", "--backend", "nvml", "--nvml-library"])
         .arg(common::fake_nvml())
-        .args(["--interval", "300ms", "--report-file"])
+        .args(flags)
+        .arg("--report-file")
         .arg(dir.join("report.json"))
         .arg("--")
         .arg(python())
-        .arg(&launcher)
-        .arg(&job)
-        .args(["5", "0.3"])
+        .args(command)
+        .args(args)
         .env_remove("CUDA_VISIBLE_DEVICES")
         .env_remove("NVIDIA_VISIBLE_DEVICES")
         .env("GPUMON_LOG", "warn")
-        .env("GPUMON_FAKE_NVML_PROFILE", "a100x4")
-        .env("GPUMON_FAKE_NVML_PIDS", format!("0=1,1={job_pids},2={job_pids}"))
-        .output()
-        .unwrap();
+        .env("GPUMON_FAKE_NVML_PROFILE", "a100x4");
+    for (key, value) in env {
+        cmd.env(key, value.replace("JOB_PIDS", &job_pids));
+    }
+    let out = cmd.output().unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    out
+}
+
+/// The process-tree case: pids 2–150 on GPUs 1 and 2, the agent's own pid on GPU 0 (not the
+/// job's), nothing on the others.
+#[test]
+fn the_report_is_about_the_gpus_the_job_s_processes_were_seen_on() {
+    let dir = temp_dir("tree");
+    let job = write(&dir, "job.py", JOB);
+    let launcher = write(&dir, "launch.py", LAUNCHER);
+    let out = run_in_pid_namespace(
+        &dir,
+        &["--interval", "300ms"],
+        &[&launcher, &job],
+        &["5", "0.3"],
+        &[("GPUMON_FAKE_NVML_PIDS", "0=1,1=JOB_PIDS,2=JOB_PIDS")],
+    );
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(
         stdout.starts_with(
             "gpumon run: the command exited with code 0; watched GPU 1, 2 (the job's processes were seen on them)"
@@ -355,40 +370,22 @@ fn the_report_is_about_the_gpus_the_job_s_processes_were_seen_on() {
 /// (marks naming rank `r` would put the job on GPU `r` by themselves).
 #[test]
 fn the_run_s_process_tree_is_the_job_diagnosis_compares() {
-    let usable = Command::new("unshare")
-        .args(["--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "true"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(usable, "this test needs `unshare --user --pid --mount-proc` (util-linux, user namespaces)");
     let dir = temp_dir("tree-diagnosis");
     // The LAUNCHER's ranks, marking nothing: each sleeps N × PAUSE seconds.
     let job = write(&dir, "job.py", "import sys, time\ntime.sleep(int(sys.argv[1]) * float(sys.argv[2]))\n");
     let launcher = write(&dir, "launch.py", LAUNCHER);
-    let job_pids = (2..=150).map(|p: u32| p.to_string()).collect::<Vec<_>>().join("+");
-    let agent_bin = gpumon_mock::test_kit::example_path("agent");
-    let out = Command::new("unshare")
-        .args(["--user", "--map-root-user", "--pid", "--fork", "--mount-proc"])
-        .arg(agent_bin)
-        .args(["run", "--backend", "nvml", "--nvml-library"])
-        .arg(common::fake_nvml())
-        .args(["--interval", "250ms", "--diagnose-window", "3s", "--report-file"])
-        .arg(dir.join("report.json"))
-        .arg("--")
-        .arg(python())
-        .arg(&launcher)
-        .arg(&job)
-        .args(["24", "0.4"])
-        .env_remove("CUDA_VISIBLE_DEVICES")
-        .env_remove("NVIDIA_VISIBLE_DEVICES")
-        .env("GPUMON_LOG", "warn")
-        .env("GPUMON_FAKE_NVML_PROFILE", "a100x4")
-        .env("GPUMON_FAKE_NVML_SCENARIO", "imbalance")
-        .env("GPUMON_FAKE_NVML_TICK_MS", "250")
-        .env("GPUMON_FAKE_NVML_PIDS", format!("0={job_pids},1={job_pids},2=1"))
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let out = run_in_pid_namespace(
+        &dir,
+        &["--interval", "250ms", "--diagnose-window", "3s"],
+        &[&launcher, &job],
+        &["24", "0.4"],
+        &[
+            ("GPUMON_FAKE_NVML_SCENARIO", "imbalance"),
+            ("GPUMON_FAKE_NVML_TICK_MS", "250"),
+            ("GPUMON_FAKE_NVML_PIDS", "0=JOB_PIDS,1=JOB_PIDS,2=1"),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
     let (report, _) = report_file(&dir);
     assert_eq!(report.gpus.iter().map(|g| g.index).collect::<Vec<_>>(), [0, 1], "{stdout}");
     let kinds = |i: usize| report.gpus[i].findings.iter().map(|f| f.kind.to_string()).collect::<Vec<_>>();

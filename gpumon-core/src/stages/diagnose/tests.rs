@@ -916,8 +916,22 @@ fn averaged_tick(rig: &mut Rig, tick: u64, levels: &[f64], marked: &[bool]) -> D
     averaged_tick_with_spread(rig, tick, levels, marked, 0.08)
 }
 
+/// Rank `rank` of job `train` on GPU `d`, reporting step `tick`: `duration` long, `level` busy.
+fn rank_run(d: &DeviceSample, rank: u32, tick: u64, duration: Duration, level: f64) -> crate::stages::steps::RunSteps {
+    use crate::stages::steps::{DeviceStep, RunSteps, StepReport};
+    let mut report = StepReport::new(tick, duration);
+    let mut g = DeviceStep::new(d.info.uuid.clone());
+    g.utilization_mean = Some(level);
+    report.devices.push(g);
+    let mut run = RunSteps::new("train", Some(rank));
+    run.last_duration = Some(report.duration);
+    run.last = Some(report.clone());
+    run.reported = vec![report];
+    run
+}
+
 fn averaged_tick_with_spread(rig: &mut Rig, tick: u64, levels: &[f64], marked: &[bool], spread: f64) -> Diagnosis {
-    use crate::stages::steps::{DeviceStep, RunSteps, StepReport, Steps};
+    use crate::stages::steps::Steps;
     let mut devices = Vec::new();
     let mut runs = Vec::new();
     for (i, (&level, &marks)) in levels.iter().zip(marked).enumerate() {
@@ -929,15 +943,7 @@ fn averaged_tick_with_spread(rig: &mut Rig, tick: u64, levels: &[f64], marked: &
         d.windows.memory_utilization = None;
         d.gpm = Default::default();
         if marks {
-            let mut report = StepReport::new(tick, Duration::from_millis(300));
-            let mut g = DeviceStep::new(d.info.uuid.clone());
-            g.utilization_mean = Some(level);
-            report.devices.push(g);
-            let mut run = RunSteps::new("train", Some(i as u32));
-            run.last_duration = Some(report.duration);
-            run.last = Some(report.clone());
-            run.reported = vec![report];
-            runs.push(run);
+            runs.push(rank_run(&d, i as u32, tick, Duration::from_millis(300), level));
         }
         devices.push(d);
     }
@@ -1023,29 +1029,22 @@ fn marked_steps_decide_however_little_the_readings_vary() {
     // each step idle, readings flat (a driver period of whole steps averages every wait away, or
     // host work between small kernels never shows). The steps decide: it waits on its host, and
     // the evidence says the readings are flat and names both ways of waiting so.
-    let mut rig = Rig::new(10);
-    let mut raised = None;
-    for tick in 1..=20 {
-        let d = averaged_tick_with_spread(&mut rig, tick, &[0.28], &[true], 0.0);
-        if let Some(f) = first_raise(&d, FindingKind::DataloaderStarvation) {
-            raised.get_or_insert(f.evidence.clone());
-        }
-    }
-    let e = raised.expect("the marked steps decide with flat readings");
+    // One marked GPU at 28 % whose readings move by `spread`: the evidence starvation was first
+    // raised with.
+    let starving_evidence = |spread: f64| {
+        let mut rig = Rig::new(10);
+        (1..=20).find_map(|tick| {
+            let d = averaged_tick_with_spread(&mut rig, tick, &[0.28], &[true], spread);
+            first_raise(&d, FindingKind::DataloaderStarvation).map(|f| f.evidence.clone())
+        })
+    };
+    let e = starving_evidence(0.0).expect("the marked steps decide with flat readings");
     assert!(e.contains("72 % of each step idle"), "{e}");
     assert!(e.contains("its readings flat (within 0 points)"), "{e}");
     assert!(e.contains("a loop bound by its CPU"), "{e}");
     // Readings that move by the part of a step each sample catches: the same finding, and no
     // word of flat readings.
-    let mut rig = Rig::new(10);
-    let mut raised = None;
-    for tick in 1..=20 {
-        let d = averaged_tick_with_spread(&mut rig, tick, &[0.28], &[true], 0.08);
-        if let Some(f) = first_raise(&d, FindingKind::DataloaderStarvation) {
-            raised.get_or_insert(f.evidence.clone());
-        }
-    }
-    let e = raised.expect("raised");
+    let e = starving_evidence(0.08).expect("raised");
     assert!(!e.contains("readings flat"), "{e}");
     // Two GPUs of one run, flat: starving together or pipeline stages in turn, the readings
     // cannot tell — both named, never nothing.
@@ -1072,23 +1071,13 @@ fn marked_busy_tick(rig: &mut Rig, tick: u64, steps: &[f64]) -> Diagnosis {
 /// One tick of GPUs at `levels`, each marking rank `i` of job `train`: step `tick` took
 /// `steps[i]` seconds.
 fn marked_tick(rig: &mut Rig, tick: u64, levels: &[f64], steps: &[f64]) -> Diagnosis {
-    use crate::stages::steps::{DeviceStep, RunSteps, StepReport, Steps};
-    let mut devices = Vec::new();
-    let mut runs = Vec::new();
-    for (i, (&level, &secs)) in levels.iter().zip(steps).enumerate() {
-        let d = one_sample(i as u32, level, true);
-        let mut report = StepReport::new(tick, Duration::from_secs_f64(secs));
-        let mut g = DeviceStep::new(d.info.uuid.clone());
-        g.utilization_mean = Some(level);
-        report.devices.push(g);
-        let mut run = RunSteps::new("train", Some(i as u32));
-        run.last_duration = Some(report.duration);
-        run.last = Some(report.clone());
-        run.reported = vec![report];
-        runs.push(run);
-        devices.push(d);
-    }
-    rig.step_with(devices, Some(Steps { runs, ..Default::default() }))
+    let devices: Vec<_> = levels.iter().enumerate().map(|(i, &level)| one_sample(i as u32, level, true)).collect();
+    let runs = devices
+        .iter()
+        .zip(levels.iter().zip(steps))
+        .map(|(d, (&level, &secs))| rank_run(d, d.info.index, tick, Duration::from_secs_f64(secs), level))
+        .collect();
+    rig.step_with(devices, Some(crate::stages::steps::Steps { runs, ..Default::default() }))
 }
 
 #[test]
