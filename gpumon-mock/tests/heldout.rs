@@ -105,12 +105,17 @@ fn cannot_tell_covers(kind: FindingKind, cause: Option<FindingKind>) -> bool {
 struct Said {
     raised: BTreeMap<(u32, FindingKind), f64>,
     /// The findings open at the run's end, and when each cleared after the jobs ended or their
-    /// causes were fixed (seconds after the end); `fixed`: the jobs ran on, healthy.
+    /// causes were fixed ([`causes_fixed`]; seconds after the end).
     open_at_end: BTreeSet<(u32, FindingKind)>,
-    fixed: bool,
     cleared_after_end: BTreeMap<(u32, FindingKind), f64>,
     /// The evidence each was first raised with (for `GPUMON_SIM_EVIDENCE`).
     evidence: BTreeMap<(u32, FindingKind), String>,
+}
+
+/// Whether, after the draw's run, its causes are fixed while the jobs run on (odd seeds) rather
+/// than the jobs ending (even seeds).
+fn causes_fixed(node: &SimNode) -> bool {
+    node.seed & 1 == 1
 }
 
 fn run_node(node: &SimNode) -> Said {
@@ -135,13 +140,12 @@ fn run_node(node: &SimNode) -> Said {
     // (the same profile and seed name them alike) — or, on odd seeds, every cause is fixed
     // while the jobs run on: the same GPUs training, steady and busy. Every finding open then
     // must clear.
-    let fixed = node.seed & 1 == 1;
-    let after = if fixed { gpumon_mock::Workload::Training } else { gpumon_mock::Workload::Idle };
+    let after = if causes_fixed(node) { gpumon_mock::Workload::Training } else { gpumon_mock::Workload::Idle };
     let ended = MockFleet::new(&node.profile, &gpumon_mock::Scenario::new(after), node.seed)
         .expect("the fleet after the run builds")
         .with_epoch(epoch);
     let end_ticks = ticks + (CLEAR_WITHIN_S / node.interval_s).round() as u64;
-    let mut said = Said { fixed, ..Said::default() };
+    let mut said = Said::default();
     for tick in 1..=end_ticks {
         let after_end = tick > ticks;
         let devices = if after_end {
@@ -303,7 +307,7 @@ fn miss_line(what: &str, node: &SimNode, truth: &GpuTruth) -> String {
 fn score_node(node: &SimNode, said: &Said, t: &mut Tally) {
     t.nodes += 1;
     for key in said.open_at_end.iter().filter(|(_, k)| *k != FindingKind::HardwareErrors) {
-        let clearing = if said.fixed { &mut t.clearing_fixed } else { &mut t.clearing };
+        let clearing = if causes_fixed(node) { &mut t.clearing_fixed } else { &mut t.clearing };
         let c = clearing.entry(key.1).or_default();
         c.0 += 1;
         if let Some(&after) = said.cleared_after_end.get(key).filter(|&&a| a <= CLEAR_WITHIN_S) {
@@ -312,7 +316,7 @@ fn score_node(node: &SimNode, said: &Said, t: &mut Tally) {
         } else {
             t.misses.push(format!(
                 "not cleared within {CLEAR_WITHIN_S:.0} s of {}: {} on GPU {} seed {:#x}, interval {:.2} s",
-                if said.fixed { "the fix" } else { "the jobs' end" },
+                if causes_fixed(node) { "the fix" } else { "the jobs' end" },
                 key.1,
                 key.0,
                 node.seed,

@@ -69,14 +69,10 @@ pub(super) fn diagnose(
     cfg.validate(enabled.then_some(interval))?;
     let thresholds = cfg.thresholds;
     let config = enabled.then(|| cfg.clone());
-    let diagnoser = if enabled {
-        let diagnoser = Diagnoser::new(cfg)?;
-        Some(match run_job {
-            Some(job) => diagnoser.with_run_job(job),
-            None => diagnoser,
-        })
-    } else {
-        None
+    let diagnoser = match (enabled, run_job) {
+        (false, _) => None,
+        (true, None) => Some(Diagnoser::new(cfg)?),
+        (true, Some(job)) => Some(Diagnoser::new(cfg)?.with_run_job(job)),
     };
     Ok(DiagnosePlan { diagnoser, config, thresholds })
 }

@@ -115,8 +115,7 @@ pub fn main(args: Vec<OsString>, mock: Option<MockFactory>) -> u8 {
     families.disable.retain(|f| *f != Family::Processes);
     // The job's processes, as the watcher finds them: diagnosis takes the GPUs they run on for
     // one job, before step marks, owners or launchers say otherwise (issue #42, item 1).
-    let run_job = RunJob::new();
-    let options = options.with_report(true).with_families(families).with_run_job(run_job.clone());
+    let options = options.with_report(true).with_families(families).with_run_job(RunJob::new());
     // Opened now, so that a file that cannot be written is said before the job runs, not after.
     let report_file = match cli.report_file.as_deref().map(ReportFile::open).transpose() {
         Ok(f) => f,
@@ -136,7 +135,7 @@ pub fn main(args: Vec<OsString>, mock: Option<MockFactory>) -> u8 {
     } else {
         None
     };
-    let code = on_the_agent_runtime(run(cli, file, options, report_file, run_job));
+    let code = on_the_agent_runtime(run(cli, file, options, report_file));
     drop(private);
     code
 }
@@ -237,13 +236,14 @@ async fn run(
     file: AgentConfig,
     options: crate::assembly::AssemblyOptions,
     mut report_file: Option<ReportFile>,
-    run_job: RunJob,
 ) -> u8 {
     let discard = |f: Option<ReportFile>| {
         if let Some(f) = f {
             f.discard();
         }
     };
+    // The handle the diagnosis reads the job's pids from; the watcher writes them.
+    let run_job = options.run_job.clone().unwrap_or_default();
     let assembled = match Assembly::build(&file, options) {
         Ok(assembled) => assembled,
         Err(e) => {

@@ -2,6 +2,7 @@
 //! judge each device (ask the rules, update its window, raise and clear), retire the devices
 //! that left, publish the diagnosis.
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -28,8 +29,7 @@ impl Diagnoser {
         self.groups.index_processes(&snapshot.devices);
         for (position, d) in snapshot.devices.iter().enumerate() {
             let mut stats = self.read_device(d, snapshot.taken_at, steps);
-            let in_run = run.as_ref().is_some_and(|pids| d.processes.iter().any(|p| pids.contains(&p.pid)));
-            stats.job = if in_run { JobKey::Run } else { job_of(d, &stats, steps, &self.groups) };
+            stats.job = job_of(d, &stats, run.as_deref(), steps, &self.groups);
             stats.group = self.groups.index_of(stats.job);
             if stats.allocated(&t) {
                 let Some(track) = self.tracks.get(d.info.uuid.as_str()) else { continue };
@@ -287,13 +287,22 @@ impl Track {
     }
 }
 
-/// Who the GPU works for, when no process of `gpumon-agent run`'s command runs on it
-/// ([`JobKey::Run`], decided by the caller), in order of trust: its run's step marks name a
-/// job; every process on it has one known owner, and one parent (its launcher) where
-/// attribution read it; every process on it has one parent; its one process drives other GPUs
-/// too; else assumed (see [`rules::peers`]).
-fn job_of(d: &DeviceSample, stats: &TickStats, steps: Option<&Steps>, groups: &rules::Groups) -> JobKey {
+/// Who the GPU works for, in order of trust: one of its processes is `gpumon-agent run`'s
+/// command or a descendant (`run`, the job's pids); its run's step marks name a job; every
+/// process on it has one known owner, and one parent (its launcher) where attribution read it;
+/// every process on it has one parent; its one process drives other GPUs too; else assumed (see
+/// [`rules::peers`]).
+fn job_of(
+    d: &DeviceSample,
+    stats: &TickStats,
+    run: Option<&HashSet<u32>>,
+    steps: Option<&Steps>,
+    groups: &rules::Groups,
+) -> JobKey {
     use std::hash::{Hash, Hasher};
+    if run.is_some_and(|pids| d.processes.iter().any(|p| pids.contains(&p.pid))) {
+        return JobKey::Run;
+    }
     if let Some(run) = steps.and_then(|s| s.for_gpu(d.info.index)) {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         run.job.hash(&mut h);

@@ -466,14 +466,6 @@ const MIN_PATTERN_TICKS: usize = crate::stages::diagnose::MIN_WINDOW_TICKS;
 /// in turn.
 pub(crate) const TURN_PERIODS: f64 = 4.0;
 
-/// The spread of the window's readings (highest less lowest) the steps need before they decide
-/// starvation: 5 points. A steady job's driver readings stay within a point or two; a loop that
-/// idles in stretches spreads its readings by the part of a step each sample catches — at least
-/// 7 points with 0.3 s steps under a 1 s driver, 20 with 0.2 s steps under a 1/6 s one. A
-/// driver period that is a whole number of steps flattens even those (each sample holds whole
-/// steps): nothing can tell such a loop from steady light work, and nothing is raised.
-pub(crate) const STEP_MIN_SPREAD: f64 = 0.05;
-
 /// Ticks on each side (idle, busy) a comparison of the two needs: fewer say nothing.
 const MIN_SIDE_TICKS: usize = 3;
 
