@@ -7,7 +7,7 @@ use std::time::Duration;
 use gpumon_core::attribution::Owner;
 use gpumon_core::FindingKind;
 
-use super::pipeline::{busy_time, longest_stretches, PipelineSpec, Schedule};
+use super::pipeline::{busy_time, longest_stretches, readable_idle_share, PipelineSpec, Schedule};
 use super::ranges as r;
 use super::{GpuTruth, JobShape, JobVisibility, Region, SimJob, SimNode, Waited};
 use crate::rng::splitmix64;
@@ -128,8 +128,10 @@ fn idle_truth(gpu: u32) -> GpuTruth {
 }
 
 /// The truth of a GPU whose cause is a pattern of waits: named when the wait is at least
-/// `threshold`, marginal near it, hidden when its stretches are shorter than the driver's
-/// period and nothing is marked.
+/// `threshold`, marginal near it, hidden when the readings cannot show it and nothing is marked:
+/// its busy or idle stretches are all shorter than the driver's period, or the share of the
+/// wait in idle stretches at least that long (`readable`, see [`readable_idle_share`]) is under
+/// `threshold` — the rest falls within samples beside busy time and reads as lighter work.
 #[allow(clippy::too_many_arguments)]
 fn pattern_truth(
     gpu: u32,
@@ -139,6 +141,7 @@ fn pattern_truth(
     kind: FindingKind,
     threshold: f64,
     stretch: f64,
+    readable: f64,
     driver: f64,
     marked: bool,
     onset_s: f64,
@@ -146,7 +149,7 @@ fn pattern_truth(
     let named = share >= threshold;
     let region = if (share - threshold).abs() < r::MARGIN {
         Region::Marginal
-    } else if !named || stretch >= driver {
+    } else if !named || (stretch >= driver && readable >= threshold) {
         Region::Shown
     } else if marked {
         Region::MarksOnly
@@ -324,6 +327,8 @@ fn data_parallel(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobSh
                 FindingKind::Straggler,
                 r::STRAGGLER_SHARE,
                 b.min(i),
+                // Named on its level against its peers', which shows however its wait is cut.
+                gap,
                 c.driver,
                 c.marked,
                 c.start,
@@ -343,6 +348,7 @@ fn data_parallel(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobSh
                 FindingKind::DataloaderStarvation,
                 r::CAUSE_SHARE,
                 b.min(i),
+                readable_idle_share(&phase.pattern, c.step_s, c.driver),
                 c.driver,
                 c.marked,
                 c.start,
@@ -390,6 +396,7 @@ fn pipeline(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobShape {
             FindingKind::PipelineBubbles,
             r::CAUSE_SHARE,
             b.min(i),
+            readable_idle_share(busy, step.step_s, c.driver),
             c.driver,
             c.marked,
             c.start,
@@ -425,6 +432,7 @@ fn offload(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobShape {
             FindingKind::PcieBound,
             r::CAUSE_SHARE,
             b.min(i),
+            readable_idle_share(&pattern, c.step_s, c.driver),
             c.driver,
             c.marked,
             c.start,
@@ -462,6 +470,7 @@ fn serving(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobShape {
     let mean_busy = busy_time(&pattern) / gaps;
     let mean_idle = (span - busy_time(&pattern)) / gaps;
     let gpu = gpus[0];
+    let readable = readable_idle_share(&pattern, span, c.driver);
     let mut phase = pattern_phase(gpu, 0.0, span, pattern, 0.0, c.key);
     phase.memory = c.memory;
     out.phases.push(phase);
@@ -473,6 +482,7 @@ fn serving(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobShape {
         FindingKind::DataloaderStarvation,
         r::CAUSE_SHARE,
         mean_busy.min(mean_idle),
+        readable,
         c.driver,
         false,
         0.0,

@@ -217,6 +217,34 @@ pub(crate) fn busy_time(busy: &[[f64; 2]]) -> f64 {
     busy.iter().map(|[a, b]| b - a).sum()
 }
 
+/// The share of a cycle of `cycle` seconds spent idle in stretches at least `min_s` long: the
+/// waits a driver sampling every `min_s` can read as idle. Shorter ones fall within one sample
+/// beside busy time and read as a lower level, like lighter work — a 1F1B stage whose bubbles
+/// are mostly the short gaps between micro-batches reads flat, whatever its one longer bubble.
+pub(crate) fn readable_idle_share(busy: &[[f64; 2]], cycle: f64, min_s: f64) -> f64 {
+    if cycle <= 0.0 {
+        return 0.0;
+    }
+    let Some(&[head, _]) = busy.first() else { return 1.0 };
+    let mut readable = 0.0;
+    let mut last = None;
+    for &[a, b] in busy {
+        if let Some(end) = last {
+            let gap: f64 = a - end;
+            if gap >= min_s {
+                readable += gap;
+            }
+        }
+        last = Some(b);
+    }
+    // The idle tail of one cycle runs into the idle head of the next.
+    let wrap = cycle - last.unwrap_or(cycle) + head;
+    if wrap >= min_s {
+        readable += wrap;
+    }
+    readable / cycle
+}
+
 /// The longest busy stretch and the longest idle stretch of a cycle of `cycle` seconds.
 pub(crate) fn longest_stretches(busy: &[[f64; 2]], cycle: f64) -> (f64, f64) {
     let longest_busy = busy.iter().map(|[a, b]| b - a).fold(0.0, f64::max);
@@ -245,6 +273,25 @@ mod tests {
             transfer_s: 0.0,
             optimizer_s: 0.0,
         }
+    }
+
+    #[test]
+    fn only_idle_stretches_a_driver_period_long_are_readable() {
+        // Busy 0.2–0.5 and 0.6–0.9 of a 1 s cycle: gaps of 0.1 (between) and 0.3 (the tail
+        // into the next cycle's head).
+        let busy = [[0.2, 0.5], [0.6, 0.9]];
+        assert!((readable_idle_share(&busy, 1.0, 0.05) - 0.4).abs() < 1e-9);
+        assert!((readable_idle_share(&busy, 1.0, 0.2) - 0.3).abs() < 1e-9);
+        assert_eq!(readable_idle_share(&busy, 1.0, 0.5), 0.0);
+        // Never busy: all of it idle; a zero cycle: nothing.
+        assert_eq!(readable_idle_share(&[], 1.0, 0.5), 1.0);
+        assert_eq!(readable_idle_share(&busy, 0.0, 0.1), 0.0);
+        // A 1F1B stage: the gaps between micro-batches are short, its step-end bubble long.
+        let step = spec(Schedule::OneFOneB, 4, 8).step();
+        let last = &step.busy[3];
+        let total = 1.0 - busy_time(last) / step.step_s;
+        let readable = readable_idle_share(last, step.step_s, 0.02);
+        assert!(readable > 0.0 && readable <= total + 1e-9, "{readable} of {total}");
     }
 
     #[test]

@@ -141,8 +141,10 @@ thresholds! {
     /// short bursts — an inference server between requests looks the same, and NVML alone
     /// cannot tell a loader that starves a GPU that badly from one.
     starvation_min_mean: 0.15,
-    /// Pipeline bubbles: mean utilisation at or below this. 85 %: stages idling in turn lose
-    /// their idle share even when each is busy most of the time.
+    /// Pipeline bubbles: a GPU of the job whose mean utilisation is at or below this may be a
+    /// stage waiting on the others (a possible stage beside one that bubbles). 85 %: stages
+    /// idling in turn lose their idle share even when each is busy most of the time. The GPU
+    /// named for bubbles must read a wait worth naming itself: `starvation_max_mean`.
     bubbles_max_mean: 0.85,
     /// Starvation: the memory controller stays below this (busy memory means memory-bound).
     /// 70 %: training keeps the controller 30-60 % busy while it computes; a GPU streaming

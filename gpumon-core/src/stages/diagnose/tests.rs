@@ -788,6 +788,72 @@ fn idling_together_is_starvation_and_in_turn_is_pipeline_bubbles() {
 }
 
 #[test]
+fn ranks_whose_latest_readings_idle_in_turn_but_whose_levels_move_together_are_not_bubbles() {
+    // One user's job on four GPUs. Each GPU's latest driver sample idles on its own tick of a
+    // four-tick cycle (in turn), and each interval holds both idle and busy samples. `shared`:
+    // the intervals' levels rise and fall together on every GPU — ranks waiting at the same
+    // moments, each sampled by the driver at its own instants (held-back draws: data-parallel
+    // ranks starving in lockstep were called pipeline bubbles). Otherwise each GPU's level
+    // follows its own latest sample: stages idling in turn.
+    let run = |shared: bool| {
+        let mut tick = 0u32;
+        let d = Rig::new(12).run(40, || {
+            let t = tick;
+            tick += 1;
+            (0..4)
+                .map(|i| {
+                    let idle = t % 4 == i;
+                    let mut d = one_sample(i, if idle { 0.02 } else { 0.93 }, true);
+                    let mean = if shared {
+                        if t % 2 == 0 { 0.35 } else { 0.75 }
+                    } else if idle {
+                        0.3
+                    } else {
+                        0.8
+                    };
+                    d.windows.gpu_utilization = Some(WindowStats { min: 0.02, max: 0.93, mean, count: 3 });
+                    owned(d, 1000)
+                })
+                .collect()
+        });
+        d
+    };
+    let shared = run(true);
+    let kinds: BTreeSet<FindingKind> = kinds_on(&shared).into_iter().map(|(_, k)| k).collect();
+    assert_eq!(kinds, BTreeSet::from([FindingKind::StarvationOrBubbles]), "{:?}", kinds_on(&shared));
+    let f = shared.active.iter().find(|f| f.gpu == Some(0)).unwrap();
+    assert!(f.evidence.contains("its intervals' levels rise and fall with theirs (correlation 1.00)"), "{}", f.evidence);
+    let own = run(false);
+    let kinds: BTreeSet<FindingKind> = kinds_on(&own).into_iter().map(|(_, k)| k).collect();
+    assert_eq!(kinds, BTreeSet::from([FindingKind::PipelineBubbles]), "{:?}", kinds_on(&own));
+}
+
+#[test]
+fn stages_whose_one_bubble_per_step_reads_idle_on_one_tick_in_twelve_are_pipeline_bubbles() {
+    // One user's job on four GPUs, a step of twelve ticks (five in the window). Each stage's bubble is a driver
+    // period or two: one latest reading clearly idle, two in between, nine busy (its level 78 %,
+    // 8 % of its readings idle), at its own place in the step. Fit set: stages like these were
+    // a third of the missed bubbles while a tenth of the readings had to be idle.
+    let mut tick = 0u32;
+    let d = Rig::new(60).run(130, || {
+        let t = tick;
+        tick += 1;
+        (0..4)
+            .map(|i| {
+                let util = match (t + 12 - 3 * i) % 12 {
+                    0 => 0.02,
+                    1 | 11 => 0.5,
+                    _ => 0.93,
+                };
+                owned(one_sample(i, util, true), 1000)
+            })
+            .collect()
+    });
+    let kinds: BTreeSet<FindingKind> = kinds_on(&d).into_iter().map(|(_, k)| k).collect();
+    assert_eq!(kinds, BTreeSet::from([FindingKind::PipelineBubbles]), "{:?}", kinds_on(&d));
+}
+
+#[test]
 fn a_straggler_among_busy_peers_is_named_and_twins_stay_imbalance() {
     // One job (one owner) on eight GPUs; GPU 5 at 60 % among peers at 97 %.
     let job = |i: u32, level: f64| owned(one_sample(i, level, true), 1000);

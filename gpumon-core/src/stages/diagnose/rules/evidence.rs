@@ -352,6 +352,19 @@ fn waits(
                 "the other GPUs of its job idle partly with it and partly in turn: neither data-parallel ranks \
                  waiting together nor pipeline stages waiting in turn reads clearly; ",
             ),
+            Some(Undecided::ReadingsDisagree) => {
+                out.push_str(
+                    "its latest readings idle in turn with the other GPUs of its job, but its intervals' levels \
+                     rise and fall with theirs",
+                );
+                if let Some(r) = sw.level_correlation() {
+                    let _ = write!(out, " (correlation {r:.2})");
+                }
+                out.push_str(
+                    ": data-parallel ranks waiting at the same moments read so when the driver samples each GPU \
+                     at other instants, pipeline stages do not; ",
+                );
+            }
             None => {}
         }
         if let Some(level) = s.level.get() {
