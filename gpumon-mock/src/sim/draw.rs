@@ -7,7 +7,7 @@ use std::time::Duration;
 use gpumon_core::attribution::Owner;
 use gpumon_core::FindingKind;
 
-use super::pipeline::{busy_time, longest_stretches, readable_idle_share, PipelineSpec, Schedule};
+use super::pipeline::{busy_time, longest_stretches, readable_idle_share, stage_memory, PipelineSpec, Schedule};
 use super::ranges as r;
 use super::{GpuTruth, JobShape, JobVisibility, Region, SimJob, SimNode, Waited};
 use crate::rng::splitmix64;
@@ -384,6 +384,8 @@ fn pipeline(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobShape {
     };
     let step = spec.step();
     out.step_len = step.step_s;
+    // Stages hold different memory (their layers, the micro-batches in flight on them).
+    let memory = stage_memory(&spec, c.memory);
     for (rank, &gpu) in gpus.iter().enumerate() {
         let busy = &step.busy[rank];
         let mut phase = pattern_phase(gpu, c.start, step.step_s, busy.clone(), c.jitter, c.key);
@@ -401,7 +403,7 @@ fn pipeline(g: &mut Rng, c: &Ctx<'_>, gpus: &[u32], out: &mut Out) -> JobShape {
             c.marked,
             c.start,
         ));
-        phase.memory = c.memory;
+        phase.memory = memory[rank];
         phase.memory_controller = Some(g.range((0.3, 0.55)));
         phase.steps = c.marks_steps;
         out.phases.push(phase);

@@ -201,7 +201,38 @@ impl PipelineSpec {
     }
 }
 
-/// Appends `[a, b]`, merging it with the last stretch when they touch.
+/// The share of its memory each stage of `spec` holds, for a job whose stages hold `mean` on
+/// average: its layers' weights and optimizer state, in proportion to its compute time, and the
+/// activations of the micro-batches in flight on it — every micro-batch on every stage under
+/// GPipe, `stages − s` on stage `s` under 1F1B and its interleaved form (the first stage holds
+/// the most; Narayanan et al., 2021). Half of each, so stages of one pipeline hold different
+/// memory where data-parallel replicas hold the same.
+pub(crate) fn stage_memory(spec: &PipelineSpec, mean: f64) -> Vec<f64> {
+    let stages = spec.forward_s.len();
+    if stages == 0 {
+        return Vec::new();
+    }
+    let in_flight: Vec<f64> = (0..stages)
+        .map(|s| match spec.schedule {
+            Schedule::GPipe => f64::from(spec.micro_batches),
+            Schedule::OneFOneB | Schedule::Interleaved { .. } => {
+                ((stages - s) as f64).min(f64::from(spec.micro_batches))
+            }
+        })
+        .collect();
+    let n = stages as f64;
+    let forward_mean = spec.forward_s.iter().sum::<f64>() / n;
+    let in_flight_mean = in_flight.iter().sum::<f64>() / n;
+    (0..stages)
+        .map(|s| {
+            let weights = spec.forward_s[s] / forward_mean.max(1e-12);
+            let activations = in_flight[s] / in_flight_mean.max(1e-12);
+            (mean * (0.5 * weights + 0.5 * activations)).clamp(0.1, 0.93)
+        })
+        .collect()
+}
+
+/// Appends `[a, b]`, merging it with the last stretch when they touch./// Appends `[a, b]`, merging it with the last stretch when they touch.
 fn push_merged(v: &mut Vec<[f64; 2]>, a: f64, b: f64) {
     if b <= a {
         return;
@@ -273,6 +304,20 @@ mod tests {
             transfer_s: 0.0,
             optimizer_s: 0.0,
         }
+    }
+
+    #[test]
+    fn a_1f1b_pipeline_s_first_stage_holds_the_most_and_gpipe_s_stages_hold_alike() {
+        let one_f_one_b = stage_memory(&spec(Schedule::OneFOneB, 4, 8), 0.6);
+        // In flight: 4, 3, 2, 1 micro-batches (mean 2.5); equal weights.
+        for (s, m) in one_f_one_b.iter().enumerate() {
+            let expected = 0.6 * (0.5 + 0.5 * (4 - s) as f64 / 2.5);
+            assert!((m - expected).abs() < 1e-9, "stage {s}: {m} against {expected}");
+        }
+        assert!(one_f_one_b.windows(2).all(|w| w[0] > w[1] + 0.05), "{one_f_one_b:?}");
+        let gpipe = stage_memory(&spec(Schedule::GPipe, 4, 8), 0.6);
+        assert!(gpipe.iter().all(|m| (m - 0.6).abs() < 1e-9), "{gpipe:?}");
+        assert!(stage_memory(&spec(Schedule::GPipe, 0, 8), 0.6).is_empty());
     }
 
     #[test]

@@ -216,6 +216,18 @@ fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
         // starving with it read so. (Fit set, 16 000 GPU-runs: starvation precision
         // 0.968 → 0.980, 13 starving GPUs moved to "cannot tell", 9 pipeline stages and
         // stragglers no longer called starved.)
+        // Alone in waiting beside busy GPUs of its known job that hold other memory: it waits
+        // for another part of its job — the slowest stage of a pipeline, when the stages'
+        // work is uneven — not for its input (a data-parallel rank waiting alone is a
+        // straggler, and its replicas hold its memory). Nothing is named: a stage busy
+        // throughout is no stage to idle in turn with. (Fit set, once stages held their own
+        // memory: 4 such stages, called stragglers before, called starved without this.)
+        if group.job.known()
+            && !group.uniform_memory()
+            && group.busiest_other(input.position).is_some_and(|(level, _)| level >= input.t.imbalance_busy)
+        {
+            return Wait::None;
+        }
         let others_wait = group.waiting_unseen.saturating_sub(usize::from(s.waiting_unseen)) > 0;
         return match (starving, bubbling && others_wait && !group.job.known()) {
             (true, true) => Wait::CannotTell(Undecided::OthersWaitUnseen),
