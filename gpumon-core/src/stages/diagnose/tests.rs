@@ -797,7 +797,7 @@ fn ranks_whose_latest_readings_idle_in_turn_but_whose_levels_move_together_are_n
     // follows its own latest sample: stages idling in turn.
     let run = |shared: bool| {
         let mut tick = 0u32;
-        let d = Rig::new(12).run(40, || {
+        Rig::new(12).run(40, || {
             let t = tick;
             tick += 1;
             (0..4)
@@ -805,7 +805,7 @@ fn ranks_whose_latest_readings_idle_in_turn_but_whose_levels_move_together_are_n
                     let idle = t % 4 == i;
                     let mut d = one_sample(i, if idle { 0.02 } else { 0.93 }, true);
                     let mean = if shared {
-                        if t % 2 == 0 {
+                        if t.is_multiple_of(2) {
                             0.35
                         } else {
                             0.75
@@ -819,8 +819,7 @@ fn ranks_whose_latest_readings_idle_in_turn_but_whose_levels_move_together_are_n
                     owned(d, 1000)
                 })
                 .collect()
-        });
-        d
+        })
     };
     let shared = run(true);
     let kinds: BTreeSet<FindingKind> = kinds_on(&shared).into_iter().map(|(_, k)| k).collect();
