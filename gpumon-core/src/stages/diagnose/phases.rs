@@ -67,9 +67,16 @@ impl Diagnoser {
         } else {
             track.worked = false;
         }
-        if let Some(w) = d.windows.gpu_utilization {
+        // Driver samples per tick: a tick without a window once the GPU has given one took no
+        // new sample (NVML has none newer than the last read when the driver's period is longer
+        // than the interval) — it counts as none. Counting only the ticks with a window read a
+        // 0.8 s driver sampled every 0.33 s as a 0.33 s one.
+        let samples = match d.windows.gpu_utilization {
+            Some(w) => Some(f64::from(w.count)),
+            None => track.driver_samples_per_tick.map(|_| 0.0),
+        };
+        if let Some(n) = samples {
             // A tenth per tick: steady within a few seconds of ticks, whatever the interval.
-            let n = f64::from(w.count);
             let avg = track.driver_samples_per_tick.map_or(n, |a| a + (n - a) * 0.1);
             track.driver_samples_per_tick = Some(avg);
         }

@@ -755,6 +755,34 @@ fn starvation_with_one_driver_sample_per_interval_is_found_across_ticks() {
 }
 
 #[test]
+fn a_driver_slower_than_the_interval_is_measured_from_the_ticks_without_a_new_sample() {
+    // One GPU starving, read every second by a driver sampling every 2 s: every other tick
+    // brings one new sample, the others none (NVML has nothing newer than the last read). The
+    // driver's period is 2 s, not the interval; counting only the ticks with a sample read 1 s.
+    let mut rig = Rig::new(20);
+    let mut evidence = None;
+    for tick in 0..60u32 {
+        let util = if tick % 8 < 4 { 0.02 } else { 0.93 };
+        let mut d = one_sample(0, util, tick.is_multiple_of(2));
+        if !tick.is_multiple_of(2) {
+            d.windows.gpu_utilization = None;
+        }
+        if let Some(f) = first_raise(&rig.step(vec![d]), FindingKind::DataloaderStarvation) {
+            evidence.get_or_insert(f.evidence.clone());
+        }
+    }
+    let evidence = evidence.expect("starvation raised");
+    // A running average of one sample and none, tick by tick: within a tenth of 2 s.
+    let period: f64 = evidence
+        .split("the driver samples utilisation every ")
+        .nth(1)
+        .and_then(|rest| rest.split(" s (measured)").next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no measured period in {evidence}"));
+    assert!((1.8..=2.2).contains(&period), "{evidence}");
+}
+
+#[test]
 fn idling_together_is_starvation_and_in_turn_is_pipeline_bubbles() {
     // Four GPUs. Together: all idle on the same ticks. In turn: GPU i idles on ticks ≡ i mod 4.
     // `owner`: every GPU's process owned by that uid; 0: each GPU by a uid of its own.
