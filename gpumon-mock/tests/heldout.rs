@@ -47,26 +47,30 @@ const HELD_BACK_BIT: u64 = 1 << 63;
 /// changes (none chosen on it). Round 3 (2026-12-07, third session) was drawn fresh for the
 /// figures after the `run` command's job, marks deciding with flat readings, marked slow steps
 /// and clearing while the jobs run on: a second sample of the same rules, never seen before.
-const HELD_BACK_ROUND: u64 = 3;
+/// Round 4 (2026-12-07, fourth session) was drawn fresh and run once after this session's
+/// changes (bubbles seen on a twentieth of the ticks, lockstep ranks told by their levels, the
+/// driver's period measured from every tick, stragglers among replicas holding their memory,
+/// the simulator's stage memory and readable waits), all chosen on the fit set; round 3, whose
+/// earlier figures said which kinds fell short, was rerun once beside it (docs/diagnosis.md).
+const HELD_BACK_ROUND: u64 = 4;
 
 /// GPU-runs the held-back test draws (the issue asks for 2 000 at least).
 const HELD_BACK_GPU_RUNS: u32 = 8000;
 
 /// Floors on the held-back set, per kind, over the regions where the cause can be shown
-/// (`shown` and `marks-only`): (kind, precision, recall). Set from round 3's first figures
+/// (`shown` and `marks-only`): (kind, precision, recall). Set from round 4's first figures
 /// (2026-12-07, 8 000 GPU-runs, tuned on the fit set only), rounded down to 0.05 — so they guard
 /// against regressions; they are not the issue's goal (0.95 / 0.90 for every kind), which
-/// starvation, bubbles and straggler do not reach. The same rules read straggler 0.982 / 0.875
-/// on round 2 and 0.809 / 0.844 on round 3 (45–64 straggler GPU-runs in each: one or two draws
-/// of marked pipeline stages move it by tens of points), so the straggler floor came down from
-/// round 2's 0.95 / 0.85 to what a fresh sample reads; bubbles' precision floor rose from 0.75.
-/// Round 1 read higher (bubbles 0.929 / 0.684 on 2 000 GPU-runs): rerun after each change, it
-/// had come to agree with the rules. The draws are deterministic: a figure moves only when the
-/// rules or the simulator change. A kind with no GPU-runs in a run is not judged.
+/// bubbles (0.860 / 0.827) and straggler recall (0.815) do not reach. With 27 straggler and 52
+/// bubbles GPU-runs in the round, one or two draws move a figure by several points: round 3
+/// reads the same rules at straggler 0.915 / 0.956 and bubbles 0.920 / 0.767. Earlier rounds
+/// were retired as their figures steered changes (see `HELD_BACK_ROUND`). The draws are
+/// deterministic: a figure moves only when the rules or the simulator change. A kind with no
+/// GPU-runs in a run is not judged.
 const FLOORS: &[(&str, f64, f64)] = &[
-    ("dataloader_starvation", 0.90, 0.90),
-    ("pipeline_bubbles", 0.80, 0.55),
-    ("straggler", 0.80, 0.80),
+    ("dataloader_starvation", 0.95, 0.90),
+    ("pipeline_bubbles", 0.85, 0.80),
+    ("straggler", 0.95, 0.80),
     ("imbalance", 0.95, 0.95),
     ("idle_allocated", 0.95, 0.95),
     ("memory_bound", 0.95, 0.95),
@@ -79,10 +83,10 @@ const FLOORS: &[(&str, f64, f64)] = &[
 ];
 
 /// "Cannot tell" said where no cause it names is the cause, held-back set: at most this
-/// many GPU-runs (shown + marks-only). A regression guard, set from round 2's first figure (88
-/// of 8 000) rounded up (round 3: 93); it counts against the verdict, which the kinds'
-/// precision does not.
-const MAX_FALSE_CANNOT_TELL: u32 = 100;
+/// many GPU-runs (shown + marks-only). A regression guard, set from round 4's first figure (46
+/// of 8 000) rounded up (round 3 with the same rules: 45; before this round's changes 88–93);
+/// it counts against the verdict, which the kinds' precision does not.
+const MAX_FALSE_CANNOT_TELL: u32 = 50;
 
 /// A cause must be raised within two windows of its onset (the default window is 30 s), plus
 /// the warm-up grace of `idle_allocated`.
