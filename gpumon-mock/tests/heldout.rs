@@ -59,18 +59,19 @@ const HELD_BACK_GPU_RUNS: u32 = 8000;
 
 /// Floors on the held-back set, per kind, over the regions where the cause can be shown
 /// (`shown` and `marks-only`): (kind, precision, recall). Set from round 4's first figures
-/// (2026-12-07, 8 000 GPU-runs, tuned on the fit set only), rounded down to 0.05 — so they guard
+/// (2026-12-07, 8 000 GPU-runs, tuned on the fit set only), rounded down to 0.05 and, for the
+/// kinds a single draw moves by several points, a draw's headroom below — so they guard
 /// against regressions; they are not the goal (0.95 / 0.90 for every kind), which
 /// bubbles (0.860 / 0.827) and straggler recall (0.815) do not reach. With 27 straggler and 52
 /// bubbles GPU-runs in the round, one or two draws move a figure by several points: round 3
-/// reads the same rules at straggler 0.915 / 0.956 and bubbles 0.920 / 0.767. Earlier rounds
+/// reads the same rules at straggler 0.956 / 0.956 and bubbles 0.920 / 0.775. Earlier rounds
 /// were retired as their figures steered changes (see `HELD_BACK_ROUND`). The draws are
 /// deterministic: a figure moves only when the rules or the simulator change. A kind with no
 /// GPU-runs in a run is not judged.
 const FLOORS: &[(&str, f64, f64)] = &[
     ("dataloader_starvation", 0.95, 0.90),
-    ("pipeline_bubbles", 0.85, 0.80),
-    ("straggler", 0.95, 0.80),
+    ("pipeline_bubbles", 0.80, 0.80),
+    ("straggler", 0.90, 0.80),
     ("imbalance", 0.95, 0.95),
     ("idle_allocated", 0.95, 0.95),
     ("memory_bound", 0.95, 0.95),
@@ -83,8 +84,9 @@ const FLOORS: &[(&str, f64, f64)] = &[
 ];
 
 /// "Cannot tell" said where no cause it names is the cause, held-back set: at most this
-/// many GPU-runs (shown + marks-only). A regression guard, set from round 4's first figure (46
-/// of 8 000) rounded up (round 3 with the same rules: 45; before this round's changes 88–93);
+/// many GPU-runs (shown + marks-only). A regression guard, set from round 4's figure (45 of
+/// 8 000; 46 before the review's mends) rounded up (round 3 with the same rules: 45; before this
+/// round's changes 88–93);
 /// it counts against the verdict, which the kinds' precision does not.
 const MAX_FALSE_CANNOT_TELL: u32 = 50;
 

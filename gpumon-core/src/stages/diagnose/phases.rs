@@ -71,8 +71,11 @@ impl Diagnoser {
         // new sample (NVML has none newer than the last read when the driver's period is longer
         // than the interval) — it counts as none. Counting only the ticks with a window read a
         // 0.8 s driver sampled every 0.33 s as a 0.33 s one.
+        // A tick whose read failed says nothing of the driver (the next read brings its samples).
+        let failed = d.errors.iter().any(|e| e.family == crate::metric::Family::HighResolution);
         let samples = match d.windows.gpu_utilization {
             Some(w) => Some(f64::from(w.count)),
+            None if failed => None,
             None => track.driver_samples_per_tick.map(|_| 0.0),
         };
         if let Some(n) = samples {
@@ -80,7 +83,12 @@ impl Diagnoser {
             let avg = track.driver_samples_per_tick.map_or(n, |a| a + (n - a) * 0.1);
             track.driver_samples_per_tick = Some(avg);
         }
-        stats.driver_period = track.driver_samples_per_tick.filter(|a| *a > 0.01).map(|a| self.interval_secs / a);
+        // At most NVML's longest period (1 s): samples stopping altogether (the family no longer
+        // read) are no slower driver.
+        stats.driver_period = track
+            .driver_samples_per_tick
+            .filter(|a| *a > 0.01)
+            .map(|a| (self.interval_secs / a).min(MAX_DRIVER_PERIOD_S));
         if let Some(run) = steps.and_then(|s| s.for_gpu(d.info.index)) {
             stats.step_level = run.reported_utilization(&d.info.uuid);
             stats.step_secs = run.last_duration.map(|d| d.as_secs_f64());
@@ -350,6 +358,9 @@ fn offer(group: &mut PeerGroup, stats: &mut TickStats, swings: &rules::Swings, p
     }
     stats.waiting_some = window.mean().is_some_and(|m| m <= t.bubbles_max_mean);
     group.waiting_some += usize::from(stats.waiting_some);
+    if window.mean().is_some_and(|m| m > t.bubbles_max_mean) {
+        group.offer_busy_memory(stats.memory_ratio());
+    }
     let dips_within = matches!((stats.hires_min, stats.hires_max), (Some(lo), Some(hi)) if lo <= t.starvation_dip && hi >= t.starvation_peak);
     stats.waiting_unseen = stats.waiting_some && !stats.cycling && !dips_within;
     group.waiting_unseen += usize::from(stats.waiting_unseen);
@@ -493,3 +504,7 @@ fn count_raise(total: &mut Arc<[FindingCount]>, kind: FindingKind) {
     counts.sort_by_key(|c| c.kind);
     *total = Arc::from(counts);
 }
+
+/// NVML's longest utilisation sampling period ("between 1 second and 1/6 second depending on the
+/// product"): the most a measured period can read.
+const MAX_DRIVER_PERIOD_S: f64 = 1.0;

@@ -756,30 +756,34 @@ fn starvation_with_one_driver_sample_per_interval_is_found_across_ticks() {
 
 #[test]
 fn a_driver_slower_than_the_interval_is_measured_from_the_ticks_without_a_new_sample() {
-    // One GPU starving, read every second by a driver sampling every 2 s: every other tick
+    // One GPU starving, read every 0.4 s by a driver sampling every 0.8 s: every other tick
     // brings one new sample, the others none (NVML has nothing newer than the last read). The
-    // driver's period is 2 s, not the interval; counting only the ticks with a sample read 1 s.
-    let mut rig = Rig::new(20);
+    // driver's period is 0.8 s, not the interval; counting only the ticks with a sample read
+    // 0.4 s.
+    let mut d = Diagnoser::new(DiagnoseConfig::default().with_window(Duration::from_secs(20))).unwrap();
+    d.attach(&ProcessorContext::new(Duration::from_millis(400)));
+    let system = Arc::new(SystemInfo::new("node-1", "test"));
     let mut evidence = None;
-    for tick in 0..60u32 {
+    for tick in 0..150u64 {
         let util = if tick % 8 < 4 { 0.02 } else { 0.93 };
-        let mut d = one_sample(0, util, tick.is_multiple_of(2));
-        if !tick.is_multiple_of(2) {
-            d.windows.gpu_utilization = None;
-        }
-        if let Some(f) = first_raise(&rig.step(vec![d]), FindingKind::DataloaderStarvation) {
+        let mut s = Snapshot::new(system.clone(), vec![one_sample(0, util, tick.is_multiple_of(2))])
+            .with_seq(tick + 1)
+            .with_taken_at(UNIX_EPOCH + Duration::from_millis(1_700_000_000_000 + 400 * tick));
+        d.process(&mut s);
+        let diagnosis = s.output::<crate::Diagnosis>().expect("a diagnosis");
+        if let Some(f) = first_raise(diagnosis, FindingKind::DataloaderStarvation) {
             evidence.get_or_insert(f.evidence.clone());
         }
     }
     let evidence = evidence.expect("starvation raised");
-    // A running average of one sample and none, tick by tick: within a tenth of 2 s.
     let period: f64 = evidence
         .split("the driver samples utilisation every ")
         .nth(1)
         .and_then(|rest| rest.split(" s (measured)").next())
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no measured period in {evidence}"));
-    assert!((1.8..=2.2).contains(&period), "{evidence}");
+    // A running average of one sample and none, tick by tick: near 0.8 s.
+    assert!((0.65..=0.95).contains(&period), "{evidence}");
 }
 
 #[test]
@@ -823,7 +827,7 @@ fn ranks_whose_latest_readings_idle_in_turn_but_whose_levels_move_together_are_n
     // moments, each sampled by the driver at its own instants (held-back draws: data-parallel
     // ranks starving in lockstep were called pipeline bubbles). Otherwise each GPU's level
     // follows its own latest sample: stages idling in turn.
-    let run = |shared: bool| {
+    let run = |shared: bool, owner: bool| {
         let mut tick = 0u32;
         Rig::new(12).run(40, || {
             let t = tick;
@@ -844,12 +848,16 @@ fn ranks_whose_latest_readings_idle_in_turn_but_whose_levels_move_together_are_n
                         0.8
                     };
                     d.windows.gpu_utilization = Some(WindowStats { min: 0.02, max: 0.93, mean, count: 3 });
-                    owned(d, 1000)
+                    if owner {
+                        owned(d, 1000)
+                    } else {
+                        d
+                    }
                 })
                 .collect()
         })
     };
-    let shared = run(true);
+    let shared = run(true, true);
     let kinds: BTreeSet<FindingKind> = kinds_on(&shared).into_iter().map(|(_, k)| k).collect();
     assert_eq!(kinds, BTreeSet::from([FindingKind::StarvationOrBubbles]), "{:?}", kinds_on(&shared));
     let f = shared.active.iter().find(|f| f.gpu == Some(0)).unwrap();
@@ -858,9 +866,14 @@ fn ranks_whose_latest_readings_idle_in_turn_but_whose_levels_move_together_are_n
         "{}",
         f.evidence
     );
-    let own = run(false);
+    let own = run(false, true);
     let kinds: BTreeSet<FindingKind> = kinds_on(&own).into_iter().map(|(_, k)| k).collect();
     assert_eq!(kinds, BTreeSet::from([FindingKind::PipelineBubbles]), "{:?}", kinds_on(&own));
+    // Nothing says the four run one job: that is the first reason given, whatever the levels.
+    let assumed = run(true, false);
+    let f = assumed.active.iter().find(|f| f.gpu == Some(0)).unwrap();
+    assert_eq!(f.kind, FindingKind::StarvationOrBubbles);
+    assert!(f.evidence.contains("nothing says they run one job"), "{}", f.evidence);
 }
 
 #[test]

@@ -192,10 +192,14 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
 /// reads busy ([`Swings::co_idling`]).
 ///
 /// - No other GPU of the job goes busy and idle: nothing to be a stage of (a GPU busy
-///   throughout is no stage: it never idles) — starvation, when its level is in the band.
+///   throughout is no stage: it never idles) — starvation, when its level is in the band;
+///   nothing, in a known job whose busy GPUs all hold other memory than it (it waits for
+///   another part of its job: [`PeerGroup::waits_on_another_part`]).
 /// - Together (co-idling at least [`TOGETHER`]): starvation.
-/// - In turn (at most [`IN_TURN`]): bubbles, with the job known; else both named (other jobs'
-///   GPUs, each starving on its own, read the same as the next stages).
+/// - In turn (at most [`IN_TURN`]): bubbles, with the job known and the intervals' levels not
+///   moving with the peers' (else both named, [`Undecided::ReadingsDisagree`]); with the job
+///   assumed both named (other jobs' GPUs, each starving on its own, read the same as the next
+///   stages).
 /// - Neither clear, or not readable (stretches shorter than the driver's period, too few clear
 ///   readings): both named — the readings cannot tell, and the evidence says why.
 fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
@@ -209,6 +213,14 @@ fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
     } else {
         group.cycling_peers(s.cycling)
     };
+    if peers == 0 && group.waits_on_another_part(s.memory_ratio()) {
+        // Alone in waiting beside busy GPUs of its known job that all hold other memory: it waits for another part of its job — an uneven pipeline's slowest stage —
+        // not for its input (a data-parallel rank waiting alone is its replicas' straggler).
+        // Nothing is named: a stage that never waits is no stage to idle in turn with. (Fit set,
+        // once stages held their own memory: 4 such stages, called stragglers before, called
+        // starved without this.)
+        return Wait::None;
+    }
     if peers == 0 {
         // With the job assumed and none of the others seen going busy and idle, some of them
         // may still wait a share worth naming, in stretches shorter than the driver's period
@@ -219,18 +231,6 @@ fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
         // starving with it read so. (Fit set, 16 000 GPU-runs: starvation precision
         // 0.968 → 0.980, 13 starving GPUs moved to "cannot tell", 9 pipeline stages and
         // stragglers no longer called starved.)
-        // Alone in waiting beside busy GPUs of its known job that hold other memory: it waits
-        // for another part of its job — the slowest stage of a pipeline, when the stages'
-        // work is uneven — not for its input (a data-parallel rank waiting alone is a
-        // straggler, and its replicas hold its memory). Nothing is named: a stage busy
-        // throughout is no stage to idle in turn with. (Fit set, once stages held their own
-        // memory: 4 such stages, called stragglers before, called starved without this.)
-        if group.job.known()
-            && !group.uniform_memory()
-            && group.busiest_other(input.position).is_some_and(|(level, _)| level >= input.t.imbalance_busy)
-        {
-            return Wait::None;
-        }
         let others_wait = group.waiting_unseen.saturating_sub(usize::from(s.waiting_unseen)) > 0;
         return match (starving, bubbling && others_wait && !group.job.known()) {
             (true, true) => Wait::CannotTell(Undecided::OthersWaitUnseen),
@@ -258,15 +258,15 @@ fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
         Some(c) if c <= IN_TURN => {
             if !bubbling {
                 Wait::None
+            } else if !group.job.known() {
+                Wait::CannotTell(Undecided::NoJobKnown)
             } else if input.window.level_correlation().is_some_and(|r| r >= LEVELS_MOVE_TOGETHER) {
                 // The latest readings idle in turn, but the intervals' levels rise and fall with
                 // the peers': ranks in lockstep whose driver samples fall at other moments read
                 // so (one reads the wait, the other the compute after it), pipeline stages do not.
                 Wait::CannotTell(Undecided::ReadingsDisagree)
-            } else if group.job.known() {
-                Wait::Bubbles
             } else {
-                Wait::CannotTell(Undecided::NoJobKnown)
+                Wait::Bubbles
             }
         }
         Some(_) => Wait::CannotTell(Undecided::Mixed),
