@@ -1899,10 +1899,10 @@ fn one_users_two_launches_are_two_jobs_and_a_launcher_names_a_job() {
 }
 
 #[test]
-fn a_gpu_waiting_alone_beside_busy_gpus_of_its_job_holding_other_memory_is_not_starving() {
+fn a_gpu_waiting_alone_beside_busy_gpus_of_its_job_holding_other_memory_names_both_readings() {
     // One user's job on three GPUs: GPU 0 goes busy and idle, GPUs 1 and 2 compute throughout.
     // Holding other memory than theirs (`half`), it waits for another part of its job — the
-    // slowest stage of an uneven pipeline reads so — not for its input: nothing is named (fit
+    // slowest stage of an uneven pipeline reads so — or for its own input: both are named (fit
     // set: such stages were called stragglers, then starved). Holding theirs, it is their
     // straggler.
     let run = |half: bool| {
@@ -1918,7 +1918,13 @@ fn a_gpu_waiting_alone_beside_busy_gpus_of_its_job_holding_other_memory_is_not_s
                 .collect()
         })
     };
-    assert_quiet(&run(true));
+    let d = run(true);
+    assert_eq!(kinds_on(&d), [(Some(0), FindingKind::StarvationOrBubbles)]);
+    assert!(
+        d.active[0].evidence.contains("it waits alone while the other GPUs of its job"),
+        "{}",
+        d.active[0].evidence
+    );
     assert_eq!(kinds_on(&run(false)), [(Some(0), FindingKind::Straggler)]);
 }
 

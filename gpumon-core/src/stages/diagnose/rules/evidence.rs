@@ -352,6 +352,11 @@ fn waits(
                 "the other GPUs of its job idle partly with it and partly in turn: neither data-parallel ranks \
                  waiting together nor pipeline stages waiting in turn reads clearly; ",
             ),
+            Some(Undecided::WaitsOnOtherPart) => out.push_str(
+                "it waits alone while the other GPUs of its job, holding other memory than it, compute: a \
+                 pipeline stage waiting for a slower stage reads so, as does a GPU whose own loader starves it \
+                 beside work its job's marks or owner join to it; ",
+            ),
             Some(Undecided::ReadingsDisagree) => {
                 out.push_str(
                     "its latest readings idle in turn with the other GPUs of its job, but its intervals' levels \

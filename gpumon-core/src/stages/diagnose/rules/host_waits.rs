@@ -35,6 +35,10 @@ pub(crate) enum Undecided {
     TooShortToSee,
     /// They idle partly together, partly in turn: neither pattern is clear.
     Mixed,
+    /// It waits alone beside busy GPUs of its known job that all hold other memory than it
+    /// ([`PeerGroup::waits_on_another_part`]): another part of its job it waits for (an uneven
+    /// pipeline's slowest stage), or its own input.
+    WaitsOnOtherPart,
     /// The latest readings say in turn, the intervals' levels say together (they rise and fall
     /// with the peers', [`LEVELS_MOVE_TOGETHER`]): the driver samples each GPU at its own
     /// moments, so ranks waiting at once can read idle at different ticks.
@@ -193,8 +197,8 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
 ///
 /// - No other GPU of the job goes busy and idle: nothing to be a stage of (a GPU busy
 ///   throughout is no stage: it never idles) — starvation, when its level is in the band;
-///   nothing, in a known job whose busy GPUs all hold other memory than it (it waits for
-///   another part of its job: [`PeerGroup::waits_on_another_part`]).
+///   both named, in a known job whose busy GPUs all hold other memory than it (it waits for
+///   another part of its job, or for its own input: [`PeerGroup::waits_on_another_part`]).
 /// - Together (co-idling at least [`TOGETHER`]): starvation.
 /// - In turn (at most [`IN_TURN`]): bubbles, with the job known and the intervals' levels not
 ///   moving with the peers' (else both named, [`Undecided::ReadingsDisagree`]); with the job
@@ -213,13 +217,13 @@ fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
     } else {
         group.cycling_peers(s.cycling)
     };
-    if peers == 0 && group.waits_on_another_part(s.memory_ratio()) {
+    if peers == 0 && (starving || bubbling) && group.waits_on_another_part(s.memory_ratio()) {
         // Alone in waiting beside busy GPUs of its known job that all hold other memory: it waits for another part of its job — an uneven pipeline's slowest stage —
-        // not for its input (a data-parallel rank waiting alone is its replicas' straggler).
-        // Nothing is named: a stage that never waits is no stage to idle in turn with. (Fit set,
-        // once stages held their own memory: 4 such stages, called stragglers before, called
-        // starved without this.)
-        return Wait::None;
+        // or for its own input, if what the job's marks or owner join runs apart from it (a
+        // data-parallel rank waiting alone would be its replicas' straggler). Both are named.
+        // (Fit set, once stages held their own memory: 4 such stages, called stragglers before,
+        // called starved without this.)
+        return Wait::CannotTell(Undecided::WaitsOnOtherPart);
     }
     if peers == 0 {
         // With the job assumed and none of the others seen going busy and idle, some of them
