@@ -62,7 +62,7 @@ const HELD_BACK_GPU_RUNS: u32 = 8000;
 /// (2026-12-07, 8 000 GPU-runs, tuned on the fit set only), rounded down to 0.05 and, for the
 /// kinds a single draw moves by several points, a draw's headroom below — so they guard
 /// against regressions; they are not the goal (0.95 / 0.90 for every kind), which
-/// bubbles (0.860 / 0.843) and straggler recall (0.815) do not reach. With 27 straggler and 52
+/// bubbles (0.860 / 0.843) and straggler recall (0.815) do not reach. With 27 straggler and 51
 /// bubbles GPU-runs in the round, one or two draws move a figure by several points: round 3
 /// reads the same rules at straggler 0.956 / 0.956 and bubbles 0.920 / 0.863. Earlier rounds
 /// were retired as their figures steered changes (see `HELD_BACK_ROUND`). The draws are
