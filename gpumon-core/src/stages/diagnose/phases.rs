@@ -71,11 +71,11 @@ impl Diagnoser {
         // new sample (NVML has none newer than the last read when the driver's period is longer
         // than the interval) — it counts as none. Counting only the ticks with a window read a
         // 0.8 s driver sampled every 0.33 s as a 0.33 s one.
-        // A tick whose read failed says nothing of the driver (the next read brings its samples).
-        let failed = d.errors.iter().any(|e| e.family == crate::metric::Family::HighResolution);
+        // A tick whose read failed says nothing of the driver (the next read brings its samples):
+        // the failures are scanned only on a tick without a window.
         let samples = match d.windows.gpu_utilization {
             Some(w) => Some(f64::from(w.count)),
-            None if failed => None,
+            None if d.errors.iter().any(|e| e.family == crate::metric::Family::HighResolution) => None,
             None => track.driver_samples_per_tick.map(|_| 0.0),
         };
         if let Some(n) = samples {

@@ -93,15 +93,12 @@ pub(crate) struct PeerGroup {
     /// The lowest and highest share of memory used among the allocated GPUs: replicas of one
     /// data-parallel job hold the same model, optimizer state and batch size, so the same
     /// memory to within a few percent (see [`PeerGroup::uniform_memory`]).
-    pub(crate) memory_low: f64,
-    pub(crate) memory_high: f64,
-    /// The lowest and highest share of memory used among the slowed GPUs (`slowed`).
-    slowed_memory_low: f64,
-    slowed_memory_high: f64,
-    /// The lowest and highest share of memory used among the busy GPUs (window mean above
-    /// `bubbles_max_mean`: not waiting a share worth naming).
-    busy_memory_low: f64,
-    busy_memory_high: f64,
+    memory: MemoryRange,
+    /// The same among the slowed GPUs (`slowed`).
+    slowed_memory: MemoryRange,
+    /// The same among the busy GPUs (window mean above `bubbles_max_mean`: not waiting a share
+    /// worth naming).
+    busy_memory: MemoryRange,
     /// Allocated GPUs whose window's mean level is at or below `bubbles_max_mean`: they wait
     /// a share of the time worth naming, seen in stretches or not (a driver period longer
     /// than their stretches averages them into a flat reading).
@@ -150,12 +147,9 @@ impl PeerGroup {
             waiting_some: 0,
             waiting_unseen: 0,
             unslowed_busy: None,
-            memory_low: f64::INFINITY,
-            memory_high: f64::NEG_INFINITY,
-            slowed_memory_low: f64::INFINITY,
-            slowed_memory_high: f64::NEG_INFINITY,
-            busy_memory_low: f64::INFINITY,
-            busy_memory_high: f64::NEG_INFINITY,
+            memory: MemoryRange::EMPTY,
+            slowed_memory: MemoryRange::EMPTY,
+            busy_memory: MemoryRange::EMPTY,
             lowest_means: [None; 2],
             highest_means: [None; 2],
             means: 0,
@@ -213,16 +207,13 @@ impl PeerGroup {
 
     /// Counts one allocated GPU's share of memory used in.
     pub(crate) fn offer_memory(&mut self, ratio: Option<f64>) {
-        if let Some(r) = ratio {
-            self.memory_low = self.memory_low.min(r);
-            self.memory_high = self.memory_high.max(r);
-        }
+        self.memory.offer(ratio);
     }
 
     /// Every allocated GPU of the group holds the same share of its memory, to within
     /// [`SAME_MEMORY`]: then each GPU's replicas are all the others, known job or assumed.
     pub(crate) fn uniform_memory(&self) -> bool {
-        self.memory_high - self.memory_low <= SAME_MEMORY
+        self.memory.high - self.memory.low <= SAME_MEMORY
     }
 
     /// The mean level of the allocated GPUs other than one at `level`, when there are at least
@@ -264,10 +255,7 @@ impl PeerGroup {
 
     /// Counts the share of memory a busy GPU uses in (see [`PeerGroup::waits_on_another_part`]).
     pub(crate) fn offer_busy_memory(&mut self, ratio: Option<f64>) {
-        if let Some(r) = ratio {
-            self.busy_memory_low = self.busy_memory_low.min(r);
-            self.busy_memory_high = self.busy_memory_high.max(r);
-        }
+        self.busy_memory.offer(ratio);
     }
 
     /// Whether a GPU holding `memory` waits on another part of its known job: GPUs of the job
@@ -276,23 +264,18 @@ impl PeerGroup {
     /// wait for it. Data-parallel replicas hold its memory; a GPU waiting alone among them is
     /// their straggler.
     pub(crate) fn waits_on_another_part(&self, memory: Option<f64>) -> bool {
-        self.job.known()
-            && self.busy_memory_low <= self.busy_memory_high
-            && memory.is_some_and(|m| m < self.busy_memory_low - SAME_MEMORY || m > self.busy_memory_high + SAME_MEMORY)
+        self.job.known() && !self.busy_memory.is_empty() && memory.is_some_and(|m| self.busy_memory.outside(m))
     }
 
     /// Counts a slowed GPU's share of memory in (see [`PeerGroup::waits_for_slowed_peer`]).
     pub(crate) fn offer_slowed_memory(&mut self, ratio: Option<f64>) {
-        if let Some(r) = ratio {
-            self.slowed_memory_low = self.slowed_memory_low.min(r);
-            self.slowed_memory_high = self.slowed_memory_high.max(r);
-        }
+        self.slowed_memory.offer(ratio);
     }
 
     /// Whether a GPU holding `memory` holds what a slowed GPU of the group holds, within
     /// [`SAME_MEMORY`] (the slowed GPUs' lowest and highest share: one slowed GPU exactly).
     pub(crate) fn holds_slowed_memory(&self, memory: Option<f64>) -> bool {
-        memory.is_some_and(|m| m >= self.slowed_memory_low - SAME_MEMORY && m <= self.slowed_memory_high + SAME_MEMORY)
+        memory.is_some_and(|m| self.slowed_memory.holds(m))
     }
 
     /// Whether the group is one job as far as can be told: known, or assumed with every GPU
@@ -547,6 +530,39 @@ pub(crate) fn peer_gap(s: &TickStats, position: usize, groups: &Groups, t: &Thre
 /// longer the further it is from the slowest stage), and the least busy of them is no
 /// straggler.
 const SAME_LEVEL: f64 = 0.05;
+
+/// The lowest and highest share of memory used among some GPUs of a group; empty (`low` above
+/// `high`) before any.
+#[derive(Clone, Copy, Debug)]
+struct MemoryRange {
+    low: f64,
+    high: f64,
+}
+
+impl MemoryRange {
+    const EMPTY: Self = Self { low: f64::INFINITY, high: f64::NEG_INFINITY };
+
+    fn offer(&mut self, ratio: Option<f64>) {
+        if let Some(r) = ratio {
+            self.low = self.low.min(r);
+            self.high = self.high.max(r);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.low > self.high
+    }
+
+    /// `m` is within [`SAME_MEMORY`] of the range (never, empty).
+    fn holds(&self, m: f64) -> bool {
+        m >= self.low - SAME_MEMORY && m <= self.high + SAME_MEMORY
+    }
+
+    /// `m` is beyond [`SAME_MEMORY`] of the range on either side.
+    fn outside(&self, m: f64) -> bool {
+        m < self.low - SAME_MEMORY || m > self.high + SAME_MEMORY
+    }
+}
 
 /// How far apart (share of each GPU's memory) the memory used by replicas of one job may be:
 /// 2 points. Replicas allocate the same tensors; the allocator's caching adds a little.
