@@ -118,12 +118,19 @@ write("mig-training", "A MIG-partitioned A100 fleet running training on every in
       {"findings": [], "duration_s": 120, "profile": "a100x8-mig"})
 
 # Pipeline bubbles: stages idle in turn.
+def stages(phase):
+    """One phase per stage of four, each holding its own memory as a pipeline's stages do (its
+    layers and the micro-batches in flight on it: under 1F1B the first stage holds the most),
+    where data-parallel replicas hold the same."""
+    return [dict({"gpus": [g]}, **dict(phase, memory=m)) for g, m in enumerate([0.84, 0.78, 0.72, 0.66])]
+
+
 write("pipeline-bubbles-4s", "Four pipeline stages, 3 s busy then 1 s idle, each stage 1 s after the previous",
-      [{"shape": "square", "busy_s": 3.0, "idle_s": 1.0, "stagger_s": 1.0, "memory": 0.75, "memory_controller": 0.2}],
+      stages({"shape": "square", "busy_s": 3.0, "idle_s": 1.0, "stagger_s": 1.0, "memory_controller": 0.2}),
       {"findings": every("pipeline_bubbles"), "raise_within_s": 60, "duration_s": 150, "visible_above_s": 0.5,
        "interval_at_most_s": 1.0})
 write("pipeline-bubbles-2s", "Four pipeline stages, 1.5 s busy then 0.5 s idle, staggered by 0.5 s",
-      [{"shape": "square", "busy_s": 1.5, "idle_s": 0.5, "stagger_s": 0.5, "memory": 0.75, "memory_controller": 0.2}],
+      stages({"shape": "square", "busy_s": 1.5, "idle_s": 0.5, "stagger_s": 0.5, "memory_controller": 0.2}),
       {"findings": every("pipeline_bubbles"), "raise_within_s": 60, "duration_s": 150, "visible_above_s": 0.5,
        "interval_at_most_s": 0.5})
 
@@ -228,8 +235,8 @@ write("straggler-marked-h100x8", "Eight H100s marking 1 s steps at 96 %, GPU 5 a
       [{"busy": 0.96, "memory": 0.8, "steps": True}, {"gpus": [5], "busy": 0.5, "memory": 0.8, "steps": True}],
       {"findings": every("straggler", [5]), "raise_within_s": 40, "duration_s": 120, "profile": "h100x8"})
 write("pipeline-bubbles-4s-marked", "Four marked pipeline stages, 3 s busy then 1 s idle, each 1 s after the previous",
-      [{"shape": "square", "busy_s": 3.0, "idle_s": 1.0, "stagger_s": 1.0, "memory": 0.75, "memory_controller": 0.2,
-        "steps": True}],
+      stages({"shape": "square", "busy_s": 3.0, "idle_s": 1.0, "stagger_s": 1.0, "memory_controller": 0.2,
+              "steps": True}),
       {"findings": every("pipeline_bubbles"), "raise_within_s": 60, "duration_s": 150, "visible_above_s": 0.5,
        "interval_at_most_s": 1.0})
 

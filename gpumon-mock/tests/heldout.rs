@@ -11,13 +11,14 @@
 //!   the same tables for the FIT set, the one to tune thresholds on, and asserts no floor. Never
 //!   tune on the held-back set; its figures count only because nothing was fitted to them.
 //! - `GPUMON_SIM_GPU_RUNS=n` sets how many GPU-runs the fit report draws (default 4000); the
-//!   held-back test always draws 8000 (2000 held too few pipeline stages to read their figures:
-//!   8 GPU-runs with bubbles in round 2's first 2000).
+//!   held-back test always draws 16 000 (2000 held too few pipeline stages to read their
+//!   figures: 8 GPU-runs with bubbles in round 2's first 2000; round 4's 8 000, 27 stragglers).
 //! - `GPUMON_SIM_MISSES=n` prints up to n misses with their draws (seed, jobs, settings).
 //! - `GPUMON_SIM_EVIDENCE=1` prints every finding's evidence beside the truth;
 //!   `GPUMON_SIM_TRACE=<seed in hex>:<gpu>` prints that GPU's readings tick by tick and its
 //!   findings as they are raised and cleared; `GPUMON_SIM_ONLY=<seed in hex>` runs that one
-//!   node alone. Tuning aids for the fit report.
+//!   node alone; `GPUMON_SIM_SET=straggler_peers=0.8` sets thresholds over the defaults. Tuning
+//!   aids for the fit report.
 //!
 //! After each draw's run (120 s) every job ends — the same GPUs, idle and empty, for two
 //! windows — and every finding open then (`hardware_errors` aside) must clear within them.
@@ -52,26 +53,33 @@ const HELD_BACK_BIT: u64 = 1 << 63;
 /// driver's period measured from every tick, stragglers among replicas holding their memory,
 /// the simulator's stage memory and readable waits), all chosen on the fit set; round 3, whose
 /// earlier figures said which kinds fell short, was rerun once beside it (docs/diagnosis.md).
-const HELD_BACK_ROUND: u64 = 4;
+/// Round 4 said which kinds still fell short (bubbles, straggler recall), and the fifth
+/// session's changes (in-turn ranks holding one memory named both, the replicas' tolerance
+/// for their job's first interval) were chosen on the fit set after it: round 5 (2026-12-07,
+/// fifth session) was drawn fresh, twice as large, and run once after them. It said that
+/// bubbles' recall still fell short (0.867), and the same session went on, on the fit set,
+/// with the hysteresis of the pattern and of the in-turn bound: round 6 (2026-12-07, fifth
+/// session) was drawn fresh, as large, and run once after them.
+const HELD_BACK_ROUND: u64 = 6;
 
-/// GPU-runs the held-back test draws (the issue asks for 2 000 at least).
-const HELD_BACK_GPU_RUNS: u32 = 8000;
+/// GPU-runs the held-back test draws (the issue asks for 2 000 at least): 16 000 from round 5,
+/// so that the rarer kinds' figures rest on some hundred GPU-runs (round 4's 8 000 held 27 with
+/// a straggler, one draw moving its recall by 4 points). About 50 s of CI on two cores.
+const HELD_BACK_GPU_RUNS: u32 = 16000;
 
 /// Floors on the held-back set, per kind, over the regions where the cause can be shown
-/// (`shown` and `marks-only`): (kind, precision, recall). Set from round 4's first figures
-/// (2026-12-07, 8 000 GPU-runs, tuned on the fit set only), rounded down to 0.05 and, for the
-/// kinds a single draw moves by several points, a draw's headroom below — so they guard
-/// against regressions; they are not the issue's goal (0.95 / 0.90 for every kind), which
-/// bubbles (0.860 / 0.843) and straggler recall (0.815) do not reach. With 27 straggler and 51
-/// bubbles GPU-runs in the round, one or two draws move a figure by several points: round 3
-/// reads the same rules at straggler 0.956 / 0.956 and bubbles 0.920 / 0.863. Earlier rounds
-/// were retired as their figures steered changes (see `HELD_BACK_ROUND`). The draws are
-/// deterministic: a figure moves only when the rules or the simulator change. A kind with no
-/// GPU-runs in a run is not judged.
+/// (`shown` and `marks-only`): (kind, precision, recall). Set from round 6's figures
+/// (2026-12-07, 16 000 GPU-runs, tuned on the fit set only, run once), rounded down to 0.05 and,
+/// for the kinds a single draw moves by a point or more, a draw's headroom below — so they
+/// guard against regressions. Round 6 meets the issue's goal (0.95 / 0.90) for every kind but
+/// `straggler`'s precision: starvation 0.970 / 0.940, bubbles 1.000 / 0.960 (124 GPU-runs),
+/// straggler 0.941 / 0.976 (87: 5 wrong). Earlier rounds were retired as their figures steered
+/// changes (see `HELD_BACK_ROUND`). The draws are deterministic: a figure moves only when the
+/// rules or the simulator change. A kind with no GPU-runs in a run is not judged.
 const FLOORS: &[(&str, f64, f64)] = &[
     ("dataloader_starvation", 0.95, 0.90),
-    ("pipeline_bubbles", 0.80, 0.80),
-    ("straggler", 0.90, 0.80),
+    ("pipeline_bubbles", 0.95, 0.90),
+    ("straggler", 0.90, 0.90),
     ("imbalance", 0.95, 0.95),
     ("idle_allocated", 0.95, 0.95),
     ("memory_bound", 0.95, 0.95),
@@ -84,11 +92,10 @@ const FLOORS: &[(&str, f64, f64)] = &[
 ];
 
 /// "Cannot tell" said where no cause it names is the cause, held-back set: at most this
-/// many GPU-runs (shown + marks-only). A regression guard, set from round 4's figure (45 of
-/// 8 000; 46 before the review's mends) rounded up (round 3 with the same rules: 45; before this
-/// round's changes 88–93);
-/// it counts against the verdict, which the kinds' precision does not.
-const MAX_FALSE_CANNOT_TELL: u32 = 50;
+/// many GPU-runs (shown + marks-only). A regression guard, set from round 6's figure (51 of
+/// 16 000; round 5, rules before the hysteresis: 71) rounded up; it counts against the verdict,
+/// which the kinds' precision does not.
+const MAX_FALSE_CANNOT_TELL: u32 = 60;
 
 /// A cause must be raised within two windows of its onset (the default window is 30 s), plus
 /// the warm-up grace of `idle_allocated`.
@@ -134,7 +141,7 @@ fn run_node(node: &SimNode) -> Said {
     } else {
         metrics.with(Family::Processes)
     };
-    let mut diagnoser = Diagnoser::new(DiagnoseConfig::default()).unwrap();
+    let mut diagnoser = Diagnoser::new(tuned_config()).unwrap();
     diagnoser.attach(&ProcessorContext::new(interval));
     let (mut tracker, registry) = StepTracker::new(StepConfig::default()).unwrap();
     let marking: Vec<(u32, String, u32)> = (0..node.truth.len() as u32)
@@ -539,6 +546,21 @@ fn trace_gpu(seed: u64) -> Option<u32> {
     (s == seed).then(|| g.parse().ok()).flatten()
 }
 
+/// `GPUMON_SIM_SET=name=value,...` (fit report only): thresholds set over the defaults, to try
+/// one on the fit set before changing its default. The held-back test refuses to run with it.
+fn tuned_config() -> DiagnoseConfig {
+    let mut config = DiagnoseConfig::default();
+    if let Ok(v) = std::env::var("GPUMON_SIM_SET") {
+        for pair in v.split(',').filter(|p| !p.is_empty()) {
+            let (name, value) =
+                pair.split_once('=').unwrap_or_else(|| panic!("GPUMON_SIM_SET: `{pair}` is no name=value"));
+            let value: f64 = value.parse().unwrap_or_else(|e| panic!("GPUMON_SIM_SET: `{value}`: {e}"));
+            config.thresholds.set(name, value).unwrap_or_else(|e| panic!("GPUMON_SIM_SET: {e}"));
+        }
+    }
+    config
+}
+
 /// `GPUMON_SIM_ONLY=<seed in hex>` (fit report only): runs that one node of the set.
 fn only_seed() -> Option<u64> {
     let v = std::env::var("GPUMON_SIM_ONLY").ok()?;
@@ -600,6 +622,7 @@ fn manual_fit_set_report() {
 #[test]
 fn diagnosis_accuracy_on_held_back_simulated_nodes() {
     let set = "HELD-BACK";
+    assert!(std::env::var("GPUMON_SIM_SET").is_err(), "GPUMON_SIM_SET tunes the fit report, never the held-back set");
     let t = run_set(set, HELD_BACK_BIT | HELD_BACK_ROUND << 32, HELD_BACK_GPU_RUNS);
     let mut failures = Vec::new();
     for &(name, precision, recall) in FLOORS {

@@ -3,11 +3,12 @@
 //! the mock's driver sampling model at a 1/6 s driver period and a 0.5 s interval:
 //!
 //! - as the four stages of a 1F1B pipeline (8 micro-batches: each stage idles 3 of 11 slots,
-//!   27 % of the step, in a staircase at the step's ends), they are never
+//!   27 % of the step, in a staircase at the step's ends; each holding its own memory, the
+//!   micro-batches in flight on it), they are never
 //!   `dataloader_starvation`: the end stages are `pipeline_bubbles`, the middle ones bubbles or
 //!   "cannot tell";
 //! - as four data-parallel ranks waiting for their input at the same moments, the same busy
-//!   share, they are `dataloader_starvation`, never `pipeline_bubbles`;
+//!   share and the same memory, they are `dataloader_starvation`, never `pipeline_bubbles`;
 //! - as the same 1F1B stages with nothing saying they run one job (no owner), they are "cannot
 //!   tell" (`starvation_or_bubbles`): other jobs' GPUs starving on their own read the same.
 
@@ -28,8 +29,9 @@ const DRIVER_S: f64 = 1.0 / 6.0;
 const TICKS: u64 = 240; // 120 s: four 30 s windows
 
 /// Every (GPU, kind) raised over the run of the four GPUs whose busy stretches within each
-/// step of `step_s` are `patterns`; `owned`: every GPU's process has the same owner.
-fn raised(patterns: &[Vec<[f64; 2]>], step_s: f64, owned: bool) -> BTreeSet<(u32, FindingKind)> {
+/// step of `step_s` are `patterns` and who hold `memory` (share of each GPU's); `owned`: every
+/// GPU's process has the same owner.
+fn raised(patterns: &[Vec<[f64; 2]>], memory: &[f64], step_s: f64, owned: bool) -> BTreeSet<(u32, FindingKind)> {
     let mut scenario = Scenario::new(Workload::Idle)
         .with_driver_period(Duration::from_secs_f64(DRIVER_S))
         .with_tick_period(Duration::from_secs_f64(INTERVAL_S));
@@ -48,7 +50,7 @@ fn raised(patterns: &[Vec<[f64; 2]>], step_s: f64, owned: bool) -> BTreeSet<(u32
             p.jitter_key = Some(42);
             p.busy = 0.97;
             p.idle = 0.0;
-            p.memory = 0.6;
+            p.memory = memory[gpu];
             p.memory_controller = Some(0.4);
             p
         })
@@ -85,8 +87,9 @@ fn raised(patterns: &[Vec<[f64; 2]>], step_s: f64, owned: bool) -> BTreeSet<(u32
     said
 }
 
-/// A 4-stage 1F1B step of 8 micro-batches: its length and each stage's busy stretches.
-fn one_f_one_b() -> (f64, Vec<Vec<[f64; 2]>>) {
+/// A 4-stage 1F1B step of 8 micro-batches: its length, each stage's busy stretches and the
+/// memory each stage holds (its own: the first holds the most micro-batches in flight).
+fn one_f_one_b() -> (f64, Vec<Vec<[f64; 2]>>, Vec<f64>) {
     let spec = PipelineSpec {
         schedule: Schedule::OneFOneB,
         forward_s: vec![0.1; 4],
@@ -96,7 +99,7 @@ fn one_f_one_b() -> (f64, Vec<Vec<[f64; 2]>>) {
         optimizer_s: 0.0,
     };
     let step = spec.step();
-    (step.step_s, step.busy)
+    (step.step_s, step.busy, spec.stage_memory(0.6))
 }
 
 fn kinds(said: &BTreeSet<(u32, FindingKind)>) -> BTreeSet<FindingKind> {
@@ -105,14 +108,14 @@ fn kinds(said: &BTreeSet<(u32, FindingKind)>) -> BTreeSet<FindingKind> {
 
 #[test]
 fn a_one_f_one_b_staircase_is_pipeline_bubbles_not_starvation() {
-    let (step_s, busy) = one_f_one_b();
+    let (step_s, busy, memory) = one_f_one_b();
     // The textbook bubble: (stages − 1) / (micro-batches + stages − 1) = 3 / 11 of each step,
     // on every stage.
     for stage in &busy {
         let idle = 1.0 - stage.iter().map(|[a, b]| b - a).sum::<f64>() / step_s;
         assert!((idle - 3.0 / 11.0).abs() < 0.01, "idle share {idle}");
     }
-    let said = raised(&busy, step_s, true);
+    let said = raised(&busy, &memory, step_s, true);
     // Never read as ranks waiting at once.
     assert!(!kinds(&said).contains(&FindingKind::DataloaderStarvation), "{said:?}");
     // The end stages idle most in turn with the others: bubbles. The middle stages' bubbles
@@ -125,19 +128,20 @@ fn a_one_f_one_b_staircase_is_pipeline_bubbles_not_starvation() {
 
 #[test]
 fn ranks_waiting_at_once_with_the_same_busy_share_are_starvation_not_bubbles() {
-    let (step_s, busy) = one_f_one_b();
+    let (step_s, busy, _) = one_f_one_b();
     // Every rank busy the same 8/11 of the step, all idle at its start, in lockstep.
     let share = busy[0].iter().map(|[a, b]| b - a).sum::<f64>() / step_s;
     let together = vec![vec![[step_s * (1.0 - share), step_s]]; 4];
-    let said = raised(&together, step_s, true);
+    // Replicas: the same memory on every rank.
+    let said = raised(&together, &[0.6; 4], step_s, true);
     assert_eq!(kinds(&said), BTreeSet::from([FindingKind::DataloaderStarvation]), "{said:?}");
     assert_eq!(said.len(), 4, "{said:?}");
 }
 
 #[test]
 fn stages_of_a_job_nothing_names_cannot_tell_loaders_from_bubbles() {
-    let (step_s, busy) = one_f_one_b();
-    let said = raised(&busy, step_s, false);
+    let (step_s, busy, memory) = one_f_one_b();
+    let said = raised(&busy, &memory, step_s, false);
     let k = kinds(&said);
     assert!(!k.contains(&FindingKind::PipelineBubbles) && !k.contains(&FindingKind::DataloaderStarvation), "{said:?}");
     assert!(k.contains(&FindingKind::StarvationOrBubbles), "{said:?}");

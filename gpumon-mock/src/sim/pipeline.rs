@@ -150,6 +150,12 @@ impl PipelineSpec {
         }
     }
 
+    /// The share of its memory each stage holds, for a job holding `mean` on average (see
+    /// [`stage_memory`]): its own, unlike data-parallel replicas'.
+    pub fn stage_memory(&self, mean: f64) -> Vec<f64> {
+        stage_memory(self, mean)
+    }
+
     /// Runs one step. Micro-batch counts that an interleaved schedule cannot divide among
     /// its stages are rounded up to a multiple of the stage count.
     pub fn step(&self) -> PipelineStep {

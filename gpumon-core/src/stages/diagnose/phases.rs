@@ -117,7 +117,7 @@ impl Diagnoser {
         let Some(track) = self.tracks.get_mut(d.info.uuid.as_str()) else { return false };
         let group = &self.groups.groups[self.scratch[position].group];
         let mut stats = self.scratch[position];
-        stats.peer_gap = rules::peer_gap(&stats, position, &self.groups, &t);
+        stats.peer_gap = rules::peer_gap(&stats, position, &self.groups, &t, self.ticks);
         let allocated = stats.allocated(&t);
         if allocated {
             track.allocated_ticks = track.allocated_ticks.saturating_add(1);
@@ -151,9 +151,13 @@ impl Diagnoser {
             position,
             active: &active,
             past_grace,
+            pattern_seen: track.pattern_seen,
+            turns_seen: track.turns_seen,
             t: &t,
         };
         let (holds, wait) = rules::evaluate(&input);
+        track.pattern_seen = window.busy_and_idle() || (track.pattern_seen && window.still_busy_and_idle());
+        track.turns_seen = wait == Wait::Bubbles || (track.turns_seen && rules::host_waits::still_in_turn(&window));
         let undecided = match wait {
             Wait::CannotTell(why) => Some(why),
             _ => None,
@@ -298,6 +302,8 @@ impl Track {
             unjudged: false,
             unjudged_logged: false,
             no_sm_activity: false,
+            pattern_seen: false,
+            turns_seen: false,
         }
     }
 }

@@ -370,6 +370,12 @@ fn waits(
                      at other instants, pipeline stages do not; ",
                 );
             }
+            Some(Undecided::SameMemory) => out.push_str(
+                "its readings idle in turn with the other GPUs of its job, but every GPU of the job holds the \
+                 same share of its memory, as data-parallel replicas do: ranks whose loaders stall at different \
+                 moments read in turn too (one waits for its input while the others spin in the collective), and \
+                 a pipeline's stages mostly hold their own layers and micro-batches in flight; ",
+            ),
             None => {}
         }
         if let Some(level) = s.level.get() {

@@ -513,6 +513,13 @@ pub(crate) struct RuleInput<'a> {
     pub(crate) active: &'a Holds,
     /// It has run, or held memory longer than the idle grace.
     pub(crate) past_grace: bool,
+    /// Its window showed the busy-and-idle pattern at an earlier tick and has kept at least half
+    /// the idle readings it asks for since: the pattern's hysteresis
+    /// ([`Swings::still_busy_and_idle`]).
+    pub(crate) pattern_seen: bool,
+    /// Its verdict was pipeline bubbles at an earlier tick, and its co-idling has stayed within
+    /// the held bound since ([`host_waits::IN_TURN_HELD`]): the in-turn test's hysteresis.
+    pub(crate) turns_seen: bool,
     pub(crate) t: &'a Thresholds,
 }
 
