@@ -344,8 +344,8 @@ pub(crate) const TOGETHER: f64 = 0.65;
 /// 0.977 / 0.848 (84 named) → 0.952 / 0.888 (119), starvation unchanged.
 pub(crate) const IN_TURN: f64 = 0.3;
 
-/// Co-idling up to which a GPU already named for bubbles keeps reading in turn: the in-turn
-/// bound's hysteresis, as the pattern's (`Swings::still_busy_and_idle`). A pipeline stage whose
+/// Co-idling up to which a GPU whose verdict was already bubbles keeps reading in turn: the
+/// in-turn bound's hysteresis, as the pattern's (`Swings::still_busy_and_idle`). A pipeline stage whose
 /// neighbours share part of each of its bubbles (a staircase) reads co-idling near 0.3, one
 /// reading more or less in or out of the window moving it across: its verdict went from bubbles
 /// to "neither clearly" and back from tick to tick, and neither held on 80 % of the window's
