@@ -125,6 +125,9 @@ impl Diagnoser {
         } else {
             track.allocated_ticks = 0;
             track.ran = false;
+            // A job starting on it later owes nothing to this one's verdicts.
+            track.pattern_seen = false;
+            track.turns_seen = false;
         }
         // In ticks, like the window: a stage fed snapshots faster than real time (a replay, a
         // test) keeps the same semantics.
@@ -156,7 +159,10 @@ impl Diagnoser {
             t: &t,
         };
         let (holds, wait) = rules::evaluate(&input);
-        track.pattern_seen = window.busy_and_idle() || (track.pattern_seen && window.still_busy_and_idle());
+        // Seen on a full window only: while it fills, one idle reading among twenty is a
+        // twentieth.
+        let full = window.readings() >= self.ticks;
+        track.pattern_seen = (full && window.busy_and_idle()) || (track.pattern_seen && window.still_busy_and_idle());
         track.turns_seen = wait == Wait::Bubbles || (track.turns_seen && rules::host_waits::still_in_turn(&window));
         let undecided = match wait {
             Wait::CannotTell(why) => Some(why),

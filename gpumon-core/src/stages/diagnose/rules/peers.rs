@@ -217,9 +217,9 @@ impl PeerGroup {
     }
 
     /// Every allocated GPU of the group holds the same share of its memory ([`Self::uniform_memory`]),
-    /// and memory was read on at least one: data-parallel replicas, by what they hold.
+    /// and memory was read on two at least: data-parallel replicas, by what they hold.
     pub(crate) fn holds_one_memory(&self) -> bool {
-        !self.memory.is_empty() && self.uniform_memory()
+        self.memory.count >= 2 && self.uniform_memory()
     }
 
     /// The mean level of the allocated GPUs other than one at `level`, when there are at least
@@ -550,7 +550,9 @@ pub(crate) fn peer_gap(
 /// with this, straggler 0.948 / 0.920 → 0.950 / 0.962 (at a flat 8 points instead:
 /// 0.947 / 0.963).
 fn same_level(window_ticks: usize) -> f64 {
-    SAME_LEVEL + 1.0 / window_ticks.max(1) as f64
+    // At most twice SAME_LEVEL: a window of a few ticks (a short `--diagnose-window`) would
+    // otherwise take peers 15–30 points apart for replicas.
+    SAME_LEVEL + (1.0 / window_ticks.max(1) as f64).min(SAME_LEVEL)
 }
 
 /// How far apart (points of utilisation, over the window) the peers a straggler holds back may
@@ -566,15 +568,18 @@ const SAME_LEVEL: f64 = 0.05;
 struct MemoryRange {
     low: f64,
     high: f64,
+    /// How many shares were offered.
+    count: usize,
 }
 
 impl MemoryRange {
-    const EMPTY: Self = Self { low: f64::INFINITY, high: f64::NEG_INFINITY };
+    const EMPTY: Self = Self { low: f64::INFINITY, high: f64::NEG_INFINITY, count: 0 };
 
     fn offer(&mut self, ratio: Option<f64>) {
         if let Some(r) = ratio {
             self.low = self.low.min(r);
             self.high = self.high.max(r);
+            self.count += 1;
         }
     }
 
