@@ -921,6 +921,26 @@ fn stages_whose_one_bubble_per_step_reads_idle_on_one_tick_in_twelve_are_pipelin
     assert_eq!(kinds, BTreeSet::from([FindingKind::PipelineBubbles]), "{:?}", kinds_on(&d));
 }
 
+/// The first of `ticks` ticks (from 0) at which `kind` is raised — on `gpu`, or on any GPU
+/// with `None` — the devices of each tick made by `devices` from the tick's number.
+fn first_raise_tick(
+    rig: &mut Rig,
+    ticks: u32,
+    kind: FindingKind,
+    gpu: Option<u32>,
+    mut devices: impl FnMut(u32) -> Vec<DeviceSample>,
+) -> Option<u32> {
+    let mut raised = None;
+    for tick in 0..ticks {
+        let d = rig.step(devices(tick));
+        let on = |f: &Finding| f.kind == kind && gpu.is_none_or(|g| f.gpu == Some(g));
+        if d.events.iter().any(|e| e.transition == Transition::Raised && on(&e.finding)) {
+            raised.get_or_insert(tick);
+        }
+    }
+    raised
+}
+
 #[test]
 fn a_straggler_is_named_while_its_jobs_first_intervals_are_still_in_the_window() {
     // One user's job on eight GPUs, held idle for three ticks, then started. The driver sampled
@@ -929,10 +949,8 @@ fn a_straggler_is_named_while_its_jobs_first_intervals_are_still_in_the_window()
     // on all read alike, at 93 %, and GPU 5 at 70 %. Those two intervals keep the replicas'
     // 18-tick window means more than 5 points apart until they leave the window (fit set:
     // stragglers named after the two windows their onset allows).
-    let mut rig = Rig::new(18);
-    let mut raised = None;
-    for tick in 0..60u32 {
-        let gpus = (0..8)
+    let raised = first_raise_tick(&mut Rig::new(18), 60, FindingKind::Straggler, None, |tick| {
+        (0..8)
             .map(|i| {
                 let util = match tick {
                     0..3 => 0.0,
@@ -949,11 +967,8 @@ fn a_straggler_is_named_while_its_jobs_first_intervals_are_still_in_the_window()
                 };
                 owned(one_sample(i, util, true), 1000)
             })
-            .collect();
-        if first_raise(&rig.step(gpus), FindingKind::Straggler).is_some() {
-            raised.get_or_insert(tick);
-        }
-    }
+            .collect()
+    });
     let tick = raised.expect("the straggler named");
     // Within two windows of its job's start (issue #42, item 5), at tick 3: 37 here; 45 at the
     // 5-point tolerance, which waits for the first two intervals to leave the window.
@@ -968,10 +983,8 @@ fn a_stage_whose_idle_readings_hover_at_the_patterns_bound_is_named_in_time() {
     // leaves it: a twentieth of the window (6) on some ticks and not the next. The pattern, once
     // seen, holds down to a fortieth (`Swings::still_busy_and_idle`); without that hysteresis
     // the stage read bubbles on half its ticks only, and was never raised.
-    let mut rig = Rig::new(120);
-    let mut raised = None;
-    for tick in 0..300u32 {
-        let gpus = (0..4)
+    let raised = first_raise_tick(&mut Rig::new(120), 300, FindingKind::PipelineBubbles, None, |tick| {
+        (0..4)
             .map(|i| {
                 let util = match (tick + 22 - [0, 5, 11, 16][i as usize]) % 22 {
                     0 => 0.02,
@@ -980,11 +993,8 @@ fn a_stage_whose_idle_readings_hover_at_the_patterns_bound_is_named_in_time() {
                 };
                 owned(stage(one_sample(i, util, true), i), 1000)
             })
-            .collect();
-        if first_raise(&rig.step(gpus), FindingKind::PipelineBubbles).is_some() {
-            raised.get_or_insert(tick);
-        }
-    }
+            .collect()
+    });
     let tick = raised.expect("bubbles named");
     // Within two windows of the job's start (issue #42, item 5).
     assert!(tick <= 240, "named at tick {tick}");
@@ -999,24 +1009,14 @@ fn a_stage_whose_co_idling_hovers_at_the_in_turn_bound_is_named_in_time() {
     // it stays in turn up to 0.35 (`IN_TURN_HELD`); without that hysteresis neither verdict held
     // on 80 % of the window's ticks within two windows (fit set: stages of staircases named late
     // or not at all).
-    let mut rig = Rig::new(36);
-    let mut raised = None;
-    for tick in 0..200u32 {
-        let gpus = (0..4)
+    let raised = first_raise_tick(&mut Rig::new(36), 200, FindingKind::PipelineBubbles, Some(0), |tick| {
+        (0..4)
             .map(|i| {
                 let util = if (tick + 12 - [0, 0, 3, 3][i as usize]) % 12 < 5 { 0.02 } else { 0.93 };
                 owned(stage(one_sample(i, util, true), i), 1000)
             })
-            .collect();
-        let d = rig.step(gpus);
-        if d.events.iter().any(|e| {
-            e.transition == Transition::Raised
-                && e.finding.gpu == Some(0)
-                && e.finding.kind == FindingKind::PipelineBubbles
-        }) {
-            raised.get_or_insert(tick);
-        }
-    }
+            .collect()
+    });
     let tick = raised.expect("bubbles named on GPU 0");
     assert!(tick <= 72, "named at tick {tick}");
 }

@@ -270,7 +270,7 @@ impl PeerGroup {
     /// wait for it. Data-parallel replicas hold its memory; a GPU waiting alone among them is
     /// their straggler.
     pub(crate) fn waits_on_another_part(&self, memory: Option<f64>) -> bool {
-        self.job.known() && !self.busy_memory.is_empty() && memory.is_some_and(|m| self.busy_memory.outside(m))
+        self.job.known() && !self.busy_memory.is_empty() && memory.is_some_and(|m| !self.busy_memory.holds(m))
     }
 
     /// Counts a slowed GPU's share of memory in (see [`PeerGroup::waits_for_slowed_peer`]).
@@ -562,8 +562,8 @@ fn same_level(window_ticks: usize) -> f64 {
 /// straggler.
 const SAME_LEVEL: f64 = 0.05;
 
-/// The lowest and highest share of memory used among some GPUs of a group; empty (`low` above
-/// `high`) before any.
+/// The lowest and highest share of memory used among some GPUs of a group, and how many were
+/// offered; empty (no share offered, `low` above `high`) before any.
 #[derive(Clone, Copy, Debug)]
 struct MemoryRange {
     low: f64,
@@ -584,17 +584,12 @@ impl MemoryRange {
     }
 
     fn is_empty(&self) -> bool {
-        self.low > self.high
+        self.count == 0
     }
 
     /// `m` is within [`SAME_MEMORY`] of the range (never, empty).
     fn holds(&self, m: f64) -> bool {
         m >= self.low - SAME_MEMORY && m <= self.high + SAME_MEMORY
-    }
-
-    /// `m` is beyond [`SAME_MEMORY`] of the range on either side.
-    fn outside(&self, m: f64) -> bool {
-        m < self.low - SAME_MEMORY || m > self.high + SAME_MEMORY
     }
 }
 

@@ -424,10 +424,6 @@ impl Swings {
     /// At least a twentieth of the ticks low and a tenth high; five ticks at least (fewer show
     /// no pattern).
     pub(crate) fn busy_and_idle(&self) -> bool {
-        if self.n < MIN_PATTERN_TICKS {
-            return false;
-        }
-        let share = |k: usize| k as f64 / self.n as f64;
         // A tenth busy, a twentieth idle: a driver sample that straddles a busy/idle edge reads
         // in between, so when a busy or idle stretch is not much longer than the driver's period
         // few readings are clearly either — a pipeline stage whose one bubble per step lasts a
@@ -435,7 +431,7 @@ impl Swings {
         // tenth missed a third of the stages in the shown region). Enough, with the
         // back-and-forth check and the mean's bounds: healthy work never reads idle, and a pause
         // (checkpoint, evaluation) is one cycle.
-        share(self.low) >= 0.05 && share(self.high) >= 0.1
+        self.busy_and_idle_with(0.05)
     }
 
     /// Half the idle readings [`Swings::busy_and_idle`] asks for (a fortieth of the ticks), and
@@ -450,11 +446,17 @@ impl Swings {
     /// thirtieth without the hysteresis: 0.917, and straggler precision 0.950 → 0.898 — more
     /// GPUs counted as cycling for the pacing test).
     pub(crate) fn still_busy_and_idle(&self) -> bool {
+        self.busy_and_idle_with(0.025)
+    }
+
+    /// At least `idle_share` of the ticks low and a tenth high, over five ticks at least (fewer
+    /// show no pattern): [`Swings::busy_and_idle`] and its held bound.
+    fn busy_and_idle_with(&self, idle_share: f64) -> bool {
         if self.n < MIN_PATTERN_TICKS {
             return false;
         }
         let share = |k: usize| k as f64 / self.n as f64;
-        share(self.low) >= 0.025 && share(self.high) >= 0.1
+        share(self.low) >= idle_share && share(self.high) >= 0.1
     }
 
     /// Busy on every reading so far, too few of them yet for [`Swings::busy_throughout`].
