@@ -110,10 +110,17 @@ impl TlsConfig {
     }
 }
 
+/// Whether a transport error's text (its whole cause chain) says this client refused the
+/// server's certificate: a setting to fix (the CA file, the URL's host), not an outage to wait
+/// out, so the push sinks do not retry it as one.
+pub(crate) fn certificate_refused(detail: &str) -> bool {
+    detail.contains("invalid peer certificate") || detail.contains("InvalidCertificate")
+}
+
 /// A hint appended to a transport error whose cause is a rejected server certificate, naming
 /// the sink's own key (`key` is its TLS table, `influxdb.tls`): no list of sinks to keep here.
 pub(crate) fn certificate_hint(detail: &str, key: &str) -> String {
-    if !(detail.contains("invalid peer certificate") || detail.contains("InvalidCertificate")) {
+    if !certificate_refused(detail) {
         return String::new();
     }
     if key.is_empty() {

@@ -88,6 +88,8 @@ impl std::fmt::Debug for HttpClient {
 pub(crate) enum NetworkKind {
     Timeout,
     Connect,
+    /// The server's certificate was not trusted ([`crate::tls::certificate_refused`]).
+    Certificate,
     Request,
 }
 
@@ -122,6 +124,7 @@ impl HttpError {
         match self {
             HttpError::Network { kind: NetworkKind::Timeout, .. } => "timeout".to_owned(),
             HttpError::Network { kind: NetworkKind::Connect, .. } => "connect".to_owned(),
+            HttpError::Network { kind: NetworkKind::Certificate, .. } => "certificate".to_owned(),
             HttpError::Network { kind: NetworkKind::Request, .. } => "request".to_owned(),
             HttpError::Status { status, .. } => format!("HTTP {}", status.as_u16()),
         }
@@ -139,11 +142,13 @@ impl HttpError {
         }
     }
 
-    /// What to do about it, by the one retry table ([`classify`]): no answer is retried, an
-    /// answer as its status says.
+    /// What to do about it, by the one retry table ([`classify`]): no answer is retried, except
+    /// a server certificate this client refused, which is held like a 401 (the next try would be
+    /// refused the same way until someone fixes the CA file); an answer as its status says.
     pub(crate) fn into_failure(self, target: &str) -> Failure {
         let message = self.message(target);
         match self {
+            HttpError::Network { kind: NetworkKind::Certificate, .. } => Failure::Hold { message },
             HttpError::Network { .. } => Failure::Retry { message, retry_after: None },
             HttpError::Status { status, retry_after, .. } => classify(status.as_u16(), message, retry_after),
         }
@@ -240,14 +245,16 @@ impl HttpClient {
     }
 
     fn network_error(&self, e: &reqwest::Error) -> HttpError {
+        let detail = error_chain(e);
         let kind = if e.is_timeout() {
             NetworkKind::Timeout
+        } else if crate::tls::certificate_refused(&detail) {
+            NetworkKind::Certificate
         } else if e.is_connect() {
             NetworkKind::Connect
         } else {
             NetworkKind::Request
         };
-        let detail = error_chain(e);
         let hint = certificate_hint(&detail, &self.tls_key);
         HttpError::Network { kind, detail: format!("{detail}{hint}") }
     }
@@ -409,6 +416,30 @@ mod tests {
             Failure::Retry { message, retry_after: None } => {
                 assert!(message.starts_with(&format!("POST {url}: ")) && message.contains("refused"), "{message}");
             }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[cfg(feature = "tls")]
+    #[tokio::test]
+    async fn a_refused_server_certificate_is_held_not_retried() {
+        let server = TestServer::start_tls(Reply::status(204)).await;
+        let url = reqwest::Url::parse(&server.url).unwrap();
+        let not_a_ca = TlsConfig::with_ca_file(concat!(env!("CARGO_MANIFEST_DIR"), "/src/testdata/tls/localhost.pem"));
+        let config = ClientConfig {
+            key: "test",
+            tls: &not_a_ca,
+            url: &url,
+            timeout: Some(Duration::from_secs(5)),
+            connect_timeout: Duration::from_secs(5),
+            auth: Auth::None,
+            headers: HeaderMap::new(),
+        };
+        let http = HttpClient::new(config).unwrap();
+        let e = http.send(http.request(reqwest::Method::POST, url)).await.unwrap_err();
+        assert_eq!(e.kind(), "certificate", "{e:?}");
+        match e.into_failure("POST /w") {
+            Failure::Hold { message } => assert!(message.contains("test.tls.ca_file"), "{message}"),
             other => panic!("{other:?}"),
         }
     }

@@ -21,8 +21,8 @@ pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 pub(crate) enum Failure {
     /// Network error, timeout, 5xx, 429, 408: retry with backoff (or after `Retry-After`).
     Retry { message: String, retry_after: Option<Duration> },
-    /// 401/403/404: the data is fine but the server will not take it until someone fixes the
-    /// credentials or the URL. A writer keeps the data and tries again only after `backoff.max`;
+    /// 401/403/404, or a server certificate the client refused: the data is fine but the server
+    /// will not take it until someone fixes the credentials, the URL or the CA file. A writer keeps the data and tries again only after `backoff.max`;
     /// a sink without a buffer reports it as permanent.
     Hold { message: String },
     /// Other 4xx (and data the sink could not even encode): refused; retrying cannot help.

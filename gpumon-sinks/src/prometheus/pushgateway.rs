@@ -12,7 +12,7 @@ use serde::Deserialize;
 use super::render::RenderOptions;
 use super::{Format, Naming, PrometheusHandle};
 use crate::http::client::{Auth, ClientConfig, HttpClient, HttpError};
-use crate::http::retry::{Backoff, Next, Retrier};
+use crate::http::retry::{Backoff, Failure, Next, Retrier};
 use crate::tls::TlsConfig;
 use crate::Secret;
 
@@ -312,10 +312,16 @@ impl Sink for PushgatewaySink {
         let deadline = tokio::time::Instant::now() + self.timeout;
         self.retrier.new_round();
         let mut tries = 0u32;
+        let mut last: Option<Failure> = None;
         loop {
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
             if remaining.is_zero() {
-                return Err(SinkError::Timeout(self.timeout));
+                // A backoff that ended on the deadline: the last try's failure says more than
+                // "timed out".
+                return Err(match last {
+                    Some(failure) => failure.sink_error(format!("{} (after {tries} attempts)", failure.message())),
+                    None => SinkError::Timeout(self.timeout),
+                });
             }
             let Err(e) = self.attempt(body.clone(), remaining).await else {
                 if let Some(outage) = self.retrier.succeeded() {
@@ -328,6 +334,7 @@ impl Sink for PushgatewaySink {
             tries += 1;
             match self.retrier.failed(&failure) {
                 Next::Retry { delay, .. } if tokio::time::Instant::now() + delay < deadline => {
+                    last = Some(failure);
                     tokio::time::sleep(delay).await;
                 }
                 // Held or refused (no buffer to keep the data in), or out of budget.
@@ -483,6 +490,29 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
         assert!(err.is_retryable() && err.to_string().contains("HTTP 503"), "{err}");
         assert_eq!(server.count(), 1);
+    }
+
+    #[cfg(feature = "tls")]
+    #[tokio::test]
+    async fn a_server_certificate_not_trusted_is_reported_at_once_naming_the_ca_file() {
+        use crate::http::test_server::{Reply, TestServer};
+        let server = TestServer::start_tls(Reply::status(200)).await;
+        // The server's own leaf is no CA: the client refuses the certificate it presents.
+        let not_a_ca = concat!(env!("CARGO_MANIFEST_DIR"), "/src/testdata/tls/localhost.pem");
+        let mut sink = PushgatewaySink::builder(&server.url)
+            .tls(TlsConfig::with_ca_file(not_a_ca))
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let err = sink.export(empty_snapshot()).await.unwrap_err();
+        // Retrying cannot help until someone fixes the setting, so one try and no more: a
+        // retried one had spent the budget and could end on a timeout that named neither.
+        assert!(!err.is_retryable() && started.elapsed() < Duration::from_secs(10), "{err} {:?}", started.elapsed());
+        let text = err.to_string();
+        assert!(text.contains(&server.url) && text.contains("pushgateway.tls.ca_file"), "{text}");
+        assert!(!text.contains("attempts"), "{text}");
+        assert_eq!(server.requests(), 0);
     }
 
     #[tokio::test]
