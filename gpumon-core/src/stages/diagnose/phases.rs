@@ -41,7 +41,7 @@ impl Diagnoser {
         self.groups.index_replicas(&self.scratch, &t);
         // The lone busy GPU its job's other GPUs wait for (see `TickStats::paces_peers`).
         for g in 0..self.groups.groups.len() {
-            if let Some(position) = self.groups.groups[g].pacing_gpu() {
+            if let Some(position) = self.groups.groups[g].pacing_gpu(t.straggler_gap) {
                 self.scratch[position].paces_peers = true;
                 self.groups.groups[g].slowed += 1;
                 self.groups.groups[g].offer_slowed_memory(self.scratch[position].memory_ratio());
