@@ -80,7 +80,7 @@ enum PauseKind {
     Backoff,
     /// The server's `Retry-After`.
     RetryAfter,
-    /// `backoff.max` after 401/403/404.
+    /// `backoff.max` after 401/403/404 or an untrusted server certificate.
     Hold,
 }
 
@@ -328,7 +328,7 @@ impl Delivery {
     /// attempt fails (returning that failure).
     ///
     /// The writer tries at once, cutting short its own backoff — unless the server asked it to
-    /// wait (`Retry-After`, or the `retry_max` pause after 401/403/404) and that wait is still
+    /// wait (`Retry-After`, or the `retry_max` pause after a held failure) and that wait is still
     /// running: then nothing is sent and the error says when the next attempt is due.
     async fn drain(&mut self) -> Result<(), SinkError> {
         self.ensure_writer();

@@ -10,8 +10,8 @@
 //!   come about `batch_interval` apart or more (it would be sent alone anyway); batches go out one at
 //!   a time, oldest first.
 //! - Network errors, timeouts, 408, 429 and 5xx are retried with jittered exponential backoff, or
-//!   after the server's `Retry-After`; 401/403/404 hold the data and retry only every
-//!   `backoff.max`; any other 4xx refuses the batch for good (dropped, counted, logged once).
+//!   after the server's `Retry-After`; 401/403/404 and a server certificate the client does not
+//!   trust hold the data and retry only every `backoff.max`; any other 4xx refuses the batch for good (dropped, counted, logged once).
 //! - While the server is away the buffer is bounded by items and bytes: the oldest batches are
 //!   dropped, counted, and reported to the agent
 //!   ([`Telemetry::record_dropped`](gpumon_core::Telemetry::record_dropped)).

@@ -22,8 +22,9 @@ pub(crate) enum Failure {
     /// Network error, timeout, 5xx, 429, 408: retry with backoff (or after `Retry-After`).
     Retry { message: String, retry_after: Option<Duration> },
     /// 401/403/404, or a server certificate the client refused: the data is fine but the server
-    /// will not take it until someone fixes the credentials, the URL or the CA file. A writer keeps the data and tries again only after `backoff.max`;
-    /// a sink without a buffer reports it as permanent.
+    /// will not take it until someone fixes the credentials, the URL or the CA file. A writer
+    /// keeps the data and tries again only after `backoff.max`; a sink without a buffer reports
+    /// it as permanent.
     Hold { message: String },
     /// Other 4xx (and data the sink could not even encode): refused; retrying cannot help.
     Reject { message: String },
@@ -118,8 +119,8 @@ impl Backoff {
 pub(crate) enum Next {
     /// Try again after `delay`: the server's `Retry-After` when `server_asked`, else the backoff.
     Retry { delay: Duration, server_asked: bool },
-    /// Keep the data and try again after `Backoff::max` (401/403/404): someone must fix the
-    /// credentials or the URL.
+    /// Keep the data and try again after `Backoff::max` (401/403/404, an untrusted server
+    /// certificate): someone must fix the credentials, the URL or the CA file.
     Hold(Duration),
     /// Refused: retrying cannot help.
     Drop,

@@ -286,6 +286,25 @@ impl PushgatewaySink {
     }
 
     /// One `PUT` of the rendering, bounded by `timeout`.
+    /// The export's error after its last try: `failure` (with `kind`, logged once until it
+    /// changes or recovers), how many tries it took, and whether the last one ran out of the
+    /// export's budget (`cut_short`: `failure` is then an earlier try's).
+    fn give_up(&mut self, failure: Failure, kind: &str, tries: u32, cut_short: bool) -> SinkError {
+        if self.retrier.log_once(kind) {
+            tracing::warn!(url = %self.group_url, error = %failure.message(), "pushgateway push failed (logged once until it changes or recovers)");
+        }
+        let message = match (tries, cut_short) {
+            (1, _) => failure.message().to_owned(),
+            (_, false) => format!("{} (after {tries} attempts)", failure.message()),
+            (_, true) => format!(
+                "{} (after {tries} attempts, the last cut short by the export's {:?} budget)",
+                failure.message(),
+                self.timeout
+            ),
+        };
+        failure.sink_error(message)
+    }
+
     async fn attempt(&self, body: Bytes, timeout: Duration) -> Result<(), HttpError> {
         let request = self.client.request(reqwest::Method::PUT, self.push_url.clone());
         let request = request.timeout(timeout).header(reqwest::header::CONTENT_TYPE, Format::Text.content_type());
@@ -312,14 +331,15 @@ impl Sink for PushgatewaySink {
         let deadline = tokio::time::Instant::now() + self.timeout;
         self.retrier.new_round();
         let mut tries = 0u32;
-        let mut last: Option<Failure> = None;
+        // The last failure that was not a timeout, and its kind: a try started late in the
+        // budget runs out of time whatever the server's trouble is, and "timed out" would hide
+        // what the earlier tries were told (CI once saw a wrong CA reported so, after seven).
+        let mut telling: Option<(Failure, String)> = None;
         loop {
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
             if remaining.is_zero() {
-                // A backoff that ended on the deadline: the last try's failure says more than
-                // "timed out".
-                return Err(match last {
-                    Some(failure) => failure.sink_error(format!("{} (after {tries} attempts)", failure.message())),
+                return Err(match telling.take() {
+                    Some((failure, kind)) => self.give_up(failure, &kind, tries, true),
                     None => SinkError::Timeout(self.timeout),
                 });
             }
@@ -329,24 +349,22 @@ impl Sink for PushgatewaySink {
                 }
                 return Ok(());
             };
-            let kind = e.kind();
+            let (kind, timed_out) = (e.kind(), e.is_timeout());
             let failure = e.into_failure(&self.target);
             tries += 1;
             match self.retrier.failed(&failure) {
                 Next::Retry { delay, .. } if tokio::time::Instant::now() + delay < deadline => {
-                    last = Some(failure);
+                    if !timed_out {
+                        telling = Some((failure, kind));
+                    }
                     tokio::time::sleep(delay).await;
                 }
                 // Held or refused (no buffer to keep the data in), or out of budget.
                 _ => {
-                    if self.retrier.log_once(&kind) {
-                        tracing::warn!(url = %self.group_url, error = %failure.message(), "pushgateway push failed (logged once until it changes or recovers)");
-                    }
-                    let message = match tries {
-                        1 => failure.message().to_owned(),
-                        _ => format!("{} (after {tries} attempts)", failure.message()),
-                    };
-                    return Err(failure.sink_error(message));
+                    return Err(match telling.take() {
+                        Some((earlier, earlier_kind)) if timed_out => self.give_up(earlier, &earlier_kind, tries, true),
+                        _ => self.give_up(failure, &kind, tries, false),
+                    });
                 }
             }
         }
@@ -479,6 +497,27 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("error pushing to") && text.contains("HTTP 503") && text.contains("busy"), "{text}");
         assert!(server.count() >= 2 && text.contains(&format!("(after {} attempts)", server.count())), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_last_try_cut_short_by_the_budget_reports_what_the_earlier_ones_were_told() {
+        use gpumon_mock::test_env::{HttpReply, HttpStub};
+        // 503 at once, then a server too slow for what is left of the 1.5 s budget.
+        let seen = std::sync::atomic::AtomicUsize::new(0);
+        let server = HttpStub::start(move |_| {
+            if seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
+                HttpReply::with(503, &[], "busy")
+            } else {
+                std::thread::sleep(Duration::from_secs(3));
+                HttpReply::status(200)
+            }
+        });
+        let mut sink = PushgatewaySink::builder(server.url()).timeout(Duration::from_millis(1500)).build().unwrap();
+        let err = sink.export(empty_snapshot()).await.unwrap_err();
+        assert!(err.is_retryable(), "{err}");
+        let text = err.to_string();
+        assert!(text.contains("HTTP 503") && text.contains("busy"), "{text}");
+        assert!(text.contains("(after 2 attempts, the last cut short by the export's 1.5s budget)"), "{text}");
     }
 
     #[tokio::test]

@@ -195,6 +195,8 @@ thresholds! {
     /// Straggler: this GPU at least this far below its peers' mean, on average over the window.
     /// 10 points: peers doing the same synchronous work stay within a few points of each other,
     /// and a rank 17 points behind costs its job 17 % (issue #42: 80 % among peers at 97 %).
+    /// Also how far under the lone GPU busy throughout its job's other GPUs must read for it to
+    /// be taken for the one they all wait for (a straggler too).
     straggler_gap: 0.10,
 }
 

@@ -316,7 +316,7 @@ impl PeerGroup {
     /// (`straggler_gap`, as for a straggler behind its peers) under its own. Ranks that idle
     /// a few readings once — all of a job's GPUs pausing for a checkpoint or an evaluation,
     /// which the readings of one of them happened to straddle — read nearly as busy as it, and
-    /// nobody waits for it at every step. (Fit set, 48 000 GPU-runs: 8 of the 11 GPUs wrongly
+    /// nobody waits for it at every step. (Fit set, 48 000 GPU-runs: 8 of the 12 GPUs wrongly
     /// named straggler were taken for the one their peers wait for, with their peers within 10
     /// points of them: healthy jobs pausing, a straggler's job where the other rank idled on a
     /// few readings.)
