@@ -150,6 +150,7 @@ async fn pushgateway_refuses_a_client_without_certificate_and_the_wrong_ca_is_na
     // The server requires a client certificate: without one the handshake is refused.
     let mut sink = pushgateway(trusting("ca.pem"), &run_id("pushgw_nocert"));
     let e = sink.export(Arc::new(test_snapshot(0))).await.unwrap_err().to_string();
+    eprintln!("{e}");
     assert!(e.contains(&url), "{e}");
     // The client does not trust the server: the error names the URL and the setting to check.
     let mut sink = pushgateway(with_client_cert(trusting("other-ca.pem")), &run_id("pushgw_wrong_ca"));
