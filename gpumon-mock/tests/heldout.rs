@@ -140,7 +140,7 @@ fn causes_fixed(node: &SimNode) -> bool {
     node.seed & 1 == 1
 }
 
-fn run_node(node: &SimNode) -> Said {
+fn run_node(node: &SimNode, config: &DiagnoseConfig) -> Said {
     let interval = Duration::from_secs_f64(node.interval_s);
     let epoch = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
     let fleet = MockFleet::new(&node.profile, &node.scenario, node.seed).expect("a draw builds").with_epoch(epoch);
@@ -150,7 +150,7 @@ fn run_node(node: &SimNode) -> Said {
     } else {
         metrics.with(Family::Processes)
     };
-    let mut diagnoser = Diagnoser::new(tuned_config()).unwrap();
+    let mut diagnoser = Diagnoser::new(config.clone()).unwrap();
     diagnoser.attach(&ProcessorContext::new(interval));
     let (mut tracker, registry) = StepTracker::new(StepConfig::default()).unwrap();
     let marking: Vec<(u32, String, u32)> = (0..node.truth.len() as u32)
@@ -587,18 +587,20 @@ fn run_set(set: &str, bit: u64, gpu_runs: u32) -> Tally {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
     let nodes = gpu_runs.div_ceil(8) as u64;
     let tally = std::sync::Mutex::new(Tally::default());
+    // Read once, not per node: the tuning aids' settings.
+    let (config, only) = (tuned_config(), only_seed());
     std::thread::scope(|scope| {
         for w in 0..threads as u64 {
-            let tally = &tally;
+            let (tally, config) = (&tally, &config);
             scope.spawn(move || {
                 let mut i = w;
                 while i < nodes {
-                    if only_seed().is_some_and(|only| only != (bit | i)) {
+                    if only.is_some_and(|only| only != (bit | i)) {
                         i += threads as u64;
                         continue;
                     }
                     let node = SimNode::draw(bit | i);
-                    let said = run_node(&node);
+                    let said = run_node(&node, config);
                     score_node(&node, &said, &mut tally.lock().unwrap());
                     i += threads as u64;
                 }
@@ -616,7 +618,7 @@ fn run_set(set: &str, bit: u64, gpu_runs: u32) -> Tally {
         }
     }
     // One node alone (`GPUMON_SIM_ONLY`) is a tuning aid, not the set.
-    if only_seed().is_none() {
+    if only.is_none() {
         assert!(t.gpu_runs >= gpu_runs, "{} GPU-runs, {gpu_runs} asked for", t.gpu_runs);
     }
     t

@@ -148,13 +148,8 @@ struct Track {
     unjudged_logged: bool,
     /// A level was read at the last tick but no GPM SM activity (before Hopper).
     no_sm_activity: bool,
-    /// Its window showed busy and idle in turn ([`rules::Swings::busy_and_idle`]) and has not
-    /// lost the pattern since ([`rules::Swings::still_busy_and_idle`]): see
-    /// [`rules::RuleInput::pattern_seen`].
-    pattern_seen: bool,
-    /// Its last verdict was bubbles, or it has read in turn within the held bound since: see
-    /// [`rules::RuleInput::turns_seen`].
-    turns_seen: bool,
+    /// The bubbles verdict's hysteresis ([`rules::Latches`]).
+    latches: rules::Latches,
 }
 
 /// The diagnosis stage. Add it to an agent with

@@ -126,8 +126,7 @@ impl Diagnoser {
             track.allocated_ticks = 0;
             track.ran = false;
             // A job starting on it later owes nothing to this one's verdicts.
-            track.pattern_seen = false;
-            track.turns_seen = false;
+            track.latches = rules::Latches::default();
         }
         // In ticks, like the window: a stage fed snapshots faster than real time (a replay, a
         // test) keeps the same semantics.
@@ -154,16 +153,11 @@ impl Diagnoser {
             position,
             active: &active,
             past_grace,
-            pattern_seen: track.pattern_seen,
-            turns_seen: track.turns_seen,
+            latches: track.latches,
             t: &t,
         };
         let (holds, wait) = rules::evaluate(&input);
-        // Seen on a full window only: while it fills, one idle reading among twenty is a
-        // twentieth.
-        let full = window.readings() >= self.ticks;
-        track.pattern_seen = (full && window.busy_and_idle()) || (track.pattern_seen && window.still_busy_and_idle());
-        track.turns_seen = wait == Wait::Bubbles || (track.turns_seen && rules::host_waits::still_in_turn(&window));
+        track.latches.update(&window, window.readings() >= self.ticks, wait);
         let undecided = match wait {
             Wait::CannotTell(why) => Some(why),
             _ => None,
@@ -308,8 +302,7 @@ impl Track {
             unjudged: false,
             unjudged_logged: false,
             no_sm_activity: false,
-            pattern_seen: false,
-            turns_seen: false,
+            latches: rules::Latches::default(),
         }
     }
 }

@@ -742,6 +742,11 @@ fn stage(mut d: DeviceSample, i: u32) -> DeviceSample {
     d
 }
 
+/// One user's job on four pipeline stages (see [`stage`]), stage `i` reading `util(i)`.
+fn four_stages(util: impl Fn(u32) -> f64) -> Vec<DeviceSample> {
+    (0..4).map(|i| owned(stage(one_sample(i, util(i), true), i), 1000)).collect()
+}
+
 #[test]
 fn starvation_with_one_driver_sample_per_interval_is_found_across_ticks() {
     // The issue's case: `dataloader-starved` at a 100 ms interval put one sample in each window
@@ -906,16 +911,11 @@ fn stages_whose_one_bubble_per_step_reads_idle_on_one_tick_in_twelve_are_pipelin
     let d = Rig::new(60).run(130, || {
         let t = tick;
         tick += 1;
-        (0..4)
-            .map(|i| {
-                let util = match (t + 12 - 3 * i) % 12 {
-                    0 => 0.02,
-                    1 | 11 => 0.5,
-                    _ => 0.93,
-                };
-                owned(stage(one_sample(i, util, true), i), 1000)
-            })
-            .collect()
+        four_stages(|i| match (t + 12 - 3 * i) % 12 {
+            0 => 0.02,
+            1 | 11 => 0.5,
+            _ => 0.93,
+        })
     });
     let kinds: BTreeSet<FindingKind> = kinds_on(&d).into_iter().map(|(_, k)| k).collect();
     assert_eq!(kinds, BTreeSet::from([FindingKind::PipelineBubbles]), "{:?}", kinds_on(&d));
@@ -984,16 +984,11 @@ fn a_stage_whose_idle_readings_hover_at_the_patterns_bound_is_named_in_time() {
     // seen, holds down to a fortieth (`Swings::still_busy_and_idle`); without that hysteresis
     // the stage read bubbles on half its ticks only, and was never raised.
     let raised = first_raise_tick(&mut Rig::new(120), 300, FindingKind::PipelineBubbles, None, |tick| {
-        (0..4)
-            .map(|i| {
-                let util = match (tick + 22 - [0, 5, 11, 16][i as usize]) % 22 {
-                    0 => 0.02,
-                    1..=5 => 0.5,
-                    _ => 0.93,
-                };
-                owned(stage(one_sample(i, util, true), i), 1000)
-            })
-            .collect()
+        four_stages(|i| match (tick + 22 - [0, 5, 11, 16][i as usize]) % 22 {
+            0 => 0.02,
+            1..=5 => 0.5,
+            _ => 0.93,
+        })
     });
     let tick = raised.expect("bubbles named");
     // Within two windows of the job's start (issue #42, item 5).
@@ -1010,12 +1005,7 @@ fn a_stage_whose_co_idling_hovers_at_the_in_turn_bound_is_named_in_time() {
     // on 80 % of the window's ticks within two windows (fit set: stages of staircases named late
     // or not at all).
     let raised = first_raise_tick(&mut Rig::new(36), 200, FindingKind::PipelineBubbles, Some(0), |tick| {
-        (0..4)
-            .map(|i| {
-                let util = if (tick + 12 - [0, 0, 3, 3][i as usize]) % 12 < 5 { 0.02 } else { 0.93 };
-                owned(stage(one_sample(i, util, true), i), 1000)
-            })
-            .collect()
+        four_stages(|i| if (tick + 12 - [0, 0, 3, 3][i as usize]) % 12 < 5 { 0.02 } else { 0.93 })
     });
     let tick = raised.expect("bubbles named on GPU 0");
     assert!(tick <= 72, "named at tick {tick}");

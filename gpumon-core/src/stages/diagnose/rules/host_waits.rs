@@ -138,8 +138,8 @@ pub(crate) fn judge(input: &RuleInput<'_>, memory_bound: bool, peers: &PeerHolds
         (Some(min), Some(max)) => min <= t.starvation_dip && max >= t.starvation_peak,
         _ => false,
     };
-    // Once seen, the pattern holds down to half its idle readings (`Swings::still_busy_and_idle`).
-    let pattern = all.busy_and_idle() || (input.pattern_seen && all.still_busy_and_idle());
+    // Once seen, the pattern holds down to half its idle readings (`Latches::pattern`).
+    let pattern = input.latches.pattern(all);
     let cycling = quiet_memory && (within_interval || (pattern && back_and_forth(input.history, s.swing(t), t)));
     let band = t.starvation_min_mean..=t.starvation_max_mean;
     // With step marks: the share of each step the GPU spent idle, whatever the sampling shows.
@@ -268,7 +268,7 @@ fn classify(input: &RuleInput<'_>, starving: bool, bubbling: bool) -> Wait {
                 Wait::None
             }
         }
-        Some(c) if c <= if input.turns_seen { IN_TURN_HELD } else { IN_TURN } => {
+        Some(c) if c <= input.latches.in_turn_bound() => {
             if !bubbling {
                 Wait::None
             } else if !group.job.known() {
@@ -345,7 +345,8 @@ pub(crate) const TOGETHER: f64 = 0.65;
 pub(crate) const IN_TURN: f64 = 0.3;
 
 /// Co-idling up to which a GPU whose verdict was already bubbles keeps reading in turn: the
-/// in-turn bound's hysteresis, as the pattern's (`Swings::still_busy_and_idle`). A pipeline stage whose
+/// in-turn bound's hysteresis ([`super::Latches`]), as the pattern's
+/// (`Swings::still_busy_and_idle`). A pipeline stage whose
 /// neighbours share part of each of its bubbles (a staircase) reads co-idling near 0.3, one
 /// reading more or less in or out of the window moving it across: its verdict went from bubbles
 /// to "neither clearly" and back from tick to tick, and neither held on 80 % of the window's
@@ -353,8 +354,3 @@ pub(crate) const IN_TURN: f64 = 0.3;
 /// named late). Once read in turn, it stays in turn until co-idling passes this. Fit set, with
 /// the pattern's hysteresis: bubbles 1.000 / 0.920 → 1.000 / 0.932, nothing else moved.
 pub(crate) const IN_TURN_HELD: f64 = 0.35;
-
-/// Whether a GPU read in turn keeps reading so ([`IN_TURN_HELD`]).
-pub(crate) fn still_in_turn(window: &Swings) -> bool {
-    window.co_idling().is_some_and(|c| c <= IN_TURN_HELD)
-}

@@ -21,6 +21,7 @@ mod advice;
 pub(crate) mod evidence;
 mod hardware;
 pub(crate) mod host_waits;
+mod latches;
 pub(crate) mod peers;
 mod swings;
 
@@ -32,6 +33,7 @@ use crate::stages::diagnose::finding::{FindingKind, Severity};
 use super::window::Ring;
 use super::Thresholds;
 pub(crate) use host_waits::Wait;
+pub(crate) use latches::Latches;
 
 pub(crate) use advice::{advice, advice_for};
 pub(crate) use evidence::evidence;
@@ -513,13 +515,9 @@ pub(crate) struct RuleInput<'a> {
     pub(crate) active: &'a Holds,
     /// It has run, or held memory longer than the idle grace.
     pub(crate) past_grace: bool,
-    /// Its window showed the busy-and-idle pattern at an earlier tick and has kept at least half
-    /// the idle readings it asks for since: the pattern's hysteresis
-    /// ([`Swings::still_busy_and_idle`]).
-    pub(crate) pattern_seen: bool,
-    /// Its verdict was pipeline bubbles at an earlier tick, and its co-idling has stayed within
-    /// the held bound since ([`host_waits::IN_TURN_HELD`]): the in-turn test's hysteresis.
-    pub(crate) turns_seen: bool,
+    /// What its window showed at earlier ticks that holds at a looser bound since: the
+    /// hysteresis of the busy-and-idle pattern and of the in-turn test.
+    pub(crate) latches: Latches,
     pub(crate) t: &'a Thresholds,
 }
 
